@@ -1,0 +1,1 @@
+"""hmp: heterogeneous model- and data-parallel CNN training on Mesh-TensorFlow."""

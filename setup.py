@@ -1,0 +1,34 @@
+"""Installs hmp: heterogeneous model- and data-parallel CNN training on Mesh-TensorFlow.
+
+TensorFlow's CPU build is the default. For GPUs set ``HMP_TENSORFLOW=tensorflow``
+and install the ``gpu`` extra (see README): the CPU and GPU wheels share files,
+so exactly one of them must be installed.
+"""
+
+import os
+
+from setuptools import find_packages, setup
+
+TENSORFLOW = os.environ.get("HMP_TENSORFLOW", "tensorflow-cpu")
+TF_VERSIONS = ">=2.15,<2.22"
+
+setup(
+    name="hmp",
+    version="0.1.0",
+    description="Heterogeneous model/data parallel CNN training for hyperspectral images",
+    packages=find_packages(include=["hmp", "hmp.*", "models", "models.*"]),
+    python_requires=">=3.9",
+    install_requires=[
+        TENSORFLOW + TF_VERSIONS,
+        "mesh-tensorflow==0.1.21",
+        "numpy",
+        "absl-py",
+        "scipy",
+        "matplotlib",
+        "h5py",
+    ],
+    extras_require={
+        "test": ["pytest"],
+        "gpu": ["tensorflow[and-cuda]" + TF_VERSIONS],
+    },
+)
