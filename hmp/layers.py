@@ -1,0 +1,189 @@
+"""Functional CNN layers that work on unevenly split meshes.
+
+Each layer is a plain function taking mtf Tensors and Dimensions, in the style
+of ``mesh_tensorflow.layers``. The filter dimension a layer creates is the one
+the planner splits: give it a name of its own (``mtf.Dimension("filters1",
+32)``) and lay it out on the ``model`` mesh axis. The batch dimension can be
+laid out on a ``batch`` axis at the same time.
+
+The split-friendly pattern (Moreno-Alvarez et al.) alternates a layer that
+splits its *output* filters (each device computes its own filters) with one
+that splits its *input* channels (each device computes a partial sum over its
+filters, and Mesh-TF all-reduces them): :func:`filter_split_block`.
+"""
+
+import tensorflow.compat.v1 as tf
+
+from hmp import ops
+from hmp.compat import import_mesh_tensorflow
+
+mtf = import_mesh_tensorflow()
+
+
+def _kernel_dims(names, sizes):
+    if len(names) != len(sizes):
+        raise ValueError("filter_size %s must have %d entries" % (list(sizes), len(names)))
+    return [mtf.Dimension(n, int(s)) for n, s in zip(names, sizes)]
+
+
+def _he_normal():
+    """He initialisation: keeps activation variance through ReLU layers."""
+    return tf.variance_scaling_initializer(scale=2.0, mode="fan_in",
+                                           distribution="truncated_normal")
+
+
+def _conv(x, output_dim, kernel_names, filter_size, strides, padding, in_dims,
+          use_bias, activation, kernel_initializer, name, default_name):
+    in_dims = list(in_dims) if in_dims is not None else x.shape.dims[-1:]
+    with tf.variable_scope(name, default_name=default_name):
+        kernel = mtf.get_variable(
+            x.mesh, "kernel",
+            _kernel_dims(kernel_names, filter_size) + in_dims + [output_dim],
+            initializer=kernel_initializer or _he_normal(),
+            activation_dtype=x.dtype)
+        y = ops.convolution(x, kernel, strides, padding, in_dims, name="conv")
+        if use_bias:
+            y += mtf.get_variable(x.mesh, "bias", [output_dim],
+                                  initializer=tf.zeros_initializer(),
+                                  activation_dtype=x.dtype)
+        return activation(y) if activation else y
+
+
+def conv2d(x, output_dim, filter_size=(3, 3), strides=(1, 1), padding="SAME",
+           in_dims=None, use_bias=True, activation=None,
+           kernel_initializer=None, name=None):
+    """2-D convolution of ``x`` = [batch..., h, w, in_dims...] to ``output_dim``.
+
+    ``in_dims`` (default: the last dim of ``x``) are contracted; several dims
+    may be given (e.g. ``[depth, channels]`` of a 3-D feature map). Returns
+    [batch..., h', w', output_dim]: spatial dims keep their names.
+    """
+    return _conv(x, output_dim, ("fh", "fw"), filter_size, strides, padding,
+                 in_dims, use_bias, activation, kernel_initializer, name,
+                 "conv2d")
+
+
+def conv3d(x, output_dim, filter_size=(3, 3, 3), strides=(1, 1, 1),
+           padding="SAME", in_dims=None, use_bias=True, activation=None,
+           kernel_initializer=None, name=None):
+    """3-D convolution of ``x`` = [batch..., d, h, w, in_dims...] to ``output_dim``."""
+    return _conv(x, output_dim, ("fd", "fh", "fw"), filter_size, strides,
+                 padding, in_dims, use_bias, activation, kernel_initializer,
+                 name, "conv3d")
+
+
+def dense(x, output_dim, reduced_dims=None, use_bias=True, activation=None,
+          kernel_initializer=None, name=None):
+    """Fully connected layer contracting ``reduced_dims`` (default: last dim).
+
+    Reducing over several dims lets a feature map [batch, h, w, filters] feed
+    it directly; if ``filters`` is split, each device multiplies its part and
+    Mesh-TF all-reduces the partial sums.
+    """
+    reduced_dims = list(reduced_dims) if reduced_dims is not None else x.shape.dims[-1:]
+    with tf.variable_scope(name, default_name="dense"):
+        kernel = mtf.get_variable(
+            x.mesh, "kernel", reduced_dims + [output_dim],
+            initializer=kernel_initializer or _he_normal(),
+            activation_dtype=x.dtype)
+        output_shape = (x.shape - reduced_dims) + [output_dim]
+        y = mtf.einsum([x, kernel], output_shape=output_shape)
+        if use_bias:
+            y += mtf.get_variable(x.mesh, "bias", [output_dim],
+                                  initializer=tf.zeros_initializer(),
+                                  activation_dtype=x.dtype)
+        return activation(y) if activation else y
+
+
+def max_pool2d(x, window=(2, 2), strides=None, padding="VALID", name=None):
+    """Max pooling over [h, w] of x = [batch..., h, w, channels]."""
+    return ops.pool(x, window, strides or window, padding, "max", name)
+
+
+def max_pool3d(x, window=(2, 2, 2), strides=None, padding="VALID", name=None):
+    """Max pooling over [d, h, w] of x = [batch..., d, h, w, channels]."""
+    return ops.pool(x, window, strides or window, padding, "max", name)
+
+
+def avg_pool2d(x, window=(2, 2), strides=None, padding="VALID", name=None):
+    """Average pooling over [h, w] of x = [batch..., h, w, channels]."""
+    return ops.pool(x, window, strides or window, padding, "avg", name)
+
+
+def avg_pool3d(x, window=(2, 2, 2), strides=None, padding="VALID", name=None):
+    """Average pooling over [d, h, w] of x = [batch..., d, h, w, channels]."""
+    return ops.pool(x, window, strides or window, padding, "avg", name)
+
+
+def batch_norm(x, is_training, momentum=0.99, epsilon=1e-3, name=None):
+    """Batch normalisation over every dim but the last (the channels).
+
+    Statistics are over the whole global batch: with the batch split across
+    devices, Mesh-TF all-reduces the partial sums, so an uneven batch split
+    gives the same result as one device. Returns ``(y, update_ops)``; run the
+    update ops (moving averages for inference) with the training step.
+    """
+    channels = x.shape.dims[-1:]
+    with tf.variable_scope(name, default_name="batch_norm"):
+        scale = mtf.get_variable(x.mesh, "scale", channels,
+                                 initializer=tf.ones_initializer(),
+                                 activation_dtype=x.dtype)
+        offset = mtf.get_variable(x.mesh, "offset", channels,
+                                  initializer=tf.zeros_initializer(),
+                                  activation_dtype=x.dtype)
+        moving_mean = mtf.get_variable(x.mesh, "moving_mean", channels,
+                                       initializer=tf.zeros_initializer(),
+                                       activation_dtype=x.dtype, trainable=False)
+        moving_variance = mtf.get_variable(x.mesh, "moving_variance", channels,
+                                           initializer=tf.ones_initializer(),
+                                           activation_dtype=x.dtype,
+                                           trainable=False)
+        if is_training:
+            mean = mtf.reduce_mean(x, output_shape=channels)
+            variance = mtf.reduce_mean(mtf.square(x - mean), output_shape=channels)
+            updates = [
+                mtf.assign(moving_mean,
+                           momentum * moving_mean + (1 - momentum) * mean),
+                mtf.assign(moving_variance,
+                           momentum * moving_variance + (1 - momentum) * variance)]
+        else:
+            mean, variance, updates = moving_mean, moving_variance, []
+        y = (x - mean) * mtf.rsqrt(variance + epsilon) * scale + offset
+        return y, updates
+
+
+def dropout(x, is_training, rate, name=None):
+    """Zeroes a ``rate`` fraction of ``x`` at random while training.
+
+    Each device draws the mask for its own slice, so masks differ from a
+    single-device run (as they would with any other seed).
+    """
+    if not 0 <= rate < 1:
+        raise ValueError("dropout rate must be in [0, 1), got %r" % (rate,))
+    if not is_training or rate == 0:
+        return x
+    return mtf.dropout(x, is_training=True, rate=rate, name=name)
+
+
+def filter_split_block(x, hidden_dim, output_dim, conv=conv2d, filter_size=None,
+                       activation=mtf.relu, name=None, **conv_kwargs):
+    """Two convolutions whose shared ``hidden_dim`` is split across devices.
+
+    The first conv splits its output filters (``hidden_dim``), each device
+    computing its own share; the second splits its input channels, each device
+    computing a partial sum, and produces ``output_dim`` (replicated), which
+    Mesh-TF all-reduces. Lay ``hidden_dim`` out on the model axis and give
+    ``output_dim`` no layout: one all-reduce per block, no other traffic.
+    """
+    kwargs = dict(conv_kwargs)
+    if filter_size is not None:
+        kwargs["filter_size"] = filter_size
+    with tf.variable_scope(name, default_name="filter_split_block"):
+        hidden = conv(x, hidden_dim, activation=activation, name="split_out", **kwargs)
+        return conv(hidden, output_dim, activation=activation, name="split_in", **kwargs)
+
+
+def softmax_cross_entropy(logits, labels, classes_dim):
+    """Per-example cross-entropy of ``logits`` against integer ``labels``."""
+    targets = ops.one_hot(labels, classes_dim, dtype=logits.dtype)
+    return mtf.layers.softmax_cross_entropy_with_logits(logits, targets, classes_dim)

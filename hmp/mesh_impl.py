@@ -1,0 +1,329 @@
+"""A Mesh-TensorFlow placement mesh whose tensor dimensions may be split unevenly.
+
+Stock Mesh-TensorFlow splits a tensor dimension laid out on a mesh axis into
+equal parts, one per mesh coordinate. ``HeteroMeshImpl`` also accepts, per
+tensor dimension, the list of part sizes (``{"filters1": [7, 4, 1]}``), so a
+fast device can hold more convolution filters, or more of the batch, than a
+slow one. Every device holds a real slice of exactly its size (variables,
+activations and gradients); nothing is padded to the largest share.
+
+Most of Mesh-TensorFlow works unchanged on such slices because it only applies
+TensorFlow functions slice by slice, and ``tf.concat`` and the ring all-reduce
+accept unequal parts. What needs per-device knowledge is overridden here:
+slice shapes and offsets, variables, import/export, broadcast, random tensors
+and ``allsplit``. Collectives that cannot work on unequal parts (all-to-all,
+receive) refuse them. A stock operation that computes one slice shape for all
+devices raises :class:`UnevenSplitError`; ``hmp.HeteroLowering`` names the
+operation in the message, and ``hmp.ops`` has per-device replacements.
+"""
+
+import random
+
+import tensorflow.compat.v1 as tf
+
+from hmp.compat import import_mesh_tensorflow
+
+mtf = import_mesh_tensorflow()
+PlacementMeshImpl = mtf.placement_mesh_impl.PlacementMeshImpl
+
+
+class UnevenSplitError(ValueError):
+    """An operation needs equal slices but a dimension is split unevenly."""
+
+    def __init__(self, message, dims):
+        super().__init__(message)
+        self.dims = list(dims)
+
+
+class HeteroMeshImpl(PlacementMeshImpl):
+    """``PlacementMeshImpl`` with per-device slice sizes for chosen dimensions.
+
+    Args:
+      shape: the mesh shape, e.g. ``"batch:2;model:3"`` or an ``mtf.Shape``.
+      layout: the layout rules, e.g. ``"filters1:model;batch:batch"``.
+      devices: one TensorFlow device string per mesh position, row-major.
+      splits: ``{tensor dimension name: [size per coordinate]}`` along the
+        mesh axis that dimension is laid out on. Dimensions not named are
+        split evenly, as in stock Mesh-TensorFlow.
+
+    Raises:
+      ValueError: a split names a dimension the layout does not lay out, has
+        the wrong number of sizes for its mesh axis, or a size that is not a
+        positive integer. Sizes that do not add up to the dimension are
+        reported as soon as a tensor with that dimension is lowered.
+    """
+
+    def __init__(self, shape, layout, devices, splits=None):
+        super().__init__(shape, layout, list(devices))
+        if len(self.devices) != self.size:
+            raise ValueError(
+                "devices: %d devices given for mesh %s of %d positions: %s"
+                % (len(self.devices), self.shape.to_string, self.size,
+                   self.devices))
+        self._splits = self._validated_splits(dict(splits or {}))
+
+    # ------------------------------------------------------------------
+    # Splits
+    # ------------------------------------------------------------------
+    def _validated_splits(self, splits):
+        laid_out = {}
+        for mesh_axis, mesh_dim in enumerate(self.shape.dims):
+            rules = self.layout_rules.mesh_dimension_name_to_tensor_dimension_names(
+                mesh_dim.name)
+            for tensor_dim_name in rules:
+                laid_out[tensor_dim_name] = mesh_axis
+        validated = {}
+        for name, sizes in splits.items():
+            if name not in laid_out:
+                raise ValueError(
+                    "splits: dimension %r is not laid out on any mesh axis; "
+                    "the layout rules lay out %s" % (name, sorted(laid_out)))
+            mesh_dim = self.shape.dims[laid_out[name]]
+            sizes = list(sizes)
+            if len(sizes) != mesh_dim.size:
+                raise ValueError(
+                    "splits: dimension %r has %d sizes %s but mesh axis %r has "
+                    "%d coordinates" % (name, len(sizes), sizes, mesh_dim.name,
+                                        mesh_dim.size))
+            for coord, size in enumerate(sizes):
+                if isinstance(size, bool) or not float(size).is_integer():
+                    raise ValueError(
+                        "splits: dimension %r size %r at %s coordinate %d is "
+                        "not an integer" % (name, size, mesh_dim.name, coord))
+                if size < 0:
+                    raise ValueError(
+                        "splits: dimension %r has negative size %d at %s "
+                        "coordinate %d" % (name, size, mesh_dim.name, coord))
+                if size == 0:
+                    raise ValueError(
+                        "splits: dimension %r has size 0 at %s coordinate %d; "
+                        "zero shares are not supported (TensorFlow cannot run "
+                        "a convolution with no input channels): give every "
+                        "device at least 1 or leave it out of the mesh"
+                        % (name, mesh_dim.name, coord))
+            validated[name] = tuple(int(s) for s in sizes)
+        return validated
+
+    @property
+    def splits(self):
+        """``{dimension name: tuple of sizes}`` for the unevenly split dims."""
+        return dict(self._splits)
+
+    def split_sizes(self, tensor_dim):
+        """Per-coordinate sizes of ``tensor_dim`` if it is split unevenly, else None.
+
+        Raises:
+          ValueError: the sizes given for the dimension do not add up to it.
+        """
+        sizes = self._splits.get(tensor_dim.name)
+        if sizes is None or self.tensor_dimension_to_mesh_axis(tensor_dim) is None:
+            return None
+        if sum(sizes) != tensor_dim.size:
+            raise ValueError(
+                "splits: sizes %s for dimension %r add up to %d, but the "
+                "dimension has size %d" % (list(sizes), tensor_dim.name,
+                                           sum(sizes), tensor_dim.size))
+        return sizes
+
+    def uneven_dims(self, tensor_shape):
+        """The dimensions of ``tensor_shape`` that are split unevenly."""
+        return [d for d in tensor_shape.dims if self.split_sizes(d) is not None]
+
+    def _refuse_uneven(self, tensor_shape, what):
+        uneven = self.uneven_dims(tensor_shape)
+        if uneven:
+            raise UnevenSplitError(
+                "%s: dimension(s) %s are split unevenly (%s), but this needs "
+                "one slice shape for all devices"
+                % (what, [d.name for d in uneven],
+                   ", ".join("%s=%s" % (d.name, list(self._splits[d.name]))
+                             for d in uneven)),
+                uneven)
+
+    # ------------------------------------------------------------------
+    # Slice geometry
+    # ------------------------------------------------------------------
+    def slice_shape(self, tensor_shape, pnum=None):
+        """Shape of processor ``pnum``'s slice.
+
+        Without ``pnum`` this is the stock answer and exists only for shapes
+        whose slices are all equal; otherwise :class:`UnevenSplitError`.
+        """
+        if pnum is None:
+            self._refuse_uneven(tensor_shape, "slice_shape without a device")
+            return super().slice_shape(tensor_shape)
+        return [size for _, size in self._slice_extent(tensor_shape, pnum)]
+
+    def slice_begin(self, tensor_shape, pnum):
+        return [begin for begin, _ in self._slice_extent(tensor_shape, pnum)]
+
+    def _slice_extent(self, tensor_shape, pnum):
+        """[(begin, size)] per tensor axis of processor ``pnum``'s slice."""
+        coords = mtf.pnum_to_processor_coordinates(self.shape, pnum)
+        layout = self.tensor_layout(tensor_shape)
+        extent = []
+        for dim, mesh_axis in zip(tensor_shape.dims,
+                                  layout.tensor_axis_to_mesh_axis):
+            if mesh_axis is None:
+                extent.append((0, dim.size))
+                continue
+            coord = coords[mesh_axis]
+            sizes = self.split_sizes(dim)
+            if sizes is None:
+                parts = self.shape[mesh_axis].size
+                if dim.size % parts:
+                    raise ValueError(
+                        "dimension %r of size %d cannot be split evenly over "
+                        "mesh axis %r of size %d; give its sizes in `splits`"
+                        % (dim.name, dim.size, self.shape[mesh_axis].name,
+                           parts))
+                extent.append((dim.size // parts * coord, dim.size // parts))
+            else:
+                extent.append((sum(sizes[:coord]), sizes[coord]))
+        return extent
+
+    def slice_shapes(self, tensor_shape):
+        """Every processor's slice shape, in processor order."""
+        return [self.slice_shape(tensor_shape, p) for p in range(self.size)]
+
+    def slice_size(self, tensor_shape):
+        """Elements in the largest slice (what the busiest device must hold)."""
+        return max(mtf.list_product(s) for s in self.slice_shapes(tensor_shape))
+
+    def laid_out_size(self, tensor_shape):
+        return sum(mtf.list_product(s) for s in self.slice_shapes(tensor_shape))
+
+    def slicewise_per_device(self, fn, *inputs):
+        """Like ``slicewise`` but ``fn(pnum, *slices)`` also gets the processor."""
+        return self.slicewise(fn, self.laid_out_pnum(), *inputs)
+
+    # ------------------------------------------------------------------
+    # Variables, import and export
+    # ------------------------------------------------------------------
+    class LaidOutVariable(PlacementMeshImpl.LaidOutVariable):
+        """Slice variables of each device's own size, with master copy ops."""
+
+        def __init__(self, variable, mesh_impl):  # pylint: disable=super-init-not-called
+            self._variable = variable
+            self._mesh_impl = mesh_impl
+            shape = variable.outputs[0].shape
+            master = variable.get_master()
+            if self.slice_is_master:
+                self._laid_out_tensor = mesh_impl.LaidOutTensor([master])
+                self._copy_slices_to_master = tf.group([])
+                self._copy_master_to_slices = tf.group([])
+                return
+            slices = []
+            for pnum, device in enumerate(mesh_impl.devices):
+                with tf.device(device):
+                    slices.append(tf.get_variable(
+                        "%s_slice_%d" % (variable.name, pnum),
+                        mesh_impl.slice_shape(shape, pnum),
+                        dtype=variable.slice_dtype, collections=[]))
+            self._laid_out_tensor = mesh_impl.LaidOutTensor(slices)
+            self._copy_master_to_slices = self.assign_to_slices(
+                mtf.assign_slice, mesh_impl.make_slices(master, shape))
+            self._copy_slices_to_master = variable.assign_to_master(
+                mesh_impl.combine_slices(
+                    [tf.cast(s, variable.master_dtype) for s in slices], shape))
+
+    def make_slices(self, tf_tensor, tensor_shape):
+        if self.tensor_layout(tensor_shape).is_fully_replicated:
+            return [tf_tensor] * self.size
+        slices = []
+        with tf.device(tf_tensor.device):
+            for pnum in range(self.size):
+                extent = self._slice_extent(tensor_shape, pnum)
+                slices.append(tf.slice(tf_tensor, [b for b, _ in extent],
+                                       [s for _, s in extent]))
+        return slices
+
+    # ------------------------------------------------------------------
+    # Operations that create slices from a shape
+    # ------------------------------------------------------------------
+    def broadcast_impl(self, old_slices, old_shape, new_shape):
+        def broadcast(pnum, x):
+            return tf.broadcast_to(_expand_to(x, old_shape, new_shape),
+                                   self.slice_shape(new_shape, pnum))
+        return self.slicewise_per_device(broadcast, old_slices)
+
+    def random(self, shape, tf_fn, kwargs):
+        op_seed = random.random()
+        def random_slice(pnum):
+            # Slices that cover the same part of the tensor get the same seed,
+            # so replicated copies agree.
+            seed = hash("%s,%s" % (op_seed, self.slice_begin(shape, pnum)))
+            return tf_fn(self.slice_shape(shape, pnum), seed=seed, **kwargs)
+        return self.slicewise(random_slice, self.laid_out_pnum())
+
+    # ------------------------------------------------------------------
+    # Collectives
+    # ------------------------------------------------------------------
+    def allsplit(self, x, mesh_axis, split_axis, which=None):
+        """Keeps each processor's own part of a replicated axis, uneven or not."""
+        x = x.to_laid_out_tensor()
+        full_size = x.tensor_list[0].shape.as_list()[split_axis]
+        sizes = self._uneven_sizes_on_axis(mesh_axis, full_size)
+        if sizes is None:
+            return super().allsplit(x, mesh_axis, split_axis, which)
+        if which is not None:
+            raise UnevenSplitError(
+                "allsplit with a computed `which` on an uneven split %s"
+                % list(sizes), [])
+        def keep_own_part(pnum, t):
+            coord = mtf.pnum_to_processor_coordinates(self.shape, pnum)[mesh_axis]
+            begin = [0] * t.shape.ndims
+            size = [-1] * t.shape.ndims
+            begin[split_axis] = sum(sizes[:coord])
+            size[split_axis] = sizes[coord]
+            return tf.slice(t, begin, size)
+        return self.slicewise_per_device(keep_own_part, x)
+
+    def _uneven_sizes_on_axis(self, mesh_axis, full_size):
+        """The uneven split of a ``full_size`` dimension on ``mesh_axis``, if any."""
+        mesh_dim_name = self.shape.dims[mesh_axis].name
+        candidates = {
+            self._splits[name]
+            for name in self.layout_rules.mesh_dimension_name_to_tensor_dimension_names(
+                mesh_dim_name)
+            if name in self._splits and sum(self._splits[name]) == full_size}
+        if len(candidates) > 1:
+            raise UnevenSplitError(
+                "allsplit over mesh axis %r: several uneven splits of size %d "
+                "(%s) are laid out there and the part to keep is ambiguous"
+                % (mesh_dim_name, full_size, sorted(candidates)), [])
+        return candidates.pop() if candidates else None
+
+    def _refuse_unequal_slices(self, x, what):
+        shapes = {tuple(t.shape.as_list()) for t in x.to_laid_out_tensor().tensor_list}
+        if len(shapes) > 1:
+            raise UnevenSplitError(
+                "%s needs equal slices on every device, got slice shapes %s; "
+                "an unevenly split dimension cannot be re-split this way"
+                % (what, sorted(shapes)), [])
+
+    def alltoall(self, x, mesh_axis, split_axis, concat_axis):
+        self._refuse_unequal_slices(x, "all-to-all")
+        full_size = x.to_laid_out_tensor().tensor_list[0].shape.as_list()[split_axis]
+        full_size *= self.shape[mesh_axis].size
+        if self._uneven_sizes_on_axis(mesh_axis, full_size) is not None:
+            raise UnevenSplitError(
+                "all-to-all into an unevenly split dimension of size %d on mesh "
+                "axis %r" % (full_size, self.shape.dims[mesh_axis].name), [])
+        return super().alltoall(x, mesh_axis, split_axis, concat_axis)
+
+    def receive(self, x, mesh_axis, source_pcoord):
+        self._refuse_unequal_slices(x, "receive (shift between processors)")
+        return super().receive(x, mesh_axis, source_pcoord)
+
+
+def _expand_to(x, old_shape, new_shape):
+    """Transposes and expands slice ``x`` of ``old_shape`` to ``new_shape``'s rank."""
+    if old_shape.ndims == 0 or old_shape == new_shape:
+        return x
+    kept = [d for d in new_shape.dims if d in old_shape.dims]
+    x = tf.transpose(x, [old_shape.dims.index(d) for d in kept])
+    for axis, dim in enumerate(new_shape.dims):
+        if dim not in old_shape.dims:
+            x = tf.expand_dims(x, axis)
+    return x

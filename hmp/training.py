@@ -1,0 +1,38 @@
+"""The training step: every gradient is computed before any variable changes.
+
+Mesh-TensorFlow reads a variable through a cast to its own dtype, which is no
+op, so a layer's computation reads the variable itself. In TF1 graph mode one
+``session.run`` that contains both the gradients and the optimizer's assigns
+may then run an assign to one variable while another variable's gradient is
+still reading it: silently wrong gradients, more likely the more devices run
+in parallel. :func:`train_step` routes all gradients through one barrier, so
+every update starts only after the whole backward pass has finished.
+"""
+
+from hmp import ops
+from hmp.compat import import_mesh_tensorflow
+
+mtf = import_mesh_tensorflow()
+
+
+def train_step(loss, optimizer, variables=None):
+    """Returns the mtf update operations of one ordered optimizer step.
+
+    Args:
+      loss: a scalar mtf Tensor.
+      optimizer: an ``mtf.optimize.Optimizer`` (SGD, momentum, Adam,
+        Adafactor, or hmp's LARS).
+      variables: the variables to train; default all trainable variables of
+        the loss's graph.
+
+    Returns:
+      a list of mtf Operations; lower them and run their TensorFlow ops.
+    """
+    if variables is None:
+        variables = loss.graph.trainable_variables
+    grads = mtf.gradients([loss], [v.outputs[0] for v in variables])
+    trained = [(g, v) for g, v in zip(grads, variables) if g is not None]
+    if not trained:
+        raise ValueError("train_step: the loss depends on none of the variables")
+    ordered_grads = ops.barrier([g for g, _ in trained], name="all_gradients")
+    return optimizer.apply_grads(ordered_grads, [v for _, v in trained])
