@@ -17,7 +17,7 @@ training step needs.
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
-from hmp.mesh_impl import HeteroMeshImpl
+from hmp.mesh_impl import HeteroMeshImpl, UnevenSplitError
 
 mtf = import_mesh_tensorflow()
 
@@ -234,6 +234,85 @@ def pool(x, window, strides, padding, kind, name=None):
     return LocalOperation(
         [x], batch_dims + out_spatial + x.shape.dims[-1:], local_pool,
         local_dims=spatial_dims, name=name or kind + "_pool").outputs[0]
+
+
+# ----------------------------------------------------------------------
+# Reshape
+# ----------------------------------------------------------------------
+class _Reshape(mtf.ReshapeOperation):
+    """``mtf.reshape`` that also works when dimensions are split unevenly.
+
+    The stock lowering reshapes every slice to one shape. Here each device
+    reshapes to its own slice shape. A mesh axis whose split dimension
+    disappears is gathered first (all-concat accepts unequal parts); one that
+    gains a split dimension is split afterwards (uneven all-split). Moving a
+    split from one dimension to another on the same axis would need an
+    all-to-all of unequal parts, which is refused.
+    """
+
+    def gradient(self, grad_ys):
+        return [reshape(grad_ys[0], self.inputs[0].shape)]
+
+    def lower(self, lowering):
+        mesh_impl = lowering.mesh_impl(self)
+        old_shape, new_shape = self.inputs[0].shape, self.outputs[0].shape
+        if not (isinstance(mesh_impl, HeteroMeshImpl)
+                and (mesh_impl.uneven_dims(old_shape) or mesh_impl.uneven_dims(new_shape))):
+            super().lower(lowering)
+            return
+        slices = lowering.tensors[self.inputs[0]]
+        split_after = []
+        old_parts, new_parts = _axis_parts(mesh_impl, old_shape), _axis_parts(mesh_impl, new_shape)
+        for mesh_axis, (old_cumprod, new_cumprod) in enumerate(zip(
+                mesh_impl.mesh_axis_to_cumprod(old_shape),
+                mesh_impl.mesh_axis_to_cumprod(new_shape))):
+            if old_parts[mesh_axis] == new_parts[mesh_axis]:
+                continue  # the same elements stay on the same devices
+            if old_cumprod is not None and new_cumprod is not None:
+                old_dim = old_shape.dims[old_shape.cumprod_to_tensor_axis(old_cumprod)]
+                new_dim = new_shape.dims[new_shape.cumprod_to_tensor_axis(new_cumprod)]
+                raise UnevenSplitError(
+                    "reshape from %s to %s re-splits mesh axis %r from dimension "
+                    "%r %s to %r %s, which needs an all-to-all of unequal parts"
+                    % (old_shape, new_shape, mesh_impl.shape.dims[mesh_axis].name,
+                       old_dim.name, list(old_parts[mesh_axis][1]), new_dim.name,
+                       list(new_parts[mesh_axis][1])), [old_dim, new_dim])
+            if new_cumprod is None:
+                slices = mesh_impl.allconcat(
+                    slices, mesh_axis, old_shape.cumprod_to_tensor_axis(old_cumprod))
+            else:
+                split_after.append((mesh_axis, new_shape.cumprod_to_tensor_axis(new_cumprod)))
+
+        def local_reshape(pnum, tf_slice):
+            shape = mesh_impl.slice_shape(new_shape, pnum)
+            for _, tensor_axis in split_after:
+                shape[tensor_axis] = new_shape.dims[tensor_axis].size
+            return tf.reshape(tf_slice, shape)
+        slices = mesh_impl.slicewise_per_device(local_reshape, slices)
+        for mesh_axis, tensor_axis in split_after:
+            slices = mesh_impl.allsplit(slices, mesh_axis, tensor_axis)
+        lowering.set_tensor_lowering(self.outputs[0], slices)
+
+
+def _axis_parts(mesh_impl, shape):
+    """Per mesh axis: (cumprod, part sizes) of the dim split on it, or None."""
+    parts = [None] * mesh_impl.ndims
+    for mesh_axis, cumprod in enumerate(mesh_impl.mesh_axis_to_cumprod(shape)):
+        if cumprod is not None:
+            dim = shape.dims[shape.cumprod_to_tensor_axis(cumprod)]
+            sizes = mesh_impl.split_sizes(dim)
+            if sizes is None:
+                sizes = (dim.size // mesh_impl.shape[mesh_axis].size,) * mesh_impl.shape[mesh_axis].size
+            parts[mesh_axis] = (cumprod, tuple(sizes))
+    return parts
+
+
+def reshape(x, new_shape, name=None):
+    """Reshape (and possibly re-lay-out) ``x``; see :class:`_Reshape`."""
+    new_shape = mtf.Shape(new_shape)
+    if new_shape == x.shape:
+        return x
+    return _Reshape(x, new_shape, name=name or "reshape").outputs[0]
 
 
 # ----------------------------------------------------------------------
