@@ -39,8 +39,9 @@ def test_ties_differ_by_at_most_one_lower_index_first():
 
 
 def test_faster_device_wins_even_when_shares_are_equal_in_floating_point():
-    # 0.5 * 1.0 and 0.5 * (1 + 2**-52) round to the same float; the faster still wins.
-    assert apportion(1, [1.0, 1.0 + 2**-52], minimum=0) == [0, 1]
+    # Both real shares come out as 9.5 in floating point; the faster still gets 10.
+    slow = 1.9712530081643451
+    assert apportion(19, [slow, np.nextafter(slow, 2)], minimum=0) == [9, 10]
 
 
 def test_minimum_is_given_and_the_rest_shared_by_speed():

@@ -1,0 +1,173 @@
+"""Splits an integer amount of work (filters, samples) over devices by speed.
+
+``apportion(12, [70, 25, 5]) == [8, 3, 1]``: every device gets a whole number
+of units in proportion to its speed, so that all finish their share together.
+
+How: first the exact real-valued shares ``x_i = clip(level * speed_i,
+minimum, cap_i)`` with the one ``level`` that makes them sum to the total
+(water filling: devices held at the minimum or at their cap keep that, the
+others share the rest in proportion to speed). Then largest-remainder
+rounding: every device gets ``floor(x_i)`` and the units left over go to the
+largest fractional parts (faster device first on equal parts, then lower
+index). This gives, whenever the real-valued shares are valid:
+
+* exact: the shares sum to ``total``;
+* proportional: every share is within one unit of ``x_i`` (without minimum
+  or caps binding, ``x_i = total * speed_i / sum(speeds)``);
+* monotone: without caps, a faster device never gets less than a slower one,
+  and equal speeds get shares within one unit of each other;
+* bounded: ``minimum <= share_i <= cap_i``.
+"""
+
+import math
+from numbers import Real
+
+import numpy as np
+
+
+def describe_device(index, names=None):
+    """How messages call device ``index``: ``names[index]`` if given, else ``device 2``."""
+    return names[index] if names else f"device {index}"
+
+
+def check_speeds(speeds, names=None):
+    """Returns ``speeds`` as a float array; ValueError on a bad speed.
+
+    Speeds must be finite positive numbers, one per device (one per entry of
+    ``names`` when given). The error names the device and the value.
+    """
+    if isinstance(speeds, (str, bytes)) or not hasattr(speeds, "__len__"):
+        raise ValueError(f"speeds must be a list of numbers, got {speeds!r}")
+    if len(speeds) == 0:
+        raise ValueError("speeds is empty: need one speed per device")
+    if names is not None and len(speeds) != len(names):
+        raise ValueError(
+            f"got {len(speeds)} speeds for {len(names)} devices: "
+            "need exactly one speed per device")
+    for i, speed in enumerate(speeds):
+        if speed is None:
+            raise ValueError(f"{describe_device(i, names)} has no speed (None)")
+        if isinstance(speed, bool) or not isinstance(speed, Real):
+            raise ValueError(
+                f"{describe_device(i, names)} has speed {speed!r}, "
+                "which is not a number")
+        if not math.isfinite(speed) or speed <= 0:
+            raise ValueError(
+                f"{describe_device(i, names)} has speed {speed!r}: "
+                "speeds must be finite and greater than 0")
+    return np.asarray(speeds, dtype=float)
+
+
+def _check_count(value, what):
+    """ValueError unless ``value`` is an int >= 0 (bools are refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{what} must be a whole number >= 0, got {value!r}")
+    return int(value)
+
+
+def _upper_bounds(caps, n, minimum, names):
+    """Returns the caps as a float array (inf for None), checked against minimum."""
+    if caps is None:
+        return np.full(n, np.inf)
+    if len(caps) != n:
+        raise ValueError(f"got {len(caps)} caps for {n} devices: need one per device")
+    bounds = np.full(n, np.inf)
+    for i, cap in enumerate(caps):
+        if cap is None:
+            continue
+        cap = _check_count(cap, f"the cap of {describe_device(i, names)}")
+        if cap < minimum:
+            raise ValueError(
+                f"{describe_device(i, names)} can take at most {cap} (its cap) "
+                f"but needs at least the minimum share {minimum}")
+        bounds[i] = cap
+    return bounds
+
+
+def _real_shares(total, speeds, lower, upper):
+    """The real-valued shares ``clip(level * speeds, lower, upper)`` summing to total.
+
+    ``filled(level)`` is continuous and nondecreasing in ``level`` and linear
+    between the breakpoints ``lower/speeds`` and ``upper/speeds``. A binary
+    search finds the breakpoint interval holding ``total``; inside it the set
+    of free (unclipped) devices is fixed, so ``level`` is solved exactly.
+    """
+    def filled(level):
+        return np.clip(level * speeds, lower, upper).sum()
+
+    finite = np.isfinite(upper)
+    points = np.unique(np.concatenate([lower / speeds, upper[finite] / speeds[finite]]))
+    lo, hi = 0, len(points) - 1
+    if filled(points[hi]) < total:  # above every breakpoint: uncapped devices share
+        lo = hi
+    else:
+        while hi - lo > 1:  # invariant: filled(points[lo]) <= total <= filled(points[hi])
+            mid = (lo + hi) // 2
+            if filled(points[mid]) <= total:
+                lo = mid
+            else:
+                hi = mid
+    probe = 2 * points[lo] + 1 if lo == hi else (points[lo] + points[hi]) / 2
+    free = (lower < probe * speeds) & (probe * speeds < upper)
+    held = np.where(probe * speeds <= lower, lower, upper)
+    fixed = held[~free].sum()
+    level = (total - fixed) / speeds[free].sum() if free.any() else points[lo]
+    return np.clip(level * speeds, lower, upper)
+
+
+def _round(total, shares, speeds, upper):
+    """Largest-remainder rounding of real shares that sum to ``total``.
+
+    Values within 1e-9 of an integer are snapped to it first, so float noise
+    cannot create or lose a unit. Leftover units go to the largest fractional
+    parts among devices below their cap; ties favour the faster device, then
+    the lower index, which keeps the result monotone in speed.
+    """
+    nearest = np.rint(shares)
+    shares = np.where(np.abs(shares - nearest) < 1e-9, nearest, shares)
+    whole = np.floor(shares).astype(np.int64)
+    left = total - int(whole.sum())
+    room = np.flatnonzero(whole < upper)
+    order = np.lexsort((room, -speeds[room], -(shares[room] - whole[room])))
+    whole[room[order[:left]]] += 1
+    return whole.tolist()
+
+
+def apportion(total, speeds, minimum=1, caps=None, *, names=None, unit="units"):
+    """Splits ``total`` whole units over devices in proportion to ``speeds``.
+
+    Args:
+      total: the number of units to hand out (filters, samples), an int >= 0.
+      speeds: one finite positive number per device; only ratios matter.
+      minimum: the least every device gets (0 allowed).
+      caps: None, or per device the most it may get (None = no cap). Units a
+        capped device cannot take go to the others, in proportion to speed.
+      names: optional, how error messages call each device (``"device 2 (/cpu:0)"``).
+      unit: what a unit is, for error messages (``"filters"``).
+
+    Returns:
+      A list of ints, one per device, with the guarantees in the module
+      docstring.
+
+    Raises:
+      ValueError: on a bad speed (naming the device and value), when
+        ``total`` cannot give every device its minimum, or when ``total``
+        does not fit under the caps (naming the capped devices).
+    """
+    speeds = check_speeds(speeds, names)
+    total = _check_count(total, f"the number of {unit}")
+    minimum = _check_count(minimum, "the minimum share")
+    n = len(speeds)
+    if total < minimum * n:
+        raise ValueError(
+            f"{total} {unit} cannot give {n} devices at least {minimum} each")
+    upper = _upper_bounds(caps, n, minimum, names)
+    if upper.sum() < total:
+        capped = ", ".join(
+            f"{describe_device(i, names)} cap {int(upper[i])}"
+            for i in np.flatnonzero(np.isfinite(upper)))
+        raise ValueError(
+            f"{total} {unit} do not fit under the caps: {capped} "
+            f"hold at most {int(upper.sum())}")
+    lower = np.full(n, float(minimum))
+    return _round(total, _real_shares(total, speeds, lower, upper), speeds, upper)

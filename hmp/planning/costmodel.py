@@ -1,0 +1,304 @@
+"""Analytical step-time model of data-, model- and hybrid layouts.
+
+In the spirit of Castello et al. (PDP 2021): the time of one training step is
+priced from per-layer FLOPs and bytes, the devices' FLOP rates and memory
+bandwidths, and the link's bandwidth and latency.
+
+Compute. A layer's training FLOPs are ``3 x`` its forward FLOPs (the backward
+pass computes the gradients of the input and of the weights, each about as
+costly as the forward pass). A device computes its batch share ``b`` of the
+samples and its model fraction ``f`` of the layer (its filters over all
+filters; 1 for a layer that is not split, which every model column computes
+whole -- replicated). Its time on the layer is a roofline::
+
+    t = max(3 * flops_per_sample * b * f / flops_per_s,
+            3 * 4 bytes * (params * f + b * outputs_per_sample * g) / mem_bw)
+
+with ``g = f`` when the layer's outputs are split and ``g = 1`` when they are
+partial sums of the whole output (input-split layers) or replicated. Without
+``mem_bw`` only the first term counts. A device's busy time is the sum over
+layers.
+
+Communication (ring algorithms over ``n`` devices, link bandwidth ``bw`` and
+latency ``a``, payload ``B`` bytes)::
+
+    all-reduce:  2 (n - 1) / n * B / bw + 2 (n - 1) a
+    all-gather:  (n - 1) * max_piece / bw + (n - 1) a   (= (n-1)/n B/bw if even)
+
+On the model axis: after each input-split layer, the all-reduce of its partial
+sums (its output, per sample x batch share); where activations go from
+replicated to split (an output-split layer), the matching all-reduce of the
+input's gradient in the backward pass (skipped when no earlier layer has
+weights, as then no gradient flows back); and an all-gather wherever a split
+activation must be whole again (an unsplit layer, or the model's output).
+With uneven batch rows every row runs its own collectives; the slowest counts.
+On the batch axis: the all-reduce of every weight gradient a model column
+holds, over the ``M`` devices of that column.
+
+Step time = max over devices of busy time + all communication (not
+overlapped with compute; devices are taken to wait for each other only at the
+end of the step, so this is a lower bound when collectives synchronise them
+earlier).
+
+Memory per device = 4 bytes * (3 copies of its weights (weights, gradients,
+one optimizer slot) + its batch share * (input sample + every layer output
+it holds)).
+"""
+
+import json
+import math
+from dataclasses import dataclass
+from numbers import Real
+
+import numpy as np
+
+from hmp.planning.layout import check_splits
+
+BYTES_PER_ELEMENT = 4  # float32
+TRAIN_FLOPS_FACTOR = 3  # forward + backward ~= 3 x forward
+PARAM_COPIES = 3  # weights, gradients, one optimizer slot
+
+
+def _positive(value, what, allow_none=False, allow_zero=False):
+    """ValueError unless ``value`` is a finite number > 0 (or >= 0, or None)."""
+    if value is None and allow_none:
+        return
+    if (isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value)
+            or value < 0 or (value == 0 and not allow_zero)):
+        raise ValueError(f"{what} is {value!r}; must be a finite number "
+                         f"{'>= 0' if allow_zero else '> 0'}")
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A device: name, FLOP rate (FLOP/s), memory (bytes) and memory bandwidth (bytes/s)."""
+
+    name: str
+    flops_per_s: float
+    mem_bytes: float | None = None
+    mem_bw: float | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"device name must be a non-empty string, got {self.name!r}")
+        _positive(self.flops_per_s, f"flops_per_s of device {self.name!r}")
+        _positive(self.mem_bytes, f"mem_bytes of device {self.name!r}", allow_none=True)
+        _positive(self.mem_bw, f"mem_bw of device {self.name!r}", allow_none=True)
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """The link between devices: bandwidth (bytes/s) and per-message latency (s)."""
+
+    bandwidth_bytes_per_s: float
+    latency_s: float = 0.0
+
+    def __post_init__(self):
+        _positive(self.bandwidth_bytes_per_s, "link bandwidth_bytes_per_s")
+        _positive(self.latency_s, "link latency_s", allow_zero=True)
+
+
+def load_platform(path):
+    """Reads devices and link from JSON; returns ``(list[DeviceSpec], LinkSpec | None)``.
+
+    Format::
+
+        {"devices": [{"name": "/gpu:0", "flops_per_s": 1.2e13,
+                      "mem_bytes": 8e9, "mem_bw": 4.5e11}, ...],
+         "link": {"bandwidth_bytes_per_s": 1.2e10, "latency_s": 5e-6}}
+
+    ``mem_bytes``, ``mem_bw`` and ``link`` are optional.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        devices = [DeviceSpec(**d) for d in data["devices"]]
+        link = LinkSpec(**data["link"]) if data.get("link") is not None else None
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as e:
+        raise ValueError(f"platform file {path}: {type(e).__name__}: {e}") from e
+    if not devices:
+        raise ValueError(f"platform file {path}: no devices")
+    return devices, link
+
+
+def ring_allreduce_time(nbytes, n, link):
+    """Ring all-reduce of ``nbytes`` over ``n`` devices: reduce-scatter + all-gather.
+
+    Each of the ``2 (n - 1)`` steps sends a ``1/n`` chunk to the next device.
+    """
+    if n <= 1:
+        return 0.0
+    return 2 * (n - 1) / n * nbytes / link.bandwidth_bytes_per_s + 2 * (n - 1) * link.latency_s
+
+
+def ring_allgather_time(piece_bytes, link):
+    """Ring all-gather of one piece per device (pieces may be uneven).
+
+    Each of the ``n - 1`` steps forwards one piece per device; a step lasts as
+    long as the largest piece takes.
+    """
+    n = len(piece_bytes)
+    if n <= 1:
+        return 0.0
+    return (n - 1) * max(piece_bytes) / link.bandwidth_bytes_per_s + (n - 1) * link.latency_s
+
+
+def weight_fractions(model_spec, mesh, splits):
+    """(layers, model columns): the fraction of each layer's weights each column holds."""
+    fractions = np.ones((len(model_spec.layers), mesh.model))
+    if "model" in mesh.axes:
+        for i, layer in enumerate(model_spec.layers):
+            if layer.split_dim is not None:
+                fractions[i] = np.asarray(splits[layer.split_dim]) / layer.split_size
+    return fractions
+
+
+def _output_fractions(model_spec, fractions):
+    """Fraction of each layer's output a column holds: whole for input-split layers."""
+    is_input = np.array([layer.split_role == "input" for layer in model_spec.layers])
+    return np.where(is_input[:, None], 1.0, fractions)
+
+
+def _layer_arrays(model_spec):
+    """Per-layer forward FLOPs, params and outputs per sample, as float arrays."""
+    layers = model_spec.layers
+    return (np.array([l.flops_per_sample for l in layers], dtype=float),
+            np.array([l.params for l in layers], dtype=float),
+            np.array([l.output_elems_per_sample for l in layers], dtype=float))
+
+
+def memory_bytes(model_spec, batch_rows, fractions):
+    """Bytes each device holds, as a (batch rows, model columns) array.
+
+    ``batch_rows``: samples per batch row; ``fractions``: as from
+    ``weight_fractions``. Affine in both, which the planner uses to turn a
+    memory cap into a cap on filters or samples.
+    """
+    _, params, outputs = _layer_arrays(model_spec)
+    held_params = params @ fractions  # (N,)
+    held_outputs = outputs @ _output_fractions(model_spec, fractions) + math.prod(
+        model_spec.input_shape)
+    batch_rows = np.asarray(batch_rows, dtype=float)
+    return BYTES_PER_ELEMENT * (PARAM_COPIES * held_params[None, :]
+                                + batch_rows[:, None] * held_outputs[None, :])
+
+
+def model_axis_collectives(model_spec):
+    """The collectives model parallelism needs, in order, per the module docstring.
+
+    Returns ``(kind, elements_per_sample, dim)`` triples: kind "allreduce" or
+    "allgather"; ``dim`` is the split dim an all-gather joins (None otherwise).
+    """
+    collectives = []
+    split = None  # split dim of the current activation; None = whole on every column
+    grads_flow = False  # an earlier layer has weights, so input gradients are needed
+    for i, layer in enumerate(model_spec.layers):
+        elems_in = model_spec.input_elems_per_sample(i)
+        if split is not None and layer.split_dim != split:
+            collectives.append(("allgather", elems_in, split))
+            split = None
+        if layer.split_role == "output" and split is None:
+            if grads_flow:  # backward: the input's gradient is a sum over columns
+                collectives.append(("allreduce", elems_in, None))
+            split = layer.split_dim
+        elif layer.split_role == "input":
+            if split is None and grads_flow:  # backward: join the split input gradient
+                collectives.append(("allgather", elems_in, layer.split_dim))
+            collectives.append(("allreduce", layer.output_elems_per_sample, None))
+            split = None
+        grads_flow = grads_flow or layer.params > 0
+    if split is not None:
+        collectives.append(("allgather", model_spec.layers[-1].output_elems_per_sample, split))
+    return collectives
+
+
+@dataclass
+class Prediction:
+    """Predicted times (seconds, or relative units for relative speeds) of one layout."""
+
+    step: float  # compute + comm
+    compute: float  # max over devices of busy
+    comm: float  # all communication
+    busy: list  # per device: compute seconds per step
+    load: list  # per device: its share of all FLOPs computed
+    memory: list  # per device: bytes held
+
+
+def _batch_rows(mesh, batch_size, splits):
+    if "batch" in mesh.axes:
+        return np.asarray(splits["batch"], dtype=float)
+    return np.full(mesh.batch, float(batch_size))
+
+
+def _model_axis_time(model_spec, mesh, splits, batch_rows, link):
+    """Sum of the model-axis collectives; each priced for the largest batch row."""
+    n = mesh.model
+    if n == 1:
+        return 0.0
+    largest = BYTES_PER_ELEMENT * batch_rows.max()
+    total = 0.0
+    for kind, elems, dim in model_axis_collectives(model_spec):
+        if kind == "allreduce":
+            total += ring_allreduce_time(largest * elems, n, link)
+        else:
+            pieces = np.asarray(splits[dim]) / model_spec.split_dims()[dim]
+            total += ring_allgather_time(largest * elems * pieces, link)
+    return total
+
+
+def _batch_axis_time(model_spec, mesh, fractions, link):
+    """Gradient all-reduce over each model column's M devices; the slowest column counts."""
+    if mesh.batch == 1:
+        return 0.0
+    _, params, _ = _layer_arrays(model_spec)
+    column_bytes = BYTES_PER_ELEMENT * (params @ fractions)
+    return max(ring_allreduce_time(b, mesh.batch, link) for b in column_bytes)
+
+
+def predict(model_spec, devices, mesh, batch_size, splits, link=None):
+    """Predicts one training step of ``model_spec`` laid out as ``mesh`` + ``splits``.
+
+    Args:
+      model_spec: a ModelSpec.
+      devices: one DeviceSpec per mesh position (row-major, see layout.py).
+      mesh: a layout.Mesh.
+      batch_size: the global batch.
+      splits: sizes per laid-out dim (checked with ``layout.check_splits``).
+      link: a LinkSpec, or None to leave communication out (free).
+
+    Returns:
+      A Prediction.
+    """
+    if len(devices) != mesh.size:
+        raise ValueError(f"mesh {mesh} has {mesh.size} positions but {len(devices)} "
+                         "devices were given")
+    splits = check_splits(model_spec, mesh, batch_size, splits)
+    flops, params, outputs = _layer_arrays(model_spec)
+    fractions = weight_fractions(model_spec, mesh, splits)
+    batch_rows = _batch_rows(mesh, batch_size, splits)
+
+    shape = (mesh.batch, mesh.model)
+    # (layers, rows, columns) FLOPs and bytes of every layer on every device.
+    layer_flops = TRAIN_FLOPS_FACTOR * (flops[:, None] * fractions)[:, None, :] \
+        * batch_rows[None, :, None]
+    seconds = layer_flops / np.array([d.flops_per_s for d in devices]).reshape(shape)
+    if any(d.mem_bw is not None for d in devices):
+        traffic = TRAIN_FLOPS_FACTOR * BYTES_PER_ELEMENT * (
+            (params[:, None] * fractions)[:, None, :]
+            + batch_rows[None, :, None]
+            * (outputs[:, None] * _output_fractions(model_spec, fractions))[:, None, :])
+        bandwidth = np.array([d.mem_bw or np.inf for d in devices]).reshape(shape)
+        seconds = np.maximum(seconds, traffic / bandwidth)
+    busy = seconds.sum(axis=0).ravel()
+    device_flops = layer_flops.sum(axis=0).ravel()
+
+    comm = 0.0
+    if link is not None:
+        comm = (_model_axis_time(model_spec, mesh, splits, batch_rows, link)
+                + _batch_axis_time(model_spec, mesh, fractions, link))
+    compute = float(busy.max())
+    total_flops = device_flops.sum()
+    return Prediction(
+        step=compute + comm, compute=compute, comm=comm, busy=busy.tolist(),
+        load=(device_flops / total_flops if total_flops else device_flops).tolist(),
+        memory=memory_bytes(model_spec, batch_rows, fractions).ravel().tolist())

@@ -1,0 +1,206 @@
+"""What the planner knows about a model: its layers' sizes, costs and split dims.
+
+A model describes itself as a ``ModelSpec``: a sequence of ``LayerSpec`` in
+execution order. Each layer says which Mesh-TF dimension the planner may split
+over the ``model`` axis and how:
+
+* ``split_role="output"``: the layer's output channels are split; every device
+  computes its own filters (also used for a pool or norm applied to channels
+  that are already split);
+* ``split_role="input"``: the layer's input channels are split; every device
+  computes a partial sum over its channels, and an all-reduce over the model
+  axis adds them up.
+
+The helpers build specs from shapes so that models and tests need not count
+FLOPs by hand. FLOPs count a multiply-add as 2.
+"""
+
+import math
+from dataclasses import dataclass
+
+KINDS = ("conv2d", "conv3d", "dense", "pool", "norm")
+ROLES = ("output", "input")
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One layer: its split dim and its per-sample forward cost."""
+
+    name: str  # "conv1"
+    kind: str  # one of KINDS
+    split_dim: str | None  # Mesh-TF dimension the planner may split ("filters1"), or None
+    split_size: int  # its size (0 if none)
+    split_role: str | None  # "output", "input" or None (see module docstring)
+    flops_per_sample: float  # forward FLOPs of the whole layer for one sample
+    params: int  # parameter count of the whole layer
+    output_elems_per_sample: int  # activation elements the layer outputs per sample
+
+    def __post_init__(self):
+        where = f"layer {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"layer name must be a non-empty string, got {self.name!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"{where}: kind {self.kind!r} is unknown (allowed: {', '.join(KINDS)})")
+        if self.split_dim is None:
+            if self.split_role is not None or self.split_size != 0:
+                raise ValueError(f"{where}: without a split_dim, split_role must be None "
+                                 "and split_size 0")
+        else:
+            if not isinstance(self.split_dim, str) or not self.split_dim or self.split_dim == "batch":
+                raise ValueError(f"{where}: split_dim {self.split_dim!r} must be a non-empty "
+                                 "name other than 'batch'")
+            if self.split_role not in ROLES:
+                raise ValueError(f"{where}: split_role {self.split_role!r} is unknown "
+                                 f"(allowed: {', '.join(ROLES)})")
+            if not _is_count(self.split_size) or self.split_size < 1:
+                raise ValueError(f"{where}: split_size {self.split_size!r} must be a whole number >= 1")
+        for field in ("params", "output_elems_per_sample"):
+            if not _is_count(getattr(self, field)) or getattr(self, field) < 0:
+                raise ValueError(f"{where}: {field} {getattr(self, field)!r} must be a whole number >= 0")
+        if not math.isfinite(self.flops_per_sample) or self.flops_per_sample < 0:
+            raise ValueError(f"{where}: flops_per_sample {self.flops_per_sample!r} "
+                             "must be finite and >= 0")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model as the planner sees it: name, layers in execution order, input shape.
+
+    ``input_shape`` is the shape of one sample (no batch dimension). A split
+    dim may appear in several layers (the output split of one and the input
+    split of the next), always with the same size.
+    """
+
+    name: str
+    layers: tuple
+    input_shape: tuple
+
+    def __post_init__(self):
+        object.__setattr__(self, "layers", tuple(self.layers))
+        object.__setattr__(self, "input_shape", tuple(self.input_shape))
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"model name must be a non-empty string, got {self.name!r}")
+        if not self.layers:
+            raise ValueError(f"model {self.name!r} has no layers")
+        if not self.input_shape or not all(_is_count(d) and d >= 1 for d in self.input_shape):
+            raise ValueError(f"model {self.name!r}: input_shape {self.input_shape!r} "
+                             "must be whole numbers >= 1")
+        seen = set()
+        sizes = {}
+        for layer in self.layers:
+            if not isinstance(layer, LayerSpec):
+                raise ValueError(f"model {self.name!r}: {layer!r} is not a LayerSpec")
+            if layer.name in seen:
+                raise ValueError(f"model {self.name!r}: two layers are named {layer.name!r}")
+            seen.add(layer.name)
+            if layer.split_dim is not None:
+                size = sizes.setdefault(layer.split_dim, layer.split_size)
+                if size != layer.split_size:
+                    raise ValueError(
+                        f"model {self.name!r}: split dim {layer.split_dim!r} has size {size} "
+                        f"in one layer but {layer.split_size} in layer {layer.name!r}")
+
+    def split_dims(self):
+        """Every split dim and its size, in order of first appearance."""
+        return {layer.split_dim: layer.split_size
+                for layer in self.layers if layer.split_dim is not None}
+
+    def input_elems_per_sample(self, index):
+        """Activation elements entering layer ``index`` per sample (layers are a chain)."""
+        if index == 0:
+            return math.prod(self.input_shape)
+        return self.layers[index - 1].output_elems_per_sample
+
+
+def _is_count(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _per_axis(value, rank, what):
+    """Expands an int to a ``rank``-tuple; checks a given tuple's length."""
+    values = (value,) * rank if isinstance(value, int) else tuple(value)
+    if len(values) != rank or not all(_is_count(v) and v >= 1 for v in values):
+        raise ValueError(f"{what} {value!r} must be {rank} whole numbers >= 1")
+    return values
+
+
+def conv_output_spatial(in_spatial, kernel, strides=1, padding="same"):
+    """Output spatial shape of a convolution or pool, as Mesh-TF/TF compute it.
+
+    ``same``: ``ceil(in / stride)``; ``valid``: ``floor((in - k) / stride) + 1``.
+    """
+    rank = len(in_spatial)
+    in_spatial = _per_axis(tuple(in_spatial), rank, "in_spatial")
+    kernel = _per_axis(kernel, rank, "kernel")
+    strides = _per_axis(strides, rank, "strides")
+    if padding == "same":
+        return tuple(-(-n // s) for n, s in zip(in_spatial, strides))
+    if padding == "valid":
+        out = tuple((n - k) // s + 1 for n, k, s in zip(in_spatial, kernel, strides))
+        if min(out) < 1:
+            raise ValueError(f"kernel {kernel} is larger than the input {in_spatial} "
+                             "with padding 'valid'")
+        return out
+    raise ValueError(f"padding {padding!r} is unknown (allowed: same, valid)")
+
+
+def _split(out_channels, in_channels, split_dim, split_role):
+    """The split size implied by the role: output or input channels."""
+    if split_dim is None:
+        return 0
+    return {"output": out_channels, "input": in_channels}.get(split_role, 0)
+
+
+def conv_layer_spec(name, kind, in_spatial, kernel, in_channels, out_channels,
+                    strides=1, padding="same", split_dim=None, split_role=None, bias=True):
+    """A conv2d/conv3d layer's spec from its shapes.
+
+    FLOPs per sample: ``2 * prod(kernel) * in_channels * out_channels *
+    prod(out_spatial)``; params: ``prod(kernel) * in_channels * out_channels``
+    plus ``out_channels`` biases. ``in_spatial`` is (H, W) for conv2d and
+    (H, W, bands) for conv3d. The split size is ``out_channels`` for role
+    "output" and ``in_channels`` for role "input".
+    """
+    rank = {"conv2d": 2, "conv3d": 3}.get(kind)
+    if rank is None or len(in_spatial) != rank:
+        raise ValueError(f"layer {name!r}: kind {kind!r} with in_spatial {in_spatial!r}; "
+                         "need conv2d with (H, W) or conv3d with (H, W, D)")
+    out_spatial = conv_output_spatial(in_spatial, kernel, strides, padding)
+    taps = math.prod(_per_axis(kernel, rank, "kernel"))
+    weights = taps * in_channels * out_channels
+    return LayerSpec(
+        name=name, kind=kind, split_dim=split_dim,
+        split_size=_split(out_channels, in_channels, split_dim, split_role),
+        split_role=split_role,
+        flops_per_sample=float(2 * weights * math.prod(out_spatial)),
+        params=weights + (out_channels if bias else 0),
+        output_elems_per_sample=math.prod(out_spatial) * out_channels)
+
+
+def dense_layer_spec(name, in_features, out_features, split_dim=None, split_role=None, bias=True):
+    """A dense layer's spec: ``2 * in * out`` FLOPs, ``in * out (+ out)`` params."""
+    return LayerSpec(
+        name=name, kind="dense", split_dim=split_dim,
+        split_size=_split(out_features, in_features, split_dim, split_role),
+        split_role=split_role,
+        flops_per_sample=float(2 * in_features * out_features),
+        params=in_features * out_features + (out_features if bias else 0),
+        output_elems_per_sample=out_features)
+
+
+def pool_layer_spec(name, in_spatial, channels, window, strides=None, padding="valid",
+                    split_dim=None):
+    """A max/average pool's spec: one FLOP per window element per output, no params.
+
+    With ``split_dim`` (the dim of its already-split channels) it is an
+    "output" split: every device pools its own channels.
+    """
+    out_spatial = conv_output_spatial(in_spatial, window, window if strides is None else strides,
+                                      padding)
+    out_elems = math.prod(out_spatial) * channels
+    return LayerSpec(
+        name=name, kind="pool", split_dim=split_dim,
+        split_size=channels if split_dim is not None else 0,
+        split_role="output" if split_dim is not None else None,
+        flops_per_sample=float(math.prod(_per_axis(window, len(in_spatial), "window")) * out_elems),
+        params=0, output_elems_per_sample=out_elems)

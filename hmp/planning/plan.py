@@ -1,0 +1,279 @@
+"""A layout plan: what ``plan_layout`` decided, why, and what it predicts.
+
+A Plan is everything ``hmp.HeteroMeshImpl`` needs (mesh, layout rules,
+devices, splits) plus the cost model's predictions and the candidates it
+weighed. It is saved as JSON so that a plan made once can be reused and
+checked against the model and devices it is loaded for.
+"""
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from numbers import Real
+
+from hmp.planning.apportion import check_speeds
+from hmp.planning.costmodel import DeviceSpec, Prediction
+from hmp.planning.layout import check_splits, parse_mesh
+
+FORMAT = "hmp-plan/1"
+TIME_UNITS = ("s", "relative")
+
+
+@dataclass
+class Candidate:
+    """One layout the planner weighed; ``step`` is None when it was infeasible."""
+
+    mesh: str
+    step: float | None
+    compute: float | None
+    comm: float | None
+    note: str  # why it is infeasible; empty otherwise
+
+
+@dataclass
+class Plan:
+    """A chosen layout with its predictions. See README "Layout planner" for the JSON."""
+
+    model: str
+    mesh: str
+    layout_rules: str
+    batch_size: int
+    devices: list
+    speeds: list
+    splits: dict
+    layers: list  # [{"name": "conv1", "split_dim": "filters1" or None, "split_size": 16}, ...]
+    time_unit: str  # "s" for speeds in FLOP/s, "relative" for relative speeds
+    prediction: Prediction
+    memory_caps: list | None
+    candidates: list  # of Candidate
+    reason: str
+
+    def to_json(self, path):
+        """Writes the plan as JSON (see README for the format)."""
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"format": FORMAT, **asdict(self)}, f, indent=1)
+            f.write("\n")
+
+    @classmethod
+    def from_json(cls, path, model_spec=None, devices=None):
+        """Reads a plan; checks its structure and, if given, its model and devices.
+
+        ``devices`` may be names or DeviceSpecs. Every problem raises
+        ValueError naming the file and what is wrong.
+        """
+        where = f"plan file {path}"
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{where}: cannot be read as JSON: {e}") from e
+        plan = _parse(data, where)
+        if model_spec is not None:
+            plan.check_model(model_spec, where)
+        if devices is not None:
+            plan.check_devices(devices, where)
+        return plan
+
+    def check_model(self, model_spec, where="plan"):
+        """ValueError unless this plan is for ``model_spec`` (name, layers, split sizes)."""
+        if self.model != model_spec.name:
+            raise ValueError(f"{where} is for model {self.model!r}, not the expected "
+                             f"model {model_spec.name!r}")
+        if self.layers != layer_entries(model_spec):
+            raise ValueError(f"{where}: its layers of model {self.model!r} differ from the "
+                             "given model's (was the model changed since planning?)")
+        check_splits(model_spec, parse_mesh(self.mesh), self.batch_size, self.splits, where)
+
+    def check_devices(self, devices, where="plan"):
+        """ValueError unless this plan is for exactly ``devices`` (count and names, in order)."""
+        names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
+        for name in self.devices:
+            if name not in names:
+                raise ValueError(f"{where}: device {name!r} is not among the given "
+                                 f"devices {names}")
+        if self.devices != names:
+            raise ValueError(f"{where}: is for devices {self.devices}, not {names}")
+
+    def explain(self):
+        """A readable account: the mesh and why, per device its load, per layer its filters."""
+        fmt = _format_time if self.time_unit == "s" else (lambda t: f"{t:.4g} u")
+        p = self.prediction
+        lines = [f"Plan for model {self.model!r}, batch {self.batch_size}, "
+                 f"{len(self.devices)} devices: mesh {self.mesh} "
+                 f"(layout rules {self.layout_rules!r})",
+                 f"Predicted step {fmt(p.step)} = compute {fmt(p.compute)} "
+                 f"+ communication {fmt(p.comm)}"
+                 + ("" if self.time_unit == "s" else
+                    " (u = time units: speeds are relative, communication not priced)"),
+                 f"Why: {self.reason}", ""]
+        rows = [["mesh", "step", "compute", "comm", "note"]]
+        for c in self.candidates:
+            times = ["-"] * 3 if c.step is None else [fmt(c.step), fmt(c.compute), fmt(c.comm)]
+            rows.append([c.mesh, *times, c.note])
+        lines += _table(rows) + [""]
+
+        batch = self.splits.get("batch")
+        model_size = len(self.devices) // len(batch) if batch else len(self.devices)
+        rows = [["#", "device", "speed", "samples", "load", "busy", "memory", "cap"]]
+        for i, name in enumerate(self.devices):
+            cap = self.memory_caps[i] if self.memory_caps else None
+            rows.append([str(i), name, f"{self.speeds[i]:.4g}",
+                         str(batch[i // model_size] if batch else self.batch_size),
+                         f"{100 * p.load[i]:.1f}%", fmt(p.busy[i]), _format_bytes(p.memory[i]),
+                         "-" if cap is None else _format_bytes(cap)])
+        lines += _table(rows) + [""]
+
+        rows = [["layer", "split dim", "size"] + [f"#{i}" for i in range(len(self.devices))]]
+        for layer in self.layers:
+            dim = layer["split_dim"]
+            if dim is None:
+                rows.append([layer["name"], "-", "-"] + ["all"] * len(self.devices))
+            else:
+                sizes = self.splits.get(dim, [layer["split_size"]] * model_size)
+                rows.append([layer["name"], dim, str(layer["split_size"])]
+                            + [str(sizes[i % model_size]) for i in range(len(self.devices))])
+        lines += ["Filters per device (\"all\": not split, every device holds the whole layer)"]
+        lines += _table(rows)
+        return "\n".join(lines)
+
+
+def layer_entries(model_spec):
+    """The plan's record of the model's layers: name, split dim and its size."""
+    return [{"name": l.name, "split_dim": l.split_dim, "split_size": l.split_size}
+            for l in model_spec.layers]
+
+
+def _table(rows):
+    """Left-aligned columns, two spaces apart."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def _format_time(seconds):
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def _format_bytes(nbytes):
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+# --- reading: every field checked for type and shape, errors name the field ----------
+
+def _fail(where, field, expected, value):
+    raise ValueError(f"{where}: {field} must be {expected}, got {value!r}")
+
+
+def _number(value, where, field, optional=False):
+    if optional and value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+        _fail(where, field, "a finite number" + (" or null" if optional else ""), value)
+    return float(value)
+
+
+def _string(value, where, field, optional=False):
+    if optional and value is None:
+        return None
+    if not isinstance(value, str):
+        _fail(where, field, "a string" + (" or null" if optional else ""), value)
+    return value
+
+
+def _list(value, where, field, length=None):
+    if not isinstance(value, list) or (length is not None and len(value) != length):
+        _fail(where, field, "a list" + ("" if length is None else f" of {length} entries"),
+              value)
+    return value
+
+
+def _dict(value, where, field, keys):
+    if not isinstance(value, dict):
+        _fail(where, field, "an object", value)
+    missing = [k for k in keys if k not in value]
+    if missing:
+        raise ValueError(f"{where}: {field} lacks {', '.join(missing)}")
+    return value
+
+
+def _parse(data, where):
+    """Builds a Plan from parsed JSON, checking every field."""
+    fields = [f for f in Plan.__dataclass_fields__]
+    data = _dict(data, where, "the top level", ["format"] + fields)
+    if data["format"] != FORMAT:
+        _fail(where, "format", repr(FORMAT), data["format"])
+    try:
+        mesh = parse_mesh(data["mesh"])
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from e
+    devices = _list(data["devices"], where, "devices", mesh.size)
+    for i, name in enumerate(devices):
+        if not isinstance(name, str) or not name:
+            _fail(where, f"devices[{i}]", "a non-empty string", name)
+    if len(set(devices)) != len(devices):
+        raise ValueError(f"{where}: devices repeat a name: {devices}")
+    n = len(devices)
+    try:
+        check_speeds(_list(data["speeds"], where, "speeds", n), devices)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from e
+    batch_size = data["batch_size"]
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        _fail(where, "batch_size", "a whole number >= 1", batch_size)
+    splits = data["splits"]
+    if not isinstance(splits, dict) or not all(
+            isinstance(sizes, list) and all(isinstance(s, int) and not isinstance(s, bool)
+                                            and s >= 0 for s in sizes)
+            for sizes in splits.values()):
+        _fail(where, "splits", "an object of dimension -> list of whole numbers >= 0", splits)
+    for dim, sizes in splits.items():
+        length = mesh.batch if dim == "batch" else mesh.model
+        if len(sizes) != length:
+            _fail(where, f"splits[{dim!r}]", f"{length} sizes for mesh {mesh}", sizes)
+    layout_rules = _string(data["layout_rules"], where, "layout_rules")
+    rules = dict(rule.partition(":")[::2] for rule in layout_rules.split(";") if rule)
+    if rules != {dim: "batch" if dim == "batch" else "model" for dim in splits}:
+        _fail(where, "layout_rules", "one rule 'dim:axis' per split dimension", layout_rules)
+    if "batch" in splits and sum(splits["batch"]) != batch_size:
+        _fail(where, "splits['batch']", f"sizes summing to batch_size {batch_size}",
+              splits["batch"])
+    layers = _list(data["layers"], where, "layers")
+    for i, layer in enumerate(layers):
+        _dict(layer, where, f"layers[{i}]", ["name", "split_dim", "split_size"])
+        _string(layer["name"], where, f"layers[{i}].name")
+        _string(layer["split_dim"], where, f"layers[{i}].split_dim", optional=True)
+        if (isinstance(layer["split_size"], bool) or not isinstance(layer["split_size"], int)
+                or layer["split_size"] < 0):
+            _fail(where, f"layers[{i}].split_size", "a whole number >= 0", layer["split_size"])
+    if data["time_unit"] not in TIME_UNITS:
+        _fail(where, "time_unit", f"one of {TIME_UNITS}", data["time_unit"])
+    pred = _dict(data["prediction"], where, "prediction", Prediction.__dataclass_fields__)
+    prediction = Prediction(
+        **{k: _number(pred[k], where, f"prediction.{k}") for k in ("step", "compute", "comm")},
+        **{k: [_number(v, where, f"prediction.{k}") for v in _list(pred[k], where,
+                                                                   f"prediction.{k}", n)]
+           for k in ("busy", "load", "memory")})
+    caps = data["memory_caps"]
+    if caps is not None:
+        caps = [_number(c, where, "memory_caps", optional=True)
+                for c in _list(caps, where, "memory_caps", n)]
+    candidates = []
+    for i, c in enumerate(_list(data["candidates"], where, "candidates")):
+        c = _dict(c, where, f"candidates[{i}]", Candidate.__dataclass_fields__)
+        candidates.append(Candidate(
+            mesh=_string(c["mesh"], where, f"candidates[{i}].mesh"),
+            note=_string(c["note"], where, f"candidates[{i}].note"),
+            **{k: _number(c[k], where, f"candidates[{i}].{k}", optional=True)
+               for k in ("step", "compute", "comm")}))
+    return Plan(
+        model=_string(data["model"], where, "model"), mesh=str(mesh),
+        layout_rules=layout_rules,
+        batch_size=batch_size, devices=devices, speeds=data["speeds"], splits=splits,
+        layers=layers, time_unit=data["time_unit"], prediction=prediction,
+        memory_caps=caps, candidates=candidates,
+        reason=_string(data["reason"], where, "reason"))

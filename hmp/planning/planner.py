@@ -1,0 +1,193 @@
+"""Chooses how to lay a model out over unequal devices: ``plan_layout``.
+
+For a given mesh the layout follows from the speeds: every split dim (filter
+dimension) is apportioned over the model columns in proportion to the summed
+speed of each column's devices, and the batch over the batch rows in
+proportion to each row's summed speed. Memory caps turn into caps on filters
+and samples (the cost model's memory estimate is affine in both), so work
+moves from a device that would not fit to devices with room. With
+``mesh="auto"`` every data-, hybrid and model-parallel mesh of the right size
+is laid out and priced by the cost model; the fastest wins, and every
+candidate's prediction is kept as the reason.
+"""
+
+import math
+from numbers import Real
+
+import numpy as np
+
+from hmp.planning.apportion import apportion, check_speeds
+from hmp.planning.costmodel import DeviceSpec, memory_bytes, predict, weight_fractions
+from hmp.planning.layout import candidate_meshes, layout_rules, parse_mesh
+from hmp.planning.plan import Candidate, Plan, layer_entries
+
+# Speeds whose largest is below this are taken as relative (70, 25, 5), not FLOP/s:
+# no device that trains CNNs is slower than 1 MFLOP/s.
+MIN_ABSOLUTE_FLOPS = 1e6
+
+
+def _device_specs(devices, speeds, memory_caps):
+    """Normalises devices (names or DeviceSpecs), speeds and caps; checks them."""
+    if isinstance(devices, (str, bytes)) or not devices:
+        raise ValueError(f"devices must be a non-empty list, got {devices!r}")
+    names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"device {i} must be named by a non-empty string, got {name!r}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"devices repeat a name: {names}")
+    labels = [f"device {i} ({name})" for i, name in enumerate(names)]
+    if speeds is None:
+        if not all(isinstance(d, DeviceSpec) for d in devices):
+            raise ValueError("speeds are missing (None): give one speed per device, "
+                             "or DeviceSpecs with flops_per_s")
+        speeds = [d.flops_per_s for d in devices]
+    speeds = check_speeds(speeds, labels)
+    if memory_caps is None:
+        memory_caps = [d.mem_bytes if isinstance(d, DeviceSpec) else None for d in devices]
+    if len(memory_caps) != len(names):
+        raise ValueError(f"got {len(memory_caps)} memory caps for {len(names)} devices")
+    for label, cap in zip(labels, memory_caps):
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, Real)
+                                or not cap > 0 or math.isinf(cap)):
+            raise ValueError(f"{label} has memory cap {cap!r}; must be a number of bytes > 0 "
+                             "or None")
+    specs = [DeviceSpec(name, float(speed), cap,
+                        d.mem_bw if isinstance(d, DeviceSpec) else None)
+             for name, speed, cap, d in zip(names, speeds, memory_caps, devices)]
+    return specs
+
+
+def _group_labels(names, mesh, axis):
+    """Labels for model columns / batch rows in messages (plain device labels on 1-D meshes)."""
+    grid = np.array(names, dtype=object).reshape(mesh.batch, mesh.model)
+    groups = grid.T if axis == "model" else grid
+    if len(groups[0]) == 1:
+        return [f"device {names.index(g[0])} ({g[0]})" for g in groups]
+    word = "model column" if axis == "model" else "batch row"
+    return [f"{word} {i} ({', '.join(g)})" for i, g in enumerate(groups)]
+
+
+def _units_cap(headroom, size, minimum):
+    """Caps per group on ``size`` units from the fraction each group may hold.
+
+    A cap below ``minimum`` is raised to it: the final memory check then
+    names the device that cannot hold even that.
+    """
+    return [None if h >= 1 else max(minimum, math.floor(h * size)) for h in headroom]
+
+
+def _layout(model_spec, specs, mesh, batch_size, min_filters):
+    """The splits for one mesh: apportioned by speed, within the memory caps.
+
+    Model columns first (filter caps from each column's memory headroom at the
+    speed-proportional batch), then batch rows given those filters (sample
+    caps from what is left), then a final check of every device.
+    """
+    names = [d.name for d in specs]
+    speed = np.array([d.flops_per_s for d in specs]).reshape(mesh.batch, mesh.model)
+    caps = np.array([np.inf if d.mem_bytes is None else d.mem_bytes
+                     for d in specs]).reshape(mesh.batch, mesh.model)
+    rows = (apportion(batch_size, speed.sum(axis=1), 1, unit="samples",
+                      names=_group_labels(names, mesh, "batch"))
+            if "batch" in mesh.axes else [batch_size])
+    splits = {}
+    if "model" in mesh.axes:
+        is_split = np.array([l.split_dim is not None for l in model_spec.layers])[:, None]
+        ones = np.ones((len(model_spec.layers), mesh.model))
+        fixed = memory_bytes(model_spec, rows, np.where(is_split, 0.0, ones))
+        full = memory_bytes(model_spec, rows, ones)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            headroom = np.where(full > fixed, (caps - fixed) / (full - fixed), np.inf)
+        headroom = np.maximum(headroom.min(axis=0), 0)  # per model column
+        columns = _group_labels(names, mesh, "model")
+        for dim, size in model_spec.split_dims().items():
+            splits[dim] = apportion(size, speed.sum(axis=0), min_filters,
+                                    _units_cap(headroom, size, min_filters),
+                                    names=columns, unit=f"{dim} filters")
+    fractions = weight_fractions(model_spec, mesh, splits)
+    if "batch" in mesh.axes:
+        held = memory_bytes(model_spec, [0], fractions)[0]
+        per_sample = memory_bytes(model_spec, [1], fractions)[0] - held
+        headroom = ((caps - held) / per_sample).min(axis=1) / batch_size  # per batch row
+        splits["batch"] = apportion(batch_size, speed.sum(axis=1), 1,
+                                    _units_cap(headroom, batch_size, 1),
+                                    names=_group_labels(names, mesh, "batch"), unit="samples")
+        rows = splits["batch"]
+    memory = memory_bytes(model_spec, rows, fractions).ravel()
+    over = [f"device {i} ({names[i]}) needs {memory[i]:.4g} bytes but its cap is "
+            f"{specs[i].mem_bytes:.4g}" for i in np.flatnonzero(memory > caps.ravel())]
+    if over:
+        raise ValueError(f"mesh {mesh}: the model does not fit: {'; '.join(over)}")
+    return splits
+
+
+def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
+                min_filters=1, link=None):
+    """Plans the layout of ``model_spec`` over ``devices``; returns a Plan.
+
+    Args:
+      model_spec: a ModelSpec.
+      devices: TF device names, one per mesh position in row-major order, or
+        DeviceSpecs (their flops_per_s, mem_bytes and mem_bw are then used
+        where ``speeds`` / ``memory_caps`` are None).
+      speeds: one per device, relative (70, 25, 5) or absolute FLOP/s (taken
+        as relative when all are below 1e6; predicted times are then in
+        relative units and no link may be given).
+      batch_size: the global batch.
+      mesh: "model:N", "batch:M", "batch:M;model:N" or "auto".
+      memory_caps: None or bytes per device (None entries: no cap).
+      min_filters: the fewest filters of every split dim any model column gets.
+      link: a LinkSpec to price communication, or None to leave it out.
+
+    Raises:
+      ValueError: on bad speeds, devices, caps or mesh, or when no layout fits.
+    """
+    specs = _device_specs(devices, speeds, memory_caps)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+    relative = max(d.flops_per_s for d in specs) < MIN_ABSOLUTE_FLOPS
+    if relative and link is not None:
+        raise ValueError(
+            f"speeds {[d.flops_per_s for d in specs]} look relative (all below "
+            f"{MIN_ABSOLUTE_FLOPS:g} FLOP/s); a link's cost can only be weighed against "
+            "absolute speeds in FLOP/s")
+    if mesh == "auto":
+        meshes = candidate_meshes(len(specs))
+    else:
+        meshes = [parse_mesh(mesh)]
+        if meshes[0].size != len(specs):
+            raise ValueError(f"mesh {mesh!r} has {meshes[0].size} positions but "
+                             f"{len(specs)} devices were given")
+
+    candidates, layouts = [], {}
+    for m in meshes:
+        try:
+            splits = _layout(model_spec, specs, m, batch_size, min_filters)
+        except ValueError as e:
+            if len(meshes) == 1:
+                raise
+            candidates.append(Candidate(str(m), None, None, None, f"infeasible: {e}"))
+            continue
+        prediction = predict(model_spec, specs, m, batch_size, splits, link)
+        layouts[str(m)] = (m, splits, prediction)
+        candidates.append(Candidate(str(m), prediction.step, prediction.compute,
+                                    prediction.comm, ""))
+    if not layouts:
+        raise ValueError("no mesh fits: " + "; ".join(f"{c.mesh}: {c.note}" for c in candidates))
+    best = min(layouts, key=lambda name: layouts[name][2].step)
+    chosen, splits, prediction = layouts[best]
+    if len(meshes) == 1:
+        reason = "mesh given by the caller"
+    else:
+        reason = (f"lowest predicted step time of {len(candidates)} candidate meshes "
+                  f"({len(layouts)} feasible)"
+                  + ("" if link is not None else "; communication not priced (no link given)"))
+    return Plan(
+        model=model_spec.name, mesh=str(chosen), layout_rules=layout_rules(model_spec, chosen),
+        batch_size=batch_size, devices=[d.name for d in specs],
+        speeds=[d.flops_per_s for d in specs], splits=splits, layers=layer_entries(model_spec),
+        time_unit="relative" if relative else "s", prediction=prediction,
+        memory_caps=([d.mem_bytes for d in specs]
+                     if any(d.mem_bytes is not None for d in specs) else None),
+        candidates=candidates, reason=reason)
