@@ -62,8 +62,8 @@ def _group_labels(names, mesh, axis):
     """Labels for model columns / batch rows in messages (plain device labels on 1-D meshes)."""
     grid = np.array(names, dtype=object).reshape(mesh.batch, mesh.model)
     groups = grid.T if axis == "model" else grid
-    if len(groups[0]) == 1:
-        return [f"device {names.index(g[0])} ({g[0]})" for g in groups]
+    if len(groups[0]) == 1:  # a 1-D mesh: group i is device i
+        return [f"device {i} ({g[0]})" for i, g in enumerate(groups)]
     word = "model column" if axis == "model" else "batch row"
     return [f"{word} {i} ({', '.join(g)})" for i, g in enumerate(groups)]
 
@@ -88,8 +88,8 @@ def _layout(model_spec, specs, mesh, batch_size, min_filters):
     speed = np.array([d.flops_per_s for d in specs]).reshape(mesh.batch, mesh.model)
     caps = np.array([np.inf if d.mem_bytes is None else d.mem_bytes
                      for d in specs]).reshape(mesh.batch, mesh.model)
-    rows = (apportion(batch_size, speed.sum(axis=1), 1, unit="samples",
-                      names=_group_labels(names, mesh, "batch"))
+    row_labels = _group_labels(names, mesh, "batch")
+    rows = (apportion(batch_size, speed.sum(axis=1), 1, names=row_labels, unit="samples")
             if "batch" in mesh.axes else [batch_size])
     splits = {}
     if "model" in mesh.axes:
@@ -112,7 +112,7 @@ def _layout(model_spec, specs, mesh, batch_size, min_filters):
         headroom = ((caps - held) / per_sample).min(axis=1) / batch_size  # per batch row
         splits["batch"] = apportion(batch_size, speed.sum(axis=1), 1,
                                     _units_cap(headroom, batch_size, 1),
-                                    names=_group_labels(names, mesh, "batch"), unit="samples")
+                                    names=row_labels, unit="samples")
         rows = splits["batch"]
     memory = memory_bytes(model_spec, rows, fractions).ravel()
     over = [f"device {i} ({names[i]}) needs {memory[i]:.4g} bytes but its cap is "

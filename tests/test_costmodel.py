@@ -1,0 +1,180 @@
+"""Cost model: formulas checked by hand on tiny cases; proportional beats even splits."""
+
+import json
+
+import numpy as np
+import pytest
+
+from hmp.planning import (DeviceSpec, LinkSpec, ModelSpec, apportion, conv_layer_spec,
+                          dense_layer_spec, load_platform, memory_bytes, parse_mesh, predict,
+                          ring_allgather_time, ring_allreduce_time)
+from hmp.planning.costmodel import model_axis_collectives
+
+LINK = LinkSpec(bandwidth_bytes_per_s=1e9, latency_s=1e-5)
+
+
+def two_conv_model():
+    """conv1 splits its 8 output filters, conv2 its 8 input channels; 4x4 images, 3 bands."""
+    return ModelSpec("pair", [
+        conv_layer_spec("conv1", "conv2d", (4, 4), 3, 3, 8, split_dim="filters1",
+                        split_role="output"),
+        conv_layer_spec("conv2", "conv2d", (4, 4), 1, 8, 2, split_dim="filters1",
+                        split_role="input"),
+    ], (4, 4, 3))
+
+
+def devices(*rates):
+    return [DeviceSpec(f"/device:{i}", r) for i, r in enumerate(rates)]
+
+
+def test_layer_spec_helpers_count_by_hand():
+    conv1, conv2 = two_conv_model().layers
+    # conv1: 3x3 kernel, 3 -> 8 channels, 'same' on 4x4: 2 * 9*3*8 * 16 FLOPs, 9*3*8 + 8 params.
+    assert conv1.flops_per_sample == 2 * 9 * 3 * 8 * 16
+    assert conv1.params == 9 * 3 * 8 + 8
+    assert conv1.output_elems_per_sample == 16 * 8
+    assert (conv1.split_size, conv2.split_size) == (8, 8)  # outputs of conv1, inputs of conv2
+    dense = dense_layer_spec("fc", 10, 4)
+    assert (dense.flops_per_sample, dense.params, dense.output_elems_per_sample) == (80, 44, 4)
+
+
+def test_single_device_time_is_flops_over_rate():
+    spec = two_conv_model()
+    flops = sum(l.flops_per_sample for l in spec.layers)
+    p = predict(spec, devices(1e9), parse_mesh("model:1"), 10, {"filters1": [8]}, LINK)
+    assert p.step == pytest.approx(3 * flops * 10 / 1e9)
+    assert p.comm == 0 and p.load == [1.0]
+
+
+def test_ring_collective_formulas():
+    # all-reduce: 2 (n-1)/n * B/bw + 2 (n-1) latency
+    assert ring_allreduce_time(1e6, 4, LINK) == pytest.approx(2 * 3 / 4 * 1e-3 + 6e-5)
+    assert ring_allreduce_time(1e6, 1, LINK) == 0
+    # all-gather of even pieces: (n-1)/n * B/bw + (n-1) latency; uneven: the largest piece.
+    assert ring_allgather_time([250e3] * 4, LINK) == pytest.approx(3 / 4 * 1e-3 + 3e-5)
+    assert ring_allgather_time([700e3, 100e3, 100e3, 100e3], LINK) == pytest.approx(3 * 7e-4 + 3e-5)
+
+
+def test_model_parallel_by_hand():
+    spec = two_conv_model()
+    conv1, conv2 = spec.layers
+    batch = 10
+    p = predict(spec, devices(3e9, 1e9), parse_mesh("model:2"), batch, {"filters1": [6, 2]},
+                LINK)
+    busy0 = 3 * batch * (conv1.flops_per_sample + conv2.flops_per_sample) * 6 / 8 / 3e9
+    busy1 = 3 * batch * (conv1.flops_per_sample + conv2.flops_per_sample) * 2 / 8 / 1e9
+    assert p.busy == pytest.approx([busy0, busy1])
+    # conv2's partial sums (its whole output) are all-reduced; conv1 reads the input data,
+    # whose gradient is not needed, so there is no backward all-reduce.
+    comm = ring_allreduce_time(4 * batch * conv2.output_elems_per_sample, 2, LINK)
+    assert p.comm == pytest.approx(comm)
+    assert p.step == pytest.approx(max(busy0, busy1) + comm)
+    assert p.load == pytest.approx([0.75, 0.25])
+
+
+def test_model_axis_collectives_follow_the_layer_pattern():
+    stem = conv_layer_spec("stem", "conv2d", (4, 4), 3, 3, 3)
+    pair = two_conv_model().layers
+    head = dense_layer_spec("fc", 32, 4, split_dim="filters2", split_role="output")
+    spec = ModelSpec("m", [stem, *pair, head], (4, 4, 3))
+    assert model_axis_collectives(spec) == [
+        ("allreduce", 16 * 3, None),  # backward: gradient of conv1's input (stem has weights)
+        ("allreduce", 16 * 2, None),  # forward: conv2's partial sums
+        ("allreduce", 16 * 2, None),  # backward: gradient of fc's input, summed over columns
+        ("allgather", 4, "filters2"),  # forward: the split logits are joined for the loss
+    ]
+
+
+def test_data_parallel_by_hand():
+    spec = two_conv_model()
+    params = sum(l.params for l in spec.layers)
+    flops = sum(l.flops_per_sample for l in spec.layers)
+    p = predict(spec, devices(3e9, 1e9), parse_mesh("batch:2"), 8, {"batch": [6, 2]}, LINK)
+    assert p.busy == pytest.approx([3 * flops * 6 / 3e9, 3 * flops * 2 / 1e9])
+    assert p.comm == pytest.approx(ring_allreduce_time(4 * params, 2, LINK))
+
+
+def test_hybrid_by_hand():
+    spec = two_conv_model()
+    conv1, conv2 = spec.layers
+    flops = conv1.flops_per_sample + conv2.flops_per_sample
+    rates = [4e9, 2e9, 2e9, 1e9]  # (batch row, model column): (0,0) (0,1) (1,0) (1,1)
+    splits = {"filters1": [5, 3], "batch": [7, 3]}
+    p = predict(spec, devices(*rates), parse_mesh("batch:2;model:2"), 10, splits, LINK)
+    expected = [3 * flops * b * f / 8 / r for (b, f), r in
+                zip([(7, 5), (7, 3), (3, 5), (3, 3)], rates)]
+    assert p.busy == pytest.approx(expected)
+    # model axis: conv2's all-reduce for the larger batch row (7 samples); batch axis: each
+    # model column all-reduces the weight gradients it holds (column 0 holds 5/8 of them).
+    model_comm = ring_allreduce_time(4 * 7 * conv2.output_elems_per_sample, 2, LINK)
+    batch_comm = ring_allreduce_time(4 * 5 / 8 * (conv1.params + conv2.params), 2, LINK)
+    assert p.comm == pytest.approx(model_comm + batch_comm)
+
+
+def test_memory_bandwidth_roofline():
+    spec = ModelSpec("one", [dense_layer_spec("fc", 100, 10)], (100,))
+    slow_memory = [DeviceSpec("/cpu:0", 1e12, mem_bw=1e3)]
+    p = predict(spec, slow_memory, parse_mesh("batch:1"), 2, {"batch": [2]})
+    traffic = 3 * 4 * (1010 + 2 * 10)  # 3 x (weights + outputs of the batch), float32
+    assert p.step == pytest.approx(traffic / 1e3)
+
+
+def test_memory_estimate_by_hand():
+    spec = two_conv_model()
+    conv1, conv2 = spec.layers
+    mem = memory_bytes(spec, [10], np.array([[0.75, 0.25], [0.75, 0.25]]))
+    # 3 copies of the weights held + per sample: input, conv1's outputs held, conv2's whole
+    # output (partial sums).
+    expected = [4 * (3 * f * (conv1.params + conv2.params)
+                     + 10 * (48 + f * conv1.output_elems_per_sample
+                             + conv2.output_elems_per_sample)) for f in (0.75, 0.25)]
+    assert mem[0] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("mesh, dim", [("model:3", "filters1"), ("batch:3", "batch")])
+def test_proportional_split_beats_even_on_unequal_devices(mesh, dim):
+    spec = ModelSpec("wide", [
+        conv_layer_spec("conv1", "conv2d", (9, 9), 3, 16, 60, split_dim="filters1",
+                        split_role="output"),
+        conv_layer_spec("conv2", "conv2d", (9, 9), 3, 60, 16, split_dim="filters1",
+                        split_role="input"),
+    ], (9, 9, 16))
+    size = 60
+
+    def step(rates, sizes):
+        return predict(spec, devices(*rates), parse_mesh(mesh), size, {dim: sizes}, LINK).step
+
+    unequal = [7e10, 2.5e10, 5e9]
+    assert step(unequal, apportion(size, unequal)) < 0.5 * step(unequal, [20, 20, 20])
+    equal = [3e10] * 3
+    assert apportion(size, equal) == [20, 20, 20]
+    assert step(equal, apportion(size, equal)) == step(equal, [20, 20, 20])
+
+
+def test_bad_layouts_are_refused():
+    spec = two_conv_model()
+    with pytest.raises(ValueError, match=r"sizes of 'filters1' are \[6, 1\]; need 2 numbers "
+                                         r"\(axis 'model'\) summing to 8"):
+        predict(spec, devices(1e9, 1e9), parse_mesh("model:2"), 4, {"filters1": [6, 1]})
+    with pytest.raises(ValueError, match="mesh model:2 has 2 positions but 3 devices"):
+        predict(spec, devices(1e9, 1e9, 1e9), parse_mesh("model:2"), 4, {"filters1": [4, 4]})
+    with pytest.raises(ValueError, match="flops_per_s of device '/gpu:0' is 0"):
+        DeviceSpec("/gpu:0", 0)
+
+
+def test_load_platform(tmp_path):
+    path = tmp_path / "platform.json"
+    path.write_text(json.dumps({
+        "devices": [{"name": "/gpu:0", "flops_per_s": 1e13, "mem_bytes": 8e9},
+                    {"name": "/cpu:0", "flops_per_s": 5e11}],
+        "link": {"bandwidth_bytes_per_s": 1e10, "latency_s": 5e-6}}))
+    found, link = load_platform(path)
+    assert found == [DeviceSpec("/gpu:0", 1e13, 8e9), DeviceSpec("/cpu:0", 5e11)]
+    assert link == LinkSpec(1e10, 5e-6)
+    path.write_text('{"devices": [{"name": "/gpu:0", "flops_per_s": -1}]}')
+    with pytest.raises(ValueError, match=r"platform file .*platform.json: .*flops_per_s of "
+                                         r"device '/gpu:0' is -1"):
+        load_platform(path)
+    path.write_text("{devices")
+    with pytest.raises(ValueError, match=r"platform file .*platform.json: JSONDecodeError"):
+        load_platform(path)

@@ -1,0 +1,273 @@
+"""plan_layout: splits per mesh, auto choice with reasons, memory caps, Plan JSON, errors."""
+
+import json
+
+import numpy as np
+import pytest
+
+from hmp.planning import (DeviceSpec, LinkSpec, ModelSpec, Plan, apportion, conv_layer_spec,
+                          dense_layer_spec, parse_mesh, plan_layout, pool_layer_spec, predict)
+
+GPUS = ["/gpu:0", "/gpu:1", "/cpu:0"]
+SPEEDS = [70, 25, 5]
+LINK = LinkSpec(1e10, 1e-5)
+
+
+def hsi_model(name="hsi", filters=(24, 12)):
+    """Two split conv pairs on 9x9 patches of 16 bands, a pool and a classifier."""
+    f1, f2 = filters
+    return ModelSpec(name, [
+        conv_layer_spec("conv1", "conv2d", (9, 9), 3, 16, f1, split_dim="filters1",
+                        split_role="output"),
+        conv_layer_spec("conv2", "conv2d", (9, 9), 3, f1, 32, split_dim="filters1",
+                        split_role="input"),
+        conv_layer_spec("conv3", "conv2d", (9, 9), 3, 32, f2, split_dim="filters2",
+                        split_role="output"),
+        conv_layer_spec("conv4", "conv2d", (9, 9), 1, f2, 16, split_dim="filters2",
+                        split_role="input"),
+        pool_layer_spec("pool", (9, 9), 16, 3),
+        dense_layer_spec("fc", 9 * 16, 16),
+    ], (9, 9, 16))
+
+
+def test_model_parallel_splits_filters_by_speed():
+    plan = plan_layout(hsi_model(), GPUS, SPEEDS, 32, "model:3")
+    # 24 filters at 70:25:5 -> 16.8, 6, 1.2 -> [17, 6, 1]; 12 -> 8.4, 3, 0.6 -> [8, 3, 1].
+    assert plan.splits == {"filters1": [17, 6, 1], "filters2": [8, 3, 1]}
+    assert plan.layout_rules == "filters1:model;filters2:model"
+    assert plan.devices == GPUS and plan.mesh == "model:3"
+    assert plan.time_unit == "relative" and plan.prediction.comm == 0
+
+
+def test_data_parallel_splits_batch_by_speed():
+    plan = plan_layout(hsi_model(), GPUS, SPEEDS, 100, "batch:3")
+    assert plan.splits == {"batch": [70, 25, 5]}
+    assert plan.layout_rules == "batch:batch"
+
+
+def test_hybrid_uses_column_and_row_speed_sums():
+    speeds = [40, 20, 30, 10]  # (row, column): (0,0)=40 (0,1)=20 (1,0)=30 (1,1)=10
+    plan = plan_layout(hsi_model(), ["/gpu:0", "/gpu:1", "/gpu:2", "/gpu:3"], speeds, 50,
+                       "batch:2;model:2")
+    assert plan.splits["filters1"] == apportion(24, [70, 30]) == [17, 7]
+    assert plan.splits["filters2"] == apportion(12, [70, 30])
+    assert plan.splits["batch"] == apportion(50, [60, 40]) == [30, 20]
+    assert plan.layout_rules == "filters1:model;filters2:model;batch:batch"
+
+
+def test_plan_prediction_matches_the_cost_model():
+    spec = hsi_model()
+    speeds = [7e12, 2.5e12, 5e11]
+    plan = plan_layout(spec, GPUS, speeds, 32, "model:3", link=LINK)
+    direct = predict(spec, [DeviceSpec(n, s) for n, s in zip(GPUS, speeds)],
+                     parse_mesh("model:3"), 32, plan.splits, LINK)
+    assert plan.prediction == direct and plan.time_unit == "s"
+    assert sum(plan.prediction.load) == pytest.approx(1)
+
+
+@pytest.mark.parametrize("model, link, expected", [
+    # small weights, slow link: replicate the model, split the batch
+    (hsi_model(), LinkSpec(1e8, 1e-4), "batch:4"),
+    # a huge classifier and a tiny batch: the gradient all-reduce dominates
+    (ModelSpec("big-fc", [dense_layer_spec("fc1", 4096, 8192, "hidden", "output"),
+                          dense_layer_spec("fc2", 8192, 16, "hidden", "input")], (4096,)),
+     LinkSpec(1e9, 1e-6), "model:4"),
+])
+def test_auto_picks_the_fastest_and_says_why(model, link, expected):
+    devices = ["/gpu:0", "/gpu:1", "/gpu:2", "/gpu:3"]
+    speeds = [1e13, 1e13, 5e12, 5e12]
+    plan = plan_layout(model, devices, speeds, 8, "auto", link=link)
+    assert [c.mesh for c in plan.candidates] == ["batch:4", "batch:2;model:2", "model:4"]
+    for c in plan.candidates:  # every candidate is priced as if planned on its own
+        alone = plan_layout(model, devices, speeds, 8, c.mesh, link=link)
+        assert c.step == pytest.approx(alone.prediction.step)
+    assert plan.mesh == expected
+    assert plan.prediction.step == min(c.step for c in plan.candidates)
+    assert "lowest predicted step time of 3 candidate meshes" in plan.reason
+    text = plan.explain()
+    assert all(c.mesh in text for c in plan.candidates)
+
+
+def test_auto_skips_infeasible_meshes_and_records_why():
+    plan = plan_layout(hsi_model(filters=(2, 2)), GPUS, SPEEDS, 30, "auto")
+    notes = {c.mesh: c.note for c in plan.candidates}
+    assert "2 filters1 filters cannot give 3 devices at least 1 each" in notes["model:3"]
+    assert plan.mesh == "batch:3"
+
+
+def test_memory_caps_move_filters_to_devices_with_room():
+    spec = hsi_model()
+    free = plan_layout(spec, GPUS, [1, 1, 1], 32, "model:3")
+    cap = free.prediction.memory[0] * 0.95  # most of it is the unsplit layers
+    plan = plan_layout(spec, GPUS, [1, 1, 1], 32, "model:3", memory_caps=[cap, None, None])
+    assert plan.prediction.memory[0] <= cap
+    assert plan.splits["filters1"][0] < free.splits["filters1"][0]
+    assert sum(plan.splits["filters1"]) == 24 and sum(plan.splits["filters2"]) == 12
+    assert plan.memory_caps == [cap, None, None]
+
+
+def test_memory_caps_move_samples_in_data_and_hybrid_meshes():
+    spec = hsi_model()
+    devices = ["/gpu:0", "/gpu:1", "/gpu:2", "/gpu:3"]
+    for mesh in ("batch:4", "batch:2;model:2"):
+        free = plan_layout(spec, devices, [1, 1, 1, 1], 64, mesh)
+        caps = [None, None, None, free.prediction.memory[3] * 0.7]
+        plan = plan_layout(spec, devices, [1, 1, 1, 1], 64, mesh, memory_caps=caps)
+        assert plan.prediction.memory[3] <= caps[3]
+        assert plan.splits["batch"][-1] < free.splits["batch"][-1]
+        assert sum(plan.splits["batch"]) == 64
+
+
+def test_memory_caps_that_nothing_fits_name_the_device():
+    with pytest.raises(ValueError, match=r"device 2 \(/cpu:0\) needs .* bytes but its cap is 1000"):
+        plan_layout(hsi_model(), GPUS, SPEEDS, 32, "model:3", memory_caps=[None, None, 1000])
+
+
+def test_json_round_trip_and_explain(tmp_path):
+    spec = hsi_model()
+    plan = plan_layout(spec, GPUS, [7e12, 2.5e12, 5e11], 32, "auto", link=LINK,
+                       memory_caps=[8e9, 8e9, None])
+    path = tmp_path / "plan.json"
+    plan.to_json(path)
+    loaded = Plan.from_json(path, model_spec=spec, devices=GPUS)
+    assert loaded == plan
+    text = loaded.explain()
+    assert f"mesh {plan.mesh}" in text and "Why: lowest predicted step time" in text
+    assert "/cpu:0" in text and "conv1" in text and "8 GB" in text
+
+
+def test_explain_prints_filters_per_device():
+    plan = plan_layout(hsi_model(), GPUS, SPEEDS, 32, "model:3")
+    lines = plan.explain().splitlines()
+    assert "conv1  filters1   24    17   6    1" in lines
+    assert "pool   -          -     all  all  all" in lines
+    cpu_load = f"{100 * plan.prediction.load[2]:.1f}%"
+    assert any(line.split()[:5] == ["2", "/cpu:0", "5", "32", cpu_load] for line in lines)
+
+
+# --- loading validation ----------------------------------------------------------------
+
+@pytest.fixture
+def plan_file(tmp_path):
+    path = tmp_path / "plan.json"
+    plan_layout(hsi_model(), GPUS, SPEEDS, 32, "model:3").to_json(path)
+    return path
+
+
+def edit(path, change):
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def test_plan_for_another_model_is_refused(plan_file):
+    with pytest.raises(ValueError, match=r"plan file .*plan.json is for model 'hsi', not the "
+                                         r"expected model 'other'"):
+        Plan.from_json(plan_file, model_spec=hsi_model("other"))
+
+
+def test_plan_for_a_changed_model_is_refused(plan_file):
+    with pytest.raises(ValueError, match="layers of model 'hsi' differ"):
+        Plan.from_json(plan_file, model_spec=hsi_model(filters=(32, 12)))
+
+
+def test_unknown_device_in_plan_file_is_named(plan_file):
+    with pytest.raises(ValueError, match=r"device '/cpu:0' is not among the given devices"):
+        Plan.from_json(plan_file, devices=["/gpu:0", "/gpu:1", "/gpu:2"])
+    with pytest.raises(ValueError, match=r"is for devices \['/gpu:0', '/gpu:1', '/cpu:0'\]"):
+        Plan.from_json(plan_file, devices=["/cpu:0", "/gpu:1", "/gpu:0"])
+
+
+def test_malformed_json_is_refused(plan_file):
+    plan_file.write_text('{"format": "hmp-plan/1", ')
+    with pytest.raises(ValueError, match=r"plan file .*plan.json: cannot be read as JSON"):
+        Plan.from_json(plan_file)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.pop("splits"), "the top level lacks splits"),
+    (lambda d: d.update(batch_size="32"), "batch_size must be a whole number >= 1, got '32'"),
+    (lambda d: d.update(mesh="model:4"), r"devices must be a list of 4 entries"),
+    (lambda d: d.update(mesh="gpu:3"), r"axis 'gpu:3' is unknown"),
+    (lambda d: d["speeds"].__setitem__(1, 0), r"/gpu:1 has speed 0"),
+    (lambda d: d["splits"].__setitem__("filters1", [17, 6]), r"splits\['filters1'\] must be 3"),
+    (lambda d: d.update(layout_rules="filters1:model"), "layout_rules must be one rule"),
+    (lambda d: d["prediction"].update(busy=[1, 2]), r"prediction.busy must be a list of 3"),
+    (lambda d: d.update(time_unit="hours"), "time_unit must be one of"),
+    (lambda d: d.update(format="other"), "format must be 'hmp-plan/1'"),
+    (lambda d: d["layers"][0].update(split_dim=3), r"layers\[0\].split_dim must be a string"),
+])
+def test_bad_structure_is_named(plan_file, change, message):
+    edit(plan_file, change)
+    with pytest.raises(ValueError, match=message):
+        Plan.from_json(plan_file)
+
+
+def test_split_sizes_are_checked_against_the_model(plan_file):
+    edit(plan_file, lambda d: d["splits"].update(filters1=[17, 6, 2]))
+    Plan.from_json(plan_file)  # structure alone is fine
+    with pytest.raises(ValueError, match=r"sizes of 'filters1' are \[17, 6, 2\]; .* summing to 24"):
+        Plan.from_json(plan_file, model_spec=hsi_model())
+
+
+# --- bad input ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("speeds, message", [
+    ([70, 0, 5], r"device 1 \(/gpu:1\) has speed 0"),
+    ([70, -25, 5], r"device 1 \(/gpu:1\) has speed -25"),
+    ([70, 25, float("nan")], r"device 2 \(/cpu:0\) has speed nan"),
+    ([70, None, 5], r"device 1 \(/gpu:1\) has no speed"),
+    ([70, 25], "got 2 speeds for 3 devices"),
+    (None, "speeds are missing"),
+])
+def test_bad_speeds(speeds, message):
+    with pytest.raises(ValueError, match=message):
+        plan_layout(hsi_model(), GPUS, speeds, 32, "model:3")
+
+
+def test_fewer_filters_than_devices():
+    devices = [f"/gpu:{i}" for i in range(16)]
+    with pytest.raises(ValueError, match="12 filters2 filters cannot give 16 devices at least 1"):
+        plan_layout(hsi_model(filters=(24, 12)), devices, [1] * 16, 32, "model:16")
+    with pytest.raises(ValueError, match="24 filters1 filters cannot give 8 devices at least 4"):
+        plan_layout(hsi_model(), devices[:8], [1] * 8, 32, "model:8", min_filters=4)
+
+
+@pytest.mark.parametrize("mesh, message", [
+    ("model:2", "mesh 'model:2' has 2 positions but 3 devices were given"),
+    ("batch:2;model:2", "has 4 positions but 3 devices"),
+    ("model", r"bad mesh 'model': axis 'model' is unknown; allowed: "),
+    ("model:0", "size '0' of axis 'model' is not a whole number >= 1"),
+    ("model:x", "size 'x' of axis 'model'"),
+    ("gpu:3", "axis 'gpu:3' is unknown"),
+    ("model:3;model:1", "axis 'model' appears twice"),
+    ("model:3;batch:1", "write the batch axis first"),
+    ("", "bad mesh ''"),
+    (3, "bad mesh 3"),
+])
+def test_bad_mesh(mesh, message):
+    with pytest.raises(ValueError, match=message):
+        plan_layout(hsi_model(), GPUS, SPEEDS, 32, mesh)
+
+
+def test_relative_speeds_cannot_be_weighed_against_a_link():
+    with pytest.raises(ValueError, match=r"speeds \[70.0, 25.0, 5.0\] look relative"):
+        plan_layout(hsi_model(), GPUS, SPEEDS, 32, "auto", link=LINK)
+
+
+def test_devices_from_a_platform_list():
+    specs = [DeviceSpec("/gpu:0", 1e13, mem_bytes=8e9), DeviceSpec("/cpu:0", 1e12)]
+    plan = plan_layout(hsi_model(), specs, None, 22, "batch:2", link=LINK)
+    assert plan.splits == {"batch": [20, 2]}
+    assert plan.memory_caps == [8e9, None]
+    with pytest.raises(ValueError, match="devices repeat a name"):
+        plan_layout(hsi_model(), ["/gpu:0", "/gpu:0"], [1, 1], 8, "batch:2")
+
+
+def test_large_plan_is_consistent():
+    devices = [f"/job:worker/task:{i}/device:GPU:0" for i in range(256)]
+    speeds = np.random.default_rng(3).uniform(1e11, 1e13, 256).tolist()
+    plan = plan_layout(hsi_model(filters=(512, 256)), devices, speeds, 1024, "auto", link=LINK)
+    assert len(plan.candidates) == 9
+    for dim, sizes in plan.splits.items():
+        assert sum(sizes) == {"batch": 1024, "filters1": 512, "filters2": 256}[dim]
