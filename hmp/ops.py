@@ -45,13 +45,16 @@ class LocalOperation(mtf.Operation):
       local_dims: dimensions ``local_fn`` needs whole, e.g. the spatial
         dimensions of a convolution; lowering refuses a layout that splits one.
       name: operation name.
+      output_dtype: dtype of the result (default: the first input's).
     """
 
-    def __init__(self, inputs, output_shape, local_fn, local_dims=(), name=None):
+    def __init__(self, inputs, output_shape, local_fn, local_dims=(), name=None,
+                 output_dtype=None):
         super().__init__(inputs, name=name or "local")
         self._local_fn = local_fn
         self._local_dims = list(local_dims)
-        self._outputs = [mtf.Tensor(self, mtf.Shape(output_shape), inputs[0].dtype)]
+        self._outputs = [mtf.Tensor(self, mtf.Shape(output_shape),
+                                    output_dtype or inputs[0].dtype)]
         self._splittable_dims, self._unsplittable_dims = (
             self._initialize_splittable_and_unsplittable_dims(
                 "splittable", [d.name for d in self._local_dims]))
@@ -234,6 +237,15 @@ def pool(x, window, strides, padding, kind, name=None):
     return LocalOperation(
         [x], batch_dims + out_spatial + x.shape.dims[-1:], local_pool,
         local_dims=spatial_dims, name=name or kind + "_pool").outputs[0]
+
+
+def argmax(x, dim, name=None):
+    """Index of the largest entry along ``dim`` (which must not be split), int32."""
+    axis = x.shape.dims.index(dim)
+    return LocalOperation([x], x.shape - [dim],
+                          lambda t: tf.argmax(t, axis=axis, output_type=tf.int32),
+                          local_dims=[dim], name=name or "argmax",
+                          output_dtype=tf.int32).outputs[0]
 
 
 # ----------------------------------------------------------------------

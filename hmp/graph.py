@@ -1,0 +1,114 @@
+"""One lowered training graph: a model, a mesh layout, an optimizer.
+
+``TrainingGraph`` is what the trainer, the profiler and the benchmarks run: it
+builds the model's Mesh-TF graph for a global batch, lowers it on a
+``HeteroMeshImpl`` with the given splits, and exposes the TensorFlow pieces
+(input placeholders, loss, predictions, the ordered training step, the
+master/slice copy ops, a saver of whole tensors).
+"""
+
+import dataclasses
+
+import tensorflow.compat.v1 as tf
+
+import models
+from hmp import layers, ops
+from hmp.compat import import_mesh_tensorflow
+from hmp.lowering import HeteroLowering
+from hmp.mesh_impl import HeteroMeshImpl
+from hmp.optimizers import make_optimizer
+from hmp.training import train_step
+
+mtf = import_mesh_tensorflow()
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where the graph runs: Mesh-TF mesh shape, layout rules, devices, splits."""
+
+    mesh_shape: str = ""
+    layout_rules: str = ""
+    devices: tuple = ("",)
+    splits: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_plan(cls, plan):
+        return cls(plan.mesh, plan.layout_rules, tuple(plan.devices),
+                   {k: list(v) for k, v in plan.splits.items()})
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """The model and its input: patches of ``patch x patch x bands``."""
+
+    name: str
+    patch: int
+    bands: int
+    n_classes: int
+    width: int = 0   # 0: the model's default width
+
+    def logits(self, x, classes):
+        model = models.get_model(self.name)
+        return (model.logits(x, classes, self.width) if self.width
+                else model.logits(x, classes))
+
+
+def build_model_graph(config, batch_size, x, y):
+    """Builds the model's mtf graph on imported ``x`` and ``y``; returns
+    (mtf graph, mesh, loss, predicted class, number correct)."""
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "mesh")
+    batch = mtf.Dimension("batch", batch_size)
+    mtf_x = mtf.import_tf_tensor(mesh, x, mtf.Shape(
+        [batch, mtf.Dimension("h", config.patch), mtf.Dimension("w", config.patch),
+         mtf.Dimension("bands", config.bands)]))
+    mtf_y = mtf.import_tf_tensor(mesh, y, mtf.Shape([batch]))
+    classes = mtf.Dimension("classes", config.n_classes)
+    logits = config.logits(mtf_x, classes)
+    loss = mtf.reduce_mean(layers.softmax_cross_entropy(logits, mtf_y, classes))
+    predicted = ops.argmax(logits, classes)
+    correct = mtf.reduce_sum(mtf.to_float(mtf.equal(predicted, mtf_y)))
+    return graph, mesh, loss, predicted, correct
+
+
+class TrainingGraph:
+    """A model lowered on a layout, with an ordered training step.
+
+    Everything lives in its own ``tf.Graph`` (``self.tf_graph``) so several
+    (e.g. before and after re-planning) can coexist.
+    """
+
+    def __init__(self, config, layout, batch_size, optimizer="adam", learning_rate=1e-3):
+        self.config = config
+        self.layout = layout
+        self.batch_size = batch_size
+        self.tf_graph = tf.Graph()
+        with self.tf_graph.as_default():
+            self.global_step = tf.train.get_or_create_global_step()
+            self.x = tf.placeholder(tf.float32, [batch_size, config.patch, config.patch,
+                                                 config.bands], name="patches")
+            self.y = tf.placeholder(tf.int32, [batch_size], name="labels")
+            graph, mesh, loss, predicted, correct = build_model_graph(
+                config, batch_size, self.x, self.y)
+            updates = train_step(loss, make_optimizer(optimizer, learning_rate))
+            self.mesh_impl = HeteroMeshImpl(layout.mesh_shape, layout.layout_rules,
+                                            list(layout.devices), layout.splits)
+            self.lowering = HeteroLowering(graph, {mesh: self.mesh_impl})
+            self.mtf_graph = graph
+            self.loss = self.lowering.export_to_tf_tensor(loss)
+            self.predicted = self.lowering.export_to_tf_tensor(predicted)
+            self.correct = self.lowering.export_to_tf_tensor(correct)
+            with tf.control_dependencies(
+                    [self.lowering.lowered_operation(u) for u in updates]):
+                self.train_op = tf.assign_add(self.global_step, 1)
+            self.copy_masters_to_slices = self.lowering.copy_masters_to_slices()
+            self.copy_slices_to_masters = self.lowering.copy_slices_to_masters()
+            self.init = tf.global_variables_initializer()
+            self.saver = tf.train.Saver(max_to_keep=3)
+
+    def session(self, config=None):
+        """A session on this graph, initialised (fresh weights)."""
+        session = tf.Session(graph=self.tf_graph, config=config)
+        session.run(self.init)
+        session.run(self.copy_masters_to_slices)
+        return session
