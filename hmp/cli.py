@@ -1,0 +1,46 @@
+"""Command-line behaviour shared by hmp's programs: one-line errors, no tracebacks.
+
+A user who mistypes a flag value should read one line that names the flag and
+what is allowed, and get a non-zero exit code; a traceback is for bugs.
+"""
+
+import sys
+
+from absl import app, flags
+
+
+class UsageError(ValueError):
+    """A flag value that is not allowed; the message names the flag."""
+
+
+def _parse_flags(prog):
+    def parse(argv):
+        try:
+            return flags.FLAGS(argv)
+        except flags.Error as error:
+            _fail(prog, error, 2)
+    return parse
+
+
+def _fail(prog, error, code):
+    print("%s: error: %s" % (prog, error), file=sys.stderr)
+    sys.exit(code)
+
+
+def run(main, prog):
+    """``app.run(main)``, turning expected errors into one line on stderr.
+
+    Exit code 2 for bad input (flags, files, values), 1 when training itself
+    fails (e.g. a NaN loss).
+    """
+    from hmp.trainer import TrainingError
+
+    def guarded(argv):
+        try:
+            main(argv)
+        except TrainingError as error:
+            _fail(prog, error, 1)
+        except (ValueError, OSError) as error:
+            _fail(prog, error, 2)
+
+    app.run(guarded, flags_parser=_parse_flags(prog))

@@ -1,0 +1,82 @@
+"""The data side of a training run: scene, preprocessing, split, patch datasets.
+
+Everything here is decided by the run's settings and seed, so a resumed run
+rebuilds exactly the same training and test sets.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from hmp import data
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """What to train on and how to cut it."""
+
+    dataset: str = "synthetic"
+    data_dir: str = None
+    labels_path: str = None
+    synthetic_layout: str = "generated"
+    patch_size: int = 9
+    pca: int = 0
+    train_fraction: float = 0.1
+    train_per_class: int = 0
+    split: str = "random"
+    seed: int = 0
+
+
+@dataclasses.dataclass
+class Experiment:
+    """A prepared scene: training and test patch datasets and the class names."""
+
+    scene: data.Scene
+    split: data.Split
+    train: data.PatchDataset
+    test: data.PatchDataset
+    labelled: data.PatchDataset
+
+    @property
+    def n_classes(self):
+        return len(self.scene.class_names)
+
+    @property
+    def bands(self):
+        return self.train.extractor.n_bands
+
+
+SPLITS = ("random", "disjoint")
+
+
+def prepare(config):
+    """Loads the scene and builds the datasets described by ``config``."""
+    if config.split not in SPLITS:
+        raise ValueError("split %r is not known; choose one of %s"
+                         % (config.split, ", ".join(SPLITS)))
+    data.check_patch_size(config.patch_size)
+    if config.dataset == "synthetic":
+        scene = data.load_scene("synthetic", config.data_dir,
+                                layout=config.synthetic_layout, seed=config.seed)
+    else:
+        scene = data.load_scene(config.dataset, config.data_dir,
+                                labels_path=config.labels_path)
+    split = _split(scene.labels, config)
+    cube = data.Preprocessor("standard", pca_components=config.pca or None).fit_transform(
+        scene.cube, split.train)
+    extractor = data.PatchExtractor(cube, config.patch_size)
+    labelled = np.flatnonzero(scene.labels.ravel() > 0)
+    return Experiment(scene, split,
+                      data.PatchDataset(extractor, scene.labels, split.train),
+                      data.PatchDataset(extractor, scene.labels, split.test),
+                      data.PatchDataset(extractor, scene.labels, labelled))
+
+
+def _split(labels, config):
+    if config.split == "disjoint":
+        return data.disjoint_split(labels, train_fraction=config.train_fraction,
+                                   patch_size=config.patch_size, seed=config.seed)
+    if config.train_per_class:
+        return data.stratified_split(labels, train_per_class=config.train_per_class,
+                                     seed=config.seed)
+    return data.stratified_split(labels, train_fraction=config.train_fraction, seed=config.seed)

@@ -1,0 +1,58 @@
+"""What a finished run tells a person: a score table, results.json, pictures."""
+
+import json
+import os
+
+import numpy as np
+
+from hmp import maps
+
+
+def score_table(scores, class_names):
+    """OA, AA, kappa and per-class accuracy as aligned text lines."""
+    lines = ["%-28s %8s" % ("class", "accuracy")]
+    for name, accuracy in zip(class_names, scores.per_class_accuracy):
+        lines.append("%-28s %8.2f" % (name[:28], 100 * accuracy))
+    lines += ["-" * 37,
+              "%-28s %8.2f" % ("overall accuracy (OA)", 100 * scores.overall_accuracy),
+              "%-28s %8.2f" % ("average accuracy (AA)", 100 * scores.average_accuracy),
+              "%-28s %8.4f" % ("kappa", scores.kappa)]
+    return "\n".join(lines)
+
+
+def scores_dict(scores, class_names):
+    return {"overall_accuracy": scores.overall_accuracy,
+            "average_accuracy": scores.average_accuracy,
+            "kappa": scores.kappa,
+            "per_class_accuracy": {name: float(a) for name, a in
+                                   zip(class_names, scores.per_class_accuracy)},
+            "confusion_matrix": np.asarray(scores.confusion).tolist()}
+
+
+def write_json(path, payload):
+    """Writes JSON atomically (a reader never sees half a file)."""
+    temporary = path + ".tmp"
+    with open(temporary, "w") as f:
+        json.dump(payload, f, indent=2, default=_plain)
+    os.replace(temporary, path)
+
+
+def save_pictures(model_dir, scene, labelled_indices, predicted, scores):
+    """classification_map.png (prediction beside ground truth) and confusion_matrix.png."""
+    prediction_map = np.zeros(scene.labels.shape, np.int32)
+    prediction_map.ravel()[labelled_indices] = predicted + 1
+    map_path = os.path.join(model_dir, "classification_map.png")
+    maps.save_classification_map(map_path, prediction_map, scene.labels, scene.class_names,
+                                 title="%s: OA %.2f%%" % (scene.name,
+                                                          100 * scores.overall_accuracy))
+    confusion_path = os.path.join(model_dir, "confusion_matrix.png")
+    maps.save_confusion_matrix_plot(confusion_path, scores.confusion, scene.class_names)
+    return map_path, confusion_path
+
+
+def _plain(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)

@@ -1,0 +1,209 @@
+"""Train an HSI classifier on heterogeneous devices: ``python -m hmp.train``.
+
+With no flags it trains the 3-D CNN on the built-in synthetic scene, on three
+virtual CPU devices, with filter and batch splits planned from their measured
+speeds, and prints the test scores. See README.md for every flag.
+"""
+
+import dataclasses
+import os
+import re
+import sys
+import time
+
+import tensorflow.compat.v1 as tf
+from absl import app, flags
+
+import models
+from hmp import cli, experiment, report
+from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.metrics import evaluate
+from hmp.optimizers import OPTIMIZERS
+from hmp.trainer import Trainer
+
+flags.DEFINE_string("dataset", "synthetic", "synthetic, indian_pines, paviau, salinas, or "
+                    "the path of a cube file (.mat/.npy; then also --labels).")
+flags.DEFINE_string("labels", None, "Label map file for a --dataset given as a path.")
+flags.DEFINE_string("data_dir", None, "Folder with the scene files (default $HMP_DATA_DIR "
+                    "or ./data); for --synthetic_layout of a real scene, its ground truth.")
+flags.DEFINE_string("synthetic_layout", "generated", "Class layout of the synthetic scene: "
+                    "generated, or indian_pines/paviau/salinas (ground truth in --data_dir).")
+flags.DEFINE_string("model", "cnn3d", "Model: " + ", ".join(models.MODEL_NAMES) + ".")
+flags.DEFINE_integer("width", 0, "Model width (filters of its first layer); 0: default.")
+flags.DEFINE_string("devices", "/cpu:0,/cpu:1,/cpu:2", "Comma-separated TensorFlow "
+                    "devices; /cpu:N are virtual devices of the local CPU.")
+flags.DEFINE_string("speeds", "auto", "Device speeds: auto (measure) or a list like 70,25,5.")
+flags.DEFINE_string("mesh", "auto", "model:N, batch:M, batch:M;model:N or auto.")
+flags.DEFINE_string("plan", None, "A plan JSON from scripts/plan_layout.py (overrides "
+                    "--devices, --speeds and --mesh).")
+flags.DEFINE_integer("batch_size", 32, "Global batch size.")
+flags.DEFINE_integer("epochs", 5, "Training epochs.")
+flags.DEFINE_string("optimizer", "adam", "Optimizer: " + ", ".join(OPTIMIZERS) + ".")
+flags.DEFINE_float("learning_rate", 1e-3, "Learning rate.")
+flags.DEFINE_float("train_fraction", 0.1, "Share of each class's pixels used for training.")
+flags.DEFINE_integer("train_per_class", 0, "Training pixels per class (overrides "
+                     "--train_fraction when > 0).")
+flags.DEFINE_string("split", "random", "random (stratified) or disjoint (spatially "
+                    "separate train and test regions).")
+flags.DEFINE_integer("patch_size", 9, "Odd patch size (pixels).")
+flags.DEFINE_integer("pca", 0, "Reduce the bands to this many PCA components (0: keep all).")
+flags.DEFINE_integer("seed", 0, "Seed of the split, the data order and the synthetic scene.")
+flags.DEFINE_string("model_dir", None, "Checkpoints, results and event files "
+                    "(default runs/<dataset>-<model>).")
+flags.DEFINE_bool("resume", False, "Continue from the latest checkpoint in --model_dir.")
+flags.DEFINE_integer("checkpoint_every", 0, "Also checkpoint every N steps (0: every epoch).")
+flags.DEFINE_string("rebalance", "off", "off, or epoch: re-plan from measured busy times.")
+FLAGS = flags.FLAGS
+
+LOCAL_CPU = re.compile(r"^/(?:device:)?cpu:(\d+)$", re.IGNORECASE)
+MESH = re.compile(r"^(auto|model:\d+|batch:\d+|batch:\d+;model:\d+)$")
+
+
+def _devices():
+    devices = [d.strip() for d in FLAGS.devices.split(",") if d.strip()]
+    if not devices:
+        raise cli.UsageError("--devices: give at least one TensorFlow device, e.g. /cpu:0")
+    return devices
+
+
+def _session_config(devices):
+    """Enough virtual CPU devices for every /cpu:N named."""
+    indices = [int(m.group(1)) for m in map(LOCAL_CPU.match, devices) if m]
+    return tf.ConfigProto(device_count={"CPU": max(indices, default=0) + 1},
+                          allow_soft_placement=False)
+
+
+def _speeds(devices):
+    if FLAGS.speeds == "auto":
+        return None
+    try:
+        speeds = [float(s) for s in FLAGS.speeds.split(",")]
+    except ValueError:
+        raise cli.UsageError("--speeds=%r: give auto or one number per device, e.g. 70,25,5"
+                             % FLAGS.speeds) from None
+    if len(speeds) != len(devices):
+        raise cli.UsageError("--speeds: %d speeds for %d devices (%s)"
+                             % (len(speeds), len(devices), ", ".join(devices)))
+    if not all(s > 0 and s < float("inf") for s in speeds):
+        raise cli.UsageError("--speeds=%s: every speed must be a positive finite number"
+                             % FLAGS.speeds)
+    return speeds
+
+
+def _check_flags():
+    """One-line errors for values the flag parser cannot judge."""
+    if FLAGS.model not in models.MODEL_NAMES:
+        raise cli.UsageError("--model=%s: choose one of %s"
+                             % (FLAGS.model, ", ".join(models.MODEL_NAMES)))
+    if FLAGS.optimizer not in OPTIMIZERS:
+        raise cli.UsageError("--optimizer=%s: choose one of %s"
+                             % (FLAGS.optimizer, ", ".join(OPTIMIZERS)))
+    if FLAGS.rebalance not in ("off", "epoch"):
+        raise cli.UsageError("--rebalance=%s: choose off or epoch" % FLAGS.rebalance)
+    if not MESH.match(FLAGS.mesh):
+        raise cli.UsageError("--mesh=%s: use model:N, batch:M, batch:M;model:N or auto"
+                             % FLAGS.mesh)
+    if FLAGS.patch_size < 1 or FLAGS.patch_size % 2 == 0:
+        raise cli.UsageError("--patch_size=%d: must be odd and positive (e.g. 5, 7, 9)"
+                             % FLAGS.patch_size)
+    if not 0 < FLAGS.train_fraction < 1:
+        raise cli.UsageError("--train_fraction=%g: must lie strictly between 0 and 1"
+                             % FLAGS.train_fraction)
+    for name in ("batch_size", "epochs"):
+        if getattr(FLAGS, name) < 1:
+            raise cli.UsageError("--%s=%d: must be at least 1" % (name, getattr(FLAGS, name)))
+    if not FLAGS.learning_rate > 0:
+        raise cli.UsageError("--learning_rate=%g: must be positive" % FLAGS.learning_rate)
+
+
+def _model_dir():
+    model_dir = FLAGS.model_dir or os.path.join(
+        "runs", "%s-%s" % (os.path.basename(FLAGS.dataset).split(".")[0], FLAGS.model))
+    try:
+        os.makedirs(model_dir, exist_ok=True)
+        probe = os.path.join(model_dir, ".write_test")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        raise cli.UsageError("--model_dir=%s: not writable (%s)"
+                             % (model_dir, error.strerror)) from None
+    return model_dir
+
+
+def _data_config():
+    return experiment.DataConfig(
+        dataset=FLAGS.dataset, data_dir=FLAGS.data_dir, labels_path=FLAGS.labels,
+        synthetic_layout=FLAGS.synthetic_layout, patch_size=FLAGS.patch_size, pca=FLAGS.pca,
+        train_fraction=FLAGS.train_fraction, train_per_class=FLAGS.train_per_class,
+        split=FLAGS.split, seed=FLAGS.seed)
+
+
+def _plan(model_config, devices, session_config):
+    """The plan from --plan, or planned now from the (measured) speeds."""
+    from hmp import planning
+    from hmp.planning.from_graph import model_spec
+    spec = model_spec(model_config)
+    if FLAGS.plan:
+        return planning.Plan.from_json(FLAGS.plan, model_spec=spec)
+    speeds = _speeds(devices)
+    if speeds is None:
+        from hmp.profiler import measure_speeds
+        print("measuring device speeds on the model's own training step ...", flush=True)
+        measured = measure_speeds(model_config, devices, FLAGS.batch_size,
+                                  session_config=session_config)
+        speeds = [m.samples_per_second for m in measured]
+    return planning.plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh)
+
+
+def run():
+    _check_flags()
+    model_dir = _model_dir()
+    devices = _devices()
+    session_config = _session_config(devices)
+    started = time.time()
+    print("loading %s ..." % FLAGS.dataset, flush=True)
+    exp = experiment.prepare(_data_config())
+    print("%s: %dx%d pixels, %d bands, %d classes; %d training / %d test pixels"
+          % (exp.scene.name, *exp.scene.labels.shape, exp.bands, exp.n_classes,
+             len(exp.train), len(exp.test)), flush=True)
+    model_config = ModelConfig(FLAGS.model, FLAGS.patch_size, exp.bands, exp.n_classes,
+                               FLAGS.width)
+    plan = _plan(model_config, devices, session_config)
+    print(plan.explain(), flush=True)
+    graph = TrainingGraph(model_config, Layout.from_plan(plan), FLAGS.batch_size,
+                          FLAGS.optimizer, FLAGS.learning_rate)
+    trainer = Trainer(graph, exp, model_dir, FLAGS.seed, session_config,
+                      checkpoint_every=FLAGS.checkpoint_every)
+    step = trainer.initialise(FLAGS.resume)
+    history = []
+    for epoch in range(step // trainer.steps_per_epoch, FLAGS.epochs):
+        stats = trainer.train_epoch(epoch, FLAGS.epochs)
+        history.append(vars(stats))
+        print(stats.line(FLAGS.epochs), flush=True)
+    print("evaluating on %d test pixels ..." % len(exp.test), flush=True)
+    scores = evaluate(exp.test.class_ids, trainer.predict(exp.test), exp.n_classes)
+    print(report.score_table(scores, exp.scene.class_names))
+    labelled_predictions = trainer.predict(exp.labelled)
+    pictures = report.save_pictures(model_dir, exp.scene, exp.labelled.indices,
+                                    labelled_predictions, scores)
+    trainer.close()
+    results = {"flags": {f.name: f.value for f in
+                         FLAGS.get_key_flags_for_module(sys.modules[__name__])},
+               "plan": dataclasses.asdict(plan),
+               "history": history,
+               "test": report.scores_dict(scores, exp.scene.class_names),
+               "pictures": list(pictures),
+               "seconds": time.time() - started}
+    report.write_json(os.path.join(model_dir, "results.json"), results)
+    print("results, maps and checkpoints in %s" % model_dir)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
+    run()
+
+
+if __name__ == "__main__":
+    cli.run(main, "hmp.train")

@@ -1,0 +1,164 @@
+"""The training loop: epochs of ordered steps, checkpoints, evaluation.
+
+A run is a sequence of global steps; epoch ``e`` visits the training set in
+the order fixed by (seed, e), dropping the last partial batch (the next
+epoch's shuffle reaches those pixels). Checkpoints hold the whole tensors
+(the master variables and the global step), so a run resumes at the exact
+step, with the same data order, under any plan or device set.
+"""
+
+import dataclasses
+import math
+import os
+import time
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (e.g. the loss became NaN); the message says why."""
+
+
+@dataclasses.dataclass
+class EpochStats:
+    epoch: int
+    loss: float
+    train_accuracy: float
+    samples_per_second: float
+    seconds: float
+    busy_share: list = None
+
+    def line(self, epochs):
+        busy = ("  busy " + " ".join("%.0f%%" % (100 * s) for s in self.busy_share)
+                if self.busy_share else "")
+        return ("epoch %d/%d  loss %.4f  train acc %.3f  %.0f samples/s  %.1f s%s"
+                % (self.epoch + 1, epochs, self.loss, self.train_accuracy,
+                   self.samples_per_second, self.seconds, busy))
+
+
+class Trainer:
+    """Trains one ``TrainingGraph`` on an :class:`hmp.experiment.Experiment`.
+
+    Args:
+      graph: the lowered model (a ``TrainingGraph``).
+      experiment: the datasets.
+      model_dir: where checkpoints and event files go.
+      seed: fixes the data order of every epoch.
+      session_config: ``tf.ConfigProto`` (e.g. the virtual CPU devices).
+      target: session target (a gRPC address for cluster runs) or "".
+      checkpoint_every: also checkpoint every this many steps (0: only at epochs).
+      log: function receiving progress lines.
+    """
+
+    def __init__(self, graph, experiment, model_dir, seed=0, session_config=None, target="",
+                 checkpoint_every=0, log=print):
+        self.graph = graph
+        self.experiment = experiment
+        self.model_dir = model_dir
+        self.seed = seed
+        self.checkpoint_every = checkpoint_every
+        self.log = log
+        self.batch_size = graph.batch_size
+        self.steps_per_epoch = experiment.train.steps_per_epoch(self.batch_size,
+                                                                drop_remainder=True)
+        if self.steps_per_epoch == 0:
+            raise ValueError("batch_size %d is larger than the %d training pixels"
+                             % (self.batch_size, len(experiment.train)))
+        self.session = tf.Session(target, graph=graph.tf_graph, config=session_config)
+        with graph.tf_graph.as_default():
+            self.writer = tf.summary.FileWriter(model_dir, graph.tf_graph)
+
+    # -- state ---------------------------------------------------------------
+    def initialise(self, resume):
+        """Fresh weights, or the latest checkpoint when ``resume``; returns the step."""
+        checkpoint = tf.train.latest_checkpoint(self.model_dir)
+        if resume and checkpoint is None:
+            raise ValueError("--resume: no checkpoint in model_dir %s" % self.model_dir)
+        with self.graph.tf_graph.as_default():
+            if resume:
+                self.graph.saver.restore(self.session, checkpoint)
+                self.log("resumed from %s" % checkpoint)
+            else:
+                self.session.run(self.graph.init)
+        self.session.run(self.graph.copy_masters_to_slices)
+        return self.step
+
+    @property
+    def step(self):
+        return int(self.session.run(self.graph.global_step))
+
+    def save(self):
+        """Writes a checkpoint of the whole tensors at the current step."""
+        self.session.run(self.graph.copy_slices_to_masters)
+        return self.graph.saver.save(self.session, os.path.join(self.model_dir, "ckpt"),
+                                     global_step=self.step)
+
+    # -- training ------------------------------------------------------------
+    def train_epoch(self, epoch, epochs, trace_step=None):
+        """Runs the rest of epoch ``epoch``; returns its :class:`EpochStats`.
+
+        ``trace_step(session, fetches, feed)`` may run one step itself (e.g.
+        with tracing, to measure per-device busy time); it returns the fetched
+        values and optionally the busy shares.
+        """
+        start_step = self.step - epoch * self.steps_per_epoch
+        batches = self.experiment.train.batches(
+            self.batch_size, seed=self.seed, epoch=epoch, drop_remainder=True,
+            start_step=start_step)
+        fetches = [self.graph.loss, self.graph.correct, self.graph.train_op]
+        losses, correct, busy_share = [], 0.0, None
+        started = time.perf_counter()
+        for i, batch in enumerate(batches):
+            feed = {self.graph.x: batch.patches, self.graph.y: batch.labels}
+            if trace_step is not None and i == 1:
+                (loss, n_correct, _), busy_share = trace_step(self.session, fetches, feed)
+            else:
+                loss, n_correct, _ = self.session.run(fetches, feed)
+            if not math.isfinite(loss):
+                raise TrainingError(
+                    "loss became %s at step %d (epoch %d); the last good checkpoint in %s "
+                    "is kept: lower --learning_rate or change --optimizer"
+                    % (loss, self.step, epoch + 1, self.model_dir))
+            losses.append(loss)
+            correct += n_correct
+            if self.checkpoint_every and self.step % self.checkpoint_every == 0:
+                self.save()
+        seconds = time.perf_counter() - started
+        samples = len(losses) * self.batch_size
+        stats = EpochStats(epoch, float(np.mean(losses)) if losses else float("nan"),
+                           correct / samples if samples else float("nan"),
+                           samples / seconds if seconds else 0.0, seconds, busy_share)
+        self.save()
+        self._summaries(stats)
+        return stats
+
+    def _summaries(self, stats):
+        values = {"loss": stats.loss, "train_accuracy": stats.train_accuracy,
+                  "samples_per_second": stats.samples_per_second}
+        summary = tf.Summary(value=[tf.Summary.Value(tag=k, simple_value=v)
+                                    for k, v in values.items()])
+        self.writer.add_summary(summary, self.step)
+        self.writer.flush()
+
+    # -- inference -----------------------------------------------------------
+    def predict(self, dataset):
+        """Predicted 0-based class of every pixel of ``dataset``, in its order."""
+        predictions = []
+        for start in range(0, len(dataset), self.batch_size):
+            indices = dataset.indices[start:start + self.batch_size]
+            patches = dataset.extractor(indices)
+            padding = self.batch_size - len(indices)
+            if padding:
+                patches = np.concatenate(
+                    [patches, np.zeros((padding,) + patches.shape[1:], patches.dtype)])
+            feed = {self.graph.x: patches,
+                    self.graph.y: np.zeros(self.batch_size, np.int32)}
+            predictions.append(self.session.run(self.graph.predicted, feed)[:len(indices)])
+        return np.concatenate(predictions) if predictions else np.zeros(0, np.int32)
+
+    def close(self):
+        self.writer.close()
+        self.session.close()
+
