@@ -1,0 +1,32 @@
+"""Hyperspectral data pipeline: scenes, synthetic data, splits, preprocessing, patches.
+
+Typical use::
+
+    from hmp import data
+    scene = data.load_scene("indian_pines", "data")       # or "synthetic"
+    split = data.stratified_split(scene.labels, train_fraction=0.1, seed=0)
+    cube = data.Preprocessor("standard", pca_components=30).fit_transform(scene.cube, split.train)
+    train = data.PatchDataset(data.PatchExtractor(cube, 9), scene.labels, split.train)
+    for batch in train.batches(64, seed=0, epoch=0):
+        ...
+
+Nothing here imports TensorFlow; batches are plain numpy arrays.
+"""
+
+from hmp.data.catalog import SCENES, SceneFile, SceneSpec, find_file, load_ground_truth, scene_spec
+from hmp.data.matfile import read_array
+from hmp.data.patches import (Batch, PatchDataset, PatchExtractor, check_patch_size,
+                              iterate_scene, split_batch)
+from hmp.data.preprocess import PCA, BandScaler, Preprocessor, pad_cube, training_pixels
+from hmp.data.scene import Scene
+from hmp.data.scenes import load_benchmark_scene, load_scene, load_scene_files
+from hmp.data.splits import Split, disjoint_split, load_split, save_split, stratified_split
+from hmp.data.synthetic import synthetic_scene
+
+__all__ = [
+    "BandScaler", "Batch", "PCA", "PatchDataset", "PatchExtractor", "Preprocessor", "SCENES",
+    "Scene", "SceneFile", "SceneSpec", "Split", "check_patch_size", "disjoint_split",
+    "find_file", "iterate_scene", "load_benchmark_scene", "load_ground_truth", "load_scene",
+    "load_scene_files", "load_split", "pad_cube", "read_array", "save_split", "scene_spec",
+    "split_batch", "stratified_split", "synthetic_scene", "training_pixels",
+]

@@ -1,0 +1,140 @@
+"""The three standard HSI benchmark scenes: file names, MATLAB keys, classes, sources.
+
+One table serves both the loader (which file and variable to read, how to
+name the classes) and the download command (where to fetch each file and
+which SHA-256 it must have). File names are matched case-insensitively,
+because copies of these files circulate as ``PaviaU.mat``, ``paviaU.mat``,
+``indian_pines_corrected.mat`` and so on.
+
+Checksums: the ground-truth digests equal those of the original 2011 MATLAB
+files kept in the project's shared data folder; the cube digests are the ones
+independently published for the same EHU files by several public projects.
+A ``None`` digest means "unknown": the download is kept and its digest printed.
+"""
+
+import os
+import pathlib
+from dataclasses import dataclass
+
+from hmp.data.matfile import read_array
+from hmp.data.scene import as_label_map
+
+EHU_BASE_URL = "http://www.ehu.eus/ccwintco/uploads"
+DATA_DIR_ENV = "HMP_DATA_DIR"
+
+
+@dataclass(frozen=True)
+class SceneFile:
+    """One downloadable ``.mat`` file of a scene.
+
+    Attributes:
+      file_name: canonical file name, as served by the EHU wiki.
+      key: MATLAB variable holding the array.
+      url_path: path below the EHU upload folder (``<base>/<url_path>``).
+      sha256: expected SHA-256 hex digest, or None when unknown.
+    """
+
+    file_name: str
+    key: str
+    url_path: str
+    sha256: object = None
+
+
+@dataclass(frozen=True)
+class SceneSpec:
+    """A benchmark scene: its cube file, label file, classes and size."""
+
+    name: str
+    title: str
+    cube: SceneFile
+    labels: SceneFile
+    class_names: tuple
+
+
+SCENES = {
+    "indian_pines": SceneSpec(
+        name="indian_pines",
+        title="Indian Pines (AVIRIS)",
+        cube=SceneFile("Indian_pines_corrected.mat", "indian_pines_corrected",
+                       "6/67/Indian_pines_corrected.mat",
+                       "ec2f8808710919d566f70f0d4aa885aae1ddfd42b734aba71c5e12ca65450939"),
+        labels=SceneFile("Indian_pines_gt.mat", "indian_pines_gt", "c/c4/Indian_pines_gt.mat",
+                         "65c4687a8ab04f6da4789799bc3bc4f6e88bccac3ed6a2e6ae367e5e6b9e429c"),
+        class_names=(
+            "Alfalfa", "Corn-notill", "Corn-mintill", "Corn", "Grass-pasture", "Grass-trees",
+            "Grass-pasture-mowed", "Hay-windrowed", "Oats", "Soybean-notill",
+            "Soybean-mintill", "Soybean-clean", "Wheat", "Woods",
+            "Buildings-Grass-Trees-Drives", "Stone-Steel-Towers"),
+    ),
+    "paviau": SceneSpec(
+        name="paviau",
+        title="Pavia University (ROSIS)",
+        cube=SceneFile("PaviaU.mat", "paviaU", "e/ee/PaviaU.mat",
+                       "28447fa87f7a5797845e9a189c0da85e23b1d06a4ba7361e5ff44efbf834d2fb"),
+        labels=SceneFile("PaviaU_gt.mat", "paviaU_gt", "5/50/PaviaU_gt.mat",
+                         "23f6a426928f9b32984adffe659e29f554f9fb6c93b5a107528d308d5087a829"),
+        class_names=(
+            "Asphalt", "Meadows", "Gravel", "Trees", "Painted metal sheets", "Bare Soil",
+            "Bitumen", "Self-Blocking Bricks", "Shadows"),
+    ),
+    "salinas": SceneSpec(
+        name="salinas",
+        title="Salinas (AVIRIS)",
+        cube=SceneFile("Salinas_corrected.mat", "salinas_corrected",
+                       "a/a3/Salinas_corrected.mat",
+                       "5ec1c0d22f56d18ecd336f8e35735863c0f160682e04e0c18ef3f89a3334d87d"),
+        labels=SceneFile("Salinas_gt.mat", "salinas_gt", "f/fa/Salinas_gt.mat",
+                         "ecfab4d31ef5553f097943235d8ea502038eb4a2067b2ad10b33e37c949955e2"),
+        class_names=(
+            "Brocoli_green_weeds_1", "Brocoli_green_weeds_2", "Fallow", "Fallow_rough_plow",
+            "Fallow_smooth", "Stubble", "Celery", "Grapes_untrained", "Soil_vinyard_develop",
+            "Corn_senesced_green_weeds", "Lettuce_romaine_4wk", "Lettuce_romaine_5wk",
+            "Lettuce_romaine_6wk", "Lettuce_romaine_7wk", "Vinyard_untrained",
+            "Vinyard_vertical_trellis"),
+    ),
+}
+
+
+def scene_spec(name):
+    """Returns the :class:`SceneSpec` of a benchmark scene, accepting common spellings.
+
+    ``"Indian Pines"``, ``"indian-pines"`` and ``"IndianPines"`` all name
+    ``indian_pines``; ``"PaviaU"`` and ``"pavia_u"`` name ``paviau``.
+    """
+    normalised = str(name).lower().replace("-", "").replace("_", "").replace(" ", "")
+    for spec in SCENES.values():
+        if spec.name.replace("_", "") == normalised:
+            return spec
+    raise ValueError(f"unknown scene {name!r}; allowed: {', '.join(SCENES)}")
+
+
+def default_data_dir():
+    """The data folder used when none is given: ``$HMP_DATA_DIR`` or ``./data``."""
+    return pathlib.Path(os.environ.get(DATA_DIR_ENV, "data"))
+
+
+def find_file(data_dir, file_name, scene_name):
+    """Returns the file in ``data_dir`` whose name equals ``file_name`` ignoring case.
+
+    Raises:
+      FileNotFoundError: naming the file looked for, the folder searched and
+        the command that downloads scene ``scene_name``.
+    """
+    data_dir = pathlib.Path(data_dir)
+    if data_dir.is_dir():
+        wanted = file_name.lower()
+        for candidate in sorted(data_dir.iterdir()):
+            if candidate.name.lower() == wanted and candidate.is_file():
+                return candidate
+    where = f"in {data_dir}" if data_dir.is_dir() else f"because folder {data_dir} does not exist"
+    raise FileNotFoundError(
+        f"{file_name} (any upper/lower case) not found {where}; "
+        f"download it with: python -m hmp.data.download --dataset={scene_name} "
+        f"--data_dir={data_dir}")
+
+
+def load_ground_truth(name, data_dir=None):
+    """Reads the ground-truth label map of benchmark scene ``name`` as int32 [H, W]."""
+    spec = scene_spec(name)
+    path = find_file(data_dir or default_data_dir(), spec.labels.file_name, spec.name)
+    return as_label_map(read_array(path, spec.labels.key), what=f"{path}: label map")

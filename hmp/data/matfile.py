@@ -1,0 +1,70 @@
+"""Reads one named array from a MATLAB ``.mat`` file (v5 or v7.3) or a ``.npy`` file.
+
+MATLAB v7.3 files are HDF5 files; MATLAB writes arrays column-major, so an
+array MATLAB sees as [H, W, B] is stored as an HDF5 dataset of shape
+[B, W, H]. :func:`read_array` transposes it back, so both versions give the
+same array.
+"""
+
+import pathlib
+
+import h5py
+import numpy as np
+import scipy.io
+
+SUPPORTED_SUFFIXES = (".mat", ".npy")
+
+
+def read_array(path, key=None):
+    """Returns the array stored under ``key`` in ``path`` as a numpy array.
+
+    Args:
+      path: a ``.mat`` (MATLAB v5 or v7.3) or ``.npy`` file.
+      key: the MATLAB variable name. When None, the file must hold exactly one
+        array, which is returned. Not allowed for ``.npy`` files.
+
+    Raises:
+      FileNotFoundError: ``path`` does not exist.
+      ValueError: unsupported suffix, unknown key (the message lists the keys
+        that exist) or no key given for a file with several arrays.
+    """
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        if key is not None:
+            raise ValueError(f"{path}: a .npy file holds one unnamed array; got key {key!r}")
+        return np.load(path, allow_pickle=False)
+    if suffix != ".mat":
+        raise ValueError(
+            f"{path}: unsupported file type {path.suffix!r}; allowed: {', '.join(SUPPORTED_SUFFIXES)}")
+    if h5py.is_hdf5(path):
+        arrays = _read_mat_v73(path)
+    else:
+        arrays = {name: value for name, value in scipy.io.loadmat(path).items()
+                  if not name.startswith("__")}
+    return _pick(arrays, key, path)
+
+
+def _read_mat_v73(path):
+    """All top-level numeric datasets of a v7.3 file, transposed to MATLAB order."""
+    with h5py.File(path, "r") as handle:
+        return {name: np.asarray(item[()]).T for name, item in handle.items()
+                if isinstance(item, h5py.Dataset) and not name.startswith("#")}
+
+
+def _pick(arrays, key, path):
+    """Selects ``key`` from ``arrays`` (or the only array when ``key`` is None)."""
+    names = sorted(arrays)
+    if key is None:
+        if len(arrays) != 1:
+            raise ValueError(
+                f"{path}: holds {len(arrays)} arrays {names}; name the one to use with a key")
+        return arrays[names[0]]
+    if key in arrays:
+        return arrays[key]
+    same_but_case = [name for name in names if name.lower() == key.lower()]
+    if len(same_but_case) == 1:
+        return arrays[same_but_case[0]]
+    raise ValueError(f"{path}: no array named {key!r}; the file holds {names}")

@@ -1,0 +1,155 @@
+"""Spectral preprocessing whose statistics come from training pixels only.
+
+Fitting normalisation or PCA on all pixels would let test pixels influence
+the features the model is trained on (a quiet form of leakage), so every
+``fit`` here takes the training pixels explicitly, as a boolean mask [H, W]
+or an array of flat pixel indices (row-major, ``row * W + column``), and
+ignores all other pixels.
+"""
+
+import numpy as np
+
+SCALINGS = ("standard", "minmax")
+PAD_MODES = ("reflect", "zero")
+
+
+def training_pixels(cube, train):
+    """Spectra of the training pixels, float64 [n, B].
+
+    Args:
+      cube: [H, W, B] array.
+      train: boolean mask [H, W] or 1-D integer array of flat pixel indices.
+    """
+    height, width, bands = cube.shape
+    train = np.asarray(train)
+    if train.dtype == bool:
+        if train.shape != (height, width):
+            raise ValueError(
+                f"train mask shape {train.shape} does not match the cube's spatial "
+                f"shape {(height, width)}")
+        indices = np.flatnonzero(train)
+    elif train.ndim == 1 and train.dtype.kind in "iu":
+        indices = train
+        if indices.size and (indices.min() < 0 or indices.max() >= height * width):
+            raise ValueError(
+                f"train indices must lie in [0, {height * width}), "
+                f"got range [{indices.min()}, {indices.max()}]")
+    else:
+        raise ValueError(
+            f"train must be a boolean mask [H, W] or 1-D integer pixel indices, "
+            f"got dtype {train.dtype} and shape {train.shape}")
+    if indices.size == 0:
+        raise ValueError("no training pixels given: statistics need at least one")
+    return cube.reshape(-1, bands)[indices].astype(np.float64)
+
+
+class BandScaler:
+    """Per-band standardisation (``"standard"``) or min-max scaling to [0, 1] (``"minmax"``)."""
+
+    def __init__(self, method="standard"):
+        if method not in SCALINGS:
+            raise ValueError(f"unknown scaling {method!r}; allowed: {', '.join(SCALINGS)}")
+        self.method = method
+        self.offset = None
+        self.scale = None
+
+    def fit(self, cube, train):
+        """Learns per-band offset and scale from the training pixels of ``cube``."""
+        pixels = training_pixels(cube, train)
+        if self.method == "standard":
+            self.offset, spread = pixels.mean(axis=0), pixels.std(axis=0)
+        else:
+            self.offset = pixels.min(axis=0)
+            spread = pixels.max(axis=0) - self.offset
+        self.scale = np.where(spread > 0, spread, 1.0)  # constant bands stay constant
+        return self
+
+    def transform(self, cube):
+        """Returns the scaled cube as float32."""
+        _require_fitted(self.scale, "BandScaler")
+        return ((cube - self.offset) / self.scale).astype(np.float32)
+
+
+class PCA:
+    """Projection of each pixel's spectrum onto the top principal components of the training pixels."""
+
+    def __init__(self, n_components):
+        if int(n_components) != n_components or n_components < 1:
+            raise ValueError(f"n_components must be a positive integer, got {n_components!r}")
+        self.n_components = int(n_components)
+        self.mean = None
+        self.components = None
+        self.explained_variance_ratio = None
+
+    def fit(self, cube, train):
+        """Learns the mean and principal axes [B, k] from the training pixels of ``cube``."""
+        bands = cube.shape[2]
+        if self.n_components > bands:
+            raise ValueError(
+                f"n_components={self.n_components} exceeds the number of bands ({bands})")
+        pixels = training_pixels(cube, train)
+        self.mean = pixels.mean(axis=0)
+        centred = pixels - self.mean
+        variances, axes = np.linalg.eigh(centred.T @ centred / len(pixels))
+        order = np.argsort(variances)[::-1][:self.n_components]
+        axes = axes[:, order]
+        # Fix each axis' sign (eigh may return either): largest entry positive.
+        largest = axes[np.abs(axes).argmax(axis=0), np.arange(axes.shape[1])]
+        self.components = axes * np.sign(largest)
+        self.explained_variance_ratio = variances[order] / max(variances.sum(), 1e-300)
+        return self
+
+    def transform(self, cube):
+        """Returns the projected cube [H, W, k] as float32."""
+        _require_fitted(self.components, "PCA")
+        return ((cube - self.mean) @ self.components).astype(np.float32)
+
+
+class Preprocessor:
+    """Band scaling followed by optional PCA, both fitted on the same training pixels."""
+
+    def __init__(self, scaling="standard", pca_components=None):
+        self.scaler = BandScaler(scaling) if scaling is not None else None
+        self.pca = PCA(pca_components) if pca_components is not None else None
+
+    def fit(self, cube, train):
+        """Fits the scaler, then PCA on the scaled training pixels."""
+        if self.scaler is not None:
+            cube = self.scaler.fit(cube, train).transform(cube)
+        if self.pca is not None:
+            self.pca.fit(cube, train)
+        return self
+
+    def transform(self, cube):
+        """Applies the fitted steps; returns float32 [H, W, B or k]."""
+        if self.scaler is not None:
+            cube = self.scaler.transform(cube)
+        if self.pca is not None:
+            cube = self.pca.transform(cube)
+        return np.asarray(cube, dtype=np.float32)
+
+    def fit_transform(self, cube, train):
+        """``fit`` then ``transform`` of the same cube."""
+        return self.fit(cube, train).transform(cube)
+
+
+def pad_cube(cube, margin, mode="reflect"):
+    """Pads the two spatial axes of ``cube`` by ``margin`` pixels on every side.
+
+    ``"reflect"`` mirrors the image at its border (without repeating the edge
+    pixel), ``"zero"`` fills with zeros. Patches centred on border pixels then
+    have the full size.
+    """
+    if mode not in PAD_MODES:
+        raise ValueError(f"unknown pad mode {mode!r}; allowed: {', '.join(PAD_MODES)}")
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, got {margin}")
+    widths = ((margin, margin), (margin, margin), (0, 0))
+    if mode == "zero":
+        return np.pad(cube, widths, mode="constant")
+    return np.pad(cube, widths, mode="reflect")
+
+
+def _require_fitted(attribute, what):
+    if attribute is None:
+        raise ValueError(f"{what} is not fitted: call fit(cube, train) first")

@@ -1,0 +1,83 @@
+"""The in-memory form of a labelled hyperspectral scene.
+
+Every loader in :mod:`hmp.data` (real benchmark files, arbitrary files, the
+synthetic generator) returns a :class:`Scene`, so the rest of the pipeline
+(splits, preprocessing, patches, maps) never needs to know where a scene came
+from.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Scene:
+    """A hyperspectral cube with its per-pixel label map.
+
+    Attributes:
+      name: short identifier, e.g. ``"indian_pines"``.
+      cube: float32 array [H, W, B] (rows, columns, spectral bands).
+      labels: int32 array [H, W]; 0 means unlabelled, 1..K are classes.
+      class_names: K names, ``class_names[k - 1]`` names label ``k``. When
+        empty, generic names ``"class 1"``..``"class K"`` are filled in.
+    """
+
+    name: str
+    cube: np.ndarray
+    labels: np.ndarray
+    class_names: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self.cube = np.asarray(self.cube, dtype=np.float32)
+        if self.cube.ndim != 3:
+            raise ValueError(
+                f"scene {self.name!r}: cube must be 3-D [H, W, B], got shape {self.cube.shape}")
+        self.labels = as_label_map(self.labels, what=f"scene {self.name!r}: label map")
+        if self.labels.shape != self.cube.shape[:2]:
+            raise ValueError(
+                f"scene {self.name!r}: label map shape {self.labels.shape} does not match "
+                f"the cube's spatial shape {self.cube.shape[:2]} (cube is {self.cube.shape})")
+        highest = int(self.labels.max(initial=0))
+        if not self.class_names:
+            self.class_names = [f"class {k}" for k in range(1, highest + 1)]
+        self.class_names = [str(name) for name in self.class_names]
+        if highest > len(self.class_names):
+            raise ValueError(
+                f"scene {self.name!r}: label map uses label {highest} but only "
+                f"{len(self.class_names)} class names were given (labels must be 0..K)")
+
+    @property
+    def n_classes(self):
+        """Number of classes K (labels run 1..K)."""
+        return len(self.class_names)
+
+    @property
+    def n_bands(self):
+        """Number of spectral bands B."""
+        return self.cube.shape[2]
+
+    @property
+    def image_shape(self):
+        """Spatial shape (H, W)."""
+        return self.labels.shape
+
+
+def as_label_map(values, what="label map"):
+    """Returns ``values`` as an int32 [H, W] label map, refusing what is not one.
+
+    MATLAB files store labels as uint8 or double; both are accepted as long as
+    every value is a non-negative whole number.
+    """
+    array = np.asarray(values)
+    if array.ndim != 2:
+        raise ValueError(f"{what} must be 2-D [H, W], got shape {array.shape}")
+    if array.dtype.kind == "f":
+        if not np.all(np.isfinite(array)) or np.any(array != np.round(array)):
+            raise ValueError(f"{what} must hold whole numbers 0..K, found non-integer values")
+    elif array.dtype.kind not in "iub":
+        raise ValueError(f"{what} must be numeric, got dtype {array.dtype}")
+    if array.size and array.min() < 0:
+        raise ValueError(
+            f"{what} must hold labels 0..K (0 = unlabelled), found {array.min()}")
+    return array.astype(np.int32)

@@ -1,0 +1,174 @@
+"""Train/test splits of the labelled pixels, stored as flat pixel indices.
+
+A pixel index is ``row * W + column``. Two kinds of split:
+
+* :func:`stratified_split`: a seeded random share (or count) of every class;
+* :func:`disjoint_split`: training pixels taken as a contiguous stripe at one
+  end of every class, and every labelled pixel within ``patch_size // 2``
+  pixels (Chebyshev distance) of a training pixel dropped from the test set.
+  No test pixel then lies inside any training patch, so patch-based models
+  cannot score well merely by having seen the test pixels during training.
+
+Splits are saved and loaded as ``.npz`` so that runs can share them.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import ndimage
+
+from hmp.data.patches import check_patch_size
+from hmp.data.scene import as_label_map
+
+
+@dataclass(frozen=True)
+class Split:
+    """Flat indices of training and test pixels of an image of ``image_shape``."""
+
+    train: np.ndarray
+    test: np.ndarray
+    image_shape: tuple
+    description: str = ""
+
+    @property
+    def train_mask(self):
+        """Boolean [H, W] mask of the training pixels."""
+        return _mask(self.train, self.image_shape)
+
+    @property
+    def test_mask(self):
+        """Boolean [H, W] mask of the test pixels."""
+        return _mask(self.test, self.image_shape)
+
+
+def stratified_split(labels, *, train_fraction=None, train_per_class=None, seed=0):
+    """Draws, from every class, a random share or a fixed count of training pixels.
+
+    Exactly one of ``train_fraction`` (in (0, 1); each class keeps at least one
+    training and one test pixel) and ``train_per_class`` (a positive count) must
+    be given. All other labelled pixels form the test set.
+
+    Raises:
+      ValueError: bad fraction or count, or a class with too few pixels.
+    """
+    labels = as_label_map(labels)
+    if (train_fraction is None) == (train_per_class is None):
+        raise ValueError("give exactly one of train_fraction and train_per_class")
+    if train_fraction is not None:
+        _check_fraction(train_fraction)
+        describe = f"stratified train_fraction={train_fraction} seed={seed}"
+    else:
+        if int(train_per_class) != train_per_class or train_per_class < 1:
+            raise ValueError(f"train_per_class must be a positive integer, got {train_per_class!r}")
+        describe = f"stratified train_per_class={train_per_class} seed={seed}"
+    rng = np.random.default_rng(seed)
+    train = []
+    for label, pixels in _pixels_by_class(labels):
+        if train_fraction is not None:
+            _require_pixels(label, len(pixels), 2, f"train_fraction={train_fraction}")
+            count = min(max(int(round(train_fraction * len(pixels))), 1), len(pixels) - 1)
+        else:
+            _require_pixels(label, len(pixels), train_per_class + 1,
+                            f"train_per_class={train_per_class}")
+            count = int(train_per_class)
+        train.append(rng.permutation(pixels)[:count])
+    return _split(labels, np.concatenate(train), describe)
+
+
+def disjoint_split(labels, *, train_fraction, patch_size, seed=0):
+    """A spatially disjoint split: no test pixel lies inside any training patch.
+
+    For each class, its pixels are ordered along a seeded random direction
+    (top-down, bottom-up, left-right or right-left) and the first
+    ``train_fraction`` of them are the training pixels. Labelled pixels closer
+    than ``patch_size // 2 + 1`` pixels (Chebyshev distance) to any training
+    pixel are left out of the test set: that guard band is what keeps test
+    pixels out of all training patches.
+
+    Raises:
+      ValueError: bad fraction or patch size, or a class left without test pixels.
+    """
+    labels = as_label_map(labels)
+    _check_fraction(train_fraction)
+    check_patch_size(patch_size)
+    rng = np.random.default_rng(seed)
+    width = labels.shape[1]
+    train = []
+    for label, pixels in _pixels_by_class(labels):
+        _require_pixels(label, len(pixels), 2, f"train_fraction={train_fraction}")
+        rows, cols = np.divmod(pixels, width)
+        along, across = (rows, cols) if rng.integers(2) == 0 else (cols, rows)
+        order = np.lexsort((across, along * rng.choice([-1, 1])))
+        count = min(max(int(round(train_fraction * len(pixels))), 1), len(pixels) - 1)
+        train.append(pixels[order[:count]])
+    train = np.concatenate(train)
+    radius = patch_size // 2
+    guarded = ndimage.binary_dilation(_mask(train, labels.shape),
+                                      structure=np.ones((2 * radius + 1, 2 * radius + 1), bool))
+    split = _split(labels, train, f"disjoint train_fraction={train_fraction} "
+                                  f"patch_size={patch_size} seed={seed}",
+                   excluded=np.flatnonzero(guarded))
+    present = set(np.unique(labels[labels > 0]).tolist())
+    starved = sorted(present - set(labels.flat[split.test].tolist()))
+    if starved:
+        raise ValueError(
+            f"classes {starved} have no test pixels outside the {radius}-pixel guard band "
+            f"around training pixels (patch_size={patch_size}, train_fraction={train_fraction}); "
+            f"use a smaller train_fraction or patch_size")
+    return split
+
+
+def save_split(path, split):
+    """Writes ``split`` to ``path`` (``.npz``)."""
+    np.savez(path, train=split.train, test=split.test,
+             image_shape=np.asarray(split.image_shape), description=np.asarray(split.description))
+
+
+def load_split(path):
+    """Reads a split written by :func:`save_split`."""
+    with np.load(path, allow_pickle=False) as stored:
+        missing = {"train", "test", "image_shape", "description"} - set(stored.files)
+        if missing:
+            raise ValueError(f"{path} is not a saved split: missing {sorted(missing)}, "
+                             f"has {sorted(stored.files)}")
+        return Split(train=stored["train"], test=stored["test"],
+                     image_shape=tuple(int(n) for n in stored["image_shape"]),
+                     description=str(stored["description"]))
+
+
+def _pixels_by_class(labels):
+    """Yields (label, sorted flat indices) for every class present in ``labels``."""
+    flat = labels.ravel()
+    order = np.argsort(flat, kind="stable")
+    present, starts = np.unique(flat[order], return_index=True)
+    for label, pixels in zip(present, np.split(order, starts[1:])):
+        if label > 0:
+            yield int(label), pixels
+
+
+def _split(labels, train, description, excluded=()):
+    """Builds a Split whose test set is every other labelled pixel not in ``excluded``."""
+    test = np.ones(labels.size, bool)
+    test[train] = False
+    test[np.asarray(excluded, dtype=np.int64)] = False
+    test &= labels.ravel() > 0
+    return Split(train=np.sort(train).astype(np.int64), test=np.flatnonzero(test),
+                 image_shape=tuple(labels.shape), description=description)
+
+
+def _mask(indices, shape):
+    mask = np.zeros(shape, bool)
+    mask.flat[indices] = True
+    return mask
+
+
+def _check_fraction(fraction):
+    if not 0 < fraction < 1:
+        raise ValueError(f"train_fraction must lie strictly between 0 and 1, got {fraction!r}")
+
+
+def _require_pixels(label, available, needed, rule):
+    if available < needed:
+        raise ValueError(
+            f"class {label} has {available} labelled pixels, but {rule} needs at least "
+            f"{needed} (at least one must remain for testing)")

@@ -1,0 +1,206 @@
+"""A built-in, seeded, physically plausible synthetic hyperspectral scene.
+
+Real benchmark cubes cannot be shipped, so tests and examples need a scene
+whose difficulty resembles theirs: classes that a single pixel's spectrum
+identifies only unreliably, but that a small spatial neighbourhood identifies
+well. The generator builds it from the usual ingredients of a linear mixing
+model:
+
+* endmember spectra: a smooth continuum times Gaussian absorption features
+  (vegetation also gets a red edge). Classes come in pairs derived from a
+  shared prototype, so some class pairs are spectrally similar;
+* each class is a mixture of a few endmember variants whose abundances vary
+  smoothly over space (Gaussian-filtered random fields);
+* pixels at region boundaries mix neighbouring materials;
+* each pixel is scaled by a smooth illumination field times a per-pixel jitter;
+* strong per-pixel sensor noise. Illumination jitter and noise are independent
+  between pixels, so they average out over a neighbourhood: that is where a
+  patch-based classifier gets its advantage over a per-pixel one.
+
+The classes can be laid out on the generator's own map of smooth regions or on
+any label map, e.g. a real ground-truth map (``layout="indian_pines"``).
+"""
+
+import numpy as np
+from scipy import ndimage
+
+from hmp.data.catalog import load_ground_truth, scene_spec
+from hmp.data.scene import Scene, as_label_map
+
+WAVELENGTH_RANGE_NM = (400.0, 2500.0)
+GENERATED_LAYOUT = "generated"
+UNLABELLED_MATERIALS = 3
+
+
+def synthetic_scene(layout=GENERATED_LAYOUT, data_dir=None, *, seed=0, n_bands=100,
+                    height=145, width=145, n_classes=10, noise_std=0.4,
+                    illumination_jitter=0.05, variants_per_class=3, region_smoothness=12.0,
+                    abundance_smoothness=6.0, boundary_mixing=0.7, shading=0.03, variant_spread=0.02,
+                    pair_difference=0.08, min_separation=0.12):
+    """Generates a labelled synthetic scene.
+
+    Args:
+      layout: ``"generated"`` (smooth random regions of ``n_classes`` classes
+        on a ``height`` x ``width`` grid, boundaries left unlabelled like in real
+        ground truth), the name of a benchmark scene whose ground-truth map is
+        read from ``data_dir`` (``"indian_pines"``, ``"paviau"``, ``"salinas"``), or
+        a label map array [H, W] with labels 0..K.
+      data_dir: folder with the ground-truth ``.mat`` file for a named layout.
+      seed: everything is drawn from this seed; equal arguments give equal scenes.
+      n_bands: number of spectral bands, spread over 400-2500 nm.
+      height, width, n_classes: size of a generated layout (ignored otherwise).
+      noise_std: per-pixel, per-band sensor noise (reflectance units; the
+        spectra themselves lie roughly in 0.05-0.6).
+      illumination_jitter: standard deviation of the per-pixel log brightness.
+      variants_per_class: endmember variants mixed within each class.
+      region_smoothness: Gaussian sigma (pixels) of a generated layout's regions.
+      abundance_smoothness: Gaussian sigma (pixels) of within-class abundance fields.
+      boundary_mixing: Gaussian sigma (pixels) over which neighbouring
+        materials mix at region boundaries.
+
+    Returns:
+      A :class:`Scene` with a float32 cube [H, W, n_bands].
+    """
+    rng = np.random.default_rng(seed)
+    labels, materials, class_names, name = _layout(
+        layout, data_dir, rng, height, width, n_classes, region_smoothness)
+    n_materials = int(materials.max()) + 1
+    wavelengths = np.linspace(*WAVELENGTH_RANGE_NM, n_bands)
+    spectra = _material_spectra(rng, n_materials, wavelengths, variants_per_class, variant_spread,
+                               pair_difference, min_separation)
+    weights = _mixing_weights(rng, materials, n_materials, variants_per_class,
+                              boundary_mixing, abundance_smoothness)
+    cube = weights @ spectra.reshape(-1, n_bands)
+    cube *= _illumination(rng, labels.shape, shading, illumination_jitter).reshape(-1, 1)
+    cube += rng.normal(0.0, noise_std, size=cube.shape)
+    cube = cube.reshape(*labels.shape, n_bands).astype(np.float32)
+    return Scene(name=name, cube=cube, labels=labels, class_names=class_names)
+
+
+def _layout(layout, data_dir, rng, height, width, n_classes, region_smoothness):
+    """Returns (labels, material map, class names, scene name) for ``layout``.
+
+    The material map assigns every pixel, labelled or not, a material index:
+    classes 1..K keep their label minus one; unlabelled pixels of a given map
+    get one of a few background materials, so the whole image has spectra.
+    """
+    if isinstance(layout, str) and layout == GENERATED_LAYOUT:
+        materials, labels = _generated_regions(rng, height, width, n_classes, region_smoothness)
+        return labels, materials, [f"material {k}" for k in range(1, n_classes + 1)], "synthetic"
+    if isinstance(layout, str):
+        spec = scene_spec(layout)
+        labels = load_ground_truth(spec.name, data_dir)
+        class_names, name = list(spec.class_names), f"synthetic_{spec.name}"
+    else:
+        labels = as_label_map(layout, what="synthetic layout")
+        class_names, name = [], "synthetic"
+    n_classes = max(int(labels.max(initial=0)), len(class_names))
+    background, _ = _generated_regions(rng, *labels.shape, UNLABELLED_MATERIALS, region_smoothness)
+    materials = np.where(labels > 0, labels - 1, n_classes + background)
+    return labels, materials, class_names, name
+
+
+def _generated_regions(rng, height, width, n_regions, smoothness):
+    """Smooth random regions: the argmax of ``n_regions`` Gaussian-filtered noise fields.
+
+    Returns the region index of every pixel and a label map in which pixels
+    close to a region boundary (small margin between the two strongest fields)
+    are unlabelled, as in real ground truth.
+    """
+    fields = ndimage.gaussian_filter(rng.standard_normal((n_regions, height, width)),
+                                     sigma=(0, smoothness, smoothness), mode="wrap")
+    fields /= fields.std(axis=(1, 2), keepdims=True)
+    top_two = np.sort(fields, axis=0)[-2:]
+    regions = fields.argmax(axis=0)
+    labels = np.where(top_two[1] - top_two[0] > 0.15, regions + 1, 0)
+    return regions, labels.astype(np.int32)
+
+
+def _material_spectra(rng, n_materials, wavelengths, n_variants, variant_spread,
+                      pair_difference, min_separation):
+    """Endmember variants, shape [n_materials, n_variants, n_bands].
+
+    Materials come in pairs (2k, 2k+1) built on one prototype: 2k is the
+    prototype, 2k+1 adds a smooth curve of RMS ``pair_difference``, which makes
+    such pairs hard to tell apart. Prototypes are redrawn until every two
+    differ by at least ``min_separation`` RMS, so no seed produces an
+    accidental look-alike. Variants of a material differ by a smooth
+    modulation of relative amplitude ``variant_spread``.
+    """
+    prototypes = []
+    while len(prototypes) < (n_materials + 1) // 2:
+        candidate = _random_reflectance(rng, wavelengths)
+        if all(_rms(candidate - other) >= min_separation for other in prototypes):
+            prototypes.append(candidate)
+    base = np.stack([
+        prototypes[m // 2] + (m % 2) * pair_difference * _smooth_unit_curve(rng, wavelengths)
+        for m in range(n_materials)])
+    modulation = 1 + variant_spread * np.stack([
+        [_smooth_unit_curve(rng, wavelengths) for _ in range(n_variants)]
+        for _ in range(n_materials)])
+    return np.clip(base, 0.01, None)[:, None, :] * modulation
+
+
+def _random_reflectance(rng, wavelengths):
+    """One smooth spectrum: continuum times Gaussian absorption bands, in about 0.05-0.6."""
+    x = _unit_axis(wavelengths)
+    continuum = rng.uniform(0.1, 0.3) + rng.uniform(-0.15, 0.25) * x
+    for _ in range(3):
+        continuum += rng.uniform(0.0, 0.15) * _gaussian(x, rng.uniform(0, 1), rng.uniform(0.1, 0.3))
+    if rng.random() < 0.5:  # vegetation-like red edge near 720 nm
+        continuum += rng.uniform(0.1, 0.3) / (1 + np.exp(-(wavelengths - 720.0) / 15.0))
+    absorption = np.zeros_like(x)
+    for _ in range(rng.integers(3, 7)):
+        absorption += rng.uniform(0.05, 0.4) * _gaussian(
+            wavelengths, rng.uniform(*WAVELENGTH_RANGE_NM), rng.uniform(10.0, 60.0))
+    return np.clip(continuum, 0.03, None) * np.clip(1 - absorption, 0.1, None)
+
+
+def _mixing_weights(rng, materials, n_materials, n_variants, boundary_mixing, smoothness):
+    """Per-pixel weights of every endmember variant, shape [H*W, n_materials*n_variants].
+
+    Material weights are the one-hot material map blurred over
+    ``boundary_mixing`` pixels (mixed pixels at boundaries); within a material,
+    variant abundances come from smooth random fields (softmax-normalised).
+    """
+    height, width = materials.shape
+    one_hot = (materials[None] == np.arange(n_materials)[:, None, None]).astype(np.float32)
+    material_weight = ndimage.gaussian_filter(one_hot, sigma=(0, boundary_mixing, boundary_mixing))
+    fields = ndimage.gaussian_filter(
+        rng.standard_normal((n_materials, n_variants, height, width)).astype(np.float32),
+        sigma=(0, 0, smoothness, smoothness), mode="wrap")
+    fields /= fields.std(axis=(2, 3), keepdims=True)
+    abundance = np.exp(fields)
+    abundance /= abundance.sum(axis=1, keepdims=True)
+    weights = material_weight[:, None] * abundance
+    return weights.reshape(n_materials * n_variants, height * width).T
+
+
+def _illumination(rng, shape, shading_std, jitter):
+    """Brightness factor per pixel: smooth topographic shading times log-normal jitter."""
+    shading = ndimage.gaussian_filter(rng.standard_normal(shape), sigma=20.0, mode="wrap")
+    shading = 1 + shading_std * shading / (shading.std() + 1e-12)
+    return shading * np.exp(rng.normal(0.0, jitter, shape))
+
+
+def _smooth_unit_curve(rng, wavelengths):
+    """A smooth random curve over the bands with RMS 1 (a few broad bumps)."""
+    x = _unit_axis(wavelengths)
+    curve = sum(rng.normal() * _gaussian(x, rng.uniform(0, 1), rng.uniform(0.05, 0.2))
+                for _ in range(4))
+    curve -= curve.mean()
+    return curve / _rms(curve)
+
+
+def _rms(values):
+    return float(np.sqrt(np.mean(np.square(values))))
+
+
+def _unit_axis(wavelengths):
+    """Wavelengths rescaled to [0, 1]."""
+    low, high = WAVELENGTH_RANGE_NM
+    return (wavelengths - low) / (high - low)
+
+
+def _gaussian(x, centre, width):
+    return np.exp(-0.5 * ((x - centre) / width) ** 2)

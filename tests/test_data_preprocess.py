@@ -1,0 +1,93 @@
+"""Scaling and PCA fitted on training pixels only; border padding."""
+
+import numpy as np
+import pytest
+
+from hmp.data import PCA, BandScaler, Preprocessor, pad_cube, training_pixels
+
+
+@pytest.fixture
+def cube():
+    rng = np.random.default_rng(0)
+    mixing = rng.normal(size=(3, 8))
+    return (rng.normal(size=(12, 10, 3)) @ mixing + rng.uniform(0, 5, 8)).astype(np.float32)
+
+
+@pytest.fixture
+def train_mask():
+    mask = np.zeros((12, 10), bool)
+    mask[:6] = True
+    return mask
+
+
+def test_standard_scaling_gives_zero_mean_unit_variance_on_training_pixels(cube, train_mask):
+    scaled = BandScaler("standard").fit(cube, train_mask).transform(cube)
+    assert scaled.dtype == np.float32
+    np.testing.assert_allclose(scaled[train_mask].mean(axis=0), 0, atol=1e-5)
+    np.testing.assert_allclose(scaled[train_mask].std(axis=0), 1, atol=1e-5)
+
+
+def test_minmax_scaling_maps_training_pixels_to_unit_range(cube, train_mask):
+    scaled = BandScaler("minmax").fit(cube, train_mask).transform(cube)
+    np.testing.assert_allclose(scaled[train_mask].min(axis=0), 0, atol=1e-6)
+    np.testing.assert_allclose(scaled[train_mask].max(axis=0), 1, atol=1e-6)
+
+
+@pytest.mark.parametrize("make", [lambda: BandScaler("standard"), lambda: BandScaler("minmax"),
+                                  lambda: PCA(3), lambda: Preprocessor("standard", 4)])
+def test_fit_ignores_test_pixels(cube, train_mask, make):
+    changed = cube.copy()
+    changed[~train_mask] = np.random.default_rng(1).normal(100, 50, changed[~train_mask].shape)
+    original, altered = make().fit(cube, train_mask), make().fit(changed, train_mask)
+    probe = cube[:2]
+    np.testing.assert_array_equal(original.transform(probe), altered.transform(probe))
+    moved = make().fit(changed, ~train_mask)
+    assert not np.allclose(original.transform(probe), moved.transform(probe))
+
+
+def test_index_array_and_mask_select_the_same_training_pixels(cube, train_mask):
+    np.testing.assert_array_equal(training_pixels(cube, train_mask),
+                                  training_pixels(cube, np.flatnonzero(train_mask)))
+
+
+def test_pca_finds_the_principal_subspace(cube, train_mask):
+    pca = PCA(3).fit(cube, train_mask)
+    assert pca.explained_variance_ratio.sum() > 0.999  # the data are rank 3 plus an offset
+    projected = pca.transform(cube)
+    assert projected.shape == (12, 10, 3) and projected.dtype == np.float32
+    reconstructed = projected @ pca.components.T + pca.mean
+    np.testing.assert_allclose(reconstructed, cube, atol=1e-3)
+    np.testing.assert_allclose(pca.components.T @ pca.components, np.eye(3), atol=1e-10)
+
+
+def test_preprocessor_chains_scaling_and_pca(cube, train_mask):
+    output = Preprocessor("minmax", pca_components=2).fit_transform(cube, train_mask)
+    assert output.shape == (12, 10, 2)
+    assert Preprocessor(None).fit_transform(cube, train_mask).shape == cube.shape
+
+
+def test_bad_arguments_are_refused(cube, train_mask):
+    with pytest.raises(ValueError, match="unknown scaling 'zscore'; allowed: standard, minmax"):
+        BandScaler("zscore")
+    with pytest.raises(ValueError, match="n_components=9 exceeds the number of bands"):
+        PCA(9).fit(cube, train_mask)
+    with pytest.raises(ValueError, match=r"train mask shape \(10, 12\) does not match"):
+        BandScaler().fit(cube, train_mask.T)
+    with pytest.raises(ValueError, match="no training pixels"):
+        BandScaler().fit(cube, np.zeros_like(train_mask))
+    with pytest.raises(ValueError, match="not fitted"):
+        PCA(2).transform(cube)
+    with pytest.raises(ValueError, match=r"must lie in \[0, 120\)"):
+        BandScaler().fit(cube, np.array([0, 120]))
+
+
+def test_padding_reflects_or_zeros_the_border():
+    cube = np.arange(12, dtype=np.float32).reshape(3, 4, 1)
+    reflected = pad_cube(cube, 2, "reflect")
+    assert reflected.shape == (7, 8, 1)
+    np.testing.assert_array_equal(reflected[2:5, 2:6], cube)
+    np.testing.assert_array_equal(reflected[2, :2, 0], [2, 1])  # mirror without the edge pixel
+    zeros = pad_cube(cube, 1, "zero")
+    assert zeros[0].sum() == 0 and zeros[:, 0].sum() == 0
+    with pytest.raises(ValueError, match="unknown pad mode 'wrap'; allowed: reflect, zero"):
+        pad_cube(cube, 1, "wrap")

@@ -1,0 +1,175 @@
+"""Loading scenes from .mat (v5 and v7.3) and .npy files, and the real ground-truth maps."""
+
+import os
+import pathlib
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+import scipy.io
+
+from hmp.data import load_benchmark_scene, load_ground_truth, load_scene, read_array
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SHARED_DATA = pathlib.Path(os.environ.get("HMP_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+# Labelled pixels per class, as published with the scenes (EHU GIC wiki).
+PUBLISHED_COUNTS = {
+    "indian_pines": [46, 1428, 830, 237, 483, 730, 28, 478, 20, 972, 2455, 593, 205, 1265, 386, 93],
+    "paviau": [6631, 18649, 2099, 3064, 1345, 5029, 1330, 3682, 947],
+    "salinas": [2009, 3726, 1976, 1394, 2678, 3959, 3579, 11271, 6203, 3278, 1068, 1927, 916,
+                1070, 7268, 1807],
+}
+PUBLISHED_TOTALS = {"indian_pines": 10249, "paviau": 42776, "salinas": 54129}
+GT_FILES = {"indian_pines": "Indian_pines_gt.mat", "paviau": "PaviaU_gt.mat",
+            "salinas": "Salinas_gt.mat"}
+
+
+def write_mat_v73(path, arrays):
+    """Writes arrays the way MATLAB's ``save -v7.3`` does: HDF5, column-major (transposed)."""
+    classes = {"uint8": "uint8", "float64": "double", "float32": "single", "int32": "int32"}
+    with h5py.File(path, "w", userblock_size=512) as handle:
+        for name, array in arrays.items():
+            array = np.asarray(array)
+            dataset = handle.create_dataset(name, data=array.T)
+            dataset.attrs["MATLAB_class"] = np.bytes_(classes[array.dtype.name])
+    header = b"MATLAB 7.3 MAT-file, Platform: GLNXA64, Created on: Mon Jan  1 00:00:00 2024 HDF5 schema 1.00 ."
+    with open(path, "r+b") as handle:
+        handle.write(header.ljust(116) + bytes(8) + b"\x00\x02" + b"IM")
+
+
+def small_scene_arrays(seed=0, shape=(6, 5, 4)):
+    rng = np.random.default_rng(seed)
+    cube = rng.uniform(0, 9000, shape).round()
+    labels = rng.integers(0, 4, shape[:2]).astype(np.uint8)
+    labels.flat[:3] = [1, 2, 3]
+    return cube, labels
+
+
+def require_shared_data():
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real ground-truth folder {SHARED_DATA} is absent (set HMP_SHARED_DATA)")
+    return SHARED_DATA
+
+
+@pytest.mark.parametrize("version", ["v5", "v7.3"])
+def test_pavia_university_loads_from_mat_files_of_both_versions(tmp_path, version):
+    cube, labels = small_scene_arrays()
+    if version == "v5":
+        scipy.io.savemat(tmp_path / "PaviaU.mat", {"paviaU": cube})
+        scipy.io.savemat(tmp_path / "PaviaU_gt.mat", {"paviaU_gt": labels})
+    else:
+        write_mat_v73(tmp_path / "PaviaU.mat", {"paviaU": cube})
+        write_mat_v73(tmp_path / "PaviaU_gt.mat", {"paviaU_gt": labels})
+    scene = load_scene("paviau", tmp_path)
+    np.testing.assert_array_equal(scene.cube, cube.astype(np.float32))
+    np.testing.assert_array_equal(scene.labels, labels)
+    assert scene.cube.dtype == np.float32 and scene.labels.dtype == np.int32
+    assert scene.class_names[0] == "Asphalt" and scene.n_classes == 9
+
+
+def test_v73_reader_undoes_matlab_column_major_storage(tmp_path):
+    cube = np.arange(2 * 3 * 4, dtype=np.float64).reshape(2, 3, 4)
+    write_mat_v73(tmp_path / "cube.mat", {"x": cube})
+    with h5py.File(tmp_path / "cube.mat") as handle:
+        assert handle["x"].shape == (4, 3, 2)
+    np.testing.assert_array_equal(read_array(tmp_path / "cube.mat", "x"), cube)
+
+
+@pytest.mark.parametrize("cube_name,labels_name", [
+    ("indian_pines_corrected.mat", "indian_pines_gt.mat"),
+    ("INDIAN_PINES_CORRECTED.MAT", "Indian_Pines_GT.mat"),
+])
+def test_file_names_match_ignoring_case(tmp_path, cube_name, labels_name):
+    cube, labels = small_scene_arrays()
+    scipy.io.savemat(tmp_path / cube_name, {"indian_pines_corrected": cube})
+    scipy.io.savemat(tmp_path / labels_name, {"indian_pines_gt": labels})
+    scene = load_benchmark_scene("Indian Pines", tmp_path)
+    assert scene.name == "indian_pines" and scene.class_names[-1] == "Stone-Steel-Towers"
+
+
+def test_generic_loader_reads_npy_and_single_array_mat_without_key(tmp_path):
+    cube, labels = small_scene_arrays()
+    np.save(tmp_path / "cube.npy", cube)
+    scipy.io.savemat(tmp_path / "gt.mat", {"whatever": labels})
+    scene = load_scene(tmp_path / "cube.npy", labels_path=tmp_path / "gt.mat",
+                       class_names=["a", "b", "c"])
+    assert scene.name == "cube" and scene.class_names == ["a", "b", "c"]
+    np.testing.assert_array_equal(scene.labels, labels)
+
+
+def test_generic_loader_names_classes_when_no_names_are_given(tmp_path):
+    cube, labels = small_scene_arrays()
+    scipy.io.savemat(tmp_path / "scene.mat", {"data": cube, "gt": labels})
+    scene = load_scene(tmp_path / "scene.mat", labels_path=tmp_path / "scene.mat",
+                       cube_key="data", labels_key="gt")
+    assert scene.class_names == ["class 1", "class 2", "class 3"]
+
+
+def test_missing_file_names_the_file_and_folder(tmp_path):
+    with pytest.raises(FileNotFoundError) as error:
+        load_scene("salinas", tmp_path)
+    message = str(error.value)
+    assert "Salinas_corrected.mat" in message and str(tmp_path) in message
+    assert "--dataset=salinas" in message
+
+
+def test_missing_data_folder_is_reported(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_scene("paviau", tmp_path / "nowhere")
+
+
+def test_wrong_key_lists_the_keys_that_exist(tmp_path):
+    scipy.io.savemat(tmp_path / "PaviaU.mat", {"pavia_cube": np.zeros((2, 2, 2))})
+    scipy.io.savemat(tmp_path / "PaviaU_gt.mat", {"paviaU_gt": np.zeros((2, 2), np.uint8)})
+    with pytest.raises(ValueError, match=r"no array named 'paviaU'.*\['pavia_cube'\]"):
+        load_scene("paviau", tmp_path)
+
+
+def test_several_arrays_without_key_is_refused(tmp_path):
+    scipy.io.savemat(tmp_path / "two.mat", {"a": np.zeros(2), "b": np.ones(2)})
+    with pytest.raises(ValueError, match=r"2 arrays \['a', 'b'\]"):
+        read_array(tmp_path / "two.mat")
+
+
+def test_label_map_of_other_shape_than_cube_is_refused(tmp_path):
+    np.save(tmp_path / "cube.npy", np.zeros((6, 5, 4)))
+    np.save(tmp_path / "gt.npy", np.zeros((5, 6), np.uint8))
+    with pytest.raises(ValueError, match=r"label map shape \(5, 6\) does not match.*\(6, 5\)"):
+        load_scene(tmp_path / "cube.npy", labels_path=tmp_path / "gt.npy")
+
+
+def test_unknown_scene_and_file_type_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="unknown scene 'houston'; allowed: indian_pines"):
+        load_scene("houston")
+    (tmp_path / "cube.tif").write_bytes(b"")
+    with pytest.raises(ValueError, match="unsupported file type '.tif'; allowed: .mat, .npy"):
+        read_array(tmp_path / "cube.tif")
+
+
+def test_negative_or_fractional_labels_are_refused(tmp_path):
+    np.save(tmp_path / "cube.npy", np.zeros((2, 2, 3)))
+    np.save(tmp_path / "gt.npy", np.array([[0, 1.5], [1, 2]]))
+    with pytest.raises(ValueError, match="whole numbers"):
+        load_scene(tmp_path / "cube.npy", labels_path=tmp_path / "gt.npy")
+    np.save(tmp_path / "gt.npy", np.array([[0, -1], [1, 2]]))
+    with pytest.raises(ValueError, match="found -1"):
+        load_scene(tmp_path / "cube.npy", labels_path=tmp_path / "gt.npy")
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_COUNTS))
+def test_real_ground_truth_matches_published_class_counts(name):
+    labels = load_ground_truth(name, require_shared_data())
+    counts = np.bincount(labels.ravel(), minlength=len(PUBLISHED_COUNTS[name]) + 1)
+    assert counts[1:].tolist() == PUBLISHED_COUNTS[name]
+    assert counts[1:].sum() == PUBLISHED_TOTALS[name]
+
+
+def test_real_ground_truth_pairs_with_a_cube_into_a_scene(tmp_path):
+    shutil.copy(require_shared_data() / GT_FILES["indian_pines"], tmp_path / "Indian_pines_gt.mat")
+    scipy.io.savemat(tmp_path / "Indian_pines_corrected.mat",
+                     {"indian_pines_corrected": np.ones((145, 145, 3), np.uint16)})
+    scene = load_scene("indian_pines", tmp_path)
+    assert scene.cube.shape == (145, 145, 3) and scene.n_classes == 16
+    assert np.count_nonzero(scene.labels) == PUBLISHED_TOTALS["indian_pines"]
