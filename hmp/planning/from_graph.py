@@ -1,0 +1,67 @@
+"""A model's ``ModelSpec`` read off its Mesh-TF graph, so specs never drift from models.
+
+``model_spec(config)`` builds the model's graph for one sample in a
+throwaway ``tf.Graph`` and turns every layer ``hmp.workload.layer_ops``
+finds into a ``LayerSpec``: FLOPs, parameters and outputs per sample from the
+graph's shapes, the split dim from the model's ``SPLIT_DIMS`` and its role
+from where that dim occurs ("output" if the layer's output has it, "input" if
+only its inputs do).
+
+Unlike the rest of ``hmp.planning`` this module needs TensorFlow and Mesh-TF;
+import it explicitly (``from hmp.planning.from_graph import model_spec``).
+"""
+
+import inspect
+
+import tensorflow.compat.v1 as tf
+
+import models
+from hmp.graph import build_model_graph
+from hmp.planning.model_spec import LayerSpec, ModelSpec
+from hmp.workload import layer_ops
+
+
+def model_width(config):
+    """The width the model is built with: ``config.width`` or the model's default."""
+    if config.width:
+        return config.width
+    return inspect.signature(models.get_model(config.name).logits).parameters["width"].default
+
+
+def spec_name(config):
+    """A name that identifies the model and its input, e.g.
+    ``cnn2d(width=32, input=9x9x200, classes=16)``: a plan made for another
+    model or input is refused when loaded."""
+    return (f"{config.name}(width={model_width(config)}, "
+            f"input={config.patch}x{config.patch}x{config.bands}, classes={config.n_classes})")
+
+
+def _split(layer, split_dims):
+    """(split dim, its size, role) of a layer, or (None, 0, None)."""
+    found = [d for d in layer.dims if d.name in split_dims]
+    if not found:
+        return None, 0, None
+    if len(found) > 1:
+        raise ValueError(f"layer {layer.name!r} has several split dims "
+                         f"{[d.name for d in found]}; a layer may split at most one")
+    dim = found[0]
+    role = "output" if dim in layer.op.outputs[0].shape.dims else "input"
+    return dim.name, dim.size, role
+
+
+def model_spec(config):
+    """The ``ModelSpec`` of ``config`` (an ``hmp.graph.ModelConfig``), from its graph."""
+    with tf.Graph().as_default():
+        x = tf.placeholder(tf.float32, [1, config.patch, config.patch, config.bands])
+        y = tf.placeholder(tf.int32, [1])
+        graph = build_model_graph(config, 1, x, y)[0]
+        split_dims = models.get_model(config.name).SPLIT_DIMS
+        layers = []
+        for layer in layer_ops(graph):
+            dim, size, role = _split(layer, split_dims)
+            layers.append(LayerSpec(
+                name=layer.name, kind=layer.kind, split_dim=dim, split_size=size,
+                split_role=role, flops_per_sample=float(layer.flops()),
+                params=layer.params(),
+                output_elems_per_sample=layer.op.outputs[0].shape.size))
+    return ModelSpec(spec_name(config), layers, (config.patch, config.patch, config.bands))

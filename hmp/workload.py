@@ -1,0 +1,212 @@
+"""The work a Mesh-TF graph's layers do: in total, and per device once lowered.
+
+``layer_ops(graph)`` finds the layers among a graph's operations, in
+execution order, so that other code (the planner's ``model_spec``, this
+module's per-device report) counts the model the graph really is:
+
+* convolutions and pools are ``hmp.ops.LocalOperation``s; which one (and a
+  pool's window) is read off the TensorFlow operation the op's per-slice
+  function builds when traced on placeholders of its input shapes;
+* a dense layer is an ``EinsumOperation`` that contracts a tensor with a
+  trainable variable into that variable's last dimension (``hmp.layers.dense``).
+  Only forward ops match: the einsums of the backward pass either take no
+  variable or produce the input's shape, which lacks that dimension.
+
+Forward FLOPs (a multiply-add counts 2): a convolution ``2 x output elements x
+filter elements / output-dim size``; a dense layer ``2 x`` the product of the
+union of its dims; a pool one FLOP per window element per output element.
+
+``workload(lowering, mesh_impl)`` evaluates the same formulas on every
+device's slice shapes and reads the slice variables' sizes: what each device
+really computes and holds. A layer none of whose dims is laid out on a mesh
+axis is computed whole by every device of that axis; ``replicas`` counts the
+copies, so that ``sum(per device) == whole x replicas`` holds exactly.
+"""
+
+import dataclasses
+import math
+
+import tensorflow.compat.v1 as tf
+
+from hmp.compat import import_mesh_tensorflow
+from hmp.ops import LocalOperation
+
+mtf = import_mesh_tensorflow()
+
+# TensorFlow op types of a LocalOperation's per-slice function -> layer kind.
+TRACED_KINDS = {"Conv2D": "conv2d", "Conv3D": "conv3d", "MaxPool": "pool",
+                "AvgPool": "pool", "MaxPool3D": "pool", "AvgPool3D": "pool"}
+
+
+def whole_size(dim):
+    """The size of ``dim`` in the global (unsplit) graph."""
+    return dim.size
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerOp:
+    """A layer's main Mesh-TF operation.
+
+    ``name`` is the variable scope of its weights ("block1/split_out") or, for
+    a pool, the operation's name; ``kernel`` the weight tensor (None for a
+    pool); ``window`` the elements of a pool's window (1 otherwise).
+    """
+
+    op: mtf.Operation
+    name: str
+    kind: str
+    kernel: mtf.Tensor | None
+    window: int = 1
+
+    @property
+    def dims(self):
+        """Every dim of the op's inputs and output, each name once."""
+        dims = {}
+        for tensor in self.op.inputs + self.op.outputs:
+            for dim in tensor.shape.dims:
+                dims.setdefault(dim.name, dim)
+        return list(dims.values())
+
+    def flops(self, size_of=whole_size):
+        """Forward FLOPs with each dim's size given by ``size_of(dim)`` (default: whole)."""
+        def elements(shape):
+            return math.prod(size_of(d) for d in shape.dims)
+        output = self.op.outputs[0].shape
+        if self.kind == "dense":
+            return 2 * math.prod(size_of(d) for d in self.dims)
+        if self.kind == "pool":
+            return self.window * elements(output)
+        out_dim = self.kernel.shape.dims[-1]
+        return 2 * elements(output) * elements(self.kernel.shape) // size_of(out_dim)
+
+    def params(self):
+        """Elements of the trainable variables in the layer's scope (kernel, bias)."""
+        if self.kernel is None:
+            return 0
+        prefix = self.name + "/"
+        return sum(v.outputs[0].shape.size for v in self.op.graph.trainable_variables
+                   if v.name.startswith(prefix))
+
+
+def _trainable_variable(tensor):
+    operation = tensor.operation
+    return isinstance(operation, mtf.Variable) and operation.trainable
+
+
+def _dense_layer(op):
+    """A LayerOp if ``op`` is the einsum of a dense layer, else None."""
+    if not isinstance(op, mtf.EinsumOperation) or len(op.inputs) != 2:
+        return None
+    output = op.outputs[0].shape
+    for kernel, x in (op.inputs, op.inputs[::-1]):
+        contracted = [d for d in x.shape.dims if d not in output.dims]
+        if (_trainable_variable(kernel) and contracted
+                and kernel.shape.dims[-1] in output.dims
+                and kernel.shape.dims[-1] not in x.shape.dims):
+            return LayerOp(op, kernel.operation.name.rpartition("/")[0] or op.name,
+                           "dense", kernel)
+    return None
+
+
+def _local_layer(op):
+    """A LayerOp if ``op`` is a convolution or pool LocalOperation, else None."""
+    if not isinstance(op, LocalOperation):
+        return None
+    with tf.Graph().as_default() as traced:
+        op.local_fn(*[tf.placeholder(t.dtype, t.shape.to_integer_list) for t in op.inputs])
+    for tf_op in traced.get_operations():
+        kind = TRACED_KINDS.get(tf_op.type)
+        if kind == "pool":
+            return LayerOp(op, op.name, kind, None, math.prod(tf_op.get_attr("ksize")))
+        if kind is not None:
+            kernel = op.inputs[1]
+            return LayerOp(op, kernel.operation.name.rpartition("/")[0] or op.name,
+                           kind, kernel)
+    return None
+
+
+def layer_ops(graph):
+    """The layers of an mtf ``graph``'s forward pass, in execution order."""
+    found = (_local_layer(op) or _dense_layer(op) for op in graph.operations)
+    return [layer for layer in found if layer is not None]
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerWork:
+    """One layer's forward FLOPs: per device, whole, and how many copies run."""
+
+    name: str
+    kind: str
+    flops: tuple  # per device (processor order)
+    whole: int  # the unsplit layer over the global batch
+    replicas: int  # devices computing each element: sum(flops) == whole * replicas
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """What every device of a lowered graph computes (forward) and holds."""
+
+    devices: tuple
+    layers: tuple  # of LayerWork
+    param_bytes: tuple  # per device: its slices of the trainable variables
+    variable_bytes: tuple  # per device: all its slice variables (with optimizer slots)
+
+    def device_flops(self):
+        """Forward FLOPs of every device, summed over the layers."""
+        return [sum(layer.flops[p] for layer in self.layers) for p in range(len(self.devices))]
+
+    def table(self):
+        """A readable table: a row per layer, a column per device, then totals."""
+        head = ["layer", "kind", "replicas", "whole"] + list(self.devices)
+        rows = [head] + [[l.name, l.kind, str(l.replicas), f"{l.whole:.4g}"]
+                         + [f"{f:.4g}" for f in l.flops] for l in self.layers]
+        total = sum(l.whole for l in self.layers)
+        rows.append(["FLOPs", "", "", f"{total:.4g}"]
+                    + [f"{f:.4g}" for f in self.device_flops()])
+        rows.append(["param bytes", "", "", ""] + [f"{b:.4g}" for b in self.param_bytes])
+        rows.append(["variable bytes", "", "", ""]
+                    + [f"{b:.4g}" for b in self.variable_bytes])
+        widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+                         for row in rows)
+
+
+def _replicas(layer, mesh_impl):
+    """Devices that compute the same elements of ``layer``: the unsplit mesh axes."""
+    axes = {mesh_impl.tensor_dimension_to_mesh_axis(d) for d in layer.dims} - {None}
+    return mesh_impl.size // math.prod(mesh_impl.shape[a].size for a in axes)
+
+
+def _slice_bytes(lowering, variables, n_devices):
+    """Per device, the bytes of the slices of ``variables``."""
+    per_device = [0] * n_devices
+    for variable in variables:
+        slices = lowering.variables[variable].laid_out_tensor.tensor_list
+        for pnum, tf_slice in enumerate(slices):
+            per_device[pnum] += (tf_slice.shape.num_elements()
+                                 * tf_slice.dtype.base_dtype.size)
+    return tuple(per_device)
+
+
+def workload(lowering, mesh_impl):
+    """The forward FLOPs and variable bytes of every device of a lowered graph.
+
+    Args:
+      lowering: the ``hmp.HeteroLowering`` of the graph (one mesh).
+      mesh_impl: its ``hmp.HeteroMeshImpl``.
+
+    Returns:
+      A ``Workload``: per layer (``layer_ops``) the FLOPs of each device's
+      slices and the whole layer's, per device the bytes of its slices.
+    """
+    layers = []
+    for layer in layer_ops(lowering.graph):
+        per_device = tuple(
+            layer.flops(lambda d, p=pnum: mesh_impl.slice_shape(mtf.Shape([d]), p)[0])
+            for pnum in range(mesh_impl.size))
+        layers.append(LayerWork(layer.name, layer.kind, per_device, layer.flops(),
+                                _replicas(layer, mesh_impl)))
+    graph = lowering.graph
+    return Workload(tuple(mesh_impl.devices), tuple(layers),
+                    _slice_bytes(lowering, graph.trainable_variables, mesh_impl.size),
+                    _slice_bytes(lowering, graph.all_variables, mesh_impl.size))
