@@ -26,8 +26,11 @@ def _kernel_dims(names, sizes):
     return [mtf.Dimension(n, int(s)) for n, s in zip(names, sizes)]
 
 
-def _he_normal():
-    """He initialisation: keeps activation variance through ReLU layers."""
+def _default_initializer(activation):
+    """He initialisation before a ReLU-like activation (keeps the activation
+    variance), Glorot for linear outputs such as logits (keeps them small)."""
+    if activation is None:
+        return tf.glorot_uniform_initializer()
     return tf.variance_scaling_initializer(scale=2.0, mode="fan_in",
                                            distribution="truncated_normal")
 
@@ -39,7 +42,7 @@ def _conv(x, output_dim, kernel_names, filter_size, strides, padding, in_dims,
         kernel = mtf.get_variable(
             x.mesh, "kernel",
             _kernel_dims(kernel_names, filter_size) + in_dims + [output_dim],
-            initializer=kernel_initializer or _he_normal(),
+            initializer=kernel_initializer or _default_initializer(activation),
             activation_dtype=x.dtype)
         y = ops.convolution(x, kernel, strides, padding, in_dims, name="conv")
         if use_bias:
@@ -84,7 +87,7 @@ def dense(x, output_dim, reduced_dims=None, use_bias=True, activation=None,
     with tf.variable_scope(name, default_name="dense"):
         kernel = mtf.get_variable(
             x.mesh, "kernel", reduced_dims + [output_dim],
-            initializer=kernel_initializer or _he_normal(),
+            initializer=kernel_initializer or _default_initializer(activation),
             activation_dtype=x.dtype)
         output_shape = (x.shape - reduced_dims) + [output_dim]
         y = mtf.einsum([x, kernel], output_shape=output_shape)

@@ -1,9 +1,10 @@
 """3-D CNN in the style of Hamida et al. (2018): convolutions over space and spectrum.
 
-The patch becomes a volume [batch, bands, h, w, 1]. Each stage is a 3x3x3
-conv that splits its output filters, then a 3x1x1 conv with spectral stride 2
-that splits its input filters (it sums them) and halves the spectrum, as
-Hamida's spectral "pooling" convolutions do.
+The patch becomes a volume [batch, bands, h, w, 1]. Each stage is a 3-D
+conv (VALID, so the neighbourhood shrinks) that splits its output filters,
+then a 3x1x1 conv with spectral stride 2 that splits its input filters (it
+sums them) and halves the spectrum, as Hamida's spectral "pooling"
+convolutions do. The first conv also strides the spectrum by 2.
 """
 
 from hmp import layers, ops
@@ -24,10 +25,12 @@ def to_volume(x):
 def logits(x, classes, width=16):
     """[batch, h, w, bands] -> [batch, classes]."""
     v = to_volume(x)
-    v = layers.conv3d(v, mtf.Dimension("filters1", width), activation=mtf.relu, name="conv1")
+    v = layers.conv3d(v, mtf.Dimension("filters1", width), filter_size=(7, 3, 3),
+                      strides=(2, 1, 1), padding="VALID", activation=mtf.relu, name="conv1")
     v = layers.conv3d(v, mtf.Dimension("channels1", width), filter_size=(3, 1, 1),
                       strides=(2, 1, 1), padding="VALID", activation=mtf.relu, name="pool1")
-    v = layers.conv3d(v, mtf.Dimension("filters2", 2 * width), activation=mtf.relu, name="conv2")
+    v = layers.conv3d(v, mtf.Dimension("filters2", 2 * width), padding="VALID",
+                      activation=mtf.relu, name="conv2")
     v = layers.conv3d(v, mtf.Dimension("channels2", width), filter_size=(3, 1, 1),
                       strides=(2, 1, 1), padding="VALID", activation=mtf.relu, name="pool2")
     hidden = layers.dense(v, mtf.Dimension("hidden", 4 * width), reduced_dims=v.shape.dims[1:],
