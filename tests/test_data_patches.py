@@ -107,7 +107,8 @@ def test_split_batch_gives_per_replica_parts_of_the_given_sizes(cube, labels):
     assert [len(part) for part in parts] == [30, 20]
     np.testing.assert_array_equal(np.concatenate([p.patches for p in parts]), batch.patches)
     np.testing.assert_array_equal(np.concatenate([p.labels for p in parts]), batch.labels)
-    with pytest.raises(ValueError, match=r"\[30, 30\] must be non-negative and sum to the batch size 50"):
+    with pytest.raises(ValueError, match=r"\[30, 30\] must be non-negative and sum to the "
+                                         r"batch size 50"):
         split_batch(batch, [30, 30])
     with pytest.raises(ValueError, match="non-negative"):
         split_batch(batch, [60, -10])

@@ -34,7 +34,8 @@ def write_mat_v73(path, arrays):
             array = np.asarray(array)
             dataset = handle.create_dataset(name, data=array.T)
             dataset.attrs["MATLAB_class"] = np.bytes_(classes[array.dtype.name])
-    header = b"MATLAB 7.3 MAT-file, Platform: GLNXA64, Created on: Mon Jan  1 00:00:00 2024 HDF5 schema 1.00 ."
+    header = (b"MATLAB 7.3 MAT-file, Platform: GLNXA64, "
+              b"Created on: Mon Jan  1 00:00:00 2024 HDF5 schema 1.00 .")
     with open(path, "r+b") as handle:
         handle.write(header.ljust(116) + bytes(8) + b"\x00\x02" + b"IM")
 

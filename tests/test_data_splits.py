@@ -32,8 +32,10 @@ def test_count_split_takes_that_many_per_class(labels):
 
 def test_split_depends_on_seed_only(labels):
     first = stratified_split(labels, train_fraction=0.2, seed=7)
-    np.testing.assert_array_equal(first.train, stratified_split(labels, train_fraction=0.2, seed=7).train)
-    assert not np.array_equal(first.train, stratified_split(labels, train_fraction=0.2, seed=8).train)
+    again = stratified_split(labels, train_fraction=0.2, seed=7)
+    other = stratified_split(labels, train_fraction=0.2, seed=8)
+    np.testing.assert_array_equal(first.train, again.train)
+    assert not np.array_equal(first.train, other.train)
 
 
 def test_tiny_class_keeps_one_training_and_one_test_pixel():
@@ -53,9 +55,11 @@ def test_fraction_outside_the_open_unit_interval_is_refused(labels, fraction):
 
 def test_class_with_too_few_pixels_is_refused():
     labels = np.array([[1, 1, 1, 0, 2]])
-    with pytest.raises(ValueError, match="class 2 has 1 labelled pixels, but train_fraction=0.5 needs at least 2"):
+    with pytest.raises(ValueError, match="class 2 has 1 labelled pixels, "
+                                         "but train_fraction=0.5 needs at least 2"):
         stratified_split(labels, train_fraction=0.5)
-    with pytest.raises(ValueError, match="class 1 has 3 labelled pixels, but train_per_class=3 needs at least 4"):
+    with pytest.raises(ValueError, match="class 1 has 3 labelled pixels, "
+                                         "but train_per_class=3 needs at least 4"):
         stratified_split(labels, train_per_class=3)
 
 

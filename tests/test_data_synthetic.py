@@ -21,7 +21,8 @@ def linear_discriminant_accuracy(features, labels, split):
     means = np.stack([x_train[y_train == k].mean(axis=0) for k in classes])
     residuals = x_train - means[np.searchsorted(classes, y_train)]
     covariance = residuals.T @ residuals / len(residuals)
-    covariance = 0.9 * covariance + 0.1 * np.trace(covariance) / len(covariance) * np.eye(len(covariance))
+    bands = len(covariance)
+    covariance = 0.9 * covariance + 0.1 * np.trace(covariance) / bands * np.eye(bands)
     weights = np.linalg.solve(covariance, means.T)
     scores = features[split.test] @ weights - 0.5 * np.sum(means.T * weights, axis=0)
     return float(np.mean(classes[scores.argmax(axis=1)] == labels[split.test]))

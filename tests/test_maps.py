@@ -44,8 +44,10 @@ def test_classification_map_png_shows_every_class_colour(tmp_path):
 
 
 def test_classification_map_rejects_mismatched_shapes(tmp_path):
-    with pytest.raises(ValueError, match=r"prediction shape \(3, 4\) does not match ground truth shape \(4, 3\)"):
-        save_classification_map(tmp_path / "x.png", np.ones((3, 4), int), np.ones((4, 3), int), ["a"])
+    with pytest.raises(ValueError, match=r"prediction shape \(3, 4\) does not match "
+                                         r"ground truth shape \(4, 3\)"):
+        save_classification_map(tmp_path / "x.png", np.ones((3, 4), int), np.ones((4, 3), int),
+                                ["a"])
 
 
 def test_confusion_matrix_png(tmp_path):

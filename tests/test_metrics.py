@@ -9,7 +9,8 @@ from hmp.metrics import (average_accuracy, cohen_kappa, confusion_matrix, evalua
 
 def labels_from_counts(confusion):
     """(y_true, y_pred) pairs realising a given confusion matrix."""
-    pairs = [(i, j) for (i, j), count in np.ndenumerate(np.asarray(confusion)) for _ in range(count)]
+    pairs = [(i, j) for (i, j), count in np.ndenumerate(np.asarray(confusion))
+             for _ in range(count)]
     y_true, y_pred = zip(*pairs)
     return np.array(y_true), np.array(y_pred)
 

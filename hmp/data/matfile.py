@@ -38,7 +38,8 @@ def read_array(path, key=None):
         return np.load(path, allow_pickle=False)
     if suffix != ".mat":
         raise ValueError(
-            f"{path}: unsupported file type {path.suffix!r}; allowed: {', '.join(SUPPORTED_SUFFIXES)}")
+            f"{path}: unsupported file type {path.suffix!r}; "
+            f"allowed: {', '.join(SUPPORTED_SUFFIXES)}")
     if h5py.is_hdf5(path):
         arrays = _read_mat_v73(path)
     else:

@@ -71,7 +71,7 @@ class BandScaler:
 
 
 class PCA:
-    """Projection of each pixel's spectrum onto the top principal components of the training pixels."""
+    """Projects each pixel's spectrum onto the training pixels' top principal components."""
 
     def __init__(self, n_components):
         if int(n_components) != n_components or n_components < 1:
