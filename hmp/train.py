@@ -202,6 +202,8 @@ def run():
 def main(argv):
     if len(argv) > 1:
         raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
+    tf.disable_eager_execution()
+    tf.logging.set_verbosity(tf.logging.ERROR)
     run()
 
 
