@@ -8,8 +8,10 @@ import h5py
 import numpy as np
 import pytest
 import scipy.io
+from scipy import ndimage
 
-from hmp.data import load_benchmark_scene, load_ground_truth, load_scene, read_array
+from hmp.data import (disjoint_split, load_benchmark_scene, load_ground_truth, load_scene,
+                      read_array)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = pathlib.Path(os.environ.get("HMP_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -174,3 +176,12 @@ def test_real_ground_truth_pairs_with_a_cube_into_a_scene(tmp_path):
     scene = load_scene("indian_pines", tmp_path)
     assert scene.cube.shape == (145, 145, 3) and scene.n_classes == 16
     assert np.count_nonzero(scene.labels) == PUBLISHED_TOTALS["indian_pines"]
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_COUNTS))
+def test_real_ground_truth_splits_disjointly_for_9x9_patches(name):
+    labels = load_ground_truth(name, require_shared_data())
+    split = disjoint_split(labels, train_fraction=0.1, patch_size=9, seed=0)
+    distance_to_training = ndimage.distance_transform_cdt(~split.train_mask, metric="chessboard")
+    assert distance_to_training.flat[split.test].min() > 4
+    assert len(np.unique(labels.flat[split.test])) == len(PUBLISHED_COUNTS[name])

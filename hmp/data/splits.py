@@ -3,8 +3,8 @@
 A pixel index is ``row * W + column``. Two kinds of split:
 
 * :func:`stratified_split`: a seeded random share (or count) of every class;
-* :func:`disjoint_split`: training pixels taken as a contiguous stripe at one
-  end of every class, and every labelled pixel within ``patch_size // 2``
+* :func:`disjoint_split`: training pixels taken as a stripe at one end of
+  every class's extent, and every labelled pixel within ``patch_size // 2``
   pixels (Chebyshev distance) of a training pixel dropped from the test set.
   No test pixel then lies inside any training patch, so patch-based models
   cannot score well merely by having seen the test pixels during training.
@@ -78,9 +78,9 @@ def stratified_split(labels, *, train_fraction=None, train_per_class=None, seed=
 def disjoint_split(labels, *, train_fraction, patch_size, seed=0):
     """A spatially disjoint split: no test pixel lies inside any training patch.
 
-    For each class, its pixels are ordered along a seeded random direction
-    (top-down, bottom-up, left-right or right-left) and the first
-    ``train_fraction`` of them are the training pixels. Labelled pixels closer
+    For each class, its pixels are ordered along the longer side of their
+    bounding box, from a seeded random end, and the first ``train_fraction``
+    of them are the training pixels. Labelled pixels closer
     than ``patch_size // 2 + 1`` pixels (Chebyshev distance) to any training
     pixel are left out of the test set: that guard band is what keeps test
     pixels out of all training patches.
@@ -97,7 +97,7 @@ def disjoint_split(labels, *, train_fraction, patch_size, seed=0):
     for label, pixels in _pixels_by_class(labels):
         _require_pixels(label, len(pixels), 2, f"train_fraction={train_fraction}")
         rows, cols = np.divmod(pixels, width)
-        along, across = (rows, cols) if rng.integers(2) == 0 else (cols, rows)
+        along, across = (rows, cols) if np.ptp(rows) >= np.ptp(cols) else (cols, rows)
         order = np.lexsort((across, along * rng.choice([-1, 1])))
         count = min(max(int(round(train_fraction * len(pixels))), 1), len(pixels) - 1)
         train.append(pixels[order[:count]])
