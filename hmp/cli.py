@@ -4,6 +4,8 @@ A user who mistypes a flag value should read one line that names the flag and
 what is allowed, and get a non-zero exit code; a traceback is for bugs.
 """
 
+import contextlib
+import os
 import sys
 
 from absl import app, flags
@@ -11,6 +13,18 @@ from absl import app, flags
 
 class UsageError(ValueError):
     """A flag value that is not allowed; the message names the flag."""
+
+
+@contextlib.contextmanager
+def blame(*flag_names):
+    """Re-raises a ValueError/OSError from the block as a UsageError naming the flags."""
+    try:
+        yield
+    except UsageError:
+        raise
+    except (ValueError, OSError) as error:
+        values = ", ".join("--%s=%s" % (name, flags.FLAGS[name].value) for name in flag_names)
+        raise UsageError("%s: %s" % (values, error)) from error
 
 
 def _parse_flags(prog):
@@ -31,11 +45,13 @@ def run(main, prog):
     """``app.run(main)``, turning expected errors into one line on stderr.
 
     Exit code 2 for bad input (flags, files, values), 1 when training itself
-    fails (e.g. a NaN loss).
+    fails (e.g. a NaN loss). Set HMP_TRACEBACK=1 to see tracebacks instead.
     """
     from hmp.trainer import TrainingError
 
     def guarded(argv):
+        if os.environ.get("HMP_TRACEBACK"):   # for debugging hmp itself
+            return main(argv)
         try:
             main(argv)
         except TrainingError as error:

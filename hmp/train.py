@@ -163,19 +163,22 @@ def run():
     session_config = _session_config(devices)
     started = time.time()
     print("loading %s ..." % FLAGS.dataset, flush=True)
-    exp = experiment.prepare(_data_config())
+    with cli.blame("dataset", "data_dir"):
+        exp = experiment.prepare(_data_config())
     print("%s: %dx%d pixels, %d bands, %d classes; %d training / %d test pixels"
           % (exp.scene.name, *exp.scene.labels.shape, exp.bands, exp.n_classes,
              len(exp.train), len(exp.test)), flush=True)
     model_config = ModelConfig(FLAGS.model, FLAGS.patch_size, exp.bands, exp.n_classes,
                                FLAGS.width)
-    plan = _plan(model_config, devices, session_config)
+    with cli.blame(*(("plan",) if FLAGS.plan else ("devices", "speeds", "mesh"))):
+        plan = _plan(model_config, devices, session_config)
     print(plan.explain(), flush=True)
     graph = TrainingGraph(model_config, Layout.from_plan(plan), FLAGS.batch_size,
                           FLAGS.optimizer, FLAGS.learning_rate)
     trainer = Trainer(graph, exp, model_dir, FLAGS.seed, session_config,
                       checkpoint_every=FLAGS.checkpoint_every)
-    step = trainer.initialise(FLAGS.resume)
+    with cli.blame("resume", "model_dir"):
+        step = trainer.initialise(FLAGS.resume)
     history = []
     for epoch in range(step // trainer.steps_per_epoch, FLAGS.epochs):
         stats = trainer.train_epoch(epoch, FLAGS.epochs)

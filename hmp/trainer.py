@@ -75,7 +75,7 @@ class Trainer:
         """Fresh weights, or the latest checkpoint when ``resume``; returns the step."""
         checkpoint = tf.train.latest_checkpoint(self.model_dir)
         if resume and checkpoint is None:
-            raise ValueError("--resume: no checkpoint in model_dir %s" % self.model_dir)
+            raise ValueError("no checkpoint in %s to resume from" % self.model_dir)
         with self.graph.tf_graph.as_default():
             if resume:
                 self.graph.saver.restore(self.session, checkpoint)
@@ -83,6 +83,8 @@ class Trainer:
             else:
                 self.session.run(self.graph.init)
         self.session.run(self.graph.copy_masters_to_slices)
+        if not resume:
+            self.save()   # step 0: a run that fails at once still has a good checkpoint
         return self.step
 
     @property
