@@ -78,12 +78,14 @@ class TrainingGraph:
     (e.g. before and after re-planning) can coexist.
     """
 
-    def __init__(self, config, layout, batch_size, optimizer="adam", learning_rate=1e-3):
+    def __init__(self, config, layout, batch_size, optimizer="adam", learning_rate=1e-3,
+                 seed=0):
         self.config = config
         self.layout = layout
         self.batch_size = batch_size
         self.tf_graph = tf.Graph()
         with self.tf_graph.as_default():
+            tf.set_random_seed(seed)   # the same seed gives the same initial weights
             self.global_step = tf.train.get_or_create_global_step()
             self.x = tf.placeholder(tf.float32, [batch_size, config.patch, config.patch,
                                                  config.bands], name="patches")

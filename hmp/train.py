@@ -174,7 +174,7 @@ def run():
         plan = _plan(model_config, devices, session_config)
     print(plan.explain(), flush=True)
     graph = TrainingGraph(model_config, Layout.from_plan(plan), FLAGS.batch_size,
-                          FLAGS.optimizer, FLAGS.learning_rate)
+                          FLAGS.optimizer, FLAGS.learning_rate, FLAGS.seed)
     trainer = Trainer(graph, exp, model_dir, FLAGS.seed, session_config,
                       checkpoint_every=FLAGS.checkpoint_every)
     with cli.blame("resume", "model_dir"):

@@ -78,7 +78,13 @@ class Trainer:
             raise ValueError("no checkpoint in %s to resume from" % self.model_dir)
         with self.graph.tf_graph.as_default():
             if resume:
-                self.graph.saver.restore(self.session, checkpoint)
+                try:
+                    self.graph.saver.restore(self.session, checkpoint)
+                except tf.errors.NotFoundError as error:
+                    raise ValueError(
+                        "checkpoint %s was written by another model or optimizer (%s); "
+                        "resume with the same --model, --width and --optimizer"
+                        % (checkpoint, error.message.splitlines()[0])) from None
                 self.log("resumed from %s" % checkpoint)
             else:
                 self.session.run(self.graph.init)

@@ -1,0 +1,128 @@
+"""``python -m hmp.train`` end to end, its errors, resume and kill/resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+TINY = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
+        "--train_fraction=0.05", "--devices=/cpu:0,/cpu:1", "--speeds=2,1",
+        "--mesh=model:2"]
+
+
+def train(*args, model_dir=None, timeout=300):
+    command = [sys.executable, "-m", "hmp.train", *args]
+    if model_dir is not None:
+        command.append("--model_dir=%s" % model_dir)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
+def test_trains_end_to_end_and_writes_everything(tmp_path):
+    run = train(*TINY, "--epochs=2", model_dir=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "epoch 2/2" in run.stdout and "overall accuracy (OA)" in run.stdout
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["flags"]["model"] == "cnn2d"
+    assert results["plan"]["splits"]["filters1"] == [5, 3]   # 8 filters at 2:1 = 5.3, 2.7
+    assert [h["epoch"] for h in results["history"]] == [0, 1]
+    assert 0.3 < results["test"]["overall_accuracy"] <= 1.0
+    assert len(results["test"]["per_class_accuracy"]) == 10
+    for name in ("classification_map.png", "confusion_matrix.png", "checkpoint"):
+        assert (tmp_path / name).exists(), name
+    assert any(p.name.startswith("events.out.tfevents") for p in tmp_path.iterdir())
+
+
+BAD_FLAGS = {
+    "--model=nope": "--model=nope: choose one of cnn2d, cnn3d, hybrid, spectral",
+    "--dataset=nope": "--dataset=nope",
+    "--dataset=indian_pines --data_dir=/nonexistent": "Indian_pines_corrected.mat",
+    "--speeds=1,x": "--speeds='1,x'",
+    "--speeds=1,2": "--speeds: 2 speeds for 3 devices",
+    "--speeds=1,0,1": "--speeds=1,0,1: every speed must be a positive",
+    "--mesh=model:5 --speeds=1,1,1": "mesh 'model:5' has 5 positions but 3 devices",
+    "--mesh=foo": "--mesh=foo: use model:N",
+    "--patch_size=4": "--patch_size=4: must be odd",
+    "--batch_size=2 --mesh=batch:3 --speeds=1,1,1": "2 samples cannot give 3 devices",
+    "--model_dir=/proc/x": "--model_dir=/proc/x: not writable",
+    "--epochs=abc": "--epochs=abc",
+    "--optimizer=nope": "--optimizer=nope: choose one of",
+    "--rebalance=always": "--rebalance=always: choose off or epoch",
+    "--train_fraction=1.5": "--train_fraction=1.5: must lie strictly between 0 and 1",
+}
+
+
+@pytest.mark.parametrize("flags", sorted(BAD_FLAGS))
+def test_bad_flag_gives_one_line_error(flags):
+    run = train(*flags.split())
+    assert run.returncode == 2
+    lines = [l for l in run.stderr.splitlines() if l.startswith("hmp.train: error:")]
+    assert len(lines) == 1 and BAD_FLAGS[flags] in lines[0], run.stderr[-2000:]
+    assert "Traceback" not in run.stderr
+
+
+def test_resume_without_checkpoint_is_refused(tmp_path):
+    run = train(*TINY, "--resume", model_dir=tmp_path)
+    assert run.returncode == 2
+    assert "no checkpoint in %s to resume from" % tmp_path in run.stderr
+
+
+def test_plan_for_another_model_is_refused(tmp_path):
+    plan = tmp_path / "plan.json"
+    subprocess.run([sys.executable, "scripts/plan_layout.py", "--model=cnn3d",
+                    "--speeds=1,1", "--devices=/cpu:0,/cpu:1", "--mesh=model:2",
+                    "--out=%s" % plan], check=True, capture_output=True,
+                   cwd=os.path.dirname(os.path.dirname(__file__)))
+    run = train(*TINY, "--plan=%s" % plan, model_dir=tmp_path / "run")
+    assert run.returncode == 2
+    assert "--plan=%s" % plan in run.stderr and "model" in run.stderr
+
+
+def test_nan_loss_stops_with_message_and_keeps_checkpoint(tmp_path):
+    run = train(*TINY, "--optimizer=sgd", "--learning_rate=1e30", "--epochs=1",
+                model_dir=tmp_path)
+    assert run.returncode == 1
+    assert "loss became nan" in run.stderr.lower() and "Traceback" not in run.stderr
+    assert (tmp_path / "checkpoint").exists()
+    resumed = train(*TINY, "--resume", "--epochs=1", "--optimizer=sgd",
+                    "--learning_rate=1e-3", model_dir=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    other_optimizer = train(*TINY, "--resume", "--epochs=2", model_dir=tmp_path)
+    assert other_optimizer.returncode == 2
+    assert "written by another model or optimizer" in other_optimizer.stderr
+
+
+def _losses(model_dir):
+    return [h["loss"] for h in json.loads((model_dir / "results.json").read_text())["history"]]
+
+
+def test_killed_run_resumes_from_last_checkpoint_with_same_result(tmp_path):
+    """SIGKILL mid-epoch, resume, and end exactly where an uninterrupted run ends."""
+    flags = [*TINY, "--epochs=3", "--checkpoint_every=3", "--devices=/cpu:0",
+             "--speeds=1", "--mesh=model:1"]
+    straight = train(*flags, model_dir=tmp_path / "straight")
+    assert straight.returncode == 0, straight.stderr[-2000:]
+
+    killed_dir = tmp_path / "killed"
+    process = subprocess.Popen([sys.executable, "-m", "hmp.train", *flags,
+                                "--model_dir=%s" % killed_dir],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    while time.time() < deadline and not list(killed_dir.glob("ckpt-6.index")):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert list(killed_dir.glob("ckpt-6.index")), "no checkpoint before the kill"
+
+    resumed = train(*flags, "--resume", model_dir=killed_dir)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed from" in resumed.stdout
+    straight_results = json.loads((tmp_path / "straight" / "results.json").read_text())
+    resumed_results = json.loads((killed_dir / "results.json").read_text())
+    assert resumed_results["test"]["overall_accuracy"] == pytest.approx(
+        straight_results["test"]["overall_accuracy"], abs=1e-9)
+    assert _losses(killed_dir)[-1] == pytest.approx(_losses(tmp_path / "straight")[-1],
+                                                    rel=1e-5)
