@@ -1,0 +1,181 @@
+"""Measured device speeds and per-device busy times, for the planner and re-balancing.
+
+``measure_speeds`` runs the model's whole training step (forward, backward,
+optimizer update) on one device at a time: a ``TrainingGraph`` with the
+one-device layout per device, warm-up steps, then timed steps. Devices take
+turns step by step (round-robin), never two at once, so on a shared machine
+every device sees the same background load and none competes with another
+for cores. Each device's speed is its median samples/s; the spread of the
+repeats is kept. ``flops_per_s`` turns it into the planner's absolute FLOP
+rate: samples/s x the training FLOPs of one sample (``TRAIN_FLOPS_FACTOR`` x
+the forward FLOPs ``model_spec`` counts), so the cost model reproduces the
+measured one-device step time; it is an effective rate that includes all the
+step's other work.
+
+``busy_times`` reads TensorFlow's step statistics of one traced step
+(``tf.RunOptions(trace_level=FULL_TRACE)``) and returns, per mesh device, the
+union of the execution intervals of the operations that ran on it: the time
+it was busy. Unions, not sums, so that ops running in parallel on one device
+are not counted twice. Send/receive operations are left out: their interval
+includes waiting for another device.
+"""
+
+import dataclasses
+import re
+import statistics
+import time
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+from hmp.graph import Layout, TrainingGraph
+from hmp.planning.costmodel import TRAIN_FLOPS_FACTOR
+from hmp.planning.from_graph import model_spec
+
+# Op types whose recorded interval includes waiting for another device.
+TRANSFER_OPS = ("_Send", "_Recv", "_HostSend", "_HostRecv")
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceSpeed:
+    """One device's measured training speed."""
+
+    device: str
+    samples_per_s: float  # median over the repeats
+    min_samples_per_s: float  # slowest repeat
+    max_samples_per_s: float  # fastest repeat
+    relative: float  # samples_per_s / the sum over all devices (relative speeds sum to 1)
+    flops_per_s: float  # samples_per_s x training FLOPs per sample (effective rate)
+
+
+def _session(graph, target, session_config):
+    """A session on ``graph`` with fresh weights copied to the slices."""
+    session = tf.Session(target=target or "", graph=graph.tf_graph, config=session_config)
+    session.run(graph.init)
+    session.run(graph.copy_masters_to_slices)
+    return session
+
+
+def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None,
+                   session_config=None, optimizer="adam", progress=None):
+    """Times the model's training step alone on each device.
+
+    Args:
+      config: an ``hmp.graph.ModelConfig``.
+      devices: TensorFlow device strings ("/cpu:1", "/gpu:0",
+        "/job:worker/task:1/device:CPU:0", ...).
+      batch_size: samples per step.
+      warmup: untimed steps per device first (graph optimisation, allocation).
+      repeats: timed steps per device; devices take turns step by step.
+      target: session target for remote devices ("grpc://host:port"), or None.
+      session_config: a ``tf.ConfigProto`` (e.g. ``device_count`` for
+        virtual CPU devices), or None.
+      optimizer: the optimizer of the step (its update is part of the work).
+      progress: optional ``callable(str)`` told what is happening.
+
+    Returns:
+      A ``DeviceSpeed`` per device, in the order given.
+    """
+    if not devices:
+        raise ValueError("measure_speeds: no devices given")
+    if warmup < 0 or repeats < 1:
+        raise ValueError(f"measure_speeds: need warmup >= 0 and repeats >= 1, "
+                         f"got {warmup} and {repeats}")
+    say = progress or (lambda message: None)
+    rng = np.random.RandomState(0)
+    x = rng.randn(batch_size, config.patch, config.patch, config.bands).astype(np.float32)
+    y = rng.randint(0, config.n_classes, batch_size).astype(np.int32)
+    runs = []
+    for i, device in enumerate(devices):
+        say(f"profiling {device} ({i + 1}/{len(devices)}): building and warming up")
+        graph = TrainingGraph(config, Layout("", "", (device,), {}), batch_size, optimizer)
+        session = _session(graph, target, session_config)
+        feed = {graph.x: x, graph.y: y}
+        for _ in range(warmup):
+            session.run(graph.train_op, feed)
+        runs.append((session, graph.train_op, feed))
+    seconds = [[] for _ in devices]
+    for repeat in range(repeats):
+        for i, (session, train_op, feed) in enumerate(runs):
+            start = time.perf_counter()
+            session.run(train_op, feed)
+            seconds[i].append(time.perf_counter() - start)
+        say(f"profiling: repeat {repeat + 1}/{repeats} done")
+    for session, _, _ in runs:
+        session.close()
+    train_flops = TRAIN_FLOPS_FACTOR * sum(l.flops_per_sample for l in model_spec(config).layers)
+    medians = [batch_size / statistics.median(s) for s in seconds]
+    return [DeviceSpeed(device, rate, batch_size / max(s), batch_size / min(s),
+                        rate / sum(medians), rate * train_flops)
+            for device, rate, s in zip(devices, medians, seconds)]
+
+
+_DEVICE_PART = re.compile(r"^(.*?/device:[^/:]+:\d+)", re.IGNORECASE)
+
+
+def _device_spec(name):
+    """A ``tf.DeviceSpec`` of a device name without stream/memcpy suffixes."""
+    match = _DEVICE_PART.match(name)
+    return tf.DeviceSpec.from_string(match.group(1) if match else name)
+
+
+def _matches(mesh_device, stats_device):
+    """True if every field the mesh device names equals the stats device's."""
+    fields = ("job", "replica", "task", "device_type", "device_index")
+    return all(getattr(mesh_device, f) is None
+               or str(getattr(mesh_device, f)).upper() == str(getattr(stats_device, f)).upper()
+               for f in fields)
+
+
+def _specificity(spec):
+    return sum(getattr(spec, f) is not None for f in ("job", "replica", "task"))
+
+
+def _union_length(intervals):
+    """Total length covered by (start, end) intervals."""
+    covered, reach = 0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            covered += end - start
+            reach = end
+        elif end > reach:
+            covered += end - reach
+            reach = end
+    return covered
+
+
+def _op_type(node_stats):
+    """The op type from a timeline label ``"name = Type(inputs)"``."""
+    return node_stats.timeline_label.partition(" = ")[2].partition("(")[0]
+
+
+def busy_times(run_metadata, devices):
+    """Busy seconds of each mesh device during one traced step.
+
+    Args:
+      run_metadata: the ``tf.RunMetadata`` of a ``session.run`` with
+        ``tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE)``.
+      devices: the mesh's device strings ("/cpu:1", "/job:worker/task:1/...");
+        step statistics name devices in full
+        ("/job:localhost/replica:0/task:0/device:CPU:1"). A statistics device
+        belongs to the most specific mesh device that matches every field that
+        one names; statistics of devices outside the mesh are ignored.
+
+    Returns:
+      A list of seconds, one per device: the union of its operations' intervals.
+    """
+    mesh_specs = [tf.DeviceSpec.from_string(d) for d in devices]
+    intervals = [[] for _ in devices]
+    for dev_stats in run_metadata.step_stats.dev_stats:
+        stats_spec = _device_spec(dev_stats.device)
+        owners = [i for i, spec in enumerate(mesh_specs) if _matches(spec, stats_spec)]
+        if not owners:
+            continue
+        owner = max(owners, key=lambda i: _specificity(mesh_specs[i]))
+        for node in dev_stats.node_stats:
+            if _op_type(node) in TRANSFER_OPS:
+                continue
+            start = node.all_start_nanos or 1000 * node.all_start_micros
+            length = node.all_end_rel_nanos or 1000 * node.all_end_rel_micros
+            intervals[owner].append((start, start + length))
+    return [_union_length(i) / 1e9 for i in intervals]

@@ -1,0 +1,99 @@
+"""Profiler: measured speeds (structure only, no timing assertions) and busy times."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.profiler import busy_times, measure_speeds
+
+# patch 5, 4 bands, 3 classes, width 2: filters 4, channels 2, hidden 8.
+TINY = ModelConfig("cnn2d", patch=5, bands=4, n_classes=3, width=2)
+# Forward FLOPs per sample by hand: two blocks, a 2x2 SAME pool 5x5 -> 3x3, two dense layers.
+TINY_FLOPS = (2 * 25 * 9 * 4 * 4 + 2 * 25 * 9 * 4 * 2 + 4 * 9 * 2 + 2 * 9 * 9 * 2 * 4
+              + 2 * 9 * 9 * 4 * 2 + 2 * 18 * 8 + 2 * 8 * 3)
+
+
+def test_measure_speeds_reports_every_device():
+    messages = []
+    speeds = measure_speeds(TINY, ["/cpu:0", "/cpu:1"], 8, warmup=1, repeats=3,
+                            session_config=tf.ConfigProto(device_count={"CPU": 2}),
+                            progress=messages.append)
+    assert [s.device for s in speeds] == ["/cpu:0", "/cpu:1"]
+    for s in speeds:
+        assert math.isfinite(s.samples_per_s) and s.samples_per_s > 0
+        assert s.min_samples_per_s <= s.samples_per_s <= s.max_samples_per_s
+        # The effective FLOP rate: samples/s x 3 x forward FLOPs per sample.
+        assert s.flops_per_s == pytest.approx(s.samples_per_s * 3 * TINY_FLOPS, rel=1e-12)
+    assert sum(s.relative for s in speeds) == pytest.approx(1.0)
+    assert speeds[0].relative / speeds[1].relative == pytest.approx(
+        speeds[0].samples_per_s / speeds[1].samples_per_s)
+    assert any("/cpu:1" in m for m in messages) and "repeat 3/3" in messages[-1]
+
+
+def test_measure_speeds_runs_on_a_session_target():
+    server = tf.train.Server.create_local_server()
+    device = "/job:localhost/task:0/device:CPU:0"
+    (speed,) = measure_speeds(TINY, [device], 4, warmup=0, repeats=1, target=server.target)
+    assert speed.device == device and speed.samples_per_s > 0 and speed.relative == 1.0
+
+
+@pytest.mark.parametrize("warmup, repeats", [(-1, 3), (1, 0)])
+def test_measure_speeds_refuses_bad_counts(warmup, repeats):
+    with pytest.raises(ValueError, match="warmup"):
+        measure_speeds(TINY, ["/cpu:0"], 4, warmup=warmup, repeats=repeats)
+
+
+def add_node(dev_stats, label, start_ns, length_ns):
+    dev_stats.node_stats.add(node_name=label.partition(" ")[0], timeline_label=label,
+                             all_start_nanos=start_ns, all_end_rel_nanos=length_ns)
+
+
+def test_busy_times_unites_intervals_and_maps_device_names():
+    metadata = tf.RunMetadata()
+    dev_stats = metadata.step_stats.dev_stats
+    cpu1 = dev_stats.add(device="/job:localhost/replica:0/task:0/device:CPU:1")
+    add_node(cpu1, "a = Conv2D(x, w)", 1000, 10000)  # [1, 11] us
+    add_node(cpu1, "b = AddV2(a, c)", 5000, 15000)  # [5, 20] us, overlaps: union [1, 20]
+    add_node(cpu1, "r = _Recv()", 0, 100000)  # waiting for another device: left out
+    # Only microseconds recorded (older TF): [100, 102] us.
+    cpu1.node_stats.add(node_name="c", timeline_label="c = Relu(b)",
+                        all_start_micros=100, all_end_rel_micros=2)
+    add_node(dev_stats.add(device="/job:localhost/replica:0/task:0/device:CPU:0"),
+             "d = MatMul(p, q)", 0, 4000)
+    # A remote CPU:0 belongs to the mesh device naming that job and task, not to "/cpu:0".
+    add_node(dev_stats.add(device="/job:worker/replica:0/task:1/device:CPU:0"),
+             "e = Conv2D(p, q)", 0, 7000)
+    # A GPU's op and stream timelines are one device.
+    add_node(dev_stats.add(device="/job:localhost/replica:0/task:0/device:GPU:0/stream:all"),
+             "f = Conv2D(p, q)", 0, 3000)
+    add_node(dev_stats.add(device="/job:localhost/replica:0/task:0/device:GPU:0"),
+             "g = Conv2D(p, q)", 2000, 4000)
+    add_node(dev_stats.add(device="/job:localhost/replica:0/task:0/device:CPU:7"),
+             "h = Conv2D(p, q)", 0, 9000)  # not in the mesh: ignored
+    devices = ["/cpu:1", "/cpu:0", "/job:worker/task:1/device:CPU:0", "/gpu:0", "/cpu:2"]
+    assert busy_times(metadata, devices) == pytest.approx([21e-6, 4e-6, 7e-6, 6e-6, 0.0])
+
+
+def test_busy_times_of_a_traced_step_follow_the_shares():
+    # cnn2d of width 55 split 10:1 on every split dim, on /cpu:1 and /cpu:2: the
+    # bigger share is clearly more work. One inter-op thread: the virtual devices
+    # share one thread pool, and concurrent ops would stretch each other's intervals.
+    config = ModelConfig("cnn2d", patch=9, bands=16, n_classes=4, width=55)
+    devices = ("/cpu:1", "/cpu:2")
+    layout = Layout("model:2", "filters1:model;filters2:model;hidden:model", devices,
+                    {"filters1": [100, 10], "filters2": [100, 10], "hidden": [200, 20]})
+    graph = TrainingGraph(config, layout, 16, optimizer="sgd")
+    session = graph.session(tf.ConfigProto(device_count={"CPU": 3},
+                                           inter_op_parallelism_threads=1))
+    rng = np.random.RandomState(0)
+    feed = {graph.x: rng.randn(16, 9, 9, 16), graph.y: rng.randint(0, 4, 16)}
+    session.run(graph.train_op, feed)  # warm-up
+    metadata = tf.RunMetadata()
+    session.run(graph.train_op, feed, run_metadata=metadata,
+                options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE))
+    busy = busy_times(metadata, devices)
+    assert all(b > 0 for b in busy)
+    assert busy[0] > busy[1]
