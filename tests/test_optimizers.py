@@ -1,0 +1,68 @@
+"""hmp's momentum and LARS against numpy, on a variable split unevenly."""
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import harness
+import hmp
+from hmp.optimizers import Lars, Momentum, make_optimizer
+
+mtf = hmp.mesh_impl.mtf
+STEPS = 4
+TARGET = np.random.RandomState(0).randn(6, 4).astype(np.float32)
+START = np.random.RandomState(1).randn(6, 4).astype(np.float32)
+
+
+def mtf_steps(optimizer):
+    """Minimises 0.5 |w - TARGET|^2 (gradient w - TARGET) with w split [4, 2] over 2 devices."""
+    tf.reset_default_graph()
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "mesh")
+    shape = mtf.Shape([mtf.Dimension("rows", 6), mtf.Dimension("cols", 4)])
+    w = mtf.get_variable(mesh, "w", shape, initializer=tf.constant_initializer(START))
+    target = mtf.import_tf_tensor(mesh, tf.constant(TARGET), shape)
+    loss = 0.5 * mtf.reduce_sum(mtf.square(w - target))
+    updates = hmp.train_step(loss, optimizer)
+    impl = hmp.HeteroMeshImpl("model:2", "rows:model", harness.CPUS[:2], {"rows": [4, 2]})
+    lowering = hmp.HeteroLowering(graph, {mesh: impl})
+    step = tf.group([lowering.lowered_operation(u) for u in updates])
+    with tf.Session(config=harness.session_config()) as session:
+        harness.initialise(session, graph, lowering, None)
+        for _ in range(STEPS):
+            session.run(step)
+        return harness.masters(session, graph, lowering)["w"]
+
+
+def numpy_momentum(lr, momentum):
+    w, v = START.astype(np.float64), np.zeros_like(START, np.float64)
+    for _ in range(STEPS):
+        v = momentum * v + lr * (w - TARGET)
+        w = w - v
+    return w
+
+
+def numpy_lars(lr, momentum, weight_decay, trust):
+    w, v = START.astype(np.float64), np.zeros_like(START, np.float64)
+    for _ in range(STEPS):
+        g = w - TARGET
+        w_norm, g_norm = np.linalg.norm(w), np.linalg.norm(g)
+        local_lr = trust * w_norm / (g_norm + weight_decay * w_norm)
+        v = momentum * v + lr * local_lr * (g + weight_decay * w)
+        w = w - v
+    return w
+
+
+def test_momentum_matches_numpy():
+    np.testing.assert_allclose(mtf_steps(Momentum(0.1, 0.9)), numpy_momentum(0.1, 0.9),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_lars_matches_numpy():
+    np.testing.assert_allclose(mtf_steps(Lars(5.0, 0.9, 1e-2, 1e-2)),
+                               numpy_lars(5.0, 0.9, 1e-2, 1e-2), rtol=1e-5, atol=1e-6)
+
+
+def test_unknown_optimizer_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"optimizer 'rmsprop' is not known; choose one of"):
+        make_optimizer("rmsprop", 0.1)

@@ -1,0 +1,75 @@
+"""The trainer on uneven splits follows the single-device run; models learn.
+
+The heterogeneous runs start from the single-device run's step-0 checkpoint
+(whole tensors), which also shows a checkpoint written under one layout
+resumes under another.
+"""
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+from hmp import experiment
+from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.metrics import evaluate
+from hmp.trainer import Trainer
+
+CPUS = tuple("/cpu:%d" % i for i in range(4))
+SESSION = tf.ConfigProto(device_count={"CPU": 4})
+LAYOUTS = {
+    "model_3": Layout("model:3", "filters1:model;filters2:model;hidden:model", CPUS[:3],
+                      {"filters1": [5, 2, 1], "filters2": [4, 3, 1], "hidden": [9, 5, 2]}),
+    "batch_2": Layout("batch:2", "batch:batch", CPUS[:2], {"batch": [40, 24]}),
+    "hybrid": Layout("batch:2;model:2", "batch:batch;filters1:model;hidden:model", CPUS,
+                     {"batch": [37, 27], "filters1": [6, 2], "hidden": [11, 5]}),
+}
+STEPS = 20
+
+
+@pytest.fixture(scope="module")
+def small_experiment():
+    return experiment.prepare(experiment.DataConfig(patch_size=5, train_fraction=0.15,
+                                                    pca=12, seed=3))
+
+
+def run(exp, layout, model_dir, resume):
+    config = ModelConfig("cnn2d", 5, exp.bands, exp.n_classes, width=4)
+    graph = TrainingGraph(config, layout, 64, "adam", 3e-3, seed=1)
+    trainer = Trainer(graph, exp, str(model_dir), seed=7, session_config=SESSION,
+                      log=lambda line: None)
+    trainer.initialise(resume)
+    losses = []
+    for batch in exp.train.batches(64, seed=7, epoch=0, drop_remainder=True):
+        if len(losses) == STEPS:
+            break
+        loss, _ = trainer.session.run([graph.loss, graph.train_op],
+                                      {graph.x: batch.patches, graph.y: batch.labels})
+        losses.append(loss)
+    accuracy = evaluate(exp.test.class_ids, trainer.predict(exp.test),
+                        exp.n_classes).overall_accuracy
+    trainer.close()
+    return np.array(losses), accuracy
+
+
+@pytest.fixture(scope="module")
+def single_device(small_experiment, tmp_path_factory):
+    model_dir = tmp_path_factory.mktemp("single")
+    losses, accuracy = run(small_experiment, Layout("", "", ("/cpu:0",), {}), model_dir,
+                           resume=False)
+    return model_dir, losses, accuracy
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_uneven_runs_follow_single_device(name, small_experiment, single_device,
+                                          tmp_path):
+    model_dir, expected_losses, expected_accuracy = single_device
+    assert len(expected_losses) == STEPS
+    assert expected_losses[-1] < 0.7 * expected_losses[0]
+    for path in model_dir.iterdir():             # start from its step-0 checkpoint
+        if path.name.startswith(("ckpt-0.", "checkpoint")):
+            (tmp_path / path.name).write_bytes(path.read_bytes())
+    (tmp_path / "checkpoint").write_text(
+        (model_dir / "checkpoint").read_text().replace(str(model_dir), str(tmp_path)))
+    losses, accuracy = run(small_experiment, LAYOUTS[name], tmp_path, resume=True)
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-4)
+    assert abs(accuracy - expected_accuracy) <= 0.005
