@@ -149,10 +149,13 @@ def _plan(model_config, devices, session_config):
     speeds = _speeds(devices)
     if speeds is None:
         from hmp.profiler import measure_speeds
-        print("measuring device speeds on the model's own training step ...", flush=True)
         measured = measure_speeds(model_config, devices, FLAGS.batch_size,
-                                  session_config=session_config)
-        speeds = [m.samples_per_second for m in measured]
+                                  session_config=session_config,
+                                  progress=lambda line: print(line, flush=True))
+        for m in measured:
+            print("  %-28s %8.1f samples/s (%.1f - %.1f)"
+                  % (m.device, m.samples_per_s, m.min_samples_per_s, m.max_samples_per_s))
+        speeds = [m.flops_per_s for m in measured]
     return planning.plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh)
 
 
