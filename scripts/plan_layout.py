@@ -1,0 +1,264 @@
+"""Plans how a model is laid out over unequal devices; prints the plan and writes its JSON.
+
+  python scripts/plan_layout.py --model=cnn2d --bands=200 --speeds=70,25,5 --mesh=auto
+  python scripts/plan_layout.py --model=cnn3d --devices=/cpu:0,/cpu:1 --speeds=auto
+  python scripts/plan_layout.py --platform=platform.json --batch_size=128 --out=plan.json
+
+``--speeds=auto`` measures every device with ``hmp.profiler.measure_speeds``
+(one device at a time) and plans with the measured FLOP rates. The plan's
+model name holds the model and its input shape, so ``Plan.from_json`` refuses
+it for another model or input. Every bad flag value ends the run with one
+line ``plan_layout: error: ...`` on stderr and exit code 2.
+"""
+
+import contextlib
+import os
+import re
+import sys
+
+from absl import app, flags
+
+
+def import_tensorflow_quietly():
+    """Imports TensorFlow with stderr closed: the C++ start-up lines it prints
+    ("oneDNN custom operations are on", 4 lines) would bury a one-line error."""
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        import tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+import_tensorflow_quietly()
+
+import tensorflow.compat.v1 as tf  # noqa: E402
+
+import models  # noqa: E402
+from hmp.graph import ModelConfig  # noqa: E402
+from hmp.planning import DeviceSpec, load_platform, parse_mesh, plan_layout  # noqa: E402
+from hmp.planning.from_graph import model_spec  # noqa: E402
+from hmp.profiler import measure_speeds  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("model", "cnn2d", models.MODEL_NAMES, "The model.")
+flags.DEFINE_integer("width", 0, "Model width (filters of its first layer scale with it); "
+                     "0: the model's default.", lower_bound=0)
+flags.DEFINE_integer("patch_size", 9, "Spatial patch size (pixels per side).", lower_bound=1)
+flags.DEFINE_integer("bands", 200, "Spectral bands (or PCA components) per pixel.",
+                     lower_bound=1)
+flags.DEFINE_integer("classes", 16, "Number of classes.", lower_bound=2)
+flags.DEFINE_string("devices", "/cpu:0,/cpu:1,/cpu:2",
+                    "Comma list of TensorFlow devices, one per mesh position (row-major).")
+flags.DEFINE_string("speeds", "auto", '"auto" (measure them) or one number per device: '
+                    "relative (70,25,5) or FLOP/s.")
+flags.DEFINE_string("memory_caps", "", "Comma list of bytes per device (units B, KB, MB, GB, "
+                    "TB, KiB, MiB, GiB, TiB; e.g. 2GB,512MiB,1e9), or empty for none.")
+flags.DEFINE_integer("batch_size", 32, "Global batch size.", lower_bound=1)
+flags.DEFINE_string("mesh", "auto", '"model:N", "batch:M", "batch:M;model:N" or "auto".')
+flags.DEFINE_integer("min_filters", 1, "The fewest filters of each split dimension any "
+                     "device gets.", lower_bound=1)
+flags.DEFINE_string("platform", "", "Optional JSON file of device and link figures "
+                    "(see hmp.planning.load_platform); its devices replace --devices.")
+flags.DEFINE_string("out", "plan.json", "Where to write the plan.")
+flags.DEFINE_integer("warmup", 2, "--speeds=auto: untimed steps per device.", lower_bound=0)
+flags.DEFINE_integer("repeats", 5, "--speeds=auto: timed steps per device.", lower_bound=1)
+flags.DEFINE_string("target", "", "--speeds=auto: session target for remote devices "
+                    "(grpc://host:port).")
+
+UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+         "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30, "TiB": 2 ** 40}
+UNIT_OF = {unit.lower(): factor for unit, factor in UNITS.items()} | {"": 1}
+LOCAL_JOBS = (None, "localhost")
+
+
+def fail(message):
+    """Ends the run: one line on stderr, exit code 2."""
+    print("plan_layout: error: " + " ".join(str(message).split()), file=sys.stderr)
+    sys.exit(2)
+
+
+@contextlib.contextmanager
+def blame(flag_names):
+    """Prefixes a ValueError raised inside with the flags it concerns."""
+    try:
+        yield
+    except ValueError as e:
+        raise ValueError(f"{flag_names}: {e}") from e
+
+
+def parse_devices(text):
+    """The device list; ValueError on an empty or malformed entry or a repeat."""
+    devices = [d.strip() for d in text.split(",")]
+    for device in devices:
+        if not device:
+            raise ValueError(f"--devices={text!r} has an empty entry; allowed: a comma "
+                             "list such as /cpu:0,/cpu:1,/gpu:0")
+        try:
+            tf.DeviceSpec.from_string(device)
+        except ValueError as e:
+            raise ValueError(f"--devices: {device!r} is not a TensorFlow device string "
+                             f"({e}); allowed: e.g. /cpu:0,/gpu:1,"
+                             "/job:worker/task:1/device:CPU:0") from None
+    if len(set(devices)) != len(devices):
+        raise ValueError(f"--devices={text!r} names a device twice")
+    return devices
+
+
+def parse_speeds(text, count):
+    """``"auto"`` or one finite number > 0 per device."""
+    if text.strip() == "auto":
+        return "auto"
+    allowed = (f'allowed: "auto" or {count} numbers > 0 (one per device), '
+               "e.g. 70,25,5 or 7e12,2.5e12,5e11")
+    try:
+        speeds = [float(s) for s in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--speeds={text!r} is not a list of numbers; {allowed}") from None
+    if len(speeds) != count:
+        raise ValueError(f"--speeds={text!r} gives {len(speeds)} speeds for {count} "
+                         f"devices; {allowed}")
+    if not all(0 < s < float("inf") for s in speeds):
+        raise ValueError(f"--speeds={text!r} has a speed that is not finite and > 0; "
+                         f"{allowed}")
+    return speeds
+
+
+def parse_bytes(text):
+    """``"2GB"``, ``"512MiB"``, ``"1e9"`` -> bytes (float)."""
+    match = re.fullmatch(r"\s*([0-9.]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*", text, re.IGNORECASE)
+    if not match or match.group(2).lower() not in UNIT_OF:
+        raise ValueError(f"{text!r} is not a number of bytes")
+    value = float(match.group(1)) * UNIT_OF[match.group(2).lower()]
+    if not value > 0:
+        raise ValueError(f"{text!r} is not more than 0 bytes")
+    return value
+
+
+def parse_memory_caps(text, count):
+    """None for an empty flag, else one byte count per device."""
+    if not text.strip():
+        return None
+    allowed = (f"allowed: {count} sizes (one per device) such as 2GB,512MiB,1e9 "
+               f"(units {', '.join(UNITS)}), or empty for no caps")
+    entries = text.split(",")
+    if len(entries) != count:
+        raise ValueError(f"--memory_caps={text!r} gives {len(entries)} caps for {count} "
+                         f"devices; {allowed}")
+    try:
+        return [parse_bytes(entry) for entry in entries]
+    except ValueError as e:
+        raise ValueError(f"--memory_caps: {e}; {allowed}") from None
+
+
+def check_mesh(text, count):
+    """ValueError unless ``text`` is "auto" or a mesh of ``count`` positions."""
+    if text == "auto":
+        return
+    with blame("--mesh"):
+        mesh = parse_mesh(text)
+    if mesh.size != count:
+        raise ValueError(f"--mesh={text!r} has {mesh.size} positions but there are "
+                         f"{count} devices; allowed: a mesh of {count} positions or auto")
+
+
+def check_min_filters(spec, mesh):
+    """ValueError unless every split dim gives each model column --min_filters filters."""
+    if mesh == "auto":  # a batch-parallel candidate needs no filters split
+        return
+    columns = parse_mesh(mesh).model
+    for dim, size in spec.split_dims().items():
+        if FLAGS.min_filters * columns > size:
+            raise ValueError(f"--min_filters={FLAGS.min_filters}: split dim {dim!r} has "
+                             f"{size} filters, too few for {columns} model columns; "
+                             f"allowed: at most {size // columns}")
+
+
+def virtual_cpus(devices):
+    """Local CPU devices to create: the highest local /cpu:N index + 1 (0 if none)."""
+    indices = [spec.device_index or 0 for spec in map(tf.DeviceSpec.from_string, devices)
+               if (spec.device_type or "").upper() == "CPU" and spec.job in LOCAL_JOBS]
+    return max(indices) + 1 if indices else 0
+
+
+def profile(config, devices):
+    """Measured FLOP rates of ``devices`` (one at a time), with progress on stderr."""
+    names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
+    remote = [n for n in names if tf.DeviceSpec.from_string(n).job not in LOCAL_JOBS]
+    if remote and not FLAGS.target:
+        raise ValueError(f"--target: devices {remote} are remote; give the session target "
+                         "(grpc://host:port) to profile them")
+    cpus = virtual_cpus(names)
+    session_config = tf.ConfigProto(device_count={"CPU": cpus}) if cpus else None
+    try:
+        speeds = measure_speeds(config, names, FLAGS.batch_size, FLAGS.warmup, FLAGS.repeats,
+                                FLAGS.target or None, session_config,
+                                progress=lambda m: print(m, file=sys.stderr, flush=True))
+    except tf.errors.OpError as e:
+        raise ValueError(f"--devices: profiling failed: {e.message.splitlines()[0]}") from e
+    print("Measured speeds (training step alone on each device, median of "
+          f"{FLAGS.repeats}; min - max):")
+    for s in speeds:
+        print(f"  {s.device}  {s.samples_per_s:.4g} samples/s ({s.min_samples_per_s:.4g} - "
+              f"{s.max_samples_per_s:.4g})  relative {s.relative:.3f}  "
+              f"{s.flops_per_s:.4g} FLOP/s")
+    print()
+    return [s.flops_per_s for s in speeds]
+
+
+def run():
+    """Reads the flags, plans, prints and writes the plan."""
+    devices, link = parse_devices(FLAGS.devices), None
+    if FLAGS.platform:
+        with blame("--platform"):
+            specs, link = load_platform(FLAGS.platform)
+        if FLAGS["devices"].present and [s.name for s in specs] != devices:
+            raise ValueError(f"--devices {devices} differ from the devices of --platform "
+                             f"{[s.name for s in specs]}; allowed: leave --devices out")
+        devices = specs
+    use_platform_speeds = FLAGS.platform and not FLAGS["speeds"].present
+    speeds = None if use_platform_speeds else parse_speeds(FLAGS.speeds, len(devices))
+    caps = parse_memory_caps(FLAGS.memory_caps, len(devices))
+    check_mesh(FLAGS.mesh, len(devices))
+    config = ModelConfig(FLAGS.model, FLAGS.patch_size, FLAGS.bands, FLAGS.classes,
+                         FLAGS.width)
+    with blame(f"--patch_size/--bands/--width: model {FLAGS.model} cannot be built for "
+               f"{FLAGS.patch_size}x{FLAGS.patch_size}x{FLAGS.bands} patches"):
+        spec = model_spec(config)
+    check_min_filters(spec, FLAGS.mesh)
+    if speeds == "auto":
+        speeds = profile(config, devices)
+    with blame("no layout fits these flags"):
+        plan = plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh, caps,
+                           FLAGS.min_filters, link)
+    print(plan.explain())
+    try:
+        plan.to_json(FLAGS.out)
+    except OSError as e:
+        raise ValueError(f"--out: cannot write {FLAGS.out!r}: {e.strerror}") from e
+    print(f"\nwrote {FLAGS.out}")
+
+
+def parse_flags(argv):
+    """absl's flag parsing, with its errors as one line and exit code 2."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as e:
+        fail(e)
+
+
+def main(argv):
+    if len(argv) > 1:
+        fail(f"unexpected arguments {argv[1:]}; every option is a flag (--name=value)")
+    tf.disable_eager_execution()
+    tf.logging.set_verbosity(tf.logging.ERROR)
+    try:
+        run()
+    except ValueError as e:
+        fail(e)
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=parse_flags)
