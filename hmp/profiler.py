@@ -94,13 +94,13 @@ def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None
         for _ in range(warmup):
             session.run(graph.train_op, feed)
         runs.append((session, graph.train_op, feed))
+    say(f"profiling: timing {repeats} steps per device, round-robin")
     seconds = [[] for _ in devices]
-    for repeat in range(repeats):
+    for _ in range(repeats):
         for i, (session, train_op, feed) in enumerate(runs):
             start = time.perf_counter()
             session.run(train_op, feed)
             seconds[i].append(time.perf_counter() - start)
-        say(f"profiling: repeat {repeat + 1}/{repeats} done")
     for session, _, _ in runs:
         session.close()
     train_flops = TRAIN_FLOPS_FACTOR * sum(l.flops_per_sample for l in model_spec(config).layers)

@@ -30,7 +30,7 @@ def test_measure_speeds_reports_every_device():
     assert sum(s.relative for s in speeds) == pytest.approx(1.0)
     assert speeds[0].relative / speeds[1].relative == pytest.approx(
         speeds[0].samples_per_s / speeds[1].samples_per_s)
-    assert any("/cpu:1" in m for m in messages) and "repeat 3/3" in messages[-1]
+    assert any("/cpu:1" in m for m in messages) and "timing 3 steps" in messages[-1]
 
 
 def test_measure_speeds_runs_on_a_session_target():
