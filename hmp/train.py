@@ -15,7 +15,7 @@ import tensorflow.compat.v1 as tf
 from absl import app, flags
 
 import models
-from hmp import cli, experiment, report
+from hmp import cli, experiment, rebalance, report
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.metrics import evaluate
 from hmp.optimizers import OPTIMIZERS
@@ -53,6 +53,10 @@ flags.DEFINE_string("model_dir", None, "Checkpoints, results and event files "
 flags.DEFINE_bool("resume", False, "Continue from the latest checkpoint in --model_dir.")
 flags.DEFINE_integer("checkpoint_every", 0, "Also checkpoint every N steps (0: every epoch).")
 flags.DEFINE_string("rebalance", "off", "off, or epoch: re-plan from measured busy times.")
+flags.DEFINE_float("rebalance_threshold", 0.1, "Re-plan when max/min device busy time "
+                   "exceeds 1 + this.")
+flags.DEFINE_string("simulate_slowdown", "", "DEVICE=FACTOR,...: multiply a device's "
+                    "measured busy time (tests re-balancing with virtual devices).")
 FLAGS = flags.FLAGS
 
 LOCAL_CPU = re.compile(r"^/(?:device:)?cpu:(\d+)$", re.IGNORECASE)
@@ -145,7 +149,7 @@ def _plan(model_config, devices, session_config):
     from hmp.planning.from_graph import model_spec
     spec = model_spec(model_config)
     if FLAGS.plan:
-        return planning.Plan.from_json(FLAGS.plan, model_spec=spec)
+        return spec, planning.Plan.from_json(FLAGS.plan, model_spec=spec)
     speeds = _speeds(devices)
     if speeds is None:
         from hmp.profiler import measure_speeds
@@ -156,7 +160,19 @@ def _plan(model_config, devices, session_config):
             print("  %-28s %8.1f samples/s (%.1f - %.1f)"
                   % (m.device, m.samples_per_s, m.min_samples_per_s, m.max_samples_per_s))
         speeds = [m.flops_per_s for m in measured]
-    return planning.plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh)
+    return spec, planning.plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh)
+
+
+def _slowdown(devices):
+    """{device: factor} from --simulate_slowdown=/cpu:1=3,..."""
+    slowdown = {}
+    for item in filter(None, FLAGS.simulate_slowdown.split(",")):
+        device, _, factor = item.rpartition("=")
+        if device not in devices or not factor.replace(".", "", 1).isdigit():
+            raise ValueError("use DEVICE=FACTOR with a device of --devices and a "
+                             "positive number, got %r" % item)
+        slowdown[device] = float(factor)
+    return slowdown
 
 
 def run():
@@ -174,19 +190,37 @@ def run():
     model_config = ModelConfig(FLAGS.model, FLAGS.patch_size, exp.bands, exp.n_classes,
                                FLAGS.width)
     with cli.blame(*(("plan",) if FLAGS.plan else ("devices", "speeds", "mesh"))):
-        plan = _plan(model_config, devices, session_config)
+        spec, plan = _plan(model_config, devices, session_config)
     print(plan.explain(), flush=True)
-    graph = TrainingGraph(model_config, Layout.from_plan(plan), FLAGS.batch_size,
-                          FLAGS.optimizer, FLAGS.learning_rate, FLAGS.seed)
-    trainer = Trainer(graph, exp, model_dir, FLAGS.seed, session_config,
-                      checkpoint_every=FLAGS.checkpoint_every)
-    with cli.blame("resume", "model_dir"):
-        step = trainer.initialise(FLAGS.resume)
-    history = []
-    for epoch in range(step // trainer.steps_per_epoch, FLAGS.epochs):
+    with cli.blame("simulate_slowdown"):
+        slowdown = _slowdown(devices)
+
+    def start(plan, resume):
+        graph = TrainingGraph(model_config, Layout.from_plan(plan), FLAGS.batch_size,
+                              FLAGS.optimizer, FLAGS.learning_rate, FLAGS.seed)
+        trainer = Trainer(graph, exp, model_dir, FLAGS.seed, session_config,
+                          checkpoint_every=FLAGS.checkpoint_every, slowdown=slowdown)
+        with cli.blame("resume", "model_dir"):
+            trainer.initialise(resume)
+        return trainer
+
+    trainer = start(plan, FLAGS.resume)
+    history, plans = [], [dataclasses.asdict(plan)]
+    for epoch in range(trainer.step // trainer.steps_per_epoch, FLAGS.epochs):
         stats = trainer.train_epoch(epoch, FLAGS.epochs)
         history.append(vars(stats))
         print(stats.line(FLAGS.epochs), flush=True)
+        if FLAGS.rebalance == "epoch" and epoch + 1 < FLAGS.epochs:
+            new_plan = rebalance.replan(plan, spec, stats.busy_seconds,
+                                        FLAGS.rebalance_threshold)
+            if new_plan is not None:
+                print("re-balancing (busy time imbalance %.0f%%): %s -> %s"
+                      % (100 * rebalance.imbalance(stats.busy_seconds), plan.splits,
+                         new_plan.splits), flush=True)
+                trainer.close()
+                plan = new_plan
+                plans.append(dataclasses.asdict(plan))
+                trainer = start(plan, resume=True)
     print("evaluating on %d test pixels ..." % len(exp.test), flush=True)
     scores = evaluate(exp.test.class_ids, trainer.predict(exp.test), exp.n_classes)
     print(report.score_table(scores, exp.scene.class_names))
@@ -197,6 +231,7 @@ def run():
     results = {"flags": {f.name: f.value for f in
                          FLAGS.get_key_flags_for_module(sys.modules[__name__])},
                "plan": dataclasses.asdict(plan),
+               "plans": plans,
                "history": history,
                "test": report.scores_dict(scores, exp.scene.class_names),
                "pictures": list(pictures),

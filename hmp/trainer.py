@@ -15,6 +15,8 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from hmp.profiler import busy_times
+
 
 
 class TrainingError(RuntimeError):
@@ -28,7 +30,12 @@ class EpochStats:
     train_accuracy: float
     samples_per_second: float
     seconds: float
-    busy_share: list = None
+    busy_seconds: list = None   # per device, in one traced step of the epoch
+
+    @property
+    def busy_share(self):
+        total = sum(self.busy_seconds or [])
+        return [b / total for b in self.busy_seconds] if total else []
 
     def line(self, epochs):
         busy = ("  busy " + " ".join("%.0f%%" % (100 * s) for s in self.busy_share)
@@ -50,16 +57,21 @@ class Trainer:
       target: session target (a gRPC address for cluster runs) or "".
       checkpoint_every: also checkpoint every this many steps (0: only at epochs).
       log: function receiving progress lines.
+      slowdown: {device: factor} multiplying that device's measured busy time,
+        a stand-in for a slower device when all devices are virtual CPUs of
+        one process (tests of re-balancing); real speed differences need
+        separate worker processes.
     """
 
     def __init__(self, graph, experiment, model_dir, seed=0, session_config=None, target="",
-                 checkpoint_every=0, log=print):
+                 checkpoint_every=0, log=print, slowdown=None):
         self.graph = graph
         self.experiment = experiment
         self.model_dir = model_dir
         self.seed = seed
         self.checkpoint_every = checkpoint_every
         self.log = log
+        self.slowdown = dict(slowdown or {})
         self.batch_size = graph.batch_size
         self.steps_per_epoch = experiment.train.steps_per_epoch(self.batch_size,
                                                                 drop_remainder=True)
@@ -104,24 +116,23 @@ class Trainer:
                                      global_step=self.step)
 
     # -- training ------------------------------------------------------------
-    def train_epoch(self, epoch, epochs, trace_step=None):
+    def train_epoch(self, epoch, epochs):
         """Runs the rest of epoch ``epoch``; returns its :class:`EpochStats`.
 
-        ``trace_step(session, fetches, feed)`` may run one step itself (e.g.
-        with tracing, to measure per-device busy time); it returns the fetched
-        values and optionally the busy shares.
+        The epoch's second step is traced to measure each device's busy time
+        (the first may still include one-off graph optimisation).
         """
         start_step = self.step - epoch * self.steps_per_epoch
         batches = self.experiment.train.batches(
             self.batch_size, seed=self.seed, epoch=epoch, drop_remainder=True,
             start_step=start_step)
         fetches = [self.graph.loss, self.graph.correct, self.graph.train_op]
-        losses, correct, busy_share = [], 0.0, None
+        losses, correct, busy = [], 0.0, None
         started = time.perf_counter()
         for i, batch in enumerate(batches):
             feed = {self.graph.x: batch.patches, self.graph.y: batch.labels}
-            if trace_step is not None and i == 1:
-                (loss, n_correct, _), busy_share = trace_step(self.session, fetches, feed)
+            if i == 1:
+                (loss, n_correct, _), busy = self._traced_step(fetches, feed)
             else:
                 loss, n_correct, _ = self.session.run(fetches, feed)
             if not math.isfinite(loss):
@@ -137,10 +148,20 @@ class Trainer:
         samples = len(losses) * self.batch_size
         stats = EpochStats(epoch, float(np.mean(losses)) if losses else float("nan"),
                            correct / samples if samples else float("nan"),
-                           samples / seconds if seconds else 0.0, seconds, busy_share)
+                           samples / seconds if seconds else 0.0, seconds, busy)
         self.save()
         self._summaries(stats)
         return stats
+
+    def _traced_step(self, fetches, feed):
+        """One step with TensorFlow tracing; returns its values and per-device busy seconds."""
+        metadata = tf.RunMetadata()
+        values = self.session.run(
+            fetches, feed, options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
+            run_metadata=metadata)
+        busy = busy_times(metadata, list(self.graph.layout.devices))
+        return values, [b * self.slowdown.get(d, 1.0)
+                        for b, d in zip(busy, self.graph.layout.devices)]
 
     def _summaries(self, stats):
         values = {"loss": stats.loss, "train_accuracy": stats.train_accuracy,

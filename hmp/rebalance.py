@@ -1,0 +1,42 @@
+"""Dynamic re-balancing between epochs (DBS, Ye et al.; see BACKGROUND.md).
+
+After an epoch the trainer knows how long each device was busy in a real
+step (from TensorFlow's step statistics). A device's effective speed is the
+work it was given (its predicted share of the step's FLOPs under the current
+plan) divided by that busy time. If the busiest device took clearly longer
+than the least busy one, the same mesh is planned again from those speeds;
+the trainer then rebuilds its graph and carries the weights over through the
+checkpoint (whole tensors), so only the splits change.
+"""
+
+from hmp.planning import plan_layout
+
+DEFAULT_THRESHOLD = 0.10
+
+
+def imbalance(busy_seconds):
+    """max/min busy time - 1: 0 when perfectly balanced."""
+    busy = [b for b in busy_seconds if b > 0]
+    if len(busy) < 2:
+        return 0.0
+    return max(busy) / min(busy) - 1.0
+
+
+def measured_speeds(plan, busy_seconds):
+    """Work per busy second of each device: its planned load / its busy time."""
+    return [load / busy for load, busy in zip(plan.prediction.load, busy_seconds)]
+
+
+def replan(plan, model_spec, busy_seconds, threshold=DEFAULT_THRESHOLD):
+    """A new plan on the same mesh if the imbalance exceeds ``threshold``, else None.
+
+    Returns None as well when re-planning gives the same splits (the shares
+    are already as even as whole filters and samples allow).
+    """
+    if len(busy_seconds) != len(plan.devices) or min(busy_seconds) <= 0:
+        return None
+    if imbalance(busy_seconds) <= threshold:
+        return None
+    new_plan = plan_layout(model_spec, plan.devices, measured_speeds(plan, busy_seconds),
+                           plan.batch_size, plan.mesh)
+    return new_plan if new_plan.splits != plan.splits else None
