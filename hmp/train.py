@@ -28,7 +28,8 @@ flags.DEFINE_string("data_dir", None, "Folder with the scene files (default $HMP
                     "or ./data); for --synthetic_layout of a real scene, its ground truth.")
 flags.DEFINE_string("synthetic_layout", "generated", "Class layout of the synthetic scene: "
                     "generated, or indian_pines/paviau/salinas (ground truth in --data_dir).")
-flags.DEFINE_string("model", "cnn3d", "Model: " + ", ".join(models.MODEL_NAMES) + ".")
+flags.DEFINE_string("model", "cnn3d", "Model: " + ", ".join(models.MODEL_NAMES) +
+                    ", or a module path (mypackage.mymodel) with logits and SPLIT_DIMS.")
 flags.DEFINE_integer("width", 0, "Model width (filters of its first layer); 0: default.")
 flags.DEFINE_string("devices", "/cpu:0,/cpu:1,/cpu:2", "Comma-separated TensorFlow "
                     "devices; /cpu:N are virtual devices of the local CPU.")
@@ -96,9 +97,8 @@ def _speeds(devices):
 
 def _check_flags():
     """One-line errors for values the flag parser cannot judge."""
-    if FLAGS.model not in models.MODEL_NAMES:
-        raise cli.UsageError("--model=%s: choose one of %s"
-                             % (FLAGS.model, ", ".join(models.MODEL_NAMES)))
+    with cli.blame("model"):
+        models.get_model(FLAGS.model)
     if FLAGS.optimizer not in OPTIMIZERS:
         raise cli.UsageError("--optimizer=%s: choose one of %s"
                              % (FLAGS.optimizer, ", ".join(OPTIMIZERS)))

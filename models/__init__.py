@@ -12,8 +12,18 @@ MODEL_NAMES = ("cnn2d", "cnn3d", "hybrid", "spectral")
 
 
 def get_model(name):
-    """The model module called ``name``."""
-    if name not in MODEL_NAMES:
-        raise ValueError("model %r is not known; choose one of %s"
-                         % (name, ", ".join(MODEL_NAMES)))
-    return importlib.import_module("models." + name)
+    """The model module called ``name``: a built-in one, or any importable
+    module path (``mypackage.mymodel``) defining ``logits`` and ``SPLIT_DIMS``."""
+    if name in MODEL_NAMES:
+        return importlib.import_module("models." + name)
+    if "." in name:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as error:
+            raise ValueError("model module %r cannot be imported: %s" % (name, error)) from None
+        if hasattr(module, "logits") and hasattr(module, "SPLIT_DIMS"):
+            return module
+        raise ValueError("model module %r must define logits(x, classes, width) and "
+                         "SPLIT_DIMS" % name)
+    raise ValueError("model %r is not known; choose one of %s, or give a module path"
+                     % (name, ", ".join(MODEL_NAMES)))

@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -37,7 +38,8 @@ def test_trains_end_to_end_and_writes_everything(tmp_path):
 
 
 BAD_FLAGS = {
-    "--model=nope": "--model=nope: choose one of cnn2d, cnn3d, hybrid, spectral",
+    "--model=nope": "--model=nope: model 'nope' is not known; choose one of cnn2d, cnn3d",
+    "--model=no.such.module": "--model=no.such.module: model module 'no.such.module' cannot",
     "--dataset=nope": "--dataset=nope",
     "--dataset=indian_pines --data_dir=/nonexistent": "Indian_pines_corrected.mat",
     "--speeds=1,x": "--speeds='1,x'",
@@ -126,3 +128,21 @@ def test_killed_run_resumes_from_last_checkpoint_with_same_result(tmp_path):
         straight_results["test"]["overall_accuracy"], abs=1e-9)
     assert _losses(killed_dir)[-1] == pytest.approx(_losses(tmp_path / "straight")[-1],
                                                     rel=1e-5)
+
+
+def test_readme_custom_model_trains(tmp_path):
+    """The README's example model, as a user would use it: --model=<module path>."""
+    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    block = readme.split("<!-- example:custom-model -->")[1].split("```python")[1]
+    package = tmp_path / "mymodels"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "small.py").write_text(block.split("```")[0])
+    run = subprocess.run(
+        [sys.executable, "-m", "hmp.train", *TINY, "--model=mymodels.small", "--epochs=1",
+         "--model_dir=%s" % (tmp_path / "run")],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert run.returncode == 0, run.stderr[-2000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["plan"]["splits"] == {"filters1": [5, 3]}   # --width=4: 8 filters at 2:1
