@@ -9,9 +9,9 @@ operation that differentiates the same per-slice function with
 shapes. Stock Mesh-TensorFlow conv backprop ops compute one slice shape for
 all devices and cannot do this. Convolutions and pooling are built on it.
 
-The remaining operations (``one_hot``, ``constant``, ``barrier``) replace
-stock ones that need one slice shape for all devices, or add the ordering the
-training step needs.
+The remaining operations (``reshape``, ``argmax``, ``one_hot``, ``constant``)
+replace stock ones that need one slice shape for all devices; ``barrier``
+adds the ordering the training step needs.
 """
 
 import tensorflow.compat.v1 as tf
@@ -31,6 +31,21 @@ def _mesh_axes(mesh_impl, shapes):
             if axis is not None:
                 axes.add(axis)
     return axes
+
+
+def _lazy_sum(lowering, mesh_impl, laid_out, mesh_axes, output):
+    """Sums per-device partial results over ``mesh_axes``, lazily as Mesh-TF does.
+
+    Laziness lets Mesh-TF fuse the all-reduce with following elementwise ops
+    (for example a bias add happens before, not after, the reduction).
+    """
+    if not mesh_axes:
+        return laid_out
+    mesh_axes = sorted(mesh_axes)
+    def count_allreduce():
+        lowering.add_counter("allreduce/%s/%s" % (mesh_axes, output.operation.name),
+                             mesh_impl.laid_out_size(output.shape))
+    return mtf.LazyAllreduceSum(mesh_impl, laid_out, mesh_axes, count_allreduce)
 
 
 class LocalOperation(mtf.Operation):
@@ -123,21 +138,6 @@ class LocalGradOperation(mtf.Operation):
             reduce_axes = computation_axes - _mesh_axes(mesh_impl, [output.shape])
             lowering.set_tensor_lowering(
                 output, _lazy_sum(lowering, mesh_impl, grad, reduce_axes, output))
-
-
-def _lazy_sum(lowering, mesh_impl, laid_out, mesh_axes, output):
-    """Sums per-device partial results over ``mesh_axes``, lazily as Mesh-TF does.
-
-    Laziness lets Mesh-TF fuse the all-reduce with following elementwise ops
-    (for example a bias add happens before, not after, the reduction).
-    """
-    if not mesh_axes:
-        return laid_out
-    mesh_axes = sorted(mesh_axes)
-    def count_allreduce():
-        lowering.add_counter("allreduce/%s/%s" % (mesh_axes, output.operation.name),
-                             mesh_impl.laid_out_size(output.shape))
-    return mtf.LazyAllreduceSum(mesh_impl, laid_out, mesh_axes, count_allreduce)
 
 
 # ----------------------------------------------------------------------
