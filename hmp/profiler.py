@@ -10,7 +10,8 @@ repeats is kept. ``flops_per_s`` turns it into the planner's absolute FLOP
 rate: samples/s x the training FLOPs of one sample (``TRAIN_FLOPS_FACTOR`` x
 the forward FLOPs ``model_spec`` counts), so the cost model reproduces the
 measured one-device step time; it is an effective rate that includes all the
-step's other work.
+step's other work. ``DeviceStep`` is that one-device step, for other
+measurements (the cost-model benchmark runs several side by side).
 
 ``busy_times`` reads TensorFlow's step statistics of one traced step
 (``tf.RunOptions(trace_level=FULL_TRACE)``) and returns, per mesh device, the
@@ -48,12 +49,39 @@ class DeviceSpeed:
     flops_per_s: float  # samples_per_s x training FLOPs per sample (effective rate)
 
 
-def _session(graph, target, session_config):
-    """A session on ``graph`` with fresh weights copied to the slices."""
-    session = tf.Session(target=target or "", graph=graph.tf_graph, config=session_config)
-    session.run(graph.init)
-    session.run(graph.copy_masters_to_slices)
-    return session
+def train_flops_per_sample(config):
+    """The cost model's training FLOPs of one sample: ``TRAIN_FLOPS_FACTOR`` x forward."""
+    return TRAIN_FLOPS_FACTOR * sum(l.flops_per_sample for l in model_spec(config).layers)
+
+
+class DeviceStep:
+    """The model's whole training step on one device, in a session of its own.
+
+    A ``TrainingGraph`` on the one-device layout, fresh weights, a fixed
+    random batch fed every step.
+    """
+
+    def __init__(self, config, device, batch_size, target=None, session_config=None,
+                 optimizer="adam"):
+        graph = TrainingGraph(config, Layout("", "", (device,), {}), batch_size, optimizer)
+        self.session = tf.Session(target=target or "", graph=graph.tf_graph,
+                                  config=session_config)
+        self.session.run(graph.init)
+        self.session.run(graph.copy_masters_to_slices)
+        rng = np.random.RandomState(0)
+        self._feed = {
+            graph.x: rng.randn(batch_size, config.patch, config.patch, config.bands),
+            graph.y: rng.randint(0, config.n_classes, batch_size)}
+        self._train_op = graph.train_op
+
+    def run(self):
+        """Runs one step; returns its wall time in seconds."""
+        start = time.perf_counter()
+        self.session.run(self._train_op, self._feed)
+        return time.perf_counter() - start
+
+    def close(self):
+        self.session.close()
 
 
 def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None,
@@ -82,28 +110,21 @@ def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None
         raise ValueError(f"measure_speeds: need warmup >= 0 and repeats >= 1, "
                          f"got {warmup} and {repeats}")
     say = progress or (lambda message: None)
-    rng = np.random.RandomState(0)
-    x = rng.randn(batch_size, config.patch, config.patch, config.bands).astype(np.float32)
-    y = rng.randint(0, config.n_classes, batch_size).astype(np.int32)
-    runs = []
+    steps = []
     for i, device in enumerate(devices):
         say(f"profiling {device} ({i + 1}/{len(devices)}): building and warming up")
-        graph = TrainingGraph(config, Layout("", "", (device,), {}), batch_size, optimizer)
-        session = _session(graph, target, session_config)
-        feed = {graph.x: x, graph.y: y}
+        step = DeviceStep(config, device, batch_size, target, session_config, optimizer)
         for _ in range(warmup):
-            session.run(graph.train_op, feed)
-        runs.append((session, graph.train_op, feed))
+            step.run()
+        steps.append(step)
     say(f"profiling: timing {repeats} steps per device, round-robin")
     seconds = [[] for _ in devices]
     for _ in range(repeats):
-        for i, (session, train_op, feed) in enumerate(runs):
-            start = time.perf_counter()
-            session.run(train_op, feed)
-            seconds[i].append(time.perf_counter() - start)
-    for session, _, _ in runs:
-        session.close()
-    train_flops = TRAIN_FLOPS_FACTOR * sum(l.flops_per_sample for l in model_spec(config).layers)
+        for i, step in enumerate(steps):
+            seconds[i].append(step.run())
+    for step in steps:
+        step.close()
+    train_flops = train_flops_per_sample(config)
     medians = [batch_size / statistics.median(s) for s in seconds]
     return [DeviceSpeed(device, rate, batch_size / max(s), batch_size / min(s),
                         rate / sum(medians), rate * train_flops)
