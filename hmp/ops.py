@@ -143,20 +143,22 @@ class LocalGradOperation(mtf.Operation):
 # ----------------------------------------------------------------------
 # Convolution and pooling
 # ----------------------------------------------------------------------
-def _output_size(size, window, stride, padding):
+def _output_size(dim, window, stride, padding, name):
     if padding == "SAME":
-        return -(-size // stride)
+        return -(-dim.size // stride)
     if padding == "VALID":
-        if size < window:
-            raise ValueError("VALID window %d is larger than the input (%d)"
-                             % (window, size))
-        return (size - window) // stride + 1
-    raise ValueError("padding must be 'SAME' or 'VALID', got %r" % (padding,))
+        if dim.size < window:
+            raise ValueError(
+                "%s: dimension %r has size %d, smaller than the VALID window %d (use a "
+                "larger input, e.g. more bands or a bigger patch, or SAME padding)"
+                % (name, dim.name, dim.size, window))
+        return (dim.size - window) // stride + 1
+    raise ValueError("%s: padding must be 'SAME' or 'VALID', got %r" % (name, padding))
 
 
-def _strided_dims(spatial_dims, windows, strides, padding):
+def _strided_dims(spatial_dims, windows, strides, padding, name):
     """Output spatial dims: same names, sizes after the window and stride."""
-    return [mtf.Dimension(d.name, _output_size(d.size, w, s, padding))
+    return [mtf.Dimension(d.name, _output_size(d, w, s, padding, name))
             for d, w, s in zip(spatial_dims, windows, strides)]
 
 
@@ -193,8 +195,9 @@ def convolution(x, conv_filter, strides, padding, in_dims, name=None):
     kernel_dims = conv_filter.shape.dims[:rank]
     out_dim = conv_filter.shape.dims[-1]
     strides = list(strides)
+    name = name or "conv"
     out_spatial = _strided_dims(spatial_dims, [k.size for k in kernel_dims],
-                                strides, padding)
+                                strides, padding, tf.get_variable_scope().name + "/" + name)
     tf_conv = tf.nn.conv2d if rank == 2 else tf.nn.conv3d
     n_batch = len(batch_dims)
 
@@ -208,7 +211,7 @@ def convolution(x, conv_filter, strides, padding, in_dims, name=None):
 
     return LocalOperation(
         [x, conv_filter], batch_dims + out_spatial + [out_dim], local_conv,
-        local_dims=spatial_dims + kernel_dims, name=name or "conv").outputs[0]
+        local_dims=spatial_dims + kernel_dims, name=name).outputs[0]
 
 
 def pool(x, window, strides, padding, kind, name=None):
@@ -224,7 +227,8 @@ def pool(x, window, strides, padding, kind, name=None):
                          "'avg', got %s and %r" % (window, kind))
     batch_dims = x.shape.dims[:-(rank + 1)]
     spatial_dims = x.shape.dims[-(rank + 1):-1]
-    out_spatial = _strided_dims(spatial_dims, window, strides, padding)
+    name = name or kind + "_pool"
+    out_spatial = _strided_dims(spatial_dims, window, strides, padding, name)
     tf_pool = {(2, "max"): tf.nn.max_pool2d, (3, "max"): tf.nn.max_pool3d,
                (2, "avg"): tf.nn.avg_pool2d, (3, "avg"): tf.nn.avg_pool3d}[rank, kind]
     n_batch = len(batch_dims)
@@ -236,7 +240,7 @@ def pool(x, window, strides, padding, kind, name=None):
 
     return LocalOperation(
         [x], batch_dims + out_spatial + x.shape.dims[-1:], local_pool,
-        local_dims=spatial_dims, name=name or kind + "_pool").outputs[0]
+        local_dims=spatial_dims, name=name).outputs[0]
 
 
 def argmax(x, dim, name=None):

@@ -1,0 +1,44 @@
+"""Every model builds from hmp.layers, plans, and computes on a planned uneven
+2x2 mesh exactly what it computes on one device."""
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import models
+from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.planning import plan_layout
+from hmp.planning.from_graph import model_spec
+
+DEVICES = ["/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3"]
+SESSION = tf.ConfigProto(device_count={"CPU": 4})
+BATCH = 16
+
+
+def first_two_losses(config, layout):
+    graph = TrainingGraph(config, layout, BATCH, "sgd", 0.05, seed=5)
+    rng = np.random.RandomState(0)
+    feed = {graph.x: rng.randn(BATCH, config.patch, config.patch, config.bands),
+            graph.y: rng.randint(0, config.n_classes, BATCH)}
+    with graph.session(SESSION) as session:
+        first, _ = session.run([graph.loss, graph.train_op], feed)
+        second = session.run(graph.loss, feed)
+    return np.array([first, second])
+
+
+@pytest.mark.parametrize("name", models.MODEL_NAMES)
+def test_model_on_planned_uneven_mesh_matches_one_device(name):
+    config = ModelConfig(name, patch=7, bands=30, n_classes=5)
+    plan = plan_layout(model_spec(config), DEVICES, [3, 1, 2, 1], BATCH, "batch:2;model:2")
+    assert set(plan.splits) == set(models.get_model(name).SPLIT_DIMS) | {"batch"}
+    assert any(len(set(sizes)) > 1 for sizes in plan.splits.values())   # really uneven
+    expected = first_two_losses(config, Layout())
+    actual = first_two_losses(config, Layout.from_plan(plan))
+    np.testing.assert_allclose(actual, expected, rtol=1e-5)
+
+
+def test_too_small_input_names_layer_and_dimension():
+    config = ModelConfig("cnn3d", patch=7, bands=12, n_classes=5)
+    with pytest.raises(ValueError, match=r"conv2/conv: dimension 'bands' has size 1, "
+                                         r"smaller than the VALID window 3"):
+        first_two_losses(config, Layout())
