@@ -40,7 +40,7 @@ flags.DEFINE_integer("width", 16, "Model width.")
 flags.DEFINE_integer("patch_size", 9, "Spatial patch size.")
 flags.DEFINE_integer("bands", 64, "Spectral bands.")
 flags.DEFINE_integer("classes", 16, "Classes.")
-flags.DEFINE_integer("batch_size", 64, "Global batch size.")
+flags.DEFINE_integer("batch_size", 256, "Global batch size.")
 flags.DEFINE_list("layouts", ["model:1", "model:2", "batch:2", "batch:2;model:2"],
                   "Meshes to plan, predict and measure.")
 flags.DEFINE_string("optimizer", "sgd", "Optimizer of the training step.")
@@ -198,8 +198,8 @@ def main(_):
     for i, s in enumerate(alone):
         print(f"  {s.device}: alone {s.flops_per_s / 1e9:.3g} GFLOP/s "
               f"({s.samples_per_s:.4g} samples/s, {s.min_samples_per_s:.4g} - "
-              f"{s.max_samples_per_s:.4g}); side by side with "
-              + ", ".join(f"{n - 1}: {together[n][i] / 1e9:.3g}"
+              f"{s.max_samples_per_s:.4g}); with n devices at once "
+              + ", ".join(f"n={n}: {together[n][i] / 1e9:.3g}"
                           for n in sorted(together) if i < n))
     rows = [["layout", "splits", "predicted, alone rates", "predicted, side-by-side rates",
              "measured (min - max)", "error alone", "error side by side"]]
