@@ -126,10 +126,11 @@ class Plan:
         rows = [["layer", "split dim", "size"] + [f"#{i}" for i in range(len(self.devices))]]
         for layer in self.layers:
             dim = layer["split_dim"]
-            if dim is None:
-                rows.append([layer["name"], "-", "-"] + ["all"] * len(self.devices))
+            if dim not in self.splits:   # not split on this mesh: every device holds it
+                rows.append([layer["name"], dim or "-", str(layer["split_size"] or "-")]
+                            + ["all"] * len(self.devices))
             else:
-                sizes = self.splits.get(dim, [layer["split_size"]] * model_size)
+                sizes = self.splits[dim]
                 rows.append([layer["name"], dim, str(layer["split_size"])]
                             + [str(sizes[i % model_size]) for i in range(len(self.devices))])
         lines += ["Filters per device (\"all\": not split, every device holds the whole layer)"]
