@@ -15,10 +15,12 @@ import tensorflow.compat.v1 as tf
 from absl import app, flags
 
 import models
-from hmp import cli, experiment, rebalance, report
+from hmp import cli, experiment, planning, rebalance, report
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.metrics import evaluate
 from hmp.optimizers import OPTIMIZERS
+from hmp.planning.from_graph import model_spec
+from hmp.profiler import measure_speeds
 from hmp.trainer import Trainer
 
 flags.DEFINE_string("dataset", "synthetic", "synthetic, indian_pines, paviau, salinas, or "
@@ -145,14 +147,11 @@ def _data_config():
 
 def _plan(model_config, devices, session_config):
     """The plan from --plan, or planned now from the (measured) speeds."""
-    from hmp import planning
-    from hmp.planning.from_graph import model_spec
     spec = model_spec(model_config)
     if FLAGS.plan:
         return spec, planning.Plan.from_json(FLAGS.plan, model_spec=spec)
     speeds = _speeds(devices)
     if speeds is None:
-        from hmp.profiler import measure_speeds
         measured = measure_speeds(model_config, devices, FLAGS.batch_size,
                                   session_config=session_config,
                                   progress=lambda line: print(line, flush=True))
