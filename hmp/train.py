@@ -5,6 +5,7 @@ virtual CPU devices, with filter and batch splits planned from their measured
 speeds, and prints the test scores. See README.md for every flag.
 """
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -16,6 +17,7 @@ from absl import app, flags
 
 import models
 from hmp import cli, experiment, planning, rebalance, report
+from hmp.cluster import Cluster
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.metrics import evaluate
 from hmp.optimizers import OPTIMIZERS
@@ -58,19 +60,39 @@ flags.DEFINE_integer("checkpoint_every", 0, "Also checkpoint every N steps (0: e
 flags.DEFINE_string("rebalance", "off", "off, or epoch: re-plan from measured busy times.")
 flags.DEFINE_float("rebalance_threshold", 0.1, "Re-plan when max/min device busy time "
                    "exceeds 1 + this.")
+flags.DEFINE_string("cluster", None, "Cluster mode: host:port of every hmp.worker task "
+                    "(python -m hmp.worker), task 0 first; --devices default to one CPU per task.")
+flags.DEFINE_float("cluster_timeout", 60, "Cluster mode: seconds a worker may take to answer.")
 flags.DEFINE_string("simulate_slowdown", "", "DEVICE=FACTOR,...: multiply a device's "
                     "measured busy time (tests re-balancing with virtual devices).")
 FLAGS = flags.FLAGS
 
+RESUME_HINT = ("; the checkpoints so far are kept: restart the worker, then run again "
+               "with --resume")
 LOCAL_CPU = re.compile(r"^/(?:device:)?cpu:(\d+)$", re.IGNORECASE)
 MESH = re.compile(r"^(auto|model:\d+|batch:\d+|batch:\d+;model:\d+)$")
 
 
-def _devices():
+def _devices(cluster):
+    if cluster and not FLAGS["devices"].present:
+        return list(cluster.devices)
     devices = [d.strip() for d in FLAGS.devices.split(",") if d.strip()]
     if not devices:
         raise cli.UsageError("--devices: give at least one TensorFlow device, e.g. /cpu:0")
+    if cluster:
+        with cli.blame("devices", "cluster"):
+            cluster.check_devices(devices)
     return devices
+
+
+def _cluster():
+    """The --cluster's workers, or None."""
+    if FLAGS.cluster is None:
+        return None
+    with cli.blame("cluster", "cluster_timeout"):
+        cluster = Cluster.parse(FLAGS.cluster, FLAGS.cluster_timeout)
+    cluster.check_answers()
+    return cluster
 
 
 def _session_config(devices):
@@ -145,14 +167,14 @@ def _data_config():
         split=FLAGS.split, seed=FLAGS.seed)
 
 
-def _plan(model_config, devices, session_config):
+def _plan(model_config, devices, session_config, target):
     """The plan from --plan, or planned now from the (measured) speeds."""
     spec = model_spec(model_config)
     if FLAGS.plan:
         return spec, planning.Plan.from_json(FLAGS.plan, model_spec=spec)
     speeds = _speeds(devices)
     if speeds is None:
-        measured = measure_speeds(model_config, devices, FLAGS.batch_size,
+        measured = measure_speeds(model_config, devices, FLAGS.batch_size, target=target,
                                   session_config=session_config,
                                   progress=lambda line: print(line, flush=True))
         for m in measured:
@@ -174,11 +196,15 @@ def _slowdown(devices):
     return slowdown
 
 
-def run():
+def run(cluster=None):
     _check_flags()
     model_dir = _model_dir()
-    devices = _devices()
+    devices = _devices(cluster)
     session_config = _session_config(devices)
+    target = ""
+    if cluster:   # task 0 writes the checkpoints: no path relative to its folder
+        model_dir, session_config, target = (os.path.abspath(model_dir),
+                                              cluster.session_config(), cluster.target)
     started = time.time()
     print("loading %s ..." % FLAGS.dataset, flush=True)
     with cli.blame("dataset", "data_dir"):
@@ -189,7 +215,7 @@ def run():
     model_config = ModelConfig(FLAGS.model, FLAGS.patch_size, exp.bands, exp.n_classes,
                                FLAGS.width)
     with cli.blame(*(("plan",) if FLAGS.plan else ("devices", "speeds", "mesh"))):
-        spec, plan = _plan(model_config, devices, session_config)
+        spec, plan = _plan(model_config, devices, session_config, target)
     print(plan.explain(), flush=True)
     with cli.blame("simulate_slowdown"):
         slowdown = _slowdown(devices)
@@ -197,7 +223,7 @@ def run():
     def start(plan, resume):
         graph = TrainingGraph(model_config, Layout.from_plan(plan), FLAGS.batch_size,
                               FLAGS.optimizer, FLAGS.learning_rate, FLAGS.seed)
-        trainer = Trainer(graph, exp, model_dir, FLAGS.seed, session_config,
+        trainer = Trainer(graph, exp, model_dir, FLAGS.seed, session_config, target,
                           checkpoint_every=FLAGS.checkpoint_every, slowdown=slowdown)
         with cli.blame("resume", "model_dir"):
             trainer.initialise(resume)
@@ -244,7 +270,9 @@ def main(argv):
         raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)
-    run()
+    cluster = _cluster()
+    with cluster.failures(RESUME_HINT) if cluster else contextlib.nullcontext():
+        run(cluster)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,352 @@
+"""Cluster mode: hmp's mesh devices as tasks of TensorFlow's distributed runtime.
+
+A cluster is a list of ``host:port`` addresses, one ``python -m hmp.worker``
+process each: a ``tf.distribute.Server`` of the job "worker", task N at the
+N-th address. Nothing here speaks its own protocol: the trainer's session
+connects to task 0 over gRPC (``grpc://<task 0>``), which acts as TensorFlow's
+master and runs each mesh device's part of the graph on the task that owns it
+(``/job:worker/task:N/device:CPU:0``).
+
+``Cluster`` parses and checks a cluster string, names its devices, session
+target and session configuration, finds the worker that stopped answering
+when a step fails, and turns that failure into one ``WorkerUnavailable``
+naming it. ``local_cluster`` starts worker processes on free loopback ports
+for tests and benchmarks and stops them again.
+"""
+
+import contextlib
+import dataclasses
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import tensorflow.compat.v1 as tf
+
+from hmp.trainer import TrainingError
+
+JOB = "worker"
+DEFAULT_TIMEOUT_S = 60.0
+# The errors TensorFlow raises when a task is gone (Unavailable), does not
+# answer in time (DeadlineExceeded) or lost its state by restarting (Aborted).
+WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                 tf.errors.AbortedError)
+_TASK_IN_MESSAGE = re.compile(r"/job:%s/replica:\d+/task:(\d+)" % JOB)
+_HEADER = re.compile(r"^(=+|([A-Z_]+: )?From /job:\S+:)$")   # lines that say nothing
+
+
+class WorkerUnavailable(TrainingError):
+    """A worker of the cluster died or does not answer; the message names it."""
+
+
+def device(task):
+    """The CPU device of task ``task`` of the worker job."""
+    return "/job:%s/task:%d/device:CPU:0" % (JOB, task)
+
+
+def _address(text):
+    host, colon, port = text.strip().rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("%r is not host:port (e.g. 127.0.0.1:2222)" % text.strip())
+    return "%s:%d" % (host, int(port))
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """The worker tasks of a cluster, task N at ``addresses[N]``.
+
+    ``timeout_s`` bounds every operation of a session on the cluster, so a
+    worker that hangs ends a step with an error instead of blocking it forever.
+    """
+
+    addresses: tuple
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    @classmethod
+    def parse(cls, text, timeout_s=DEFAULT_TIMEOUT_S):
+        """From ``"host:port,host:port,..."``; ``ValueError`` names a bad entry."""
+        addresses = tuple(_address(a) for a in text.split(",") if a.strip())
+        if not addresses:
+            raise ValueError("give the workers' addresses, e.g. 127.0.0.1:2222,127.0.0.1:2223")
+        repeated = sorted({a for a in addresses if addresses.count(a) > 1})
+        if repeated:
+            raise ValueError("%s is given more than once" % ", ".join(repeated))
+        if not timeout_s > 0:
+            raise ValueError("the timeout must be positive, got %r" % timeout_s)
+        return cls(addresses, float(timeout_s))
+
+    @property
+    def spec(self):
+        """The cluster string (``"host:port,..."``), as ``hmp.worker --cluster`` takes it."""
+        return ",".join(self.addresses)
+
+    def cluster_spec(self):
+        return tf.train.ClusterSpec({JOB: list(self.addresses)})
+
+    @property
+    def devices(self):
+        """One CPU device per task, in task order."""
+        return tuple(device(task) for task in range(len(self.addresses)))
+
+    @property
+    def target(self):
+        """The session target: task 0, TensorFlow's master for the cluster."""
+        return "grpc://" + self.addresses[0]
+
+    def describe(self, task):
+        return "worker %d (%s)" % (task, self.addresses[task])
+
+    def session_config(self):
+        """The trainer's and profiler's session configuration on this cluster.
+
+        Every operation times out after ``timeout_s``. Each session keeps its
+        variables to itself (``isolate_session_state``), so they are freed
+        when it closes instead of living on in the workers for the next run.
+        """
+        return tf.ConfigProto(operation_timeout_in_ms=int(1000 * self.timeout_s),
+                              isolate_session_state=True)
+
+    def check_devices(self, devices):
+        """``ValueError`` unless every device belongs to a task of this cluster."""
+        for name in devices:
+            spec = tf.DeviceSpec.from_string(name)
+            if spec.job != JOB or spec.task is None or not 0 <= spec.task < len(self.addresses):
+                raise ValueError("%s is not a device of the cluster's %d tasks; use e.g. %s"
+                                 % (name, len(self.addresses), device(len(self.addresses) - 1)))
+
+    # -- answering -------------------------------------------------------------
+    def answers(self, tasks=None, via=0, timeout_s=5.0):
+        """True if a tiny graph with one op on each of ``tasks`` (default all)
+        runs within ``timeout_s`` through the master at task ``via`` (default 0).
+
+        Through task 0, this also checks the master's own connections to the
+        other tasks (e.g. to a worker just restarted on the same port).
+        """
+        tasks = range(len(self.addresses)) if tasks is None else tasks
+        config = tf.ConfigProto(operation_timeout_in_ms=int(1000 * timeout_s),
+                                device_filters=["/job:%s/task:%d" % (JOB, t)
+                                                for t in {via, *tasks}])
+        with tf.Graph().as_default():
+            ones = []
+            for task in tasks:
+                with tf.device(device(task)):
+                    ones.append(tf.constant(1))
+            try:
+                with tf.Session("grpc://" + self.addresses[via], config=config) as session:
+                    return session.run(tf.add_n(ones)) == len(ones)
+            except tf.errors.OpError:
+                return False
+
+    def check_answers(self):
+        """Raises ``WorkerUnavailable`` naming a task that does not answer
+        (with how to start it), or if task 0 cannot reach every task."""
+        task = self._silent_task()
+        if task is not None:
+            raise WorkerUnavailable("%s does not answer: start it with python -m hmp.worker "
+                                    "--cluster=%s --task=%d" % (self.describe(task),
+                                                                self.spec, task))
+        if not self.answers(timeout_s=min(10.0, self.timeout_s)):
+            raise WorkerUnavailable("%s cannot run ops on every task of %s: was each worker "
+                                    "started with this --cluster?" % (self.describe(0),
+                                                                      self.spec))
+
+    def _silent_task(self):
+        """The first task that does not answer when asked directly, or None.
+
+        A refused connection tells at once; a task that accepts connections
+        but hangs (e.g. stopped) is found by a tiny graph that times out.
+        """
+        timeout_s = min(5.0, self.timeout_s)
+        return next((t for t in range(len(self.addresses))
+                     if not _accepts_connections(self.addresses[t], timeout_s)
+                     or not self.answers([t], via=t, timeout_s=timeout_s)), None)
+
+    def culprit(self, error):
+        """The task a worker error came from: the first that does not answer
+        when asked directly, else the last one its message names (a restarted
+        worker answers, and is named after the task that noticed), else None."""
+        silent = self._silent_task()
+        if silent is not None:
+            return silent
+        named = [int(t) for t in _TASK_IN_MESSAGE.findall(error.message or "")
+                 if int(t) < len(self.addresses)]
+        return named[-1] if named else None
+
+    @contextlib.contextmanager
+    def failures(self, hint=""):
+        """Turns a worker error inside the block into ``WorkerUnavailable``:
+        one line naming the worker (task and address), what TensorFlow said,
+        and ``hint`` (e.g. how to continue)."""
+        try:
+            yield
+        except WORKER_ERRORS as error:
+            task = self.culprit(error)
+            who = self.describe(task) if task is not None else "a worker of %s" % self.spec
+            reason = {tf.errors.DeadlineExceededError: "did not answer within %g s"
+                                                       % self.timeout_s,
+                      tf.errors.AbortedError: "lost its state (restarted?)"}.get(
+                type(error), "is unreachable")
+            raise WorkerUnavailable("%s %s (%s)%s" % (who, reason, _summary(error), hint)
+                                    ) from None
+
+
+def _accepts_connections(address, timeout_s):
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout_s).close()
+        return True
+    except OSError:
+        return False
+
+
+def _summary(error, limit=120):
+    """The first line of a TensorFlow error message that says what happened."""
+    lines = [l.strip() for l in (error.message or "").splitlines()]
+    said = [l for l in lines if l and l != "Graph execution error:"
+            and not _HEADER.match(l)] or [type(error).__name__]
+    return said[0] if len(said[0]) <= limit else said[0][:limit - 3] + "..."
+
+
+class LocalCluster:
+    """Worker processes of a cluster on this machine's loopback interface.
+
+    Made by ``local_cluster``. Unpacks as ``(spec, devices)``; ``cluster``
+    is the ``Cluster``, ``stop(task)`` and ``start(task)`` end and (re)start
+    one worker on its port, e.g. to test what a lost worker does.
+    """
+
+    def __init__(self, cluster, cpus, threads, log_dir):
+        self.cluster = cluster
+        self._cpus = cpus
+        self._threads = threads
+        self._log_dir = log_dir
+        self._processes = [None] * len(cluster.addresses)
+
+    spec = property(lambda self: self.cluster.spec)
+    devices = property(lambda self: self.cluster.devices)
+    target = property(lambda self: self.cluster.target)
+
+    def __iter__(self):
+        return iter((self.spec, self.devices))
+
+    def pid(self, task):
+        return self._processes[task].pid
+
+    def start(self, task, timeout_s=60.0):
+        """Starts worker ``task`` and waits until the whole cluster answers
+        (not at all if ``timeout_s`` is None)."""
+        command = [sys.executable, "-m", "hmp.worker", "--cluster=" + self.spec,
+                   "--task=%d" % task]
+        if self._cpus[task]:
+            command.append("--cpus=" + ",".join(map(str, self._cpus[task])))
+        if self._threads[task]:
+            command.append("--threads=%d" % self._threads[task])
+        with open(self._log_path(task), "w") as log:
+            self._processes[task] = subprocess.Popen(command, stdout=log,
+                                                     stderr=subprocess.STDOUT)
+        if timeout_s is not None:
+            self.wait_until_ready(timeout_s)
+
+    def wait_until_ready(self, timeout_s=60.0):
+        """Waits until task 0 runs an op on every task; ``RuntimeError`` with
+        the worker's last log line if one exits or the time runs out."""
+        deadline = time.monotonic() + timeout_s
+        while not (all(_accepts_connections(a, 1.0) for a in self.cluster.addresses)
+                   and self.cluster.answers(timeout_s=2.0)):
+            for task, process in enumerate(self._processes):
+                if process is not None and process.poll() is not None:
+                    raise RuntimeError("%s exited with code %d: %s" % (
+                        self.cluster.describe(task), process.returncode, self._last_line(task)))
+            if time.monotonic() > deadline:
+                raise RuntimeError("the local cluster %s did not answer within %g s"
+                                   % (self.spec, timeout_s))
+            time.sleep(0.2)
+
+    def stop(self, task, signum=signal.SIGTERM, timeout_s=10.0):
+        """Sends ``signum`` to worker ``task`` and waits for it to end
+        (SIGKILL after ``timeout_s``); a no-op if it is not running."""
+        process = self._processes[task]
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signum)
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self._processes[task] = None
+
+    def stop_all(self):
+        """Stops every worker (SIGTERM, then SIGKILL if one does not end)."""
+        for process in self._processes:   # all signalled first: they stop side by side
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for task in range(len(self._processes)):
+            self.stop(task)
+
+    def _log_path(self, task):
+        return os.path.join(self._log_dir, "worker%d.log" % task)
+
+    def _last_line(self, task):
+        with open(self._log_path(task)) as log:
+            lines = [l.strip() for l in log if l.strip()]
+        return lines[-1] if lines else "(no output)"
+
+
+def free_loopback_ports(n):
+    """``n`` distinct ports nobody listens on at the moment."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _per_task(value, n, name):
+    """A per-task list from one value for all tasks or a list of ``n``."""
+    if value is None or not isinstance(value, (list, tuple)):
+        return [value] * n
+    if len(value) != n:
+        raise ValueError("%s: %d entries for %d workers" % (name, len(value), n))
+    return list(value)
+
+
+@contextlib.contextmanager
+def local_cluster(n, cpus=None, threads=None, timeout_s=60.0):
+    """Runs ``n`` ``hmp.worker`` processes on free 127.0.0.1 ports.
+
+    Args:
+      n: number of workers (tasks 0 to n-1).
+      cpus: CPUs to pin each worker to: one list for all workers, or one
+        list (or None) per worker, e.g. ``[[0], [1]]``.
+      threads: TensorFlow threads of each worker: one number, or one per worker.
+      timeout_s: how long the workers may take to answer.
+
+    Yields a ``LocalCluster``, which unpacks as ``(spec, devices)``: the
+    cluster string and ``/job:worker/task:N/device:CPU:0`` per task. Waits
+    until task 0 runs an op on every task; on leaving (also by an exception)
+    stops every worker with SIGTERM, SIGKILL if one does not end.
+    """
+    if n < 1:
+        raise ValueError("a local cluster needs at least one worker, got %d" % n)
+    if cpus is not None and all(isinstance(c, int) for c in cpus):
+        cpus = [cpus] * n
+    cpus, threads = _per_task(cpus, n, "cpus"), _per_task(threads, n, "threads")
+    cluster = Cluster(tuple("127.0.0.1:%d" % p for p in free_loopback_ports(n)))
+    with tempfile.TemporaryDirectory(prefix="hmp-cluster-") as log_dir:
+        workers = LocalCluster(cluster, cpus, threads, log_dir)
+        try:
+            for task in range(n):   # all started first: they import TensorFlow side by side
+                workers.start(task, timeout_s=None)
+            workers.wait_until_ready(timeout_s)
+            yield workers
+        finally:
+            workers.stop_all()

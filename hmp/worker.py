@@ -1,0 +1,95 @@
+"""One task of an hmp cluster: ``python -m hmp.worker --cluster=... --task=N``.
+
+Starts TensorFlow's gRPC server (``tf.distribute.Server``) for task N of the
+job "worker" and serves until SIGTERM or SIGINT. The trainer
+(``python -m hmp.train --cluster=...``) then runs each mesh device's part of
+the graph on its task. ``--cpus`` pins the process to some cores and
+``--threads`` bounds TensorFlow's thread pools, so that one machine can host
+workers of unequal, known speed.
+"""
+
+import os
+import signal
+import sys
+import threading
+
+import tensorflow.compat.v1 as tf
+from absl import flags
+
+from hmp import cli
+from hmp.cluster import JOB, Cluster
+
+flags.DEFINE_string("cluster", None, "Comma-separated host:port of every task, in task order.")
+flags.DEFINE_integer("task", None, "This worker's task index (its address in --cluster).")
+flags.DEFINE_integer("threads", 0, "Intra- and inter-op threads of TensorFlow (0: its default).")
+flags.DEFINE_string("cpus", "", "Comma-separated CPU numbers to pin the process to "
+                    "(empty: all it may use).")
+FLAGS = flags.FLAGS
+
+
+def _cluster():
+    if not FLAGS.cluster:
+        raise cli.UsageError("--cluster: give every task's host:port, e.g. "
+                             "127.0.0.1:2222,127.0.0.1:2223")
+    with cli.blame("cluster"):
+        cluster = Cluster.parse(FLAGS.cluster)
+    if FLAGS.task is None or not 0 <= FLAGS.task < len(cluster.addresses):
+        raise cli.UsageError("--task=%s: give a task index from 0 to %d (one per --cluster "
+                             "address)" % (FLAGS.task, len(cluster.addresses) - 1))
+    return cluster
+
+
+def _pin_cpus():
+    """Pins the process to --cpus, before TensorFlow starts its threads."""
+    if not FLAGS.cpus:
+        return
+    allowed = sorted(os.sched_getaffinity(0))
+    try:
+        cpus = {int(c) for c in FLAGS.cpus.split(",")}
+    except ValueError:
+        cpus = None
+    if not cpus or not cpus <= set(allowed):
+        raise cli.UsageError("--cpus=%s: give CPU numbers this process may use: %s"
+                             % (FLAGS.cpus, ",".join(map(str, allowed))))
+    os.sched_setaffinity(0, cpus)
+
+
+def _server_config():
+    if FLAGS.threads < 0:
+        raise cli.UsageError("--threads=%d: must be 0 (TensorFlow's default) or more"
+                             % FLAGS.threads)
+    return tf.ConfigProto(intra_op_parallelism_threads=FLAGS.threads,
+                          inter_op_parallelism_threads=FLAGS.threads)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
+    cluster = _cluster()
+    config = _server_config()
+    _pin_cpus()
+    # Calls to a lost task fail at once rather than wait for it to come back,
+    # so that e.g. closing a session that used it does not block.
+    os.environ.setdefault("GRPC_FAIL_FAST", "true")
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        server = tf.distribute.Server(cluster.cluster_spec(), job_name=JOB,
+                                      task_index=FLAGS.task, config=config, start=True)
+    except tf.errors.OpError as error:   # e.g. the port is taken
+        raise OSError("%s cannot serve: %s" % (cluster.describe(FLAGS.task),
+                                               error.message.strip())) from None
+    print("%s serving at %s (cpus %s, threads %s); stop with SIGTERM or Ctrl-C"
+          % (cluster.describe(FLAGS.task), server.target,
+             ",".join(map(str, sorted(os.sched_getaffinity(0)))), FLAGS.threads or "default"),
+          flush=True)
+    while not stop.wait(0.5):   # the timeout lets this thread run the handler of a
+        pass                    # signal that one of TensorFlow's threads received
+    print("%s stopped" % cluster.describe(FLAGS.task), flush=True)
+    sys.stderr.flush()
+    os._exit(0)   # TensorFlow cannot stop a gRPC server: skip its slow teardown
+
+
+if __name__ == "__main__":
+    cli.run(main, "hmp.worker")

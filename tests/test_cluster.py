@@ -1,0 +1,167 @@
+"""Cluster mode: hmp.worker processes on loopback, TensorFlow's gRPC runtime.
+
+One 2-worker local cluster serves the module: an uneven model split over its
+two tasks trains exactly like one process; a stopped worker ends a step with
+an error naming it; a killed worker ends ``python -m hmp.train --cluster``
+with one line naming it, and ``--resume`` continues once it is back.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+from hmp.cluster import Cluster, WorkerUnavailable, free_loopback_ports, local_cluster
+from hmp.graph import Layout, ModelConfig, TrainingGraph
+
+CONFIG = ModelConfig("cnn2d", patch=5, bands=6, n_classes=4, width=4)
+BATCH = 16
+SPLITS = {"filters1": [5, 3], "filters2": [2, 6], "hidden": [9, 7]}
+RULES = "filters1:model;filters2:model;hidden:model"
+
+
+@pytest.fixture(scope="module")
+def workers():
+    with local_cluster(2) as cluster:
+        yield cluster
+
+
+def _losses(layout, steps, target="", config=None):
+    graph = TrainingGraph(CONFIG, layout, BATCH, "adam", 1e-2, seed=5)
+    rng = np.random.RandomState(0)
+    x = rng.randn(BATCH, CONFIG.patch, CONFIG.patch, CONFIG.bands)
+    y = rng.randint(0, CONFIG.n_classes, BATCH)
+    with tf.Session(target, graph=graph.tf_graph, config=config) as session:
+        session.run(graph.init)
+        session.run(graph.copy_masters_to_slices)
+        return np.array([session.run([graph.loss, graph.train_op],
+                                     {graph.x: x, graph.y: y})[0] for _ in range(steps)])
+
+
+def test_uneven_split_over_two_workers_equals_one_process(workers):
+    spec, devices = workers
+    assert spec.count("127.0.0.1:") == 2
+    assert devices == ("/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0")
+    expected = _losses(Layout("", "", ("/cpu:0",), {}), 5)
+    losses = _losses(Layout("model:2", RULES, devices, SPLITS), 5, workers.target,
+                     workers.cluster.session_config())
+    assert expected[-1] < expected[0]
+    np.testing.assert_allclose(losses, expected, rtol=1e-5)
+
+
+def test_stopped_worker_ends_the_step_with_its_name(workers):
+    cluster = Cluster(workers.cluster.addresses, timeout_s=2)
+    graph = TrainingGraph(CONFIG, Layout("model:2", RULES, workers.devices, SPLITS), BATCH)
+    with tf.Session(cluster.target, graph=graph.tf_graph,
+                    config=cluster.session_config()) as session:
+        session.run(graph.init)
+        os.kill(workers.pid(1), signal.SIGSTOP)
+        try:
+            with pytest.raises(WorkerUnavailable) as error, cluster.failures("; hint"):
+                session.run(graph.copy_masters_to_slices)
+        finally:
+            os.kill(workers.pid(1), signal.SIGCONT)
+    assert str(error.value).startswith(
+        "worker 1 (%s) did not answer within 2 s" % cluster.addresses[1])
+    assert str(error.value).endswith("; hint")
+
+
+def test_bad_cluster_flags_are_refused():
+    with pytest.raises(ValueError, match="'x:y' is not host:port"):
+        Cluster.parse("127.0.0.1:1,x:y")
+    with pytest.raises(ValueError, match="127.0.0.1:1 is given more than once"):
+        Cluster.parse("127.0.0.1:1,127.0.0.1:1")
+    with pytest.raises(ValueError, match="/cpu:0 is not a device of the cluster's 2 tasks"):
+        Cluster.parse("a:1,b:2").check_devices(["/job:worker/task:1/device:CPU:0", "/cpu:0"])
+
+
+def _worker(*flags):
+    return subprocess.Popen([sys.executable, "-m", "hmp.worker", *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+BAD_WORKER_FLAGS = {"--task=2": "--task=2: give a task index from 0 to 1",
+                    "--task=0 --cpus=0,99": "--cpus=0,99: give CPU numbers this process may use",
+                    "--task=0 --threads=-1": "--threads=-1: must be 0"}
+
+
+def test_worker_pins_cpus_stops_on_sigint_and_refuses_bad_flags():
+    good = _worker("--cluster=127.0.0.1:%d" % free_loopback_ports(1)[0], "--task=0",
+                   "--cpus=0", "--threads=1")
+    refused = {flags: _worker("--cluster=127.0.0.1:1,127.0.0.1:2", *flags.split())
+               for flags in BAD_WORKER_FLAGS}
+    serving = good.stdout.readline()
+    assert "(cpus 0, threads 1)" in serving, good.stderr.read()[-2000:]
+    assert os.sched_getaffinity(good.pid) == {0}
+    good.send_signal(signal.SIGINT)
+    assert good.wait(30) == 0 and "stopped" in good.stdout.read()
+    for flags, process in refused.items():
+        _, stderr = process.communicate(timeout=60)
+        lines = [l for l in stderr.splitlines() if l.startswith("hmp.worker: error:")]
+        assert process.returncode == 2 and len(lines) == 1, stderr[-2000:]
+        assert BAD_WORKER_FLAGS[flags] in lines[0] and "Traceback" not in stderr
+
+
+def test_local_cluster_stops_its_workers_when_the_body_raises():
+    with pytest.raises(RuntimeError, match="body failed"):
+        with local_cluster(1, cpus=[1], threads=1) as cluster:
+            pid = cluster.pid(0)
+            assert os.sched_getaffinity(pid) == {1}
+            raise RuntimeError("body failed")
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+TRAIN = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
+         "--train_fraction=0.05", "--speeds=2,1", "--mesh=model:2", "--checkpoint_every=3"]
+
+
+def _train(workers, *flags):
+    return [sys.executable, "-m", "hmp.train", "--cluster=" + workers.spec, *TRAIN, *flags]
+
+
+def test_train_refuses_a_bad_or_silent_cluster():
+    silent = "127.0.0.1:%d" % free_loopback_ports(1)[0]
+    expected = {"127.0.0.1:1,x": (2, "--cluster=127.0.0.1:1,x, --cluster_timeout=60.0: "
+                                     "'x' is not host:port"),
+                silent: (1, "worker 0 (%s) does not answer: start it with python -m "
+                            "hmp.worker --cluster=%s --task=0" % (silent, silent))}
+    runs = {spec: subprocess.Popen([sys.executable, "-m", "hmp.train", "--cluster=" + spec],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for spec in expected}
+    for spec, process in runs.items():
+        _, stderr = process.communicate(timeout=120)
+        lines = [l for l in stderr.splitlines() if l.startswith("hmp.train: error:")]
+        assert (process.returncode, len(lines)) == (expected[spec][0], 1), stderr[-2000:]
+        assert expected[spec][1] in lines[0] and "Traceback" not in stderr
+
+
+def test_killed_worker_stops_training_and_resume_continues(workers, tmp_path):
+    process = subprocess.Popen(_train(workers, "--epochs=30", "--model_dir=%s" % tmp_path),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while (not (tmp_path / "ckpt-3.index").exists() and process.poll() is None
+           and time.time() < deadline):
+        time.sleep(0.02)
+    workers.stop(1, signal.SIGKILL)
+    stdout, stderr = process.communicate(timeout=120)
+    assert (tmp_path / "ckpt-3.index").exists(), stderr[-2000:]
+    lines = [l for l in stderr.splitlines() if l.startswith("hmp.train: error:")]
+    assert process.returncode == 1 and len(lines) == 1, stderr[-2000:]
+    assert "worker 1 (%s) is unreachable" % workers.cluster.addresses[1] in lines[0]
+    assert "--resume" in lines[0] and "Traceback" not in stderr
+    last = tf.train.latest_checkpoint(str(tmp_path))
+    assert int(last.rpartition("-")[2]) >= 3
+
+    workers.start(1)   # on the same port
+    resumed = subprocess.run(_train(workers, "--epochs=1", "--resume",
+                                    "--model_dir=%s" % tmp_path),
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed from %s" % last in resumed.stdout
+    assert "overall accuracy (OA)" in resumed.stdout
