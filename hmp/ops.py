@@ -14,6 +14,8 @@ replace stock ones that need one slice shape for all devices; ``barrier``
 adds the ordering the training step needs.
 """
 
+import math
+
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
@@ -61,11 +63,16 @@ class LocalOperation(mtf.Operation):
         dimensions of a convolution; lowering refuses a layout that splits one.
       name: operation name.
       output_dtype: dtype of the result (default: the first input's).
+      kind: what the op computes, for work accounting (``hmp.workload``):
+        "conv2d" or "conv3d" (inputs [x, filter]), "pool", or None.
+      window: elements of a pool's window (1 otherwise).
     """
 
     def __init__(self, inputs, output_shape, local_fn, local_dims=(), name=None,
-                 output_dtype=None):
+                 output_dtype=None, kind=None, window=1):
         super().__init__(inputs, name=name or "local")
+        self.kind = kind
+        self.window = window
         self._local_fn = local_fn
         self._local_dims = list(local_dims)
         self._outputs = [mtf.Tensor(self, mtf.Shape(output_shape),
@@ -211,7 +218,8 @@ def convolution(x, conv_filter, strides, padding, in_dims, name=None):
 
     return LocalOperation(
         [x, conv_filter], batch_dims + out_spatial + [out_dim], local_conv,
-        local_dims=spatial_dims + kernel_dims, name=name).outputs[0]
+        local_dims=spatial_dims + kernel_dims, name=name,
+        kind="conv%dd" % rank).outputs[0]
 
 
 def pool(x, window, strides, padding, kind, name=None):
@@ -240,7 +248,8 @@ def pool(x, window, strides, padding, kind, name=None):
 
     return LocalOperation(
         [x], batch_dims + out_spatial + x.shape.dims[-1:], local_pool,
-        local_dims=spatial_dims, name=name).outputs[0]
+        local_dims=spatial_dims, name=name, kind="pool",
+        window=math.prod(window)).outputs[0]
 
 
 def argmax(x, dim, name=None):

@@ -4,9 +4,8 @@
 execution order, so that other code (the planner's ``model_spec``, this
 module's per-device report) counts the model the graph really is:
 
-* convolutions and pools are ``hmp.ops.LocalOperation``s; which one (and a
-  pool's window) is read off the TensorFlow operation the op's per-slice
-  function builds when traced on placeholders of its input shapes;
+* convolutions and pools are ``hmp.ops.LocalOperation``s, which say which
+  they are (``kind``) and, for a pool, the size of its window;
 * a dense layer is an ``EinsumOperation`` that contracts a tensor with a
   trainable variable into that variable's last dimension (``hmp.layers.dense``).
   Only forward ops match: the einsums of the backward pass either take no
@@ -26,17 +25,10 @@ copies, so that ``sum(per device) == whole x replicas`` holds exactly.
 import dataclasses
 import math
 
-import tensorflow.compat.v1 as tf
-
 from hmp.compat import import_mesh_tensorflow
 from hmp.ops import LocalOperation
 
 mtf = import_mesh_tensorflow()
-
-# TensorFlow op types of a LocalOperation's per-slice function -> layer kind.
-TRACED_KINDS = {"Conv2D": "conv2d", "Conv3D": "conv3d", "MaxPool": "pool",
-                "AvgPool": "pool", "MaxPool3D": "pool", "AvgPool3D": "pool"}
-
 
 def whole_size(dim):
     """The size of ``dim`` in the global (unsplit) graph."""
@@ -110,19 +102,12 @@ def _dense_layer(op):
 
 def _local_layer(op):
     """A LayerOp if ``op`` is a convolution or pool LocalOperation, else None."""
-    if not isinstance(op, LocalOperation):
+    if not isinstance(op, LocalOperation) or op.kind is None:
         return None
-    with tf.Graph().as_default() as traced:
-        op.local_fn(*[tf.placeholder(t.dtype, t.shape.to_integer_list) for t in op.inputs])
-    for tf_op in traced.get_operations():
-        kind = TRACED_KINDS.get(tf_op.type)
-        if kind == "pool":
-            return LayerOp(op, op.name, kind, None, math.prod(tf_op.get_attr("ksize")))
-        if kind is not None:
-            kernel = op.inputs[1]
-            return LayerOp(op, kernel.operation.name.rpartition("/")[0] or op.name,
-                           kind, kernel)
-    return None
+    if op.kind == "pool":
+        return LayerOp(op, op.name, op.kind, None, op.window)
+    kernel = op.inputs[1]
+    return LayerOp(op, kernel.operation.name.rpartition("/")[0] or op.name, op.kind, kernel)
 
 
 def layer_ops(graph):
