@@ -19,37 +19,37 @@ mtf = import_mesh_tensorflow()
 
 
 class Momentum(mtf.optimize.Optimizer):
-    """Heavy-ball momentum: v <- m v + lr g;  w <- w - v."""
+    """Heavy-ball momentum: v <- m v + step;  w <- w - v, with step = lr g."""
 
     def __init__(self, learning_rate, momentum=0.9):
         self.learning_rate = learning_rate
         self.momentum = momentum
 
+    def step(self, grad, var):
+        """This step's change before momentum; subclasses scale it."""
+        return grad * self.learning_rate
+
     def apply_grad(self, grad, var):
         velocity = mtf.get_variable(var.mesh, var.name + "/momentum", var.shape,
                                     dtype=var.dtype, trainable=False,
                                     initializer=tf.zeros_initializer())
-        new_velocity = velocity * self.momentum + grad * self.learning_rate
+        new_velocity = velocity * self.momentum + self.step(grad, var)
         return [mtf.assign(velocity, new_velocity), mtf.assign_sub(var, new_velocity)]
 
 
-class Lars(mtf.optimize.Optimizer):
-    """LARS with momentum.
+class Lars(Momentum):
+    """LARS: momentum whose step is scaled per variable.
 
+    step = lr local_lr (g + weight_decay w), with
     local_lr = trust * |w| / (|g| + weight_decay |w|)  (1 where a norm is 0)
-    v <- m v + lr local_lr (g + weight_decay w);  w <- w - v
     """
 
     def __init__(self, learning_rate, momentum=0.9, weight_decay=1e-4, trust=1e-3):
-        self.learning_rate = learning_rate
-        self.momentum = momentum
+        super().__init__(learning_rate, momentum)
         self.weight_decay = weight_decay
         self.trust = trust
 
-    def apply_grad(self, grad, var):
-        velocity = mtf.get_variable(var.mesh, var.name + "/lars_momentum", var.shape,
-                                    dtype=var.dtype, trainable=False,
-                                    initializer=tf.zeros_initializer())
+    def step(self, grad, var):
         weights = var.value
         weight_norm = mtf.sqrt(mtf.reduce_sum(mtf.square(weights)))
         grad_norm = mtf.sqrt(mtf.reduce_sum(mtf.square(grad)))
@@ -57,9 +57,7 @@ class Lars(mtf.optimize.Optimizer):
         both_positive = mtf.cast(mtf.greater(weight_norm * grad_norm, 0.0), weights.dtype)
         ratio = self.trust * weight_norm / (denominator + (1.0 - both_positive))
         local_lr = both_positive * ratio + (1.0 - both_positive)
-        step = (grad + self.weight_decay * weights) * (local_lr * self.learning_rate)
-        new_velocity = velocity * self.momentum + step
-        return [mtf.assign(velocity, new_velocity), mtf.assign_sub(var, new_velocity)]
+        return (grad + self.weight_decay * weights) * (local_lr * self.learning_rate)
 
 
 OPTIMIZERS = {
