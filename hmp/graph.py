@@ -102,15 +102,17 @@ class TrainingGraph:
             self.correct = self.lowering.export_to_tf_tensor(correct)
             with tf.control_dependencies(
                     [self.lowering.lowered_operation(u) for u in updates]):
+                # Runs one step; its value is the global step after it.
                 self.train_op = tf.assign_add(self.global_step, 1)
             self.copy_masters_to_slices = self.lowering.copy_masters_to_slices()
             self.copy_slices_to_masters = self.lowering.copy_slices_to_masters()
             self.init = tf.global_variables_initializer()
             self.saver = tf.train.Saver(max_to_keep=3)
 
-    def session(self, config=None):
-        """A session on this graph, initialised (fresh weights)."""
-        session = tf.Session(graph=self.tf_graph, config=config)
+    def session(self, config=None, target=""):
+        """A session on this graph (``target``: a gRPC master, or "" for in-process),
+        initialised with fresh weights."""
+        session = tf.Session(target=target or "", graph=self.tf_graph, config=config)
         session.run(self.init)
         session.run(self.copy_masters_to_slices)
         return session

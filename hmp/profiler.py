@@ -64,10 +64,7 @@ class DeviceStep:
     def __init__(self, config, device, batch_size, target=None, session_config=None,
                  optimizer="adam"):
         graph = TrainingGraph(config, Layout("", "", (device,), {}), batch_size, optimizer)
-        self.session = tf.Session(target=target or "", graph=graph.tf_graph,
-                                  config=session_config)
-        self.session.run(graph.init)
-        self.session.run(graph.copy_masters_to_slices)
+        self.session = graph.session(session_config, target)
         rng = np.random.RandomState(0)
         self._feed = {
             graph.x: rng.randn(batch_size, config.patch, config.patch, config.bands),

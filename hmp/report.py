@@ -37,12 +37,17 @@ def write_json(path, payload):
     os.replace(temporary, path)
 
 
-def save_pictures(model_dir, scene, labelled_indices, predicted, scores):
+def prediction_map(shape, indices, predicted):
+    """Label map [H, W] with 1-based predicted classes at flat ``indices``, 0 elsewhere."""
+    labels = np.zeros(shape, np.int32)
+    labels.ravel()[indices] = predicted + 1
+    return labels
+
+
+def save_pictures(model_dir, scene, predicted_map, scores):
     """classification_map.png (prediction beside ground truth) and confusion_matrix.png."""
-    prediction_map = np.zeros(scene.labels.shape, np.int32)
-    prediction_map.ravel()[labelled_indices] = predicted + 1
     map_path = os.path.join(model_dir, "classification_map.png")
-    maps.save_classification_map(map_path, prediction_map, scene.labels, scene.class_names,
+    maps.save_classification_map(map_path, predicted_map, scene.labels, scene.class_names,
                                  title="%s: OA %.2f%%" % (scene.name,
                                                           100 * scores.overall_accuracy))
     confusion_path = os.path.join(model_dir, "confusion_matrix.png")

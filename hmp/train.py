@@ -246,12 +246,14 @@ def run(cluster=None):
                 plan = new_plan
                 plans.append(dataclasses.asdict(plan))
                 trainer = start(plan, resume=True)
-    print("evaluating on %d test pixels ..." % len(exp.test), flush=True)
-    scores = evaluate(exp.test.class_ids, trainer.predict(exp.test), exp.n_classes)
+    print("classifying the %d labelled pixels (%d test pixels) ..."
+          % (len(exp.labelled), len(exp.test)), flush=True)
+    predicted_map = report.prediction_map(exp.scene.labels.shape, exp.labelled.indices,
+                                          trainer.predict(exp.labelled))
+    test_predictions = predicted_map.ravel()[exp.test.indices] - 1
+    scores = evaluate(exp.test.class_ids, test_predictions, exp.n_classes)
     print(report.score_table(scores, exp.scene.class_names))
-    labelled_predictions = trainer.predict(exp.labelled)
-    pictures = report.save_pictures(model_dir, exp.scene, exp.labelled.indices,
-                                    labelled_predictions, scores)
+    pictures = report.save_pictures(model_dir, exp.scene, predicted_map, scores)
     trainer.close()
     results = {"flags": {f.name: f.value for f in
                          FLAGS.get_key_flags_for_module(sys.modules[__name__])},

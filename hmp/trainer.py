@@ -132,17 +132,17 @@ class Trainer:
         for i, batch in enumerate(batches):
             feed = {self.graph.x: batch.patches, self.graph.y: batch.labels}
             if i == 1:
-                (loss, n_correct, _), busy = self._traced_step(fetches, feed)
+                (loss, n_correct, step), busy = self._traced_step(fetches, feed)
             else:
-                loss, n_correct, _ = self.session.run(fetches, feed)
+                loss, n_correct, step = self.session.run(fetches, feed)
             if not math.isfinite(loss):
                 raise TrainingError(
                     "loss became %s at step %d (epoch %d); the last good checkpoint in %s "
                     "is kept: lower --learning_rate or change --optimizer"
-                    % (loss, self.step, epoch + 1, self.model_dir))
+                    % (loss, step, epoch + 1, self.model_dir))
             losses.append(loss)
             correct += n_correct
-            if self.checkpoint_every and self.step % self.checkpoint_every == 0:
+            if self.checkpoint_every and step % self.checkpoint_every == 0:
                 self.save()
         seconds = time.perf_counter() - started
         samples = len(losses) * self.batch_size
