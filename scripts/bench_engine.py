@@ -1,9 +1,9 @@
 """Training steps/s of hmp's mesh implementation against stock Mesh-TF's.
 
-With an even split hmp must cost nothing: both lower the same model (hmp
-layers, a conv split over the model axis, the batch over the batch axis) on
-the same virtual CPU devices; only the mesh implementation and the lowering
-differ. Runs are interleaved (A B A B ...) so machine noise hits both alike,
+With an even split hmp must cost nothing: both lower the same model
+(``models.cnn2d``, its filters split over the model axis, the batch over the
+batch axis) on the same virtual CPU devices; only the mesh implementation and
+the lowering differ. Runs are interleaved (A B A B ...) so machine noise hits both alike,
 and the table reports the median steps/s and the ratio hmp / stock.
 
   python scripts/bench_engine.py --mesh=model:2 --steps=30
@@ -17,7 +17,8 @@ import tensorflow.compat.v1 as tf
 from absl import app, flags
 
 import hmp
-from hmp import layers
+import models.cnn2d
+from hmp.graph import ModelConfig, build_model_graph
 
 mtf = hmp.mesh_impl.mtf
 
@@ -29,43 +30,28 @@ flags.DEFINE_integer("steps", 20, "Timed steps per repeat.")
 flags.DEFINE_integer("repeats", 3, "Interleaved repeats per implementation.")
 FLAGS = flags.FLAGS
 
-LAYOUT = "batch:batch;filters1:model;filters3:model"
-
-
-def build_model(mesh, batch_size, patch, bands):
-    """A 2-D CNN with two filter-split blocks; returns the loss."""
-    rng = np.random.RandomState(0)
-    batch = mtf.Dimension("batch", batch_size)
-    x = mtf.import_tf_tensor(mesh, tf.constant(
-        rng.randn(batch_size, patch, patch, bands).astype(np.float32)), mtf.Shape(
-            [batch, mtf.Dimension("h", patch), mtf.Dimension("w", patch),
-             mtf.Dimension("bands", bands)]))
-    labels = mtf.import_tf_tensor(mesh, tf.constant(
-        rng.randint(0, 8, batch_size).astype(np.int32)), mtf.Shape([batch]))
-    h = layers.filter_split_block(x, mtf.Dimension("filters1", 64),
-                                  mtf.Dimension("filters2", 32), name="block1")
-    h = layers.max_pool2d(h, (2, 2))
-    h = layers.filter_split_block(h, mtf.Dimension("filters3", 64),
-                                  mtf.Dimension("filters4", 32), name="block2")
-    logits = layers.dense(h, mtf.Dimension("classes", 8), reduced_dims=h.shape.dims[1:])
-    return mtf.reduce_mean(layers.softmax_cross_entropy(logits, labels, logits.shape.dims[-1]))
+CLASSES = 8
 
 
 def make_session(use_hmp):
     """Builds one training step lowered by hmp or by stock Mesh-TF."""
     graph = tf.Graph()
     with graph.as_default():
-        mtf_graph = mtf.Graph()
-        mesh = mtf.Mesh(mtf_graph, "mesh")
-        loss = build_model(mesh, FLAGS.batch_size, FLAGS.patch, FLAGS.bands)
+        rng = np.random.RandomState(0)
+        x = tf.constant(rng.randn(FLAGS.batch_size, FLAGS.patch, FLAGS.patch,
+                                  FLAGS.bands).astype(np.float32))
+        y = tf.constant(rng.randint(0, CLASSES, FLAGS.batch_size).astype(np.int32))
+        config = ModelConfig("cnn2d", FLAGS.patch, FLAGS.bands, CLASSES)
+        mtf_graph, mesh, loss, _, _ = build_model_graph(config, FLAGS.batch_size, x, y)
         updates = hmp.train_step(loss, mtf.optimize.SgdOptimizer(0.01))
         size = mtf.convert_to_shape(FLAGS.mesh).size
         devices = ["/cpu:%d" % i for i in range(size)]
+        layout = ";".join(["batch:batch"] + ["%s:model" % d for d in models.cnn2d.SPLIT_DIMS])
         if use_hmp:
-            impl = hmp.HeteroMeshImpl(FLAGS.mesh, LAYOUT, devices)
+            impl = hmp.HeteroMeshImpl(FLAGS.mesh, layout, devices)
             lowering = hmp.HeteroLowering(mtf_graph, {mesh: impl})
         else:
-            impl = mtf.placement_mesh_impl.PlacementMeshImpl(FLAGS.mesh, LAYOUT, devices)
+            impl = mtf.placement_mesh_impl.PlacementMeshImpl(FLAGS.mesh, layout, devices)
             lowering = mtf.Lowering(mtf_graph, {mesh: impl})
         step = tf.group([lowering.lowered_operation(u) for u in updates])
         session = tf.Session(graph=graph, config=tf.ConfigProto(
