@@ -92,8 +92,7 @@ def _early_reads(ordered):
 
 def _assign_ops(op):
     """The variable-assigning TF ops inside a (grouped) lowered update."""
-    found = [a for a in _ancestors([op]) if a.type in ("Assign", "AssignVariableOp")]
-    return found
+    return [a for a in _ancestors([op]) if a.type in ("Assign", "AssignVariableOp")]
 
 
 def _ancestors(ops):
