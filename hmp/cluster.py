@@ -43,9 +43,9 @@ class WorkerUnavailable(TrainingError):
     """A worker of the cluster died or does not answer; the message names it."""
 
 
-def device(task):
-    """The CPU device of task ``task`` of the worker job."""
-    return "/job:%s/task:%d/device:CPU:0" % (JOB, task)
+def device(task, index=0):
+    """CPU device ``index`` of task ``task`` of the worker job."""
+    return "/job:%s/task:%d/device:CPU:%d" % (JOB, task, index)
 
 
 def _address(text):
@@ -219,16 +219,22 @@ class LocalCluster:
     one worker on its port, e.g. to test what a lost worker does.
     """
 
-    def __init__(self, cluster, cpus, threads, log_dir):
+    def __init__(self, cluster, cpus, threads, virtual_cpus, log_dir):
         self.cluster = cluster
         self._cpus = cpus
         self._threads = threads
+        self._virtual_cpus = virtual_cpus
         self._log_dir = log_dir
         self._processes = [None] * len(cluster.addresses)
 
     spec = property(lambda self: self.cluster.spec)
-    devices = property(lambda self: self.cluster.devices)
     target = property(lambda self: self.cluster.target)
+
+    @property
+    def devices(self):
+        """Every device of every worker, task by task."""
+        return tuple(device(task, index) for task, count in enumerate(self._virtual_cpus)
+                     for index in range(count))
 
     def __iter__(self):
         return iter((self.spec, self.devices))
@@ -245,6 +251,8 @@ class LocalCluster:
             command.append("--cpus=" + ",".join(map(str, self._cpus[task])))
         if self._threads[task]:
             command.append("--threads=%d" % self._threads[task])
+        if self._virtual_cpus[task] != 1:
+            command.append("--virtual_cpus=%d" % self._virtual_cpus[task])
         with open(self._log_path(task), "w") as log:
             self._processes[task] = subprocess.Popen(command, stdout=log,
                                                      stderr=subprocess.STDOUT)
@@ -320,7 +328,7 @@ def _per_task(value, n, name):
 
 
 @contextlib.contextmanager
-def local_cluster(n, cpus=None, threads=None, timeout_s=60.0):
+def local_cluster(n, cpus=None, threads=None, timeout_s=60.0, virtual_cpus=1):
     """Runs ``n`` ``hmp.worker`` processes on free 127.0.0.1 ports.
 
     Args:
@@ -329,9 +337,10 @@ def local_cluster(n, cpus=None, threads=None, timeout_s=60.0):
         list (or None) per worker, e.g. ``[[0], [1]]``.
       threads: TensorFlow threads of each worker: one number, or one per worker.
       timeout_s: how long the workers may take to answer.
+      virtual_cpus: CPU devices of each worker: one number, or one per worker.
 
     Yields a ``LocalCluster``, which unpacks as ``(spec, devices)``: the
-    cluster string and ``/job:worker/task:N/device:CPU:0`` per task. Waits
+    cluster string and every ``/job:worker/task:N/device:CPU:K``, task by task. Waits
     until task 0 runs an op on every task; on leaving (also by an exception)
     stops every worker with SIGTERM, SIGKILL if one does not end.
     """
@@ -340,9 +349,10 @@ def local_cluster(n, cpus=None, threads=None, timeout_s=60.0):
     if cpus is not None and all(isinstance(c, int) for c in cpus):
         cpus = [cpus] * n
     cpus, threads = _per_task(cpus, n, "cpus"), _per_task(threads, n, "threads")
+    virtual_cpus = _per_task(virtual_cpus, n, "virtual_cpus")
     cluster = Cluster(tuple("127.0.0.1:%d" % p for p in free_loopback_ports(n)))
     with tempfile.TemporaryDirectory(prefix="hmp-cluster-") as log_dir:
-        workers = LocalCluster(cluster, cpus, threads, log_dir)
+        workers = LocalCluster(cluster, cpus, threads, virtual_cpus, log_dir)
         try:
             for task in range(n):   # all started first: they import TensorFlow side by side
                 workers.start(task, timeout_s=None)

@@ -5,7 +5,9 @@ job "worker" and serves until SIGTERM or SIGINT. The trainer
 (``python -m hmp.train --cluster=...``) then runs each mesh device's part of
 the graph on its task. ``--cpus`` pins the process to some cores and
 ``--threads`` bounds TensorFlow's thread pools, so that one machine can host
-workers of unequal, known speed.
+workers of unequal, known speed. ``--virtual_cpus=K`` gives the task K CPU
+devices (``/job:worker/task:N/device:CPU:0`` to ``CPU:K-1``), e.g. to stand in
+for a host with several accelerators.
 """
 
 import os
@@ -24,6 +26,8 @@ flags.DEFINE_integer("task", None, "This worker's task index (its address in --c
 flags.DEFINE_integer("threads", 0, "Intra- and inter-op threads of TensorFlow (0: its default).")
 flags.DEFINE_string("cpus", "", "Comma-separated CPU numbers to pin the process to "
                     "(empty: all it may use).")
+flags.DEFINE_integer("virtual_cpus", 1, "CPU devices this task offers (device:CPU:0 to "
+                     "CPU:K-1), like the devices of a host with several accelerators.")
 FLAGS = flags.FLAGS
 
 
@@ -58,7 +62,11 @@ def _server_config():
     if FLAGS.threads < 0:
         raise cli.UsageError("--threads=%d: must be 0 (TensorFlow's default) or more"
                              % FLAGS.threads)
-    return tf.ConfigProto(intra_op_parallelism_threads=FLAGS.threads,
+    if FLAGS.virtual_cpus < 1:
+        raise cli.UsageError("--virtual_cpus=%d: a task offers at least 1 CPU device"
+                             % FLAGS.virtual_cpus)
+    return tf.ConfigProto(device_count={"CPU": FLAGS.virtual_cpus},
+                          intra_op_parallelism_threads=FLAGS.threads,
                           inter_op_parallelism_threads=FLAGS.threads)
 
 
@@ -80,8 +88,8 @@ def main(argv):
     except tf.errors.OpError as error:   # e.g. the port is taken
         raise OSError("%s cannot serve: %s" % (cluster.describe(FLAGS.task),
                                                error.message.strip())) from None
-    print("%s serving at %s (cpus %s, threads %s); stop with SIGTERM or Ctrl-C"
-          % (cluster.describe(FLAGS.task), server.target,
+    print("%s serving %d device(s) at %s (cpus %s, threads %s); stop with SIGTERM or Ctrl-C"
+          % (cluster.describe(FLAGS.task), FLAGS.virtual_cpus, server.target,
              ",".join(map(str, sorted(os.sched_getaffinity(0)))), FLAGS.threads or "default"),
           flush=True)
     while not stop.wait(0.5):   # the timeout lets this thread run the handler of a
