@@ -12,7 +12,8 @@ TensorFlow functions slice by slice, and ``tf.concat`` and the ring all-reduce
 accept unequal parts. What needs per-device knowledge is overridden here:
 slice shapes and offsets, variables, import/export, broadcast, random tensors
 and ``allsplit``. Collectives that cannot work on unequal parts (all-to-all,
-receive) refuse them. A stock operation that computes one slice shape for all
+receive) refuse them. All-reduces are two-level when the mesh spans several
+hosts (``hmp.collectives``). A stock operation that computes one slice shape for all
 devices raises :class:`UnevenSplitError`; ``hmp.HeteroLowering`` names the
 operation in the message, and ``hmp.ops`` has per-device replacements.
 """
@@ -21,6 +22,7 @@ import random
 
 import tensorflow.compat.v1 as tf
 
+from hmp.collectives import hierarchical_allreduce, host_of
 from hmp.compat import import_mesh_tensorflow
 
 mtf = import_mesh_tensorflow()
@@ -45,6 +47,13 @@ class HeteroMeshImpl(PlacementMeshImpl):
       splits: ``{tensor dimension name: [size per coordinate]}`` along the
         mesh axis that dimension is laid out on. Dimensions not named are
         split evenly, as in stock Mesh-TensorFlow.
+      hosts: the host of each device (any labels; devices of one host share
+        fast links). Default: each device's TensorFlow task, so every
+        ``hmp.worker`` is a host and a single process is one host.
+      allreduce: "hierarchical" (default) reduces within each host first,
+        then across hosts (``hmp.collectives``); "flat" uses Mesh-TensorFlow's
+        ring over all devices. They differ only when some host has several
+        devices and there are several hosts.
 
     Raises:
       ValueError: a split names a dimension the layout does not lay out, has
@@ -53,7 +62,8 @@ class HeteroMeshImpl(PlacementMeshImpl):
         reported as soon as a tensor with that dimension is lowered.
     """
 
-    def __init__(self, shape, layout, devices, splits=None):
+    def __init__(self, shape, layout, devices, splits=None, hosts=None,
+                 allreduce="hierarchical"):
         super().__init__(shape, layout, list(devices))
         if len(self.devices) != self.size:
             raise ValueError(
@@ -61,6 +71,30 @@ class HeteroMeshImpl(PlacementMeshImpl):
                 % (len(self.devices), self.shape.to_string, self.size,
                    self.devices))
         self._splits = self._validated_splits(dict(splits or {}))
+        self._host_of_device = self._validated_hosts(hosts)
+        if allreduce not in ("hierarchical", "flat"):
+            raise ValueError("allreduce: %r is not 'hierarchical' or 'flat'" % (allreduce,))
+        self.allreduce_kind = allreduce
+
+    def _validated_hosts(self, hosts):
+        """``{device: host}``, from ``hosts`` or from the device strings."""
+        if hosts is None:
+            return {device: host_of(device) for device in self.devices}
+        hosts = list(hosts)
+        if len(hosts) != len(self.devices):
+            raise ValueError("hosts: %d hosts given for %d devices"
+                             % (len(hosts), len(self.devices)))
+        host_of_device = {}
+        for device, host in zip(self.devices, hosts):
+            if host_of_device.setdefault(device, host) != host:
+                raise ValueError("hosts: device %s is given two hosts, %r and %r"
+                                 % (device, host_of_device[device], host))
+        return host_of_device
+
+    @property
+    def hosts(self):
+        """The host of each device, in mesh order."""
+        return [self._host_of_device[device] for device in self.devices]
 
     # ------------------------------------------------------------------
     # Splits
@@ -259,6 +293,15 @@ class HeteroMeshImpl(PlacementMeshImpl):
     # ------------------------------------------------------------------
     # Collectives
     # ------------------------------------------------------------------
+    def allreduce(self, x, mesh_axes, reduction_fn_string):
+        """All-reduce over ``mesh_axes``: two-level across hosts unless "flat"."""
+        if self.allreduce_kind == "flat":
+            return super().allreduce(x, mesh_axes, reduction_fn_string)
+        def two_level(xs, devices):
+            hosts = [self._host_of_device[device] for device in devices]
+            return hierarchical_allreduce(xs, devices, hosts, reduction_fn_string)
+        return self._collective_with_groups(x, mesh_axes, two_level)
+
     def allsplit(self, x, mesh_axis, split_axis, which=None):
         """Keeps each processor's own part of a replicated axis, uneven or not."""
         x = x.to_laid_out_tensor()

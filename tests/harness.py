@@ -20,7 +20,8 @@ BATCH = 12
 N_CLASSES = 4
 CPUS = ["/cpu:%d" % i for i in range(N_VIRTUAL_CPUS)]
 
-MeshConfig = collections.namedtuple("MeshConfig", "shape layout devices splits")
+MeshConfig = collections.namedtuple("MeshConfig", "shape layout devices splits hosts allreduce",
+                                    defaults=(None, "hierarchical"))
 
 SINGLE_DEVICE = MeshConfig("", "", [""], {})
 MODEL_SPLIT = MeshConfig("model:3", "filters1:model", CPUS[:3], {"filters1": [7, 4, 1]})
@@ -88,7 +89,8 @@ def lower(graph, mesh, config):
         impl = mtf.placement_mesh_impl.PlacementMeshImpl(
             config.shape, config.layout, config.devices)
         return impl, mtf.Lowering(graph, {mesh: impl})
-    impl = hmp.HeteroMeshImpl(config.shape, config.layout, config.devices, config.splits)
+    impl = hmp.HeteroMeshImpl(config.shape, config.layout, config.devices, config.splits,
+                              config.hosts, config.allreduce)
     return impl, hmp.HeteroLowering(graph, {mesh: impl})
 
 

@@ -1,7 +1,9 @@
 """Cluster mode: hmp.worker processes on loopback, TensorFlow's gRPC runtime.
 
-One 2-worker local cluster serves the module: an uneven model split over its
-two tasks trains exactly like one process; a stopped worker ends a step with
+One 2-worker local cluster (two CPU devices per worker) serves the module:
+an uneven model split over its two tasks trains exactly like one process, so
+does a batch split over all four devices, whose gradients are summed within
+each worker first, then across workers; a stopped worker ends a step with
 an error naming it; a killed worker ends ``python -m hmp.train --cluster``
 with one line naming it, and ``--resume`` continues once it is back.
 """
@@ -17,6 +19,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from hmp.cluster import Cluster, WorkerUnavailable, free_loopback_ports, local_cluster
+from hmp.collectives import is_hierarchical
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 
 CONFIG = ModelConfig("cnn2d", patch=5, bands=6, n_classes=4, width=4)
@@ -27,12 +30,13 @@ RULES = "filters1:model;filters2:model;hidden:model"
 
 @pytest.fixture(scope="module")
 def workers():
-    with local_cluster(2) as cluster:
+    with local_cluster(2, virtual_cpus=2) as cluster:
         yield cluster
 
 
-def _losses(layout, steps, target="", config=None):
+def _losses(layout, steps, target="", config=None, check_graph=lambda graph: None):
     graph = TrainingGraph(CONFIG, layout, BATCH, "adam", 1e-2, seed=5)
+    check_graph(graph)
     rng = np.random.RandomState(0)
     x = rng.randn(BATCH, CONFIG.patch, CONFIG.patch, CONFIG.bands)
     y = rng.randint(0, CONFIG.n_classes, BATCH)
@@ -46,17 +50,29 @@ def _losses(layout, steps, target="", config=None):
 def test_uneven_split_over_two_workers_equals_one_process(workers):
     spec, devices = workers
     assert spec.count("127.0.0.1:") == 2
-    assert devices == ("/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0")
+    assert devices == tuple("/job:worker/task:%d/device:CPU:%d" % (task, index)
+                            for task in (0, 1) for index in (0, 1))
     expected = _losses(Layout("", "", ("/cpu:0",), {}), 5)
-    losses = _losses(Layout("model:2", RULES, devices, SPLITS), 5, workers.target,
+    losses = _losses(Layout("model:2", RULES, devices[::2], SPLITS), 5, workers.target,
                      workers.cluster.session_config())
     assert expected[-1] < expected[0]
     np.testing.assert_allclose(losses, expected, rtol=1e-5)
 
 
+def test_two_level_gradient_reduction_over_two_workers_equals_one_process(workers):
+    def reduces_within_each_worker_first(graph):
+        assert graph.mesh_impl.hosts == ["/job:worker/replica:0/task:%d" % t for t in (0, 0, 1, 1)]
+        assert is_hierarchical(graph.mesh_impl.hosts)
+    expected = _losses(Layout("", "", ("/cpu:0",), {}), 5)
+    losses = _losses(Layout("batch:4", "batch:batch", workers.devices, {"batch": [6, 4, 3, 3]}),
+                     5, workers.target, workers.cluster.session_config(),
+                     check_graph=reduces_within_each_worker_first)
+    np.testing.assert_allclose(losses, expected, rtol=1e-5)
+
+
 def test_stopped_worker_ends_the_step_with_its_name(workers):
     cluster = Cluster(workers.cluster.addresses, timeout_s=2)
-    graph = TrainingGraph(CONFIG, Layout("model:2", RULES, workers.devices, SPLITS), BATCH)
+    graph = TrainingGraph(CONFIG, Layout("model:2", RULES, workers.devices[::2], SPLITS), BATCH)
     with tf.Session(cluster.target, graph=graph.tf_graph,
                     config=cluster.session_config()) as session:
         session.run(graph.init)
