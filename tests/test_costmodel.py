@@ -178,3 +178,120 @@ def test_load_platform(tmp_path):
     path.write_text("{devices")
     with pytest.raises(ValueError, match=r"platform file .*platform.json: JSONDecodeError"):
         load_platform(path)
+
+
+# -- overhead, synchronisation per layer, shared hosts, local and feed links ------------
+
+def three_layer_model():
+    """two_conv_model plus an unsplit dense head, which every model column computes whole."""
+    conv1, conv2 = two_conv_model().layers
+    return ModelSpec("trio", [conv1, conv2, dense_layer_spec("fc", 32, 4)], (4, 4, 3))
+
+
+def test_overhead_is_paid_in_full_by_every_device():
+    spec = two_conv_model()
+    flops = sum(l.flops_per_sample for l in spec.layers)
+    one = [DeviceSpec("/cpu:0", 1e9, overhead_s=2e-3)]
+    p = predict(spec, one, parse_mesh("model:1"), 10, {"filters1": [8]})
+    assert p.step == pytest.approx(3 * flops * 10 / 1e9 + 2e-3)
+    two = [DeviceSpec("/cpu:0", 1e9, overhead_s=2e-3), DeviceSpec("/cpu:1", 1e9, overhead_s=1e-3)]
+    p = predict(spec, two, parse_mesh("batch:2"), 10, {"batch": [5, 5]})
+    assert p.busy == pytest.approx([3 * flops * 5 / 1e9 + 2e-3, 3 * flops * 5 / 1e9 + 1e-3])
+    assert p.compute == pytest.approx(p.busy[0])
+
+
+def test_slowest_device_gates_every_layer():
+    spec = three_layer_model()
+    conv1, conv2, fc = spec.layers
+    rates, overhead, batch = (3e9, 1e9), 6e-6, 10
+    specs = [DeviceSpec("/cpu:0", rates[0], overhead_s=overhead), DeviceSpec("/cpu:1", rates[1])]
+    p = predict(spec, specs, parse_mesh("model:2"), batch, {"filters1": [6, 2]})
+    # conv layers: both devices need the same compute (proportional split), device 0 also
+    # a third of its overhead per layer; fc (unsplit): device 1 takes 3x as long.
+    conv = [3 * batch * l.flops_per_sample * 6 / 8 / rates[0] for l in (conv1, conv2)]
+    fc_times = [3 * batch * fc.flops_per_sample / r for r in rates]
+    per_layer = [conv[0] + overhead / 3, conv[1] + overhead / 3,
+                 max(fc_times[0] + overhead / 3, fc_times[1])]
+    assert fc_times[1] > fc_times[0] + overhead / 3  # so device 1 is slowest on fc only
+    assert p.busy == pytest.approx([sum(conv) + fc_times[0] + overhead,
+                                    sum(conv) + fc_times[1]])
+    assert p.compute == pytest.approx(sum(per_layer))
+    assert p.compute > max(p.busy)  # the per-step maximum would be too optimistic
+
+
+@pytest.mark.parametrize("cores", [1, 1.5, 2])
+def test_devices_sharing_a_host_share_its_cores(cores):
+    spec = two_conv_model()
+    flops = np.array([l.flops_per_sample for l in spec.layers], dtype=float)
+    specs = [DeviceSpec(f"/cpu:{i}", 1e9, host="h", host_cores=cores) for i in range(2)]
+    p = predict(spec, specs, parse_mesh("batch:2"), 10, {"batch": [6, 4]})
+    per_device = 3 * flops[:, None] * np.array([6, 4])[None, :] / 1e9  # (layers, devices)
+    expected = np.maximum(per_device.max(axis=1), per_device.sum(axis=1) / cores).sum()
+    assert p.compute == pytest.approx(expected)
+    assert p.busy == pytest.approx(per_device.sum(axis=0))
+    independent = predict(spec, [DeviceSpec(f"/cpu:{i}", 1e9) for i in range(2)],
+                          parse_mesh("batch:2"), 10, {"batch": [6, 4]})
+    assert independent.compute == pytest.approx(per_device[:, 0].sum())
+
+
+def test_local_link_inside_a_host_and_link_between_hosts():
+    spec = two_conv_model()
+    conv1, conv2 = spec.layers
+    local = LinkSpec(1e10, 1e-6)
+    link = LinkSpec(1e9, 1e-4, local=local)
+    # batch row r on host r: the model axis stays inside a host, the batch axis crosses.
+    specs = [DeviceSpec(f"/cpu:{i}", 1e9, host=f"h{i // 2}") for i in range(4)]
+    splits = {"filters1": [4, 4], "batch": [6, 4]}
+    p = predict(spec, specs, parse_mesh("batch:2;model:2"), 10, splits, link)
+    model_comm = ring_allreduce_time(4 * 6 * conv2.output_elems_per_sample, 2, local)
+    batch_comm = ring_allreduce_time(4 * 0.5 * (conv1.params + conv2.params), 2, link)
+    assert p.comm == pytest.approx(model_comm + batch_comm)
+    # Without hosts every device is its own: the link everywhere.
+    plain = predict(spec, devices(1e9, 1e9, 1e9, 1e9), parse_mesh("batch:2;model:2"), 10,
+                    splits, link)
+    assert plain.comm == pytest.approx(
+        ring_allreduce_time(4 * 6 * conv2.output_elems_per_sample, 2, link) + batch_comm)
+    assert link.between(["h0", "h0"]) is local and link.between(["h0", "h1"]) is link
+    assert LinkSpec(1e9).between(["h0", "h0"]) == LinkSpec(1e9)
+
+
+@pytest.mark.parametrize("mesh, splits, other_samples", [
+    ("batch:2", {"batch": [6, 4]}, 4),  # host h1 receives its 4 samples
+    ("model:2", {"filters1": [4, 4]}, 10),  # both columns compute every sample
+])
+def test_feed_to_the_first_host_then_to_the_others(mesh, splits, other_samples):
+    spec = two_conv_model()
+    feed = LinkSpec(5e8, 2e-4)
+    link = LinkSpec(1e9, 1e-4, feed=feed)
+    specs = [DeviceSpec("/cpu:0", 1e9, host="h0"), DeviceSpec("/cpu:1", 1e9, host="h1")]
+    with_feed = predict(spec, specs, parse_mesh(mesh), 10, splits, link)
+    without = predict(spec, specs, parse_mesh(mesh), 10, splits, LinkSpec(1e9, 1e-4))
+    sample = 4 * 4 * 4 * 3  # 4x4x3 float32 inputs
+    expected = (2e-4 + 10 * (sample + 4) / 5e8) + (1e-4 + other_samples * sample / 1e9)
+    assert with_feed.comm - without.comm == pytest.approx(expected)
+    same_host = [DeviceSpec(f"/cpu:{i}", 1e9, host="h0") for i in range(2)]
+    p = predict(spec, same_host, parse_mesh(mesh), 10, splits, link)
+    q = predict(spec, same_host, parse_mesh(mesh), 10, splits, LinkSpec(1e9, 1e-4))
+    assert p.comm - q.comm == pytest.approx(2e-4 + 10 * (sample + 4) / 5e8)
+
+
+def test_load_platform_with_hosts_overhead_and_links(tmp_path):
+    path = tmp_path / "platform.json"
+    path.write_text(json.dumps({
+        "devices": [{"name": "/job:worker/task:0/device:CPU:0", "flops_per_s": 1e11,
+                     "overhead_s": 3e-4, "host": "worker0", "host_cores": 1}],
+        "link": {"bandwidth_bytes_per_s": 1e9, "latency_s": 2e-4,
+                 "local": {"bandwidth_bytes_per_s": 5e10, "latency_s": 1e-6},
+                 "feed": {"bandwidth_bytes_per_s": 9e8}}}))
+    found, link = load_platform(path)
+    assert found == [DeviceSpec("/job:worker/task:0/device:CPU:0", 1e11, overhead_s=3e-4,
+                                host="worker0", host_cores=1)]
+    assert link == LinkSpec(1e9, 2e-4, local=LinkSpec(5e10, 1e-6), feed=LinkSpec(9e8))
+    path.write_text(json.dumps({"devices": [{"name": "/cpu:0", "flops_per_s": 1e9,
+                                             "overhead_s": -1}]}))
+    with pytest.raises(ValueError, match="overhead_s of device '/cpu:0' is -1"):
+        load_platform(path)
+    path.write_text(json.dumps({"devices": [{"name": "/cpu:0", "flops_per_s": 1e9}],
+                                "link": {"bandwidth_bytes_per_s": 1e9, "local": 5}}))
+    with pytest.raises(ValueError, match="link local must be a LinkSpec, a dict or None"):
+        load_platform(path)

@@ -2,22 +2,38 @@
 
 In the spirit of Castello et al. (PDP 2021): the time of one training step is
 priced from per-layer FLOPs and bytes, the devices' FLOP rates and memory
-bandwidths, and the link's bandwidth and latency.
+bandwidths, and the link's bandwidth and latency; plus three terms that
+measurement on small HSI patches showed to matter (fixed per-step overhead,
+synchronisation at every layer, devices that share a processor) and the cost
+of feeding the input.
 
 Compute. A layer's training FLOPs are ``3 x`` its forward FLOPs (the backward
 pass computes the gradients of the input and of the weights, each about as
 costly as the forward pass). A device computes its batch share ``b`` of the
 samples and its model fraction ``f`` of the layer (its filters over all
 filters; 1 for a layer that is not split, which every model column computes
-whole -- replicated). Its time on the layer is a roofline::
+whole -- replicated). Its time on the layer is a roofline plus its share of
+a fixed overhead::
 
     t = max(3 * flops_per_sample * b * f / flops_per_s,
             3 * 4 bytes * (params * f + b * outputs_per_sample * g) / mem_bw)
+        + overhead_s / layers
 
 with ``g = f`` when the layer's outputs are split and ``g = 1`` when they are
 partial sums of the whole output (input-split layers) or replicated. Without
-``mem_bw`` only the first term counts. A device's busy time is the sum over
-layers.
+``mem_bw`` only the first term counts. ``overhead_s`` (``DeviceSpec``, default
+0) is the part of a device's step that does not shrink with its share:
+launching and scheduling every op of the step, which every device of a split
+layout runs for every layer. A device's busy time is the sum over layers.
+
+Synchronisation. Model parallelism joins the devices at a collective after
+(nearly) every layer, so the slowest device gates every layer, not only the
+step: compute = sum over layers of the slowest device on that layer (equal
+to the slowest device's busy time when the split is proportional to speed).
+Devices that share a processor (same ``DeviceSpec.host`` with
+``host_cores``, e.g. virtual devices of one process or worker) cannot all
+compute at once: a layer then lasts at least the sum of their times on it
+over ``host_cores``.
 
 Communication (ring algorithms over ``n`` devices, link bandwidth ``bw`` and
 latency ``a``, payload ``B`` bytes)::
@@ -25,6 +41,10 @@ latency ``a``, payload ``B`` bytes)::
     all-reduce:  2 (n - 1) / n * B / bw + 2 (n - 1) a
     all-gather:  (n - 1) * max_piece / bw + (n - 1) a   (= (n-1)/n B/bw if even)
 
+``a`` is the cost of one hand-over (a message and the op that takes it);
+``2 (n - 1)`` and ``n - 1`` are the hand-overs one after another. A
+collective among devices of one host uses the link's ``local`` figures
+(another process or machine is not involved), others the link itself.
 On the model axis: after each input-split layer, the all-reduce of its partial
 sums (its output, per sample x batch share); where activations go from
 replicated to split (an output-split layer), the matching all-reduce of the
@@ -35,10 +55,12 @@ With uneven batch rows every row runs its own collectives; the slowest counts.
 On the batch axis: the all-reduce of every weight gradient a model column
 holds, over the ``M`` devices of that column.
 
-Step time = max over devices of busy time + all communication (not
-overlapped with compute; devices are taken to wait for each other only at the
-end of the step, so this is a lower bound when collectives synchronise them
-earlier).
+Input. With ``link.feed`` (the client's link to the first device's host) the
+whole batch (inputs and int32 labels) is fed there every step, and every
+other host receives the samples its devices need (its batch rows; the whole
+input to a model-parallel row) over the link, one host after another.
+
+Step time = compute + all communication (not overlapped with compute).
 
 Memory per device = 4 bytes * (3 copies of its weights (weights, gradients,
 one optimizer slot) + its batch share * (input sample + every layer output
@@ -71,12 +93,31 @@ def _positive(value, what, allow_none=False, allow_zero=False):
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """A device: name, FLOP rate (FLOP/s), memory (bytes) and memory bandwidth (bytes/s)."""
+    """A device: name, FLOP rate (FLOP/s), memory (bytes) and memory bandwidth (bytes/s).
+
+    Optional, for measured platforms:
+
+    * ``overhead_s``: seconds of every training step this device spends
+      whatever its share of the work (launching and scheduling the step's
+      ops, small copies). Per-op costs that FLOP rates miss, large for small
+      HSI patches; in a split layout every device pays it in full. Measured as
+      the intercept of the one-device step time over the batch size (two
+      batch sizes), ``flops_per_s`` being the slope's rate.
+    * ``host``: the process or machine the device belongs to. Devices of one
+      host talk over ``link.local`` and share its processor.
+    * ``host_cores``: how many devices of that host can compute at once at
+      their full rate (the host's cores or TensorFlow threads; None: as many
+      as it has). Virtual devices of one process on two cores, or two devices
+      of a one-core worker, are not independent processors.
+    """
 
     name: str
     flops_per_s: float
     mem_bytes: float | None = None
     mem_bw: float | None = None
+    overhead_s: float = 0.0
+    host: str | None = None
+    host_cores: float | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -84,18 +125,47 @@ class DeviceSpec:
         _positive(self.flops_per_s, f"flops_per_s of device {self.name!r}")
         _positive(self.mem_bytes, f"mem_bytes of device {self.name!r}", allow_none=True)
         _positive(self.mem_bw, f"mem_bw of device {self.name!r}", allow_none=True)
+        _positive(self.overhead_s, f"overhead_s of device {self.name!r}", allow_zero=True)
+        if self.host is not None and (not isinstance(self.host, str) or not self.host):
+            raise ValueError(f"host of device {self.name!r} must be a non-empty string or "
+                             f"None, got {self.host!r}")
+        _positive(self.host_cores, f"host_cores of device {self.name!r}", allow_none=True)
 
 
 @dataclass(frozen=True)
 class LinkSpec:
-    """The link between devices: bandwidth (bytes/s) and per-message latency (s)."""
+    """The link between devices: bandwidth (bytes/s) and per-hand-over latency (s).
+
+    Optional, for measured platforms (each a LinkSpec, or a dict of one):
+
+    * ``local``: the link between devices of one host (``DeviceSpec.host``),
+      e.g. in-process hand-overs between virtual devices while ``self`` is
+      gRPC between workers. None: ``self`` everywhere.
+    * ``feed``: the client's link to the first device's host, over which the
+      batch is fed every step. None: feeding is not priced.
+    """
 
     bandwidth_bytes_per_s: float
     latency_s: float = 0.0
+    local: "LinkSpec | None" = None
+    feed: "LinkSpec | None" = None
 
     def __post_init__(self):
         _positive(self.bandwidth_bytes_per_s, "link bandwidth_bytes_per_s")
         _positive(self.latency_s, "link latency_s", allow_zero=True)
+        for what in ("local", "feed"):
+            value = getattr(self, what)
+            if isinstance(value, dict):
+                object.__setattr__(self, what, LinkSpec(**value))
+            elif value is not None and not isinstance(value, LinkSpec):
+                raise ValueError(f"link {what} must be a LinkSpec, a dict or None, "
+                                 f"got {value!r}")
+
+    def between(self, hosts):
+        """The link a collective among devices of ``hosts`` uses: ``local`` if one host."""
+        if self.local is not None and len(set(hosts)) == 1 and None not in hosts:
+            return self.local
+        return self
 
 
 def load_platform(path):
@@ -104,10 +174,14 @@ def load_platform(path):
     Format::
 
         {"devices": [{"name": "/gpu:0", "flops_per_s": 1.2e13,
-                      "mem_bytes": 8e9, "mem_bw": 4.5e11}, ...],
-         "link": {"bandwidth_bytes_per_s": 1.2e10, "latency_s": 5e-6}}
+                      "mem_bytes": 8e9, "mem_bw": 4.5e11,
+                      "overhead_s": 1e-3, "host": "node1", "host_cores": 2}, ...],
+         "link": {"bandwidth_bytes_per_s": 1.2e10, "latency_s": 5e-6,
+                  "local": {"bandwidth_bytes_per_s": 5e10, "latency_s": 1e-6},
+                  "feed": {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-4}}}
 
-    ``mem_bytes``, ``mem_bw`` and ``link`` are optional.
+    Only ``name`` and ``flops_per_s`` are required (see ``DeviceSpec`` and
+    ``LinkSpec`` for the others); ``link`` is optional.
     """
     try:
         with open(path, encoding="utf-8") as f:
@@ -217,7 +291,7 @@ class Prediction:
     """Predicted times (seconds, or relative units for relative speeds) of one layout."""
 
     step: float  # compute + comm
-    compute: float  # max over devices of busy
+    compute: float  # sum over layers of the slowest device (>= max over devices of busy)
     comm: float  # all communication
     busy: list  # per device: compute seconds per step
     load: list  # per device: its share of all FLOPs computed
@@ -230,29 +304,82 @@ def _batch_rows(mesh, batch_size, splits):
     return np.full(mesh.batch, float(batch_size))
 
 
-def _model_axis_time(model_spec, mesh, splits, batch_rows, link):
-    """Sum of the model-axis collectives; each priced for the largest batch row."""
+def _hosts(devices, shape):
+    """(rows, columns) array of host labels; a device without a host is its own."""
+    labels = [d.host if d.host is not None else f"\0{i}" for i, d in enumerate(devices)]
+    return np.array(labels, dtype=object).reshape(shape)
+
+
+def _model_axis_time(model_spec, mesh, splits, batch_rows, link, hosts):
+    """Model-axis collectives: each batch row's own (its samples, its hosts' link); the
+    slowest row counts."""
     n = mesh.model
     if n == 1:
         return 0.0
-    largest = BYTES_PER_ELEMENT * batch_rows.max()
-    total = 0.0
-    for kind, elems, dim in model_axis_collectives(model_spec):
-        if kind == "allreduce":
-            total += ring_allreduce_time(largest * elems, n, link)
-        else:
-            pieces = np.asarray(splits[dim]) / model_spec.split_dims()[dim]
-            total += ring_allgather_time(largest * elems * pieces, link)
-    return total
+    collectives = model_axis_collectives(model_spec)
+    rows = []
+    for row, samples in enumerate(batch_rows):
+        row_link = link.between(list(hosts[row]))
+        per_sample = BYTES_PER_ELEMENT * samples
+        total = 0.0
+        for kind, elems, dim in collectives:
+            if kind == "allreduce":
+                total += ring_allreduce_time(per_sample * elems, n, row_link)
+            else:
+                pieces = np.asarray(splits[dim]) / model_spec.split_dims()[dim]
+                total += ring_allgather_time(per_sample * elems * pieces, row_link)
+        rows.append(total)
+    return max(rows)
 
 
-def _batch_axis_time(model_spec, mesh, fractions, link):
+def _batch_axis_time(model_spec, mesh, fractions, link, hosts):
     """Gradient all-reduce over each model column's M devices; the slowest column counts."""
     if mesh.batch == 1:
         return 0.0
     _, params, _ = _layer_arrays(model_spec)
     column_bytes = BYTES_PER_ELEMENT * (params @ fractions)
-    return max(ring_allreduce_time(b, mesh.batch, link) for b in column_bytes)
+    return max(ring_allreduce_time(b, mesh.batch, link.between(list(hosts[:, c])))
+               for c, b in enumerate(column_bytes))
+
+
+def feed_time(model_spec, batch_rows, hosts, link):
+    """Feeding the batch: to the first device's host over ``link.feed``, then to the others.
+
+    The client sends every sample's input and int32 label once; each other
+    host then receives the input of the samples its devices compute (its
+    batch rows; a row's model columns share them) over ``link``, one host
+    after another. 0 without ``link.feed``.
+    """
+    if link is None or link.feed is None:
+        return 0.0
+    sample_bytes = BYTES_PER_ELEMENT * math.prod(model_spec.input_shape)
+    total = (link.feed.latency_s + float(np.sum(batch_rows)) * (sample_bytes + 4)
+             / link.feed.bandwidth_bytes_per_s)
+    first = hosts.flat[0]
+    for host in dict.fromkeys(hosts.flat):
+        if host != first:
+            samples = sum(batch_rows[r] for r in range(hosts.shape[0]) if host in hosts[r])
+            total += link.latency_s + samples * sample_bytes / link.bandwidth_bytes_per_s
+    return total
+
+
+def gated_compute(seconds, devices):
+    """Compute time of a step from every device's seconds per layer, (layers, devices).
+
+    Devices synchronise at every layer (model-axis collectives), so each layer
+    lasts as long as its slowest device; and devices of one host with
+    ``host_cores`` cores take together at least the sum of their times over
+    ``host_cores``. Summed over the layers.
+    """
+    per_layer = seconds.max(axis=1)
+    groups = {}
+    for i, d in enumerate(devices):
+        if d.host is not None and d.host_cores is not None:
+            groups.setdefault(d.host, []).append(i)
+    for members in groups.values():
+        cores = min(devices[i].host_cores for i in members)
+        per_layer = np.maximum(per_layer, seconds[:, members].sum(axis=1) / cores)
+    return float(per_layer.sum())
 
 
 def predict(model_spec, devices, mesh, batch_size, splits, link=None):
@@ -260,11 +387,13 @@ def predict(model_spec, devices, mesh, batch_size, splits, link=None):
 
     Args:
       model_spec: a ModelSpec.
-      devices: one DeviceSpec per mesh position (row-major, see layout.py).
+      devices: one DeviceSpec per mesh position (row-major, see layout.py); their
+        optional ``overhead_s``, ``host`` and ``host_cores`` are used.
       mesh: a layout.Mesh.
       batch_size: the global batch.
       splits: sizes per laid-out dim (checked with ``layout.check_splits``).
-      link: a LinkSpec, or None to leave communication out (free).
+      link: a LinkSpec, or None to leave communication out (free); its optional
+        ``local`` and ``feed`` links are used.
 
     Returns:
       A Prediction.
@@ -289,14 +418,18 @@ def predict(model_spec, devices, mesh, batch_size, splits, link=None):
             * (outputs[:, None] * _output_fractions(model_spec, fractions))[:, None, :])
         bandwidth = np.array([d.mem_bw or np.inf for d in devices]).reshape(shape)
         seconds = np.maximum(seconds, traffic / bandwidth)
+    overhead = np.array([d.overhead_s for d in devices]).reshape(shape)
+    seconds = seconds + overhead[None] / len(model_spec.layers)
     busy = seconds.sum(axis=0).ravel()
     device_flops = layer_flops.sum(axis=0).ravel()
 
     comm = 0.0
     if link is not None:
-        comm = (_model_axis_time(model_spec, mesh, splits, batch_rows, link)
-                + _batch_axis_time(model_spec, mesh, fractions, link))
-    compute = float(busy.max())
+        hosts = _hosts(devices, shape)
+        comm = (_model_axis_time(model_spec, mesh, splits, batch_rows, link, hosts)
+                + _batch_axis_time(model_spec, mesh, fractions, link, hosts)
+                + feed_time(model_spec, batch_rows, hosts, link))
+    compute = gated_compute(seconds.reshape(len(model_spec.layers), -1), devices)
     total_flops = device_flops.sum()
     return Prediction(
         step=compute + comm, compute=compute, comm=comm, busy=busy.tolist(),

@@ -11,6 +11,7 @@ is laid out and priced by the cost model; the fastest wins, and every
 candidate's prediction is kept as the reason.
 """
 
+import dataclasses
 import math
 from numbers import Real
 
@@ -52,8 +53,9 @@ def _device_specs(devices, speeds, memory_caps):
                                 or not cap > 0 or math.isinf(cap)):
             raise ValueError(f"{label} has memory cap {cap!r}; must be a number of bytes > 0 "
                              "or None")
-    specs = [DeviceSpec(name, float(speed), cap,
-                        d.mem_bw if isinstance(d, DeviceSpec) else None)
+    # A DeviceSpec keeps its other figures (mem_bw, overhead_s, host, host_cores).
+    specs = [dataclasses.replace(d, flops_per_s=float(speed), mem_bytes=cap)
+             if isinstance(d, DeviceSpec) else DeviceSpec(name, float(speed), cap)
              for name, speed, cap, d in zip(names, speeds, memory_caps, devices)]
     return specs
 
