@@ -12,25 +12,11 @@ line ``plan_layout: error: ...`` on stderr and exit code 2.
 """
 
 import contextlib
-import os
 import re
 import sys
 
 from absl import app, flags
-
-
-def import_tensorflow_quietly():
-    """Imports TensorFlow with stderr closed: the C++ start-up lines it prints
-    ("oneDNN custom operations are on", 4 lines) would bury a one-line error."""
-    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    try:
-        import tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
+from quiet_tf import import_tensorflow_quietly
 
 import_tensorflow_quietly()
 

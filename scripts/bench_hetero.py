@@ -1,0 +1,403 @@
+"""Heterogeneity benchmark: uneven splits over two workers of unequal speed.
+
+Two ``hmp.worker`` processes (``hmp.cluster.local_cluster``), each pinned to a
+core of its own with one TensorFlow thread and two virtual CPU devices (for the
+hybrid mesh). The worker on core 1 is made slower by ``--slowdown``
+CPU-bound competing processes (``while True: pass``) pinned to core 1; Linux
+shares that core fairly among them, so the worker gets about
+1/(1 + slowdown) of it. The script starts them before the workers and kills
+them when it ends, also on an error. The speed ratio this gives is measured,
+not assumed.
+
+For each model of ``--models`` (on the built-in synthetic scene: 9x9 patches of
+100 bands, 10 classes), in one run:
+
+1. Each worker's speed alone, ``s_i`` in samples/s: the model's whole training
+   step on the worker's device, the workers taking turns (``hmp.profiler``).
+2. The ideal step times for a global batch of ``W`` samples and ``n`` workers:
+   ``T* = W / sum(s_i)`` (perfect balance, no communication) and
+   ``T_even = (W / n) / min(s_i)`` (an even split: the slowest worker does
+   1/n of the work, no communication). The theoretical speedup of a perfectly
+   balanced split over the even one is ``T_even / T*``.
+3. Training steps timed, repeats interleaved (A B C ... A B C ...) so that
+   machine noise hits every configuration alike:
+   ``even`` (model parallel, ``model:2``, filters split evenly), ``planned``
+   (``model:2``, filters split by ``plan_layout`` from the measured speeds),
+   ``data`` (``batch:2``, batch split by speed), ``hybrid``
+   (``batch:2;model:2`` on the four virtual devices; ``--hybrid_across`` says
+   which mesh axis spans the two workers, the other spans each worker's two
+   devices), ``one worker`` (the fast worker alone) and ``plain TF`` (the same
+   model written in plain TensorFlow, ``plain_tf_models.py``, on the fast
+   worker alone).
+4. Per configuration: median step time ``T`` (and the range over repeats),
+   samples/s ``W / T``, efficiency ``T* / T``, speedup over the even split
+   ``T(even) / T`` next to the theoretical one, and from ``--trace_steps``
+   traced steps (``hmp.profiler.busy_times``) each worker's busy time and its
+   share of the traced step; the rest of the step is the worker's
+   communication and waiting. ``hmp / plain TF`` is the throughput ratio on one
+   worker: the framework's own cost.
+
+The goal for the planned split is efficiency >= 0.9 and a speedup over the even
+split >= 90% of the theoretical one; the table says whether it is met.
+
+  flock /tmp/hmp-bench.lock python scripts/bench_hetero.py --models=cnn3d,cnn2d
+"""
+
+import contextlib
+import dataclasses
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from absl import flags
+from quiet_tf import import_tensorflow_quietly
+
+import_tensorflow_quietly()
+
+import numpy as np  # noqa: E402
+import tensorflow.compat.v1 as tf  # noqa: E402
+
+import plain_tf_models  # noqa: E402
+from hmp import cli, experiment, report  # noqa: E402
+from hmp.cluster import JOB, local_cluster  # noqa: E402
+from hmp.graph import Layout, ModelConfig, TrainingGraph  # noqa: E402
+from hmp.planning import plan_layout  # noqa: E402
+from hmp.planning.from_graph import model_spec  # noqa: E402
+from hmp.profiler import busy_times, measure_speeds  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("models", ["cnn3d", "cnn2d"], "Models to benchmark: "
+                  + ", ".join(plain_tf_models.MODELS) + ".")
+flags.DEFINE_integer("width", 0, "Model width (0: each model's default).")
+flags.DEFINE_integer("batch_size", 128, "Global batch (samples per step).")
+flags.DEFINE_integer("steps", 10, "Timed steps per configuration and repeat.")
+flags.DEFINE_integer("repeats", 5, "Interleaved repeats of every configuration.")
+flags.DEFINE_integer("warmup", 3, "Untimed steps per configuration first.")
+flags.DEFINE_integer("profile_steps", 10, "Steps per worker when measuring speeds alone.")
+flags.DEFINE_integer("trace_steps", 3, "Traced steps per configuration (busy times).")
+flags.DEFINE_integer("slowdown", 2, "CPU-bound processes competing with the slow worker "
+                     "for its core (0: two equal workers).")
+flags.DEFINE_enum("hybrid_across", "batch", ["batch", "model"], "Hybrid mesh: the axis "
+                  "that spans the two workers; the other spans each worker's two devices.")
+flags.DEFINE_string("out", "bench_hetero.json", "Results as JSON.")
+
+FAST_CPU, SLOW_CPU = 0, 1   # worker 0 (fast) and worker 1 (slowed) are pinned to these
+WORKERS = 2
+VIRTUAL_CPUS = 2            # per worker, for the hybrid mesh
+# The competing process pins itself before it starts spinning.
+COMPETITOR = "import os; os.sched_setaffinity(0, {%d})\nwhile True: pass"
+
+
+@contextlib.contextmanager
+def competing_load(cpu, count):
+    """Runs ``count`` CPU-bound processes pinned to ``cpu``; kills them on leaving.
+
+    Yields their ``subprocess.Popen`` objects. They are killed and reaped also
+    when the block raises, so none outlives the benchmark.
+    """
+    processes = []
+    try:
+        for _ in range(count):
+            processes.append(subprocess.Popen([sys.executable, "-c", COMPETITOR % cpu]))
+        yield processes
+    finally:
+        for process in processes:
+            process.kill()
+        for process in processes:
+            process.wait()
+
+
+@dataclasses.dataclass(frozen=True)
+class Ideal:
+    """Ideal step times from the workers' speeds alone (samples/s) for a batch of W.
+
+    ``balanced`` = T* = W / sum(speeds): perfect balance, no communication.
+    ``even`` = (W / n) / min(speeds): an even split, the slowest worker doing
+    1/n of the work, no communication.
+    """
+
+    balanced: float
+    even: float
+
+    @classmethod
+    def from_speeds(cls, speeds, batch_size):
+        speeds = np.asarray(speeds, float)
+        return cls(batch_size / speeds.sum(), batch_size / len(speeds) / speeds.min())
+
+    @property
+    def speedup(self):
+        """Theoretical speedup of a perfectly balanced split over the even split."""
+        return self.even / self.balanced
+
+    def efficiency(self, step_s):
+        """T* / T of a measured step time T."""
+        return self.balanced / step_s
+
+
+def goal_check(efficiency, speedup, theoretical, target=0.9):
+    """Whether a split meets the goals: efficiency >= ``target`` and a speedup
+    over the even split >= ``target`` x the theoretical one; with the shortfalls."""
+    share = speedup / theoretical
+    return {"efficiency": efficiency, "efficiency_met": efficiency >= target,
+            "efficiency_short_by": max(0.0, target - efficiency),
+            "speedup": speedup, "theoretical_speedup": theoretical,
+            "speedup_share_of_theoretical": share, "speedup_met": share >= target,
+            "speedup_short_by": max(0.0, target - share)}
+
+
+# -- what is run ---------------------------------------------------------------
+@dataclasses.dataclass
+class Run:
+    """One configuration's training step in an open session, with a fixed batch."""
+
+    name: str
+    description: str
+    session: tf.Session
+    train_op: tf.Operation
+    feed: dict
+    times: list = dataclasses.field(default_factory=list)   # seconds per step, per repeat
+
+    def seconds_per_step(self, steps):
+        start = time.perf_counter()
+        for _ in range(steps):
+            self.session.run(self.train_op, self.feed)
+        return (time.perf_counter() - start) / steps
+
+    def traced(self):
+        """One traced step: (its wall seconds, each worker's busy seconds)."""
+        metadata = tf.RunMetadata()
+        start = time.perf_counter()
+        self.session.run(self.train_op, self.feed, run_metadata=metadata,
+                         options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE))
+        wall = time.perf_counter() - start
+        tasks = ["/job:%s/task:%d" % (JOB, task) for task in range(WORKERS)]
+        return wall, busy_times(metadata, tasks)   # a task: all its devices, one thread
+
+
+def worker_devices(devices):
+    """``/job:worker/task:N/device:CPU:K`` as ``[[task 0's K...], [task 1's K...]]``."""
+    return [list(devices[i:i + VIRTUAL_CPUS]) for i in range(0, len(devices), VIRTUAL_CPUS)]
+
+
+def layouts(spec, devices, speeds, batch_size):
+    """The configurations' layouts: {name: (Layout, description)}.
+
+    ``devices`` per worker as from ``worker_devices``, ``speeds`` per worker
+    (samples/s). A worker's two virtual devices share its one thread, so
+    each of them alone runs at the worker's speed.
+    """
+    (fast, fast_b), (slow, slow_b) = devices
+    s_fast, s_slow = speeds
+    if FLAGS.hybrid_across == "batch":   # batch rows = workers, model columns within one
+        hybrid = ([fast, fast_b, slow, slow_b], [s_fast, s_fast, s_slow, s_slow])
+    else:                                # model columns = workers, batch rows within one
+        hybrid = ([fast, slow, fast_b, slow_b], [s_fast, s_slow, s_fast, s_slow])
+    plans = {"even": plan_layout(spec, [fast, slow], [1, 1], batch_size, "model:2"),
+             "planned": plan_layout(spec, [fast, slow], speeds, batch_size, "model:2"),
+             "data": plan_layout(spec, [fast, slow], speeds, batch_size, "batch:2"),
+             "hybrid": plan_layout(spec, *hybrid, batch_size, "batch:2;model:2")}
+    result = {name: (Layout.from_plan(plan), "%s %s" % (plan.mesh, " ".join(
+        "%s=%s" % (dim, sizes) for dim, sizes in plan.splits.items())))
+              for name, plan in plans.items()}
+    result["one worker"] = (Layout("", "", (fast,), {}), "worker 0 alone")
+    return result
+
+
+def build_runs(config, batch, workers, speeds):
+    """Every configuration's warmed-up ``Run``, in the order they are timed."""
+    spec = model_spec(config)
+    devices = worker_devices(workers.devices)
+    session_config = workers.cluster.session_config()
+    runs = []
+    for name, (layout, description) in layouts(spec, devices, speeds, FLAGS.batch_size).items():
+        graph = TrainingGraph(config, layout, FLAGS.batch_size)
+        runs.append(Run(name, description, graph.session(session_config, workers.target),
+                        graph.train_op, {graph.x: batch.patches, graph.y: batch.labels}))
+        progress("  built %-10s %s" % (name, description))
+    plain = plain_tf_models.PlainTrainingGraph(config, devices[0][0], FLAGS.batch_size)
+    runs.append(Run("plain TF", "worker 0 alone, plain TensorFlow",
+                    plain.session(session_config, workers.target), plain.train_op,
+                    {plain.x: batch.patches, plain.y: batch.labels}))
+    if FLAGS.warmup:
+        for run in runs:
+            run.seconds_per_step(FLAGS.warmup)
+    return runs
+
+
+# -- measuring -----------------------------------------------------------------
+def progress(line):
+    print(line, flush=True)
+
+
+def time_interleaved(runs):
+    """``--repeats`` rounds of ``--steps`` steps of every run in turn (A B C A B C ...)."""
+    for repeat in range(FLAGS.repeats):
+        for run in runs:
+            run.times.append(run.seconds_per_step(FLAGS.steps))
+        progress("  repeat %d/%d: %s" % (repeat + 1, FLAGS.repeats, "  ".join(
+            "%s %.1f ms" % (run.name, 1e3 * run.times[-1]) for run in runs)))
+
+
+def trace_interleaved(runs):
+    """Per run: the median wall time of ``--trace_steps`` traced steps and the
+    median busy seconds of each worker (traced steps interleaved like the timed ones)."""
+    traces = {run.name: [] for run in runs}
+    for _ in range(FLAGS.trace_steps):
+        for run in runs:
+            traces[run.name].append(run.traced())
+    return {name: (statistics.median(wall for wall, _ in t),
+                   [statistics.median(b[w] for _, b in t) for w in range(WORKERS)])
+            for name, t in traces.items()}
+
+
+def config_result(run, trace, ideal, even_s):
+    """The figures of one configuration (seconds; shares of the traced step)."""
+    step = statistics.median(run.times)
+    traced_s, busy = trace
+    return {"layout": run.description, "step_s": step, "step_s_min": min(run.times),
+            "step_s_max": max(run.times), "step_s_repeats": run.times,
+            "samples_per_s": FLAGS.batch_size / step, "efficiency": ideal.efficiency(step),
+            "speedup_over_even": even_s / step, "traced_step_s": traced_s, "busy_s": busy,
+            "busy_share": [b / traced_s for b in busy],
+            "wait_s": [traced_s - b for b in busy]}
+
+
+def benchmark_model(name, exp, batch, workers):
+    """Speeds alone, ideal times, and every configuration timed and traced, for one model."""
+    config = ModelConfig(name, exp.train.extractor.patch_size, exp.bands, exp.n_classes,
+                         FLAGS.width)
+    progress("%s: each worker's speed alone" % name)
+    devices = [d[0] for d in worker_devices(workers.devices)]
+    speeds = measure_speeds(config, devices, FLAGS.batch_size, FLAGS.warmup,
+                            FLAGS.profile_steps, workers.target,
+                            workers.cluster.session_config(), progress=progress)
+    rates = [s.samples_per_s for s in speeds]
+    ideal = Ideal.from_speeds(rates, FLAGS.batch_size)
+    progress("%s: building the configurations" % name)
+    runs = build_runs(config, batch, workers, rates)
+    progress("%s: timing %d steps x %d interleaved repeats" % (name, FLAGS.steps,
+                                                               FLAGS.repeats))
+    time_interleaved(runs)
+    progress("%s: tracing %d steps each" % (name, FLAGS.trace_steps))
+    traces = trace_interleaved(runs)
+    for run in runs:
+        run.session.close()
+    even_s = statistics.median(runs[0].times)
+    configs = {run.name: config_result(run, traces[run.name], ideal, even_s) for run in runs}
+    planned = configs["planned"]
+    return {"model": model_spec(config).name, "batch_size": FLAGS.batch_size,
+            "speeds": [dataclasses.asdict(s) for s in speeds],
+            "speed_ratio": max(rates) / min(rates),
+            "ideal": {"balanced_s": ideal.balanced, "even_s": ideal.even,
+                      "theoretical_speedup": ideal.speedup},
+            "configs": configs,
+            "goal_planned": goal_check(planned["efficiency"], planned["speedup_over_even"],
+                                       ideal.speedup),
+            "hmp_over_plain_tf": configs["plain TF"]["step_s"] / configs["one worker"]["step_s"]}
+
+
+# -- reporting -----------------------------------------------------------------
+def ms(seconds):
+    return "%.1f" % (1e3 * seconds)
+
+
+def table(result):
+    """The printed report of one model: speeds, ideal times, a row per configuration."""
+    speeds, ideal = result["speeds"], result["ideal"]
+    lines = ["", "%s, batch %d" % (result["model"], result["batch_size"]),
+             "speeds alone: " + ", ".join(
+                 "worker %d %.0f samples/s (%.0f - %.0f)" % (
+                     i, s["samples_per_s"], s["min_samples_per_s"], s["max_samples_per_s"])
+                 for i, s in enumerate(speeds)) + "; ratio %.2f" % result["speed_ratio"],
+             "ideal: T* = %s ms (balanced), even split %s ms; theoretical speedup %.2f"
+             % (ms(ideal["balanced_s"]), ms(ideal["even_s"]), ideal["theoretical_speedup"])]
+    rows = [["configuration", "layout", "step ms (min - max)", "samples/s", "T*/T",
+             "speedup vs even", "busy w0 ms (share)", "busy w1 ms (share)"]]
+    for name, c in result["configs"].items():
+        rows.append([name, c["layout"], "%s (%s - %s)" % (ms(c["step_s"]), ms(c["step_s_min"]),
+                                                          ms(c["step_s_max"])),
+                     "%.0f" % c["samples_per_s"], "%.2f" % c["efficiency"],
+                     "%.2f" % c["speedup_over_even"]]
+                    + ["%s (%.0f%%)" % (ms(b), 100 * s)
+                       for b, s in zip(c["busy_s"], c["busy_share"])])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    goal = result["goal_planned"]
+    lines += ["planned split: efficiency %.2f (goal >= 0.9: %s); speedup over even %.2f = "
+              "%.0f%% of the theoretical %.2f (goal >= 90%%: %s)"
+              % (goal["efficiency"], verdict(goal["efficiency_met"], goal["efficiency_short_by"]),
+                 goal["speedup"], 100 * goal["speedup_share_of_theoretical"],
+                 goal["theoretical_speedup"],
+                 verdict(goal["speedup_met"], 100 * goal["speedup_short_by"], " points")),
+              "hmp / plain TF on one worker (throughput): %.2f" % result["hmp_over_plain_tf"]]
+    return "\n".join(lines)
+
+
+def verdict(met, short_by, unit=""):
+    return "met" if met else "missed by %.2g%s" % (short_by, unit)
+
+
+def machine():
+    """What the figures were measured on."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return {"cores": os.cpu_count(), "memory_gib": round(memory / 2 ** 30, 1),
+            "load_average": os.getloadavg()[0]}
+
+
+# -- the program -----------------------------------------------------------------
+def check_flags():
+    """One-line errors for values the flag parser cannot judge."""
+    unknown = [m for m in FLAGS.models if m not in plain_tf_models.MODELS]
+    if unknown or not FLAGS.models:
+        raise cli.UsageError("--models=%s: choose from %s" % (",".join(FLAGS.models),
+                                                              ",".join(plain_tf_models.MODELS)))
+    for name, least in (("width", 0), ("batch_size", 2), ("steps", 1), ("repeats", 1),
+                        ("warmup", 0), ("profile_steps", 1), ("trace_steps", 1),
+                        ("slowdown", 0)):
+        if getattr(FLAGS, name) < least:
+            raise cli.UsageError("--%s=%d: must be at least %d" % (name, getattr(FLAGS, name),
+                                                                   least))
+    if not os.path.isdir(os.path.dirname(os.path.abspath(FLAGS.out))):
+        raise cli.UsageError("--out=%s: its folder does not exist" % FLAGS.out)
+    if not {FAST_CPU, SLOW_CPU} <= os.sched_getaffinity(0):
+        raise OSError("the benchmark pins its workers to CPUs %d and %d; this process may "
+                      "use only %s" % (FAST_CPU, SLOW_CPU, sorted(os.sched_getaffinity(0))))
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
+    check_flags()
+    tf.disable_eager_execution()
+    tf.logging.set_verbosity(tf.logging.ERROR)
+    exp = experiment.prepare(experiment.DataConfig())
+    if FLAGS.batch_size > len(exp.train):
+        raise cli.UsageError("--batch_size=%d: the scene has %d training pixels"
+                             % (FLAGS.batch_size, len(exp.train)))
+    batch = next(exp.train.batches(FLAGS.batch_size, drop_remainder=True))
+    before = machine()
+    progress("starting %d competing process(es) on CPU %d and 2 workers on CPUs %d and %d"
+             % (FLAGS.slowdown, SLOW_CPU, FAST_CPU, SLOW_CPU))
+    with competing_load(SLOW_CPU, FLAGS.slowdown), local_cluster(
+            WORKERS, cpus=[[FAST_CPU], [SLOW_CPU]], threads=1,
+            virtual_cpus=VIRTUAL_CPUS) as workers:
+        results = {}
+        for name in FLAGS.models:
+            results[name] = benchmark_model(name, exp, batch, workers)
+            print(table(results[name]), flush=True)
+    report.write_json(FLAGS.out, {
+        "date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(sys.argv),
+        "machine": before, "load_average_after": os.getloadavg()[0],
+        "slowdown": {"competing_processes": FLAGS.slowdown, "cpu": SLOW_CPU,
+                     "means": "CPU-bound processes pinned to the slow worker's core"},
+        "flags": {name: FLAGS[name].value for name in (
+            "models", "width", "batch_size", "steps", "repeats", "warmup", "profile_steps",
+            "trace_steps", "slowdown", "hybrid_across")},
+        "models": results})
+    progress("wrote %s" % FLAGS.out)
+
+
+if __name__ == "__main__":
+    cli.run(main, "bench_hetero")

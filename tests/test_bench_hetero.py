@@ -1,0 +1,105 @@
+"""scripts/bench_hetero.py: its arithmetic, its competing load, its plain-TF models,
+and a tiny run as a user would start it (no timed assertions)."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from hmp.graph import ModelConfig, build_model_graph
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
+SCRIPT = os.path.join(SCRIPTS, "bench_hetero.py")
+sys.path.insert(0, SCRIPTS)   # bench_hetero imports plain_tf_models from its folder
+import plain_tf_models  # noqa: E402
+
+spec = importlib.util.spec_from_file_location("bench_hetero", SCRIPT)
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+
+TINY = ["--models=cnn2d", "--width=1", "--batch_size=4", "--steps=1", "--repeats=1",
+        "--warmup=0", "--profile_steps=1", "--trace_steps=1", "--slowdown=1"]
+
+
+def test_ideal_times_speedup_and_efficiency():
+    speeds, batch = [300.0, 100.0], 128
+    ideal = bench.Ideal.from_speeds(speeds, batch)
+    assert ideal.balanced == pytest.approx(batch / np.sum(speeds))        # 0.32 s
+    assert ideal.even == pytest.approx(batch / 2 / np.min(speeds))        # 0.64 s
+    assert ideal.speedup == pytest.approx(2.0)
+    assert ideal.efficiency(0.4) == pytest.approx(0.8)
+    three = bench.Ideal.from_speeds([50.0, 30.0, 20.0], 60)
+    assert (three.balanced, three.even) == (pytest.approx(0.6), pytest.approx(1.0))
+
+
+def test_goal_check_says_by_how_much_a_split_falls_short():
+    met = bench.goal_check(efficiency=0.95, speedup=1.9, theoretical=2.0)
+    assert met["efficiency_met"] and met["speedup_met"]
+    assert met["speedup_share_of_theoretical"] == pytest.approx(0.95)
+    short = bench.goal_check(efficiency=0.75, speedup=1.5, theoretical=2.0)
+    assert not short["efficiency_met"] and not short["speedup_met"]
+    assert short["efficiency_short_by"] == pytest.approx(0.15)
+    assert short["speedup_short_by"] == pytest.approx(0.15)   # 75% of theoretical, goal 90%
+
+
+def _affinity(pid, expected, timeout_s=10.0):
+    """The process's CPUs once they are ``expected`` (it pins itself as it starts)."""
+    deadline = time.monotonic() + timeout_s
+    while os.sched_getaffinity(pid) != expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return os.sched_getaffinity(pid)
+
+
+def test_competing_processes_are_pinned_and_killed_also_on_error():
+    with pytest.raises(RuntimeError):
+        with bench.competing_load(0, 2) as processes:
+            assert len(processes) == 2
+            for process in processes:
+                assert _affinity(process.pid, {0}) == {0} and process.poll() is None
+            raise RuntimeError("the benchmark failed")
+    for process in processes:
+        assert process.returncode is not None   # killed and reaped
+        assert not os.path.exists("/proc/%d" % process.pid)
+
+
+@pytest.mark.parametrize("name", ["cnn2d", "cnn3d"])
+def test_plain_tf_models_have_the_weights_of_hmps(name):
+    import tensorflow.compat.v1 as tf
+    config = ModelConfig(name, patch=9, bands=40, n_classes=5, width=3)
+    plain = plain_tf_models.PlainTrainingGraph(config, "/cpu:0", batch_size=2)
+    with tf.Graph().as_default():
+        graph = build_model_graph(config, 2, tf.zeros([2, 9, 9, 40]), tf.zeros([2], tf.int32))[0]
+        hmp_weights = sum(v.shape.size for v in graph.trainable_variables)
+    assert plain.parameter_count() == hmp_weights > 0
+
+
+def test_a_tiny_run_writes_every_figure(tmp_path):
+    out = tmp_path / "bench.json"
+    run = subprocess.run([sys.executable, SCRIPT, *TINY, f"--out={out}"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(out.read_text())["models"]["cnn2d"]
+    configs = result["configs"]
+    assert list(configs) == ["even", "planned", "data", "hybrid", "one worker", "plain TF"]
+    for name, c in configs.items():
+        assert c["step_s"] > 0 and c["efficiency"] == pytest.approx(
+            result["ideal"]["balanced_s"] / c["step_s"]), name
+        assert c["busy_s"][0] > 0, name   # worker 0 takes part in every configuration
+        assert (c["busy_s"][1] > 0) == (name not in ("one worker", "plain TF")), name
+    assert configs["even"]["speedup_over_even"] == 1.0
+    assert "planned split: efficiency" in run.stdout and "hmp / plain TF" in run.stdout
+
+
+def test_a_bad_flag_is_one_line_and_exit_code_2(tmp_path):
+    run = subprocess.run([sys.executable, SCRIPT, "--models=cnn2d,resnet",
+                          f"--out={tmp_path / 'b.json'}"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines()[-1] == (
+        "bench_hetero: error: --models=cnn2d,resnet: choose from cnn2d,cnn3d")
+    assert not (tmp_path / "b.json").exists()
