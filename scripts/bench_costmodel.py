@@ -20,6 +20,49 @@ workers (one TensorFlow server per core or host) are not covered yet.
   python scripts/bench_costmodel.py --layouts=model:1,model:2,batch:2 --repeats=5
 """
 
+"""The cost model's predicted step times against measured ones.
+
+Two modes, the same table:
+
+* virtual CPU devices in this process (default): ``/cpu:0`` ... share the
+  process's cores and thread pools; the link is an in-process hand-over.
+* ``--workers=2``: real ``hmp.worker`` processes (``tf.distribute.Server``),
+  each pinned to its own core with one TensorFlow thread and
+  ``--virtual_cpus`` devices (2: a 4-device ``batch:2;model:2`` puts each
+  batch row on one worker, its model columns on that worker's two devices).
+  The link is gRPC between the workers; devices of one worker hand over
+  in-process (the link's ``local`` figures).
+
+First every figure the cost model needs is *calibrated*, by measurements
+that are none of the validated layouts:
+
+* per device, the one-device training step alone (``hmp.profiler``,
+  devices taking turns) at two batch sizes (``--batch_size`` and 1/8 of it),
+  and the time to feed a batch to that device (a trivial op on the fed
+  tensors) at the same sizes: the slope of step minus feed gives the
+  device's FLOP rate, the intercept its fixed per-step overhead;
+* the feed link (client to the first device) from the feed times;
+* the link (and the local link), from a tensor handed back and forth between
+  two devices and added there, a chain of 16 hand-overs minus one, for
+  256 B and 4 MiB: latency and bandwidth;
+* per host (this process, or each worker), how many of its devices can
+  compute at once: the one-device steps of all its devices run side by side
+  (one thread each), ``host_cores = sum of their rates side by side / rate
+  alone``.
+
+Then every layout of ``--layouts`` is planned (``plan_layout`` with those
+figures), predicted, and run (interleaved repeats A B C A B C ..., so machine
+noise hits all alike; median). Each layout is predicted twice: with the full
+model and with the basic one (rates measured alone as the effective step
+rate, one link, no overhead, hosts or feed), the figures the planner had
+before. One traced step per layout gives every device's busy time
+(``hmp.profiler.busy_times``), to see where the time goes.
+
+  python scripts/bench_costmodel.py --layouts=model:1,model:2,batch:2 --repeats=5
+  python scripts/bench_costmodel.py --workers=2
+"""
+
+import contextlib
 import os
 import statistics
 import threading
@@ -29,10 +72,11 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 from absl import app, flags
 
+from hmp.cluster import local_cluster
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict
 from hmp.planning.from_graph import model_spec
-from hmp.profiler import DeviceStep, measure_speeds, train_flops_per_sample
+from hmp.profiler import DeviceStep, busy_times, measure_speeds, train_flops_per_sample
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("model", "cnn2d", ["cnn2d", "cnn3d", "hybrid", "spectral"], "The model.")
@@ -47,76 +91,167 @@ flags.DEFINE_string("optimizer", "sgd", "Optimizer of the training step.")
 flags.DEFINE_integer("warmup", 3, "Untimed steps per layout and per profiled device.")
 flags.DEFINE_integer("steps", 10, "Timed steps per repeat.")
 flags.DEFINE_integer("repeats", 5, "Interleaved repeats per layout.")
-flags.DEFINE_integer("intra_op_threads", 1, "TensorFlow intra-op threads.")
-flags.DEFINE_integer("inter_op_threads", 2, "TensorFlow inter-op threads.")
+flags.DEFINE_integer("intra_op_threads", 1, "TensorFlow intra-op threads (virtual CPUs).")
+flags.DEFINE_integer("inter_op_threads", 2, "TensorFlow inter-op threads (virtual CPUs).")
+flags.DEFINE_integer("workers", 0, "0: virtual CPU devices in this process; N: N hmp.worker "
+                     "processes, worker i pinned to core i mod cores, one thread each.")
+flags.DEFINE_integer("virtual_cpus", 2, "CPU devices per worker (with --workers).")
 
 HANDOVER_BYTES = (256, 4 << 20)  # small: latency; large: bandwidth
 HOPS = 16
+SMALL_BATCH_DIVISOR = 8  # the overhead's second batch size: batch_size / 8
 
 
-def session_config(devices, rewrites=True):
-    """Virtual CPUs and threads from the flags; ``rewrites=False`` turns grappler off."""
-    config = tf.ConfigProto(device_count={"CPU": devices},
-                            intra_op_parallelism_threads=FLAGS.intra_op_threads,
-                            inter_op_parallelism_threads=FLAGS.inter_op_threads)
-    config.graph_options.rewrite_options.disable_meta_optimizer = not rewrites
-    return config
+class Platform:
+    """Where the layouts run: devices per layout size, their hosts, session target/config."""
+
+    def __init__(self, devices, hosts, target, config, link_pairs, pids=()):
+        self.devices = list(devices)  # all devices, host by host
+        self.hosts = hosts  # {device: host}
+        self.target = target
+        self.config = config
+        self.link_pairs = link_pairs  # {"link": (a, b), "local": (a, b) or None}
+        self.pids = pids  # worker processes
+
+    def layout_devices(self, n):
+        """``n`` devices for a layout: one per host first, then a host's further devices.
+
+        With 2 workers x 2 devices: n=2 is one device on each worker, n=4 puts
+        batch row r on worker r.
+        """
+        by_host = {}
+        for d in self.devices:
+            by_host.setdefault(self.hosts[d], []).append(d)
+        if n <= len(by_host):
+            return [devices[0] for devices in by_host.values()][:n]
+        return self.devices[:n]
 
 
-def median_seconds(session, fetch, repeats=20):
-    """Median wall time of ``session.run(fetch)``."""
+@contextlib.contextmanager
+def platform(count):
+    """The Platform of the flags, with at least ``count`` devices; stops workers on leaving."""
+    if not FLAGS.workers:
+        config = tf.ConfigProto(device_count={"CPU": max(count, 2)},
+                                intra_op_parallelism_threads=FLAGS.intra_op_threads,
+                                inter_op_parallelism_threads=FLAGS.inter_op_threads)
+        devices = ["/cpu:%d" % i for i in range(max(count, 2))]
+        yield Platform(devices, {d: "local" for d in devices}, "", config,
+                       {"link": ("/cpu:0", "/cpu:1"), "local": None})
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    with local_cluster(FLAGS.workers, cpus=[[cores[i % len(cores)]] for i in range(FLAGS.workers)],
+                       threads=1, virtual_cpus=FLAGS.virtual_cpus) as workers:
+        devices = list(workers.devices)
+        hosts = {d: "worker%d" % tf.DeviceSpec.from_string(d).task for d in devices}
+        local = (devices[0], devices[1]) if FLAGS.virtual_cpus > 1 else None
+        yield Platform(devices, hosts, workers.target, workers.cluster.session_config(),
+                       {"link": (devices[0], devices[FLAGS.virtual_cpus]), "local": local},
+                       [workers.pid(t) for t in range(FLAGS.workers)])
+
+
+def machine_busy_seconds():
+    """CPU seconds all processes of the machine spent so far (``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds(pids):
+    """CPU seconds of this process and of the processes ``pids`` (``/proc/<pid>/stat``)."""
+    times = os.times()
+    total = times.user + times.system
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def median_seconds(session, fetch, repeats=20, feed=None):
+    """Median wall time of ``session.run(fetch, feed)``."""
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        session.run(fetch)
+        session.run(fetch, feed)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-def measure_link(config):
-    """A LinkSpec from the time of handing a tensor from /cpu:0 to /cpu:1 and adding it.
+def no_rewrites(config):
+    """A copy of ``config`` with grappler off (else the hand-over chains are folded)."""
+    config = tf.ConfigProto.FromString(config.SerializeToString())
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    return config
+
+
+def measure_link(plat, pair):
+    """A LinkSpec from the time of handing a tensor between the devices ``pair`` and adding it.
 
     A chain of ``HOPS + 1`` adds alternating between the two devices, minus a
-    chain of one, gives the time per hand-over (graph rewrites must be off in
-    ``config``, or the chain is folded); a small and a large tensor give
-    latency and bandwidth.
+    chain of one, gives the time per hand-over; a small and a large tensor
+    give latency and bandwidth.
     """
     per_hop = []
     with tf.Graph().as_default():
         chains = []
         for nbytes in HANDOVER_BYTES:
-            with tf.device("/cpu:0"):
+            with tf.device(pair[0]):
                 x = tf.Variable(tf.zeros([nbytes // 4]))
             ends = []
             for hops in (1, HOPS + 1):
                 y = x
                 for hop in range(hops):
-                    with tf.device("/cpu:%d" % ((hop + 1) % 2)):
+                    with tf.device(pair[(hop + 1) % 2]):
                         y = y + 1.0
                 ends.append(tf.group(y))
             chains.append(ends)
-        with tf.Session(config=config) as session:
+        with tf.Session(plat.target, config=no_rewrites(plat.config)) as session:
             session.run(tf.global_variables_initializer())
             for short, long in chains:
                 median_seconds(session, long, 3)  # warm-up
                 per_hop.append((median_seconds(session, long)
                                 - median_seconds(session, short)) / HOPS)
-    (small_bytes, large_bytes), (small, large) = HANDOVER_BYTES, per_hop
+    return line_fit(HANDOVER_BYTES, per_hop)
+
+
+def line_fit(sizes, seconds):
+    """A LinkSpec through two (bytes, seconds) points: 1 / slope and intercept (>= 0)."""
+    (small_bytes, large_bytes), (small, large) = sizes, seconds
     bandwidth = (large_bytes - small_bytes) / max(large - small, 1e-12)
-    latency = max(small - small_bytes / bandwidth, 0.0)
-    return LinkSpec(bandwidth, latency)
+    return LinkSpec(bandwidth, max(small - small_bytes / bandwidth, 0.0))
 
 
-def side_by_side_rates(steps, count, train_flops):
-    """FLOP/s of ``steps[:count]`` while they all run at once, one thread each (median)."""
-    rates = [[] for _ in range(count)]
+def feed_seconds(plat, device, batch_size, cfg):
+    """Median seconds of feeding a batch (inputs and labels) to a trivial op on ``device``."""
+    with tf.Graph().as_default():
+        x = tf.placeholder(tf.float32, [batch_size, cfg.patch, cfg.patch, cfg.bands])
+        y = tf.placeholder(tf.int32, [batch_size])
+        with tf.device(device):
+            fetch = tf.reduce_sum(x[:1, :1, :1, :1]) + tf.cast(y[0], tf.float32)
+        feed = batch_feed(x, y, batch_size, cfg)
+        with tf.Session(plat.target, config=plat.config) as session:
+            median_seconds(session, fetch, 3, feed)
+            return median_seconds(session, fetch, FLAGS.steps * FLAGS.repeats, feed)
+
+
+def batch_feed(x, y, batch_size, cfg):
+    """A fixed random batch, as ``DeviceStep`` feeds it (float64 inputs, cast when fed)."""
+    rng = np.random.RandomState(0)
+    return {x: rng.randn(batch_size, cfg.patch, cfg.patch, cfg.bands),
+            y: rng.randint(0, cfg.n_classes, batch_size)}
+
+
+def side_by_side_rates(steps, train_flops, batch_size):
+    """FLOP/s of every step of ``steps`` while they all run at once, one thread each."""
+    rates = [[] for _ in steps]
 
     def work(i):
         seconds = sum(steps[i].run() for _ in range(FLAGS.steps))
-        rates[i].append(FLAGS.steps * FLAGS.batch_size * train_flops / seconds)
+        rates[i].append(FLAGS.steps * batch_size * train_flops / seconds)
 
     for _ in range(FLAGS.repeats):
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(count)]
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(len(steps))]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -124,24 +259,92 @@ def side_by_side_rates(steps, count, train_flops):
     return [statistics.median(r) for r in rates]
 
 
-def build_run(config, plan, config_proto):
-    """A warmed-up session running ``plan``'s layout; returns (session, train_op, feed)."""
-    graph = TrainingGraph(config, Layout.from_plan(plan), FLAGS.batch_size, FLAGS.optimizer)
-    session = graph.session(config_proto)
-    rng = np.random.RandomState(0)
-    feed = {graph.x: rng.randn(FLAGS.batch_size, config.patch, config.patch, config.bands),
-            graph.y: rng.randint(0, config.n_classes, FLAGS.batch_size)}
+def host_cores(plat, cfg, devices, alone, train_flops):
+    """Per host of ``devices``: its devices' summed rate side by side over the mean alone."""
+    cores = {}
+    for host in dict.fromkeys(plat.hosts[d] for d in devices):
+        members = [d for d in devices if plat.hosts[d] == host]
+        if len(members) == 1:
+            continue
+        steps = [DeviceStep(cfg, d, FLAGS.batch_size, plat.target, plat.config,
+                            FLAGS.optimizer) for d in members]
+        for step in steps:
+            step.run()  # warm-up
+        together = side_by_side_rates(steps, train_flops, FLAGS.batch_size)
+        for step in steps:
+            step.close()
+        # At least one device computes at its rate alone, whatever the noise.
+        cores[host] = max(1.0, sum(together)
+                          / statistics.mean(alone[d].flops_per_s for d in members))
+    return cores
+
+
+def calibrate(plat, cfg, devices):
+    """The full DeviceSpecs, the full LinkSpec and the basic specs, from calibration runs."""
+    train_flops = train_flops_per_sample(cfg)
+    sizes = (FLAGS.batch_size // SMALL_BATCH_DIVISOR, FLAGS.batch_size)
+    step = {}  # (device, batch) -> seconds
+    alone = {}
+    for b in sizes:
+        for s in measure_speeds(cfg, devices, b, FLAGS.warmup, FLAGS.steps * FLAGS.repeats,
+                                plat.target, plat.config, FLAGS.optimizer, progress=print):
+            step[s.device, b] = b / s.samples_per_s
+            if b == FLAGS.batch_size:
+                alone[s.device] = s
+    feed = {(d, b): feed_seconds(plat, d, b, cfg) for d in devices for b in sizes}
+    specs, rows = [], []
+    for d in devices:
+        work = [step[d, b] - feed[d, b] for b in sizes]  # the step without its feed
+        per_sample = (work[1] - work[0]) / (sizes[1] - sizes[0])
+        overhead = max(work[0] - sizes[0] * per_sample, 0.0)
+        specs.append((d, train_flops / per_sample, overhead))
+        rows.append(f"  {d}: alone {alone[d].flops_per_s / 1e9:.3g} GFLOP/s effective "
+                    f"({alone[d].samples_per_s:.4g} samples/s); step {fmt(step[d, sizes[0]])} "
+                    f"at {sizes[0]}, {fmt(step[d, sizes[1]])} at {sizes[1]}; feed "
+                    f"{fmt(feed[d, sizes[0]])} / {fmt(feed[d, sizes[1]])} -> rate "
+                    f"{train_flops / per_sample / 1e9:.3g} GFLOP/s + overhead {fmt(overhead)}")
+    sample_bytes = 4 * (cfg.patch * cfg.patch * cfg.bands + 1)
+    feed_link = line_fit([sample_bytes * b for b in sizes], [feed[devices[0], b] for b in sizes])
+    link = measure_link(plat, plat.link_pairs["link"])
+    local = measure_link(plat, plat.link_pairs["local"]) if plat.link_pairs["local"] else None
+    cores = host_cores(plat, cfg, devices, alone, train_flops)
+    full = [DeviceSpec(d, rate, overhead_s=overhead, host=plat.hosts[d],
+                       host_cores=cores.get(plat.hosts[d]))
+            for d, rate, overhead in specs]
+    full_link = LinkSpec(link.bandwidth_bytes_per_s, link.latency_s, local=local, feed=feed_link)
+    basic = [DeviceSpec(d, alone[d].flops_per_s) for d in devices]
+    rows.append("  hosts: " + ", ".join(f"{h} {c:.2f} cores" for h, c in cores.items()))
+    for name, l in (("link", link), ("local link", local), ("feed link", feed_link)):
+        if l is not None:
+            rows.append(f"  {name}: {l.bandwidth_bytes_per_s / 1e9:.3g} GB/s, latency "
+                        f"{l.latency_s * 1e6:.3g} us")
+    return {d.name: d for d in full}, full_link, {d.name: d for d in basic}, link, rows
+
+
+def build_run(cfg, plan, plat):
+    """A warmed-up session running ``plan``'s layout; returns (graph, session, feed)."""
+    graph = TrainingGraph(cfg, Layout.from_plan(plan), FLAGS.batch_size, FLAGS.optimizer)
+    session = graph.session(plat.config, plat.target)
+    feed = batch_feed(graph.x, graph.y, FLAGS.batch_size, cfg)
     for _ in range(FLAGS.warmup):
         session.run(graph.train_op, feed)
-    return session, graph.train_op, feed
+    return graph, session, feed
 
 
-def time_steps(session, train_op, feed):
+def time_steps(graph, session, feed):
     """Mean seconds per step over ``--steps`` steps."""
     start = time.perf_counter()
     for _ in range(FLAGS.steps):
-        session.run(train_op, feed)
+        session.run(graph.train_op, feed)
     return (time.perf_counter() - start) / FLAGS.steps
+
+
+def traced_busy(graph, session, feed, devices):
+    """Busy seconds per device in one traced step (``hmp.profiler.busy_times``)."""
+    metadata = tf.RunMetadata()
+    session.run(graph.train_op, feed, run_metadata=metadata,
+                options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE))
+    return busy_times(metadata, devices)
 
 
 def fmt(seconds):
@@ -156,61 +359,55 @@ def main(_):
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)
     load_before = os.getloadavg()[0]
-    config = ModelConfig(FLAGS.model, FLAGS.patch_size, FLAGS.bands, FLAGS.classes,
-                         FLAGS.width)
-    spec = model_spec(config)
-    train_flops = train_flops_per_sample(config)
+    cfg = ModelConfig(FLAGS.model, FLAGS.patch_size, FLAGS.bands, FLAGS.classes, FLAGS.width)
+    spec = model_spec(cfg)
     sizes = {layout: parse_mesh(layout).size for layout in FLAGS.layouts}
-    devices = ["/cpu:%d" % i for i in range(max(sizes.values()))]
-    cfg = session_config(max(len(devices), 2))
-    alone = measure_speeds(config, devices, FLAGS.batch_size, FLAGS.warmup,
-                           FLAGS.steps * FLAGS.repeats, session_config=cfg,
-                           optimizer=FLAGS.optimizer, progress=print)
-    steps = [DeviceStep(config, d, FLAGS.batch_size, session_config=cfg,
-                        optimizer=FLAGS.optimizer) for d in devices]
-    for step in steps:
-        step.run()  # warm-up
-    together = {n: side_by_side_rates(steps, n, train_flops) for n in set(sizes.values())}
-    for step in steps:
-        step.close()
-    link = measure_link(session_config(max(len(devices), 2), rewrites=False))
-    print(f"link (in-process hand-over + add): {link.bandwidth_bytes_per_s / 1e9:.3g} GB/s, "
-          f"latency {link.latency_s * 1e6:.3g} us")
+    with platform(max(sizes.values())) as plat:
+        start = time.perf_counter(), machine_busy_seconds(), own_cpu_seconds(plat.pids)
+        used = list(dict.fromkeys(d for n in sizes.values() for d in plat.layout_devices(n)))
+        full, full_link, basic, basic_link, calibration = calibrate(plat, cfg, used)
+        print("\n".join(calibration), flush=True)
+        runs = {}
+        for layout, n in sizes.items():
+            devices = plat.layout_devices(n)
+            plan = plan_layout(spec, [full[d] for d in devices], None, FLAGS.batch_size,
+                               layout, link=full_link)
+            before = predict(spec, [basic[d] for d in devices], parse_mesh(layout),
+                             FLAGS.batch_size, plan.splits, basic_link)
+            runs[layout] = (plan, before, build_run(cfg, plan, plat), [])
+            print(f"built {layout} on {', '.join(devices)}", flush=True)
+        for repeat in range(FLAGS.repeats):
+            for _, _, run, times in runs.values():
+                times.append(time_steps(*run))
+            print(f"repeat {repeat + 1}/{FLAGS.repeats} done", flush=True)
+        busy = {layout: traced_busy(*run, plan.devices)
+                for layout, (plan, _, run, _) in runs.items()}
+        wall = time.perf_counter() - start[0]
+        others = (machine_busy_seconds() - start[1]) - (own_cpu_seconds(plat.pids) - start[2])
+        for _, _, (_, session, _), _ in runs.values():
+            session.close()
 
-    runs = {}
-    for layout, n in sizes.items():
-        plan = plan_layout(spec, [DeviceSpec(s.device, s.flops_per_s) for s in alone[:n]],
-                           None, FLAGS.batch_size, layout, link=link)
-        # The same layout, priced with the rates the devices reach side by side.
-        side_by_side = predict(spec, [DeviceSpec(d, r) for d, r in zip(devices, together[n])],
-                               parse_mesh(layout), FLAGS.batch_size, plan.splits, link)
-        runs[layout] = (plan, side_by_side, build_run(config, plan, cfg), [])
-        print(f"built {layout}", flush=True)
-    for repeat in range(FLAGS.repeats):
-        for _, _, run, times in runs.values():
-            times.append(time_steps(*run))
-        print(f"repeat {repeat + 1}/{FLAGS.repeats} done", flush=True)
-
-    print(f"\n{spec.name}, batch {FLAGS.batch_size}, optimizer {FLAGS.optimizer}, "
-          f"{FLAGS.intra_op_threads} intra-op / {FLAGS.inter_op_threads} inter-op threads, "
+    mode = (f"{FLAGS.workers} hmp.worker processes (1 core, 1 thread, {FLAGS.virtual_cpus} "
+            "devices each), gRPC" if FLAGS.workers else
+            f"virtual CPU devices in one process, {FLAGS.intra_op_threads} intra-op / "
+            f"{FLAGS.inter_op_threads} inter-op threads")
+    print(f"\n{spec.name}, batch {FLAGS.batch_size}, optimizer {FLAGS.optimizer}, {mode}, "
           f"{os.cpu_count()} cores, load average {load_before:.2f} before / "
-          f"{os.getloadavg()[0]:.2f} after")
-    for i, s in enumerate(alone):
-        print(f"  {s.device}: alone {s.flops_per_s / 1e9:.3g} GFLOP/s "
-              f"({s.samples_per_s:.4g} samples/s, {s.min_samples_per_s:.4g} - "
-              f"{s.max_samples_per_s:.4g}); with n devices at once "
-              + ", ".join(f"n={n}: {together[n][i] / 1e9:.3g}"
-                          for n in sorted(together) if i < n))
-    rows = [["layout", "splits", "predicted, alone rates", "predicted, side-by-side rates",
-             "measured (min - max)", "error alone", "error side by side"]]
-    for layout, (plan, side_by_side, _, times) in runs.items():
+          f"{os.getloadavg()[0]:.2f} after; other processes used {others / wall:.2f} "
+          f"cores on average during the run ({wall:.0f} s)")
+    print("\n".join(calibration))
+    rows = [["layout", "splits", "predicted (compute + comm)", "measured (min - max)",
+             "error", "basic model", "error basic", "busy predicted", "busy traced"]]
+    for layout, (plan, before, _, times) in runs.items():
         measured = statistics.median(times)
+        p = plan.prediction
         rows.append([
             layout, " ".join(f"{k}={v}" for k, v in plan.splits.items()),
-            f"{fmt(plan.prediction.step)} (comm {fmt(plan.prediction.comm)})",
-            fmt(side_by_side.step),
+            f"{fmt(p.step)} ({fmt(p.compute)} + {fmt(p.comm)})",
             f"{fmt(measured)} ({fmt(min(times))} - {fmt(max(times))})",
-            error(plan.prediction.step, measured), error(side_by_side.step, measured)])
+            error(p.step, measured), fmt(before.step), error(before.step, measured),
+            " ".join(f"{b * 1e3:.1f}" for b in p.busy),
+            " ".join(f"{b * 1e3:.1f}" for b in busy[layout])])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())

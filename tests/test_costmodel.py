@@ -295,3 +295,8 @@ def test_load_platform_with_hosts_overhead_and_links(tmp_path):
                                 "link": {"bandwidth_bytes_per_s": 1e9, "local": 5}}))
     with pytest.raises(ValueError, match="link local must be a LinkSpec, a dict or None"):
         load_platform(path)
+
+
+def test_host_cores_below_one_are_refused():
+    with pytest.raises(ValueError, match=r"host_cores of device '/cpu:0' is 0.5; must be >= 1"):
+        DeviceSpec("/cpu:0", 1e9, host="h", host_cores=0.5)

@@ -106,8 +106,8 @@ class DeviceSpec:
     * ``host``: the process or machine the device belongs to. Devices of one
       host talk over ``link.local`` and share its processor.
     * ``host_cores``: how many devices of that host can compute at once at
-      their full rate (the host's cores or TensorFlow threads; None: as many
-      as it has). Virtual devices of one process on two cores, or two devices
+      their full rate (the host's cores or TensorFlow threads, >= 1; None: as
+      many as it has). Virtual devices of one process on two cores, or two devices
       of a one-core worker, are not independent processors.
     """
 
@@ -130,6 +130,9 @@ class DeviceSpec:
             raise ValueError(f"host of device {self.name!r} must be a non-empty string or "
                              f"None, got {self.host!r}")
         _positive(self.host_cores, f"host_cores of device {self.name!r}", allow_none=True)
+        if self.host_cores is not None and self.host_cores < 1:
+            raise ValueError(f"host_cores of device {self.name!r} is {self.host_cores!r}; must "
+                             "be >= 1 (a device alone computes at its flops_per_s)")
 
 
 @dataclass(frozen=True)
