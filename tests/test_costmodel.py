@@ -8,7 +8,8 @@ import pytest
 from hmp.planning import (DeviceSpec, LinkSpec, ModelSpec, apportion, conv_layer_spec,
                           dense_layer_spec, load_platform, memory_bytes, parse_mesh, predict,
                           ring_allgather_time, ring_allreduce_time)
-from hmp.planning.costmodel import model_axis_collectives
+from hmp.planning.costmodel import (allreduce_time, concurrent_groups_time,
+                                    model_axis_collectives)
 
 LINK = LinkSpec(bandwidth_bytes_per_s=1e9, latency_s=1e-5)
 
@@ -25,6 +26,13 @@ def two_conv_model():
 
 def devices(*rates):
     return [DeviceSpec(f"/device:{i}", r) for i, r in enumerate(rates)]
+
+
+def gradient_allreduces(byte_sizes, n, link):
+    """Mesh-TF's per-tensor gradient all-reduces: per layer a kernel (its bytes) and a
+    bias (latency only), each a ring over n devices."""
+    return sum(ring_allreduce_time(b, n, link) + ring_allreduce_time(0, n, link)
+               for b in byte_sizes)
 
 
 def test_layer_spec_helpers_count_by_hand():
@@ -91,7 +99,10 @@ def test_data_parallel_by_hand():
     flops = sum(l.flops_per_sample for l in spec.layers)
     p = predict(spec, devices(3e9, 1e9), parse_mesh("batch:2"), 8, {"batch": [6, 2]}, LINK)
     assert p.busy == pytest.approx([3 * flops * 6 / 3e9, 3 * flops * 2 / 1e9])
-    assert p.comm == pytest.approx(ring_allreduce_time(4 * params, 2, LINK))
+    # one all-reduce per weight tensor: 2 layers x (kernel, bias), 2 hand-overs each
+    comm = gradient_allreduces([4 * l.params for l in spec.layers], 2, LINK)
+    assert comm == pytest.approx(2 / 2 * 4 * params / 1e9 + 4 * 2 * 1e-5)
+    assert p.comm == pytest.approx(comm)
 
 
 def test_hybrid_by_hand():
@@ -107,7 +118,8 @@ def test_hybrid_by_hand():
     # model axis: conv2's all-reduce for the larger batch row (7 samples); batch axis: each
     # model column all-reduces the weight gradients it holds (column 0 holds 5/8 of them).
     model_comm = ring_allreduce_time(4 * 7 * conv2.output_elems_per_sample, 2, LINK)
-    batch_comm = ring_allreduce_time(4 * 5 / 8 * (conv1.params + conv2.params), 2, LINK)
+    batch_comm = gradient_allreduces([4 * 5 / 8 * conv1.params, 4 * 5 / 8 * conv2.params],
+                                     2, LINK)
     assert p.comm == pytest.approx(model_comm + batch_comm)
 
 
@@ -244,7 +256,7 @@ def test_local_link_inside_a_host_and_link_between_hosts():
     splits = {"filters1": [4, 4], "batch": [6, 4]}
     p = predict(spec, specs, parse_mesh("batch:2;model:2"), 10, splits, link)
     model_comm = ring_allreduce_time(4 * 6 * conv2.output_elems_per_sample, 2, local)
-    batch_comm = ring_allreduce_time(4 * 0.5 * (conv1.params + conv2.params), 2, link)
+    batch_comm = gradient_allreduces([4 * 0.5 * conv1.params, 4 * 0.5 * conv2.params], 2, link)
     assert p.comm == pytest.approx(model_comm + batch_comm)
     # Without hosts every device is its own: the link everywhere.
     plain = predict(spec, devices(1e9, 1e9, 1e9, 1e9), parse_mesh("batch:2;model:2"), 10,
@@ -300,3 +312,110 @@ def test_load_platform_with_hosts_overhead_and_links(tmp_path):
 def test_host_cores_below_one_are_refused():
     with pytest.raises(ValueError, match=r"host_cores of device '/cpu:0' is 0.5; must be >= 1"):
         DeviceSpec("/cpu:0", 1e9, host="h", host_cores=0.5)
+
+
+# -- per-tensor collectives, two-level all-reduce, op-size efficiency, CPU links --------
+
+def test_op_size_efficiency_is_a_fixed_cost_per_sample_and_layer():
+    spec = two_conv_model()
+    flops = np.array([l.flops_per_sample for l in spec.layers], dtype=float)
+    peak, half, batch = 1e9, 500.0, 10
+    one = [DeviceSpec("/cpu:0", peak, half_rate_flops=half)]
+    p = predict(spec, one, parse_mesh("model:1"), batch, {"filters1": [8]})
+    # rate(s) = peak * s / (s + half) per layer: time = 3 * batch * s / rate(s)
+    rate = peak * flops / (flops + half)
+    assert p.step == pytest.approx(np.sum(3 * batch * flops / rate))
+    assert p.step == pytest.approx(3 * batch * (flops.sum() + 2 * half) / peak)
+    # split over two equal devices: each computes half of every layer's FLOPs, but pays
+    # the whole fixed cost of both layers, so the split is slower than half the step.
+    two = [DeviceSpec(f"/cpu:{i}", peak, half_rate_flops=half) for i in range(2)]
+    q = predict(spec, two, parse_mesh("model:2"), batch, {"filters1": [4, 4]})
+    each = 3 * batch * (flops.sum() / 2 + 2 * half) / peak
+    assert q.busy == pytest.approx([each, each])
+    assert q.compute == pytest.approx(each) and q.compute > p.compute / 2
+    # default 0: the plain rate
+    plain = predict(spec, devices(peak), parse_mesh("model:1"), batch, {"filters1": [8]})
+    assert plain.step == pytest.approx(3 * batch * flops.sum() / peak)
+
+
+def test_layers_without_flops_have_no_fixed_cost():
+    spec = ModelSpec("pool", [conv_layer_spec("c", "conv2d", (4, 4), 1, 3, 2),
+                              dense_layer_spec("fc", 32, 4)], (4, 4, 3))
+    zero = ModelSpec("zero", [*spec.layers, dense_layer_spec("empty", 4, 0)], (4, 4, 3))
+    assert zero.layers[-1].flops_per_sample == 0
+    dev = [DeviceSpec("/cpu:0", 1e9, half_rate_flops=100.0)]
+    a = predict(spec, dev, parse_mesh("batch:1"), 4, {"batch": [4]})
+    b = predict(zero, dev, parse_mesh("batch:1"), 4, {"batch": [4]})
+    assert b.step == pytest.approx(a.step)  # the layer without FLOPs adds nothing
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_every_weight_tensor_is_all_reduced_on_its_own(n):
+    spec = three_layer_model()  # 3 layers with weights: 6 tensors (kernels and biases)
+    link = LinkSpec(1e15, 1e-4)  # latency only
+    p = predict(spec, devices(*[1e9] * n), parse_mesh(f"batch:{n}"), 4 * n,
+                {"batch": [4] * n}, link)
+    assert p.comm == pytest.approx(3 * 2 * 2 * (n - 1) * 1e-4, rel=1e-6)
+
+
+def test_two_level_allreduce_across_hosts_by_hand():
+    local = LinkSpec(1e10, 1e-6)
+    link = LinkSpec(1e9, 1e-4, local=local)
+    size = 8e6
+    # 2 hosts x 2 devices: reduce onto each leader and copy back (2 hand-overs of the
+    # whole tensor on the local link), a ring of the 2 leaders over the link.
+    two_level = 2 * (1e-6 + size / 1e10) + (2 * 1 / 2 * size / 1e9 + 2 * 1e-4)
+    assert allreduce_time(size, ["h0", "h0", "h1", "h1"], link) == pytest.approx(two_level)
+    # 3 devices on h0, 1 on h1: the larger host counts
+    assert allreduce_time(size, ["h0", "h0", "h0", "h1"], link) == pytest.approx(
+        4 * (1e-6 + size / 1e10) + (size / 1e9 + 2 * 1e-4))
+    # one host: a ring on the local link; all on different hosts: a ring on the link
+    assert allreduce_time(size, ["h0"] * 4, link) == pytest.approx(
+        ring_allreduce_time(size, 4, local))
+    assert allreduce_time(size, ["a", "b", "c", "d"], link) == pytest.approx(
+        ring_allreduce_time(size, 4, link))
+    assert allreduce_time(size, ["h0"], link) == 0
+    # in predict: batch:4 over 2 hosts of 2 devices
+    spec = two_conv_model()
+    specs = [DeviceSpec(f"/cpu:{i}", 1e9, host=f"h{i // 2}") for i in range(4)]
+    p = predict(spec, specs, parse_mesh("batch:4"), 8, {"batch": [2] * 4}, link)
+    hosts = ["h0", "h0", "h1", "h1"]
+    expected = sum(allreduce_time(4 * l.params, hosts, link) + allreduce_time(0, hosts, link)
+                   for l in spec.layers)
+    assert p.comm == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
+def test_groups_sharing_a_host_share_its_cores_for_communication(share):
+    link = LinkSpec(1e9, 1e-4, cpu_share=share)
+    # two groups on the same two hosts (the columns of batch:2;model:2, rows on hosts)
+    groups = [["h0", "h1"], ["h0", "h1"]]
+    t = [3e-3, 2e-3]
+    assert concurrent_groups_time(t, groups, link) == pytest.approx(3e-3 + share * 2e-3)
+    # groups on disjoint hosts overlap whatever the share
+    assert concurrent_groups_time(t, [["h0"], ["h1"]], link) == pytest.approx(3e-3)
+    # in predict: the batch-axis all-reduces of the two model columns add up with share 1
+    spec = two_conv_model()
+    conv1, conv2 = spec.layers
+    specs = [DeviceSpec(f"/cpu:{i}", 1e9, host=f"h{i // 2}") for i in range(4)]
+    local = LinkSpec(1e10, 1e-6)
+    full = LinkSpec(1e9, 1e-4, local=local, cpu_share=share)
+    splits = {"filters1": [4, 4], "batch": [4, 4]}
+    p = predict(spec, specs, parse_mesh("batch:2;model:2"), 8, splits, full)
+    model_comm = ring_allreduce_time(4 * 4 * conv2.output_elems_per_sample, 2, local)
+    column = gradient_allreduces([4 * 0.5 * conv1.params, 4 * 0.5 * conv2.params], 2, full)
+    assert p.comm == pytest.approx(model_comm + column * (1 + share))
+
+
+def test_new_fields_are_checked_and_loaded(tmp_path):
+    with pytest.raises(ValueError, match="link cpu_share is 1.5; must be between 0 and 1"):
+        LinkSpec(1e9, cpu_share=1.5)
+    with pytest.raises(ValueError, match="half_rate_flops of device '/cpu:0' is -1"):
+        DeviceSpec("/cpu:0", 1e9, half_rate_flops=-1)
+    path = tmp_path / "platform.json"
+    path.write_text(json.dumps({
+        "devices": [{"name": "/cpu:0", "flops_per_s": 1e11, "half_rate_flops": 2e5}],
+        "link": {"bandwidth_bytes_per_s": 1e9, "latency_s": 2e-4, "cpu_share": 0.8}}))
+    found, link = load_platform(path)
+    assert found == [DeviceSpec("/cpu:0", 1e11, half_rate_flops=2e5)]
+    assert link == LinkSpec(1e9, 2e-4, cpu_share=0.8)

@@ -66,8 +66,14 @@ def test_plan_prediction_matches_the_cost_model():
 
 
 @pytest.mark.parametrize("model, link, expected", [
-    # small weights, slow link: replicate the model, split the batch
-    (hsi_model(), LinkSpec(1e8, 1e-4), "batch:4"),
+    # small weights, slow link, short hand-overs: replicate the model, split the batch
+    (hsi_model(), LinkSpec(1e8, 1e-6), "batch:4"),
+    # the same with 100 us per hand-over: Mesh-TF all-reduces each of the 10 weight
+    # gradients (kernel and bias of 5 layers) on its own, 6 hand-overs each on a ring of
+    # 4: 6 ms of latency alone for batch:4 (7.0 ms); the hybrid's rings of 2 take 20
+    # hand-overs for the gradients plus its partial sums (4.3 ms), model:4's 3 activation
+    # all-reduces of the whole batch 4.9 ms
+    (hsi_model(), LinkSpec(1e8, 1e-4), "batch:2;model:2"),
     # a huge classifier and a tiny batch: the gradient all-reduce dominates
     (ModelSpec("big-fc", [dense_layer_spec("fc1", 4096, 8192, "hidden", "output"),
                           dense_layer_spec("fc2", 8192, 16, "hidden", "input")], (4096,)),

@@ -79,6 +79,7 @@ from hmp.planning.layout import check_splits
 BYTES_PER_ELEMENT = 4  # float32
 TRAIN_FLOPS_FACTOR = 3  # forward + backward ~= 3 x forward
 PARAM_COPIES = 3  # weights, gradients, one optimizer slot
+WEIGHT_TENSORS_PER_LAYER = 2  # hmp.layers: a kernel and a bias per layer with weights
 
 
 def _positive(value, what, allow_none=False, allow_zero=False):
@@ -109,6 +110,17 @@ class DeviceSpec:
       their full rate (the host's cores or TensorFlow threads, >= 1; None: as
       many as it has). Virtual devices of one process on two cores, or two devices
       of a one-core worker, are not independent processors.
+    * ``half_rate_flops``: op-size efficiency. A layer op whose slice has
+      ``s`` forward FLOPs per sample runs at ``flops_per_s * s / (s +
+      half_rate_flops)``, so its time per sample is ``3 (s + half_rate_flops)
+      / flops_per_s``: a fixed cost per sample and layer op that does not
+      shrink with the filters (reading the input activations, im2col, output
+      tiles that vectorise worse with fewer filters). Splitting a layer's
+      filters over ``n`` devices divides ``s``, not this cost, which is why
+      split layouts compute slower than their share of a one-device step.
+      ``flops_per_s`` is then the peak rate for large ops. Measured from
+      one-device steps of the model at full and at half width (same batch),
+      never from split layouts. 0 (default): every op runs at ``flops_per_s``.
     """
 
     name: str
@@ -118,6 +130,7 @@ class DeviceSpec:
     overhead_s: float = 0.0
     host: str | None = None
     host_cores: float | None = None
+    half_rate_flops: float = 0.0
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -130,6 +143,8 @@ class DeviceSpec:
             raise ValueError(f"host of device {self.name!r} must be a non-empty string or "
                              f"None, got {self.host!r}")
         _positive(self.host_cores, f"host_cores of device {self.name!r}", allow_none=True)
+        _positive(self.half_rate_flops, f"half_rate_flops of device {self.name!r}",
+                  allow_zero=True)
         if self.host_cores is not None and self.host_cores < 1:
             raise ValueError(f"host_cores of device {self.name!r} is {self.host_cores!r}; must "
                              "be >= 1 (a device alone computes at its flops_per_s)")
@@ -146,16 +161,30 @@ class LinkSpec:
       gRPC between workers. None: ``self`` everywhere.
     * ``feed``: the client's link to the first device's host, over which the
       batch is fed every step. None: feeding is not priced.
+    * ``cpu_share`` (0 to 1, default 0): how much of a hand-over's time is CPU
+      work of the hosts at its ends rather than time in a network (1: a
+      loopback or in-process "link" on the devices' own cores, where sending
+      is serialising and copying; 0: a network that moves data by itself).
+      Collectives of different groups that share a host (the batch-axis
+      all-reduces of the model columns, the model-axis collectives of the
+      batch rows) then cannot overlap on that host's cores: per host they
+      take ``max + cpu_share * (sum - max)`` of their times instead of the
+      max. Measured as two hand-over chains between the same two devices run
+      at once against one alone: ``t_two / t_one - 1``.
     """
 
     bandwidth_bytes_per_s: float
     latency_s: float = 0.0
     local: "LinkSpec | None" = None
     feed: "LinkSpec | None" = None
+    cpu_share: float = 0.0
 
     def __post_init__(self):
         _positive(self.bandwidth_bytes_per_s, "link bandwidth_bytes_per_s")
         _positive(self.latency_s, "link latency_s", allow_zero=True)
+        _positive(self.cpu_share, "link cpu_share", allow_zero=True)
+        if self.cpu_share > 1:
+            raise ValueError(f"link cpu_share is {self.cpu_share!r}; must be between 0 and 1")
         for what in ("local", "feed"):
             value = getattr(self, what)
             if isinstance(value, dict):
@@ -313,36 +342,98 @@ def _hosts(devices, shape):
     return np.array(labels, dtype=object).reshape(shape)
 
 
+def allreduce_time(nbytes, hosts, link):
+    """One all-reduce of ``nbytes`` among devices on ``hosts`` (one label per device).
+
+    As ``hmp.HeteroMeshImpl`` lowers it: devices of one host use
+    ``link.local``; devices all on different hosts a ring over ``link``; a
+    group spanning several hosts with several devices on some of them the
+    two-level all-reduce of ``hmp.collectives``: every host reduces onto its
+    leader and copies the result back (``2 (k - 1)`` hand-overs of the whole
+    tensor on the local link, ``k`` the most devices on one host), and the
+    leaders run a ring over ``link``.
+    """
+    hosts = list(hosts)
+    n = len(hosts)
+    if n <= 1:
+        return 0.0
+    per_host = {}
+    for h in hosts:
+        per_host[h] = per_host.get(h, 0) + 1
+    if 1 < len(per_host) < n:
+        k = max(per_host.values())
+        local = link.local or link
+        return (2 * (k - 1) * (local.latency_s + nbytes / local.bandwidth_bytes_per_s)
+                + ring_allreduce_time(nbytes, len(per_host), link))
+    return ring_allreduce_time(nbytes, n, link.between(hosts))
+
+
+def concurrent_groups_time(times, groups, link):
+    """Time of collectives that groups of devices run at once (one time per group).
+
+    Groups on disjoint hosts overlap: the slowest counts. Groups that share a
+    host share its cores for the ``cpu_share`` of their hand-overs that is CPU
+    work (``LinkSpec.cpu_share``): on that host they take ``max + cpu_share *
+    (sum - max)``. The result is the largest over groups and hosts.
+    """
+    times = [float(t) for t in times]
+    if not times:
+        return 0.0
+    shares = [link.between(list(g)).cpu_share for g in groups]
+    total = max(times)
+    for host in {h for g in groups for h in g}:
+        mine = [i for i, g in enumerate(groups) if host in g]
+        slowest = max(times[i] for i in mine)
+        total = max(total, slowest + sum(shares[i] * times[i] for i in mine)
+                    - max(shares[i] * times[i] for i in mine if times[i] == slowest))
+    return total
+
+
 def _model_axis_time(model_spec, mesh, splits, batch_rows, link, hosts):
-    """Model-axis collectives: each batch row's own (its samples, its hosts' link); the
-    slowest row counts."""
+    """Model-axis collectives: each batch row's own (its samples, its hosts' link), rows
+    at once (``concurrent_groups_time``)."""
     n = mesh.model
     if n == 1:
         return 0.0
     collectives = model_axis_collectives(model_spec)
     rows = []
     for row, samples in enumerate(batch_rows):
-        row_link = link.between(list(hosts[row]))
+        row_hosts = list(hosts[row])
+        row_link = link.between(row_hosts)
         per_sample = BYTES_PER_ELEMENT * samples
         total = 0.0
         for kind, elems, dim in collectives:
             if kind == "allreduce":
-                total += ring_allreduce_time(per_sample * elems, n, row_link)
+                total += allreduce_time(per_sample * elems, row_hosts, link)
             else:
                 pieces = np.asarray(splits[dim]) / model_spec.split_dims()[dim]
                 total += ring_allgather_time(per_sample * elems * pieces, row_link)
         rows.append(total)
-    return max(rows)
+    return concurrent_groups_time(rows, [list(hosts[r]) for r in range(mesh.batch)], link)
 
 
 def _batch_axis_time(model_spec, mesh, fractions, link, hosts):
-    """Gradient all-reduce over each model column's M devices; the slowest column counts."""
+    """Gradient all-reduces over each model column's M devices, columns at once.
+
+    Mesh-TensorFlow all-reduces every weight gradient on its own:
+    ``WEIGHT_TENSORS_PER_LAYER`` per layer with weights (kernel and bias), each
+    with its hand-overs and their latency. The kernel carries the layer's
+    bytes (the bias's are negligible); the bias's all-reduce costs its
+    latency.
+    """
     if mesh.batch == 1:
         return 0.0
     _, params, _ = _layer_arrays(model_spec)
-    column_bytes = BYTES_PER_ELEMENT * (params @ fractions)
-    return max(ring_allreduce_time(b, mesh.batch, link.between(list(hosts[:, c])))
-               for c, b in enumerate(column_bytes))
+    columns = []
+    for c in range(mesh.model):
+        column_hosts = list(hosts[:, c])
+        total = 0.0
+        for i in np.flatnonzero(params > 0):
+            total += allreduce_time(BYTES_PER_ELEMENT * params[i] * fractions[i, c],
+                                    column_hosts, link)
+            total += (WEIGHT_TENSORS_PER_LAYER - 1) * allreduce_time(0.0, column_hosts, link)
+        columns.append(total)
+    return concurrent_groups_time(columns, [list(hosts[:, c]) for c in range(mesh.model)], link)
 
 
 def feed_time(model_spec, batch_rows, hosts, link):
@@ -413,7 +504,11 @@ def predict(model_spec, devices, mesh, batch_size, splits, link=None):
     # (layers, rows, columns) FLOPs and bytes of every layer on every device.
     layer_flops = TRAIN_FLOPS_FACTOR * (flops[:, None] * fractions)[:, None, :] \
         * batch_rows[None, :, None]
-    seconds = layer_flops / np.array([d.flops_per_s for d in devices]).reshape(shape)
+    # Op-size efficiency: a fixed half_rate_flops per sample and layer op with FLOPs.
+    half = np.array([d.half_rate_flops for d in devices]).reshape(shape)
+    fixed = TRAIN_FLOPS_FACTOR * (flops > 0)[:, None, None] * batch_rows[None, :, None] \
+        * half[None]
+    seconds = (layer_flops + fixed) / np.array([d.flops_per_s for d in devices]).reshape(shape)
     if any(d.mem_bw is not None for d in devices):
         traffic = TRAIN_FLOPS_FACTOR * BYTES_PER_ELEMENT * (
             (params[:, None] * fractions)[:, None, :]
