@@ -1,25 +1,3 @@
-"""The cost model's predicted step times against measured ones, on virtual CPU devices.
-
-In one run: every device's FLOP rate is measured with ``hmp.profiler`` (the
-training step alone on each device), the link's latency and bandwidth are
-estimated from a measured in-process hand-over (a tensor passed from one
-virtual CPU device to another and added there, which is what every step of a
-ring all-reduce does), then every layout of ``--layouts`` is planned
-(``plan_layout`` with those figures), predicted by the cost model, and run
-(interleaved repeats A B C A B C ..., so machine noise hits all alike).
-
-Virtual CPU devices are not independent processors: in one process they share
-TensorFlow's thread pools, so two of them computing at once each go slower
-than alone. The cost model takes devices to be independent. So each layout is
-predicted twice: with the rates measured alone (the planner's input) and with
-the rates the devices reach *side by side* (each device's one-device step
-run in its own thread, as many devices at once as the layout has), which
-checks the model's structure given the right device figures. Multi-process
-workers (one TensorFlow server per core or host) are not covered yet.
-
-  python scripts/bench_costmodel.py --layouts=model:1,model:2,batch:2 --repeats=5
-"""
-
 """The cost model's predicted step times against measured ones.
 
 Two modes, the same table:
@@ -45,17 +23,26 @@ that are none of the validated layouts:
 * the link (and the local link), from a tensor handed back and forth between
   two devices and added there, a chain of 16 hand-overs minus one, for
   256 B and 4 MiB: latency and bandwidth;
+* per device, the one-device step at half the width (``--width / 2``,
+  batch ``--batch_size``): with the full-width steps it separates the peak
+  FLOP rate from the fixed cost per sample and layer op
+  (``half_rate_flops``): per-sample time at width w is ``3 (F(w) + L h) /
+  peak`` (``F``: forward FLOPs per sample, ``L``: layer ops with FLOPs);
+* the link's ``cpu_share``: two hand-over chains between the same two
+  devices at once against one alone (``t_two / t_one - 1``, clipped to
+  0..1), the part of a hand-over that needs the hosts' cores;
 * per host (this process, or each worker), how many of its devices can
   compute at once: the one-device steps of all its devices run side by side
-  (one thread each), ``host_cores = sum of their rates side by side / rate
-  alone``.
+  (one thread each), ``host_cores = sum over devices of (step alone minus
+  its feed) / step side by side`` (feeds, which run on the client, are
+  taken out so that they do not count as a second core).
 
 Then every layout of ``--layouts`` is planned (``plan_layout`` with those
 figures), predicted, and run (interleaved repeats A B C A B C ..., so machine
 noise hits all alike; median). Each layout is predicted twice: with the full
 model and with the basic one (rates measured alone as the effective step
-rate, one link, no overhead, hosts or feed), the figures the planner had
-before. One traced step per layout gives every device's busy time
+rate, one link, no overhead, op-size term, hosts, CPU share or feed), the
+figures the planner had before. One traced step per layout gives every device's busy time
 (``hmp.profiler.busy_times``), to see where the time goes.
 
   python scripts/bench_costmodel.py --layouts=model:1,model:2,batch:2 --repeats=5
@@ -63,6 +50,7 @@ before. One traced step per layout gives every device's busy time
 """
 
 import contextlib
+import dataclasses
 import os
 import statistics
 import threading
@@ -75,6 +63,7 @@ from absl import app, flags
 from hmp.cluster import local_cluster
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict
+from hmp.planning.costmodel import TRAIN_FLOPS_FACTOR
 from hmp.planning.from_graph import model_spec
 from hmp.profiler import DeviceStep, busy_times, measure_speeds, train_flops_per_sample
 
@@ -190,7 +179,8 @@ def measure_link(plat, pair):
 
     A chain of ``HOPS + 1`` adds alternating between the two devices, minus a
     chain of one, gives the time per hand-over; a small and a large tensor
-    give latency and bandwidth.
+    give latency and bandwidth. Two small chains run at once against one give
+    ``cpu_share``: 0 if they overlap fully, 1 if they take turns.
     """
     per_hop = []
     with tf.Graph().as_default():
@@ -198,9 +188,10 @@ def measure_link(plat, pair):
         for nbytes in HANDOVER_BYTES:
             with tf.device(pair[0]):
                 x = tf.Variable(tf.zeros([nbytes // 4]))
+                x2 = tf.Variable(tf.zeros([nbytes // 4]))
             ends = []
-            for hops in (1, HOPS + 1):
-                y = x
+            for start, hops in ((x, 1), (x, HOPS + 1), (x2, HOPS + 1)):
+                y = start
                 for hop in range(hops):
                     with tf.device(pair[(hop + 1) % 2]):
                         y = y + 1.0
@@ -208,11 +199,17 @@ def measure_link(plat, pair):
             chains.append(ends)
         with tf.Session(plat.target, config=no_rewrites(plat.config)) as session:
             session.run(tf.global_variables_initializer())
-            for short, long in chains:
+            for short, long, other in chains:
                 median_seconds(session, long, 3)  # warm-up
+                median_seconds(session, [long, other], 3)
                 per_hop.append((median_seconds(session, long)
                                 - median_seconds(session, short)) / HOPS)
-    return line_fit(HANDOVER_BYTES, per_hop)
+            short, long, other = chains[0]
+            one = median_seconds(session, long) - median_seconds(session, short)
+            two = median_seconds(session, [long, other]) - median_seconds(session, short)
+    link = line_fit(HANDOVER_BYTES, per_hop)
+    share = min(max(two / max(one, 1e-12) - 1.0, 0.0), 1.0)
+    return LinkSpec(link.bandwidth_bytes_per_s, link.latency_s, cpu_share=share)
 
 
 def line_fit(sizes, seconds):
@@ -259,8 +256,9 @@ def side_by_side_rates(steps, train_flops, batch_size):
     return [statistics.median(r) for r in rates]
 
 
-def host_cores(plat, cfg, devices, alone, train_flops):
-    """Per host of ``devices``: its devices' summed rate side by side over the mean alone."""
+def host_cores(plat, cfg, devices, work, train_flops):
+    """Per host of ``devices``: sum over its devices of (step alone minus feed) / step
+    side by side. ``work``: {device: seconds of its step alone without the feed}."""
     cores = {}
     for host in dict.fromkeys(plat.hosts[d] for d in devices):
         members = [d for d in devices if plat.hosts[d] == host]
@@ -273,52 +271,71 @@ def host_cores(plat, cfg, devices, alone, train_flops):
         together = side_by_side_rates(steps, train_flops, FLAGS.batch_size)
         for step in steps:
             step.close()
+        seconds = [FLAGS.batch_size * train_flops / rate for rate in together]
         # At least one device computes at its rate alone, whatever the noise.
-        cores[host] = max(1.0, sum(together)
-                          / statistics.mean(alone[d].flops_per_s for d in members))
+        cores[host] = max(1.0, sum(work[d] / t for d, t in zip(members, seconds)))
     return cores
 
 
 def calibrate(plat, cfg, devices):
     """The full DeviceSpecs, the full LinkSpec and the basic specs, from calibration runs."""
     train_flops = train_flops_per_sample(cfg)
+    half_cfg = dataclasses.replace(cfg, width=max(cfg.width // 2, 1))
+    full_spec, half_spec = model_spec(cfg), model_spec(half_cfg)
+    forward = [sum(l.flops_per_sample for l in s.layers) for s in (full_spec, half_spec)]
+    ops = sum(l.flops_per_sample > 0 for l in full_spec.layers)
     sizes = (FLAGS.batch_size // SMALL_BATCH_DIVISOR, FLAGS.batch_size)
-    step = {}  # (device, batch) -> seconds
+    step = {}  # (device, batch, width) -> seconds
     alone = {}
-    for b in sizes:
-        for s in measure_speeds(cfg, devices, b, FLAGS.warmup, FLAGS.steps * FLAGS.repeats,
+    for b, c in ((sizes[0], cfg), (sizes[1], cfg), (sizes[1], half_cfg)):
+        for s in measure_speeds(c, devices, b, FLAGS.warmup, FLAGS.steps * FLAGS.repeats,
                                 plat.target, plat.config, FLAGS.optimizer, progress=print):
-            step[s.device, b] = b / s.samples_per_s
-            if b == FLAGS.batch_size:
+            step[s.device, b, c.width] = b / s.samples_per_s
+            if b == FLAGS.batch_size and c is cfg:
                 alone[s.device] = s
     feed = {(d, b): feed_seconds(plat, d, b, cfg) for d in devices for b in sizes}
-    specs, rows = [], []
+    specs, rows, work_alone = [], [], {}
     for d in devices:
-        work = [step[d, b] - feed[d, b] for b in sizes]  # the step without its feed
+        work = [step[d, b, cfg.width] - feed[d, b] for b in sizes]  # the step without its feed
+        work_alone[d] = work[1]
         per_sample = (work[1] - work[0]) / (sizes[1] - sizes[0])
         overhead = max(work[0] - sizes[0] * per_sample, 0.0)
-        specs.append((d, train_flops / per_sample, overhead))
+        # Half width at the full batch: per-sample time 3 (F + L h) / peak at both widths.
+        half_per_sample = (step[d, sizes[1], half_cfg.width] - feed[d, sizes[1]]
+                           - overhead) / sizes[1]
+        if per_sample > half_per_sample > 0:
+            peak = TRAIN_FLOPS_FACTOR * (forward[0] - forward[1]) / (per_sample - half_per_sample)
+            half = max(per_sample * peak / TRAIN_FLOPS_FACTOR - forward[0], 0.0) / ops
+            peak = TRAIN_FLOPS_FACTOR * (forward[0] + ops * half) / per_sample
+        else:  # noise: no op-size term
+            peak, half = train_flops / per_sample, 0.0
+        specs.append((d, peak, overhead, half))
         rows.append(f"  {d}: alone {alone[d].flops_per_s / 1e9:.3g} GFLOP/s effective "
-                    f"({alone[d].samples_per_s:.4g} samples/s); step {fmt(step[d, sizes[0]])} "
-                    f"at {sizes[0]}, {fmt(step[d, sizes[1]])} at {sizes[1]}; feed "
-                    f"{fmt(feed[d, sizes[0]])} / {fmt(feed[d, sizes[1]])} -> rate "
-                    f"{train_flops / per_sample / 1e9:.3g} GFLOP/s + overhead {fmt(overhead)}")
+                    f"({alone[d].samples_per_s:.4g} samples/s); step "
+                    f"{fmt(step[d, sizes[0], cfg.width])} at {sizes[0]}, "
+                    f"{fmt(step[d, sizes[1], cfg.width])} at {sizes[1]}, "
+                    f"{fmt(step[d, sizes[1], half_cfg.width])} at half width; feed "
+                    f"{fmt(feed[d, sizes[0]])} / {fmt(feed[d, sizes[1]])} -> peak "
+                    f"{peak / 1e9:.3g} GFLOP/s, half rate at {half / 1e6:.3g} MFLOP per "
+                    f"sample and op, overhead {fmt(overhead)}")
     sample_bytes = 4 * (cfg.patch * cfg.patch * cfg.bands + 1)
     feed_link = line_fit([sample_bytes * b for b in sizes], [feed[devices[0], b] for b in sizes])
     link = measure_link(plat, plat.link_pairs["link"])
     local = measure_link(plat, plat.link_pairs["local"]) if plat.link_pairs["local"] else None
-    cores = host_cores(plat, cfg, devices, alone, train_flops)
+    cores = host_cores(plat, cfg, devices, work_alone, train_flops)
     full = [DeviceSpec(d, rate, overhead_s=overhead, host=plat.hosts[d],
-                       host_cores=cores.get(plat.hosts[d]))
-            for d, rate, overhead in specs]
-    full_link = LinkSpec(link.bandwidth_bytes_per_s, link.latency_s, local=local, feed=feed_link)
+                       host_cores=cores.get(plat.hosts[d]), half_rate_flops=half)
+            for d, rate, overhead, half in specs]
+    full_link = dataclasses.replace(link, local=local, feed=feed_link)
     basic = [DeviceSpec(d, alone[d].flops_per_s) for d in devices]
+    basic_link = LinkSpec(link.bandwidth_bytes_per_s, link.latency_s)
     rows.append("  hosts: " + ", ".join(f"{h} {c:.2f} cores" for h, c in cores.items()))
     for name, l in (("link", link), ("local link", local), ("feed link", feed_link)):
         if l is not None:
             rows.append(f"  {name}: {l.bandwidth_bytes_per_s / 1e9:.3g} GB/s, latency "
-                        f"{l.latency_s * 1e6:.3g} us")
-    return {d.name: d for d in full}, full_link, {d.name: d for d in basic}, link, rows
+                        f"{l.latency_s * 1e6:.3g} us"
+                        + (f", cpu share {l.cpu_share:.2f}" if name != "feed link" else ""))
+    return {d.name: d for d in full}, full_link, {d.name: d for d in basic}, basic_link, rows
 
 
 def build_run(cfg, plan, plat):

@@ -2,10 +2,11 @@
 
 In the spirit of Castello et al. (PDP 2021): the time of one training step is
 priced from per-layer FLOPs and bytes, the devices' FLOP rates and memory
-bandwidths, and the link's bandwidth and latency; plus three terms that
+bandwidths, and the link's bandwidth and latency; plus terms that
 measurement on small HSI patches showed to matter (fixed per-step overhead,
-synchronisation at every layer, devices that share a processor) and the cost
-of feeding the input.
+op-size efficiency, synchronisation at every layer, devices that share a
+processor, per-tensor collectives, communication that is CPU work) and the
+cost of feeding the input.
 
 Compute. A layer's training FLOPs are ``3 x`` its forward FLOPs (the backward
 pass computes the gradients of the input and of the weights, each about as
@@ -15,7 +16,7 @@ filters; 1 for a layer that is not split, which every model column computes
 whole -- replicated). Its time on the layer is a roofline plus its share of
 a fixed overhead::
 
-    t = max(3 * flops_per_sample * b * f / flops_per_s,
+    t = max(3 * b * (flops_per_sample * f + h) / flops_per_s,
             3 * 4 bytes * (params * f + b * outputs_per_sample * g) / mem_bw)
         + overhead_s / layers
 
@@ -24,7 +25,11 @@ partial sums of the whole output (input-split layers) or replicated. Without
 ``mem_bw`` only the first term counts. ``overhead_s`` (``DeviceSpec``, default
 0) is the part of a device's step that does not shrink with its share:
 launching and scheduling every op of the step, which every device of a split
-layout runs for every layer. A device's busy time is the sum over layers.
+layout runs for every layer. ``h`` (``DeviceSpec.half_rate_flops``, default
+0; only for layers with FLOPs) is the op-size efficiency: a slice of ``s``
+FLOPs per sample runs at ``flops_per_s * s / (s + h)``, a fixed cost per
+sample and layer op that splitting the filters does not divide. A device's
+busy time is the sum over layers.
 
 Synchronisation. Model parallelism joins the devices at a collective after
 (nearly) every layer, so the slowest device gates every layer, not only the
@@ -53,14 +58,25 @@ weights, as then no gradient flows back); and an all-gather wherever a split
 activation must be whole again (an unsplit layer, or the model's output).
 With uneven batch rows every row runs its own collectives; the slowest counts.
 On the batch axis: the all-reduce of every weight gradient a model column
-holds, over the ``M`` devices of that column.
+holds, over the ``M`` devices of that column, one all-reduce per weight
+tensor as Mesh-TensorFlow lowers them (kernel and bias of every layer with
+weights, ``WEIGHT_TENSORS_PER_LAYER``), each with its own hand-overs and
+latency, one after another (independent all-reduces might overlap on a
+network; on a CPU link they take turns). A group spanning several hosts
+with several devices on some of them uses the two-level all-reduce of
+``hmp.collectives`` (``allreduce_time``). Collectives of groups that share a
+host (the rows' on the model axis, the columns' on the batch axis) overlap,
+except for the ``LinkSpec.cpu_share`` of them that is CPU work of that host
+(``concurrent_groups_time``).
 
 Input. With ``link.feed`` (the client's link to the first device's host) the
 whole batch (inputs and int32 labels) is fed there every step, and every
 other host receives the samples its devices need (its batch rows; the whole
 input to a model-parallel row) over the link, one host after another.
 
-Step time = compute + all communication (not overlapped with compute).
+Step time = compute + all communication (not overlapped with compute: on a
+CPU link, e.g. loopback between workers of one machine, sending and
+receiving is work of the same cores that compute).
 
 Memory per device = 4 bytes * (3 copies of its weights (weights, gradients,
 one optimizer slot) + its batch share * (input sample + every layer output
