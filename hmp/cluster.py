@@ -219,10 +219,11 @@ class LocalCluster:
     one worker on its port, e.g. to test what a lost worker does.
     """
 
-    def __init__(self, cluster, cpus, threads, virtual_cpus, log_dir):
+    def __init__(self, cluster, cpus, threads, inter_op_threads, virtual_cpus, log_dir):
         self.cluster = cluster
         self._cpus = cpus
         self._threads = threads
+        self._inter_op_threads = inter_op_threads
         self._virtual_cpus = virtual_cpus
         self._log_dir = log_dir
         self._processes = [None] * len(cluster.addresses)
@@ -251,6 +252,8 @@ class LocalCluster:
             command.append("--cpus=" + ",".join(map(str, self._cpus[task])))
         if self._threads[task]:
             command.append("--threads=%d" % self._threads[task])
+        if self._inter_op_threads[task]:
+            command.append("--inter_op_threads=%d" % self._inter_op_threads[task])
         if self._virtual_cpus[task] != 1:
             command.append("--virtual_cpus=%d" % self._virtual_cpus[task])
         with open(self._log_path(task), "w") as log:
@@ -328,7 +331,8 @@ def _per_task(value, n, name):
 
 
 @contextlib.contextmanager
-def local_cluster(n, cpus=None, threads=None, timeout_s=60.0, virtual_cpus=1):
+def local_cluster(n, cpus=None, threads=None, timeout_s=60.0, virtual_cpus=1,
+                  inter_op_threads=None):
     """Runs ``n`` ``hmp.worker`` processes on free 127.0.0.1 ports.
 
     Args:
@@ -338,6 +342,8 @@ def local_cluster(n, cpus=None, threads=None, timeout_s=60.0, virtual_cpus=1):
       threads: TensorFlow threads of each worker: one number, or one per worker.
       timeout_s: how long the workers may take to answer.
       virtual_cpus: CPU devices of each worker: one number, or one per worker.
+      inter_op_threads: inter-op threads of each worker if not ``threads``: one
+        number, or one per worker.
 
     Yields a ``LocalCluster``, which unpacks as ``(spec, devices)``: the
     cluster string and every ``/job:worker/task:N/device:CPU:K``, task by task. Waits
@@ -350,9 +356,11 @@ def local_cluster(n, cpus=None, threads=None, timeout_s=60.0, virtual_cpus=1):
         cpus = [cpus] * n
     cpus, threads = _per_task(cpus, n, "cpus"), _per_task(threads, n, "threads")
     virtual_cpus = _per_task(virtual_cpus, n, "virtual_cpus")
+    inter_op_threads = _per_task(inter_op_threads, n, "inter_op_threads")
     cluster = Cluster(tuple("127.0.0.1:%d" % p for p in free_loopback_ports(n)))
     with tempfile.TemporaryDirectory(prefix="hmp-cluster-") as log_dir:
-        workers = LocalCluster(cluster, cpus, threads, virtual_cpus, log_dir)
+        workers = LocalCluster(cluster, cpus, threads, inter_op_threads, virtual_cpus,
+                               log_dir)
         try:
             for task in range(n):   # all started first: they import TensorFlow side by side
                 workers.start(task, timeout_s=None)

@@ -18,7 +18,8 @@ measurements (the cost-model benchmark runs several side by side).
 union of the execution intervals of the operations that ran on it: the time
 it was busy. Unions, not sums, so that ops running in parallel on one device
 are not counted twice. Send/receive operations are left out: their interval
-includes waiting for another device.
+includes waiting for another device; so does a task serving a tensor to another
+task over gRPC (``RecvTensor``), also left out.
 """
 
 import dataclasses
@@ -35,6 +36,9 @@ from hmp.planning.from_graph import model_spec
 
 # Op types whose recorded interval includes waiting for another device.
 TRANSFER_OPS = ("_Send", "_Recv", "_HostSend", "_HostRecv")
+# What a task's gRPC server records while it hands a tensor to another task
+# (its interval includes waiting until the tensor exists).
+SERVED_TENSOR = "RecvTensor"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +195,7 @@ def busy_times(run_metadata, devices):
             continue
         owner = max(owners, key=lambda i: _specificity(mesh_specs[i]))
         for node in dev_stats.node_stats:
-            if _op_type(node) in TRANSFER_OPS:
+            if _op_type(node) in TRANSFER_OPS or node.node_name == SERVED_TENSOR:
                 continue
             start = node.all_start_nanos or 1000 * node.all_start_micros
             length = node.all_end_rel_nanos or 1000 * node.all_end_rel_micros

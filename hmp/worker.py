@@ -24,6 +24,8 @@ from hmp.cluster import JOB, Cluster
 flags.DEFINE_string("cluster", None, "Comma-separated host:port of every task, in task order.")
 flags.DEFINE_integer("task", None, "This worker's task index (its address in --cluster).")
 flags.DEFINE_integer("threads", 0, "Intra- and inter-op threads of TensorFlow (0: its default).")
+flags.DEFINE_integer("inter_op_threads", 0, "Inter-op threads, if not --threads (0: as "
+                     "--threads); e.g. 2 lets a transfer start while an op computes.")
 flags.DEFINE_string("cpus", "", "Comma-separated CPU numbers to pin the process to "
                     "(empty: all it may use).")
 flags.DEFINE_integer("virtual_cpus", 1, "CPU devices this task offers (device:CPU:0 to "
@@ -59,15 +61,16 @@ def _pin_cpus():
 
 
 def _server_config():
-    if FLAGS.threads < 0:
-        raise cli.UsageError("--threads=%d: must be 0 (TensorFlow's default) or more"
-                             % FLAGS.threads)
+    for name in ("threads", "inter_op_threads"):
+        if FLAGS[name].value < 0:
+            raise cli.UsageError("--%s=%d: must be 0 (TensorFlow's default) or more"
+                                 % (name, FLAGS[name].value))
     if FLAGS.virtual_cpus < 1:
         raise cli.UsageError("--virtual_cpus=%d: a task offers at least 1 CPU device"
                              % FLAGS.virtual_cpus)
     return tf.ConfigProto(device_count={"CPU": FLAGS.virtual_cpus},
                           intra_op_parallelism_threads=FLAGS.threads,
-                          inter_op_parallelism_threads=FLAGS.threads)
+                          inter_op_parallelism_threads=FLAGS.inter_op_threads or FLAGS.threads)
 
 
 def main(argv):

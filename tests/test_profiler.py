@@ -58,6 +58,8 @@ def test_busy_times_unites_intervals_and_maps_device_names():
     add_node(cpu1, "a = Conv2D(x, w)", 1000, 10000)  # [1, 11] us
     add_node(cpu1, "b = AddV2(a, c)", 5000, 15000)  # [5, 20] us, overlaps: union [1, 20]
     add_node(cpu1, "r = _Recv()", 0, 100000)  # waiting for another device: left out
+    # A task's gRPC server handing a tensor to another task (waits for it): left out.
+    cpu1.node_stats.add(node_name="RecvTensor", all_start_micros=0, all_end_rel_micros=90)
     # Only microseconds recorded (older TF): [100, 102] us.
     cpu1.node_stats.add(node_name="c", timeline_label="c = Relu(b)",
                         all_start_micros=100, all_end_rel_micros=2)
