@@ -1,44 +1,49 @@
 """Heterogeneity benchmark: uneven splits over two workers of unequal speed.
 
 Two ``hmp.worker`` processes (``hmp.cluster.local_cluster``), each pinned to a
-core of its own with one TensorFlow thread and two virtual CPU devices (for the
-hybrid mesh). The worker on core 1 is made slower by ``--slowdown``
-CPU-bound competing processes (``while True: pass``) pinned to core 1; Linux
-shares that core fairly among them, so the worker gets about
-1/(1 + slowdown) of it. The script starts them before the workers and kills
-them when it ends, also on an error. The speed ratio this gives is measured,
-not assumed.
+core of its own with one intra-op thread (``--inter_op_threads`` inter-op
+threads) and two virtual CPU devices (for the hybrid mesh). The worker on core
+1 is made slower by ``--slowdown`` CPU-bound competing processes
+(``while True: pass``) pinned to core 1; Linux shares that core fairly among
+them, so the worker gets about 1/(1 + slowdown) of it. The script starts them
+before the workers and kills them when it ends, also on an error. The speed
+ratio this gives is measured, not assumed.
 
 For each model of ``--models`` (on the built-in synthetic scene: 9x9 patches of
-100 bands, 10 classes), in one run:
+100 bands, 10 classes; one batch of its training patches is fed every step),
+in one run:
 
-1. Each worker's speed alone, ``s_i`` in samples/s: the model's whole training
-   step on the worker's device, the workers taking turns (``hmp.profiler``).
-2. The ideal step times for a global batch of ``W`` samples and ``n`` workers:
+1. Each worker's speed is profiled alone (``hmp.profiler.measure_speeds``):
+   the plans are made from it, as ``hmp.train`` does.
+2. Training steps are timed, repeats interleaved (A B C ... A B C ...) so that
+   machine noise hits every configuration alike:
+   ``even`` (model parallel, ``model:2``, filters split evenly), ``planned``
+   (``model:2``, filters split by ``plan_layout`` from the profiled speeds),
+   ``re-balanced`` (the planned split re-planned once from the busy times of
+   its traced steps, as ``hmp.train --rebalance=epoch`` does), ``data``
+   (``batch:2``, batch split by speed), ``hybrid`` (``batch:2;model:2`` on the
+   four virtual devices; ``--hybrid_across`` says which mesh axis spans the two
+   workers, the other spans each worker's two devices), ``worker 0 alone`` and
+   ``worker 1 alone`` (the model on one worker), and ``plain TF`` (the same
+   model written in plain TensorFlow, ``plain_tf_models.py``, on worker 0).
+3. The ideal step times for a global batch of ``W`` samples on ``n`` workers
+   whose speeds alone are ``s_i`` samples/s (``W`` / the median step of
+   ``worker i alone``, timed interleaved with the rest):
    ``T* = W / sum(s_i)`` (perfect balance, no communication) and
    ``T_even = (W / n) / min(s_i)`` (an even split: the slowest worker does
    1/n of the work, no communication). The theoretical speedup of a perfectly
    balanced split over the even one is ``T_even / T*``.
-3. Training steps timed, repeats interleaved (A B C ... A B C ...) so that
-   machine noise hits every configuration alike:
-   ``even`` (model parallel, ``model:2``, filters split evenly), ``planned``
-   (``model:2``, filters split by ``plan_layout`` from the measured speeds),
-   ``data`` (``batch:2``, batch split by speed), ``hybrid``
-   (``batch:2;model:2`` on the four virtual devices; ``--hybrid_across`` says
-   which mesh axis spans the two workers, the other spans each worker's two
-   devices), ``one worker`` (the fast worker alone) and ``plain TF`` (the same
-   model written in plain TensorFlow, ``plain_tf_models.py``, on the fast
-   worker alone).
 4. Per configuration: median step time ``T`` (and the range over repeats),
    samples/s ``W / T``, efficiency ``T* / T``, speedup over the even split
    ``T(even) / T`` next to the theoretical one, and from ``--trace_steps``
-   traced steps (``hmp.profiler.busy_times``) each worker's busy time and its
-   share of the traced step; the rest of the step is the worker's
-   communication and waiting. ``hmp / plain TF`` is the throughput ratio on one
-   worker: the framework's own cost.
+   traced steps (``hmp.profiler.busy_times``) each worker's busy time (its
+   operations, transfers left out) and its share of the traced step; the rest
+   of the step is that worker's communication and waiting. ``hmp / plain TF``
+   is the throughput ratio on worker 0 alone: the framework's own cost.
 
 The goal for the planned split is efficiency >= 0.9 and a speedup over the even
-split >= 90% of the theoretical one; the table says whether it is met.
+split >= 90% of the theoretical one; the report says by how much each of
+``planned`` and ``data`` meets or misses it.
 
   flock /tmp/hmp-bench.lock python scripts/bench_hetero.py --models=cnn3d,cnn2d
 """
@@ -66,19 +71,23 @@ from hmp.graph import Layout, ModelConfig, TrainingGraph  # noqa: E402
 from hmp.planning import plan_layout  # noqa: E402
 from hmp.planning.from_graph import model_spec  # noqa: E402
 from hmp.profiler import busy_times, measure_speeds  # noqa: E402
+from hmp.rebalance import replan  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["cnn3d", "cnn2d"], "Models to benchmark: "
                   + ", ".join(plain_tf_models.MODELS) + ".")
 flags.DEFINE_integer("width", 0, "Model width (0: each model's default).")
-flags.DEFINE_integer("batch_size", 128, "Global batch (samples per step).")
-flags.DEFINE_integer("steps", 10, "Timed steps per configuration and repeat.")
+flags.DEFINE_integer("batch_size", 512, "Global batch (samples per step).")
+flags.DEFINE_integer("steps", 5, "Timed steps per configuration and repeat.")
 flags.DEFINE_integer("repeats", 5, "Interleaved repeats of every configuration.")
 flags.DEFINE_integer("warmup", 3, "Untimed steps per configuration first.")
 flags.DEFINE_integer("profile_steps", 10, "Steps per worker when measuring speeds alone.")
 flags.DEFINE_integer("trace_steps", 3, "Traced steps per configuration (busy times).")
 flags.DEFINE_integer("slowdown", 2, "CPU-bound processes competing with the slow worker "
                      "for its core (0: two equal workers).")
+flags.DEFINE_integer("inter_op_threads", 2, "Inter-op threads of each worker (each has "
+                     "1 intra-op thread and one core): 2 lets a transfer start while an op "
+                     "computes.")
 flags.DEFINE_enum("hybrid_across", "batch", ["batch", "model"], "Hybrid mesh: the axis "
                   "that spans the two workers; the other spans each worker's two devices.")
 flags.DEFINE_string("out", "bench_hetero.json", "Results as JSON.")
@@ -154,6 +163,7 @@ class Run:
 
     name: str
     description: str
+    load: list   # each worker's share of the step's FLOPs (the plan's prediction)
     session: tf.Session
     train_op: tf.Operation
     feed: dict
@@ -176,13 +186,20 @@ class Run:
         return wall, busy_times(metadata, tasks)   # a task: all its devices, one thread
 
 
+def warmed(run):
+    """``run`` after ``--warmup`` untimed steps (graph optimisation, allocation)."""
+    if FLAGS.warmup:
+        run.seconds_per_step(FLAGS.warmup)
+    return run
+
+
 def worker_devices(devices):
     """``/job:worker/task:N/device:CPU:K`` as ``[[task 0's K...], [task 1's K...]]``."""
     return [list(devices[i:i + VIRTUAL_CPUS]) for i in range(0, len(devices), VIRTUAL_CPUS)]
 
 
-def layouts(spec, devices, speeds, batch_size):
-    """The configurations' layouts: {name: (Layout, description)}.
+def split_plans(spec, devices, speeds, batch_size):
+    """The split configurations' plans: {name: Plan}.
 
     ``devices`` per worker as from ``worker_devices``, ``speeds`` per worker
     (samples/s). A worker's two virtual devices share its one thread, so
@@ -194,15 +211,30 @@ def layouts(spec, devices, speeds, batch_size):
         hybrid = ([fast, fast_b, slow, slow_b], [s_fast, s_fast, s_slow, s_slow])
     else:                                # model columns = workers, batch rows within one
         hybrid = ([fast, slow, fast_b, slow_b], [s_fast, s_slow, s_fast, s_slow])
-    plans = {"even": plan_layout(spec, [fast, slow], [1, 1], batch_size, "model:2"),
-             "planned": plan_layout(spec, [fast, slow], speeds, batch_size, "model:2"),
-             "data": plan_layout(spec, [fast, slow], speeds, batch_size, "batch:2"),
-             "hybrid": plan_layout(spec, *hybrid, batch_size, "batch:2;model:2")}
-    result = {name: (Layout.from_plan(plan), "%s %s" % (plan.mesh, " ".join(
-        "%s=%s" % (dim, sizes) for dim, sizes in plan.splits.items())))
-              for name, plan in plans.items()}
-    result["one worker"] = (Layout("", "", (fast,), {}), "worker 0 alone")
-    return result
+    return {"even": plan_layout(spec, [fast, slow], [1, 1], batch_size, "model:2"),
+            "planned": plan_layout(spec, [fast, slow], speeds, batch_size, "model:2"),
+            "data": plan_layout(spec, [fast, slow], speeds, batch_size, "batch:2"),
+            "hybrid": plan_layout(spec, *hybrid, batch_size, "batch:2;model:2")}
+
+
+def worker_loads(plan):
+    """Each worker's share of the plan's FLOPs: the summed load of its devices."""
+    tasks = [tf.DeviceSpec.from_string(d).task for d in plan.devices]
+    return [sum(l for l, t in zip(plan.prediction.load, tasks) if t == task)
+            for task in range(WORKERS)]
+
+
+def describe(plan):
+    return "%s %s" % (plan.mesh, " ".join("%s=%s" % item for item in plan.splits.items()))
+
+
+def rebalanced(plan, spec, run):
+    """The plan re-planned from the busy times of ``--trace_steps`` traced steps
+    of ``run`` (which runs it), as ``hmp.train --rebalance=epoch`` does; the
+    same plan if that changes nothing."""
+    busy = [statistics.median(b) for b in zip(*(run.traced()[1]
+                                               for _ in range(FLAGS.trace_steps)))]
+    return replan(plan, spec, busy, threshold=0.0) or plan
 
 
 def build_runs(config, batch, workers, speeds):
@@ -210,19 +242,27 @@ def build_runs(config, batch, workers, speeds):
     spec = model_spec(config)
     devices = worker_devices(workers.devices)
     session_config = workers.cluster.session_config()
-    runs = []
-    for name, (layout, description) in layouts(spec, devices, speeds, FLAGS.batch_size).items():
+
+    def hmp_run(name, layout, description, load):
         graph = TrainingGraph(config, layout, FLAGS.batch_size)
-        runs.append(Run(name, description, graph.session(session_config, workers.target),
-                        graph.train_op, {graph.x: batch.patches, graph.y: batch.labels}))
-        progress("  built %-10s %s" % (name, description))
+        progress("  building %-14s %s" % (name, description))
+        return warmed(Run(name, description, load,
+                          graph.session(session_config, workers.target),
+                          graph.train_op, {graph.x: batch.patches, graph.y: batch.labels}))
+
+    def plan_run(name, plan):
+        return hmp_run(name, Layout.from_plan(plan), describe(plan), worker_loads(plan))
+
+    plans = split_plans(spec, devices, speeds, FLAGS.batch_size)
+    runs = [plan_run(name, plan) for name, plan in plans.items()]
+    runs.insert(2, plan_run("re-balanced", rebalanced(plans["planned"], spec, runs[1])))
+    for task, worker in enumerate(devices):
+        runs.append(hmp_run("worker %d alone" % task, Layout("", "", (worker[0],), {}),
+                            "one device", [float(t == task) for t in range(WORKERS)]))
     plain = plain_tf_models.PlainTrainingGraph(config, devices[0][0], FLAGS.batch_size)
-    runs.append(Run("plain TF", "worker 0 alone, plain TensorFlow",
-                    plain.session(session_config, workers.target), plain.train_op,
-                    {plain.x: batch.patches, plain.y: batch.labels}))
-    if FLAGS.warmup:
-        for run in runs:
-            run.seconds_per_step(FLAGS.warmup)
+    runs.append(warmed(Run("plain TF", "worker 0 alone, plain TensorFlow", [1.0, 0.0],
+                           plain.session(session_config, workers.target), plain.train_op,
+                           {plain.x: batch.patches, plain.y: batch.labels})))
     return runs
 
 
@@ -252,31 +292,41 @@ def trace_interleaved(runs):
             for name, t in traces.items()}
 
 
-def config_result(run, trace, ideal, even_s):
-    """The figures of one configuration (seconds; shares of the traced step)."""
+def config_result(run, trace, ideal, even_s, alone_busy):
+    """The figures of one configuration (seconds; shares of the traced step).
+
+    ``expected_busy_s``: each worker's share of the FLOPs times its busy time
+    alone (``alone_busy``), what it would be busy if splitting cost nothing;
+    ``wait_s``: the traced step minus the busy time, the worker's
+    communication and waiting.
+    """
     step = statistics.median(run.times)
     traced_s, busy = trace
     return {"layout": run.description, "step_s": step, "step_s_min": min(run.times),
             "step_s_max": max(run.times), "step_s_repeats": run.times,
             "samples_per_s": FLAGS.batch_size / step, "efficiency": ideal.efficiency(step),
             "speedup_over_even": even_s / step, "traced_step_s": traced_s, "busy_s": busy,
-            "busy_share": [b / traced_s for b in busy],
+            "busy_share": [b / traced_s for b in busy], "load": run.load,
+            "expected_busy_s": [l * a for l, a in zip(run.load, alone_busy)],
             "wait_s": [traced_s - b for b in busy]}
 
 
 def benchmark_model(name, exp, batch, workers):
-    """Speeds alone, ideal times, and every configuration timed and traced, for one model."""
+    """One model: profiled speeds, every configuration timed and traced, the figures.
+
+    The profiler's speeds (measured first) make the plans. The speeds alone
+    behind T* come from the ``worker N alone`` configurations, timed
+    interleaved with the others, so that all figures see the same machine load.
+    """
     config = ModelConfig(name, exp.train.extractor.patch_size, exp.bands, exp.n_classes,
                          FLAGS.width)
-    progress("%s: each worker's speed alone" % name)
-    devices = [d[0] for d in worker_devices(workers.devices)]
-    speeds = measure_speeds(config, devices, FLAGS.batch_size, FLAGS.warmup,
-                            FLAGS.profile_steps, workers.target,
-                            workers.cluster.session_config(), progress=progress)
-    rates = [s.samples_per_s for s in speeds]
-    ideal = Ideal.from_speeds(rates, FLAGS.batch_size)
+    progress("%s: profiling each worker alone, for the plans" % name)
+    profiled = measure_speeds(config, [d[0] for d in worker_devices(workers.devices)],
+                              FLAGS.batch_size, FLAGS.warmup, FLAGS.profile_steps,
+                              workers.target, workers.cluster.session_config(),
+                              progress=progress)
     progress("%s: building the configurations" % name)
-    runs = build_runs(config, batch, workers, rates)
+    runs = build_runs(config, batch, workers, [s.samples_per_s for s in profiled])
     progress("%s: timing %d steps x %d interleaved repeats" % (name, FLAGS.steps,
                                                                FLAGS.repeats))
     time_interleaved(runs)
@@ -284,18 +334,22 @@ def benchmark_model(name, exp, batch, workers):
     traces = trace_interleaved(runs)
     for run in runs:
         run.session.close()
-    even_s = statistics.median(runs[0].times)
-    configs = {run.name: config_result(run, traces[run.name], ideal, even_s) for run in runs}
-    planned = configs["planned"]
+    step = {run.name: statistics.median(run.times) for run in runs}
+    speeds = [FLAGS.batch_size / step["worker %d alone" % task] for task in range(WORKERS)]
+    ideal = Ideal.from_speeds(speeds, FLAGS.batch_size)
+    alone_busy = [traces["worker %d alone" % task][1][task] for task in range(WORKERS)]
+    configs = {run.name: config_result(run, traces[run.name], ideal, step["even"], alone_busy)
+               for run in runs}
     return {"model": model_spec(config).name, "batch_size": FLAGS.batch_size,
-            "speeds": [dataclasses.asdict(s) for s in speeds],
-            "speed_ratio": max(rates) / min(rates),
+            "profiled_speeds": [dataclasses.asdict(s) for s in profiled],
+            "speeds": speeds, "speed_ratio": max(speeds) / min(speeds),
             "ideal": {"balanced_s": ideal.balanced, "even_s": ideal.even,
                       "theoretical_speedup": ideal.speedup},
             "configs": configs,
-            "goal_planned": goal_check(planned["efficiency"], planned["speedup_over_even"],
-                                       ideal.speedup),
-            "hmp_over_plain_tf": configs["plain TF"]["step_s"] / configs["one worker"]["step_s"]}
+            "goals": {name: goal_check(configs[name]["efficiency"],
+                                       configs[name]["speedup_over_even"], ideal.speedup)
+                      for name in ("planned", "data")},
+            "hmp_over_plain_tf": step["plain TF"] / step["worker 0 alone"]}
 
 
 # -- reporting -----------------------------------------------------------------
@@ -305,12 +359,14 @@ def ms(seconds):
 
 def table(result):
     """The printed report of one model: speeds, ideal times, a row per configuration."""
-    speeds, ideal = result["speeds"], result["ideal"]
+    ideal = result["ideal"]
     lines = ["", "%s, batch %d" % (result["model"], result["batch_size"]),
-             "speeds alone: " + ", ".join(
-                 "worker %d %.0f samples/s (%.0f - %.0f)" % (
-                     i, s["samples_per_s"], s["min_samples_per_s"], s["max_samples_per_s"])
-                 for i, s in enumerate(speeds)) + "; ratio %.2f" % result["speed_ratio"],
+             "speeds alone (samples/s; the 'alone' rows): " + ", ".join(
+                 "worker %d %.0f" % pair for pair in enumerate(result["speeds"]))
+             + "; ratio %.2f; profiled for the plans: " % result["speed_ratio"] + ", ".join(
+                 "%.0f (%.0f - %.0f)" % (s["samples_per_s"], s["min_samples_per_s"],
+                                         s["max_samples_per_s"])
+                 for s in result["profiled_speeds"]),
              "ideal: T* = %s ms (balanced), even split %s ms; theoretical speedup %.2f"
              % (ms(ideal["balanced_s"]), ms(ideal["even_s"]), ideal["theoretical_speedup"])]
     rows = [["configuration", "layout", "step ms (min - max)", "samples/s", "T*/T",
@@ -324,15 +380,32 @@ def table(result):
                        for b, s in zip(c["busy_s"], c["busy_share"])])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    goal = result["goal_planned"]
-    lines += ["planned split: efficiency %.2f (goal >= 0.9: %s); speedup over even %.2f = "
-              "%.0f%% of the theoretical %.2f (goal >= 90%%: %s)"
-              % (goal["efficiency"], verdict(goal["efficiency_met"], goal["efficiency_short_by"]),
-                 goal["speedup"], 100 * goal["speedup_share_of_theoretical"],
-                 goal["theoretical_speedup"],
-                 verdict(goal["speedup_met"], 100 * goal["speedup_short_by"], " points")),
-              "hmp / plain TF on one worker (throughput): %.2f" % result["hmp_over_plain_tf"]]
-    return "\n".join(lines)
+    for name, goal in result["goals"].items():
+        lines.append(
+            "%s: efficiency %.2f (goal >= 0.9: %s); speedup over even %.2f = %.0f%% of the "
+            "theoretical %.2f (goal >= 90%%: %s)"
+            % (name, goal["efficiency"], verdict(goal["efficiency_met"],
+                                                 goal["efficiency_short_by"]),
+               goal["speedup"], 100 * goal["speedup_share_of_theoretical"],
+               goal["theoretical_speedup"],
+               verdict(goal["speedup_met"], 100 * goal["speedup_short_by"], " points")))
+    lines.append("hmp / plain TF on worker 0 alone (throughput): %.2f"
+                 % result["hmp_over_plain_tf"])
+    return "\n".join(lines + where_the_time_goes(result["configs"]))
+
+
+def where_the_time_goes(configs):
+    """Per split configuration and worker, in ms of a traced step: its share of the
+    FLOPs, busy time against that share of its busy time alone, and the rest."""
+    lines = ["where the time goes (traced step, ms; per worker: FLOP share, busy "
+             "(expected from its busy time alone), communication + waiting):"]
+    for name, c in configs.items():
+        if min(c["load"]) > 0:
+            lines.append("  %-12s traced %6s  " % (name, ms(c["traced_step_s"])) + "  ".join(
+                "w%d %3.0f%% busy %6s (%6s) comm+wait %6s" % (
+                    w, 100 * c["load"][w], ms(c["busy_s"][w]), ms(c["expected_busy_s"][w]),
+                    ms(c["wait_s"][w])) for w in range(WORKERS)))
+    return lines
 
 
 def verdict(met, short_by, unit=""):
@@ -353,7 +426,7 @@ def check_flags():
     if unknown or not FLAGS.models:
         raise cli.UsageError("--models=%s: choose from %s" % (",".join(FLAGS.models),
                                                               ",".join(plain_tf_models.MODELS)))
-    for name, least in (("width", 0), ("batch_size", 2), ("steps", 1), ("repeats", 1),
+    for name, least in (("width", 0), ("batch_size", 2), ("inter_op_threads", 1), ("steps", 1), ("repeats", 1),
                         ("warmup", 0), ("profile_steps", 1), ("trace_steps", 1),
                         ("slowdown", 0)):
         if getattr(FLAGS, name) < least:
@@ -382,7 +455,7 @@ def main(argv):
              % (FLAGS.slowdown, SLOW_CPU, FAST_CPU, SLOW_CPU))
     with competing_load(SLOW_CPU, FLAGS.slowdown), local_cluster(
             WORKERS, cpus=[[FAST_CPU], [SLOW_CPU]], threads=1,
-            virtual_cpus=VIRTUAL_CPUS) as workers:
+            inter_op_threads=FLAGS.inter_op_threads, virtual_cpus=VIRTUAL_CPUS) as workers:
         results = {}
         for name in FLAGS.models:
             results[name] = benchmark_model(name, exp, batch, workers)
@@ -394,7 +467,7 @@ def main(argv):
                      "means": "CPU-bound processes pinned to the slow worker's core"},
         "flags": {name: FLAGS[name].value for name in (
             "models", "width", "batch_size", "steps", "repeats", "warmup", "profile_steps",
-            "trace_steps", "slowdown", "hybrid_across")},
+            "trace_steps", "slowdown", "inter_op_threads", "hybrid_across")},
         "models": results})
     progress("wrote %s" % FLAGS.out)
 

@@ -85,14 +85,19 @@ def test_a_tiny_run_writes_every_figure(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(out.read_text())["models"]["cnn2d"]
     configs = result["configs"]
-    assert list(configs) == ["even", "planned", "data", "hybrid", "one worker", "plain TF"]
+    assert list(configs) == ["even", "planned", "re-balanced", "data", "hybrid",
+                             "worker 0 alone", "worker 1 alone", "plain TF"]
+    alone = [configs["worker %d alone" % task]["step_s"] for task in (0, 1)]
+    assert result["speeds"] == pytest.approx([4 / alone[0], 4 / alone[1]])
+    assert result["ideal"]["balanced_s"] == pytest.approx(1 / (1 / alone[0] + 1 / alone[1]))
     for name, c in configs.items():
         assert c["step_s"] > 0 and c["efficiency"] == pytest.approx(
             result["ideal"]["balanced_s"] / c["step_s"]), name
-        assert c["busy_s"][0] > 0, name   # worker 0 takes part in every configuration
-        assert (c["busy_s"][1] > 0) == (name not in ("one worker", "plain TF")), name
+        uses_worker_1 = name == "worker 1 alone" or not ("alone" in name or "plain" in name)
+        assert (c["busy_s"][1] > 0) == uses_worker_1, name
+        assert c["busy_s"][0] > 0 or name == "worker 1 alone", name
     assert configs["even"]["speedup_over_even"] == 1.0
-    assert "planned split: efficiency" in run.stdout and "hmp / plain TF" in run.stdout
+    assert "planned: efficiency" in run.stdout and "hmp / plain TF" in run.stdout
 
 
 def test_a_bad_flag_is_one_line_and_exit_code_2(tmp_path):
