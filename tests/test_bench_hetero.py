@@ -85,8 +85,11 @@ def test_a_tiny_run_writes_every_figure(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(out.read_text())["models"]["cnn2d"]
     configs = result["configs"]
-    assert list(configs) == ["even", "planned", "re-balanced", "data", "hybrid",
+    assert list(configs) == ["even", "planned", "re-balanced", "data even", "data", "hybrid",
                              "worker 0 alone", "worker 1 alone", "plain TF"]
+    goal = result["goals"]["data"]
+    assert goal["baseline"] == "data even" and goal["speedup"] == pytest.approx(
+        configs["data even"]["step_s"] / configs["data"]["step_s"])
     alone = [configs["worker %d alone" % task]["step_s"] for task in (0, 1)]
     assert result["speeds"] == pytest.approx([4 / alone[0], 4 / alone[1]])
     assert result["ideal"]["balanced_s"] == pytest.approx(1 / (1 / alone[0] + 1 / alone[1]))
