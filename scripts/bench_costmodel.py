@@ -80,10 +80,13 @@ flags.DEFINE_string("optimizer", "sgd", "Optimizer of the training step.")
 flags.DEFINE_integer("warmup", 3, "Untimed steps per layout and per profiled device.")
 flags.DEFINE_integer("steps", 10, "Timed steps per repeat.")
 flags.DEFINE_integer("repeats", 5, "Interleaved repeats per layout.")
-flags.DEFINE_integer("intra_op_threads", 1, "TensorFlow intra-op threads (virtual CPUs).")
-flags.DEFINE_integer("inter_op_threads", 2, "TensorFlow inter-op threads (virtual CPUs).")
+flags.DEFINE_integer("intra_op_threads", 1, "TensorFlow intra-op threads (of this process, "
+                     "or of each worker).")
+flags.DEFINE_integer("inter_op_threads", 2, "TensorFlow inter-op threads (of this process, "
+                     "or of each worker: with 1, a worker sends another task's input only "
+                     "after running its own ops).")
 flags.DEFINE_integer("workers", 0, "0: virtual CPU devices in this process; N: N hmp.worker "
-                     "processes, worker i pinned to core i mod cores, one thread each.")
+                     "processes, worker i pinned to core i mod cores.")
 flags.DEFINE_integer("virtual_cpus", 2, "CPU devices per worker (with --workers).")
 
 HANDOVER_BYTES = (256, 4 << 20)  # small: latency; large: bandwidth
@@ -129,7 +132,8 @@ def platform(count):
         return
     cores = sorted(os.sched_getaffinity(0))
     with local_cluster(FLAGS.workers, cpus=[[cores[i % len(cores)]] for i in range(FLAGS.workers)],
-                       threads=1, virtual_cpus=FLAGS.virtual_cpus) as workers:
+                       threads=FLAGS.intra_op_threads, inter_op_threads=FLAGS.inter_op_threads,
+                       virtual_cpus=FLAGS.virtual_cpus) as workers:
         devices = list(workers.devices)
         hosts = {d: "worker%d" % tf.DeviceSpec.from_string(d).task for d in devices}
         local = (devices[0], devices[1]) if FLAGS.virtual_cpus > 1 else None
@@ -404,10 +408,11 @@ def main(_):
         for _, _, (_, session, _), _ in runs.values():
             session.close()
 
-    mode = (f"{FLAGS.workers} hmp.worker processes (1 core, 1 thread, {FLAGS.virtual_cpus} "
+    threads = (f"{FLAGS.intra_op_threads} intra-op / {FLAGS.inter_op_threads} inter-op "
+               "threads")
+    mode = (f"{FLAGS.workers} hmp.worker processes (1 core, {threads}, {FLAGS.virtual_cpus} "
             "devices each), gRPC" if FLAGS.workers else
-            f"virtual CPU devices in one process, {FLAGS.intra_op_threads} intra-op / "
-            f"{FLAGS.inter_op_threads} inter-op threads")
+            f"virtual CPU devices in one process, {threads}")
     print(f"\n{spec.name}, batch {FLAGS.batch_size}, optimizer {FLAGS.optimizer}, {mode}, "
           f"{os.cpu_count()} cores, load average {load_before:.2f} before / "
           f"{os.getloadavg()[0]:.2f} after; other processes used {others / wall:.2f} "
