@@ -28,6 +28,12 @@ that are none of the validated layouts:
   FLOP rate from the fixed cost per sample and layer op
   (``half_rate_flops``): per-sample time at width w is ``3 (F(w) + L h) /
   peak`` (``F``: forward FLOPs per sample, ``L``: layer ops with FLOPs);
+* per device, the element-wise work on activations (``elementwise_s_per_element``):
+  a bias add + ReLU and their gradients (ReLU gradient, bias gradient
+  summed over the batch) on a tensor shaped like the first layer's output,
+  alone, at the same two batch sizes: the slope per element. The one-device
+  steps' per-sample times minus this work on every layer's output are what
+  the FLOP rate and ``half_rate_flops`` are fitted to;
 * the link's ``cpu_share``: two hand-over chains between the same two
   devices at once against one alone (``t_two / t_one - 1``, clipped to
   0..1), the part of a hand-over that needs the hosts' cores;
@@ -41,8 +47,10 @@ Then every layout of ``--layouts`` is planned (``plan_layout`` with those
 figures), predicted, and run (interleaved repeats A B C A B C ..., so machine
 noise hits all alike; median). Each layout is predicted twice: with the full
 model and with the basic one (rates measured alone as the effective step
-rate, one link, no overhead, op-size term, hosts, CPU share or feed), the
-figures the planner had before. One traced step per layout gives every device's busy time
+rate, one link, no overhead, op-size or element-wise term, hosts, CPU share or feed), the
+figures the planner had before; and once more with the full model but without the
+element-wise term (FLOP rate and op-size term fitted to the whole one-device steps),
+to show what that term changes. One traced step per layout gives every device's busy time
 (``hmp.profiler.busy_times``), to see where the time goes.
 
   python scripts/bench_costmodel.py --layouts=model:1,model:2,batch:2 --repeats=5
@@ -243,6 +251,29 @@ def batch_feed(x, y, batch_size, cfg):
             y: rng.randint(0, cfg.n_classes, batch_size)}
 
 
+def elementwise_seconds(plat, device, batch_size, spec):
+    """Median seconds of a bias add + ReLU and their gradients on ``device``, on a
+    [batch, positions, channels] tensor shaped like the first layer's output."""
+    first = spec.layers[0]
+    channels = first.split_size if first.split_role == "output" else 0
+    if not channels or first.output_elems_per_sample % channels:
+        channels = first.output_elems_per_sample
+    shape = [batch_size, first.output_elems_per_sample // channels, channels]
+    with tf.Graph().as_default():
+        with tf.device(device):
+            x = tf.Variable(tf.random.normal(shape, seed=1))
+            upstream = tf.Variable(tf.random.normal(shape, seed=2))
+            bias = tf.Variable(tf.zeros([channels]))
+            y = tf.nn.relu(x + bias)
+            grad_x, grad_bias = tf.gradients(y, [x, bias], grad_ys=upstream)
+            # One element of each gradient (a tf.group of them is pruned and runs nothing).
+            fetch = [grad_x[0, 0, 0], grad_bias[0]]
+        with tf.Session(plat.target, config=plat.config) as session:
+            session.run(tf.global_variables_initializer())
+            median_seconds(session, fetch, 3)
+            return median_seconds(session, fetch, FLAGS.steps * FLAGS.repeats)
+
+
 def side_by_side_rates(steps, train_flops, batch_size):
     """FLOP/s of every step of ``steps`` while they all run at once, one thread each."""
     rates = [[] for _ in steps]
@@ -298,22 +329,35 @@ def calibrate(plat, cfg, devices):
             if b == FLAGS.batch_size and c is cfg:
                 alone[s.device] = s
     feed = {(d, b): feed_seconds(plat, d, b, cfg) for d in devices for b in sizes}
-    specs, rows, work_alone = [], [], {}
+    # Element-wise work per activation element: slope of the bias + ReLU step over the batch.
+    first_elems = full_spec.layers[0].output_elems_per_sample
+    elementwise = {d: max((elementwise_seconds(plat, d, sizes[1], full_spec)
+                           - elementwise_seconds(plat, d, sizes[0], full_spec))
+                          / (first_elems * (sizes[1] - sizes[0])), 0.0) for d in devices}
+    held = [sum(l.output_elems_per_sample for l in s.layers) for s in (full_spec, half_spec)]
+    specs, rows, work_alone, without = [], [], {}, {}
     for d in devices:
         work = [step[d, b, cfg.width] - feed[d, b] for b in sizes]  # the step without its feed
         work_alone[d] = work[1]
         per_sample = (work[1] - work[0]) / (sizes[1] - sizes[0])
         overhead = max(work[0] - sizes[0] * per_sample, 0.0)
-        # Half width at the full batch: per-sample time 3 (F + L h) / peak at both widths.
+        # Half width at the full batch: per-sample time 3 (F + L h) / peak + E e at both
+        # widths (E: activation elements of all layers, e: element-wise seconds per element).
         half_per_sample = (step[d, sizes[1], half_cfg.width] - feed[d, sizes[1]]
                            - overhead) / sizes[1]
-        if per_sample > half_per_sample > 0:
-            peak = TRAIN_FLOPS_FACTOR * (forward[0] - forward[1]) / (per_sample - half_per_sample)
-            half = max(per_sample * peak / TRAIN_FLOPS_FACTOR - forward[0], 0.0) / ops
-            peak = TRAIN_FLOPS_FACTOR * (forward[0] + ops * half) / per_sample
-        else:  # noise: no op-size term
-            peak, half = train_flops / per_sample, 0.0
-        specs.append((d, peak, overhead, half))
+
+        def fit(e):
+            """(peak, h) with ``e`` seconds per activation element taken out first."""
+            full_work, half_work = per_sample - held[0] * e, half_per_sample - held[1] * e
+            if full_work > half_work > 0:
+                peak = TRAIN_FLOPS_FACTOR * (forward[0] - forward[1]) / (full_work - half_work)
+                half = max(full_work * peak / TRAIN_FLOPS_FACTOR - forward[0], 0.0) / ops
+                return TRAIN_FLOPS_FACTOR * (forward[0] + ops * half) / full_work, half
+            return train_flops / max(full_work, 1e-12), 0.0  # noise: no op-size term
+
+        peak, half = fit(elementwise[d])
+        without[d] = fit(0.0)
+        specs.append((d, peak, overhead, half, elementwise[d]))
         rows.append(f"  {d}: alone {alone[d].flops_per_s / 1e9:.3g} GFLOP/s effective "
                     f"({alone[d].samples_per_s:.4g} samples/s); step "
                     f"{fmt(step[d, sizes[0], cfg.width])} at {sizes[0]}, "
@@ -321,16 +365,24 @@ def calibrate(plat, cfg, devices):
                     f"{fmt(step[d, sizes[1], half_cfg.width])} at half width; feed "
                     f"{fmt(feed[d, sizes[0]])} / {fmt(feed[d, sizes[1]])} -> peak "
                     f"{peak / 1e9:.3g} GFLOP/s, half rate at {half / 1e6:.3g} MFLOP per "
-                    f"sample and op, overhead {fmt(overhead)}")
+                    f"sample and op, overhead {fmt(overhead)}, element-wise "
+                    f"{elementwise[d] * 1e9:.3g} ns per element ("
+                    f"{fmt(held[0] * sizes[1] * elementwise[d])} of the step)")
     sample_bytes = 4 * (cfg.patch * cfg.patch * cfg.bands + 1)
     feed_link = line_fit([sample_bytes * b for b in sizes], [feed[devices[0], b] for b in sizes])
     link = measure_link(plat, plat.link_pairs["link"])
     local = measure_link(plat, plat.link_pairs["local"]) if plat.link_pairs["local"] else None
     cores = host_cores(plat, cfg, devices, work_alone, train_flops)
     full = [DeviceSpec(d, rate, overhead_s=overhead, host=plat.hosts[d],
-                       host_cores=cores.get(plat.hosts[d]), half_rate_flops=half)
-            for d, rate, overhead, half in specs]
+                       host_cores=cores.get(plat.hosts[d]), half_rate_flops=half,
+                       elementwise_s_per_element=e)
+            for d, rate, overhead, half, e in specs]
     full_link = dataclasses.replace(link, local=local, feed=feed_link)
+    # The same calibration without the element-wise term (rate and h fitted to the whole step).
+    no_elementwise = {d.name: dataclasses.replace(d, flops_per_s=without[d.name][0],
+                                                  half_rate_flops=without[d.name][1],
+                                                  elementwise_s_per_element=0.0)
+                      for d in full}
     basic = [DeviceSpec(d, alone[d].flops_per_s) for d in devices]
     basic_link = LinkSpec(link.bandwidth_bytes_per_s, link.latency_s)
     rows.append("  hosts: " + ", ".join(f"{h} {c:.2f} cores" for h, c in cores.items()))
@@ -339,7 +391,8 @@ def calibrate(plat, cfg, devices):
             rows.append(f"  {name}: {l.bandwidth_bytes_per_s / 1e9:.3g} GB/s, latency "
                         f"{l.latency_s * 1e6:.3g} us"
                         + (f", cpu share {l.cpu_share:.2f}" if name != "feed link" else ""))
-    return {d.name: d for d in full}, full_link, {d.name: d for d in basic}, basic_link, rows
+    return ({d.name: d for d in full}, full_link, {d.name: d for d in basic}, basic_link,
+            no_elementwise, rows)
 
 
 def build_run(cfg, plan, plat):
@@ -386,7 +439,7 @@ def main(_):
     with platform(max(sizes.values())) as plat:
         start = time.perf_counter(), machine_busy_seconds(), own_cpu_seconds(plat.pids)
         used = list(dict.fromkeys(d for n in sizes.values() for d in plat.layout_devices(n)))
-        full, full_link, basic, basic_link, calibration = calibrate(plat, cfg, used)
+        full, full_link, basic, basic_link, no_ew, calibration = calibrate(plat, cfg, used)
         print("\n".join(calibration), flush=True)
         runs = {}
         for layout, n in sizes.items():
@@ -395,7 +448,9 @@ def main(_):
                                layout, link=full_link)
             before = predict(spec, [basic[d] for d in devices], parse_mesh(layout),
                              FLAGS.batch_size, plan.splits, basic_link)
-            runs[layout] = (plan, before, build_run(cfg, plan, plat), [])
+            no_term = predict(spec, [no_ew[d] for d in devices], parse_mesh(layout),
+                              FLAGS.batch_size, plan.splits, full_link)
+            runs[layout] = (plan, (before, no_term), build_run(cfg, plan, plat), [])
             print(f"built {layout} on {', '.join(devices)}", flush=True)
         for repeat in range(FLAGS.repeats):
             for _, _, run, times in runs.values():
@@ -419,15 +474,17 @@ def main(_):
           f"cores on average during the run ({wall:.0f} s)")
     print("\n".join(calibration))
     rows = [["layout", "splits", "predicted (compute + comm)", "measured (min - max)",
-             "error", "basic model", "error basic", "busy predicted", "busy traced"]]
-    for layout, (plan, before, _, times) in runs.items():
+             "error", "no element-wise", "error", "basic model", "error basic",
+             "busy predicted", "busy traced"]]
+    for layout, (plan, (before, no_term), _, times) in runs.items():
         measured = statistics.median(times)
         p = plan.prediction
         rows.append([
             layout, " ".join(f"{k}={v}" for k, v in plan.splits.items()),
             f"{fmt(p.step)} ({fmt(p.compute)} + {fmt(p.comm)})",
             f"{fmt(measured)} ({fmt(min(times))} - {fmt(max(times))})",
-            error(p.step, measured), fmt(before.step), error(before.step, measured),
+            error(p.step, measured), fmt(no_term.step), error(no_term.step, measured),
+            fmt(before.step), error(before.step, measured),
             " ".join(f"{b * 1e3:.1f}" for b in p.busy),
             " ".join(f"{b * 1e3:.1f}" for b in busy[layout])])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

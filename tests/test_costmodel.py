@@ -419,3 +419,44 @@ def test_new_fields_are_checked_and_loaded(tmp_path):
     found, link = load_platform(path)
     assert found == [DeviceSpec("/cpu:0", 1e11, half_rate_flops=2e5)]
     assert link == LinkSpec(1e9, 2e-4, cpu_share=0.8)
+
+
+# -- element-wise work on replicated activations -----------------------------------------
+
+def test_elementwise_work_on_replicated_outputs_is_not_divided():
+    spec = two_conv_model()  # conv1: 8 filters split (output), conv2: 2 outputs, input-split
+    conv1, conv2 = spec.layers
+    assert (conv1.output_elems_per_sample, conv2.output_elems_per_sample) == (128, 32)
+    rate, e, batch = 1e9, 2e-9, 10
+    flops = conv1.flops_per_sample + conv2.flops_per_sample
+    one = predict(spec, [DeviceSpec("/cpu:0", rate, elementwise_s_per_element=e)],
+                  parse_mesh("model:1"), batch, {"filters1": [8]})
+    # one device: every output element once, 10 * (128 + 32) * 2 ns = 3.2 us
+    assert one.step == pytest.approx(3 * batch * flops / rate + batch * (128 + 32) * e)
+    # model:2 with filters 6 + 2: conv1's output is split (6/8, 2/8 of 128), conv2's
+    # output (partial sums, all-reduced) is whole on both devices: 32 each.
+    two = [DeviceSpec(f"/cpu:{i}", rate, elementwise_s_per_element=e) for i in range(2)]
+    p = predict(spec, two, parse_mesh("model:2"), batch, {"filters1": [6, 2]})
+    assert p.busy == pytest.approx([3 * batch * flops * 6 / 8 / rate + batch * (96 + 32) * e,
+                                    3 * batch * flops * 2 / 8 / rate + batch * (32 + 32) * e])
+    # together they do conv2's 10 * 32 elements twice, conv1's once
+    assert sum(p.busy) - 3 * batch * flops / rate == pytest.approx(
+        batch * (128 + 2 * 32) * e)
+    # batch:2 divides everything, replicated or not: each device its samples' elements
+    q = predict(spec, two, parse_mesh("batch:2"), batch, {"batch": [4, 6]})
+    assert q.busy == pytest.approx([b * (3 * flops / rate + (128 + 32) * e) for b in (4, 6)])
+    # default 0: unchanged
+    plain = predict(spec, devices(rate, rate), parse_mesh("model:2"), batch,
+                    {"filters1": [6, 2]})
+    assert plain.busy == pytest.approx([3 * batch * flops * f / rate for f in (6 / 8, 2 / 8)])
+
+
+def test_elementwise_field_is_checked_and_loaded(tmp_path):
+    with pytest.raises(ValueError, match="elementwise_s_per_element of device '/cpu:0' is -1"):
+        DeviceSpec("/cpu:0", 1e9, elementwise_s_per_element=-1)
+    path = tmp_path / "platform.json"
+    path.write_text(json.dumps({"devices": [
+        {"name": "/cpu:0", "flops_per_s": 1e11, "elementwise_s_per_element": 1.5e-9}]}))
+    found, _ = load_platform(path)
+    assert found == [DeviceSpec("/cpu:0", 1e11, elementwise_s_per_element=1.5e-9)]
+    assert DeviceSpec("/cpu:0", 1e11).elementwise_s_per_element == 0.0

@@ -28,8 +28,18 @@ launching and scheduling every op of the step, which every device of a split
 layout runs for every layer. ``h`` (``DeviceSpec.half_rate_flops``, default
 0; only for layers with FLOPs) is the op-size efficiency: a slice of ``s``
 FLOPs per sample runs at ``flops_per_s * s / (s + h)``, a fixed cost per
-sample and layer op that splitting the filters does not divide. A device's
-busy time is the sum over layers.
+sample and layer op that splitting the filters does not divide. ``e``
+(``DeviceSpec.elementwise_s_per_element``, default 0) prices the element-wise
+work on the activations a device holds -- bias add, activation or pooling and
+their gradients -- per sample and layer::
+
+    t += b * outputs_per_sample * g * e
+
+with the same ``g``: a device of a model split handles the whole (replicated)
+output of an input-split or unsplit layer, so this work does not shrink with
+its filter share, unlike FLOPs. (The adds of the model-axis all-reduces are
+not counted here: the link's figures are measured with an add at every
+hand-over.) A device's busy time is the sum over layers.
 
 Synchronisation. Model parallelism joins the devices at a collective after
 (nearly) every layer, so the slowest device gates every layer, not only the
@@ -137,6 +147,13 @@ class DeviceSpec:
       ``flops_per_s`` is then the peak rate for large ops. Measured from
       one-device steps of the model at full and at half width (same batch),
       never from split layouts. 0 (default): every op runs at ``flops_per_s``.
+    * ``elementwise_s_per_element``: seconds per activation element of a
+      layer's output that the device holds, for the element-wise work on it
+      in a training step (bias add, activation or pooling, and their
+      gradients). Outputs of input-split and unsplit layers are whole on every
+      device of a model split, so this work is replicated, not divided.
+      Measured as a bias add + ReLU and their gradients on an activation-sized
+      tensor, alone (two sizes: the slope per element). 0 (default): not priced.
     """
 
     name: str
@@ -147,6 +164,7 @@ class DeviceSpec:
     host: str | None = None
     host_cores: float | None = None
     half_rate_flops: float = 0.0
+    elementwise_s_per_element: float = 0.0
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -161,6 +179,8 @@ class DeviceSpec:
         _positive(self.host_cores, f"host_cores of device {self.name!r}", allow_none=True)
         _positive(self.half_rate_flops, f"half_rate_flops of device {self.name!r}",
                   allow_zero=True)
+        _positive(self.elementwise_s_per_element,
+                  f"elementwise_s_per_element of device {self.name!r}", allow_zero=True)
         if self.host_cores is not None and self.host_cores < 1:
             raise ValueError(f"host_cores of device {self.name!r} is {self.host_cores!r}; must "
                              "be >= 1 (a device alone computes at its flops_per_s)")
@@ -525,13 +545,16 @@ def predict(model_spec, devices, mesh, batch_size, splits, link=None):
     fixed = TRAIN_FLOPS_FACTOR * (flops > 0)[:, None, None] * batch_rows[None, :, None] \
         * half[None]
     seconds = (layer_flops + fixed) / np.array([d.flops_per_s for d in devices]).reshape(shape)
+    # (layers, rows, columns) activation elements every device holds: whole when replicated.
+    held = batch_rows[None, :, None] \
+        * (outputs[:, None] * _output_fractions(model_spec, fractions))[:, None, :]
     if any(d.mem_bw is not None for d in devices):
         traffic = TRAIN_FLOPS_FACTOR * BYTES_PER_ELEMENT * (
-            (params[:, None] * fractions)[:, None, :]
-            + batch_rows[None, :, None]
-            * (outputs[:, None] * _output_fractions(model_spec, fractions))[:, None, :])
+            (params[:, None] * fractions)[:, None, :] + held)
         bandwidth = np.array([d.mem_bw or np.inf for d in devices]).reshape(shape)
         seconds = np.maximum(seconds, traffic / bandwidth)
+    elementwise = np.array([d.elementwise_s_per_element for d in devices]).reshape(shape)
+    seconds = seconds + held * elementwise[None]
     overhead = np.array([d.overhead_s for d in devices]).reshape(shape)
     seconds = seconds + overhead[None] / len(model_spec.layers)
     busy = seconds.sum(axis=0).ravel()
