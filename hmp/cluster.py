@@ -219,11 +219,9 @@ class LocalCluster:
     one worker on its port, e.g. to test what a lost worker does.
     """
 
-    def __init__(self, cluster, cpus, threads, inter_op_threads, virtual_cpus, log_dir):
+    def __init__(self, cluster, worker_flags, virtual_cpus, log_dir):
         self.cluster = cluster
-        self._cpus = cpus
-        self._threads = threads
-        self._inter_op_threads = inter_op_threads
+        self._worker_flags = worker_flags   # per task: hmp.worker flags beyond --cluster/--task
         self._virtual_cpus = virtual_cpus
         self._log_dir = log_dir
         self._processes = [None] * len(cluster.addresses)
@@ -247,15 +245,7 @@ class LocalCluster:
         """Starts worker ``task`` and waits until the whole cluster answers
         (not at all if ``timeout_s`` is None)."""
         command = [sys.executable, "-m", "hmp.worker", "--cluster=" + self.spec,
-                   "--task=%d" % task]
-        if self._cpus[task]:
-            command.append("--cpus=" + ",".join(map(str, self._cpus[task])))
-        if self._threads[task]:
-            command.append("--threads=%d" % self._threads[task])
-        if self._inter_op_threads[task]:
-            command.append("--inter_op_threads=%d" % self._inter_op_threads[task])
-        if self._virtual_cpus[task] != 1:
-            command.append("--virtual_cpus=%d" % self._virtual_cpus[task])
+                   "--task=%d" % task, *self._worker_flags[task]]
         with open(self._log_path(task), "w") as log:
             self._processes[task] = subprocess.Popen(command, stdout=log,
                                                      stderr=subprocess.STDOUT)
@@ -330,6 +320,20 @@ def _per_task(value, n, name):
     return list(value)
 
 
+def _worker_flags(cpus, threads, inter_op_threads, virtual_cpus):
+    """The ``hmp.worker`` flags of one task (its defaults left out)."""
+    flags = []
+    if cpus:
+        flags.append("--cpus=" + ",".join(map(str, cpus)))
+    if threads:
+        flags.append("--threads=%d" % threads)
+    if inter_op_threads:
+        flags.append("--inter_op_threads=%d" % inter_op_threads)
+    if virtual_cpus != 1:
+        flags.append("--virtual_cpus=%d" % virtual_cpus)
+    return flags
+
+
 @contextlib.contextmanager
 def local_cluster(n, cpus=None, threads=None, timeout_s=60.0, virtual_cpus=1,
                   inter_op_threads=None):
@@ -354,13 +358,13 @@ def local_cluster(n, cpus=None, threads=None, timeout_s=60.0, virtual_cpus=1,
         raise ValueError("a local cluster needs at least one worker, got %d" % n)
     if cpus is not None and all(isinstance(c, int) for c in cpus):
         cpus = [cpus] * n
-    cpus, threads = _per_task(cpus, n, "cpus"), _per_task(threads, n, "threads")
     virtual_cpus = _per_task(virtual_cpus, n, "virtual_cpus")
-    inter_op_threads = _per_task(inter_op_threads, n, "inter_op_threads")
+    worker_flags = [_worker_flags(*task) for task in zip(
+        _per_task(cpus, n, "cpus"), _per_task(threads, n, "threads"),
+        _per_task(inter_op_threads, n, "inter_op_threads"), virtual_cpus)]
     cluster = Cluster(tuple("127.0.0.1:%d" % p for p in free_loopback_ports(n)))
     with tempfile.TemporaryDirectory(prefix="hmp-cluster-") as log_dir:
-        workers = LocalCluster(cluster, cpus, threads, inter_op_threads, virtual_cpus,
-                               log_dir)
+        workers = LocalCluster(cluster, worker_flags, virtual_cpus, log_dir)
         try:
             for task in range(n):   # all started first: they import TensorFlow side by side
                 workers.start(task, timeout_s=None)
