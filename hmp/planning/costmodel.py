@@ -100,6 +100,7 @@ from numbers import Real
 
 import numpy as np
 
+from hmp.collectives import group_by_host, is_hierarchical
 from hmp.planning.layout import check_splits
 
 BYTES_PER_ELEMENT = 4  # float32
@@ -390,18 +391,15 @@ def allreduce_time(nbytes, hosts, link):
     leaders run a ring over ``link``.
     """
     hosts = list(hosts)
-    n = len(hosts)
-    if n <= 1:
+    if len(hosts) <= 1:
         return 0.0
-    per_host = {}
-    for h in hosts:
-        per_host[h] = per_host.get(h, 0) + 1
-    if 1 < len(per_host) < n:
-        k = max(per_host.values())
+    if is_hierarchical(hosts):
+        groups = group_by_host(hosts)
+        k = max(len(positions) for positions in groups.values())
         local = link.local or link
         return (2 * (k - 1) * (local.latency_s + nbytes / local.bandwidth_bytes_per_s)
-                + ring_allreduce_time(nbytes, len(per_host), link))
-    return ring_allreduce_time(nbytes, n, link.between(hosts))
+                + ring_allreduce_time(nbytes, len(groups), link))
+    return ring_allreduce_time(nbytes, len(hosts), link.between(hosts))
 
 
 def concurrent_groups_time(times, groups, link):
