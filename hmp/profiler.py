@@ -171,6 +171,15 @@ def _op_type(node_stats):
     return node_stats.timeline_label.partition(" = ")[2].partition("(")[0]
 
 
+def run_traced(session, fetches, feed, devices):
+    """``session.run(fetches, feed)`` with step statistics; returns the values
+    and the busy seconds of each of ``devices`` (see ``busy_times``)."""
+    metadata = tf.RunMetadata()
+    values = session.run(fetches, feed, run_metadata=metadata,
+                         options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE))
+    return values, busy_times(metadata, devices)
+
+
 def busy_times(run_metadata, devices):
     """Busy seconds of each mesh device during one traced step.
 

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from hmp.profiler import busy_times
+from hmp.profiler import run_traced
 
 
 
@@ -155,11 +155,7 @@ class Trainer:
 
     def _traced_step(self, fetches, feed):
         """One step with TensorFlow tracing; returns its values and per-device busy seconds."""
-        metadata = tf.RunMetadata()
-        values = self.session.run(
-            fetches, feed, options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
-            run_metadata=metadata)
-        busy = busy_times(metadata, list(self.graph.layout.devices))
+        values, busy = run_traced(self.session, fetches, feed, list(self.graph.layout.devices))
         return values, [b * self.slowdown.get(d, 1.0)
                         for b, d in zip(busy, self.graph.layout.devices)]
 

@@ -73,7 +73,7 @@ from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict
 from hmp.planning.costmodel import TRAIN_FLOPS_FACTOR
 from hmp.planning.from_graph import model_spec
-from hmp.profiler import DeviceStep, busy_times, measure_speeds, train_flops_per_sample
+from hmp.profiler import DeviceStep, measure_speeds, run_traced, train_flops_per_sample
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("model", "cnn2d", ["cnn2d", "cnn3d", "hybrid", "spectral"], "The model.")
@@ -415,10 +415,7 @@ def time_steps(graph, session, feed):
 
 def traced_busy(graph, session, feed, devices):
     """Busy seconds per device in one traced step (``hmp.profiler.busy_times``)."""
-    metadata = tf.RunMetadata()
-    session.run(graph.train_op, feed, run_metadata=metadata,
-                options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE))
-    return busy_times(metadata, devices)
+    return run_traced(session, graph.train_op, feed, devices)[1]
 
 
 def fmt(seconds):

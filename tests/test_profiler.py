@@ -7,7 +7,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from hmp.graph import Layout, ModelConfig, TrainingGraph
-from hmp.profiler import busy_times, measure_speeds
+from hmp.profiler import busy_times, measure_speeds, run_traced
 
 # patch 5, 4 bands, 3 classes, width 2: filters 4, channels 2, hidden 8.
 TINY = ModelConfig("cnn2d", patch=5, bands=4, n_classes=3, width=2)
@@ -93,9 +93,6 @@ def test_busy_times_of_a_traced_step_follow_the_shares():
     rng = np.random.RandomState(0)
     feed = {graph.x: rng.randn(16, 9, 9, 16), graph.y: rng.randint(0, 4, 16)}
     session.run(graph.train_op, feed)  # warm-up
-    metadata = tf.RunMetadata()
-    session.run(graph.train_op, feed, run_metadata=metadata,
-                options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE))
-    busy = busy_times(metadata, devices)
+    _, busy = run_traced(session, graph.train_op, feed, devices)
     assert all(b > 0 for b in busy)
     assert busy[0] > busy[1]
