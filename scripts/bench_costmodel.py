@@ -99,6 +99,7 @@ flags.DEFINE_integer("virtual_cpus", 2, "CPU devices per worker (with --workers)
 
 HANDOVER_BYTES = (256, 4 << 20)  # small: latency; large: bandwidth
 HOPS = 16
+LOADED_REPEATS = 40  # hand-over chains timed while the link's devices compute
 SMALL_BATCH_DIVISOR = 8  # the overhead's second batch size: batch_size / 8
 
 
@@ -186,15 +187,18 @@ def no_rewrites(config):
     return config
 
 
-def measure_link(plat, pair):
-    """A LinkSpec from the time of handing a tensor between the devices ``pair`` and adding it.
+def measure_link(plat, pair, load=()):
+    """LinkSpecs (idle, under load or None) from handing a tensor between the devices ``pair``.
 
     A chain of ``HOPS + 1`` adds alternating between the two devices, minus a
     chain of one, gives the time per hand-over; a small and a large tensor
-    give latency and bandwidth. Two small chains run at once against one give
-    ``cpu_share``: 0 if they overlap fully, 1 if they take turns.
+    give latency and bandwidth. Timed idle, and, given ``load`` (the model's
+    one-device ``DeviceStep``s on the pair's devices), again while those keep
+    running in background threads, as in a split step, where hand-overs share
+    the hosts' cores with the layers' compute. Two small chains run at once
+    against one (idle) give ``cpu_share``: 0 if they overlap fully, 1 if they
+    take turns.
     """
-    per_hop = []
     with tf.Graph().as_default():
         chains = []
         for nbytes in HANDOVER_BYTES:
@@ -214,14 +218,43 @@ def measure_link(plat, pair):
             for short, long, other in chains:
                 median_seconds(session, long, 3)  # warm-up
                 median_seconds(session, [long, other], 3)
-                per_hop.append((median_seconds(session, long)
-                                - median_seconds(session, short)) / HOPS)
             short, long, other = chains[0]
             one = median_seconds(session, long) - median_seconds(session, short)
             two = median_seconds(session, [long, other]) - median_seconds(session, short)
-    link = line_fit(HANDOVER_BYTES, per_hop)
+
+            def per_hop(repeats):
+                return [(median_seconds(session, long, repeats)
+                         - median_seconds(session, short, repeats)) / HOPS
+                        for short, long, _ in chains]
+
+            idle = per_hop(20)
+            if load:
+                with running(load):
+                    loaded = line_fit(HANDOVER_BYTES, per_hop(LOADED_REPEATS))
+            else:
+                loaded = None
     share = min(max(two / max(one, 1e-12) - 1.0, 0.0), 1.0)
-    return LinkSpec(link.bandwidth_bytes_per_s, link.latency_s, cpu_share=share)
+    return dataclasses.replace(line_fit(HANDOVER_BYTES, idle), cpu_share=share), loaded
+
+
+@contextlib.contextmanager
+def running(steps):
+    """Keeps every ``DeviceStep`` of ``steps`` running in a thread of its own until left."""
+    stop = threading.Event()
+
+    def work(step):
+        while not stop.is_set():
+            step.run()
+
+    threads = [threading.Thread(target=work, args=(step,)) for step in steps]
+    for thread in threads:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
 
 
 def line_fit(sizes, seconds):
@@ -313,7 +346,8 @@ def host_cores(plat, cfg, devices, work, train_flops):
 
 
 def calibrate(plat, cfg, devices):
-    """The full DeviceSpecs, the full LinkSpec and the basic specs, from calibration runs."""
+    """From calibration runs: the full DeviceSpecs ({name: spec}), the full LinkSpec,
+    the variants to compare ({name: (specs, link)}) and the calibration's report lines."""
     train_flops = train_flops_per_sample(cfg)
     half_cfg = dataclasses.replace(cfg, width=max(cfg.width // 2, 1))
     full_spec, half_spec = model_spec(cfg), model_spec(half_cfg)
@@ -335,7 +369,7 @@ def calibrate(plat, cfg, devices):
                            - elementwise_seconds(plat, d, sizes[0], full_spec))
                           / (first_elems * (sizes[1] - sizes[0])), 0.0) for d in devices}
     held = [sum(l.output_elems_per_sample for l in s.layers) for s in (full_spec, half_spec)]
-    specs, rows, work_alone, without = [], [], {}, {}
+    specs, rows, work_alone = [], [], {}
     for d in devices:
         work = [step[d, b, cfg.width] - feed[d, b] for b in sizes]  # the step without its feed
         work_alone[d] = work[1]
@@ -346,17 +380,15 @@ def calibrate(plat, cfg, devices):
         half_per_sample = (step[d, sizes[1], half_cfg.width] - feed[d, sizes[1]]
                            - overhead) / sizes[1]
 
-        def fit(e):
-            """(peak, h) with ``e`` seconds per activation element taken out first."""
-            full_work, half_work = per_sample - held[0] * e, half_per_sample - held[1] * e
-            if full_work > half_work > 0:
-                peak = TRAIN_FLOPS_FACTOR * (forward[0] - forward[1]) / (full_work - half_work)
-                half = max(full_work * peak / TRAIN_FLOPS_FACTOR - forward[0], 0.0) / ops
-                return TRAIN_FLOPS_FACTOR * (forward[0] + ops * half) / full_work, half
-            return train_flops / max(full_work, 1e-12), 0.0  # noise: no op-size term
-
-        peak, half = fit(elementwise[d])
-        without[d] = fit(0.0)
+        # (peak, h) with the element-wise work taken out first.
+        full_work = per_sample - held[0] * elementwise[d]
+        half_work = half_per_sample - held[1] * elementwise[d]
+        if full_work > half_work > 0:
+            peak = TRAIN_FLOPS_FACTOR * (forward[0] - forward[1]) / (full_work - half_work)
+            half = max(full_work * peak / TRAIN_FLOPS_FACTOR - forward[0], 0.0) / ops
+            peak = TRAIN_FLOPS_FACTOR * (forward[0] + ops * half) / full_work  # h clipped at 0
+        else:  # noise: no op-size term
+            peak, half = train_flops / max(full_work, 1e-12), 0.0
         specs.append((d, peak, overhead, half, elementwise[d]))
         rows.append(f"  {d}: alone {alone[d].flops_per_s / 1e9:.3g} GFLOP/s effective "
                     f"({alone[d].samples_per_s:.4g} samples/s); step "
@@ -370,29 +402,32 @@ def calibrate(plat, cfg, devices):
                     f"{fmt(held[0] * sizes[1] * elementwise[d])} of the step)")
     sample_bytes = 4 * (cfg.patch * cfg.patch * cfg.bands + 1)
     feed_link = line_fit([sample_bytes * b for b in sizes], [feed[devices[0], b] for b in sizes])
-    link = measure_link(plat, plat.link_pairs["link"])
-    local = measure_link(plat, plat.link_pairs["local"]) if plat.link_pairs["local"] else None
+    loads = [DeviceStep(cfg, d, FLAGS.batch_size, plat.target, plat.config, FLAGS.optimizer)
+             for d in plat.link_pairs["link"]]
+    link, loaded = measure_link(plat, plat.link_pairs["link"], loads)
+    for step in loads:
+        step.close()
+    local = (measure_link(plat, plat.link_pairs["local"])[0]
+             if plat.link_pairs["local"] else None)
     cores = host_cores(plat, cfg, devices, work_alone, train_flops)
     full = [DeviceSpec(d, rate, overhead_s=overhead, host=plat.hosts[d],
                        host_cores=cores.get(plat.hosts[d]), half_rate_flops=half,
                        elementwise_s_per_element=e)
             for d, rate, overhead, half, e in specs]
-    full_link = dataclasses.replace(link, local=local, feed=feed_link)
-    # The same calibration without the element-wise term (rate and h fitted to the whole step).
-    no_elementwise = {d.name: dataclasses.replace(d, flops_per_s=without[d.name][0],
-                                                  half_rate_flops=without[d.name][1],
-                                                  elementwise_s_per_element=0.0)
-                      for d in full}
+    full_link = dataclasses.replace(link, local=local, feed=feed_link, loaded=loaded)
     basic = [DeviceSpec(d, alone[d].flops_per_s) for d in devices]
-    basic_link = LinkSpec(link.bandwidth_bytes_per_s, link.latency_s)
+    variants = {  # the full model without the link under load, and the basic model
+        "idle link": ({d.name: d for d in full}, dataclasses.replace(full_link, loaded=None)),
+        "basic model": ({d.name: d for d in basic},
+                        LinkSpec(link.bandwidth_bytes_per_s, link.latency_s))}
     rows.append("  hosts: " + ", ".join(f"{h} {c:.2f} cores" for h, c in cores.items()))
-    for name, l in (("link", link), ("local link", local), ("feed link", feed_link)):
+    for name, l in (("link", link), ("link under load", loaded), ("local link", local),
+                    ("feed link", feed_link)):
         if l is not None:
             rows.append(f"  {name}: {l.bandwidth_bytes_per_s / 1e9:.3g} GB/s, latency "
                         f"{l.latency_s * 1e6:.3g} us"
-                        + (f", cpu share {l.cpu_share:.2f}" if name != "feed link" else ""))
-    return ({d.name: d for d in full}, full_link, {d.name: d for d in basic}, basic_link,
-            no_elementwise, rows)
+                        + (f", cpu share {l.cpu_share:.2f}" if l.cpu_share else ""))
+    return {d.name: d for d in full}, full_link, variants, rows
 
 
 def build_run(cfg, plan, plat):
@@ -436,18 +471,17 @@ def main(_):
     with platform(max(sizes.values())) as plat:
         start = time.perf_counter(), machine_busy_seconds(), own_cpu_seconds(plat.pids)
         used = list(dict.fromkeys(d for n in sizes.values() for d in plat.layout_devices(n)))
-        full, full_link, basic, basic_link, no_ew, calibration = calibrate(plat, cfg, used)
+        full, full_link, variants, calibration = calibrate(plat, cfg, used)
         print("\n".join(calibration), flush=True)
         runs = {}
         for layout, n in sizes.items():
             devices = plat.layout_devices(n)
             plan = plan_layout(spec, [full[d] for d in devices], None, FLAGS.batch_size,
                                layout, link=full_link)
-            before = predict(spec, [basic[d] for d in devices], parse_mesh(layout),
-                             FLAGS.batch_size, plan.splits, basic_link)
-            no_term = predict(spec, [no_ew[d] for d in devices], parse_mesh(layout),
-                              FLAGS.batch_size, plan.splits, full_link)
-            runs[layout] = (plan, (before, no_term), build_run(cfg, plan, plat), [])
+            others = [predict(spec, [specs[d] for d in devices], parse_mesh(layout),
+                              FLAGS.batch_size, plan.splits, link)
+                      for specs, link in variants.values()]
+            runs[layout] = (plan, others, build_run(cfg, plan, plat), [])
             print(f"built {layout} on {', '.join(devices)}", flush=True)
         for repeat in range(FLAGS.repeats):
             for _, _, run, times in runs.values():
@@ -471,17 +505,17 @@ def main(_):
           f"cores on average during the run ({wall:.0f} s)")
     print("\n".join(calibration))
     rows = [["layout", "splits", "predicted (compute + comm)", "measured (min - max)",
-             "error", "no element-wise", "error", "basic model", "error basic",
+             "error", *(c for name in variants for c in (name, "error")),
              "busy predicted", "busy traced"]]
-    for layout, (plan, (before, no_term), _, times) in runs.items():
+    for layout, (plan, others, _, times) in runs.items():
         measured = statistics.median(times)
         p = plan.prediction
         rows.append([
             layout, " ".join(f"{k}={v}" for k, v in plan.splits.items()),
             f"{fmt(p.step)} ({fmt(p.compute)} + {fmt(p.comm)})",
             f"{fmt(measured)} ({fmt(min(times))} - {fmt(max(times))})",
-            error(p.step, measured), fmt(no_term.step), error(no_term.step, measured),
-            fmt(before.step), error(before.step, measured),
+            error(p.step, measured),
+            *(c for o in others for c in (fmt(o.step), error(o.step, measured))),
             " ".join(f"{b * 1e3:.1f}" for b in p.busy),
             " ".join(f"{b * 1e3:.1f}" for b in busy[layout])])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

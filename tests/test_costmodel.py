@@ -1,5 +1,6 @@
 """Cost model: formulas checked by hand on tiny cases; proportional beats even splits."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -420,6 +421,62 @@ def test_new_fields_are_checked_and_loaded(tmp_path):
     assert found == [DeviceSpec("/cpu:0", 1e11, half_rate_flops=2e5)]
     assert link == LinkSpec(1e9, 2e-4, cpu_share=0.8)
 
+
+
+def test_link_under_load_prices_model_axis_and_input_hand_overs_not_gradients():
+    spec = two_conv_model()
+    conv1, conv2 = spec.layers
+    idle = LinkSpec(1e9, 1e-4, feed=LinkSpec(5e8, 2e-4))
+    loaded = dataclasses.replace(idle, loaded=LinkSpec(4e8, 7e-4))
+    specs = [DeviceSpec("/cpu:0", 1e9, host="h0"), DeviceSpec("/cpu:1", 1e9, host="h1")]
+    sample = 4 * 4 * 4 * 3  # 4x4x3 float32 inputs
+    feed = 2e-4 + 10 * (sample + 4) / 5e8
+
+    # model:2 -- the conv2 all-reduce (both columns, 10 samples) and the whole input to h1.
+    splits = {"filters1": [4, 4]}
+    p = predict(spec, specs, parse_mesh("model:2"), 10, splits, loaded)
+    fast = LinkSpec(4e8, 7e-4)
+    assert p.comm == pytest.approx(
+        ring_allreduce_time(4 * 10 * conv2.output_elems_per_sample, 2, fast)
+        + feed + 7e-4 + 10 * sample / 4e8)
+    q = predict(spec, specs, parse_mesh("model:2"), 10, splits, idle)
+    assert q.comm == pytest.approx(
+        ring_allreduce_time(4 * 10 * conv2.output_elems_per_sample, 2, idle)
+        + feed + 1e-4 + 10 * sample / 1e9)
+
+    # batch:2 -- gradient all-reduces keep the idle figures; h1's 4 samples go under load.
+    splits = {"batch": [6, 4]}
+    p = predict(spec, specs, parse_mesh("batch:2"), 10, splits, loaded)
+    assert p.comm == pytest.approx(
+        gradient_allreduces([4 * conv1.params, 4 * conv2.params], 2, idle)
+        + feed + 7e-4 + 4 * sample / 4e8)
+
+
+def test_under_load_swaps_only_bandwidth_and_latency_of_link_and_local_link():
+    local = LinkSpec(1e10, 1e-6, loaded=LinkSpec(5e9, 3e-6))
+    feed = LinkSpec(5e8, 2e-4)
+    link = LinkSpec(1e9, 1e-4, local=local, feed=feed, cpu_share=0.4,
+                    loaded={"bandwidth_bytes_per_s": 4e8, "latency_s": 7e-4})
+    assert link.loaded == LinkSpec(4e8, 7e-4)
+    assert link.under_load() == LinkSpec(4e8, 7e-4, local=LinkSpec(5e9, 3e-6), feed=feed,
+                                         cpu_share=0.4)
+    assert LinkSpec(1e9, 1e-4).under_load() == LinkSpec(1e9, 1e-4)
+    with pytest.raises(ValueError, match="link loaded must be a LinkSpec, a dict or None"):
+        LinkSpec(1e9, loaded=3)
+
+
+def test_load_platform_reads_the_link_under_load(tmp_path):
+    path = tmp_path / "platform.json"
+    path.write_text(json.dumps({
+        "devices": [{"name": "/cpu:0", "flops_per_s": 1e11}],
+        "link": {"bandwidth_bytes_per_s": 1e9, "latency_s": 2e-4,
+                 "loaded": {"bandwidth_bytes_per_s": 5e8, "latency_s": 9e-4}}}))
+    assert load_platform(path)[1] == LinkSpec(1e9, 2e-4, loaded=LinkSpec(5e8, 9e-4))
+    path.write_text(json.dumps({
+        "devices": [{"name": "/cpu:0", "flops_per_s": 1e11}],
+        "link": {"bandwidth_bytes_per_s": 1e9, "loaded": {"latency_s": 9e-4}}}))
+    with pytest.raises(ValueError, match="platform file .*bandwidth_bytes_per_s"):
+        load_platform(path)
 
 # -- element-wise work on replicated activations -----------------------------------------
 

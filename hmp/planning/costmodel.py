@@ -60,6 +60,15 @@ latency ``a``, payload ``B`` bytes)::
 ``2 (n - 1)`` and ``n - 1`` are the hand-overs one after another. A
 collective among devices of one host uses the link's ``local`` figures
 (another process or machine is not involved), others the link itself.
+Hand-overs that run while the devices at their ends compute other work of
+the step, on its critical path, use the link's figures under load
+(``LinkSpec.loaded``; on a CPU link they wait for and share the cores that
+compute): the model-axis collectives (the backward pass's input-gradient
+all-reduce runs beside the weight-gradient op of the same layer, a forward
+one meets a device still computing its slice) and the input handed to other
+hosts (the first host computes its samples meanwhile). The batch-axis
+all-reduces of weight gradients run beside the backward pass of the layers
+below, which hides most of their slowdown; they keep the idle figures.
 On the model axis: after each input-split layer, the all-reduce of its partial
 sums (its output, per sample x batch share); where activations go from
 replicated to split (an output-split layer), the matching all-reduce of the
@@ -82,7 +91,8 @@ except for the ``LinkSpec.cpu_share`` of them that is CPU work of that host
 Input. With ``link.feed`` (the client's link to the first device's host) the
 whole batch (inputs and int32 labels) is fed there every step, and every
 other host receives the samples its devices need (its batch rows; the whole
-input to a model-parallel row) over the link, one host after another.
+input to a model-parallel row) over the link under load, one host after
+another.
 
 Step time = compute + all communication (not overlapped with compute: on a
 CPU link, e.g. loopback between workers of one machine, sending and
@@ -93,6 +103,7 @@ one optimizer slot) + its batch share * (input sample + every layer output
 it holds)).
 """
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -208,6 +219,11 @@ class LinkSpec:
       take ``max + cpu_share * (sum - max)`` of their times instead of the
       max. Measured as two hand-over chains between the same two devices run
       at once against one alone: ``t_two / t_one - 1``.
+    * ``loaded``: the link's bandwidth and latency while the devices at its
+      ends compute (its other fields are not used), for the hand-overs that
+      run beside the step's compute (module docstring). Measured as the
+      hand-over chains while both devices run the model's one-device training
+      step in the background. None: the idle figures everywhere.
     """
 
     bandwidth_bytes_per_s: float
@@ -215,6 +231,7 @@ class LinkSpec:
     local: "LinkSpec | None" = None
     feed: "LinkSpec | None" = None
     cpu_share: float = 0.0
+    loaded: "LinkSpec | None" = None
 
     def __post_init__(self):
         _positive(self.bandwidth_bytes_per_s, "link bandwidth_bytes_per_s")
@@ -222,7 +239,7 @@ class LinkSpec:
         _positive(self.cpu_share, "link cpu_share", allow_zero=True)
         if self.cpu_share > 1:
             raise ValueError(f"link cpu_share is {self.cpu_share!r}; must be between 0 and 1")
-        for what in ("local", "feed"):
+        for what in ("local", "feed", "loaded"):
             value = getattr(self, what)
             if isinstance(value, dict):
                 object.__setattr__(self, what, LinkSpec(**value))
@@ -235,6 +252,14 @@ class LinkSpec:
         if self.local is not None and len(set(hosts)) == 1 and None not in hosts:
             return self.local
         return self
+
+    def under_load(self):
+        """This link with its (and its local link's) ``loaded`` bandwidth and latency."""
+        figures = self.loaded or self
+        return dataclasses.replace(
+            self, bandwidth_bytes_per_s=figures.bandwidth_bytes_per_s,
+            latency_s=figures.latency_s, loaded=None,
+            local=self.local.under_load() if self.local is not None else None)
 
 
 def load_platform(path):
@@ -429,6 +454,7 @@ def _model_axis_time(model_spec, mesh, splits, batch_rows, link, hosts):
     n = mesh.model
     if n == 1:
         return 0.0
+    link = link.under_load()
     collectives = model_axis_collectives(model_spec)
     rows = []
     for row, samples in enumerate(batch_rows):
@@ -475,11 +501,12 @@ def feed_time(model_spec, batch_rows, hosts, link):
 
     The client sends every sample's input and int32 label once; each other
     host then receives the input of the samples its devices compute (its
-    batch rows; a row's model columns share them) over ``link``, one host
-    after another. 0 without ``link.feed``.
+    batch rows; a row's model columns share them) over ``link`` under load,
+    one host after another. 0 without ``link.feed``.
     """
     if link is None or link.feed is None:
         return 0.0
+    link = link.under_load()
     sample_bytes = BYTES_PER_ELEMENT * math.prod(model_spec.input_shape)
     total = (link.feed.latency_s + float(np.sum(batch_rows)) * (sample_bytes + 4)
              / link.feed.bandwidth_bytes_per_s)
