@@ -22,7 +22,9 @@ that are none of the validated layouts:
 * the feed link (client to the first device) from the feed times;
 * the link (and the local link), from a tensor handed back and forth between
   two devices and added there, a chain of 16 hand-overs minus one, for
-  256 B and 4 MiB: latency and bandwidth;
+  256 B and 4 MiB: latency and bandwidth; the link again under load
+  (``LinkSpec.loaded``): the same chains while both of its devices run the
+  model's one-device step in background threads;
 * per device, the one-device step at half the width (``--width / 2``,
   batch ``--batch_size``): with the full-width steps it separates the peak
   FLOP rate from the fixed cost per sample and layer op
@@ -45,13 +47,13 @@ that are none of the validated layouts:
 
 Then every layout of ``--layouts`` is planned (``plan_layout`` with those
 figures), predicted, and run (interleaved repeats A B C A B C ..., so machine
-noise hits all alike; median). Each layout is predicted twice: with the full
-model and with the basic one (rates measured alone as the effective step
-rate, one link, no overhead, op-size or element-wise term, hosts, CPU share or feed), the
-figures the planner had before; and once more with the full model but without the
-element-wise term (FLOP rate and op-size term fitted to the whole one-device steps),
-to show what that term changes. One traced step per layout gives every device's busy time
-(``hmp.profiler.busy_times``), to see where the time goes.
+noise hits all alike; median). Each layout is predicted with the full model,
+with the full model but the idle link everywhere (no ``loaded`` figures), and
+with the basic model (rates measured alone as the effective step rate, one
+idle link, no overhead, op-size or element-wise term, hosts, CPU share or
+feed), the figures the planner had before. One traced step per layout gives
+every device's busy time (``hmp.profiler.busy_times``), to see where the time
+goes.
 
   python scripts/bench_costmodel.py --layouts=model:1,model:2,batch:2 --repeats=5
   python scripts/bench_costmodel.py --workers=2
@@ -386,7 +388,8 @@ def calibrate(plat, cfg, devices):
         if full_work > half_work > 0:
             peak = TRAIN_FLOPS_FACTOR * (forward[0] - forward[1]) / (full_work - half_work)
             half = max(full_work * peak / TRAIN_FLOPS_FACTOR - forward[0], 0.0) / ops
-            peak = TRAIN_FLOPS_FACTOR * (forward[0] + ops * half) / full_work  # h clipped at 0
+            # The same peak unless h was clipped at 0.
+            peak = TRAIN_FLOPS_FACTOR * (forward[0] + ops * half) / full_work
         else:  # noise: no op-size term
             peak, half = train_flops / max(full_work, 1e-12), 0.0
         specs.append((d, peak, overhead, half, elementwise[d]))
