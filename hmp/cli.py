@@ -15,6 +15,15 @@ class UsageError(ValueError):
     """A flag value that is not allowed; the message names the flag."""
 
 
+class TrainingError(RuntimeError):
+    """Training cannot go on (e.g. the loss became NaN); the message says why.
+
+    Defined here, beside the handler in :func:`run`, so that catching or
+    subclassing it (``hmp.cluster``, imported by every ``hmp.worker``) does not
+    import the trainer; ``hmp.trainer.TrainingError`` is the same class.
+    """
+
+
 @contextlib.contextmanager
 def blame(*flag_names):
     """Re-raises a ValueError/OSError from the block as a UsageError naming the flags."""
@@ -47,8 +56,6 @@ def run(main, prog):
     Exit code 2 for bad input (flags, files, values), 1 when training itself
     fails (e.g. a NaN loss). Set HMP_TRACEBACK=1 to see tracebacks instead.
     """
-    from hmp.trainer import TrainingError
-
     def guarded(argv):
         if os.environ.get("HMP_TRACEBACK"):   # for debugging hmp itself
             return main(argv)

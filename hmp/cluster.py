@@ -27,7 +27,7 @@ import time
 
 import tensorflow.compat.v1 as tf
 
-from hmp.trainer import TrainingError
+from hmp.cli import TrainingError
 
 JOB = "worker"
 DEFAULT_TIMEOUT_S = 60.0

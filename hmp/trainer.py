@@ -15,12 +15,8 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from hmp.cli import TrainingError   # defined in cli; callers may use hmp.trainer.TrainingError
 from hmp.profiler import run_traced
-
-
-
-class TrainingError(RuntimeError):
-    """Training cannot go on (e.g. the loss became NaN); the message says why."""
 
 
 @dataclasses.dataclass
