@@ -53,9 +53,21 @@ class DeviceSpeed:
     flops_per_s: float  # samples_per_s x training FLOPs per sample (effective rate)
 
 
-def train_flops_per_sample(config):
-    """The cost model's training FLOPs of one sample: ``TRAIN_FLOPS_FACTOR`` x forward."""
-    return TRAIN_FLOPS_FACTOR * sum(l.flops_per_sample for l in model_spec(config).layers)
+def train_flops_per_sample(config, spec=None):
+    """The cost model's training FLOPs of one sample: ``TRAIN_FLOPS_FACTOR`` x forward.
+
+    ``spec``: the config's ``model_spec`` if the caller has it (building one
+    builds the model's graph).
+    """
+    spec = spec or model_spec(config)
+    return TRAIN_FLOPS_FACTOR * sum(l.flops_per_sample for l in spec.layers)
+
+
+def random_batch(config, batch_size, seed=0):
+    """A fixed random batch ``(inputs, labels)``: float64 inputs (cast when fed), int labels."""
+    rng = np.random.RandomState(seed)
+    return (rng.randn(batch_size, config.patch, config.patch, config.bands),
+            rng.randint(0, config.n_classes, batch_size))
 
 
 class DeviceStep:
@@ -69,10 +81,7 @@ class DeviceStep:
                  optimizer="adam"):
         graph = TrainingGraph(config, Layout("", "", (device,), {}), batch_size, optimizer)
         self.session = graph.session(session_config, target)
-        rng = np.random.RandomState(0)
-        self._feed = {
-            graph.x: rng.randn(batch_size, config.patch, config.patch, config.bands),
-            graph.y: rng.randint(0, config.n_classes, batch_size)}
+        self._feed = dict(zip((graph.x, graph.y), random_batch(config, batch_size)))
         self._train_op = graph.train_op
 
     def run(self):
@@ -86,7 +95,7 @@ class DeviceStep:
 
 
 def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None,
-                   session_config=None, optimizer="adam", progress=None):
+                   session_config=None, optimizer="adam", progress=None, spec=None):
     """Times the model's training step alone on each device.
 
     Args:
@@ -101,6 +110,7 @@ def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None
         virtual CPU devices), or None.
       optimizer: the optimizer of the step (its update is part of the work).
       progress: optional ``callable(str)`` told what is happening.
+      spec: the config's ``model_spec``, if the caller has it (else built here).
 
     Returns:
       A ``DeviceSpeed`` per device, in the order given.
@@ -125,7 +135,7 @@ def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None
             seconds[i].append(step.run())
     for step in steps:
         step.close()
-    train_flops = train_flops_per_sample(config)
+    train_flops = train_flops_per_sample(config, spec)
     medians = [batch_size / statistics.median(s) for s in seconds]
     return [DeviceSpeed(device, rate, batch_size / max(s), batch_size / min(s),
                         rate / sum(medians), rate * train_flops)

@@ -27,6 +27,7 @@ import math
 
 from hmp.compat import import_mesh_tensorflow
 from hmp.ops import LocalOperation
+from hmp.planning.plan import aligned_columns
 
 mtf = import_mesh_tensorflow()
 
@@ -151,9 +152,7 @@ class Workload:
         rows.append(["param bytes", "", "", ""] + [f"{b:.4g}" for b in self.param_bytes])
         rows.append(["variable bytes", "", "", ""]
                     + [f"{b:.4g}" for b in self.variable_bytes])
-        widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
-                         for row in rows)
+        return "\n".join(aligned_columns(rows))
 
 
 def _replicas(layer, mesh_impl):

@@ -69,6 +69,7 @@ from hmp import cli, experiment, report  # noqa: E402
 from hmp.cluster import JOB, local_cluster  # noqa: E402
 from hmp.graph import Layout, ModelConfig, TrainingGraph  # noqa: E402
 from hmp.planning import plan_layout  # noqa: E402
+from hmp.planning.plan import aligned_columns  # noqa: E402
 from hmp.planning.from_graph import model_spec  # noqa: E402
 from hmp.profiler import busy_times, measure_speeds  # noqa: E402
 from hmp.rebalance import replan  # noqa: E402
@@ -380,8 +381,7 @@ def table(result):
                      "%.2f" % c["speedup_over_even"]]
                     + ["%s (%.0f%%)" % (ms(b), 100 * s)
                        for b, s in zip(c["busy_s"], c["busy_share"])])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines += aligned_columns(rows)
     for name, goal in result["goals"].items():
         lines.append(
             "%s: efficiency %.2f (goal >= 0.9: %s); speedup over %s %.2f = %.0f%% of the "

@@ -169,8 +169,9 @@ def virtual_cpus(devices):
     return max(indices) + 1 if indices else 0
 
 
-def profile(config, devices):
-    """Measured FLOP rates of ``devices`` (one at a time), with progress on stderr."""
+def profile(config, spec, devices):
+    """Measured FLOP rates of ``devices`` (one at a time; ``spec``: the config's
+    ``model_spec``), with progress on stderr."""
     names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
     remote = [n for n in names if tf.DeviceSpec.from_string(n).job not in LOCAL_JOBS]
     if remote and not FLAGS.target:
@@ -181,7 +182,8 @@ def profile(config, devices):
     try:
         speeds = measure_speeds(config, names, FLAGS.batch_size, FLAGS.warmup, FLAGS.repeats,
                                 FLAGS.target or None, session_config,
-                                progress=lambda m: print(m, file=sys.stderr, flush=True))
+                                progress=lambda m: print(m, file=sys.stderr, flush=True),
+                                spec=spec)
     except tf.errors.OpError as e:
         raise ValueError(f"--devices: profiling failed: {e.message.splitlines()[0]}") from e
     print("Measured speeds (training step alone on each device, median of "
@@ -215,7 +217,7 @@ def run():
         spec = model_spec(config)
     check_min_filters(spec, FLAGS.mesh)
     if speeds == "auto":
-        speeds = profile(config, devices)
+        speeds = profile(config, spec, devices)
     with blame("no layout fits these flags"):
         plan = plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh, caps,
                            FLAGS.min_filters, link)

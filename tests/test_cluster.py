@@ -21,6 +21,7 @@ import tensorflow.compat.v1 as tf
 from hmp.cluster import Cluster, WorkerUnavailable, free_loopback_ports, local_cluster
 from hmp.collectives import is_hierarchical
 from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.profiler import random_batch
 
 CONFIG = ModelConfig("cnn2d", patch=5, bands=6, n_classes=4, width=4)
 BATCH = 16
@@ -37,9 +38,7 @@ def workers():
 def _losses(layout, steps, target="", config=None, check_graph=lambda graph: None):
     graph = TrainingGraph(CONFIG, layout, BATCH, "adam", 1e-2, seed=5)
     check_graph(graph)
-    rng = np.random.RandomState(0)
-    x = rng.randn(BATCH, CONFIG.patch, CONFIG.patch, CONFIG.bands)
-    y = rng.randint(0, CONFIG.n_classes, BATCH)
+    x, y = random_batch(CONFIG, BATCH)
     with tf.Session(target, graph=graph.tf_graph, config=config) as session:
         session.run(graph.init)
         session.run(graph.copy_masters_to_slices)

@@ -3,23 +3,22 @@
 
 import numpy as np
 import pytest
-import tensorflow.compat.v1 as tf
 
+import harness
 import models
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.planning import plan_layout
 from hmp.planning.from_graph import model_spec
+from hmp.profiler import random_batch
 
 DEVICES = ["/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3"]
-SESSION = tf.ConfigProto(device_count={"CPU": 4})
+SESSION = harness.session_config()
 BATCH = 16
 
 
 def first_two_losses(config, layout):
     graph = TrainingGraph(config, layout, BATCH, "sgd", 0.05, seed=5)
-    rng = np.random.RandomState(0)
-    feed = {graph.x: rng.randn(BATCH, config.patch, config.patch, config.bands),
-            graph.y: rng.randint(0, config.n_classes, BATCH)}
+    feed = dict(zip((graph.x, graph.y), random_batch(config, BATCH)))
     with graph.session(SESSION) as session:
         first, _ = session.run([graph.loss, graph.train_op], feed)
         second = session.run(graph.loss, feed)

@@ -7,15 +7,15 @@ resumes under another.
 
 import numpy as np
 import pytest
-import tensorflow.compat.v1 as tf
 
+import harness
 from hmp import experiment
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.metrics import evaluate
 from hmp.trainer import Trainer
 
 CPUS = tuple("/cpu:%d" % i for i in range(4))
-SESSION = tf.ConfigProto(device_count={"CPU": 4})
+SESSION = harness.session_config()
 LAYOUTS = {
     "model_3": Layout("model:3", "filters1:model;filters2:model;hidden:model", CPUS[:3],
                       {"filters1": [5, 2, 1], "filters2": [4, 3, 1], "hidden": [9, 5, 2]}),

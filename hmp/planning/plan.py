@@ -110,7 +110,7 @@ class Plan:
         for c in self.candidates:
             times = ["-"] * 3 if c.step is None else [fmt(c.step), fmt(c.compute), fmt(c.comm)]
             rows.append([c.mesh, *times, c.note])
-        lines += _table(rows) + [""]
+        lines += aligned_columns(rows) + [""]
 
         batch = self.splits.get("batch")
         model_size = len(self.devices) // len(batch) if batch else len(self.devices)
@@ -121,7 +121,7 @@ class Plan:
                          str(batch[i // model_size] if batch else self.batch_size),
                          f"{100 * p.load[i]:.1f}%", fmt(p.busy[i]), _format_bytes(p.memory[i]),
                          "-" if cap is None else _format_bytes(cap)])
-        lines += _table(rows) + [""]
+        lines += aligned_columns(rows) + [""]
 
         rows = [["layer", "split dim", "size"] + [f"#{i}" for i in range(len(self.devices))]]
         for layer in self.layers:
@@ -134,7 +134,7 @@ class Plan:
                 rows.append([layer["name"], dim, str(layer["split_size"])]
                             + [str(sizes[i % model_size]) for i in range(len(self.devices))])
         lines += ["Filters per device (\"all\": not split, every device holds the whole layer)"]
-        lines += _table(rows)
+        lines += aligned_columns(rows)
         return "\n".join(lines)
 
 
@@ -144,8 +144,8 @@ def layer_entries(model_spec):
             for l in model_spec.layers]
 
 
-def _table(rows):
-    """Left-aligned columns, two spaces apart."""
+def aligned_columns(rows):
+    """Text lines of ``rows`` (lists of strings) in left-aligned columns, two spaces apart."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
 
