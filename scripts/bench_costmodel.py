@@ -66,16 +66,18 @@ import statistics
 import threading
 import time
 
-import numpy as np
 import tensorflow.compat.v1 as tf
 from absl import app, flags
 
 from hmp.cluster import local_cluster
+from hmp.collectives import group_by_host
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict
 from hmp.planning.costmodel import TRAIN_FLOPS_FACTOR
 from hmp.planning.from_graph import model_spec
-from hmp.profiler import DeviceStep, measure_speeds, run_traced, train_flops_per_sample
+from hmp.planning.plan import aligned_columns
+from hmp.profiler import (DeviceStep, measure_speeds, random_batch, run_traced,
+                          train_flops_per_sample)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("model", "cnn2d", ["cnn2d", "cnn3d", "hybrid", "spectral"], "The model.")
@@ -122,11 +124,9 @@ class Platform:
         With 2 workers x 2 devices: n=2 is one device on each worker, n=4 puts
         batch row r on worker r.
         """
-        by_host = {}
-        for d in self.devices:
-            by_host.setdefault(self.hosts[d], []).append(d)
+        by_host = group_by_host([self.hosts[d] for d in self.devices])
         if n <= len(by_host):
-            return [devices[0] for devices in by_host.values()][:n]
+            return [self.devices[positions[0]] for positions in by_host.values()][:n]
         return self.devices[:n]
 
 
@@ -280,10 +280,8 @@ def feed_seconds(plat, device, batch_size, cfg):
 
 
 def batch_feed(x, y, batch_size, cfg):
-    """A fixed random batch, as ``DeviceStep`` feeds it (float64 inputs, cast when fed)."""
-    rng = np.random.RandomState(0)
-    return {x: rng.randn(batch_size, cfg.patch, cfg.patch, cfg.bands),
-            y: rng.randint(0, cfg.n_classes, batch_size)}
+    """The fixed random batch ``DeviceStep`` feeds, for the placeholders ``x`` and ``y``."""
+    return dict(zip((x, y), random_batch(cfg, batch_size)))
 
 
 def elementwise_seconds(plat, device, batch_size, spec):
@@ -309,13 +307,13 @@ def elementwise_seconds(plat, device, batch_size, spec):
             return median_seconds(session, fetch, FLAGS.steps * FLAGS.repeats)
 
 
-def side_by_side_rates(steps, train_flops, batch_size):
-    """FLOP/s of every step of ``steps`` while they all run at once, one thread each."""
-    rates = [[] for _ in steps]
+def side_by_side_seconds(steps):
+    """Median seconds per step of every step of ``steps`` while they all run at once,
+    one thread each."""
+    seconds = [[] for _ in steps]
 
     def work(i):
-        seconds = sum(steps[i].run() for _ in range(FLAGS.steps))
-        rates[i].append(FLAGS.steps * batch_size * train_flops / seconds)
+        seconds[i].append(sum(steps[i].run() for _ in range(FLAGS.steps)) / FLAGS.steps)
 
     for _ in range(FLAGS.repeats):
         threads = [threading.Thread(target=work, args=(i,)) for i in range(len(steps))]
@@ -323,44 +321,46 @@ def side_by_side_rates(steps, train_flops, batch_size):
             thread.start()
         for thread in threads:
             thread.join()
-    return [statistics.median(r) for r in rates]
+    return [statistics.median(s) for s in seconds]
 
 
-def host_cores(plat, cfg, devices, work, train_flops):
+def host_cores(plat, cfg, devices, work):
     """Per host of ``devices``: sum over its devices of (step alone minus feed) / step
     side by side. ``work``: {device: seconds of its step alone without the feed}."""
     cores = {}
-    for host in dict.fromkeys(plat.hosts[d] for d in devices):
-        members = [d for d in devices if plat.hosts[d] == host]
+    for host, positions in group_by_host([plat.hosts[d] for d in devices]).items():
+        members = [devices[p] for p in positions]
         if len(members) == 1:
             continue
         steps = [DeviceStep(cfg, d, FLAGS.batch_size, plat.target, plat.config,
                             FLAGS.optimizer) for d in members]
         for step in steps:
             step.run()  # warm-up
-        together = side_by_side_rates(steps, train_flops, FLAGS.batch_size)
+        seconds = side_by_side_seconds(steps)
         for step in steps:
             step.close()
-        seconds = [FLAGS.batch_size * train_flops / rate for rate in together]
         # At least one device computes at its rate alone, whatever the noise.
         cores[host] = max(1.0, sum(work[d] / t for d, t in zip(members, seconds)))
     return cores
 
 
-def calibrate(plat, cfg, devices):
-    """From calibration runs: the full DeviceSpecs ({name: spec}), the full LinkSpec,
-    the variants to compare ({name: (specs, link)}) and the calibration's report lines."""
-    train_flops = train_flops_per_sample(cfg)
+def calibrate(plat, cfg, full_spec, devices):
+    """From calibration runs of ``cfg`` (its ``model_spec`` ``full_spec``): the full
+    DeviceSpecs ({name: spec}), the full LinkSpec, the variants to compare ({name:
+    (specs, link)}) and the calibration's report lines."""
+    train_flops = train_flops_per_sample(cfg, full_spec)
     half_cfg = dataclasses.replace(cfg, width=max(cfg.width // 2, 1))
-    full_spec, half_spec = model_spec(cfg), model_spec(half_cfg)
+    half_spec = model_spec(half_cfg)
     forward = [sum(l.flops_per_sample for l in s.layers) for s in (full_spec, half_spec)]
     ops = sum(l.flops_per_sample > 0 for l in full_spec.layers)
     sizes = (FLAGS.batch_size // SMALL_BATCH_DIVISOR, FLAGS.batch_size)
     step = {}  # (device, batch, width) -> seconds
     alone = {}
-    for b, c in ((sizes[0], cfg), (sizes[1], cfg), (sizes[1], half_cfg)):
+    for b, c, c_spec in ((sizes[0], cfg, full_spec), (sizes[1], cfg, full_spec),
+                         (sizes[1], half_cfg, half_spec)):
         for s in measure_speeds(c, devices, b, FLAGS.warmup, FLAGS.steps * FLAGS.repeats,
-                                plat.target, plat.config, FLAGS.optimizer, progress=print):
+                                plat.target, plat.config, FLAGS.optimizer, progress=print,
+                                spec=c_spec):
             step[s.device, b, c.width] = b / s.samples_per_s
             if b == FLAGS.batch_size and c is cfg:
                 alone[s.device] = s
@@ -412,7 +412,7 @@ def calibrate(plat, cfg, devices):
         step.close()
     local = (measure_link(plat, plat.link_pairs["local"])[0]
              if plat.link_pairs["local"] else None)
-    cores = host_cores(plat, cfg, devices, work_alone, train_flops)
+    cores = host_cores(plat, cfg, devices, work_alone)
     full = [DeviceSpec(d, rate, overhead_s=overhead, host=plat.hosts[d],
                        host_cores=cores.get(plat.hosts[d]), half_rate_flops=half,
                        elementwise_s_per_element=e)
@@ -451,11 +451,6 @@ def time_steps(graph, session, feed):
     return (time.perf_counter() - start) / FLAGS.steps
 
 
-def traced_busy(graph, session, feed, devices):
-    """Busy seconds per device in one traced step (``hmp.profiler.busy_times``)."""
-    return run_traced(session, graph.train_op, feed, devices)[1]
-
-
 def fmt(seconds):
     return f"{seconds * 1e3:.2f} ms"
 
@@ -474,7 +469,7 @@ def main(_):
     with platform(max(sizes.values())) as plat:
         start = time.perf_counter(), machine_busy_seconds(), own_cpu_seconds(plat.pids)
         used = list(dict.fromkeys(d for n in sizes.values() for d in plat.layout_devices(n)))
-        full, full_link, variants, calibration = calibrate(plat, cfg, used)
+        full, full_link, variants, calibration = calibrate(plat, cfg, spec, used)
         print("\n".join(calibration), flush=True)
         runs = {}
         for layout, n in sizes.items():
@@ -490,8 +485,8 @@ def main(_):
             for _, _, run, times in runs.values():
                 times.append(time_steps(*run))
             print(f"repeat {repeat + 1}/{FLAGS.repeats} done", flush=True)
-        busy = {layout: traced_busy(*run, plan.devices)
-                for layout, (plan, _, run, _) in runs.items()}
+        busy = {layout: run_traced(session, graph.train_op, feed, plan.devices)[1]
+                for layout, (plan, _, (graph, session, feed), _) in runs.items()}
         wall = time.perf_counter() - start[0]
         others = (machine_busy_seconds() - start[1]) - (own_cpu_seconds(plat.pids) - start[2])
         for _, _, (_, session, _), _ in runs.values():
@@ -521,9 +516,7 @@ def main(_):
             *(c for o in others for c in (fmt(o.step), error(o.step, measured))),
             " ".join(f"{b * 1e3:.1f}" for b in p.busy),
             " ".join(f"{b * 1e3:.1f}" for b in busy[layout])])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    print("\n".join(aligned_columns(rows)))
 
 
 if __name__ == "__main__":

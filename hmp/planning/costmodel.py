@@ -455,21 +455,23 @@ def _model_axis_time(model_spec, mesh, splits, batch_rows, link, hosts):
     if n == 1:
         return 0.0
     link = link.under_load()
-    collectives = model_axis_collectives(model_spec)
+    sizes = model_spec.split_dims()
+    # (kind, elements per sample, each column's fraction of an all-gathered activation)
+    collectives = [(kind, elems, None if dim is None else np.asarray(splits[dim]) / sizes[dim])
+                   for kind, elems, dim in model_axis_collectives(model_spec)]
+    groups = [list(hosts[r]) for r in range(mesh.batch)]
     rows = []
-    for row, samples in enumerate(batch_rows):
-        row_hosts = list(hosts[row])
+    for row_hosts, samples in zip(groups, batch_rows):
         row_link = link.between(row_hosts)
         per_sample = BYTES_PER_ELEMENT * samples
         total = 0.0
-        for kind, elems, dim in collectives:
+        for kind, elems, pieces in collectives:
             if kind == "allreduce":
                 total += allreduce_time(per_sample * elems, row_hosts, link)
             else:
-                pieces = np.asarray(splits[dim]) / model_spec.split_dims()[dim]
                 total += ring_allgather_time(per_sample * elems * pieces, row_link)
         rows.append(total)
-    return concurrent_groups_time(rows, [list(hosts[r]) for r in range(mesh.batch)], link)
+    return concurrent_groups_time(rows, groups, link)
 
 
 def _batch_axis_time(model_spec, mesh, fractions, link, hosts):
@@ -484,16 +486,15 @@ def _batch_axis_time(model_spec, mesh, fractions, link, hosts):
     if mesh.batch == 1:
         return 0.0
     _, params, _ = _layer_arrays(model_spec)
+    with_weights = np.flatnonzero(params > 0)
+    groups = [list(hosts[:, c]) for c in range(mesh.model)]
     columns = []
-    for c in range(mesh.model):
-        column_hosts = list(hosts[:, c])
-        total = 0.0
-        for i in np.flatnonzero(params > 0):
-            total += allreduce_time(BYTES_PER_ELEMENT * params[i] * fractions[i, c],
-                                    column_hosts, link)
-            total += (WEIGHT_TENSORS_PER_LAYER - 1) * allreduce_time(0.0, column_hosts, link)
-        columns.append(total)
-    return concurrent_groups_time(columns, [list(hosts[:, c]) for c in range(mesh.model)], link)
+    for c, column_hosts in enumerate(groups):
+        biases = (WEIGHT_TENSORS_PER_LAYER - 1) * allreduce_time(0.0, column_hosts, link)
+        columns.append(sum(allreduce_time(BYTES_PER_ELEMENT * params[i] * fractions[i, c],
+                                          column_hosts, link) + biases
+                           for i in with_weights))
+    return concurrent_groups_time(columns, groups, link)
 
 
 def feed_time(model_spec, batch_rows, hosts, link):
