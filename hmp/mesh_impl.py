@@ -150,7 +150,7 @@ class HeteroMeshImpl(PlacementMeshImpl):
           ValueError: the sizes given for the dimension do not add up to it.
         """
         sizes = self._splits.get(tensor_dim.name)
-        if sizes is None or self.tensor_dimension_to_mesh_axis(tensor_dim) is None:
+        if sizes is None:
             return None
         if sum(sizes) != tensor_dim.size:
             raise ValueError(
@@ -186,12 +186,33 @@ class HeteroMeshImpl(PlacementMeshImpl):
         if pnum is None:
             self._refuse_uneven(tensor_shape, "slice_shape without a device")
             return super().slice_shape(tensor_shape)
-        return [size for _, size in self._slice_extent(tensor_shape, pnum)]
+        return [size for _, size in self.slice_extent(tensor_shape, pnum)]
 
     def slice_begin(self, tensor_shape, pnum):
-        return [begin for begin, _ in self._slice_extent(tensor_shape, pnum)]
+        return [begin for begin, _ in self.slice_extent(tensor_shape, pnum)]
 
-    def _slice_extent(self, tensor_shape, pnum):
+    def part_sizes(self, tensor_dim, mesh_axis):
+        """Per-coordinate sizes of ``tensor_dim`` laid out on ``mesh_axis``.
+
+        The sizes given in ``splits``, else equal parts.
+
+        Raises:
+          ValueError: the dimension is not in ``splits`` and cannot be split
+            evenly, or its ``splits`` sizes do not add up to it.
+        """
+        sizes = self.split_sizes(tensor_dim)
+        if sizes is not None:
+            return sizes
+        parts = self.shape[mesh_axis].size
+        if tensor_dim.size % parts:
+            raise ValueError(
+                "dimension %r of size %d cannot be split evenly over "
+                "mesh axis %r of size %d; give its sizes in `splits`"
+                % (tensor_dim.name, tensor_dim.size, self.shape[mesh_axis].name,
+                   parts))
+        return (tensor_dim.size // parts,) * parts
+
+    def slice_extent(self, tensor_shape, pnum):
         """[(begin, size)] per tensor axis of processor ``pnum``'s slice."""
         coords = mtf.pnum_to_processor_coordinates(self.shape, pnum)
         layout = self.tensor_layout(tensor_shape)
@@ -202,18 +223,8 @@ class HeteroMeshImpl(PlacementMeshImpl):
                 extent.append((0, dim.size))
                 continue
             coord = coords[mesh_axis]
-            sizes = self.split_sizes(dim)
-            if sizes is None:
-                parts = self.shape[mesh_axis].size
-                if dim.size % parts:
-                    raise ValueError(
-                        "dimension %r of size %d cannot be split evenly over "
-                        "mesh axis %r of size %d; give its sizes in `splits`"
-                        % (dim.name, dim.size, self.shape[mesh_axis].name,
-                           parts))
-                extent.append((dim.size // parts * coord, dim.size // parts))
-            else:
-                extent.append((sum(sizes[:coord]), sizes[coord]))
+            sizes = self.part_sizes(dim, mesh_axis)
+            extent.append((sum(sizes[:coord]), sizes[coord]))
         return extent
 
     def slice_shapes(self, tensor_shape):
@@ -267,7 +278,7 @@ class HeteroMeshImpl(PlacementMeshImpl):
         slices = []
         with tf.device(tf_tensor.device):
             for pnum in range(self.size):
-                extent = self._slice_extent(tensor_shape, pnum)
+                extent = self.slice_extent(tensor_shape, pnum)
                 slices.append(tf.slice(tf_tensor, [b for b, _ in extent],
                                        [s for _, s in extent]))
         return slices
@@ -286,9 +297,10 @@ class HeteroMeshImpl(PlacementMeshImpl):
         def random_slice(pnum):
             # Slices that cover the same part of the tensor get the same seed,
             # so replicated copies agree.
-            seed = hash("%s,%s" % (op_seed, self.slice_begin(shape, pnum)))
-            return tf_fn(self.slice_shape(shape, pnum), seed=seed, **kwargs)
-        return self.slicewise(random_slice, self.laid_out_pnum())
+            extent = self.slice_extent(shape, pnum)
+            seed = hash("%s,%s" % (op_seed, [begin for begin, _ in extent]))
+            return tf_fn([size for _, size in extent], seed=seed, **kwargs)
+        return self.slicewise_per_device(random_slice)
 
     # ------------------------------------------------------------------
     # Collectives

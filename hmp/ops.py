@@ -138,8 +138,6 @@ class LocalGradOperation(mtf.Operation):
                          for x, g in zip(xs, grads))
         grads = mesh_impl.slicewise(
             local_grads, *[lowering.tensors[x] for x in self.inputs])
-        if not isinstance(grads, tuple):
-            grads = (grads,)
         computation_axes = forward.computation_axes(mesh_impl)
         for output, grad in zip(self.outputs, grads):
             reduce_axes = computation_axes - _mesh_axes(mesh_impl, [output.shape])
@@ -320,15 +318,15 @@ class _Reshape(mtf.ReshapeOperation):
 
 
 def _axis_parts(mesh_impl, shape):
-    """Per mesh axis: (cumprod, part sizes) of the dim split on it, or None."""
+    """Per mesh axis: (cumprod, part sizes) of the dim split on it, or None.
+
+    ``mesh_impl`` is a :class:`HeteroMeshImpl` (only uneven reshapes ask).
+    """
     parts = [None] * mesh_impl.ndims
     for mesh_axis, cumprod in enumerate(mesh_impl.mesh_axis_to_cumprod(shape)):
         if cumprod is not None:
             dim = shape.dims[shape.cumprod_to_tensor_axis(cumprod)]
-            sizes = mesh_impl.split_sizes(dim)
-            if sizes is None:
-                sizes = (dim.size // mesh_impl.shape[mesh_axis].size,) * mesh_impl.shape[mesh_axis].size
-            parts[mesh_axis] = (cumprod, tuple(sizes))
+            parts[mesh_axis] = (cumprod, tuple(mesh_impl.part_sizes(dim, mesh_axis)))
     return parts
 
 
@@ -346,9 +344,9 @@ def reshape(x, new_shape, name=None):
 def _slice_extent(mesh_impl, shape, pnum):
     """(begin, size) lists of processor ``pnum``'s slice, for any MeshImpl."""
     if isinstance(mesh_impl, HeteroMeshImpl):
-        size = mesh_impl.slice_shape(shape, pnum)
-    else:  # a stock MeshImpl: every slice has the same shape
-        size = mesh_impl.slice_shape(shape)
+        extent = mesh_impl.slice_extent(shape, pnum)
+        return [begin for begin, _ in extent], [size for _, size in extent]
+    size = mesh_impl.slice_shape(shape)  # a stock MeshImpl: one slice shape
     return mesh_impl.slice_begin(shape, pnum), size
 
 
