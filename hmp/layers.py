@@ -35,6 +35,15 @@ def _default_initializer(activation):
                                            distribution="truncated_normal")
 
 
+def _bias_and_activation(y, output_dim, use_bias, activation):
+    """``activation(y + bias)``, in the caller's variable scope."""
+    if use_bias:
+        y += mtf.get_variable(y.mesh, "bias", [output_dim],
+                              initializer=tf.zeros_initializer(),
+                              activation_dtype=y.dtype)
+    return activation(y) if activation else y
+
+
 def _conv(x, output_dim, kernel_names, filter_size, strides, padding, in_dims,
           use_bias, activation, kernel_initializer, name, default_name):
     in_dims = list(in_dims) if in_dims is not None else x.shape.dims[-1:]
@@ -45,11 +54,7 @@ def _conv(x, output_dim, kernel_names, filter_size, strides, padding, in_dims,
             initializer=kernel_initializer or _default_initializer(activation),
             activation_dtype=x.dtype)
         y = ops.convolution(x, kernel, strides, padding, in_dims, name="conv")
-        if use_bias:
-            y += mtf.get_variable(x.mesh, "bias", [output_dim],
-                                  initializer=tf.zeros_initializer(),
-                                  activation_dtype=x.dtype)
-        return activation(y) if activation else y
+        return _bias_and_activation(y, output_dim, use_bias, activation)
 
 
 def conv2d(x, output_dim, filter_size=(3, 3), strides=(1, 1), padding="SAME",
@@ -91,11 +96,7 @@ def dense(x, output_dim, reduced_dims=None, use_bias=True, activation=None,
             activation_dtype=x.dtype)
         output_shape = (x.shape - reduced_dims) + [output_dim]
         y = mtf.einsum([x, kernel], output_shape=output_shape)
-        if use_bias:
-            y += mtf.get_variable(x.mesh, "bias", [output_dim],
-                                  initializer=tf.zeros_initializer(),
-                                  activation_dtype=x.dtype)
-        return activation(y) if activation else y
+        return _bias_and_activation(y, output_dim, use_bias, activation)
 
 
 def max_pool2d(x, window=(2, 2), strides=None, padding="VALID", name=None):
@@ -168,7 +169,7 @@ def dropout(x, is_training, rate, name=None):
     return mtf.dropout(x, is_training=True, rate=rate, name=name)
 
 
-def filter_split_block(x, hidden_dim, output_dim, conv=conv2d, filter_size=None,
+def filter_split_block(x, hidden_dim, output_dim, conv=conv2d,
                        activation=mtf.relu, name=None, **conv_kwargs):
     """Two convolutions whose shared ``hidden_dim`` is split across devices.
 
@@ -178,12 +179,9 @@ def filter_split_block(x, hidden_dim, output_dim, conv=conv2d, filter_size=None,
     Mesh-TF all-reduces. Lay ``hidden_dim`` out on the model axis and give
     ``output_dim`` no layout: one all-reduce per block, no other traffic.
     """
-    kwargs = dict(conv_kwargs)
-    if filter_size is not None:
-        kwargs["filter_size"] = filter_size
     with tf.variable_scope(name, default_name="filter_split_block"):
-        hidden = conv(x, hidden_dim, activation=activation, name="split_out", **kwargs)
-        return conv(hidden, output_dim, activation=activation, name="split_in", **kwargs)
+        hidden = conv(x, hidden_dim, activation=activation, name="split_out", **conv_kwargs)
+        return conv(hidden, output_dim, activation=activation, name="split_in", **conv_kwargs)
 
 
 def softmax_cross_entropy(logits, labels, classes_dim):

@@ -15,21 +15,21 @@ from hmp.compat import import_mesh_tensorflow
 mtf = import_mesh_tensorflow()
 
 
-def train_step(loss, optimizer, variables=None):
+def train_step(loss, optimizer):
     """Returns the mtf update operations of one ordered optimizer step.
+
+    Every trainable variable of the loss's graph that the loss depends on is
+    updated.
 
     Args:
       loss: a scalar mtf Tensor.
       optimizer: an ``mtf.optimize.Optimizer`` (SGD, momentum, Adam,
         Adafactor, or hmp's LARS).
-      variables: the variables to train; default all trainable variables of
-        the loss's graph.
 
     Returns:
       a list of mtf Operations; lower them and run their TensorFlow ops.
     """
-    if variables is None:
-        variables = loss.graph.trainable_variables
+    variables = loss.graph.trainable_variables
     grads = mtf.gradients([loss], [v.outputs[0] for v in variables])
     trained = [(g, v) for g, v in zip(grads, variables) if g is not None]
     if not trained:
