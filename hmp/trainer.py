@@ -105,11 +105,15 @@ class Trainer:
     def step(self):
         return int(self.session.run(self.graph.global_step))
 
-    def save(self):
-        """Writes a checkpoint of the whole tensors at the current step."""
+    def save(self, step=None):
+        """Writes a checkpoint of the whole tensors at the current step.
+
+        ``step``: the global step if the caller knows it (saves reading it
+        from the session); None reads it.
+        """
         self.session.run(self.graph.copy_slices_to_masters)
         return self.graph.saver.save(self.session, os.path.join(self.model_dir, "ckpt"),
-                                     global_step=self.step)
+                                     global_step=self.step if step is None else int(step))
 
     # -- training ------------------------------------------------------------
     def train_epoch(self, epoch, epochs):
@@ -123,7 +127,7 @@ class Trainer:
             self.batch_size, seed=self.seed, epoch=epoch, drop_remainder=True,
             start_step=start_step)
         fetches = [self.graph.loss, self.graph.correct, self.graph.train_op]
-        losses, correct, busy = [], 0.0, None
+        losses, correct, busy, step = [], 0.0, None, None
         started = time.perf_counter()
         for i, batch in enumerate(batches):
             feed = {self.graph.x: batch.patches, self.graph.y: batch.labels}
@@ -139,14 +143,15 @@ class Trainer:
             losses.append(loss)
             correct += n_correct
             if self.checkpoint_every and step % self.checkpoint_every == 0:
-                self.save()
+                self.save(step)
         seconds = time.perf_counter() - started
         samples = len(losses) * self.batch_size
         stats = EpochStats(epoch, float(np.mean(losses)) if losses else float("nan"),
                            correct / samples if samples else float("nan"),
                            samples / seconds if seconds else 0.0, seconds, busy)
-        self.save()
-        self._summaries(stats)
+        step = self.step if step is None else int(step)   # None: no step ran
+        self.save(step)
+        self._summaries(stats, step)
         return stats
 
     def _traced_step(self, fetches, feed):
@@ -155,12 +160,12 @@ class Trainer:
         return values, [b * self.slowdown.get(d, 1.0)
                         for b, d in zip(busy, self.graph.layout.devices)]
 
-    def _summaries(self, stats):
+    def _summaries(self, stats, step):
         values = {"loss": stats.loss, "train_accuracy": stats.train_accuracy,
                   "samples_per_second": stats.samples_per_second}
         summary = tf.Summary(value=[tf.Summary.Value(tag=k, simple_value=v)
                                     for k, v in values.items()])
-        self.writer.add_summary(summary, self.step)
+        self.writer.add_summary(summary, step)
         self.writer.flush()
 
     # -- inference -----------------------------------------------------------
