@@ -126,6 +126,9 @@ def _check_flags():
     if FLAGS.optimizer not in OPTIMIZERS:
         raise cli.UsageError("--optimizer=%s: choose one of %s"
                              % (FLAGS.optimizer, ", ".join(OPTIMIZERS)))
+    if FLAGS.split not in experiment.SPLITS:
+        raise cli.UsageError("--split=%s: choose one of %s"
+                             % (FLAGS.split, ", ".join(experiment.SPLITS)))
     if FLAGS.rebalance not in ("off", "epoch"):
         raise cli.UsageError("--rebalance=%s: choose off or epoch" % FLAGS.rebalance)
     if not MESH.match(FLAGS.mesh):

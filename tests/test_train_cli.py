@@ -53,6 +53,7 @@ BAD_FLAGS = {
     "--epochs=abc": "--epochs=abc",
     "--optimizer=nope": "--optimizer=nope: choose one of",
     "--rebalance=always": "--rebalance=always: choose off or epoch",
+    "--split=nope": "--split=nope: choose one of random, disjoint",
     "--train_fraction=1.5": "--train_fraction=1.5: must lie strictly between 0 and 1",
 }
 
