@@ -178,7 +178,7 @@ def _plan(model_config, devices, session_config, target):
     speeds = _speeds(devices)
     if speeds is None:
         measured = measure_speeds(model_config, devices, FLAGS.batch_size, target=target,
-                                  session_config=session_config,
+                                  session_config=session_config, optimizer=FLAGS.optimizer,
                                   progress=lambda line: print(line, flush=True))
         for m in measured:
             print("  %-28s %8.1f samples/s (%.1f - %.1f)"
