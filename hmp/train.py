@@ -179,7 +179,7 @@ def _plan(model_config, devices, session_config, target):
     if speeds is None:
         measured = measure_speeds(model_config, devices, FLAGS.batch_size, target=target,
                                   session_config=session_config, optimizer=FLAGS.optimizer,
-                                  progress=lambda line: print(line, flush=True))
+                                  progress=lambda line: print(line, flush=True), spec=spec)
         for m in measured:
             print("  %-28s %8.1f samples/s (%.1f - %.1f)"
                   % (m.device, m.samples_per_s, m.min_samples_per_s, m.max_samples_per_s))
