@@ -3,8 +3,10 @@
 ``TrainingGraph`` is what the trainer, the profiler and the benchmarks run: it
 builds the model's Mesh-TF graph for a global batch, lowers it on a
 ``HeteroMeshImpl`` with the given splits, and exposes the TensorFlow pieces
-(input placeholders, loss, predictions, the ordered training step, the
-master/slice copy ops, a saver of whole tensors).
+(the pixel-index and label placeholders, loss, predictions, the ordered
+training step, the master/slice copy ops, a saver of whole tensors). Its
+input is the scene on the devices (``hmp.scene_input``): load the padded
+cube once with ``load_scene``, then feed pixel indices every step.
 """
 
 import dataclasses
@@ -17,6 +19,7 @@ from hmp.compat import import_mesh_tensorflow
 from hmp.lowering import HeteroLowering
 from hmp.mesh_impl import HeteroMeshImpl
 from hmp.optimizers import make_optimizer
+from hmp.scene_input import SceneCubes, cut_patches
 from hmp.training import train_step
 
 mtf = import_mesh_tensorflow()
@@ -53,13 +56,23 @@ class ModelConfig:
                 else model.logits(x, classes))
 
 
-def build_model_graph(config, batch_size, x, y):
-    """Builds the model's mtf graph on imported ``x`` and ``y``; returns
-    (mtf graph, mesh, loss, predicted class, number correct)."""
+def imported(x):
+    """Model input from ``x``, a TensorFlow tensor of patches (for ``build_model_graph``)."""
+    return lambda mesh, shape: mtf.import_tf_tensor(mesh, x, shape)
+
+
+def build_model_graph(config, batch_size, inputs, y):
+    """Builds the model's mtf graph; returns
+    (mtf graph, mesh, loss, predicted class, number correct).
+
+    ``inputs(mesh, shape)`` makes the mtf patches of ``shape`` [batch, h, w,
+    bands] (``imported(x)`` or the scene's ``cut_patches``); ``y`` is the
+    TensorFlow tensor of labels [batch].
+    """
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     batch = mtf.Dimension("batch", batch_size)
-    mtf_x = mtf.import_tf_tensor(mesh, x, mtf.Shape(
+    mtf_x = inputs(mesh, mtf.Shape(
         [batch, mtf.Dimension("h", config.patch), mtf.Dimension("w", config.patch),
          mtf.Dimension("bands", config.bands)]))
     mtf_y = mtf.import_tf_tensor(mesh, y, mtf.Shape([batch]))
@@ -78,20 +91,23 @@ class TrainingGraph:
     (e.g. before and after re-planning) can coexist.
     """
 
-    def __init__(self, config, layout, batch_size, optimizer="adam", learning_rate=1e-3,
-                 seed=0):
+    def __init__(self, config, layout, batch_size, image_shape, optimizer="adam",
+                 learning_rate=1e-3, seed=0):
         self.config = config
         self.layout = layout
         self.batch_size = batch_size
         self.tf_graph = tf.Graph()
         with self.tf_graph.as_default():
+            self.scene = SceneCubes(image_shape, config.patch, config.bands)
             tf.set_random_seed(seed)   # the same seed gives the same initial weights
             self.global_step = tf.train.get_or_create_global_step()
-            self.x = tf.placeholder(tf.float32, [batch_size, config.patch, config.patch,
-                                                 config.bands], name="patches")
+            self.indices = tf.placeholder(tf.int32, [batch_size], name="pixel_indices")
             self.y = tf.placeholder(tf.int32, [batch_size], name="labels")
+            def patches(mesh, shape):
+                return cut_patches(self.scene, mtf.import_tf_tensor(
+                    mesh, self.indices, mtf.Shape(shape.dims[:1])), shape)
             graph, mesh, loss, predicted, correct = build_model_graph(
-                config, batch_size, self.x, self.y)
+                config, batch_size, patches, self.y)
             updates = train_step(loss, make_optimizer(optimizer, learning_rate))
             self.mesh_impl = HeteroMeshImpl(layout.mesh_shape, layout.layout_rules,
                                             list(layout.devices), layout.splits)
@@ -109,10 +125,19 @@ class TrainingGraph:
             self.init = tf.global_variables_initializer()
             self.saver = tf.train.Saver(max_to_keep=3)
 
-    def session(self, config=None, target=""):
+    def feed(self, indices, labels):
+        """The feed of one step: flat pixel indices and 0-based labels, ``batch_size`` each."""
+        return {self.indices: indices, self.y: labels}
+
+    def load_scene(self, session, padded_cube):
+        """Loads the padded, preprocessed cube into every device's copy (once per session)."""
+        self.scene.load(session, padded_cube)
+
+    def session(self, padded_cube, config=None, target=""):
         """A session on this graph (``target``: a gRPC master, or "" for in-process),
-        initialised with fresh weights."""
+        initialised with fresh weights and the scene ``padded_cube``."""
         session = tf.Session(target=target or "", graph=self.tf_graph, config=config)
         session.run(self.init)
         session.run(self.copy_masters_to_slices)
+        self.load_scene(session, padded_cube)
         return session

@@ -63,25 +63,44 @@ def train_flops_per_sample(config, spec=None):
     return TRAIN_FLOPS_FACTOR * sum(l.flops_per_sample for l in spec.layers)
 
 
-def random_batch(config, batch_size, seed=0):
-    """A fixed random batch ``(inputs, labels)``: float64 inputs (cast when fed), int labels."""
+@dataclasses.dataclass(frozen=True)
+class RandomBatch:
+    """A fixed random scene and batch: what a ``TrainingGraph`` loads and is fed."""
+
+    image_shape: tuple  # (rows, columns) of the scene
+    padded_cube: np.ndarray  # float32 [rows + p - 1, columns + p - 1, bands]
+    indices: np.ndarray  # int64 [batch] flat pixel indices
+    labels: np.ndarray  # int32 [batch] 0-based classes
+
+    def feed(self, graph):
+        return graph.feed(self.indices, self.labels)
+
+
+def random_batch(config, batch_size, seed=0, image_side=32):
+    """A ``RandomBatch`` for ``config``: a random ``image_side`` square scene, random pixels."""
     rng = np.random.RandomState(seed)
-    return (rng.randn(batch_size, config.patch, config.patch, config.bands),
-            rng.randint(0, config.n_classes, batch_size))
+    border = config.patch - 1
+    cube = rng.randn(image_side + border, image_side + border, config.bands)
+    return RandomBatch((image_side, image_side), cube.astype(np.float32),
+                       rng.randint(0, image_side * image_side, batch_size),
+                       rng.randint(0, config.n_classes, batch_size).astype(np.int32))
 
 
 class DeviceStep:
     """The model's whole training step on one device, in a session of its own.
 
     A ``TrainingGraph`` on the one-device layout, fresh weights, a fixed
-    random batch fed every step.
+    random scene on the device and a fixed random batch of its pixels fed
+    every step.
     """
 
     def __init__(self, config, device, batch_size, target=None, session_config=None,
                  optimizer="adam"):
-        graph = TrainingGraph(config, Layout("", "", (device,), {}), batch_size, optimizer)
-        self.session = graph.session(session_config, target)
-        self._feed = dict(zip((graph.x, graph.y), random_batch(config, batch_size)))
+        batch = random_batch(config, batch_size)
+        graph = TrainingGraph(config, Layout("", "", (device,), {}), batch_size,
+                              batch.image_shape, optimizer)
+        self.session = graph.session(batch.padded_cube, session_config, target)
+        self._feed = batch.feed(graph)
         self._train_op = graph.train_op
 
     def run(self):

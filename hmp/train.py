@@ -225,7 +225,7 @@ def run(cluster=None):
 
     def start(plan, resume):
         graph = TrainingGraph(model_config, Layout.from_plan(plan), FLAGS.batch_size,
-                              FLAGS.optimizer, FLAGS.learning_rate, FLAGS.seed)
+                              exp.scene.labels.shape, FLAGS.optimizer, FLAGS.learning_rate, FLAGS.seed)
         trainer = Trainer(graph, exp, model_dir, FLAGS.seed, session_config, target,
                           checkpoint_every=FLAGS.checkpoint_every, slowdown=slowdown)
         with cli.blame("resume", "model_dir"):

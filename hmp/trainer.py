@@ -75,6 +75,7 @@ class Trainer:
             raise ValueError("batch_size %d is larger than the %d training pixels"
                              % (self.batch_size, len(experiment.train)))
         self.session = tf.Session(target, graph=graph.tf_graph, config=session_config)
+        graph.load_scene(self.session, experiment.train.extractor.padded)
         with graph.tf_graph.as_default():
             self.writer = tf.summary.FileWriter(model_dir, graph.tf_graph)
 
@@ -130,7 +131,7 @@ class Trainer:
         losses, correct, busy, step = [], 0.0, None, None
         started = time.perf_counter()
         for i, batch in enumerate(batches):
-            feed = {self.graph.x: batch.patches, self.graph.y: batch.labels}
+            feed = self.graph.feed(batch.indices, batch.labels)
             if i == 1:
                 (loss, n_correct, step), busy = self._traced_step(fetches, feed)
             else:
@@ -172,16 +173,13 @@ class Trainer:
     def predict(self, dataset):
         """Predicted 0-based class of every pixel of ``dataset``, in its order."""
         predictions = []
+        labels = np.zeros(self.batch_size, np.int32)
         for start in range(0, len(dataset), self.batch_size):
             indices = dataset.indices[start:start + self.batch_size]
-            patches = dataset.extractor(indices)
-            padding = self.batch_size - len(indices)
-            if padding:
-                patches = np.concatenate(
-                    [patches, np.zeros((padding,) + patches.shape[1:], patches.dtype)])
-            feed = {self.graph.x: patches,
-                    self.graph.y: np.zeros(self.batch_size, np.int32)}
-            predictions.append(self.session.run(self.graph.predicted, feed)[:len(indices)])
+            padded = np.zeros(self.batch_size, np.int64)   # pixel 0 fills a last short batch
+            padded[:len(indices)] = indices
+            predictions.append(self.session.run(self.graph.predicted,
+                                                self.graph.feed(padded, labels))[:len(indices)])
         return np.concatenate(predictions) if predictions else np.zeros(0, np.int32)
 
     def close(self):

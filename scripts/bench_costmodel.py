@@ -73,7 +73,7 @@ from hmp.cluster import local_cluster
 from hmp.collectives import group_by_host
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict
-from hmp.planning.costmodel import TRAIN_FLOPS_FACTOR
+from hmp.planning.costmodel import FED_BYTES_PER_SAMPLE, TRAIN_FLOPS_FACTOR
 from hmp.planning.from_graph import model_spec
 from hmp.planning.plan import aligned_columns
 from hmp.profiler import (DeviceStep, measure_speeds, random_batch, run_traced,
@@ -267,21 +267,18 @@ def line_fit(sizes, seconds):
 
 
 def feed_seconds(plat, device, batch_size, cfg):
-    """Median seconds of feeding a batch (inputs and labels) to a trivial op on ``device``."""
+    """Median seconds of feeding a batch (pixel indices and labels) to a trivial op on
+    ``device``."""
+    batch = random_batch(cfg, batch_size)
     with tf.Graph().as_default():
-        x = tf.placeholder(tf.float32, [batch_size, cfg.patch, cfg.patch, cfg.bands])
+        indices = tf.placeholder(tf.int32, [batch_size])
         y = tf.placeholder(tf.int32, [batch_size])
         with tf.device(device):
-            fetch = tf.reduce_sum(x[:1, :1, :1, :1]) + tf.cast(y[0], tf.float32)
-        feed = batch_feed(x, y, batch_size, cfg)
+            fetch = indices[0] + y[0]
+        feed = {indices: batch.indices, y: batch.labels}
         with tf.Session(plat.target, config=plat.config) as session:
             median_seconds(session, fetch, 3, feed)
             return median_seconds(session, fetch, FLAGS.steps * FLAGS.repeats, feed)
-
-
-def batch_feed(x, y, batch_size, cfg):
-    """The fixed random batch ``DeviceStep`` feeds, for the placeholders ``x`` and ``y``."""
-    return dict(zip((x, y), random_batch(cfg, batch_size)))
 
 
 def elementwise_seconds(plat, device, batch_size, spec):
@@ -403,8 +400,7 @@ def calibrate(plat, cfg, full_spec, devices):
                     f"sample and op, overhead {fmt(overhead)}, element-wise "
                     f"{elementwise[d] * 1e9:.3g} ns per element ("
                     f"{fmt(held[0] * sizes[1] * elementwise[d])} of the step)")
-    sample_bytes = 4 * (cfg.patch * cfg.patch * cfg.bands + 1)
-    feed_link = line_fit([sample_bytes * b for b in sizes], [feed[devices[0], b] for b in sizes])
+    feed_link = line_fit([FED_BYTES_PER_SAMPLE * b for b in sizes], [feed[devices[0], b] for b in sizes])
     loads = [DeviceStep(cfg, d, FLAGS.batch_size, plat.target, plat.config, FLAGS.optimizer)
              for d in plat.link_pairs["link"]]
     link, loaded = measure_link(plat, plat.link_pairs["link"], loads)
@@ -435,9 +431,11 @@ def calibrate(plat, cfg, full_spec, devices):
 
 def build_run(cfg, plan, plat):
     """A warmed-up session running ``plan``'s layout; returns (graph, session, feed)."""
-    graph = TrainingGraph(cfg, Layout.from_plan(plan), FLAGS.batch_size, FLAGS.optimizer)
-    session = graph.session(plat.config, plat.target)
-    feed = batch_feed(graph.x, graph.y, FLAGS.batch_size, cfg)
+    batch = random_batch(cfg, FLAGS.batch_size)
+    graph = TrainingGraph(cfg, Layout.from_plan(plan), FLAGS.batch_size, batch.image_shape,
+                          FLAGS.optimizer)
+    session = graph.session(batch.padded_cube, plat.config, plat.target)
+    feed = batch.feed(graph)
     for _ in range(FLAGS.warmup):
         session.run(graph.train_op, feed)
     return graph, session, feed

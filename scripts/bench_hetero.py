@@ -1,17 +1,25 @@
 """Heterogeneity benchmark: uneven splits over two workers of unequal speed.
 
-Two ``hmp.worker`` processes (``hmp.cluster.local_cluster``), each pinned to a
-core of its own with one intra-op thread (``--inter_op_threads`` inter-op
-threads) and two virtual CPU devices (for the hybrid mesh). The worker on core
-1 is made slower by ``--slowdown`` CPU-bound competing processes
-(``while True: pass``) pinned to core 1; Linux shares that core fairly among
-them, so the worker gets about 1/(1 + slowdown) of it. The script starts them
-before the workers and kills them when it ends, also on an error. The speed
-ratio this gives is measured, not assumed.
+Two ``hmp.worker`` processes (``hmp.cluster.local_cluster``) with two virtual
+CPU devices each (for the hybrid mesh) and ``--inter_op_threads`` inter-op
+threads. Two ways to make them unequal:
+
+* ``--workers=0-7:8,8-9:2`` (a many-core machine): worker 0 pinned to CPUs
+  0-7 with 8 intra-op threads, worker 1 to CPUs 8-9 with 2: really unequal
+  workers, nothing competing.
+* default (two cores): each worker pinned to a core of its own with one
+  intra-op thread; the worker on core 1 is made slower by ``--slowdown``
+  CPU-bound competing processes (``while True: pass``) pinned to core 1;
+  Linux shares that core fairly among them, so the worker gets about
+  1/(1 + slowdown) of it. The script starts them before the workers and
+  kills them when it ends, also on an error.
+
+The speed ratio this gives is measured, not assumed.
 
 For each model of ``--models`` (on the built-in synthetic scene: 9x9 patches of
-100 bands, 10 classes; one batch of its training patches is fed every step),
-in one run:
+100 bands, 10 classes; the scene is loaded onto every worker once and a step
+feeds one batch of its training pixels' indices, ``hmp.scene_input``), in one
+run:
 
 1. Each worker's speed is profiled alone (``hmp.profiler.measure_speeds``):
    the plans are made from it, as ``hmp.train`` does.
@@ -45,7 +53,8 @@ The goal for the planned split is efficiency >= 0.9 and a speedup over the even
 split >= 90% of the theoretical one; the report says by how much ``planned``
 (against ``even``) and ``data`` (against ``data even``) meet or miss it.
 
-  flock /tmp/hmp-bench.lock python scripts/bench_hetero.py --models=cnn3d,cnn2d
+  python scripts/bench_hetero.py --models=cnn3d,cnn2d
+  python scripts/bench_hetero.py --workers=0-7:8,8-9:2 --slowdown=0
 """
 
 import contextlib
@@ -89,11 +98,14 @@ flags.DEFINE_integer("slowdown", 2, "CPU-bound processes competing with the slow
 flags.DEFINE_integer("inter_op_threads", 2, "Inter-op threads of each worker (each has "
                      "1 intra-op thread and one core): 2 lets a transfer start while an op "
                      "computes.")
+flags.DEFINE_string("workers", "", "CPUS:THREADS of each of the two workers, e.g. "
+                    "0-7:8,8-9:2 (CPUs a-b or one CPU; intra-op threads). Empty: worker 0 on "
+                    "CPU 0 and worker 1 on CPU 1, one thread each, slowed by --slowdown.")
 flags.DEFINE_enum("hybrid_across", "batch", ["batch", "model"], "Hybrid mesh: the axis "
                   "that spans the two workers; the other spans each worker's two devices.")
 flags.DEFINE_string("out", "bench_hetero.json", "Results as JSON.")
 
-FAST_CPU, SLOW_CPU = 0, 1   # worker 0 (fast) and worker 1 (slowed) are pinned to these
+FAST_CPU, SLOW_CPU = 0, 1   # without --workers: worker 0 (fast) and 1 (slowed) are pinned here
 WORKERS = 2
 VIRTUAL_CPUS = 2            # per worker, for the hybrid mesh
 # The competing process pins itself before it starts spinning.
@@ -244,13 +256,14 @@ def build_runs(config, batch, workers, speeds):
     spec = model_spec(config)
     devices = worker_devices(workers.devices)
     session_config = workers.cluster.session_config()
+    image_shape = batch.extractor.image_shape
 
     def hmp_run(name, layout, description, load):
-        graph = TrainingGraph(config, layout, FLAGS.batch_size)
+        graph = TrainingGraph(config, layout, FLAGS.batch_size, image_shape)
         progress("  building %-14s %s" % (name, description))
-        return warmed(Run(name, description, load,
-                          graph.session(session_config, workers.target),
-                          graph.train_op, {graph.x: batch.patches, graph.y: batch.labels}))
+        session = graph.session(batch.extractor.padded, session_config, workers.target)
+        return warmed(Run(name, description, load, session, graph.train_op,
+                          graph.feed(batch.indices, batch.labels)))
 
     def plan_run(name, plan):
         return hmp_run(name, Layout.from_plan(plan), describe(plan), worker_loads(plan))
@@ -423,6 +436,32 @@ def machine():
 
 
 # -- the program -----------------------------------------------------------------
+def parse_workers(text):
+    """``--workers``: [(cpus, threads)] of the two workers, or None when empty."""
+    if not text:
+        return None
+    parsed = []
+    for item in text.split(","):
+        cpus, _, threads = item.partition(":")
+        first, _, last = cpus.partition("-")
+        if not (first.isdigit() and (last or first).isdigit() and threads.isdigit()
+                and int(threads) >= 1 and int(first) <= int(last or first)):
+            raise cli.UsageError("--workers=%s: give CPUS:THREADS per worker, CPUS as a-b or "
+                                 "one CPU, e.g. 0-7:8,8-9:2" % text)
+        parsed.append((list(range(int(first), int(last or first) + 1)), int(threads)))
+    if len(parsed) != WORKERS:
+        raise cli.UsageError("--workers=%s: give exactly %d workers" % (text, WORKERS))
+    return parsed
+
+
+def worker_placement():
+    """(cpus per worker, intra-op threads per worker, CPU to slow down or None)."""
+    parsed = parse_workers(FLAGS.workers)
+    if parsed is None:
+        return [[FAST_CPU], [SLOW_CPU]], [1, 1], SLOW_CPU
+    return [c for c, _ in parsed], [t for _, t in parsed], parsed[1][0][0]
+
+
 def check_flags():
     """One-line errors for values the flag parser cannot judge."""
     unknown = [m for m in FLAGS.models if m not in plain_tf_models.MODELS]
@@ -437,9 +476,11 @@ def check_flags():
                                                                    least))
     if not os.path.isdir(os.path.dirname(os.path.abspath(FLAGS.out))):
         raise cli.UsageError("--out=%s: its folder does not exist" % FLAGS.out)
-    if not {FAST_CPU, SLOW_CPU} <= os.sched_getaffinity(0):
-        raise OSError("the benchmark pins its workers to CPUs %d and %d; this process may "
-                      "use only %s" % (FAST_CPU, SLOW_CPU, sorted(os.sched_getaffinity(0))))
+    cpus, _, _ = worker_placement()
+    if not set(cpus[0] + cpus[1]) <= os.sched_getaffinity(0):
+        raise cli.UsageError("--workers=%s: the workers would be pinned to CPUs %s; this "
+                             "process may use only %s" % (FLAGS.workers, cpus,
+                                                          sorted(os.sched_getaffinity(0))))
 
 
 def main(argv):
@@ -454,10 +495,11 @@ def main(argv):
                              % (FLAGS.batch_size, len(exp.train)))
     batch = next(exp.train.batches(FLAGS.batch_size, drop_remainder=True))
     before = machine()
-    progress("starting %d competing process(es) on CPU %d and 2 workers on CPUs %d and %d"
-             % (FLAGS.slowdown, SLOW_CPU, FAST_CPU, SLOW_CPU))
-    with competing_load(SLOW_CPU, FLAGS.slowdown), local_cluster(
-            WORKERS, cpus=[[FAST_CPU], [SLOW_CPU]], threads=1,
+    cpus, threads, slowed_cpu = worker_placement()
+    progress("starting %d competing process(es) on CPU %d and 2 workers: CPUs %s, %s threads"
+             % (FLAGS.slowdown, slowed_cpu, cpus, threads))
+    with competing_load(slowed_cpu, FLAGS.slowdown), local_cluster(
+            WORKERS, cpus=cpus, threads=threads,
             inter_op_threads=FLAGS.inter_op_threads, virtual_cpus=VIRTUAL_CPUS) as workers:
         results = {}
         for name in FLAGS.models:
@@ -466,11 +508,12 @@ def main(argv):
     report.write_json(FLAGS.out, {
         "date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(sys.argv),
         "machine": before, "load_average_after": os.getloadavg()[0],
-        "slowdown": {"competing_processes": FLAGS.slowdown, "cpu": SLOW_CPU,
+        "workers": {"cpus": cpus, "threads": threads},
+        "slowdown": {"competing_processes": FLAGS.slowdown, "cpu": slowed_cpu,
                      "means": "CPU-bound processes pinned to the slow worker's core"},
         "flags": {name: FLAGS[name].value for name in (
             "models", "width", "batch_size", "steps", "repeats", "warmup", "profile_steps",
-            "trace_steps", "slowdown", "inter_op_threads", "hybrid_across")},
+            "trace_steps", "slowdown", "inter_op_threads", "hybrid_across", "workers")},
         "models": results})
     progress("wrote %s" % FLAGS.out)
 

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from hmp.graph import ModelConfig, build_model_graph
+from hmp.graph import ModelConfig, build_model_graph, imported
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
 SCRIPT = os.path.join(SCRIPTS, "bench_hetero.py")
@@ -73,7 +73,8 @@ def test_plain_tf_models_have_the_weights_of_hmps(name):
     config = ModelConfig(name, patch=9, bands=40, n_classes=5, width=3)
     plain = plain_tf_models.PlainTrainingGraph(config, "/cpu:0", batch_size=2)
     with tf.Graph().as_default():
-        graph = build_model_graph(config, 2, tf.zeros([2, 9, 9, 40]), tf.zeros([2], tf.int32))[0]
+        graph = build_model_graph(config, 2, imported(tf.zeros([2, 9, 9, 40])),
+                                  tf.zeros([2], tf.int32))[0]
         hmp_weights = sum(v.shape.size for v in graph.trainable_variables)
     assert plain.parameter_count() == hmp_weights > 0
 
@@ -111,3 +112,12 @@ def test_a_bad_flag_is_one_line_and_exit_code_2(tmp_path):
     assert run.stderr.strip().splitlines()[-1] == (
         "bench_hetero: error: --models=cnn2d,resnet: choose from cnn2d,cnn3d")
     assert not (tmp_path / "b.json").exists()
+
+
+def test_workers_flag_gives_cpu_sets_and_threads():
+    assert bench.parse_workers("0-7:8,8-9:2") == [(list(range(8)), 8), ([8, 9], 2)]
+    assert bench.parse_workers("3:1,0-1:2") == [([3], 1), ([0, 1], 2)]
+    assert bench.parse_workers("") is None
+    for bad in ("0-7:8", "0-7,8-9", "7-0:2,1:1", "0-1:0,2:1", "a:1,1:1", "0:1,1:1,2:1"):
+        with pytest.raises(bench.cli.UsageError, match="--workers=%s: " % bad):
+            bench.parse_workers(bad)

@@ -36,14 +36,12 @@ def workers():
 
 
 def _losses(layout, steps, target="", config=None, check_graph=lambda graph: None):
-    graph = TrainingGraph(CONFIG, layout, BATCH, "adam", 1e-2, seed=5)
+    batch = random_batch(CONFIG, BATCH)
+    graph = TrainingGraph(CONFIG, layout, BATCH, batch.image_shape, "adam", 1e-2, seed=5)
     check_graph(graph)
-    x, y = random_batch(CONFIG, BATCH)
-    with tf.Session(target, graph=graph.tf_graph, config=config) as session:
-        session.run(graph.init)
-        session.run(graph.copy_masters_to_slices)
-        return np.array([session.run([graph.loss, graph.train_op],
-                                     {graph.x: x, graph.y: y})[0] for _ in range(steps)])
+    with graph.session(batch.padded_cube, config, target) as session:
+        return np.array([session.run([graph.loss, graph.train_op], batch.feed(graph))[0]
+                         for _ in range(steps)])
 
 
 def test_uneven_split_over_two_workers_equals_one_process(workers):
@@ -71,7 +69,8 @@ def test_two_level_gradient_reduction_over_two_workers_equals_one_process(worker
 
 def test_stopped_worker_ends_the_step_with_its_name(workers):
     cluster = Cluster(workers.cluster.addresses, timeout_s=2)
-    graph = TrainingGraph(CONFIG, Layout("model:2", RULES, workers.devices[::2], SPLITS), BATCH)
+    graph = TrainingGraph(CONFIG, Layout("model:2", RULES, workers.devices[::2], SPLITS), BATCH,
+                          (4, 4))
     with tf.Session(cluster.target, graph=graph.tf_graph,
                     config=cluster.session_config()) as session:
         session.run(graph.init)

@@ -279,13 +279,13 @@ def test_feed_to_the_first_host_then_to_the_others(mesh, splits, other_samples):
     specs = [DeviceSpec("/cpu:0", 1e9, host="h0"), DeviceSpec("/cpu:1", 1e9, host="h1")]
     with_feed = predict(spec, specs, parse_mesh(mesh), 10, splits, link)
     without = predict(spec, specs, parse_mesh(mesh), 10, splits, LinkSpec(1e9, 1e-4))
-    sample = 4 * 4 * 4 * 3  # 4x4x3 float32 inputs
-    expected = (2e-4 + 10 * (sample + 4) / 5e8) + (1e-4 + other_samples * sample / 1e9)
+    sample = 4 + 4  # an int32 pixel index and an int32 label: patches are cut on the devices
+    expected = (2e-4 + 10 * sample / 5e8) + (1e-4 + other_samples * sample / 1e9)
     assert with_feed.comm - without.comm == pytest.approx(expected)
     same_host = [DeviceSpec(f"/cpu:{i}", 1e9, host="h0") for i in range(2)]
     p = predict(spec, same_host, parse_mesh(mesh), 10, splits, link)
     q = predict(spec, same_host, parse_mesh(mesh), 10, splits, LinkSpec(1e9, 1e-4))
-    assert p.comm - q.comm == pytest.approx(2e-4 + 10 * (sample + 4) / 5e8)
+    assert p.comm - q.comm == pytest.approx(2e-4 + 10 * sample / 5e8)
 
 
 def test_load_platform_with_hosts_overhead_and_links(tmp_path):
@@ -429,8 +429,8 @@ def test_link_under_load_prices_model_axis_and_input_hand_overs_not_gradients():
     idle = LinkSpec(1e9, 1e-4, feed=LinkSpec(5e8, 2e-4))
     loaded = dataclasses.replace(idle, loaded=LinkSpec(4e8, 7e-4))
     specs = [DeviceSpec("/cpu:0", 1e9, host="h0"), DeviceSpec("/cpu:1", 1e9, host="h1")]
-    sample = 4 * 4 * 4 * 3  # 4x4x3 float32 inputs
-    feed = 2e-4 + 10 * (sample + 4) / 5e8
+    sample = 4 + 4  # an int32 pixel index and an int32 label
+    feed = 2e-4 + 10 * sample / 5e8
 
     # model:2 -- the conv2 all-reduce (both columns, 10 samples) and the whole input to h1.
     splits = {"filters1": [4, 4]}

@@ -17,9 +17,10 @@ BATCH = 16
 
 
 def first_two_losses(config, layout):
-    graph = TrainingGraph(config, layout, BATCH, "sgd", 0.05, seed=5)
-    feed = dict(zip((graph.x, graph.y), random_batch(config, BATCH)))
-    with graph.session(SESSION) as session:
+    batch = random_batch(config, BATCH)
+    graph = TrainingGraph(config, layout, BATCH, batch.image_shape, "sgd", 0.05, seed=5)
+    feed = batch.feed(graph)
+    with graph.session(batch.padded_cube, SESSION) as session:
         first, _ = session.run([graph.loss, graph.train_op], feed)
         second = session.run(graph.loss, feed)
     return np.array([first, second])

@@ -2,12 +2,11 @@
 
 import math
 
-import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
 from hmp.graph import Layout, ModelConfig, TrainingGraph
-from hmp.profiler import busy_times, measure_speeds, run_traced
+from hmp.profiler import busy_times, measure_speeds, random_batch, run_traced
 
 # patch 5, 4 bands, 3 classes, width 2: filters 4, channels 2, hidden 8.
 TINY = ModelConfig("cnn2d", patch=5, bands=4, n_classes=3, width=2)
@@ -87,11 +86,11 @@ def test_busy_times_of_a_traced_step_follow_the_shares():
     devices = ("/cpu:1", "/cpu:2")
     layout = Layout("model:2", "filters1:model;filters2:model;hidden:model", devices,
                     {"filters1": [100, 10], "filters2": [100, 10], "hidden": [200, 20]})
-    graph = TrainingGraph(config, layout, 16, optimizer="sgd")
-    session = graph.session(tf.ConfigProto(device_count={"CPU": 3},
-                                           inter_op_parallelism_threads=1))
-    rng = np.random.RandomState(0)
-    feed = {graph.x: rng.randn(16, 9, 9, 16), graph.y: rng.randint(0, 4, 16)}
+    batch = random_batch(config, 16)
+    graph = TrainingGraph(config, layout, 16, batch.image_shape, optimizer="sgd")
+    session = graph.session(batch.padded_cube, tf.ConfigProto(
+        device_count={"CPU": 3}, inter_op_parallelism_threads=1))
+    feed = batch.feed(graph)
     session.run(graph.train_op, feed)  # warm-up
     _, busy = run_traced(session, graph.train_op, feed, devices)
     assert all(b > 0 for b in busy)

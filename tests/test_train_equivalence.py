@@ -34,7 +34,7 @@ def small_experiment():
 
 def run(exp, layout, model_dir, resume):
     config = ModelConfig("cnn2d", 5, exp.bands, exp.n_classes, width=4)
-    graph = TrainingGraph(config, layout, 64, "adam", 3e-3, seed=1)
+    graph = TrainingGraph(config, layout, 64, exp.scene.labels.shape, "adam", 3e-3, seed=1)
     trainer = Trainer(graph, exp, str(model_dir), seed=7, session_config=SESSION,
                       log=lambda line: None)
     trainer.initialise(resume)
@@ -43,7 +43,7 @@ def run(exp, layout, model_dir, resume):
         if len(losses) == STEPS:
             break
         loss, _ = trainer.session.run([graph.loss, graph.train_op],
-                                      {graph.x: batch.patches, graph.y: batch.labels})
+                                      graph.feed(batch.indices, batch.labels))
         losses.append(loss)
     accuracy = evaluate(exp.test.class_ids, trainer.predict(exp.test),
                         exp.n_classes).overall_accuracy

@@ -39,7 +39,7 @@ SPLIT_DIM = {"block1/split_out": "filters1", "block1/split_in": "filters1",
 @functools.lru_cache(maxsize=None)
 def lowered_workload(name):
     """The workload of the model lowered on ``LAYOUTS[name]`` (momentum: one slot)."""
-    graph = TrainingGraph(CONFIG, LAYOUTS[name], BATCH, optimizer="momentum")
+    graph = TrainingGraph(CONFIG, LAYOUTS[name], BATCH, (4, 4), optimizer="momentum")
     return workload(graph.lowering, graph.mesh_impl)
 
 

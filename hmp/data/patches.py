@@ -1,8 +1,11 @@
 """Patches cut on the fly around pixels, batched for training and for whole-scene inference.
 
-The padded cube is kept once; a batch of patches [n, p, p, B] is gathered
-from it by index when needed, so memory stays at one cube plus one batch no
-matter how many pixels an epoch covers.
+The padded cube is kept once; a batch is its pixel indices and labels, and
+its patches [n, p, p, B] are gathered from the cube by index only when asked
+for, so memory stays at one cube plus one batch no matter how many pixels an
+epoch covers. (Training does not ask: it feeds the indices and every device
+cuts its own patches from its copy of ``PatchExtractor.padded``; see
+``hmp.scene_input``.)
 
 Batch order is a pure function of (seed, epoch): a trainer that stops at step
 ``s`` of an epoch resumes with exactly the same remaining batches by passing
@@ -34,7 +37,7 @@ class PatchExtractor:
         self.patch_size = int(patch_size)
         self.image_shape = cube.shape[:2]
         self.n_bands = cube.shape[2]
-        self._padded = pad_cube(cube, self.patch_size // 2, pad_mode)
+        self.padded = pad_cube(cube, self.patch_size // 2, pad_mode)
         self._offsets = np.arange(self.patch_size)
 
     @property
@@ -45,20 +48,25 @@ class PatchExtractor:
         """Patches around flat pixel indices ``indices``: float32 [n, p, p, B]."""
         indices = _checked_indices(indices, self.image_shape)
         rows, cols = np.divmod(indices, self.image_shape[1])
-        return self._padded[rows[:, None, None] + self._offsets[None, :, None],
+        return self.padded[rows[:, None, None] + self._offsets[None, :, None],
                             cols[:, None, None] + self._offsets[None, None, :]]
 
 
 @dataclass
 class Batch:
-    """Patches [n, p, p, B] float32, 0-based class ids [n] int32, and their pixel indices [n]."""
+    """Pixel indices [n], their 0-based class ids [n] int32, and the extractor of their patches."""
 
-    patches: np.ndarray
-    labels: np.ndarray
     indices: np.ndarray
+    labels: np.ndarray
+    extractor: PatchExtractor
 
     def __len__(self):
         return len(self.indices)
+
+    @property
+    def patches(self):
+        """The batch's patches [n, p, p, B] float32, cut when asked for."""
+        return self.extractor(self.indices)
 
 
 class PatchDataset:
@@ -116,8 +124,7 @@ class PatchDataset:
         order = self.epoch_order(seed, epoch, shuffle)
         for step in range(start_step, steps):
             chosen = order[step * batch_size:(step + 1) * batch_size]
-            yield Batch(patches=self.extractor(self.indices[chosen]),
-                        labels=self.class_ids[chosen], indices=self.indices[chosen])
+            yield Batch(self.indices[chosen], self.class_ids[chosen], self.extractor)
 
 
 def split_batch(batch, sizes):
@@ -131,8 +138,7 @@ def split_batch(batch, sizes):
         raise ValueError(f"replica batch sizes {sizes} must be non-negative and sum to the "
                          f"batch size {len(batch)} (they sum to {sum(sizes)})")
     bounds = np.cumsum([0, *sizes])
-    return [Batch(patches=batch.patches[start:stop], labels=batch.labels[start:stop],
-                  indices=batch.indices[start:stop])
+    return [Batch(batch.indices[start:stop], batch.labels[start:stop], batch.extractor)
             for start, stop in zip(bounds[:-1], bounds[1:])]
 
 

@@ -88,11 +88,12 @@ host (the rows' on the model axis, the columns' on the batch axis) overlap,
 except for the ``LinkSpec.cpu_share`` of them that is CPU work of that host
 (``concurrent_groups_time``).
 
-Input. With ``link.feed`` (the client's link to the first device's host) the
-whole batch (inputs and int32 labels) is fed there every step, and every
-other host receives the samples its devices need (its batch rows; the whole
-input to a model-parallel row) over the link under load, one host after
-another.
+Input. The scene is loaded onto the devices once (``hmp.scene_input``); with
+``link.feed`` (the client's link to the first device's host) a step feeds
+every sample's pixel index and label there (``FED_BYTES_PER_SAMPLE``), and
+every other host receives those of the samples its devices need (its batch
+rows; the whole batch to a model-parallel row) over the link under load, one
+host after another. Patches never travel: every device cuts its own.
 
 Step time = compute + all communication (not overlapped with compute: on a
 CPU link, e.g. loopback between workers of one machine, sending and
@@ -118,6 +119,7 @@ BYTES_PER_ELEMENT = 4  # float32
 TRAIN_FLOPS_FACTOR = 3  # forward + backward ~= 3 x forward
 PARAM_COPIES = 3  # weights, gradients, one optimizer slot
 WEIGHT_TENSORS_PER_LAYER = 2  # hmp.layers: a kernel and a bias per layer with weights
+FED_BYTES_PER_SAMPLE = 8  # an int32 pixel index and an int32 label (patches are cut on devices)
 
 
 def _positive(value, what, allow_none=False, allow_zero=False):
@@ -500,22 +502,22 @@ def _batch_axis_time(model_spec, mesh, fractions, link, hosts):
 def feed_time(model_spec, batch_rows, hosts, link):
     """Feeding the batch: to the first device's host over ``link.feed``, then to the others.
 
-    The client sends every sample's input and int32 label once; each other
-    host then receives the input of the samples its devices compute (its
-    batch rows; a row's model columns share them) over ``link`` under load,
-    one host after another. 0 without ``link.feed``.
+    The scene lives on the devices (``hmp.scene_input``): a step feeds every
+    sample's int32 pixel index and int32 label once, and each other host then
+    receives those of the samples its devices compute (its batch rows; a
+    row's model columns share them) over ``link`` under load, one host after
+    another. 0 without ``link.feed``.
     """
     if link is None or link.feed is None:
         return 0.0
     link = link.under_load()
-    sample_bytes = BYTES_PER_ELEMENT * math.prod(model_spec.input_shape)
-    total = (link.feed.latency_s + float(np.sum(batch_rows)) * (sample_bytes + 4)
+    total = (link.feed.latency_s + float(np.sum(batch_rows)) * FED_BYTES_PER_SAMPLE
              / link.feed.bandwidth_bytes_per_s)
     first = hosts.flat[0]
     for host in dict.fromkeys(hosts.flat):
         if host != first:
             samples = sum(batch_rows[r] for r in range(hosts.shape[0]) if host in hosts[r])
-            total += link.latency_s + samples * sample_bytes / link.bandwidth_bytes_per_s
+            total += link.latency_s + samples * FED_BYTES_PER_SAMPLE / link.bandwidth_bytes_per_s
     return total
 
 

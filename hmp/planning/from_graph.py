@@ -16,7 +16,7 @@ import inspect
 import tensorflow.compat.v1 as tf
 
 import models
-from hmp.graph import build_model_graph
+from hmp.graph import build_model_graph, imported
 from hmp.planning.model_spec import LayerSpec, ModelSpec
 from hmp.workload import layer_ops
 
@@ -54,7 +54,7 @@ def model_spec(config):
     with tf.Graph().as_default():
         x = tf.placeholder(tf.float32, [1, config.patch, config.patch, config.bands])
         y = tf.placeholder(tf.int32, [1])
-        graph = build_model_graph(config, 1, x, y)[0]
+        graph = build_model_graph(config, 1, imported(x), y)[0]
         split_dims = models.get_model(config.name).SPLIT_DIMS
         layers = []
         for layer in layer_ops(graph):
