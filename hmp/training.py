@@ -7,9 +7,13 @@ may then run an assign to one variable while another variable's gradient is
 still reading it: silently wrong gradients, more likely the more devices run
 in parallel. :func:`train_step` routes all gradients through one barrier, so
 every update starts only after the whole backward pass has finished.
+
+The gradient sums over the batch axis run as one all-reduce per step
+(``hmp.bucketing``), not one per weight tensor.
 """
 
 from hmp import ops
+from hmp.bucketing import reduce_together
 from hmp.compat import import_mesh_tensorflow
 
 mtf = import_mesh_tensorflow()
@@ -34,5 +38,6 @@ def train_step(loss, optimizer):
     trained = [(g, v) for g, v in zip(grads, variables) if g is not None]
     if not trained:
         raise ValueError("train_step: the loss depends on none of the variables")
-    ordered_grads = ops.barrier([g for g, _ in trained], name="all_gradients")
+    summed = reduce_together([g for g, _ in trained], name="gradient_sums")
+    ordered_grads = ops.barrier(summed, name="all_gradients")
     return optimizer.apply_grads(ordered_grads, [v for _, v in trained])

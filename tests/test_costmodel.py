@@ -30,10 +30,8 @@ def devices(*rates):
 
 
 def gradient_allreduces(byte_sizes, n, link):
-    """Mesh-TF's per-tensor gradient all-reduces: per layer a kernel (its bytes) and a
-    bias (latency only), each a ring over n devices."""
-    return sum(ring_allreduce_time(b, n, link) + ring_allreduce_time(0, n, link)
-               for b in byte_sizes)
+    """hmp's bucketed gradient sum: one ring all-reduce over n devices of all the bytes."""
+    return ring_allreduce_time(sum(byte_sizes), n, link)
 
 
 def test_layer_spec_helpers_count_by_hand():
@@ -100,9 +98,9 @@ def test_data_parallel_by_hand():
     flops = sum(l.flops_per_sample for l in spec.layers)
     p = predict(spec, devices(3e9, 1e9), parse_mesh("batch:2"), 8, {"batch": [6, 2]}, LINK)
     assert p.busy == pytest.approx([3 * flops * 6 / 3e9, 3 * flops * 2 / 1e9])
-    # one all-reduce per weight tensor: 2 layers x (kernel, bias), 2 hand-overs each
+    # one bucketed all-reduce of every weight: 2 hand-overs
     comm = gradient_allreduces([4 * l.params for l in spec.layers], 2, LINK)
-    assert comm == pytest.approx(2 / 2 * 4 * params / 1e9 + 4 * 2 * 1e-5)
+    assert comm == pytest.approx(2 / 2 * 4 * params / 1e9 + 2 * 1e-5)
     assert p.comm == pytest.approx(comm)
 
 
@@ -351,12 +349,12 @@ def test_layers_without_flops_have_no_fixed_cost():
 
 
 @pytest.mark.parametrize("n", [2, 4])
-def test_every_weight_tensor_is_all_reduced_on_its_own(n):
+def test_all_weight_gradients_are_one_allreduce(n):
     spec = three_layer_model()  # 3 layers with weights: 6 tensors (kernels and biases)
     link = LinkSpec(1e15, 1e-4)  # latency only
     p = predict(spec, devices(*[1e9] * n), parse_mesh(f"batch:{n}"), 4 * n,
                 {"batch": [4] * n}, link)
-    assert p.comm == pytest.approx(3 * 2 * 2 * (n - 1) * 1e-4, rel=1e-6)
+    assert p.comm == pytest.approx(2 * (n - 1) * 1e-4, rel=1e-6)   # one ring, not six
 
 
 def test_two_level_allreduce_across_hosts_by_hand():
@@ -381,8 +379,7 @@ def test_two_level_allreduce_across_hosts_by_hand():
     specs = [DeviceSpec(f"/cpu:{i}", 1e9, host=f"h{i // 2}") for i in range(4)]
     p = predict(spec, specs, parse_mesh("batch:4"), 8, {"batch": [2] * 4}, link)
     hosts = ["h0", "h0", "h1", "h1"]
-    expected = sum(allreduce_time(4 * l.params, hosts, link) + allreduce_time(0, hosts, link)
-                   for l in spec.layers)
+    expected = allreduce_time(4 * sum(l.params for l in spec.layers), hosts, link)
     assert p.comm == pytest.approx(expected)
 
 

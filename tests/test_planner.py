@@ -68,12 +68,10 @@ def test_plan_prediction_matches_the_cost_model():
 @pytest.mark.parametrize("model, link, expected", [
     # small weights, slow link, short hand-overs: replicate the model, split the batch
     (hsi_model(), LinkSpec(1e8, 1e-6), "batch:4"),
-    # the same with 100 us per hand-over: Mesh-TF all-reduces each of the 10 weight
-    # gradients (kernel and bias of 5 layers) on its own, 6 hand-overs each on a ring of
-    # 4: 6 ms of latency alone for batch:4 (7.0 ms); the hybrid's rings of 2 take 20
-    # hand-overs for the gradients plus its partial sums (4.3 ms), model:4's 3 activation
-    # all-reduces of the whole batch 4.9 ms
-    (hsi_model(), LinkSpec(1e8, 1e-4), "batch:2;model:2"),
+    # the same with 100 us per hand-over: the 10 weight gradients are one bucketed
+    # all-reduce (6 hand-overs on a ring of 4: 0.6 ms), so batch:4 still wins (1.6 ms)
+    # over the hybrid (2.5 ms) and model:4 (4.9 ms)
+    (hsi_model(), LinkSpec(1e8, 1e-4), "batch:4"),
     # a huge classifier and a tiny batch: the gradient all-reduce dominates
     (ModelSpec("big-fc", [dense_layer_spec("fc1", 4096, 8192, "hidden", "output"),
                           dense_layer_spec("fc2", 8192, 16, "hidden", "input")], (4096,)),
@@ -92,6 +90,20 @@ def test_auto_picks_the_fastest_and_says_why(model, link, expected):
     assert "lowest predicted step time of 3 candidate meshes" in plan.reason
     text = plan.explain()
     assert all(c.mesh in text for c in plan.candidates)
+
+
+def test_auto_keeps_the_model_axis_inside_a_host_when_hosts_are_far_apart():
+    # 2 hosts of 2 devices, a fast local link and a slow one between hosts: the hybrid's
+    # model axis talks locally and only its (half-sized) gradients cross hosts (5.8 ms),
+    # batch:4 sends all gradients across (8.6 ms), model:4 whole activations (26.7 ms).
+    hosts = ["a", "a", "b", "b"]
+    devices = [DeviceSpec(f"/gpu:{i}", s, host=h)
+               for i, (s, h) in enumerate(zip([1e13, 1e13, 5e12, 5e12], hosts))]
+    link = LinkSpec(1e7, 1e-3, local=LinkSpec(1e11, 1e-7))
+    plan = plan_layout(hsi_model(), devices, None, 8, "auto", link=link)
+    steps = {c.mesh: c.step for c in plan.candidates}
+    assert plan.mesh == "batch:2;model:2"
+    assert steps["batch:2;model:2"] < steps["batch:4"] < steps["model:4"]
 
 
 def test_auto_skips_infeasible_meshes_and_records_why():

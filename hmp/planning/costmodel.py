@@ -76,12 +76,10 @@ input's gradient in the backward pass (skipped when no earlier layer has
 weights, as then no gradient flows back); and an all-gather wherever a split
 activation must be whole again (an unsplit layer, or the model's output).
 With uneven batch rows every row runs its own collectives; the slowest counts.
-On the batch axis: the all-reduce of every weight gradient a model column
-holds, over the ``M`` devices of that column, one all-reduce per weight
-tensor as Mesh-TensorFlow lowers them (kernel and bias of every layer with
-weights, ``WEIGHT_TENSORS_PER_LAYER``), each with its own hand-overs and
-latency, one after another (independent all-reduces might overlap on a
-network; on a CPU link they take turns). A group spanning several hosts
+On the batch axis: the sum of every weight gradient a model column holds,
+over the ``M`` devices of that column, as one all-reduce of all of them
+(``hmp.bucketing``: one set of hand-overs and their latency per step, not
+one per weight tensor). A group spanning several hosts
 with several devices on some of them uses the two-level all-reduce of
 ``hmp.collectives`` (``allreduce_time``). Collectives of groups that share a
 host (the rows' on the model axis, the columns' on the batch axis) overlap,
@@ -118,7 +116,6 @@ from hmp.planning.layout import check_splits
 BYTES_PER_ELEMENT = 4  # float32
 TRAIN_FLOPS_FACTOR = 3  # forward + backward ~= 3 x forward
 PARAM_COPIES = 3  # weights, gradients, one optimizer slot
-WEIGHT_TENSORS_PER_LAYER = 2  # hmp.layers: a kernel and a bias per layer with weights
 FED_BYTES_PER_SAMPLE = 8  # an int32 pixel index and an int32 label (patches are cut on devices)
 
 
@@ -477,25 +474,19 @@ def _model_axis_time(model_spec, mesh, splits, batch_rows, link, hosts):
 
 
 def _batch_axis_time(model_spec, mesh, fractions, link, hosts):
-    """Gradient all-reduces over each model column's M devices, columns at once.
+    """The gradient all-reduce over each model column's M devices, columns at once.
 
-    Mesh-TensorFlow all-reduces every weight gradient on its own:
-    ``WEIGHT_TENSORS_PER_LAYER`` per layer with weights (kernel and bias), each
-    with its hand-overs and their latency. The kernel carries the layer's
-    bytes (the bias's are negligible); the bias's all-reduce costs its
-    latency.
+    ``hmp.train_step`` sums all of a column's weight gradients in one
+    all-reduce (``hmp.bucketing``): the bytes of every layer's weights the
+    column holds, one set of hand-overs.
     """
     if mesh.batch == 1:
         return 0.0
     _, params, _ = _layer_arrays(model_spec)
-    with_weights = np.flatnonzero(params > 0)
     groups = [list(hosts[:, c]) for c in range(mesh.model)]
-    columns = []
-    for c, column_hosts in enumerate(groups):
-        biases = (WEIGHT_TENSORS_PER_LAYER - 1) * allreduce_time(0.0, column_hosts, link)
-        columns.append(sum(allreduce_time(BYTES_PER_ELEMENT * params[i] * fractions[i, c],
-                                          column_hosts, link) + biases
-                           for i in with_weights))
+    columns = [allreduce_time(BYTES_PER_ELEMENT * float(params @ fractions[:, c]),
+                              column_hosts, link)
+               for c, column_hosts in enumerate(groups)]
     return concurrent_groups_time(columns, groups, link)
 
 

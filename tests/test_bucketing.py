@@ -1,0 +1,65 @@
+"""Gradient sums in one all-reduce: equal to numpy, one collective instead of one per tensor."""
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+import harness
+from hmp.bucketing import reduce_together
+from hmp.compat import import_mesh_tensorflow
+from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.lowering import HeteroLowering
+from hmp.mesh_impl import HeteroMeshImpl
+
+mtf = import_mesh_tensorflow()
+
+
+def lowered_sums(monkeypatch, bucketed):
+    """Two sums over an uneven batch split (one of them a bias-sized vector) and a
+    sum that is not pending; returns (values, number of all-reduce calls)."""
+    calls = []
+    original = HeteroMeshImpl.allreduce
+    monkeypatch.setattr(HeteroMeshImpl, "allreduce", lambda self, x, axes, fn: (
+        calls.append(axes), original(self, x, axes, fn))[1])
+    rng = np.random.RandomState(0)
+    a, b = rng.randn(9, 4, 3).astype(np.float32), rng.randn(9, 5).astype(np.float32)
+    with tf.Graph().as_default():
+        graph = mtf.Graph()
+        mesh = mtf.Mesh(graph, "mesh")
+        batch = mtf.Dimension("batch", 9)
+        dims = [mtf.Dimension("r", 4), mtf.Dimension("c", 3), mtf.Dimension("k", 5)]
+        ta = mtf.import_tf_tensor(mesh, tf.constant(a), mtf.Shape([batch] + dims[:2]))
+        tb = mtf.import_tf_tensor(mesh, tf.constant(b), mtf.Shape([batch, dims[2]]))
+        sums = [mtf.reduce_sum(ta, reduced_dim=batch), mtf.reduce_sum(tb, reduced_dim=batch)]
+        done = mtf.reduce_max(tb, reduced_dim=batch)   # not a pending sum
+        outputs = reduce_together(sums + [done]) if bucketed else sums + [done]
+        mesh_impl = HeteroMeshImpl("batch:3", "batch:batch", harness.CPUS[:3],
+                                   {"batch": [5, 3, 1]})
+        lowering = HeteroLowering(graph, {mesh: mesh_impl})
+        exported = [lowering.export_to_tf_tensor(o) for o in outputs]
+        with tf.Session(config=harness.session_config()) as session:
+            values = session.run(exported)
+    return (a, b), values, calls
+
+
+def test_pending_sums_are_one_allreduce_and_equal_numpy(monkeypatch):
+    (a, b), values, calls = lowered_sums(monkeypatch, bucketed=True)
+    np.testing.assert_allclose(values[0], a.sum(0), rtol=1e-6)
+    np.testing.assert_allclose(values[1], b.sum(0), rtol=1e-6)
+    np.testing.assert_array_equal(values[2], b.max(0))
+    assert values[0].shape == (4, 3) and values[1].shape == (5,)
+    assert calls.count([0]) == 2   # the MAX, and one SUM for both pending sums
+
+
+def test_without_the_bucket_every_sum_is_its_own_allreduce(monkeypatch):
+    _, _, calls = lowered_sums(monkeypatch, bucketed=False)
+    assert calls.count([0]) == 3
+
+
+def test_training_step_sums_every_gradient_in_one_bucket():
+    config = ModelConfig("cnn2d", patch=5, bands=6, n_classes=3, width=4)
+    layout = Layout("batch:2;model:2", "batch:batch;filters1:model;filters2:model",
+                    tuple(harness.CPUS), {"batch": [5, 3], "filters1": [6, 2]})
+    graph = TrainingGraph(config, layout, 8, (4, 4))
+    buckets = [key for key, _ in graph.lowering.counters if key.startswith("allreduce_bucket")]
+    n_variables = len(graph.mtf_graph.trainable_variables)
+    assert buckets == ["allreduce_bucket/[0]/%d tensors" % n_variables]
