@@ -1,17 +1,26 @@
 """hmp: heterogeneous model- and data-parallel CNN training on Mesh-TensorFlow.
 
-Importing hmp makes ``import mesh_tensorflow`` work on current TensorFlow
-(see ``hmp.compat``).
+The package's face is lazy: ``import hmp.data`` or ``import hmp.planning``
+loads no TensorFlow. The engine's names below, and submodules such as
+``hmp.layers``, load on first use; any of them makes ``import
+mesh_tensorflow`` work on current TensorFlow (``hmp.compat``).
 """
 
-from hmp.compat import import_mesh_tensorflow
+import importlib
 
-import_mesh_tensorflow()
-
-from hmp import layers, ops, optimizers  # noqa: E402
-from hmp.lowering import HeteroLowering  # noqa: E402
-from hmp.mesh_impl import HeteroMeshImpl, UnevenSplitError  # noqa: E402
-from hmp.training import train_step  # noqa: E402
+_NAMES = {"HeteroLowering": "hmp.lowering", "HeteroMeshImpl": "hmp.mesh_impl",
+          "UnevenSplitError": "hmp.mesh_impl", "train_step": "hmp.training"}
 
 __all__ = ["HeteroLowering", "HeteroMeshImpl", "UnevenSplitError", "layers",
            "ops", "optimizers", "train_step"]
+
+
+def __getattr__(name):
+    if name in _NAMES:
+        return getattr(importlib.import_module(_NAMES[name]), name)
+    try:
+        return importlib.import_module("%s.%s" % (__name__, name))
+    except ModuleNotFoundError as error:
+        if error.name != "%s.%s" % (__name__, name):
+            raise
+        raise AttributeError("module %r has no attribute %r" % (__name__, name)) from None

@@ -14,11 +14,10 @@ the device (``/job:worker/task:1/...``), so every ``hmp.worker`` process
 counts as one host and all devices of a single process as one.
 """
 
-import collections
-
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
+from hmp.hosts import group_by_host, is_hierarchical
 
 mtf = import_mesh_tensorflow()
 allreduce_ring = mtf.placement_mesh_impl.allreduce_ring
@@ -35,20 +34,6 @@ def host_of(device):
         return "localhost"
     return "/job:%s/replica:%d/task:%d" % (spec.job, spec.replica or 0, spec.task or 0)
 
-
-def group_by_host(hosts):
-    """``{host: [positions]}`` in order of first appearance."""
-    groups = collections.OrderedDict()
-    for position, host in enumerate(hosts):
-        groups.setdefault(host, []).append(position)
-    return groups
-
-
-def is_hierarchical(hosts):
-    """Whether a two-level reduction differs from a flat one: several hosts,
-    and at least one of them with several devices."""
-    groups = group_by_host(hosts)
-    return 1 < len(groups) < len(hosts)
 
 
 def hierarchical_allreduce(xs, devices, hosts, reduction_fn_string="SUM"):

@@ -70,7 +70,7 @@ import tensorflow.compat.v1 as tf
 from absl import app, flags
 
 from hmp.cluster import local_cluster
-from hmp.collectives import group_by_host
+from hmp.hosts import group_by_host
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict
 from hmp.planning.costmodel import FED_BYTES_PER_SAMPLE, TRAIN_FLOPS_FACTOR

@@ -19,7 +19,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from hmp.cluster import Cluster, WorkerUnavailable, free_loopback_ports, local_cluster
-from hmp.collectives import is_hierarchical
+from hmp.hosts import is_hierarchical
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.profiler import random_batch
 

@@ -11,7 +11,8 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import hmp
-from hmp.collectives import allreduce_ring, hierarchical_allreduce, host_of, is_hierarchical
+from hmp.collectives import allreduce_ring, hierarchical_allreduce, host_of
+from hmp.hosts import is_hierarchical
 import harness
 
 CPUS = harness.CPUS

@@ -110,7 +110,7 @@ from numbers import Real
 
 import numpy as np
 
-from hmp.collectives import group_by_host, is_hierarchical
+from hmp.hosts import group_by_host, is_hierarchical
 from hmp.planning.layout import check_splits
 
 BYTES_PER_ELEMENT = 4  # float32
