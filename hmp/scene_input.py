@@ -45,14 +45,14 @@ class SceneCubes:
         self._cubes = {}     # memory key -> [padded pixels, bands] variable
 
     @staticmethod
-    def _memory(device, host):
+    def memory_of(device, host):
         """Devices that share a memory share a cube: the CPU devices of one host."""
         kind = tf.DeviceSpec.from_string(device).device_type or "CPU"
         return (host, "CPU") if kind.upper() == "CPU" else (host, device)
 
     def cube(self, device, host):
         """The flat cube ``[padded pixels, bands]`` that ``device`` (on ``host``) reads."""
-        key = self._memory(device, host)
+        key = self.memory_of(device, host)
         if key not in self._cubes:
             with tf.device(device):
                 self._cubes[key] = tf.Variable(

@@ -66,10 +66,10 @@ def test_model_split_row_cuts_the_same_patches_on_every_device():
 
 
 def test_devices_of_other_hosts_or_kinds_get_their_own_cube():
-    assert SceneCubes._memory("/cpu:0", "h") == SceneCubes._memory("/cpu:3", "h")
-    assert SceneCubes._memory("/cpu:0", "h") != SceneCubes._memory("/cpu:0", "other")
-    assert SceneCubes._memory("/gpu:0", "h") != SceneCubes._memory("/gpu:1", "h")
-    assert SceneCubes._memory("/gpu:0", "h") != SceneCubes._memory("/cpu:0", "h")
+    assert SceneCubes.memory_of("/cpu:0", "h") == SceneCubes.memory_of("/cpu:3", "h")
+    assert SceneCubes.memory_of("/cpu:0", "h") != SceneCubes.memory_of("/cpu:0", "other")
+    assert SceneCubes.memory_of("/gpu:0", "h") != SceneCubes.memory_of("/gpu:1", "h")
+    assert SceneCubes.memory_of("/gpu:0", "h") != SceneCubes.memory_of("/cpu:0", "h")
 
 
 def test_a_cube_of_another_shape_is_refused():

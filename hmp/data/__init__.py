@@ -10,7 +10,8 @@ Typical use::
     for batch in train.batches(64, seed=0, epoch=0):
         ...
 
-Nothing here imports TensorFlow; batches are plain numpy arrays.
+Nothing here imports TensorFlow; a batch is numpy pixel indices and labels, whose
+patches (``batch.patches``) are cut when asked for.
 """
 
 from hmp.data.catalog import SCENES, SceneFile, SceneSpec, find_file, load_ground_truth, scene_spec
