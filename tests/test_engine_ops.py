@@ -26,7 +26,7 @@ def run_on_mesh(build, layout, inputs):
     """Builds ``build(mesh, *mtf_inputs) -> (output, [wrt...])`` and returns
     the output, d(sum(output * r))/d(each wrt), all as numpy, and the slices."""
     mesh_shape, rules, splits = layout
-    tf.reset_default_graph()
+    harness.reset_graph()
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     mtf_inputs = [mtf.import_tf_tensor(mesh, tf.constant(value), mtf.Shape(dims))

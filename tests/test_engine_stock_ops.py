@@ -44,7 +44,7 @@ def evaluate(build, inputs, mesh_impl=None):
 
     Lowered by hmp on ``mesh_impl``, or by stock Mesh-TF on one device.
     """
-    tf.reset_default_graph()
+    harness.reset_graph()
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     tensors = [mtf.import_tf_tensor(mesh, tf.constant(value), mtf.Shape(dims))
