@@ -61,12 +61,16 @@ class HeteroLowering(mtf.Lowering):
                 % (op.name, type(op).__name__, error), error.dims) from None
 
     def _log_variable_sizes(self, log_file):
-        """Logs variable and slice sizes, as stock Mesh-TF's lowering does."""
+        """Logs variable and slice sizes and the counters, as stock Mesh-TF's lowering does."""
         def log(f=None):
             mtf.log_variable_sizes(self.graph.trainable_variables, "Trainable Variables",
                                    verbose=True, mesh_to_impl=self.mesh_to_impl, log_file=f)
             mtf.log_variable_sizes(self.graph.all_variables, "All Variables",
                                    verbose=False, mesh_to_impl=self.mesh_to_impl, log_file=f)
+            counters = "Counters:\n" + mtf.pretty_print_counters(self._counters)
+            tf.logging.info(counters)
+            if f:
+                f.write(counters + "\n")
         if log_file:
             with tf.io.gfile.GFile(log_file, mode="w") as f:
                 log(f)

@@ -17,6 +17,7 @@ which stock operations run on uneven splits and which are refused.
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
+from hmp.mesh_impl import UnevenSplitError
 
 mtf = import_mesh_tensorflow()
 
@@ -160,10 +161,37 @@ def _axis_parts(mesh_impl, shape):
     return parts
 
 
+def lower_while_loop(op, lowering, mesh_impl):
+    """``mtf.while_loop``: stock, unless its body needs this registry.
+
+    Stock lowering calls each body operation's own ``lower``, bypassing the
+    registry, so a loop whose body (or a nested loop's) holds an operation
+    of a registered class that touches an uneven dimension is refused.
+    """
+    for body_op in _body_operations(op):
+        uneven = [d for t in body_op.inputs + body_op.outputs
+                  for d in mesh_impl.uneven_dims(t.shape)]
+        if type(body_op) in LOWERINGS and uneven:
+            raise UnevenSplitError(
+                "its body's operation %r (%s) needs hmp's per-device lowering on "
+                "the uneven dimension %r, which while_loop's lowering bypasses"
+                % (body_op.name, type(body_op).__name__, uneven[0].name), uneven)
+    op.lower(lowering)
+
+
+def _body_operations(op):
+    """The operations of a while loop's body, nested loops' bodies included."""
+    for body_op in op._body_ops:
+        yield body_op
+        if isinstance(body_op, mtf.WhileLoopOperation):
+            yield from _body_operations(body_op)
+
+
 LOWERINGS = {
     mtf.Constant: lower_constant,
     mtf.OneHotOperation: lower_one_hot,
     mtf.ReshapeOperation: lower_reshape,
     mtf.ShiftOperation: lower_shift,
     mtf.TopKOperation: lower_top_k,
+    mtf.WhileLoopOperation: lower_while_loop,
 }

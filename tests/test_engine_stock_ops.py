@@ -40,7 +40,8 @@ LAYOUTS = {
 
 def evaluate(build, inputs, mesh_impl=None):
     """Outputs of ``build(mesh, *inputs)`` and the gradients of
-    sum(output * r) over its float outputs, with respect to the float inputs.
+    sum(output * r) over its float outputs, with respect to the float inputs
+    it depends on.
 
     Lowered by hmp on ``mesh_impl``, or by stock Mesh-TF on one device.
     """
@@ -56,6 +57,7 @@ def evaluate(build, inputs, mesh_impl=None):
                  for y in outputs if y.dtype.is_floating]
     wrt = [t for t in tensors if t.dtype.is_floating]
     grads = mtf.gradients([mtf.add_n(objective)], wrt) if objective and wrt else []
+    grads = [g for g in grads if g is not None]   # none through stop_gradient
     if mesh_impl is None:
         lowering = mtf.Lowering(graph, {mesh: mtf.placement_mesh_impl.PlacementMeshImpl(
             "", "", [""])})
@@ -292,3 +294,30 @@ def _ancestors(op):
             stack.extend(t.op for t in op.inputs)
             stack.extend(op.control_inputs)
     return seen
+
+
+def _doubling_loop(body_op):
+    """A while loop that doubles x three times and applies ``body_op`` to it."""
+    def build(mesh, x):
+        outputs = mtf.while_loop(
+            lambda i, v: mtf.less(i, 3),
+            lambda i, v: [i + 1, body_op(v * 2.0)],
+            [mtf.constant(mesh, 0, dtype=tf.int32), mtf.stop_gradient(x)])
+        return [mtf.stop_gradient(outputs[1])]
+    return build
+
+
+def test_while_loop_runs_on_uneven_splits_unless_its_body_needs_the_registry():
+    """Stock while_loop lowers its body with each operation's own ``lower``."""
+    def keep(v):
+        return mtf.reduce_max(v, reduced_dim=CLASSES) + v
+    for layout in ("classes", "both"):
+        assert_like_one_device(_doubling_loop(keep), [logits()], LAYOUTS[layout])
+
+    def with_one_hot(v):
+        return v + mtf.one_hot(mtf.argmax(v, CLASSES), CLASSES)
+    with pytest.raises(hmp.UnevenSplitError,
+                       match=r"operation 'while_loop' \(WhileLoopOperation\) cannot be lowered: "
+                             r"its body's operation '.*' \(TopKOperation\) .* 'classes'"):
+        evaluate(_doubling_loop(with_one_hot), [logits()],
+                 hmp.HeteroMeshImpl(*LAYOUTS["classes"]))
