@@ -1,14 +1,19 @@
-"""Lowering of a Mesh-TensorFlow graph that checks every device's slice.
+"""Lowering of a Mesh-TensorFlow graph with uneven splits.
 
-Stock ``mtf.Lowering`` checks the shape of slice 0 only, which is enough when
-all slices are equal. With uneven splits each device's slice has its own shape,
-so ``HeteroLowering`` checks every one against the plan. It also checks, before
-lowering anything, that every uneven split adds up to its dimension, and names
-the operation whenever one cannot handle an uneven split.
+``HeteroLowering`` lowers every operation on a :class:`HeteroMeshImpl`
+through the registry of ``hmp.stock_ops`` (stock operations that need each
+device's slice extent), and any other operation with its own ``lower``. Stock
+``mtf.Lowering`` checks the shape of slice 0 only, which is enough when all
+slices are equal; here every device's slice is checked against the plan. It
+also checks, before lowering anything, that every uneven split adds up to its
+dimension, and names the operation whenever one cannot handle an uneven split.
 """
+
+import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
 from hmp.mesh_impl import HeteroMeshImpl, UnevenSplitError
+from hmp.stock_ops import LOWERINGS
 
 mtf = import_mesh_tensorflow()
 
@@ -21,23 +26,56 @@ class HeteroLowering(mtf.Lowering):
     """
 
     def __init__(self, graph, mesh_to_impl, autostack=False, log_file=None):
-        self._lowering_op = None
+        # pylint: disable=super-init-not-called
+        # Stock __init__ calls ``op.lower`` itself; this is the same loop,
+        # lowering through the registry.
         _check_split_sizes(graph, mesh_to_impl)
+        self.mesh_to_impl = mesh_to_impl
+        self.graph = graph
+        if autostack:
+            self.autostack()
+        self._counters = []
+        self.tensors = {}
+        self.operations = {}
+        self.variables = {}
+        for op in graph.operations:
+            with tf.name_scope(op.name):
+                self._lower(op)
+            for out in op.outputs:
+                self.add_counter("output/%s" % type(op).__name__, self.laid_out_size(out))
+                self.add_counter("output_unique/%s" % type(op).__name__, out.size)
+        self._log_variable_sizes(log_file)
+
+    def _lower(self, op):
+        mesh_impl = self.mesh_impl(op)
+        lower = (LOWERINGS.get(type(op)) if isinstance(mesh_impl, HeteroMeshImpl)
+                 else None)
         try:
-            super().__init__(graph, mesh_to_impl, autostack=autostack,
-                             log_file=log_file)
+            if lower is None:
+                op.lower(self)
+            else:
+                lower(op, self, mesh_impl)
         except UnevenSplitError as error:
-            op = self._lowering_op
             raise UnevenSplitError(
                 "operation %r (%s) cannot be lowered: %s"
                 % (op.name, type(op).__name__, error), error.dims) from None
 
-    def mesh_impl(self, m):
-        # Every operation asks for its mesh implementation before lowering;
-        # remember which one is being lowered, to name it in errors.
-        if isinstance(m, mtf.Operation):
-            self._lowering_op = m
-        return super().mesh_impl(m)
+    def _log_variable_sizes(self, log_file):
+        """Logs variable and slice sizes and the counters, as stock Mesh-TF's lowering does."""
+        def log(f=None):
+            mtf.log_variable_sizes(self.graph.trainable_variables, "Trainable Variables",
+                                   verbose=True, mesh_to_impl=self.mesh_to_impl, log_file=f)
+            mtf.log_variable_sizes(self.graph.all_variables, "All Variables",
+                                   verbose=False, mesh_to_impl=self.mesh_to_impl, log_file=f)
+            counters = "Counters:\n" + mtf.pretty_print_counters(self._counters)
+            tf.logging.info(counters)
+            if f:
+                f.write(counters + "\n")
+        if log_file:
+            with tf.io.gfile.GFile(log_file, mode="w") as f:
+                log(f)
+        else:
+            log()
 
     def verify_slice_shapes(self, tensor, laid_out_tensor):
         mesh_impl = self.mesh_impl(tensor)

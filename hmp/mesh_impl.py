@@ -10,15 +10,20 @@ activations and gradients); nothing is padded to the largest share.
 Most of Mesh-TensorFlow works unchanged on such slices because it only applies
 TensorFlow functions slice by slice, and ``tf.concat`` and the ring all-reduce
 accept unequal parts. What needs per-device knowledge is overridden here:
-slice shapes and offsets, variables, import/export, broadcast, random tensors
-and ``allsplit``. Collectives that cannot work on unequal parts (all-to-all,
-receive) refuse them. All-reduces are two-level when the mesh spans several
-hosts (``hmp.collectives``). A stock operation that computes one slice shape for all
-devices raises :class:`UnevenSplitError`; ``hmp.HeteroLowering`` names the
-operation in the message, and ``hmp.ops`` has per-device replacements.
+slice shapes and offsets, variables, import/export, broadcast and random
+tensors; ``keep_own_parts`` splits a whole axis into each device's part.
+Collectives that cannot work on unequal parts (all-to-all, receive) refuse
+them. All-reduces are two-level when the mesh spans several hosts
+(``hmp.collectives``). A split written out evenly (``[2, 2]``) is an even
+split. Stock operations that need per-device sizes are lowered by
+``hmp.stock_ops`` (through ``hmp.HeteroLowering``); one that still asks for a
+single slice shape raises :class:`UnevenSplitError`, which the lowering
+prefixes with the operation's name. See ``docs/engine.md``.
 """
 
+import os
 import random
+import zlib
 
 import tensorflow.compat.v1 as tf
 
@@ -45,8 +50,9 @@ class HeteroMeshImpl(PlacementMeshImpl):
       layout: the layout rules, e.g. ``"filters1:model;batch:batch"``.
       devices: one TensorFlow device string per mesh position, row-major.
       splits: ``{tensor dimension name: [size per coordinate]}`` along the
-        mesh axis that dimension is laid out on. Dimensions not named are
-        split evenly, as in stock Mesh-TensorFlow.
+        mesh axis that dimension is laid out on. Dimensions not named, and
+        dimensions given equal sizes, are split evenly, as in stock
+        Mesh-TensorFlow.
       hosts: the host of each device (any labels; devices of one host share
         fast links). Default: each device's TensorFlow task, so every
         ``hmp.worker`` is a host and a single process is one host.
@@ -75,6 +81,7 @@ class HeteroMeshImpl(PlacementMeshImpl):
         if allreduce not in ("hierarchical", "flat"):
             raise ValueError("allreduce: %r is not 'hierarchical' or 'flat'" % (allreduce,))
         self.allreduce_kind = allreduce
+        self._random_ops = 0   # random tensors made so far (see ``random``)
 
     def _validated_hosts(self, hosts):
         """``{device: host}``, from ``hosts`` or from the device strings."""
@@ -140,11 +147,14 @@ class HeteroMeshImpl(PlacementMeshImpl):
 
     @property
     def splits(self):
-        """``{dimension name: tuple of sizes}`` for the unevenly split dims."""
+        """``{dimension name: tuple of sizes}`` as given (equal sizes included)."""
         return dict(self._splits)
 
     def split_sizes(self, tensor_dim):
         """Per-coordinate sizes of ``tensor_dim`` if it is split unevenly, else None.
+
+        Sizes that are all equal (``[2, 2]``, what a planner gives equal
+        devices) are the even split, so None.
 
         Raises:
           ValueError: the sizes given for the dimension do not add up to it.
@@ -157,6 +167,8 @@ class HeteroMeshImpl(PlacementMeshImpl):
                 "splits: sizes %s for dimension %r add up to %d, but the "
                 "dimension has size %d" % (list(sizes), tensor_dim.name,
                                            sum(sizes), tensor_dim.size))
+        if len(set(sizes)) == 1:
+            return None
         return sizes
 
     def uneven_dims(self, tensor_shape):
@@ -170,7 +182,7 @@ class HeteroMeshImpl(PlacementMeshImpl):
                 "%s: dimension(s) %s are split unevenly (%s), but this needs "
                 "one slice shape for all devices"
                 % (what, [d.name for d in uneven],
-                   ", ".join("%s=%s" % (d.name, list(self._splits[d.name]))
+                   ", ".join("%s=%s" % (d.name, list(self.split_sizes(d)))
                              for d in uneven)),
                 uneven)
 
@@ -246,7 +258,12 @@ class HeteroMeshImpl(PlacementMeshImpl):
     # Variables, import and export
     # ------------------------------------------------------------------
     class LaidOutVariable(PlacementMeshImpl.LaidOutVariable):
-        """Slice variables of each device's own size, with master copy ops."""
+        """Slice variables of each device's own size, with master copy ops.
+
+        As in stock Mesh-TF, with ``MTF_SEQUENCE_MODE=1`` in the environment
+        each variable's master-to-slices copy waits for the previous
+        variable's, and ``Lowering.copy_masters_to_slices`` runs the last.
+        """
 
         def __init__(self, variable, mesh_impl):  # pylint: disable=super-init-not-called
             self._variable = variable
@@ -266,11 +283,21 @@ class HeteroMeshImpl(PlacementMeshImpl):
                         mesh_impl.slice_shape(shape, pnum),
                         dtype=variable.slice_dtype, collections=[]))
             self._laid_out_tensor = mesh_impl.LaidOutTensor(slices)
-            self._copy_master_to_slices = self.assign_to_slices(
-                mtf.assign_slice, mesh_impl.make_slices(master, shape))
+            self._copy_master_to_slices = self._copy_from_master(master, shape)
             self._copy_slices_to_master = variable.assign_to_master(
                 mesh_impl.combine_slices(
                     [tf.cast(s, variable.master_dtype) for s in slices], shape))
+
+        def _copy_from_master(self, master, shape):
+            mesh_impl = self._mesh_impl
+            if os.environ.get("MTF_SEQUENCE_MODE", "") != "1":
+                return self.assign_to_slices(
+                    mtf.assign_slice, mesh_impl.make_slices(master, shape))
+            with tf.control_dependencies(mesh_impl.copy_master_to_slice_ops[-1:]):
+                copy = self.assign_to_slices(
+                    mtf.assign_slice, mesh_impl.make_slices(master, shape))
+            mesh_impl.copy_master_to_slice_ops.append(copy)
+            return copy
 
     def make_slices(self, tf_tensor, tensor_shape):
         if self.tensor_layout(tensor_shape).is_fully_replicated:
@@ -293,14 +320,30 @@ class HeteroMeshImpl(PlacementMeshImpl):
         return self.slicewise_per_device(broadcast, old_slices)
 
     def random(self, shape, tf_fn, kwargs):
-        op_seed = random.random()
+        """``tf_fn`` (e.g. ``tf.random.uniform``) on every device's slice.
+
+        Slices that cover the same part of the tensor get the same seed, so
+        replicated copies agree. Under a graph-level seed
+        (``tf.set_random_seed``) every seed is derived from it, the name
+        scope of the operation being lowered, the number of random tensors
+        this mesh made before, and the slice's offset, with a stable hash:
+        a seeded graph draws the same numbers in every process. Without
+        one, each call draws a fresh key, as stock Mesh-TF does.
+        """
+        op_key = self._random_op_key()
         def random_slice(pnum):
-            # Slices that cover the same part of the tensor get the same seed,
-            # so replicated copies agree.
             extent = self.slice_extent(shape, pnum)
-            seed = hash("%s,%s" % (op_seed, [begin for begin, _ in extent]))
+            key = "%s,%s" % (op_key, [begin for begin, _ in extent])
+            seed = zlib.crc32(key.encode("utf-8")) & 0x7FFFFFFF
             return tf_fn([size for _, size in extent], seed=seed, **kwargs)
         return self.slicewise_per_device(random_slice)
+
+    def _random_op_key(self):
+        graph = tf.get_default_graph()
+        self._random_ops += 1
+        if graph.seed is None:
+            return random.random()
+        return "%d/%s/%d" % (graph.seed, graph.get_name_scope(), self._random_ops)
 
     # ------------------------------------------------------------------
     # Collectives
@@ -314,17 +357,13 @@ class HeteroMeshImpl(PlacementMeshImpl):
             return hierarchical_allreduce(xs, devices, hosts, reduction_fn_string)
         return self._collective_with_groups(x, mesh_axes, two_level)
 
-    def allsplit(self, x, mesh_axis, split_axis, which=None):
-        """Keeps each processor's own part of a replicated axis, uneven or not."""
-        x = x.to_laid_out_tensor()
-        full_size = x.tensor_list[0].shape.as_list()[split_axis]
-        sizes = self._uneven_sizes_on_axis(mesh_axis, full_size)
-        if sizes is None:
-            return super().allsplit(x, mesh_axis, split_axis, which)
-        if which is not None:
-            raise UnevenSplitError(
-                "allsplit with a computed `which` on an uneven split %s"
-                % list(sizes), [])
+    def keep_own_parts(self, x, mesh_axis, split_axis, sizes):
+        """Each processor keeps its part, of ``sizes`` along ``mesh_axis``,
+        of ``split_axis``, which every slice of ``x`` holds whole.
+
+        The uneven counterpart of stock ``allsplit`` (which cuts equal parts):
+        the caller knows the dimension being split and passes its sizes.
+        """
         def keep_own_part(pnum, t):
             coord = mtf.pnum_to_processor_coordinates(self.shape, pnum)[mesh_axis]
             begin = [0] * t.shape.ndims
@@ -333,21 +372,6 @@ class HeteroMeshImpl(PlacementMeshImpl):
             size[split_axis] = sizes[coord]
             return tf.slice(t, begin, size)
         return self.slicewise_per_device(keep_own_part, x)
-
-    def _uneven_sizes_on_axis(self, mesh_axis, full_size):
-        """The uneven split of a ``full_size`` dimension on ``mesh_axis``, if any."""
-        mesh_dim_name = self.shape.dims[mesh_axis].name
-        candidates = {
-            self._splits[name]
-            for name in self.layout_rules.mesh_dimension_name_to_tensor_dimension_names(
-                mesh_dim_name)
-            if name in self._splits and sum(self._splits[name]) == full_size}
-        if len(candidates) > 1:
-            raise UnevenSplitError(
-                "allsplit over mesh axis %r: several uneven splits of size %d "
-                "(%s) are laid out there and the part to keep is ambiguous"
-                % (mesh_dim_name, full_size, sorted(candidates)), [])
-        return candidates.pop() if candidates else None
 
     def _refuse_unequal_slices(self, x, what):
         shapes = {tuple(t.shape.as_list()) for t in x.to_laid_out_tensor().tensor_list}
@@ -359,12 +383,6 @@ class HeteroMeshImpl(PlacementMeshImpl):
 
     def alltoall(self, x, mesh_axis, split_axis, concat_axis):
         self._refuse_unequal_slices(x, "all-to-all")
-        full_size = x.to_laid_out_tensor().tensor_list[0].shape.as_list()[split_axis]
-        full_size *= self.shape[mesh_axis].size
-        if self._uneven_sizes_on_axis(mesh_axis, full_size) is not None:
-            raise UnevenSplitError(
-                "all-to-all into an unevenly split dimension of size %d on mesh "
-                "axis %r" % (full_size, self.shape.dims[mesh_axis].name), [])
         return super().alltoall(x, mesh_axis, split_axis, concat_axis)
 
     def receive(self, x, mesh_axis, source_pcoord):

@@ -9,9 +9,9 @@ operation that differentiates the same per-slice function with
 shapes. Stock Mesh-TensorFlow conv backprop ops compute one slice shape for
 all devices and cannot do this. Convolutions and pooling are built on it.
 
-The remaining operations (``reshape``, ``argmax``, ``one_hot``, ``constant``)
-replace stock ones that need one slice shape for all devices; ``barrier``
-adds the ordering the training step needs.
+``argmax``, ``constant``, ``one_hot`` and ``reshape`` are the stock
+operations (``hmp.stock_ops`` lowers them per device); ``barrier`` adds the
+ordering the training step needs.
 """
 
 import math
@@ -19,7 +19,6 @@ import math
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
-from hmp.mesh_impl import HeteroMeshImpl, UnevenSplitError
 
 mtf = import_mesh_tensorflow()
 
@@ -250,148 +249,15 @@ def pool(x, window, strides, padding, kind, name=None):
         window=math.prod(window)).outputs[0]
 
 
-def argmax(x, dim, name=None):
-    """Index of the largest entry along ``dim`` (which must not be split), int32."""
-    axis = x.shape.dims.index(dim)
-    return LocalOperation([x], x.shape - [dim],
-                          lambda t: tf.argmax(t, axis=axis, output_type=tf.int32),
-                          local_dims=[dim], name=name or "argmax",
-                          output_dtype=tf.int32).outputs[0]
-
-
 # ----------------------------------------------------------------------
-# Reshape
+# Stock operations under the names hmp's callers use. They used to be hmp's
+# own; the stock ones are now exact on uneven splits, lowered per device by
+# hmp.stock_ops (through hmp.HeteroLowering).
 # ----------------------------------------------------------------------
-class _Reshape(mtf.ReshapeOperation):
-    """``mtf.reshape`` that also works when dimensions are split unevenly.
-
-    The stock lowering reshapes every slice to one shape. Here each device
-    reshapes to its own slice shape. A mesh axis whose split dimension
-    disappears is gathered first (all-concat accepts unequal parts); one that
-    gains a split dimension is split afterwards (uneven all-split). Moving a
-    split from one dimension to another on the same axis would need an
-    all-to-all of unequal parts, which is refused.
-    """
-
-    def gradient(self, grad_ys):
-        return [reshape(grad_ys[0], self.inputs[0].shape)]
-
-    def lower(self, lowering):
-        mesh_impl = lowering.mesh_impl(self)
-        old_shape, new_shape = self.inputs[0].shape, self.outputs[0].shape
-        if not (isinstance(mesh_impl, HeteroMeshImpl)
-                and (mesh_impl.uneven_dims(old_shape) or mesh_impl.uneven_dims(new_shape))):
-            super().lower(lowering)
-            return
-        slices = lowering.tensors[self.inputs[0]]
-        split_after = []
-        old_parts, new_parts = _axis_parts(mesh_impl, old_shape), _axis_parts(mesh_impl, new_shape)
-        for mesh_axis, (old_cumprod, new_cumprod) in enumerate(zip(
-                mesh_impl.mesh_axis_to_cumprod(old_shape),
-                mesh_impl.mesh_axis_to_cumprod(new_shape))):
-            if old_parts[mesh_axis] == new_parts[mesh_axis]:
-                continue  # the same elements stay on the same devices
-            if old_cumprod is not None and new_cumprod is not None:
-                old_dim = old_shape.dims[old_shape.cumprod_to_tensor_axis(old_cumprod)]
-                new_dim = new_shape.dims[new_shape.cumprod_to_tensor_axis(new_cumprod)]
-                raise UnevenSplitError(
-                    "reshape from %s to %s re-splits mesh axis %r from dimension "
-                    "%r %s to %r %s, which needs an all-to-all of unequal parts"
-                    % (old_shape, new_shape, mesh_impl.shape.dims[mesh_axis].name,
-                       old_dim.name, list(old_parts[mesh_axis][1]), new_dim.name,
-                       list(new_parts[mesh_axis][1])), [old_dim, new_dim])
-            if new_cumprod is None:
-                slices = mesh_impl.allconcat(
-                    slices, mesh_axis, old_shape.cumprod_to_tensor_axis(old_cumprod))
-            else:
-                split_after.append((mesh_axis, new_shape.cumprod_to_tensor_axis(new_cumprod)))
-
-        def local_reshape(pnum, tf_slice):
-            shape = mesh_impl.slice_shape(new_shape, pnum)
-            for _, tensor_axis in split_after:
-                shape[tensor_axis] = new_shape.dims[tensor_axis].size
-            return tf.reshape(tf_slice, shape)
-        slices = mesh_impl.slicewise_per_device(local_reshape, slices)
-        for mesh_axis, tensor_axis in split_after:
-            slices = mesh_impl.allsplit(slices, mesh_axis, tensor_axis)
-        lowering.set_tensor_lowering(self.outputs[0], slices)
-
-
-def _axis_parts(mesh_impl, shape):
-    """Per mesh axis: (cumprod, part sizes) of the dim split on it, or None.
-
-    ``mesh_impl`` is a :class:`HeteroMeshImpl` (only uneven reshapes ask).
-    """
-    parts = [None] * mesh_impl.ndims
-    for mesh_axis, cumprod in enumerate(mesh_impl.mesh_axis_to_cumprod(shape)):
-        if cumprod is not None:
-            dim = shape.dims[shape.cumprod_to_tensor_axis(cumprod)]
-            parts[mesh_axis] = (cumprod, tuple(mesh_impl.part_sizes(dim, mesh_axis)))
-    return parts
-
-
-def reshape(x, new_shape, name=None):
-    """Reshape (and possibly re-lay-out) ``x``; see :class:`_Reshape`."""
-    new_shape = mtf.Shape(new_shape)
-    if new_shape == x.shape:
-        return x
-    return _Reshape(x, new_shape, name=name or "reshape").outputs[0]
-
-
-# ----------------------------------------------------------------------
-# Tensors made from a shape, per device
-# ----------------------------------------------------------------------
-def _slice_extent(mesh_impl, shape, pnum):
-    """(begin, size) lists of processor ``pnum``'s slice, for any MeshImpl."""
-    if isinstance(mesh_impl, HeteroMeshImpl):
-        extent = mesh_impl.slice_extent(shape, pnum)
-        return [begin for begin, _ in extent], [size for _, size in extent]
-    size = mesh_impl.slice_shape(shape)  # a stock MeshImpl: one slice shape
-    return mesh_impl.slice_begin(shape, pnum), size
-
-
-class _PerDeviceOperation(mtf.Operation):
-    """An input-free operation whose slice is ``make_slice(begin, size)``."""
-
-    def __init__(self, inputs, mesh, shape, dtype, make_slice, name):
-        super().__init__(inputs, mesh, name=name)
-        self._outputs = [mtf.Tensor(self, mtf.Shape(shape), dtype)]
-        self._make_slice = make_slice
-
-    def lower(self, lowering):
-        mesh_impl = lowering.mesh_impl(self)
-        shape = self.outputs[0].shape
-        def one_slice(pnum, *input_slices):
-            begin, size = _slice_extent(mesh_impl, shape, pnum)
-            return self._make_slice(begin, size, *input_slices)
-        lowering.set_tensor_lowering(
-            self.outputs[0],
-            mesh_impl.slicewise(one_slice, mesh_impl.laid_out_pnum(),
-                                *[lowering.tensors[x] for x in self.inputs]))
-
-
-def constant(mesh, value, shape, dtype=tf.float32, name=None):
-    """A tensor filled with ``value``; each device makes its own slice."""
-    def make(_, size):
-        return tf.fill(size, tf.constant(value, dtype))
-    return _PerDeviceOperation([], mesh, mtf.Shape(shape), dtype, make,
-                               name or "constant").outputs[0]
-
-
-def one_hot(indices, output_dim, on_value=1.0, off_value=0.0,
-            dtype=tf.float32, name=None):
-    """``tf.one_hot`` of integer ``indices`` along ``output_dim``.
-
-    Works when ``output_dim`` or the dims of ``indices`` are split unevenly:
-    each device encodes only its own part of ``output_dim``.
-    """
-    shape = mtf.Shape(indices.shape.dims + [output_dim])
-    def make(begin, size, tf_indices):
-        return tf.one_hot(tf_indices - begin[-1], size[-1],
-                          on_value=tf.cast(on_value, dtype),
-                          off_value=tf.cast(off_value, dtype), dtype=dtype)
-    return _PerDeviceOperation([indices], indices.mesh, shape, dtype, make,
-                               name or "one_hot").outputs[0]
+argmax = mtf.argmax
+constant = mtf.constant
+one_hot = mtf.one_hot
+reshape = mtf.reshape
 
 
 class _Barrier(mtf.Operation):

@@ -2,7 +2,9 @@
 
 The reference for every comparison is the same model lowered by *stock*
 Mesh-TensorFlow (``PlacementMeshImpl`` + ``mtf.Lowering``) on one device,
-with the same initial weights loaded into the master variables.
+with the same initial weights loaded into the master variables. Every graph
+is seeded (``reset_graph``), so initial weights, and with them every rounding
+difference a test compares, are the same in every run.
 """
 
 import collections
@@ -19,6 +21,7 @@ N_VIRTUAL_CPUS = 4
 BATCH = 12
 N_CLASSES = 4
 CPUS = ["/cpu:%d" % i for i in range(N_VIRTUAL_CPUS)]
+SEED = 0
 
 MeshConfig = collections.namedtuple("MeshConfig", "shape layout devices splits hosts allreduce",
                                     defaults=(None, "hierarchical"))
@@ -29,6 +32,12 @@ BATCH_SPLIT = MeshConfig("batch:2", "batch:batch", CPUS[:2], {"batch": [8, 4]})
 HYBRID_SPLIT = MeshConfig("batch:2;model:2", "batch:batch;filters1:model", CPUS,
                           {"batch": [7, 5], "filters1": [9, 3]})
 UNEVEN_CONFIGS = {"model": MODEL_SPLIT, "batch": BATCH_SPLIT, "hybrid": HYBRID_SPLIT}
+
+
+def reset_graph():
+    """A new default TF graph with the tests' graph-level seed."""
+    tf.reset_default_graph()
+    tf.set_random_seed(SEED)
 
 
 def session_config():
@@ -113,7 +122,7 @@ Gradients = collections.namedtuple("Gradients", "loss grads activations weights 
 
 def loss_and_gradients(model, data, config, weights=None):
     """Loss, every gradient and activation (whole tensors), and the slice shapes."""
-    tf.reset_default_graph()
+    reset_graph()
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     loss, activations = model(mesh, *data)
@@ -139,7 +148,7 @@ def loss_and_gradients(model, data, config, weights=None):
 
 def train(model, data, config, make_optimizer, steps, weights, ordered=True):
     """Runs ``steps`` optimizer steps; returns the losses and the final weights."""
-    tf.reset_default_graph()
+    reset_graph()
     tf.train.get_or_create_global_step()
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")

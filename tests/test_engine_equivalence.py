@@ -12,6 +12,10 @@ import pytest
 import harness
 from harness import BATCH, CPUS, HYBRID_SPLIT, MODEL_SPLIT, BATCH_SPLIT
 
+# A split sums partial products in another order than one device: a few
+# float32 ulps (6e-8) per sum, compounded through a few layers forward and
+# back. Measured <= 1.6e-6 over weight seeds 0-3; the harness seeds every
+# graph, so the error is the same in every run.
 TOLERANCE = 1e-5
 MODELS = {"cnn2d": (harness.cnn2d, harness.data_2d),
           "cnn3d": (harness.cnn3d, harness.data_3d)}

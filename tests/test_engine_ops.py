@@ -26,7 +26,7 @@ def run_on_mesh(build, layout, inputs):
     """Builds ``build(mesh, *mtf_inputs) -> (output, [wrt...])`` and returns
     the output, d(sum(output * r))/d(each wrt), all as numpy, and the slices."""
     mesh_shape, rules, splits = layout
-    tf.reset_default_graph()
+    harness.reset_graph()
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     mtf_inputs = [mtf.import_tf_tensor(mesh, tf.constant(value), mtf.Shape(dims))
@@ -227,30 +227,12 @@ def test_reshape_on_uneven_splits_matches_numpy(case):
     np.testing.assert_array_equal(grads[0], weight.reshape(x.shape))
 
 
-def test_reshape_that_needs_all_to_all_on_uneven_split_is_refused():
-    x = np.zeros((6, 6), np.float32)
-
-    def build(mesh, tx):
-        return ops.reshape(tx, dims(("batch", 6), ("cout", 6)))
-    with pytest.raises(hmp.UnevenSplitError, match=r"reshape.*'cin'.*all-to-all|all-to-all.*cin"):
-        run_on_mesh(build, ("a:2;b:2", "cin:b;cout:b", {"cin": [4, 2]}),
-                    [(x, dims(("batch", 6), ("cin", 6)))])
-
-
-def test_stock_op_needing_one_slice_shape_names_op_and_dimension():
-    labels = np.zeros(6, np.int32)
-
-    def build(mesh, tlabels):
-        return mtf.one_hot(tlabels, mtf.Dimension("cout", 7))
-    with pytest.raises(hmp.UnevenSplitError, match=r"one_hot.*OneHotOperation.*'batch'"):
-        run_on_mesh(build, LAYOUTS["batch_and_out"], [(labels, dims(("batch", 6)))])
-
-
-def test_uneven_allsplit_keeps_each_devices_part():
+def test_keep_own_parts_splits_a_whole_axis_unevenly():
     impl = hmp.HeteroMeshImpl("a:2;b:2", "cin:b", CPUS, {"cin": [4, 2]})
     tf.reset_default_graph()
     whole = tf.constant(np.arange(12, dtype=np.float32).reshape(2, 6))
-    parts = impl.allsplit(impl.LaidOutTensor([whole] * 4), mesh_axis=1, split_axis=1)
+    parts = impl.keep_own_parts(impl.LaidOutTensor([whole] * 4), mesh_axis=1,
+                                split_axis=1, sizes=[4, 2])
     with tf.Session(config=harness.session_config()) as session:
         values = session.run(parts.tensor_list)
     expected = [whole_part for _ in range(2) for whole_part in

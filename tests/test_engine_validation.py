@@ -57,13 +57,6 @@ def test_split_of_a_dimension_the_graph_does_not_have_is_refused():
             mesh, 1.0, [mtf.Dimension("filters1", 12)]))
 
 
-def test_uneven_split_needing_all_to_all_is_refused():
-    def build(mesh):
-        ops.reshape(_filters(mesh), [mtf.Dimension("batch", 6), mtf.Dimension("filters2", 12)])
-    with pytest.raises(hmp.UnevenSplitError, match=r"'filters1' \[9, 3\].*all-to-all"):
-        _lower({"filters1": [9, 3]}, build, layout="filters1:model;filters2:model")
-
-
 class _PadsDevice1(ops.LocalOperation):
     """A buggy op whose slice on every device but 0 has one extra row."""
 

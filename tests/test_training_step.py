@@ -15,8 +15,33 @@ import hmp
 from hmp.optimizers import make_optimizer
 
 mtf = hmp.mesh_impl.mtf
-TOLERANCE = 1e-5
 STEPS = 10
+# Max relative error (harness.max_relative_error) allowed after STEPS steps.
+# The harness seeds every graph, so each error below is one fixed number per
+# machine: these tests cannot flake, and a tolerance only has to cover how
+# rounding differs between the split and the single-device run.
+#
+# A split sums partial products in another order, so a gradient element
+# differs by a few float32 ulps of the largest terms summed (~1e-7 of the
+# tensor's largest element). The losses see only that: 1e-5 (measured
+# <= 1.4e-6 for all optimizers over weight seeds 0-6).
+LOSS_TOLERANCE = 1e-5
+WEIGHT_TOLERANCE = {
+    # Updates linear in the gradient (LARS scales by a ratio of whole-tensor
+    # norms): the weights carry the gradients' ~1e-7 per step; over 10 steps
+    # <= 1e-6 expected, 2.3e-6 measured (seeds 0-6).
+    "sgd": 1e-5, "momentum": 1e-5, "lars": 1e-5,
+    # Adam divides every element by its own RMS (lr * m / (sqrt(v) + 1e-6)),
+    # so an element's update carries the *relative* rounding error of its own
+    # gradient, magnified by max|g| / |g_i|; this model has elements 1e-6 of
+    # the largest (the 1e-6 epsilon caps it). Any bound from that is too loose
+    # to test anything, so this is the measured worst case, 2.3e-5 over seeds
+    # 0-6 (1.21e-5 was once seen with unseeded weights), with 4x margin.
+    "adam": 1e-4,
+    # Adafactor normalises 1-D variables (biases) per element like Adam, and
+    # factored matrices by row and column RMS: measured <= 5.1e-6; 10x margin.
+    "adafactor": 5e-5,
+}
 
 LEARNING_RATES = {"sgd": 0.05, "momentum": 0.05, "adam": 0.01, "adafactor": 0.01,
                   "lars": 0.5}
@@ -40,9 +65,10 @@ def test_ten_steps_match_single_device(optimizer, initial_weights):
     for config in (harness.HYBRID_SPLIT, harness.MODEL_SPLIT):
         losses, weights = harness.train(harness.cnn2d, data, config, make, STEPS,
                                         initial_weights)
-        assert harness.max_relative_error(losses, expected_losses) <= TOLERANCE
+        assert harness.max_relative_error(losses, expected_losses) <= LOSS_TOLERANCE
         for name, value in expected_weights.items():
-            assert harness.max_relative_error(weights[name], value) <= TOLERANCE, name
+            assert (harness.max_relative_error(weights[name], value)
+                    <= WEIGHT_TOLERANCE[optimizer]), name
 
 
 def test_3d_cnn_trains_like_single_device_on_batch_split():
@@ -56,9 +82,10 @@ def test_3d_cnn_trains_like_single_device_on_batch_split():
         harness.cnn3d, data, harness.SINGLE_DEVICE, make, STEPS, weights)
     losses, final = harness.train(harness.cnn3d, data, harness.BATCH_SPLIT, make, STEPS,
                                   weights)
-    assert harness.max_relative_error(losses, expected_losses) <= TOLERANCE
+    assert harness.max_relative_error(losses, expected_losses) <= LOSS_TOLERANCE
     for name, value in expected_weights.items():
-        assert harness.max_relative_error(final[name], value) <= TOLERANCE, name
+        assert (harness.max_relative_error(final[name], value)
+                <= WEIGHT_TOLERANCE["momentum"]), name
 
 
 def _early_reads(ordered):
