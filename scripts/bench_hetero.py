@@ -307,7 +307,7 @@ def trace_interleaved(runs):
             for name, t in traces.items()}
 
 
-def config_result(run, trace, ideal, even_s, alone_busy):
+def config_result(run, trace, ideal, even_s, fastest_alone_s, alone_busy):
     """The figures of one configuration (seconds; shares of the traced step).
 
     ``expected_busy_s``: each worker's share of the FLOPs times its busy time
@@ -320,7 +320,9 @@ def config_result(run, trace, ideal, even_s, alone_busy):
     return {"layout": run.description, "step_s": step, "step_s_min": min(run.times),
             "step_s_max": max(run.times), "step_s_repeats": run.times,
             "samples_per_s": FLAGS.batch_size / step, "efficiency": ideal.efficiency(step),
-            "speedup_over_even": even_s / step, "traced_step_s": traced_s, "busy_s": busy,
+            "speedup_over_even": even_s / step,
+            "speedup_over_fastest_alone": fastest_alone_s / step,
+            "traced_step_s": traced_s, "busy_s": busy,
             "busy_share": [b / traced_s for b in busy], "load": run.load,
             "expected_busy_s": [l * a for l, a in zip(run.load, alone_busy)],
             "wait_s": [traced_s - b for b in busy]}
@@ -353,7 +355,9 @@ def benchmark_model(name, exp, batch, workers):
     speeds = [FLAGS.batch_size / step["worker %d alone" % task] for task in range(WORKERS)]
     ideal = Ideal.from_speeds(speeds, FLAGS.batch_size)
     alone_busy = [traces["worker %d alone" % task][1][task] for task in range(WORKERS)]
-    configs = {run.name: config_result(run, traces[run.name], ideal, step["even"], alone_busy)
+    fastest_alone = min(step["worker %d alone" % task] for task in range(WORKERS))
+    configs = {run.name: config_result(run, traces[run.name], ideal, step["even"],
+                                       fastest_alone, alone_busy)
                for run in runs}
     return {"model": model_spec(config).name, "batch_size": FLAGS.batch_size,
             "profiled_speeds": [dataclasses.asdict(s) for s in profiled],
@@ -386,12 +390,13 @@ def table(result):
              "ideal: T* = %s ms (balanced), even split %s ms; theoretical speedup %.2f"
              % (ms(ideal["balanced_s"]), ms(ideal["even_s"]), ideal["theoretical_speedup"])]
     rows = [["configuration", "layout", "step ms (min - max)", "samples/s", "T*/T",
-             "speedup vs even", "busy w0 ms (share)", "busy w1 ms (share)"]]
+             "vs even", "vs fastest alone", "busy w0 ms (share)", "busy w1 ms (share)"]]
     for name, c in result["configs"].items():
         rows.append([name, c["layout"], "%s (%s - %s)" % (ms(c["step_s"]), ms(c["step_s_min"]),
                                                           ms(c["step_s_max"])),
                      "%.0f" % c["samples_per_s"], "%.2f" % c["efficiency"],
-                     "%.2f" % c["speedup_over_even"]]
+                     "%.2f" % c["speedup_over_even"],
+                     "%.2f" % c["speedup_over_fastest_alone"]]
                     + ["%s (%.0f%%)" % (ms(b), 100 * s)
                        for b, s in zip(c["busy_s"], c["busy_share"])])
     lines += aligned_columns(rows)

@@ -101,6 +101,8 @@ def test_a_tiny_run_writes_every_figure(tmp_path):
         assert (c["busy_s"][1] > 0) == uses_worker_1, name
         assert c["busy_s"][0] > 0 or name == "worker 1 alone", name
     assert configs["even"]["speedup_over_even"] == 1.0
+    for c in configs.values():
+        assert c["speedup_over_fastest_alone"] == pytest.approx(min(alone) / c["step_s"])
     assert "planned: efficiency" in run.stdout and "hmp / plain TF" in run.stdout
 
 
