@@ -415,16 +415,24 @@ def allreduce_time(nbytes, hosts, link):
     tensor on the local link, ``k`` the most devices on one host), and the
     leaders run a ring over ``link``.
     """
+    return _allreduce_pricer(hosts, link)(nbytes)
+
+
+def _allreduce_pricer(hosts, link):
+    """``allreduce_time`` of one group as a function of the bytes (the group's hosts
+    looked at once, not per tensor: a plan prices many tensors per group)."""
     hosts = list(hosts)
     if len(hosts) <= 1:
-        return 0.0
+        return lambda nbytes: 0.0
     if is_hierarchical(hosts):
         groups = group_by_host(hosts)
         k = max(len(positions) for positions in groups.values())
         local = link.local or link
-        return (2 * (k - 1) * (local.latency_s + nbytes / local.bandwidth_bytes_per_s)
-                + ring_allreduce_time(nbytes, len(groups), link))
-    return ring_allreduce_time(nbytes, len(hosts), link.between(hosts))
+        return lambda nbytes: (
+            2 * (k - 1) * (local.latency_s + nbytes / local.bandwidth_bytes_per_s)
+            + ring_allreduce_time(nbytes, len(groups), link))
+    ring = link.between(hosts)
+    return lambda nbytes: ring_allreduce_time(nbytes, len(hosts), ring)
 
 
 def concurrent_groups_time(times, groups, link):
@@ -463,11 +471,12 @@ def _model_axis_time(model_spec, mesh, splits, batch_rows, link, hosts):
     rows = []
     for row_hosts, samples in zip(groups, batch_rows):
         row_link = link.between(row_hosts)
+        reduce = _allreduce_pricer(row_hosts, link)
         per_sample = BYTES_PER_ELEMENT * samples
         total = 0.0
         for kind, elems, pieces in collectives:
             if kind == "allreduce":
-                total += allreduce_time(per_sample * elems, row_hosts, link)
+                total += reduce(per_sample * elems)
             else:
                 total += ring_allgather_time(per_sample * elems * pieces, row_link)
         rows.append(total)
@@ -490,9 +499,9 @@ def _batch_axis_time(model_spec, mesh, fractions, link, hosts):
     groups = [list(hosts[:, c]) for c in range(mesh.model)]
     columns = []
     for c, column_hosts in enumerate(groups):
-        biases = (WEIGHT_TENSORS_PER_LAYER - 1) * allreduce_time(0.0, column_hosts, link)
-        columns.append(sum(allreduce_time(BYTES_PER_ELEMENT * params[i] * fractions[i, c],
-                                          column_hosts, link) + biases
+        reduce = _allreduce_pricer(column_hosts, link)
+        biases = (WEIGHT_TENSORS_PER_LAYER - 1) * reduce(0.0)
+        columns.append(sum(reduce(BYTES_PER_ELEMENT * params[i] * fractions[i, c]) + biases
                            for i in with_weights))
     return concurrent_groups_time(columns, groups, link)
 
