@@ -126,7 +126,7 @@ def load(path, warn):
         if not isinstance(data.get("entries"), list):
             raise ValueError("no list of entries")
         return [_parse_entry(e) for e in data["entries"]]
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
     except (OSError, UnicodeDecodeError, ValueError, TypeError) as error:
         warn("warning: ignoring the speed cache %s (%s)"
@@ -156,6 +156,30 @@ def store(paths, entry, warn):
                                          "entries": [dataclasses.asdict(e) for e in entries]})
         except OSError as error:
             warn("warning: cannot write the speed cache %s (%s)" % (path, error.strerror))
+
+
+def measured_or_cached(key, paths, measure, force=False, say=print, warn=print):
+    """The entry for ``key``: from the first of ``paths`` that has it, else ``measure()``.
+
+    ``measure()`` returns ``(DeviceSpeeds, LinkSpec or None)``; a new
+    measurement is stored in every file of ``paths``, and one found in a later
+    file is copied to the first (the run folder records what its plan used).
+    ``force``: measure even when cached. ``say`` gets one line on reuse,
+    ``warn`` one per unreadable or unwritable file. Returns ``(entry, path)``,
+    path None when measured now.
+    """
+    found = None if force else lookup(paths, key, warn)
+    if found is None:
+        measured, link = measure()
+        entry = new_entry(key, measured, link)
+        store(paths, entry, warn)
+        return entry, None
+    entry, path = found
+    say("speeds: reusing the measurement of %s from %s (--speeds=measure measures again)"
+        % (entry.measured_at, path))
+    if path != paths[0]:
+        store(paths[:1], entry, warn)
+    return entry, path
 
 
 def write_json_atomically(path, data):

@@ -207,20 +207,17 @@ def _measured(model_config, spec, devices, session_config, target, model_dir, cl
                                cluster.addresses if cluster else None)
     paths = [os.path.join(model_dir, speedcache.FILE_NAME), speedcache.user_cache_path()]
     warn = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    found = speedcache.lookup(paths, key, warn) if FLAGS.speeds == "auto" else None
-    if found:
-        entry, path = found
-        _say("speeds: reusing the measurement of %s from %s (--speeds=measure measures "
-             "again)" % (entry.measured_at, path))
-        if path != paths[0]:   # the run folder records the speeds its plan used
-            speedcache.store(paths[:1], entry, warn)
-    else:
+
+    def measure():
         measured = measure_speeds(model_config, devices, FLAGS.batch_size, target=target,
                                   session_config=session_config, optimizer=FLAGS.optimizer,
                                   progress=_say, spec=spec)
-        link = linkprobe.measure_link(devices, target, session_config, progress=_say)
-        entry = speedcache.new_entry(key, measured, link)
-        speedcache.store(paths, entry, warn)
+        return measured, linkprobe.measure_link(devices, target, session_config,
+                                                progress=_say)
+
+    entry, _ = speedcache.measured_or_cached(key, paths, measure,
+                                             force=FLAGS.speeds == "measure", say=_say,
+                                             warn=warn)
     for s in entry.speeds:
         _say("  %-28s %8.1f samples/s (%.1f - %.1f)"
              % (s["device"], s["samples_per_s"], s["min_samples_per_s"],
