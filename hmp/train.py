@@ -20,6 +20,7 @@ from absl import app, flags
 import models
 from hmp import cli, experiment, linkprobe, planning, rebalance, report, speedcache
 from hmp.cluster import Cluster
+from hmp.devices import default_devices
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.metrics import evaluate
 from hmp.optimizers import OPTIMIZERS
@@ -79,15 +80,9 @@ LOCAL_GPU = re.compile(r"^/(?:device:)?gpu:(\d+)$", re.IGNORECASE)
 MESH = re.compile(r"^(auto|model:\d+|batch:\d+|batch:\d+;model:\d+)$")
 
 
-def default_devices():
-    """This machine's real devices: /cpu:0 and every GPU TensorFlow sees."""
-    gpus = tf.config.list_physical_devices("GPU")
-    return ["/cpu:0"] + ["/gpu:%d" % i for i in range(len(gpus))]
-
-
 def _devices(cluster):
     if FLAGS.devices is None:
-        return list(cluster.devices) if cluster else default_devices()
+        return list(cluster.devices) if cluster else default_devices()   # hmp.devices
     devices = [d.strip() for d in FLAGS.devices.split(",") if d.strip()]
     if not devices:
         raise cli.UsageError("--devices=%s: give at least one TensorFlow device, e.g. /cpu:0"
@@ -291,6 +286,8 @@ def run(cluster=None):
     with cli.blame(*(("plan",) if FLAGS.plan else ("devices", "speeds", "mesh"))):
         spec, plan = _plan(model_config, devices, session_config, target, model_dir,
                            cluster)
+    if FLAGS.plan and not cluster:   # the plan's devices, not (only) --devices' default
+        session_config = _session_config(devices + plan.devices)
     print(plan.explain(), flush=True)
     with cli.blame("simulate_slowdown"):
         slowdown = _slowdown(devices)

@@ -109,11 +109,16 @@ def _losses(model_dir):
 
 
 def test_killed_run_resumes_from_last_checkpoint_with_same_result(tmp_path):
-    """SIGKILL mid-epoch, resume, and end exactly where an uninterrupted run ends."""
-    flags = [*TINY, "--epochs=3", "--checkpoint_every=3", "--devices=/cpu:0",
-             "--speeds=1", "--mesh=model:1"]
-    straight = train(*flags, model_dir=tmp_path / "straight")
+    """SIGKILL mid-epoch, resume, and end exactly where an uninterrupted run ends.
+
+    On the default devices: this CPU-only machine's one, planned without profiling.
+    """
+    flags = [*TINY_AUTO, "--epochs=3", "--checkpoint_every=3"]
+    straight = train(*flags, model_dir=tmp_path / "straight",
+                     env={"HMP_CACHE_DIR": str(tmp_path / "cache")})
     assert straight.returncode == 0, straight.stderr[-2000:]
+    _check_one_default_device_without_profiling(straight, tmp_path / "straight",
+                                                tmp_path / "cache")
 
     killed_dir = tmp_path / "killed"
     process = subprocess.Popen([sys.executable, "-m", "hmp.train", *flags,
@@ -156,33 +161,30 @@ def test_readme_custom_model_trains(tmp_path):
 
 
 def test_default_devices_are_the_real_ones(monkeypatch):
-    from hmp import train as train_module
-    monkeypatch.setattr(train_module.tf.config, "list_physical_devices",
-                        lambda kind: ["gpu a", "gpu b"] if kind == "GPU" else [])
-    assert train_module.default_devices() == ["/cpu:0", "/gpu:0", "/gpu:1"]
-    monkeypatch.undo()
     import tensorflow as tf
+    from hmp.devices import default_devices
     if not tf.config.list_physical_devices("GPU"):   # this CPU-only machine
-        assert train_module.default_devices() == ["/cpu:0"]
+        assert default_devices() == ["/cpu:0"]
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind: ["gpu a", "gpu b"] if kind == "GPU" else [])
+    assert default_devices() == ["/cpu:0", "/gpu:0", "/gpu:1"]
 
 
 TINY_AUTO = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
              "--train_fraction=0.05", "--epochs=1"]
 
 
-def test_one_default_device_trains_without_profiling(tmp_path):
+def _check_one_default_device_without_profiling(run, model_dir, cache):
     import tensorflow as tf
     if tf.config.list_physical_devices("GPU"):
-        pytest.skip("the default devices include GPUs here")
-    run = train(*TINY_AUTO, model_dir=tmp_path, env={"HMP_CACHE_DIR": str(tmp_path / "c")})
-    assert run.returncode == 0, run.stderr[-2000:]
+        return   # the default devices include GPUs here
     assert not [line for line in run.stdout.splitlines()
                 if line.startswith(("profiling", "speeds:", "  link:"))]
     assert "1 device: mesh batch:1" in run.stdout
     assert "Why: one device (/cpu:0): the one-device layout, no profiling needed" in run.stdout
-    plan = json.loads((tmp_path / "results.json").read_text())["plan"]
+    plan = json.loads((model_dir / "results.json").read_text())["plan"]
     assert plan["devices"] == ["/cpu:0"] and plan["splits"] == {"batch": [64]}
-    assert not (tmp_path / "speeds.json").exists() and not (tmp_path / "c").exists()
+    assert not (model_dir / "speeds.json").exists() and not cache.exists()
 
 
 def test_auto_speeds_measure_speeds_and_link_once_then_reuse_them(tmp_path):
@@ -216,3 +218,16 @@ def test_relative_speeds_say_communication_is_not_priced(tmp_path):
     assert ("communication not priced: --speeds=2,1 gives the speeds, so no link was "
             "measured (--speeds=auto measures both)") in run.stdout
     assert not [line for line in run.stdout.splitlines() if line.startswith("profiling")]
+
+
+def test_a_plan_on_virtual_cpus_runs_without_naming_them(tmp_path):
+    """--plan brings its own devices: the default --devices (/cpu:0) must not hide /cpu:1."""
+    from hmp.graph import ModelConfig
+    from hmp.planning import plan_layout
+    from hmp.planning.from_graph import model_spec
+    spec = model_spec(ModelConfig("cnn2d", 5, 100, 10, 4))   # TINY_AUTO on the synthetic scene
+    plan_layout(spec, ["/cpu:0", "/cpu:1"], [2, 1], 64, "model:2").to_json(tmp_path / "p.json")
+    run = train(*TINY_AUTO, "--plan=%s" % (tmp_path / "p.json"), model_dir=tmp_path / "run")
+    assert run.returncode == 0, run.stderr[-2000:]
+    plan = json.loads((tmp_path / "run" / "results.json").read_text())["plan"]
+    assert plan["devices"] == ["/cpu:0", "/cpu:1"] and plan["splits"]["filters1"] == [5, 3]
