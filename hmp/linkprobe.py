@@ -5,8 +5,9 @@ A tensor is handed back and forth between two devices: a chain of
 ``HOPS`` hand-overs (each a message and the op that takes it). Timed for a
 small tensor (``HANDOVER_BYTES[0]``: its per-hop time is the latency, its
 bytes are negligible) and a large one (the slope between the two is the
-bandwidth), each the median of ``repeats`` runs after warm-up. Grappler is off
-for these runs (it would fold the chain).
+bandwidth): the short and the long chain run in turns, and the median of
+``repeats`` differences counts (turns, so that a change in the machine's
+load hits both). Grappler is off for these runs (it would fold the chain).
 
 Which devices share a host decides which link a collective uses
 (``LinkSpec.local``): ``device_host`` says a device's host -- the task of a
@@ -31,7 +32,7 @@ import tensorflow.compat.v1 as tf
 from hmp.planning import DeviceSpec, LinkSpec
 
 HANDOVER_BYTES = (256, 1 << 20)  # small: latency; large: bandwidth
-HOPS = 8
+HOPS = 16
 MIN_SECONDS = 1e-9  # floor of a per-hop time (a LinkSpec needs positive figures)
 
 
@@ -79,16 +80,19 @@ def _no_rewrites(config):
     return config
 
 
-def _median_seconds(session, fetch, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        session.run(fetch)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def _seconds(session, fetch):
+    start = time.perf_counter()
+    session.run(fetch)
+    return time.perf_counter() - start
 
 
-def handover_seconds(pair, target=None, session_config=None, repeats=7):
+def _median_difference(session, short, long, repeats):
+    """Median over ``repeats`` turns of (long chain's seconds - short chain's)."""
+    return statistics.median(-_seconds(session, short) + _seconds(session, long)
+                             for _ in range(repeats))
+
+
+def handover_seconds(pair, target=None, session_config=None, repeats=9):
     """Median seconds of one hand-over between ``pair``'s devices, per HANDOVER_BYTES."""
     with tf.Graph().as_default():
         chains = []
@@ -106,10 +110,8 @@ def handover_seconds(pair, target=None, session_config=None, repeats=7):
         with tf.Session(target or "", config=_no_rewrites(session_config)) as session:
             session.run(tf.global_variables_initializer())
             for short, long in chains:  # warm-up
-                _median_seconds(session, short, 2)
-                _median_seconds(session, long, 2)
-            return [max((_median_seconds(session, long, repeats)
-                         - _median_seconds(session, short, repeats)) / HOPS, MIN_SECONDS)
+                _median_difference(session, short, long, 2)
+            return [max(_median_difference(session, short, long, repeats) / HOPS, MIN_SECONDS)
                     for short, long in chains]
 
 
@@ -120,7 +122,7 @@ def _fit(seconds):
     return LinkSpec(bandwidth, small)
 
 
-def measure_link(devices, target=None, session_config=None, repeats=7, progress=None):
+def measure_link(devices, target=None, session_config=None, repeats=9, progress=None):
     """The link between ``devices`` as a LinkSpec, or None for fewer than two devices.
 
     Args:
