@@ -9,6 +9,8 @@ the trainer then rebuilds its graph and carries the weights over through the
 checkpoint (whole tensors), so only the splits change.
 """
 
+import dataclasses
+
 from hmp.planning import plan_layout
 
 DEFAULT_THRESHOLD = 0.10
@@ -39,4 +41,6 @@ def replan(plan, model_spec, busy_seconds, threshold=DEFAULT_THRESHOLD):
         return None
     new_plan = plan_layout(model_spec, plan.devices, measured_speeds(plan, busy_seconds),
                            plan.batch_size, plan.mesh)
-    return new_plan if new_plan.splits != plan.splits else None
+    if new_plan.splits == plan.splits:
+        return None
+    return dataclasses.replace(new_plan, left_out=plan.left_out)  # still left out

@@ -1,8 +1,10 @@
 """Train an HSI classifier on heterogeneous devices: ``python -m hmp.train``.
 
-With no flags it trains the 3-D CNN on the built-in synthetic scene, on three
-virtual CPU devices, with filter and batch splits planned from their measured
-speeds, and prints the test scores. See README.md for every flag.
+With no flags it trains the 3-D CNN on the built-in synthetic scene on this
+machine's real devices (the CPU, plus every GPU TensorFlow sees), with filter
+and batch splits planned from their measured speeds and link (on one device:
+no profiling, the one-device layout), and prints the test scores. See
+README.md and docs/planner.md for every flag.
 """
 
 import contextlib
@@ -16,8 +18,9 @@ import tensorflow.compat.v1 as tf
 from absl import app, flags
 
 import models
-from hmp import cli, experiment, planning, rebalance, report
+from hmp import cli, experiment, linkprobe, planning, rebalance, report, speedcache
 from hmp.cluster import Cluster
+from hmp.devices import default_devices
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.metrics import evaluate
 from hmp.optimizers import OPTIMIZERS
@@ -35,9 +38,12 @@ flags.DEFINE_string("synthetic_layout", "generated", "Class layout of the synthe
 flags.DEFINE_string("model", "cnn3d", "Model: " + ", ".join(models.MODEL_NAMES) +
                     ", or a module path (mypackage.mymodel) with logits and SPLIT_DIMS.")
 flags.DEFINE_integer("width", 0, "Model width (filters of its first layer); 0: default.")
-flags.DEFINE_string("devices", "/cpu:0,/cpu:1,/cpu:2", "Comma-separated TensorFlow "
-                    "devices; /cpu:N are virtual devices of the local CPU.")
-flags.DEFINE_string("speeds", "auto", "Device speeds: auto (measure) or a list like 70,25,5.")
+flags.DEFINE_string("devices", None, "Comma-separated TensorFlow devices (default: /cpu:0 "
+                    "and every GPU TensorFlow sees; with --cluster one CPU per task); "
+                    "/cpu:N with N >= 1 are virtual devices of the local CPU.")
+flags.DEFINE_string("speeds", "auto", "Device speeds: auto (measured speeds and link, reused "
+                    "from the speed cache when there), measure (measure again), or a list "
+                    "like 70,25,5 (relative; communication is then not priced).")
 flags.DEFINE_string("mesh", "auto", "model:N, batch:M, batch:M;model:N or auto.")
 flags.DEFINE_string("plan", None, "A plan JSON from scripts/plan_layout.py (overrides "
                     "--devices, --speeds and --mesh).")
@@ -70,15 +76,29 @@ FLAGS = flags.FLAGS
 RESUME_HINT = ("; the checkpoints so far are kept: restart the worker, then run again "
                "with --resume")
 LOCAL_CPU = re.compile(r"^/(?:device:)?cpu:(\d+)$", re.IGNORECASE)
+LOCAL_GPU = re.compile(r"^/(?:device:)?gpu:(\d+)$", re.IGNORECASE)
 MESH = re.compile(r"^(auto|model:\d+|batch:\d+|batch:\d+;model:\d+)$")
 
 
 def _devices(cluster):
-    if cluster and not FLAGS["devices"].present:
-        return list(cluster.devices)
+    if FLAGS.devices is None:
+        return list(cluster.devices) if cluster else default_devices()   # hmp.devices
     devices = [d.strip() for d in FLAGS.devices.split(",") if d.strip()]
     if not devices:
-        raise cli.UsageError("--devices: give at least one TensorFlow device, e.g. /cpu:0")
+        raise cli.UsageError("--devices=%s: give at least one TensorFlow device, e.g. /cpu:0"
+                             % FLAGS.devices)
+    if len(set(devices)) != len(devices):
+        raise cli.UsageError("--devices=%s: a device is named twice" % FLAGS.devices)
+    if not cluster:
+        gpus = len(tf.config.list_physical_devices("GPU"))
+        for name in devices:
+            match = LOCAL_GPU.match(name)
+            if match and int(match.group(1)) >= gpus:
+                raise cli.UsageError(
+                    "--devices=%s: %s is not a device of this machine, which has %d GPU%s; "
+                    "allowed: /cpu:N (N >= 1: virtual CPUs)%s" % (
+                        FLAGS.devices, name, gpus, "" if gpus == 1 else "s",
+                        " and /gpu:0 to /gpu:%d" % (gpus - 1) if gpus else ""))
     if cluster:
         with cli.blame("devices", "cluster"):
             cluster.check_devices(devices)
@@ -103,16 +123,17 @@ def _session_config(devices):
 
 
 def _speeds(devices):
-    if FLAGS.speeds == "auto":
+    if FLAGS.speeds in ("auto", "measure"):
         return None
     try:
         speeds = [float(s) for s in FLAGS.speeds.split(",")]
     except ValueError:
-        raise cli.UsageError("--speeds=%r: give auto or one number per device, e.g. 70,25,5"
-                             % FLAGS.speeds) from None
+        raise cli.UsageError("--speeds=%r: give auto, measure or one number per device, "
+                             "e.g. 70,25,5" % FLAGS.speeds) from None
     if len(speeds) != len(devices):
-        raise cli.UsageError("--speeds: %d speeds for %d devices (%s)"
-                             % (len(speeds), len(devices), ", ".join(devices)))
+        raise cli.UsageError("--speeds: %d speeds for %d device%s (%s)"
+                             % (len(speeds), len(devices), "" if len(devices) == 1 else "s",
+                                ", ".join(devices)))
     if not all(s > 0 and s < float("inf") for s in speeds):
         raise cli.UsageError("--speeds=%s: every speed must be a positive finite number"
                              % FLAGS.speeds)
@@ -170,21 +191,66 @@ def _data_config():
         split=FLAGS.split, seed=FLAGS.seed)
 
 
-def _plan(model_config, devices, session_config, target):
-    """The plan from --plan, or planned now from the (measured) speeds."""
+def _say(line):
+    print(line, flush=True)
+
+
+def _measured(model_config, spec, devices, session_config, target, model_dir, cluster):
+    """Per device FLOP/s and the link (a LinkSpec): from the speed cache, or measured now
+    (and stored there). See hmp.speedcache."""
+    key = speedcache.cache_key(model_config, FLAGS.batch_size, FLAGS.optimizer, devices,
+                               cluster.addresses if cluster else None)
+    paths = [os.path.join(model_dir, speedcache.FILE_NAME), speedcache.user_cache_path()]
+    warn = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+
+    def measure():
+        measured = measure_speeds(model_config, devices, FLAGS.batch_size, target=target,
+                                  session_config=session_config, optimizer=FLAGS.optimizer,
+                                  progress=_say, spec=spec)
+        return measured, linkprobe.measure_link(devices, target, session_config,
+                                                progress=_say)
+
+    entry, _ = speedcache.measured_or_cached(key, paths, measure,
+                                             force=FLAGS.speeds == "measure", say=_say,
+                                             warn=warn)
+    for s in entry.speeds:
+        _say("  %-28s %8.1f samples/s (%.1f - %.1f)"
+             % (s["device"], s["samples_per_s"], s["min_samples_per_s"],
+                s["max_samples_per_s"]))
+    link = entry.link_spec()
+    if link is not None:
+        _say("  link: %.3g us per hand-over, %.3g GB/s%s"
+             % (1e6 * link.latency_s, link.bandwidth_bytes_per_s / 1e9,
+                "" if link.local is None else "; within a host %.3g us, %.3g GB/s"
+                % (1e6 * link.local.latency_s, link.local.bandwidth_bytes_per_s / 1e9)))
+    return entry.flops_per_s, link
+
+
+def _plan(model_config, devices, session_config, target, model_dir, cluster):
+    """The plan from --plan, or planned now from the (measured) speeds and link."""
     spec = model_spec(model_config)
     if FLAGS.plan:
         return spec, planning.Plan.from_json(FLAGS.plan, model_spec=spec)
     speeds = _speeds(devices)
-    if speeds is None:
-        measured = measure_speeds(model_config, devices, FLAGS.batch_size, target=target,
-                                  session_config=session_config, optimizer=FLAGS.optimizer,
-                                  progress=lambda line: print(line, flush=True), spec=spec)
-        for m in measured:
-            print("  %-28s %8.1f samples/s (%.1f - %.1f)"
-                  % (m.device, m.samples_per_s, m.min_samples_per_s, m.max_samples_per_s))
-        speeds = [m.flops_per_s for m in measured]
-    return spec, planning.plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh)
+    if len(devices) == 1:   # nothing to split: no profiling
+        plan = planning.plan_layout(spec, devices, speeds or [1.0], FLAGS.batch_size,
+                                    FLAGS.mesh)
+        if FLAGS.mesh == "auto":
+            plan = dataclasses.replace(plan, reason="one device (%s): the one-device layout, "
+                                       "no profiling needed" % devices[0])
+        return spec, plan
+    if speeds is not None:
+        plan = planning.plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh)
+        if FLAGS.mesh == "auto":
+            plan = dataclasses.replace(plan, reason=plan.reason.replace(
+                "communication not priced (no link given)",
+                "communication not priced: --speeds=%s gives the speeds, so no link was "
+                "measured (--speeds=auto measures both)" % FLAGS.speeds))
+        return spec, plan
+    flops, link = _measured(model_config, spec, devices, session_config, target, model_dir,
+                            cluster)
+    return spec, planning.plan_layout(spec, linkprobe.platform_specs(devices, flops), None,
+                                      FLAGS.batch_size, FLAGS.mesh, link=link)
 
 
 def _slowdown(devices):
@@ -218,7 +284,10 @@ def run(cluster=None):
     model_config = ModelConfig(FLAGS.model, FLAGS.patch_size, exp.bands, exp.n_classes,
                                FLAGS.width)
     with cli.blame(*(("plan",) if FLAGS.plan else ("devices", "speeds", "mesh"))):
-        spec, plan = _plan(model_config, devices, session_config, target)
+        spec, plan = _plan(model_config, devices, session_config, target, model_dir,
+                           cluster)
+    if FLAGS.plan and not cluster:   # the plan's devices, not (only) --devices' default
+        session_config = _session_config(devices + plan.devices)
     print(plan.explain(), flush=True)
     with cli.blame("simulate_slowdown"):
         slowdown = _slowdown(devices)

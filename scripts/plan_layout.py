@@ -5,7 +5,9 @@
   python scripts/plan_layout.py --platform=platform.json --batch_size=128 --out=plan.json
 
 ``--speeds=auto`` measures every device with ``hmp.profiler.measure_speeds``
-(one device at a time) and plans with the measured FLOP rates. The plan's
+(one device at a time) and the link between them with ``hmp.linkprobe``
+(unless ``--platform`` gives one), and plans with the measured FLOP rates and
+link, so ``--mesh=auto`` weighs communication. The plan's
 model name holds the model and its input shape, so ``Plan.from_json`` refuses
 it for another model or input. Every bad flag value ends the run with one
 line ``plan_layout: error: ...`` on stderr and exit code 2.
@@ -24,6 +26,7 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 
 import models  # noqa: E402
 from hmp.graph import ModelConfig  # noqa: E402
+from hmp.linkprobe import measure_link, platform_specs  # noqa: E402
 from hmp.planning import DeviceSpec, load_platform, parse_mesh, plan_layout  # noqa: E402
 from hmp.planning.from_graph import model_spec  # noqa: E402
 from hmp.profiler import measure_speeds  # noqa: E402
@@ -171,7 +174,8 @@ def virtual_cpus(devices):
 
 def profile(config, spec, devices):
     """Measured FLOP rates of ``devices`` (one at a time; ``spec``: the config's
-    ``model_spec``), with progress on stderr."""
+    ``model_spec``) and the link between them (``hmp.linkprobe``; None for one
+    device), with progress on stderr."""
     names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
     remote = [n for n in names if tf.DeviceSpec.from_string(n).job not in LOCAL_JOBS]
     if remote and not FLAGS.target:
@@ -179,11 +183,12 @@ def profile(config, spec, devices):
                          "(grpc://host:port) to profile them")
     cpus = virtual_cpus(names)
     session_config = tf.ConfigProto(device_count={"CPU": cpus}) if cpus else None
+    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     try:
         speeds = measure_speeds(config, names, FLAGS.batch_size, FLAGS.warmup, FLAGS.repeats,
-                                FLAGS.target or None, session_config,
-                                progress=lambda m: print(m, file=sys.stderr, flush=True),
+                                FLAGS.target or None, session_config, progress=progress,
                                 spec=spec)
+        link = measure_link(names, FLAGS.target or None, session_config, progress=progress)
     except tf.errors.OpError as e:
         raise ValueError(f"--devices: profiling failed: {e.message.splitlines()[0]}") from e
     print("Measured speeds (training step alone on each device, median of "
@@ -192,8 +197,11 @@ def profile(config, spec, devices):
         print(f"  {s.device}  {s.samples_per_s:.4g} samples/s ({s.min_samples_per_s:.4g} - "
               f"{s.max_samples_per_s:.4g})  relative {s.relative:.3f}  "
               f"{s.flops_per_s:.4g} FLOP/s")
+    if link is not None:
+        print(f"  link: {1e6 * link.latency_s:.3g} us per hand-over, "
+              f"{link.bandwidth_bytes_per_s / 1e9:.3g} GB/s")
     print()
-    return [s.flops_per_s for s in speeds]
+    return [s.flops_per_s for s in speeds], link
 
 
 def run():
@@ -217,7 +225,11 @@ def run():
         spec = model_spec(config)
     check_min_filters(spec, FLAGS.mesh)
     if speeds == "auto":
-        speeds = profile(config, spec, devices)
+        speeds, measured_link = profile(config, spec, devices)
+        if link is None and measured_link is not None and not FLAGS.platform:
+            # measured absolute speeds and link: price communication, with each
+            # device's host (virtual CPUs of this process share its cores)
+            devices, speeds, link = platform_specs(devices, speeds), None, measured_link
     with blame("no layout fits these flags"):
         plan = plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh, caps,
                            FLAGS.min_filters, link)

@@ -65,29 +65,39 @@ def test_plan_prediction_matches_the_cost_model():
     assert sum(plan.prediction.load) == pytest.approx(1)
 
 
-@pytest.mark.parametrize("model, link, expected", [
+@pytest.mark.parametrize("model, link, expected, chosen", [
     # small weights, slow link, short hand-overs: replicate the model, split the batch
-    (hsi_model(), LinkSpec(1e8, 1e-6), "batch:4"),
+    # (on all 4 devices; the one-device layout on /gpu:0 is faster still: 5.5 us of
+    # compute against >= 680 us for any split)
+    (hsi_model(), LinkSpec(1e8, 1e-6), "batch:4", "batch:1"),
     # the same with 100 us per hand-over: the 10 weight gradients are one bucketed
     # all-reduce (6 hand-overs on a ring of 4: 0.6 ms), so batch:4 still wins (1.6 ms)
     # over the hybrid (2.5 ms) and model:4 (4.9 ms)
-    (hsi_model(), LinkSpec(1e8, 1e-4), "batch:4"),
+    (hsi_model(), LinkSpec(1e8, 1e-4), "batch:4", "batch:1"),
     # a huge classifier and a tiny batch: the gradient all-reduce dominates
     (ModelSpec("big-fc", [dense_layer_spec("fc1", 4096, 8192, "hidden", "output"),
                           dense_layer_spec("fc2", 8192, 16, "hidden", "input")], (4096,)),
-     LinkSpec(1e9, 1e-6), "model:4"),
+     LinkSpec(1e9, 1e-6), "model:4", "model:4"),
 ])
-def test_auto_picks_the_fastest_and_says_why(model, link, expected):
+def test_auto_picks_the_fastest_and_says_why(model, link, expected, chosen):
     devices = ["/gpu:0", "/gpu:1", "/gpu:2", "/gpu:3"]
     speeds = [1e13, 1e13, 5e12, 5e12]
     plan = plan_layout(model, devices, speeds, 8, "auto", link=link)
-    assert [c.mesh for c in plan.candidates] == ["batch:4", "batch:2;model:2", "model:4"]
+    # every mesh on the 4, 3, 2 and 1 fastest devices (ties in speed: the given order)
+    assert [(c.mesh, c.devices) for c in plan.candidates] == [
+        ("batch:4", 4), ("batch:2;model:2", 4), ("model:4", 4), ("batch:3", 3),
+        ("model:3", 3), ("batch:2", 2), ("model:2", 2), ("batch:1", 1)]
     for c in plan.candidates:  # every candidate is priced as if planned on its own
-        alone = plan_layout(model, devices, speeds, 8, c.mesh, link=link)
+        alone = plan_layout(model, devices[:c.devices], speeds[:c.devices], 8, c.mesh,
+                            link=link)
         assert c.step == pytest.approx(alone.prediction.step)
-    assert plan.mesh == expected
+    on_all = [c for c in plan.candidates if c.devices == 4]
+    assert min(on_all, key=lambda c: c.step).mesh == expected
+    assert plan.mesh == chosen
     assert plan.prediction.step == min(c.step for c in plan.candidates)
-    assert "lowest predicted step time of 3 candidate meshes" in plan.reason
+    assert "lowest predicted step time of 8 candidate meshes" in plan.reason
+    assert plan.devices == devices[:len(plan.devices)]
+    assert [r["device"] for r in plan.left_out] == devices[len(plan.devices):]
     text = plan.explain()
     assert all(c.mesh in text for c in plan.candidates)
 
@@ -101,16 +111,25 @@ def test_auto_keeps_the_model_axis_inside_a_host_when_hosts_are_far_apart():
                for i, (s, h) in enumerate(zip([1e13, 1e13, 5e12, 5e12], hosts))]
     link = LinkSpec(1e7, 1e-3, local=LinkSpec(1e11, 1e-7))
     plan = plan_layout(hsi_model(), devices, None, 8, "auto", link=link)
-    steps = {c.mesh: c.step for c in plan.candidates}
-    assert plan.mesh == "batch:2;model:2"
+    steps = {c.mesh: c.step for c in plan.candidates if c.devices == 4}
     assert steps["batch:2;model:2"] < steps["batch:4"] < steps["model:4"]
 
 
 def test_auto_skips_infeasible_meshes_and_records_why():
     plan = plan_layout(hsi_model(filters=(2, 2)), GPUS, SPEEDS, 30, "auto")
-    notes = {c.mesh: c.note for c in plan.candidates}
+    notes = {c.mesh: c.note for c in plan.candidates if c.devices == 3}
     assert "2 filters1 filters cannot give 3 devices at least 1 each" in notes["model:3"]
-    assert plan.mesh == "batch:3"
+    # Relative speeds, no link: compute alone, in units of one sample's training FLOPs.
+    # batch:3 gives 30 samples at 70:25:5 as [21, 8, 1]: /gpu:1 is slowest with 8 / 25 =
+    # 0.32; batch:2 on the two GPUs [22, 8], the same 0.32; /gpu:0 alone 30 / 70. On the
+    # tie the layout with fewer devices wins.
+    sample = 3 * sum(layer.flops_per_sample for layer in hsi_model(filters=(2, 2)).layers)
+    steps = {(c.mesh, c.devices): c.step for c in plan.candidates}
+    assert steps[("batch:3", 3)] == pytest.approx(8 / 25 * sample)
+    assert steps[("batch:1", 1)] == pytest.approx(30 / 70 * sample)
+    assert plan.mesh == "batch:2" and plan.splits == {"batch": [22, 8]}
+    assert plan.prediction.step == pytest.approx(8 / 25 * sample)
+    assert plan.devices == ["/gpu:0", "/gpu:1"]
 
 
 def test_memory_caps_move_filters_to_devices_with_room():
@@ -286,6 +305,100 @@ def test_large_plan_is_consistent():
     devices = [f"/job:worker/task:{i}/device:GPU:0" for i in range(256)]
     speeds = np.random.default_rng(3).uniform(1e11, 1e13, 256).tolist()
     plan = plan_layout(hsi_model(filters=(512, 256)), devices, speeds, 1024, "auto", link=LINK)
-    assert len(plan.candidates) == 9
+    # 9 meshes on all 256; every mesh on 1 to 8 devices (20); batch:k and model:k on 16,
+    # 32, 64 and 128 (8)
+    assert len(plan.candidates) == 37
+    assert sorted({c.devices for c in plan.candidates}) == [1, 2, 3, 4, 5, 6, 7, 8, 16, 32,
+                                                            64, 128, 256]
+    assert len(plan.devices) + len(plan.left_out) == 256
+    assert plan.prediction.step == min(c.step for c in plan.candidates if c.step is not None)
     for dim, sizes in plan.splits.items():
         assert sum(sizes) == {"batch": 1024, "filters1": 512, "filters2": 256}[dim]
+
+
+# --- device subsets: never slower than the fastest device alone --------------------------
+
+def fc_model():
+    """One dense layer 1000 -> 100, no bias, hidden units split over the model axis:
+    F = 2e5 forward FLOPs and 1e5 weights per sample."""
+    return ModelSpec("fc", [dense_layer_spec("fc", 1000, 100, "hidden", "output", bias=False)],
+                     (1000,))
+
+
+def test_one_device_when_the_link_is_slow_and_a_split_when_it_is_fast():
+    # Two devices of 1e9 FLOP/s, batch 64. By hand (training = 3 x forward):
+    #   one device:  3 * 2e5 * 64 / 1e9                              = 38.4 ms
+    #   model:2:     half the hidden units, 19.2 ms, plus one all-gather of the output
+    #                (64 samples x 100 floats, halves of 12800 B): 12800 B / bw + latency
+    #   batch:2:     32 samples each, 19.2 ms, plus one bucketed all-reduce of the 4e5
+    #                gradient bytes on a ring of 2 (4e5 / bw + 2 latency)
+    devices, speeds = ["/cpu:0", "/cpu:1"], [1e9, 1e9]
+    slow = plan_layout(fc_model(), devices, speeds, 64, "auto", link=LinkSpec(1e6, 0.01))
+    steps = {(c.mesh, c.devices): c.step for c in slow.candidates}
+    assert steps == pytest.approx({("batch:2", 2): 0.0192 + 0.4 + 0.02,
+                                   ("model:2", 2): 0.0192 + 0.0128 + 0.01,
+                                   ("batch:1", 1): 0.0384})
+    assert slow.mesh == "batch:1" and slow.devices == ["/cpu:0"] and slow.speeds == [1e9]
+    assert slow.prediction.step == pytest.approx(0.0384) and slow.prediction.comm == 0
+    assert slow.left_out == [{"device": "/cpu:1", "speed": 1e9, "reason":
+                              "left out /cpu:1: with it the best layout (all devices, "
+                              "model:2) is predicted 42 ms, without it 38.4 ms"}]
+
+    fast = plan_layout(fc_model(), devices, speeds, 64, "auto", link=LinkSpec(1e10, 1e-6))
+    assert fast.mesh == "model:2" and fast.devices == devices and fast.left_out == []
+    assert fast.splits == {"hidden": [50, 50]}
+    assert fast.prediction.step == pytest.approx(0.0192 + 12800 / 1e10 + 1e-6)
+
+
+def test_a_much_slower_device_is_left_out_with_its_reason():
+    # /cpu:0 at 1e9 FLOP/s beside two GPUs at 1e12 must take at least one hidden unit
+    # (model:3: 3 * 2e3 * 64 / 1e9 = 384 us, plus 2 all-gather steps of 12800 B at 1e12
+    # B/s) or one sample (batch:3: 600 us); the GPUs alone split 50/50 in 19.2 us plus one
+    # all-gather step.
+    plan = plan_layout(fc_model(), ["/gpu:0", "/cpu:0", "/gpu:1"], [1e12, 1e9, 1e12], 64,
+                       "auto", link=LinkSpec(1e12, 0.0))
+    assert plan.mesh == "model:2" and plan.devices == ["/gpu:0", "/gpu:1"]
+    assert plan.prediction.step == pytest.approx(1.92e-5 + 12800 / 1e12)
+    steps = {(c.mesh, c.devices): c.step for c in plan.candidates}
+    assert steps[("model:3", 3)] == pytest.approx(3.84e-4 + 2 * 12800 / 1e12)
+    assert plan.left_out == [{"device": "/cpu:0", "speed": 1e9, "reason":
+                              "left out /cpu:0: with it the best layout (all devices, "
+                              "model:3) is predicted 384 us, without it 19.2 us"}]
+    text = plan.explain()
+    assert "left out /cpu:0: with it" in text and "1 device left out" in text
+    assert "Candidates on k devices use the k fastest: /gpu:0, /gpu:1, /cpu:0" in text
+    # a given mesh keeps all devices
+    given = plan_layout(fc_model(), ["/gpu:0", "/cpu:0", "/gpu:1"], [1e12, 1e9, 1e12], 64,
+                        "model:3", link=LinkSpec(1e12, 0.0))
+    assert given.devices == ["/gpu:0", "/cpu:0", "/gpu:1"] and given.left_out == []
+
+
+def test_left_out_devices_round_trip_and_old_plans_still_load(tmp_path):
+    devices = ["/gpu:0", "/cpu:0", "/gpu:1"]
+    plan = plan_layout(fc_model(), devices, [1e12, 1e9, 1e12], 64, "auto",
+                       link=LinkSpec(1e12, 0.0))
+    path = tmp_path / "plan.json"
+    plan.to_json(path)
+    data = json.loads(path.read_text())
+    assert data["left_out"] == plan.left_out and data["candidates"][0]["devices"] == 3
+    loaded = Plan.from_json(path, model_spec=fc_model(), devices=devices)  # planned from
+    assert loaded == plan
+    Plan.from_json(path, devices=["/gpu:0", "/gpu:1"])  # or only the devices it uses
+    with pytest.raises(ValueError, match=r"is for devices \['/gpu:0', '/gpu:1'\] \(left "
+                                         r"out: /cpu:0\), not \['/gpu:1', '/gpu:0'\]"):
+        Plan.from_json(path, devices=["/gpu:1", "/gpu:0"])
+    # a plan written before left_out and Candidate.devices existed
+    del data["left_out"]
+    for c in data["candidates"]:
+        del c["devices"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(data))
+    loaded = Plan.from_json(old, model_spec=fc_model())
+    assert loaded.left_out == [] and all(c.devices is None for c in loaded.candidates)
+    assert "mesh model:2" in loaded.explain()
+    # a bad record names the field
+    data["left_out"] = [{"device": "/gpu:0", "speed": 1.0, "reason": "x"}]
+    old.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"left_out\[0\].device must be a device name not "
+                                         "among the plan's devices"):
+        Plan.from_json(old)

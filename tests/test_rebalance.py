@@ -12,6 +12,7 @@ from hmp.planning import ModelSpec, conv_layer_spec, plan_layout
 # Momentum, not Adam: a new split sums in another order, and Adam's division
 # by sqrt(v) magnifies those rounding differences of near-zero gradients.
 FLAGS = ["--model=cnn2d", "--width=8", "--patch_size=5", "--batch_size=64",
+         "--devices=/cpu:0,/cpu:1,/cpu:2",
          "--train_fraction=0.05", "--speeds=1,1,1", "--mesh=model:3", "--epochs=3",
          "--optimizer=momentum", "--learning_rate=0.01"]
 

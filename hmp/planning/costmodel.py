@@ -414,16 +414,24 @@ def allreduce_time(nbytes, hosts, link):
     tensor on the local link, ``k`` the most devices on one host), and the
     leaders run a ring over ``link``.
     """
+    return _allreduce_pricer(hosts, link)(nbytes)
+
+
+def _allreduce_pricer(hosts, link):
+    """``allreduce_time`` of one group as a function of the bytes (the group's hosts
+    looked at once, not per tensor: a plan prices many tensors per group)."""
     hosts = list(hosts)
     if len(hosts) <= 1:
-        return 0.0
+        return lambda nbytes: 0.0
     if is_hierarchical(hosts):
         groups = group_by_host(hosts)
         k = max(len(positions) for positions in groups.values())
         local = link.local or link
-        return (2 * (k - 1) * (local.latency_s + nbytes / local.bandwidth_bytes_per_s)
-                + ring_allreduce_time(nbytes, len(groups), link))
-    return ring_allreduce_time(nbytes, len(hosts), link.between(hosts))
+        return lambda nbytes: (
+            2 * (k - 1) * (local.latency_s + nbytes / local.bandwidth_bytes_per_s)
+            + ring_allreduce_time(nbytes, len(groups), link))
+    ring = link.between(hosts)
+    return lambda nbytes: ring_allreduce_time(nbytes, len(hosts), ring)
 
 
 def concurrent_groups_time(times, groups, link):
@@ -462,11 +470,12 @@ def _model_axis_time(model_spec, mesh, splits, batch_rows, link, hosts):
     rows = []
     for row_hosts, samples in zip(groups, batch_rows):
         row_link = link.between(row_hosts)
+        reduce = _allreduce_pricer(row_hosts, link)
         per_sample = BYTES_PER_ELEMENT * samples
         total = 0.0
         for kind, elems, pieces in collectives:
             if kind == "allreduce":
-                total += allreduce_time(per_sample * elems, row_hosts, link)
+                total += reduce(per_sample * elems)
             else:
                 total += ring_allgather_time(per_sample * elems * pieces, row_link)
         rows.append(total)
@@ -484,8 +493,8 @@ def _batch_axis_time(model_spec, mesh, fractions, link, hosts):
         return 0.0
     _, params, _ = _layer_arrays(model_spec)
     groups = [list(hosts[:, c]) for c in range(mesh.model)]
-    columns = [allreduce_time(BYTES_PER_ELEMENT * float(params @ fractions[:, c]),
-                              column_hosts, link)
+    columns = [_allreduce_pricer(column_hosts, link)(
+        BYTES_PER_ELEMENT * float(params @ fractions[:, c]))
                for c, column_hosts in enumerate(groups)]
     return concurrent_groups_time(columns, groups, link)
 

@@ -8,7 +8,7 @@ checked against the model and devices it is loaded for.
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from numbers import Real
 
 from hmp.planning.apportion import check_speeds
@@ -21,13 +21,18 @@ TIME_UNITS = ("s", "relative")
 
 @dataclass
 class Candidate:
-    """One layout the planner weighed; ``step`` is None when it was infeasible."""
+    """One layout the planner weighed; ``step`` is None when it was infeasible.
+
+    ``devices``: on how many of the fastest devices (``mesh="auto"`` also tries
+    subsets); None in plans written before subsets were tried (all devices).
+    """
 
     mesh: str
     step: float | None
     compute: float | None
     comm: float | None
     note: str  # why it is infeasible; empty otherwise
+    devices: int | None = None
 
 
 @dataclass
@@ -47,6 +52,9 @@ class Plan:
     memory_caps: list | None
     candidates: list  # of Candidate
     reason: str
+    # Devices given to the planner that the plan does not use, slowest last:
+    # [{"device": "/cpu:1", "speed": 1e9, "reason": "left out /cpu:1: with it ..."}]
+    left_out: list = field(default_factory=list)
 
     def to_json(self, path):
         """Writes the plan as JSON (see README for the format)."""
@@ -85,31 +93,49 @@ class Plan:
         check_splits(model_spec, parse_mesh(self.mesh), self.batch_size, self.splits, where)
 
     def check_devices(self, devices, where="plan"):
-        """ValueError unless this plan is for exactly ``devices`` (count and names, in order)."""
+        """ValueError unless this plan is for exactly ``devices`` (count and names, in order).
+
+        The devices the plan left out (``left_out``) may be among ``devices``:
+        a plan is for the devices it was planned from.
+        """
         names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
         for name in self.devices:
             if name not in names:
                 raise ValueError(f"{where}: device {name!r} is not among the given "
                                  f"devices {names}")
-        if self.devices != names:
-            raise ValueError(f"{where}: is for devices {self.devices}, not {names}")
+        left = {record["device"] for record in self.left_out}
+        if [name for name in names if name not in left] != self.devices:
+            raise ValueError(f"{where}: is for devices {self.devices}"
+                             + (f" (left out: {', '.join(sorted(left))})" if left else "")
+                             + f", not {names}")
 
     def explain(self):
         """A readable account: the mesh and why, per device its load, per layer its filters."""
-        fmt = _format_time if self.time_unit == "s" else (lambda t: f"{t:.4g} u")
+        fmt = lambda t: format_time(t, self.time_unit != "s")  # noqa: E731
         p = self.prediction
+        count = len(self.devices)
         lines = [f"Plan for model {self.model!r}, batch {self.batch_size}, "
-                 f"{len(self.devices)} devices: mesh {self.mesh} "
+                 f"{count} device{'s' if count != 1 else ''}: mesh {self.mesh} "
                  f"(layout rules {self.layout_rules!r})",
                  f"Predicted step {fmt(p.step)} = compute {fmt(p.compute)} "
                  f"+ communication {fmt(p.comm)}"
                  + ("" if self.time_unit == "s" else
                     " (u = time units: speeds are relative, communication not priced)"),
-                 f"Why: {self.reason}", ""]
-        rows = [["mesh", "step", "compute", "comm", "note"]]
+                 f"Why: {self.reason}"]
+        lines += [f"  {record['reason']}" for record in self.left_out] + [""]
+        subsets = any(c.devices is not None for c in self.candidates)
+        if subsets:
+            by_speed = [d for _, d in sorted(enumerate(self.devices),
+                                             key=lambda item: -self.speeds[item[0]])]
+            by_speed += [record["device"] for record in self.left_out]
+            lines.append(f"Candidates on k devices use the k fastest: {', '.join(by_speed)}")
+        rows = [["mesh", *(["devices"] if subsets else []), "step", "compute", "comm", "note"]]
         for c in self.candidates:
             times = ["-"] * 3 if c.step is None else [fmt(c.step), fmt(c.compute), fmt(c.comm)]
-            rows.append([c.mesh, *times, c.note])
+            count = ([] if not subsets else
+                     [str(len(self.devices) + len(self.left_out)
+                          if c.devices is None else c.devices)])
+            rows.append([c.mesh, *count, *times, c.note])
         lines += aligned_columns(rows) + [""]
 
         batch = self.splits.get("batch")
@@ -148,6 +174,11 @@ def aligned_columns(rows):
     """Text lines of ``rows`` (lists of strings) in left-aligned columns, two spaces apart."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def format_time(value, relative=False):
+    """A predicted time for people: seconds with a unit, or relative units ("u")."""
+    return f"{value:.4g} u" if relative else _format_time(value)
 
 
 def _format_time(seconds):
@@ -204,7 +235,7 @@ def _dict(value, where, field, keys):
 
 def _parse(data, where):
     """Builds a Plan from parsed JSON, checking every field."""
-    fields = [f for f in Plan.__dataclass_fields__]
+    fields = [f for f in Plan.__dataclass_fields__ if f != "left_out"]  # optional (newer)
     data = _dict(data, where, "the top level", ["format"] + fields)
     if data["format"] != FORMAT:
         _fail(where, "format", repr(FORMAT), data["format"])
@@ -265,10 +296,15 @@ def _parse(data, where):
                 for c in _list(caps, where, "memory_caps", n)]
     candidates = []
     for i, c in enumerate(_list(data["candidates"], where, "candidates")):
-        c = _dict(c, where, f"candidates[{i}]", Candidate.__dataclass_fields__)
+        c = _dict(c, where, f"candidates[{i}]",
+                  [k for k in Candidate.__dataclass_fields__ if k != "devices"])
+        count = c.get("devices")
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int)
+                                  or count < 1):
+            _fail(where, f"candidates[{i}].devices", "a whole number >= 1 or null", count)
         candidates.append(Candidate(
             mesh=_string(c["mesh"], where, f"candidates[{i}].mesh"),
-            note=_string(c["note"], where, f"candidates[{i}].note"),
+            note=_string(c["note"], where, f"candidates[{i}].note"), devices=count,
             **{k: _number(c[k], where, f"candidates[{i}].{k}", optional=True)
                for k in ("step", "compute", "comm")}))
     return Plan(
@@ -277,4 +313,19 @@ def _parse(data, where):
         batch_size=batch_size, devices=devices, speeds=data["speeds"], splits=splits,
         layers=layers, time_unit=data["time_unit"], prediction=prediction,
         memory_caps=caps, candidates=candidates,
-        reason=_string(data["reason"], where, "reason"))
+        reason=_string(data["reason"], where, "reason"),
+        left_out=_left_out(data.get("left_out", []), where, devices))
+
+
+def _left_out(records, where, devices):
+    """The plan's ``left_out`` records (absent in older plans: none), checked."""
+    records = _list(records, where, "left_out")
+    for i, record in enumerate(records):
+        _dict(record, where, f"left_out[{i}]", ["device", "speed", "reason"])
+        name = _string(record["device"], where, f"left_out[{i}].device")
+        if not name or name in devices:
+            _fail(where, f"left_out[{i}].device", "a device name not among the plan's devices",
+                  name)
+        _number(record["speed"], where, f"left_out[{i}].speed")
+        _string(record["reason"], where, f"left_out[{i}].reason")
+    return records

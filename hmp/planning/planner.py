@@ -7,8 +7,11 @@ proportion to each row's summed speed. Memory caps turn into caps on filters
 and samples (the cost model's memory estimate is affine in both), so work
 moves from a device that would not fit to devices with room. With
 ``mesh="auto"`` every data-, hybrid and model-parallel mesh of the right size
-is laid out and priced by the cost model; the fastest wins, and every
-candidate's prediction is kept as the reason.
+is laid out and priced by the cost model, on all devices and on the k fastest
+of them for smaller k (down to the fastest alone, so the plan is never
+predicted slower than the fastest device by itself); the fastest wins, every
+candidate's prediction is kept as the reason, and every device left out is
+recorded with why.
 """
 
 import dataclasses
@@ -20,11 +23,13 @@ import numpy as np
 from hmp.planning.apportion import apportion, check_speeds
 from hmp.planning.costmodel import DeviceSpec, memory_bytes, predict, weight_fractions
 from hmp.planning.layout import candidate_meshes, layout_rules, parse_mesh
-from hmp.planning.plan import Candidate, Plan, layer_entries
+from hmp.planning.plan import Candidate, Plan, format_time, layer_entries
 
 # Speeds whose largest is below this are taken as relative (70, 25, 5), not FLOP/s:
 # no device that trains CNNs is slower than 1 MFLOP/s.
 MIN_ABSOLUTE_FLOPS = 1e6
+# mesh="auto" tries every subset size and every mesh up to this many devices (see subset_sizes).
+EXHAUSTIVE_DEVICES = 8
 
 
 def _device_specs(devices, speeds, memory_caps):
@@ -124,6 +129,41 @@ def _layout(model_spec, specs, mesh, batch_size, min_filters):
     return splits
 
 
+
+def subset_sizes(device_count):
+    """How many of the fastest devices ``mesh="auto"`` tries, largest first.
+
+    Every count up to ``EXHAUSTIVE_DEVICES``; beyond that 1 to
+    ``EXHAUSTIVE_DEVICES``, the powers of two below ``device_count``, and all.
+    """
+    if device_count <= EXHAUSTIVE_DEVICES:
+        return list(range(device_count, 0, -1))
+    sizes = set(range(1, EXHAUSTIVE_DEVICES + 1)) | {device_count}
+    power = 2 * EXHAUSTIVE_DEVICES
+    while power < device_count:
+        sizes.add(power)
+        power *= 2
+    return sorted(sizes, reverse=True)
+
+
+def subset_meshes(size, device_count):
+    """The meshes ``mesh="auto"`` tries on the ``size`` fastest of ``device_count`` devices.
+
+    Every mesh (``candidate_meshes``) for all devices and for up to
+    ``EXHAUSTIVE_DEVICES``; only the two 1-D meshes (``batch:k``, ``model:k``)
+    for the larger proper subsets, which keeps a 1024-device plan fast.
+    """
+    meshes = candidate_meshes(size)
+    if size == device_count or size <= EXHAUSTIVE_DEVICES:
+        return meshes
+    return [m for m in meshes if m.batch == 1 or m.model == 1]
+
+
+def speed_order(specs):
+    """Device indices fastest first; equal speeds keep the given order."""
+    return sorted(range(len(specs)), key=lambda i: -specs[i].flops_per_s)
+
+
 def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
                 min_filters=1, link=None):
     """Plans the layout of ``model_spec`` over ``devices``; returns a Plan.
@@ -137,7 +177,11 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
         as relative when all are below 1e6; predicted times are then in
         relative units and no link may be given).
       batch_size: the global batch.
-      mesh: "model:N", "batch:M", "batch:M;model:N" or "auto".
+      mesh: "model:N", "batch:M", "batch:M;model:N" (all devices) or "auto":
+        every mesh on the k fastest devices for k = N, ..., 1 (``subset_sizes``,
+        ``subset_meshes``); the fastest prediction wins, so the one-device
+        layout on the fastest device is always a candidate. Devices left out
+        are recorded in ``Plan.left_out`` with the reason.
       memory_caps: None or bytes per device (None entries: no cap).
       min_filters: the fewest filters of every split dim any model column gets.
       link: a LinkSpec to price communication, or None to leave it out.
@@ -154,42 +198,91 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
             f"speeds {[d.flops_per_s for d in specs]} look relative (all below "
             f"{MIN_ABSOLUTE_FLOPS:g} FLOP/s); a link's cost can only be weighed against "
             "absolute speeds in FLOP/s")
+    n = len(specs)
+    order = speed_order(specs)
     if mesh == "auto":
-        meshes = candidate_meshes(len(specs))
+        # (size, indices of the ``size`` fastest devices in the given order, meshes)
+        trials = [(k, sorted(order[:k]), subset_meshes(k, n)) for k in subset_sizes(n)]
     else:
-        meshes = [parse_mesh(mesh)]
-        if meshes[0].size != len(specs):
-            raise ValueError(f"mesh {mesh!r} has {meshes[0].size} positions but "
-                             f"{len(specs)} devices were given")
+        given = parse_mesh(mesh)
+        if given.size != n:
+            raise ValueError(f"mesh {mesh!r} has {given.size} positions but "
+                             f"{n} devices were given")
+        trials = [(n, list(range(n)), [given])]
+    single = sum(len(meshes) for _, _, meshes in trials) == 1
 
-    candidates, layouts = [], {}
-    for m in meshes:
-        try:
-            splits = _layout(model_spec, specs, m, batch_size, min_filters)
-        except ValueError as e:
-            if len(meshes) == 1:
-                raise
-            candidates.append(Candidate(str(m), None, None, None, f"infeasible: {e}"))
-            continue
-        prediction = predict(model_spec, specs, m, batch_size, splits, link)
-        layouts[str(m)] = (m, splits, prediction)
-        candidates.append(Candidate(str(m), prediction.step, prediction.compute,
-                                    prediction.comm, ""))
+    candidates, layouts = [], []
+    for k, indices, meshes in trials:
+        subset = [specs[i] for i in indices]
+        for m in meshes:
+            try:
+                splits = _layout(model_spec, subset, m, batch_size, min_filters)
+            except ValueError as e:
+                if single:
+                    raise
+                candidates.append(Candidate(str(m), None, None, None, f"infeasible: {e}", k))
+                continue
+            prediction = predict(model_spec, subset, m, batch_size, splits, link)
+            layouts.append((prediction.step, k, m, indices, splits, prediction))
+            candidates.append(Candidate(str(m), prediction.step, prediction.compute,
+                                        prediction.comm, "", k))
     if not layouts:
-        raise ValueError("no mesh fits: " + "; ".join(f"{c.mesh}: {c.note}" for c in candidates))
-    best = min(layouts, key=lambda name: layouts[name][2].step)
-    chosen, splits, prediction = layouts[best]
-    if len(meshes) == 1:
+        raise ValueError("no mesh fits: " + "; ".join(
+            f"{c.mesh}" + (f" on {c.devices} devices" if c.devices != n else "")
+            + f": {c.note}" for c in candidates))
+    # The fastest; on a tie the one with fewer devices (less that can go wrong).
+    step, k, chosen, indices, splits, prediction = min(layouts, key=lambda l: (l[0], l[1]))
+    kept = [specs[i] for i in indices]
+    left_out = _left_out(specs, order, k, layouts, step, relative)
+    if mesh != "auto":
         reason = "mesh given by the caller"
     else:
+        sizes = [size for size, _, _ in trials]
         reason = (f"lowest predicted step time of {len(candidates)} candidate meshes "
-                  f"({len(layouts)} feasible)"
+                  f"({len(layouts)} feasible) on the fastest "
+                  f"{_counts(sizes)} of {n} devices"
                   + ("" if link is not None else "; communication not priced (no link given)"))
+        if left_out:
+            reason += f"; {len(left_out)} device{'s' if len(left_out) > 1 else ''} left out"
     return Plan(
         model=model_spec.name, mesh=str(chosen), layout_rules=layout_rules(model_spec, chosen),
-        batch_size=batch_size, devices=[d.name for d in specs],
-        speeds=[d.flops_per_s for d in specs], splits=splits, layers=layer_entries(model_spec),
+        batch_size=batch_size, devices=[d.name for d in kept],
+        speeds=[d.flops_per_s for d in kept], splits=splits, layers=layer_entries(model_spec),
         time_unit="relative" if relative else "s", prediction=prediction,
-        memory_caps=([d.mem_bytes for d in specs]
-                     if any(d.mem_bytes is not None for d in specs) else None),
-        candidates=candidates, reason=reason)
+        memory_caps=([d.mem_bytes for d in kept]
+                     if any(d.mem_bytes is not None for d in kept) else None),
+        candidates=candidates, reason=reason, left_out=left_out)
+
+
+def _counts(sizes):
+    """``[3, 2, 1]`` -> "3, 2 and 1"; long runs of counts shortened."""
+    words = [str(s) for s in sizes]
+    if len(words) > 8:
+        words = words[:3] + ["..."] + words[-2:]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _left_out(specs, order, kept, layouts, best_step, relative):
+    """A record per device the chosen layout leaves out, slowest last, with the reason:
+    the best prediction of the smallest subset tried that includes it, against the
+    chosen one."""
+    best_by_size = {}
+    for step, size, m, _, _, _ in layouts:
+        if size not in best_by_size or step < best_by_size[size][0]:
+            best_by_size[size] = (step, m)
+    records = []
+    for rank in range(kept, len(specs)):
+        spec = specs[order[rank]]
+        larger = sorted(size for size in best_by_size if size > rank)
+        if larger:
+            size = larger[0]
+            step, m = best_by_size[size]
+            group = "all devices" if size == len(specs) else f"the {size} fastest devices"
+            with_it = (f"with it the best layout ({group}, {m}) is predicted "
+                       f"{format_time(step, relative)}")
+        else:
+            with_it = "with it no layout fits"
+        records.append({"device": spec.name, "speed": spec.flops_per_s,
+                        "reason": f"left out {spec.name}: {with_it}, without it "
+                                  f"{format_time(best_step, relative)}"})
+    return records

@@ -1,0 +1,149 @@
+"""The link between devices, measured for the planner: ``measure_link`` -> ``LinkSpec``.
+
+A tensor is handed back and forth between two devices: a chain of
+``HOPS + 1`` adds alternating between them, minus a chain of one add, is
+``HOPS`` hand-overs (each a message and the op that takes it). Timed for a
+small tensor (``HANDOVER_BYTES[0]``: its per-hop time is the latency, its
+bytes are negligible) and a large one (the slope between the two is the
+bandwidth): the short and the long chain run in turns, and the median of
+``repeats`` differences counts (turns, so that a change in the machine's
+load hits both). Grappler is off for these runs (it would fold the chain).
+
+Which devices share a host decides which link a collective uses
+(``LinkSpec.local``): ``device_host`` says a device's host -- the task of a
+``/job:.../task:K`` device (a worker process of ``--cluster`` mode), else
+``"localhost"`` (virtual devices and GPUs of this process). With devices on
+several hosts the pair is one device of the first host and one of another
+(the returned link), and, if some host has two devices, also two devices of
+one host (``local``); with one host only the local pair is measured and is
+the link itself.
+
+``platform_specs`` turns measured speeds into the planner's DeviceSpecs with
+those hosts, and ``host_cores=1`` for CPU devices that share a host with
+another CPU device: each was measured alone with all of its process's cores,
+so together they compute no faster than one of them alone.
+"""
+
+import statistics
+import time
+
+import tensorflow.compat.v1 as tf
+
+from hmp.planning import DeviceSpec, LinkSpec
+
+HANDOVER_BYTES = (256, 1 << 20)  # small: latency; large: bandwidth
+HOPS = 16
+MIN_SECONDS = 1e-9  # floor of a per-hop time (a LinkSpec needs positive figures)
+
+
+def device_host(name):
+    """The host of a device name: ``"/job:worker/task:1"``, or ``"localhost"``."""
+    spec = tf.DeviceSpec.from_string(name)
+    if spec.job is None and spec.task is None:
+        return "localhost"
+    return "/job:%s/task:%d" % (spec.job or "localhost", spec.task or 0)
+
+
+def _is_cpu(name):
+    spec = tf.DeviceSpec.from_string(name)
+    return (spec.device_type or "CPU").upper() == "CPU"
+
+
+def platform_specs(devices, flops_per_s):
+    """DeviceSpecs with each device's host and, for CPUs sharing a host, host_cores=1."""
+    hosts = [device_host(d) for d in devices]
+    cpus = [_is_cpu(d) for d in devices]
+    shared = {h for h in hosts if sum(c for c, g in zip(cpus, hosts) if g == h) > 1}
+    return [DeviceSpec(name, float(rate), host=host,
+                       host_cores=1 if cpu and host in shared else None)
+            for name, rate, host, cpu in zip(devices, flops_per_s, hosts, cpus)]
+
+
+def link_pairs(devices):
+    """``{"link": pair or None, "local": pair or None}``: the pairs ``measure_link`` times."""
+    hosts = [device_host(d) for d in devices]
+    remote = next(((devices[0], d) for d, h in zip(devices, hosts) if h != hosts[0]), None)
+    local = None
+    for i, host in enumerate(hosts):
+        other = next((devices[j] for j in range(i + 1, len(devices)) if hosts[j] == host),
+                     None)
+        if other is not None:
+            local = (devices[i], other)
+            break
+    return {"link": remote, "local": local}
+
+
+def _no_rewrites(config):
+    config = tf.ConfigProto.FromString(config.SerializeToString()) if config else \
+        tf.ConfigProto()
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    return config
+
+
+def _seconds(session, fetch):
+    start = time.perf_counter()
+    session.run(fetch)
+    return time.perf_counter() - start
+
+
+def _median_difference(session, short, long, repeats):
+    """Median over ``repeats`` turns of (long chain's seconds - short chain's)."""
+    return statistics.median(-_seconds(session, short) + _seconds(session, long)
+                             for _ in range(repeats))
+
+
+def handover_seconds(pair, target=None, session_config=None, repeats=9):
+    """Median seconds of one hand-over between ``pair``'s devices, per HANDOVER_BYTES."""
+    with tf.Graph().as_default():
+        chains = []
+        for nbytes in HANDOVER_BYTES:
+            with tf.device(pair[0]):
+                start = tf.Variable(tf.zeros([nbytes // 4]))
+            ends = []
+            for hops in (1, HOPS + 1):
+                y = start
+                for hop in range(hops):
+                    with tf.device(pair[(hop + 1) % 2]):
+                        y = y + 1.0
+                ends.append(tf.group(y))
+            chains.append(ends)
+        with tf.Session(target or "", config=_no_rewrites(session_config)) as session:
+            session.run(tf.global_variables_initializer())
+            for short, long in chains:  # warm-up
+                _median_difference(session, short, long, 2)
+            return [max(_median_difference(session, short, long, repeats) / HOPS, MIN_SECONDS)
+                    for short, long in chains]
+
+
+def _fit(seconds):
+    """A LinkSpec from per-hop seconds of the small and large tensor."""
+    (small_bytes, large_bytes), (small, large) = HANDOVER_BYTES, seconds
+    bandwidth = (large_bytes - small_bytes) / max(large - small, MIN_SECONDS)
+    return LinkSpec(bandwidth, small)
+
+
+def measure_link(devices, target=None, session_config=None, repeats=9, progress=None):
+    """The link between ``devices`` as a LinkSpec, or None for fewer than two devices.
+
+    Args:
+      devices: TensorFlow device names (their hosts: ``device_host``).
+      target: session target for remote devices, or None.
+      session_config: a ``tf.ConfigProto`` (virtual CPU devices, cluster
+        timeouts), or None.
+      repeats: timed runs per chain; the median counts.
+      progress: optional ``callable(str)`` told what is measured.
+    """
+    if len(devices) < 2:
+        return None
+    say = progress or (lambda message: None)
+    pairs = link_pairs(devices)
+    figures = {}
+    for kind in ("link", "local"):
+        if pairs[kind] is not None:
+            say("profiling the link between %s and %s" % pairs[kind])
+            figures[kind] = _fit(handover_seconds(pairs[kind], target, session_config,
+                                                  repeats))
+    if "link" not in figures:  # one host: its local link is the only one
+        return figures["local"]
+    return LinkSpec(figures["link"].bandwidth_bytes_per_s, figures["link"].latency_s,
+                    local=figures.get("local"))

@@ -1,0 +1,198 @@
+"""Measured device speeds and link figures, kept so that the next run need not profile.
+
+An entry is the measurement of one setting -- ``cache_key``: the model
+(name, width, patch, bands, classes), batch size, optimizer, device names,
+the cluster's worker addresses (None outside ``--cluster`` mode), and the
+hmp and TensorFlow versions -- with per device its samples/s (median, min,
+max) and FLOP/s, the link (a ``LinkSpec`` as a dict, or None) and when it was
+measured. ``hmp.train`` keeps entries in the run folder
+(``<model_dir>/speeds.json``) and in a user cache (``user_cache_path``:
+``$HMP_CACHE_DIR/speeds.json`` or ``~/.cache/hmp/speeds.json``).
+
+A file that cannot be read or does not have the expected structure is
+ignored with a one-line warning (and replaced at the next write); writes go
+to a temporary file in the same folder and then ``os.replace`` it, so a
+reader never sees half a file. Each file keeps the ``MAX_ENTRIES`` newest
+entries.
+"""
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import tempfile
+
+import tensorflow as tf_module
+
+from hmp.planning import LinkSpec
+
+FORMAT = "hmp-speeds/1"
+FILE_NAME = "speeds.json"
+MAX_ENTRIES = 64
+
+
+def _hmp_version():
+    try:
+        from importlib.metadata import version
+        return version("hmp")
+    except Exception:  # not installed as a package (a source checkout)
+        return "unknown"
+
+
+def cache_key(config, batch_size, optimizer, devices, workers=None):
+    """What a measurement depends on, as a JSON-able dict (entries match it exactly)."""
+    return {"model": config.name, "width": config.width, "patch": config.patch,
+            "bands": config.bands, "classes": config.n_classes, "batch_size": batch_size,
+            "optimizer": optimizer, "devices": list(devices),
+            "workers": list(workers) if workers is not None else None,
+            "hmp": _hmp_version(), "tensorflow": tf_module.__version__}
+
+
+def user_cache_path():
+    """``$HMP_CACHE_DIR/speeds.json``, else ``~/.cache/hmp/speeds.json``."""
+    folder = os.environ.get("HMP_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "hmp")
+    return os.path.join(folder, FILE_NAME)
+
+
+@dataclasses.dataclass
+class Entry:
+    """One measurement: per device samples/s and FLOP/s, the link, when."""
+
+    key: dict
+    measured_at: str  # ISO 8601, UTC
+    speeds: list  # [{"device", "samples_per_s", "min_samples_per_s", "max_samples_per_s",
+                  #   "flops_per_s"}, ...] in the key's device order
+    link: dict | None  # LinkSpec fields, or None
+
+    @property
+    def flops_per_s(self):
+        return [s["flops_per_s"] for s in self.speeds]
+
+    def link_spec(self):
+        return LinkSpec(**self.link) if self.link is not None else None
+
+
+def new_entry(key, measured, link):
+    """An Entry of ``profiler.DeviceSpeed``s and a LinkSpec (or None), measured now."""
+    return Entry(key, datetime.datetime.now(datetime.timezone.utc).isoformat(
+                     timespec="seconds"),
+                 [{"device": m.device, "samples_per_s": m.samples_per_s,
+                   "min_samples_per_s": m.min_samples_per_s,
+                   "max_samples_per_s": m.max_samples_per_s, "flops_per_s": m.flops_per_s}
+                  for m in measured],
+                 dataclasses.asdict(link) if link is not None else None)
+
+
+def _positive_number(value):
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
+
+
+def _parse_entry(data):
+    """An Entry from JSON, or ValueError saying what is wrong."""
+    if not isinstance(data, dict) or set(data) != {"key", "measured_at", "speeds", "link"}:
+        raise ValueError("an entry is not an object of key, measured_at, speeds and link")
+    key, speeds = data["key"], data["speeds"]
+    if not isinstance(key, dict) or not isinstance(key.get("devices"), list):
+        raise ValueError("an entry's key has no device list")
+    if not isinstance(data["measured_at"], str):
+        raise ValueError("an entry's measured_at is not a string")
+    if not isinstance(speeds, list) or len(speeds) != len(key["devices"]):
+        raise ValueError("an entry has not one speed per device")
+    for speed, device in zip(speeds, key["devices"]):
+        if (not isinstance(speed, dict) or speed.get("device") != device
+                or not all(_positive_number(speed.get(k)) for k in
+                           ("samples_per_s", "min_samples_per_s", "max_samples_per_s",
+                            "flops_per_s"))):
+            raise ValueError("an entry's speed of %r is not positive numbers" % device)
+    entry = Entry(**data)
+    if entry.link is not None:
+        try:
+            entry.link_spec()
+        except (TypeError, ValueError) as error:
+            raise ValueError("an entry's link is not a LinkSpec: %s" % error) from None
+    return entry
+
+
+def load(path, warn):
+    """The entries of ``path``: [] if it does not exist; [] and ``warn(line)`` if corrupt."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError("not a %s file" % FORMAT)
+        if not isinstance(data.get("entries"), list):
+            raise ValueError("no list of entries")
+        return [_parse_entry(e) for e in data["entries"]]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except (OSError, UnicodeDecodeError, ValueError, TypeError) as error:
+        warn("warning: ignoring the speed cache %s (%s)"
+             % (path, str(error).splitlines()[0] if str(error) else type(error).__name__))
+        return []
+
+
+def lookup(paths, key, warn):
+    """``(entry, path)`` of the first file of ``paths`` with an entry for ``key``, or None."""
+    for path in paths:
+        for entry in reversed(load(path, warn)):
+            if entry.key == key:
+                return entry, path
+    return None
+
+
+def store(paths, entry, warn):
+    """Adds ``entry`` to every file of ``paths`` (replacing one of the same key), atomically.
+
+    A file that cannot be written gets ``warn(line)``; the run goes on.
+    """
+    for path in paths:
+        entries = [e for e in load(path, lambda line: None) if e.key != entry.key]
+        entries = (entries + [entry])[-MAX_ENTRIES:]
+        try:
+            write_json_atomically(path, {"format": FORMAT,
+                                         "entries": [dataclasses.asdict(e) for e in entries]})
+        except OSError as error:
+            warn("warning: cannot write the speed cache %s (%s)" % (path, error.strerror))
+
+
+def measured_or_cached(key, paths, measure, force=False, say=print, warn=print):
+    """The entry for ``key``: from the first of ``paths`` that has it, else ``measure()``.
+
+    ``measure()`` returns ``(DeviceSpeeds, LinkSpec or None)``; a new
+    measurement is stored in every file of ``paths``, and one found in a later
+    file is copied to the first (the run folder records what its plan used).
+    ``force``: measure even when cached. ``say`` gets one line on reuse,
+    ``warn`` one per unreadable or unwritable file. Returns ``(entry, path)``,
+    path None when measured now.
+    """
+    found = None if force else lookup(paths, key, warn)
+    if found is None:
+        measured, link = measure()
+        entry = new_entry(key, measured, link)
+        store(paths, entry, warn)
+        return entry, None
+    entry, path = found
+    say("speeds: reusing the measurement of %s from %s (--speeds=measure measures again)"
+        % (entry.measured_at, path))
+    if path != paths[0]:
+        store(paths[:1], entry, warn)
+    return entry, path
+
+
+def write_json_atomically(path, data):
+    """Writes JSON to a temporary file beside ``path``, then renames it over ``path``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=".speeds-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise

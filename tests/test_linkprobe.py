@@ -1,0 +1,46 @@
+"""hmp.linkprobe: the measured link is a LinkSpec (structure only, no timing assertions)."""
+
+import math
+
+import tensorflow.compat.v1 as tf
+
+from hmp.linkprobe import device_host, link_pairs, measure_link, platform_specs
+from hmp.planning import DeviceSpec, LinkSpec
+
+
+def test_link_between_two_virtual_cpus_is_a_positive_linkspec():
+    messages = []
+    link = measure_link(["/cpu:0", "/cpu:1"], repeats=3, progress=messages.append,
+                        session_config=tf.ConfigProto(device_count={"CPU": 2}))
+    assert isinstance(link, LinkSpec) and link.local is None  # one host: one link
+    for figure in (link.bandwidth_bytes_per_s, link.latency_s):
+        assert math.isfinite(figure) and figure > 0
+    assert messages == ["profiling the link between /cpu:0 and /cpu:1"]
+
+
+def test_one_device_has_no_link():
+    assert measure_link(["/cpu:0"]) is None
+
+
+def test_hosts_and_pairs():
+    worker = "/job:worker/task:%d/device:CPU:%d"
+    assert device_host("/cpu:1") == device_host("/gpu:0") == "localhost"
+    assert device_host(worker % (1, 0)) == "/job:worker/task:1"
+    # one device per task: only the link between tasks
+    assert link_pairs([worker % (0, 0), worker % (1, 0)]) == {
+        "link": (worker % (0, 0), worker % (1, 0)), "local": None}
+    # two tasks with two devices each: between tasks, and within task 0
+    assert link_pairs([worker % (0, 0), worker % (0, 1), worker % (1, 0), worker % (1, 1)]) \
+        == {"link": (worker % (0, 0), worker % (1, 0)),
+            "local": (worker % (0, 0), worker % (0, 1))}
+    assert link_pairs(["/cpu:0", "/gpu:0"]) == {"link": None, "local": ("/cpu:0", "/gpu:0")}
+
+
+def test_platform_specs_share_a_host_and_its_cores():
+    specs = platform_specs(["/cpu:0", "/cpu:1", "/gpu:0"], [1e9, 2e9, 1e12])
+    assert specs == [DeviceSpec("/cpu:0", 1e9, host="localhost", host_cores=1),
+                     DeviceSpec("/cpu:1", 2e9, host="localhost", host_cores=1),
+                     DeviceSpec("/gpu:0", 1e12, host="localhost", host_cores=None)]
+    worker = "/job:worker/task:%d/device:CPU:0"
+    assert [s.host_cores for s in platform_specs([worker % 0, worker % 1], [1e9, 1e9])] \
+        == [None, None]

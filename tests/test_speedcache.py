@@ -1,0 +1,146 @@
+"""hmp.speedcache: measured speeds and link kept per setting; hit, miss, corrupt, key."""
+
+import json
+import os
+
+import pytest
+
+from hmp import speedcache
+from hmp.graph import ModelConfig
+from hmp.planning import LinkSpec
+from hmp.profiler import DeviceSpeed
+
+CONFIG = ModelConfig("cnn2d", patch=5, bands=4, n_classes=3, width=2)
+DEVICES = ["/cpu:0", "/cpu:1"]
+LINK = LinkSpec(2e9, 3e-5, local=LinkSpec(8e9, 1e-5))
+
+
+class Measurer:
+    """A stand-in for profiling: fixed speeds and link, counting its calls."""
+
+    def __init__(self):
+        self.calls = 0
+        self.devices = DEVICES
+
+    def __call__(self):
+        self.calls += 1
+        return ([DeviceSpeed(self.devices[0], 100.0, 90.0, 110.0, 0.6, 3e9),
+                 DeviceSpeed(self.devices[1], 50.0 * self.calls, 40.0, 60.0 * self.calls, 0.4,
+                             1.5e9 * self.calls)], LINK)
+
+
+@pytest.fixture
+def paths(tmp_path):
+    return [str(tmp_path / "run" / "speeds.json"), str(tmp_path / "user" / "speeds.json")]
+
+
+def key(**changes):
+    args = dict(config=CONFIG, batch_size=8, optimizer="adam", devices=DEVICES)
+    args.update(changes)
+    return speedcache.cache_key(**args)
+
+
+def get(key_, paths, measure, force=False):
+    said, warned = [], []
+    entry, path = speedcache.measured_or_cached(key_, paths, measure, force, said.append,
+                                                warned.append)
+    return entry, path, said, warned
+
+
+def test_miss_measures_and_stores_everywhere_then_hits(paths):
+    measure = Measurer()
+    entry, path, said, warned = get(key(), paths, measure)
+    assert (measure.calls, path, said, warned) == (1, None, [], [])
+    assert entry.flops_per_s == [3e9, 1.5e9] and entry.link_spec() == LINK
+    for p in paths:
+        data = json.loads(open(p).read())
+        assert data["format"] == "hmp-speeds/1" and len(data["entries"]) == 1
+        assert data["entries"][0]["key"]["devices"] == DEVICES
+        assert data["entries"][0]["link"]["local"]["latency_s"] == 1e-5
+    again, path, said, warned = get(key(), paths, measure)
+    assert measure.calls == 1 and path == paths[0] and warned == []
+    assert again == entry
+    assert said == ["speeds: reusing the measurement of %s from %s (--speeds=measure "
+                    "measures again)" % (entry.measured_at, paths[0])]
+    assert not [f for f in os.listdir(os.path.dirname(paths[0])) if f.endswith(".tmp")]
+
+
+def test_user_cache_serves_a_new_run_folder_and_is_copied_there(paths):
+    measure = Measurer()
+    get(key(), paths[1:], measure)  # measured by another run: only the user cache has it
+    entry, path, said, _ = get(key(), paths, measure)
+    assert measure.calls == 1 and path == paths[1] and paths[1] in said[0]
+    assert speedcache.load(paths[0], pytest.fail) == [entry]
+
+
+def test_force_measures_again_and_replaces_the_entry(paths):
+    measure = Measurer()
+    get(key(), paths, measure)
+    entry, path, said, _ = get(key(), paths, measure, force=True)
+    assert measure.calls == 2 and path is None and said == []
+    assert entry.flops_per_s == [3e9, 3e9]
+    assert [e.flops_per_s for e in speedcache.load(paths[1], pytest.fail)] == [[3e9, 3e9]]
+
+
+@pytest.mark.parametrize("change", [
+    dict(batch_size=16), dict(optimizer="sgd"), dict(devices=["/cpu:1", "/cpu:0"]),
+    dict(config=ModelConfig("cnn2d", patch=5, bands=4, n_classes=3, width=4)),
+    dict(workers=["10.0.0.1:2222", "10.0.0.2:2222"]),
+])
+def test_another_setting_is_a_miss(paths, change):
+    measure = Measurer()
+    get(key(), paths, measure)
+    measure.devices = change.get("devices", DEVICES)
+    get(key(**change), paths, measure)
+    assert measure.calls == 2
+    assert len(speedcache.load(paths[1], pytest.fail)) == 2  # both kept
+
+
+def test_the_key_names_versions_and_setting():
+    k = key(workers=["h:1"])
+    assert {k_: k[k_] for k_ in ("model", "width", "patch", "bands", "classes", "batch_size",
+                                 "optimizer", "devices", "workers")} == {
+        "model": "cnn2d", "width": 2, "patch": 5, "bands": 4, "classes": 3, "batch_size": 8,
+        "optimizer": "adam", "devices": DEVICES, "workers": ["h:1"]}
+    assert k["tensorflow"] and k["hmp"]
+
+
+@pytest.mark.parametrize("content", [
+    "{not json", "[]", '{"format": "other", "entries": []}',
+    '{"format": "hmp-speeds/1", "entries": {}}',
+    '{"format": "hmp-speeds/1", "entries": [{"key": {"devices": ["/cpu:0"]}, '
+    '"measured_at": "x", "speeds": [{"device": "/cpu:0", "samples_per_s": -1, '
+    '"min_samples_per_s": 1, "max_samples_per_s": 1, "flops_per_s": 1}], "link": null}]}',
+    '{"format": "hmp-speeds/1", "entries": [{"key": {"devices": []}, "measured_at": "x", '
+    '"speeds": [], "link": {"bandwidth_bytes_per_s": 0}}]}',
+    "\udcff",
+])
+def test_a_corrupt_file_is_ignored_with_one_warning_and_replaced(paths, content):
+    os.makedirs(os.path.dirname(paths[0]))
+    with open(paths[0], "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(content)
+    measure = Measurer()
+    entry, path, _, warned = get(key(), paths, measure)
+    assert measure.calls == 1 and path is None
+    assert len(warned) == 1 and warned[0].startswith(
+        "warning: ignoring the speed cache %s (" % paths[0])
+    assert "\n" not in warned[0]
+    assert speedcache.load(paths[0], pytest.fail) == [entry]  # rewritten whole
+
+
+def test_an_unwritable_cache_warns_and_the_run_goes_on(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    measure = Measurer()
+    entry, path, _, warned = get(key(), [str(blocker / "speeds.json")], measure)
+    assert measure.calls == 1 and entry.flops_per_s == [3e9, 1.5e9]
+    assert len(warned) == 1 and warned[0].startswith("warning: cannot write the speed cache")
+
+
+def test_user_cache_path_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("HMP_CACHE_DIR", str(tmp_path))
+    assert speedcache.user_cache_path() == str(tmp_path / "speeds.json")
+    monkeypatch.delenv("HMP_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert speedcache.user_cache_path() == str(tmp_path / "home" / ".cache" / "hmp" /
+                                               "speeds.json")
