@@ -203,11 +203,12 @@ def _slowdown(devices):
 
 def _data_flags():
     """The flags that name the scene's files (blamed when they cannot be read)."""
-    if FLAGS.dataset in ("synthetic",) or os.path.splitext(FLAGS.dataset)[1] == "":
-        names = ("dataset", "data_dir")
-    else:
-        names = ("dataset", "labels")
-    return names + tuple(n for n in ("cube_key", "labels_key") if FLAGS[n].present)
+    if os.path.splitext(FLAGS.dataset)[1] == "":   # synthetic or a benchmark scene
+        return ("dataset", "data_dir")
+    mat = [FLAGS[key].present or str(path).lower().endswith(".mat") for key, path in
+           (("cube_key", FLAGS.dataset), ("labels_key", FLAGS.labels))]
+    return ("dataset", "labels") + tuple(key for key, used in
+                                         zip(("cube_key", "labels_key"), mat) if used)
 
 
 def run(cluster=None):
