@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 
 import tensorflow.compat.v1 as tf
@@ -23,7 +24,6 @@ from hmp import cli, report
 RUN_FILES = ("checkpoint", "ckpt-*", "results.json", "results.json.tmp", "history.json",
              "history.json.tmp", "classification_map.png", "confusion_matrix.png",
              "events.out.tfevents.*")
-USED = ("checkpoint", "ckpt-*", "results.json", "history.json")   # what makes a folder used
 HISTORY = "history.json"
 
 
@@ -42,19 +42,15 @@ def prepare_model_dir(model_dir, resume=False, overwrite=False):
     if resume and overwrite:
         raise cli.UsageError("--resume, --overwrite: give one of them (continue the run in "
                              "--model_dir, or delete it and start over)")
-    used = run_files(model_dir, USED)
-    if used and not resume and not overwrite:
-        step = checkpoint_step(model_dir)
-        held = (["a checkpoint at step %d" % step] if step is not None else []) + [
-            os.path.basename(p) for p in used if p.endswith(".json")]
+    held = _held(model_dir)
+    if held and not resume and not overwrite:
         raise cli.UsageError(
             "--model_dir=%s holds a run (%s); continue it with --resume, start over with "
-            "--overwrite, or give another --model_dir"
-            % (model_dir, ", ".join(held) or "checkpoint files"))
+            "--overwrite, or give another --model_dir" % (model_dir, ", ".join(held)))
     try:
         if overwrite:
-            for path in run_files(model_dir):
-                os.remove(path)
+            for path in run_files(model_dir):   # ckpt-N_temp: a folder of a killed save
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
         os.makedirs(model_dir, exist_ok=True)
         probe = os.path.join(model_dir, ".write_test")
         with open(probe, "w"):
@@ -63,6 +59,18 @@ def prepare_model_dir(model_dir, resume=False, overwrite=False):
     except OSError as error:
         raise cli.UsageError("--model_dir=%s: not writable (%s)"
                              % (model_dir, error.strerror)) from None
+
+
+def _held(model_dir):
+    """What makes ``model_dir`` a run's folder: a checkpoint, results.json, history.json.
+
+    Event files, or the pieces of a checkpoint whose writing was killed
+    (TensorFlow lists a checkpoint only once it is whole), do not.
+    """
+    step = checkpoint_step(model_dir)
+    return (["a checkpoint at step %d" % step] if step is not None else []) + [
+        name for name in ("results.json", HISTORY)
+        if os.path.exists(os.path.join(model_dir, name))]
 
 
 def read_json(path):
@@ -76,7 +84,10 @@ def read_json(path):
 
 def checkpoint_step(model_dir):
     """The global step of the latest checkpoint in ``model_dir``, or None."""
-    checkpoint = tf.train.latest_checkpoint(model_dir)
+    try:
+        checkpoint = tf.train.latest_checkpoint(model_dir)
+    except (tf.errors.OpError, ValueError):   # an unreadable checkpoint list
+        checkpoint = None
     match = re.search(r"-(\d+)$", checkpoint or "")
     return int(match.group(1)) if match else None
 

@@ -74,10 +74,18 @@ def test_a_used_model_dir_is_refused_without_resume_or_overwrite(tmp_path):
     runs.prepare_model_dir(str(tmp_path))            # empty: fine
     (tmp_path / "events.out.tfevents.1.x").write_text("")
     runs.prepare_model_dir(str(tmp_path))            # event files alone: not a run
-    for name in ("checkpoint", "ckpt-7.index", "results.json", "history.json",
-                 "classification_map.png", "notes.txt"):
+    (tmp_path / "ckpt-7.data-00000-of-00001").write_text("")   # a save killed half-way
+    runs.prepare_model_dir(str(tmp_path))
+    (tmp_path / "ckpt-7.index").write_text("")
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-7"\n')
+    with pytest.raises(cli.UsageError, match=r"holds a run \(a checkpoint at step 7\); "
+                                             r"continue it with --resume, start over with "
+                                             r"--overwrite"):
+        runs.prepare_model_dir(str(tmp_path))
+    (tmp_path / "ckpt-8_temp").mkdir()
+    for name in ("results.json", "history.json", "classification_map.png", "notes.txt"):
         (tmp_path / name).write_text("{}")
-    with pytest.raises(cli.UsageError, match="holds a run .*--resume.*--overwrite"):
+    with pytest.raises(cli.UsageError, match="step 7, results.json, history.json"):
         runs.prepare_model_dir(str(tmp_path))
     with pytest.raises(cli.UsageError, match="--resume, --overwrite: give one"):
         runs.prepare_model_dir(str(tmp_path), resume=True, overwrite=True)
