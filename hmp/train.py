@@ -17,8 +17,8 @@ from absl import app, flags
 
 import models
 from hmp import cli, experiment, planning, rebalance, report, runs
-from hmp.errors import InvalidInput
 from hmp.cluster import Cluster
+from hmp.errors import InvalidInput
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.metrics import evaluate
 from hmp.optimizers import OPTIMIZERS
@@ -196,7 +196,7 @@ def _slowdown(devices):
         device, _, factor = item.rpartition("=")
         if device not in devices or not factor.replace(".", "", 1).isdigit():
             raise InvalidInput("use DEVICE=FACTOR with a device of --devices and a "
-                             "positive number, got %r" % item)
+                               "positive number, got %r" % item)
         slowdown[device] = float(factor)
     return slowdown
 
