@@ -1,18 +1,36 @@
 """Command-line behaviour shared by hmp's programs: one-line errors, no tracebacks.
 
 A user who mistypes a flag value should read one line that names the flag and
-what is allowed, and get a non-zero exit code; a traceback is for bugs.
+what is allowed, and get a non-zero exit code; a traceback is for bugs. Only
+:class:`hmp.errors.InvalidInput` (raised by hmp's validators; ``UsageError``
+is one) is input the user can fix: any other exception is a bug or a failure
+and keeps its traceback (exit code 1).
 """
 
 import contextlib
 import os
+import signal
 import sys
 
 from absl import app, flags
 
+from hmp.errors import InvalidInput
 
-class UsageError(ValueError):
+
+class UsageError(InvalidInput):
     """A flag value that is not allowed; the message names the flag."""
+
+
+class Interrupted(Exception):
+    """The run stopped on SIGINT or SIGTERM; the message says how to continue.
+
+    ``signum`` is the signal; :func:`run` exits with ``128 + signum`` (130 for
+    Ctrl-C, 143 for SIGTERM), as a shell does for a process a signal ended.
+    """
+
+    def __init__(self, message, signum=signal.SIGINT):
+        super().__init__(message)
+        self.signum = int(signum)
 
 
 class TrainingError(RuntimeError):
@@ -25,13 +43,18 @@ class TrainingError(RuntimeError):
 
 
 @contextlib.contextmanager
-def blame(*flag_names):
-    """Re-raises a ValueError/OSError from the block as a UsageError naming the flags."""
+def blame(*flag_names, also=()):
+    """Re-raises an InvalidInput from the block as a UsageError naming the flags.
+
+    ``also``: further exception classes to treat so, e.g. ``(OSError,)`` around
+    reading the files the flags name. Any other exception passes unchanged: a
+    bug (a ValueError of a custom model, say) is no fault of the flags.
+    """
     try:
         yield
     except UsageError:
         raise
-    except (ValueError, OSError) as error:
+    except (InvalidInput, *also) as error:
         values = ", ".join("--%s=%s" % (name, flags.FLAGS[name].value) for name in flag_names)
         raise UsageError("%s: %s" % (values, error)) from error
 
@@ -53,17 +76,23 @@ def _fail(prog, error, code):
 def run(main, prog):
     """``app.run(main)``, turning expected errors into one line on stderr.
 
-    Exit code 2 for bad input (flags, files, values), 1 when training itself
-    fails (e.g. a NaN loss). Set HMP_TRACEBACK=1 to see tracebacks instead.
+    Exit code 2 for bad input (:class:`InvalidInput`: flags, files, values), 1
+    when training itself fails (e.g. a NaN loss), ``128 + signal`` when
+    interrupted (:class:`Interrupted`). Any other exception is a bug: Python
+    prints its traceback and exits with 1. Set HMP_TRACEBACK=1 to see the
+    tracebacks of the expected errors too.
     """
     def guarded(argv):
         if os.environ.get("HMP_TRACEBACK"):   # for debugging hmp itself
             return main(argv)
         try:
             main(argv)
+        except Interrupted as interrupted:
+            print("%s: %s" % (prog, interrupted), file=sys.stderr, flush=True)
+            sys.exit(128 + interrupted.signum)
         except TrainingError as error:
             _fail(prog, error, 1)
-        except (ValueError, OSError) as error:
+        except InvalidInput as error:
             _fail(prog, error, 2)
 
     app.run(guarded, flags_parser=_parse_flags(prog))

@@ -28,6 +28,7 @@ import time
 import tensorflow.compat.v1 as tf
 
 from hmp.cli import TrainingError
+from hmp.errors import InvalidInput
 
 JOB = "worker"
 DEFAULT_TIMEOUT_S = 60.0
@@ -51,7 +52,7 @@ def device(task, index=0):
 def _address(text):
     host, colon, port = text.strip().rpartition(":")
     if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError("%r is not host:port (e.g. 127.0.0.1:2222)" % text.strip())
+        raise InvalidInput("%r is not host:port (e.g. 127.0.0.1:2222)" % text.strip())
     return "%s:%d" % (host, int(port))
 
 
@@ -71,12 +72,12 @@ class Cluster:
         """From ``"host:port,host:port,..."``; ``ValueError`` names a bad entry."""
         addresses = tuple(_address(a) for a in text.split(",") if a.strip())
         if not addresses:
-            raise ValueError("give the workers' addresses, e.g. 127.0.0.1:2222,127.0.0.1:2223")
+            raise InvalidInput("give the workers' addresses, e.g. 127.0.0.1:2222,127.0.0.1:2223")
         repeated = sorted({a for a in addresses if addresses.count(a) > 1})
         if repeated:
-            raise ValueError("%s is given more than once" % ", ".join(repeated))
+            raise InvalidInput("%s is given more than once" % ", ".join(repeated))
         if not timeout_s > 0:
-            raise ValueError("the timeout must be positive, got %r" % timeout_s)
+            raise InvalidInput("the timeout must be positive, got %r" % timeout_s)
         return cls(addresses, float(timeout_s))
 
     @property
@@ -115,7 +116,7 @@ class Cluster:
         for name in devices:
             spec = tf.DeviceSpec.from_string(name)
             if spec.job != JOB or spec.task is None or not 0 <= spec.task < len(self.addresses):
-                raise ValueError("%s is not a device of the cluster's %d tasks; use e.g. %s"
+                raise InvalidInput("%s is not a device of the cluster's %d tasks; use e.g. %s"
                                  % (name, len(self.addresses), device(len(self.addresses) - 1)))
 
     # -- answering -------------------------------------------------------------
@@ -316,7 +317,7 @@ def _per_task(value, n, name):
     if value is None or not isinstance(value, (list, tuple)):
         return [value] * n
     if len(value) != n:
-        raise ValueError("%s: %d entries for %d workers" % (name, len(value), n))
+        raise InvalidInput("%s: %d entries for %d workers" % (name, len(value), n))
     return list(value)
 
 
@@ -355,7 +356,7 @@ def local_cluster(n, cpus=None, threads=None, timeout_s=60.0, virtual_cpus=1,
     stops every worker with SIGTERM, SIGKILL if one does not end.
     """
     if n < 1:
-        raise ValueError("a local cluster needs at least one worker, got %d" % n)
+        raise InvalidInput("a local cluster needs at least one worker, got %d" % n)
     if cpus is not None and all(isinstance(c, int) for c in cpus):
         cpus = [cpus] * n
     virtual_cpus = _per_task(virtual_cpus, n, "virtual_cpus")

@@ -9,6 +9,7 @@ import dataclasses
 import numpy as np
 
 from hmp import data
+from hmp.errors import InvalidInput
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,6 +19,8 @@ class DataConfig:
     dataset: str = "synthetic"
     data_dir: str = None
     labels_path: str = None
+    cube_key: str = None
+    labels_key: str = None
     synthetic_layout: str = "generated"
     patch_size: int = 9
     pca: int = 0
@@ -36,6 +39,7 @@ class Experiment:
     train: data.PatchDataset
     test: data.PatchDataset
     labelled: data.PatchDataset
+    nodata_pixels: int = 0   # pixels masked for holding NaN or infinite values
 
     @property
     def n_classes(self):
@@ -52,7 +56,7 @@ SPLITS = ("random", "disjoint")
 def prepare(config):
     """Loads the scene and builds the datasets described by ``config``."""
     if config.split not in SPLITS:
-        raise ValueError("split %r is not known; choose one of %s"
+        raise InvalidInput("split %r is not known; choose one of %s"
                          % (config.split, ", ".join(SPLITS)))
     data.check_patch_size(config.patch_size)
     if config.dataset == "synthetic":
@@ -60,16 +64,34 @@ def prepare(config):
                                 layout=config.synthetic_layout, seed=config.seed)
     else:
         scene = data.load_scene(config.dataset, config.data_dir,
-                                labels_path=config.labels_path)
+                                labels_path=config.labels_path, cube_key=config.cube_key,
+                                labels_key=config.labels_key)
+    nodata = mask_nodata(scene)
     split = _split(scene.labels, config)
     cube = data.Preprocessor("standard", pca_components=config.pca or None).fit_transform(
         scene.cube, split.train)
+    cube[nodata] = 0.0   # the training pixels' mean: no NaN reaches a neighbour's patch
     extractor = data.PatchExtractor(cube, config.patch_size)
     labelled = np.flatnonzero(scene.labels.ravel() > 0)
     return Experiment(scene, split,
                       data.PatchDataset(extractor, scene.labels, split.train),
                       data.PatchDataset(extractor, scene.labels, split.test),
-                      data.PatchDataset(extractor, scene.labels, labelled))
+                      data.PatchDataset(extractor, scene.labels, labelled),
+                      int(nodata.sum()))
+
+
+def mask_nodata(scene):
+    """Marks the pixels whose spectrum holds NaN or inf as no-data; returns their mask [H, W].
+
+    Their labels become 0 (unlabelled), so they are neither trained on nor
+    scored; :func:`prepare` then sets their preprocessed values to 0. A scene
+    with no finite pixel is refused.
+    """
+    nodata = ~np.isfinite(scene.cube).all(axis=2)
+    if nodata.all():
+        raise InvalidInput(f"scene {scene.name!r}: every pixel holds NaN or infinite values")
+    scene.labels[nodata] = 0
+    return nodata
 
 
 def _split(labels, config):

@@ -18,19 +18,25 @@ import tensorflow.compat.v1 as tf
 from absl import app, flags
 
 import models
-from hmp import cli, experiment, linkprobe, planning, rebalance, report, speedcache
+from hmp import cli, experiment, linkprobe, planning, rebalance, report, runs, speedcache
 from hmp.cluster import Cluster
 from hmp.devices import default_devices
+from hmp.errors import InvalidInput
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.metrics import evaluate
 from hmp.optimizers import OPTIMIZERS
 from hmp.planning.from_graph import model_spec
 from hmp.profiler import measure_speeds
-from hmp.trainer import Trainer
+from hmp.progress import ProgressLine
+from hmp.trainer import Stopped, Trainer
 
 flags.DEFINE_string("dataset", "synthetic", "synthetic, indian_pines, paviau, salinas, or "
                     "the path of a cube file (.mat/.npy; then also --labels).")
 flags.DEFINE_string("labels", None, "Label map file for a --dataset given as a path.")
+flags.DEFINE_string("cube_key", None, "MATLAB variable holding the cube, when the --dataset "
+                    ".mat file holds several arrays.")
+flags.DEFINE_string("labels_key", None, "MATLAB variable holding the label map, when the "
+                    "--labels .mat file holds several arrays.")
 flags.DEFINE_string("data_dir", None, "Folder with the scene files (default $HMP_DATA_DIR "
                     "or ./data); for --synthetic_layout of a real scene, its ground truth.")
 flags.DEFINE_string("synthetic_layout", "generated", "Class layout of the synthetic scene: "
@@ -62,6 +68,8 @@ flags.DEFINE_integer("seed", 0, "Seed of the split, the data order and the synth
 flags.DEFINE_string("model_dir", None, "Checkpoints, results and event files "
                     "(default runs/<dataset>-<model>).")
 flags.DEFINE_bool("resume", False, "Continue from the latest checkpoint in --model_dir.")
+flags.DEFINE_bool("overwrite", False, "Start over in a --model_dir that holds a run: first "
+                  "delete its checkpoints, results, maps and event files.")
 flags.DEFINE_integer("checkpoint_every", 0, "Also checkpoint every N steps (0: every epoch).")
 flags.DEFINE_string("rebalance", "off", "off, or epoch: re-plan from measured busy times.")
 flags.DEFINE_float("rebalance_threshold", 0.1, "Re-plan when max/min device busy time "
@@ -169,23 +177,17 @@ def _check_flags():
 
 
 def _model_dir():
+    """--model_dir, made and checked writable; a used one needs --resume or --overwrite."""
     model_dir = FLAGS.model_dir or os.path.join(
         "runs", "%s-%s" % (os.path.basename(FLAGS.dataset).split(".")[0], FLAGS.model))
-    try:
-        os.makedirs(model_dir, exist_ok=True)
-        probe = os.path.join(model_dir, ".write_test")
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
-    except OSError as error:
-        raise cli.UsageError("--model_dir=%s: not writable (%s)"
-                             % (model_dir, error.strerror)) from None
+    runs.prepare_model_dir(model_dir, FLAGS.resume, FLAGS.overwrite)
     return model_dir
 
 
 def _data_config():
     return experiment.DataConfig(
         dataset=FLAGS.dataset, data_dir=FLAGS.data_dir, labels_path=FLAGS.labels,
+        cube_key=FLAGS.cube_key, labels_key=FLAGS.labels_key,
         synthetic_layout=FLAGS.synthetic_layout, patch_size=FLAGS.patch_size, pca=FLAGS.pca,
         train_fraction=FLAGS.train_fraction, train_per_class=FLAGS.train_per_class,
         split=FLAGS.split, seed=FLAGS.seed)
@@ -259,10 +261,20 @@ def _slowdown(devices):
     for item in filter(None, FLAGS.simulate_slowdown.split(",")):
         device, _, factor = item.rpartition("=")
         if device not in devices or not factor.replace(".", "", 1).isdigit():
-            raise ValueError("use DEVICE=FACTOR with a device of --devices and a "
-                             "positive number, got %r" % item)
+            raise InvalidInput("use DEVICE=FACTOR with a device of --devices and a "
+                               "positive number, got %r" % item)
         slowdown[device] = float(factor)
     return slowdown
+
+
+def _data_flags():
+    """The flags that name the scene's files (blamed when they cannot be read)."""
+    if os.path.splitext(FLAGS.dataset)[1] == "":   # synthetic or a benchmark scene
+        return ("dataset", "data_dir")
+    mat = [FLAGS[key].present or str(path).lower().endswith(".mat") for key, path in
+           (("cube_key", FLAGS.dataset), ("labels_key", FLAGS.labels))]
+    return ("dataset", "labels") + tuple(key for key, used in
+                                         zip(("cube_key", "labels_key"), mat) if used)
 
 
 def run(cluster=None):
@@ -274,13 +286,28 @@ def run(cluster=None):
     if cluster:   # task 0 writes the checkpoints: no path relative to its folder
         model_dir, session_config, target = (os.path.abspath(model_dir),
                                               cluster.session_config(), cluster.target)
+    with runs.Signals() as signals:
+        _train(model_dir, devices, session_config, target, signals, cluster)
+
+
+def _train(model_dir, devices, session_config, target, signals, cluster):
     started = time.time()
     print("loading %s ..." % FLAGS.dataset, flush=True)
-    with cli.blame("dataset", "data_dir"):
+    with cli.blame(*_data_flags(), also=(OSError,)):
         exp = experiment.prepare(_data_config())
     print("%s: %dx%d pixels, %d bands, %d classes; %d training / %d test pixels"
           % (exp.scene.name, *exp.scene.labels.shape, exp.bands, exp.n_classes,
              len(exp.train), len(exp.test)), flush=True)
+    if exp.nodata_pixels:
+        print("%d pixels hold NaN or infinite values: masked as no-data (label 0)"
+              % exp.nodata_pixels, flush=True)
+    steps = FLAGS.epochs * exp.train.steps_per_epoch(FLAGS.batch_size, drop_remainder=True)
+    if FLAGS.resume and runs.finished(model_dir, steps):
+        print("the run in %s is finished (%d epochs, step %d); its results are in %s; "
+              "to train longer, resume with a larger --epochs"
+              % (model_dir, FLAGS.epochs, runs.checkpoint_step(model_dir),
+                 os.path.join(model_dir, "results.json")), flush=True)
+        return
     model_config = ModelConfig(FLAGS.model, FLAGS.patch_size, exp.bands, exp.n_classes,
                                FLAGS.width)
     with cli.blame(*(("plan",) if FLAGS.plan else ("devices", "speeds", "mesh"))):
@@ -291,47 +318,66 @@ def run(cluster=None):
     print(plan.explain(), flush=True)
     with cli.blame("simulate_slowdown"):
         slowdown = _slowdown(devices)
+    progress = ProgressLine()
 
     def start(plan, resume):
         graph = TrainingGraph(model_config, Layout.from_plan(plan), FLAGS.batch_size,
-                              exp.scene.labels.shape, FLAGS.optimizer, FLAGS.learning_rate, FLAGS.seed)
+                              exp.scene.labels.shape, FLAGS.optimizer, FLAGS.learning_rate,
+                              FLAGS.seed)
         trainer = Trainer(graph, exp, model_dir, FLAGS.seed, session_config, target,
-                          checkpoint_every=FLAGS.checkpoint_every, slowdown=slowdown)
+                          checkpoint_every=FLAGS.checkpoint_every, slowdown=slowdown,
+                          stop=signals, progress=progress)
         with cli.blame("resume", "model_dir"):
             trainer.initialise(resume)
         return trainer
 
     trainer = start(plan, FLAGS.resume)
-    history, plans = [], [dataclasses.asdict(plan)]
-    for epoch in range(trainer.step // trainer.steps_per_epoch, FLAGS.epochs):
-        stats = trainer.train_epoch(epoch, FLAGS.epochs)
-        history.append(vars(stats))
-        print(stats.line(FLAGS.epochs), flush=True)
-        if FLAGS.rebalance == "epoch" and epoch + 1 < FLAGS.epochs:
-            new_plan = rebalance.replan(plan, spec, stats.busy_seconds,
-                                        FLAGS.rebalance_threshold)
-            if new_plan is not None:
-                print("re-balancing (busy time imbalance %.0f%%): %s -> %s"
-                      % (100 * rebalance.imbalance(stats.busy_seconds), plan.splits,
-                         new_plan.splits), flush=True)
-                trainer.close()
-                plan = new_plan
-                plans.append(dataclasses.asdict(plan))
-                trainer = start(plan, resume=True)
-    print("classifying the %d labelled pixels (%d test pixels) ..."
-          % (len(exp.labelled), len(exp.test)), flush=True)
-    predicted_map = report.prediction_map(exp.scene.labels.shape, exp.labelled.indices,
-                                          trainer.predict(exp.labelled))
+    signals.armed = True   # from now on a signal stops after the step, with a checkpoint
+    first_epoch = trainer.step // trainer.steps_per_epoch
+    # Every invocation's epochs: a resumed run keeps those before its checkpoint.
+    record = runs.History.open(model_dir, FLAGS.resume, first_epoch, trainer.step,
+                               sys.argv[1:])
+    record.add_plan(dataclasses.asdict(plan))
+    try:
+        for epoch in range(first_epoch, FLAGS.epochs):
+            stats = trainer.train_epoch(epoch, FLAGS.epochs, before_save=record.add_epoch)
+            print(stats.line(FLAGS.epochs), flush=True)
+            if FLAGS.rebalance == "epoch" and epoch + 1 < FLAGS.epochs:
+                new_plan = rebalance.replan(plan, spec, stats.busy_seconds,
+                                            FLAGS.rebalance_threshold)
+                if new_plan is not None:
+                    print("re-balancing (busy time imbalance %.0f%%): %s -> %s"
+                          % (100 * rebalance.imbalance(stats.busy_seconds), plan.splits,
+                             new_plan.splits), flush=True)
+                    trainer.close()
+                    plan = new_plan
+                    record.add_plan(dataclasses.asdict(plan))
+                    trainer = start(plan, resume=True)
+        print("classifying the %d labelled pixels (%d test pixels) ..."
+              % (len(exp.labelled), len(exp.test)), flush=True)
+        predicted_map = report.prediction_map(exp.scene.labels.shape, exp.labelled.indices,
+                                              trainer.predict(exp.labelled))
+    except Stopped as stopped:
+        trainer.close()
+        where = ("while classifying (training had finished at step %d)" % stopped.step
+                 if stopped.classifying else
+                 "at epoch %d step %d" % (stopped.epoch + 1, stopped.step))
+        raise cli.Interrupted("interrupted %s; continue with --resume --model_dir=%s"
+                              % (where, model_dir), signals.signum) from None
     test_predictions = predicted_map.ravel()[exp.test.indices] - 1
     scores = evaluate(exp.test.class_ids, test_predictions, exp.n_classes)
     print(report.score_table(scores, exp.scene.class_names))
     pictures = report.save_pictures(model_dir, exp.scene, predicted_map, scores)
+    step = trainer.step
     trainer.close()
     results = {"flags": {f.name: f.value for f in
                          FLAGS.get_key_flags_for_module(sys.modules[__name__])},
                "plan": dataclasses.asdict(plan),
-               "plans": plans,
-               "history": history,
+               "plans": record.plans,
+               "history": record.epochs,
+               "invocations": record.invocations,
+               "step": step,
+               "nodata_pixels": exp.nodata_pixels,
                "test": report.scores_dict(scores, exp.scene.class_names),
                "pictures": list(pictures),
                "seconds": time.time() - started}

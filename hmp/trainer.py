@@ -16,7 +16,21 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from hmp.cli import TrainingError   # defined in cli; callers may use hmp.trainer.TrainingError
+from hmp.errors import InvalidInput
 from hmp.profiler import run_traced
+from hmp.progress import rate_and_eta
+
+
+class Stopped(Exception):
+    """Training stopped because ``stop()`` asked for it; a checkpoint at ``step`` is saved.
+
+    ``epoch`` is 0-based; ``step`` the global step; ``classifying``: the stop
+    came while predicting (training had finished).
+    """
+
+    def __init__(self, epoch, step, classifying=False):
+        super().__init__("stopped at epoch %d step %d" % (epoch + 1, step))
+        self.epoch, self.step, self.classifying = epoch, step, classifying
 
 
 @dataclasses.dataclass
@@ -27,6 +41,7 @@ class EpochStats:
     samples_per_second: float
     seconds: float
     busy_seconds: list = None   # per device, in one traced step of the epoch
+    steps: int = None           # steps run (fewer than the epoch's when it was resumed)
 
     @property
     def busy_share(self):
@@ -57,10 +72,16 @@ class Trainer:
         a stand-in for a slower device when all devices are virtual CPUs of
         one process (tests of re-balancing); real speed differences need
         separate worker processes.
+      stop: callable polled after every step; when it returns true, the
+        trainer finishes that step, saves a checkpoint and raises
+        :class:`Stopped` (e.g. on Ctrl-C). None: never.
+      progress: callable receiving a progress text after every step and
+        prediction batch, and None when the work ends (see
+        :class:`hmp.progress.ProgressLine`). None: no progress.
     """
 
     def __init__(self, graph, experiment, model_dir, seed=0, session_config=None, target="",
-                 checkpoint_every=0, log=print, slowdown=None):
+                 checkpoint_every=0, log=print, slowdown=None, stop=None, progress=None):
         self.graph = graph
         self.experiment = experiment
         self.model_dir = model_dir
@@ -68,11 +89,13 @@ class Trainer:
         self.checkpoint_every = checkpoint_every
         self.log = log
         self.slowdown = dict(slowdown or {})
+        self.stop = stop or (lambda: False)
+        self.progress = progress or (lambda text: None)
         self.batch_size = graph.batch_size
         self.steps_per_epoch = experiment.train.steps_per_epoch(self.batch_size,
                                                                 drop_remainder=True)
         if self.steps_per_epoch == 0:
-            raise ValueError("batch_size %d is larger than the %d training pixels"
+            raise InvalidInput("batch_size %d is larger than the %d training pixels"
                              % (self.batch_size, len(experiment.train)))
         self.session = tf.Session(target, graph=graph.tf_graph, config=session_config)
         graph.load_scene(self.session, experiment.train.extractor.padded)
@@ -84,13 +107,13 @@ class Trainer:
         """Fresh weights, or the latest checkpoint when ``resume``; returns the step."""
         checkpoint = tf.train.latest_checkpoint(self.model_dir)
         if resume and checkpoint is None:
-            raise ValueError("no checkpoint in %s to resume from" % self.model_dir)
+            raise InvalidInput("no checkpoint in %s to resume from" % self.model_dir)
         with self.graph.tf_graph.as_default():
             if resume:
                 try:
                     self.graph.saver.restore(self.session, checkpoint)
                 except tf.errors.NotFoundError as error:
-                    raise ValueError(
+                    raise InvalidInput(
                         "checkpoint %s was written by another model or optimizer (%s); "
                         "resume with the same --model, --width and --optimizer"
                         % (checkpoint, error.message.splitlines()[0])) from None
@@ -117,11 +140,15 @@ class Trainer:
                                      global_step=self.step if step is None else int(step))
 
     # -- training ------------------------------------------------------------
-    def train_epoch(self, epoch, epochs):
+    def train_epoch(self, epoch, epochs, before_save=None):
         """Runs the rest of epoch ``epoch``; returns its :class:`EpochStats`.
 
         The epoch's second step is traced to measure each device's busy time
         (the first may still include one-off graph optimisation).
+        ``before_save(stats)`` is called before the epoch's checkpoint is
+        written (a record of the epoch then never lags its checkpoint).
+        Raises :class:`Stopped` after the step during which ``stop()`` became
+        true, with a checkpoint of that step saved.
         """
         start_step = self.step - epoch * self.steps_per_epoch
         batches = self.experiment.train.batches(
@@ -130,6 +157,7 @@ class Trainer:
         fetches = [self.graph.loss, self.graph.correct, self.graph.train_op]
         losses, correct, busy, step = [], 0.0, None, None
         started = time.perf_counter()
+        total = self.steps_per_epoch - start_step
         for i, batch in enumerate(batches):
             feed = self.graph.feed(batch.indices, batch.labels)
             if i == 1:
@@ -145,12 +173,24 @@ class Trainer:
             correct += n_correct
             if self.checkpoint_every and step % self.checkpoint_every == 0:
                 self.save(step)
+            if self.stop():
+                self.progress(None)
+                self.save(step)
+                raise Stopped(epoch, int(step))
+            self.progress("epoch %d/%d  step %d/%d  loss %.4f  %s"
+                          % (epoch + 1, epochs, start_step + i + 1, self.steps_per_epoch,
+                             float(np.mean(losses)), rate_and_eta(
+                                 i + 1, total, time.perf_counter() - started,
+                                 self.batch_size)))
+        self.progress(None)
         seconds = time.perf_counter() - started
         samples = len(losses) * self.batch_size
         stats = EpochStats(epoch, float(np.mean(losses)) if losses else float("nan"),
                            correct / samples if samples else float("nan"),
-                           samples / seconds if seconds else 0.0, seconds, busy)
+                           samples / seconds if seconds else 0.0, seconds, busy, len(losses))
         step = self.step if step is None else int(step)   # None: no step ran
+        if before_save is not None:
+            before_save(stats)
         self.save(step)
         self._summaries(stats, step)
         return stats
@@ -174,12 +214,21 @@ class Trainer:
         """Predicted 0-based class of every pixel of ``dataset``, in its order."""
         predictions = []
         labels = np.zeros(self.batch_size, np.int32)
+        batches, started = -(-len(dataset) // self.batch_size), time.perf_counter()
         for start in range(0, len(dataset), self.batch_size):
+            if self.stop():
+                self.progress(None)
+                raise Stopped(self.step // self.steps_per_epoch, self.step, classifying=True)
             indices = dataset.indices[start:start + self.batch_size]
             padded = np.zeros(self.batch_size, np.int64)   # pixel 0 fills a last short batch
             padded[:len(indices)] = indices
             predictions.append(self.session.run(self.graph.predicted,
                                                 self.graph.feed(padded, labels))[:len(indices)])
+            done = start // self.batch_size + 1
+            self.progress("classifying  batch %d/%d  %s" % (
+                done, batches, rate_and_eta(done, batches, time.perf_counter() - started,
+                                            self.batch_size)))
+        self.progress(None)
         return np.concatenate(predictions) if predictions else np.zeros(0, np.int32)
 
     def close(self):

@@ -89,8 +89,8 @@ def main(argv):
         server = tf.distribute.Server(cluster.cluster_spec(), job_name=JOB,
                                       task_index=FLAGS.task, config=config, start=True)
     except tf.errors.OpError as error:   # e.g. the port is taken
-        raise OSError("%s cannot serve: %s" % (cluster.describe(FLAGS.task),
-                                               error.message.strip())) from None
+        raise cli.UsageError("--cluster: %s cannot serve: %s"
+                             % (cluster.describe(FLAGS.task), error.message.strip())) from None
     print("%s serving %d device(s) at %s (cpus %s, threads %s); stop with SIGTERM or Ctrl-C"
           % (cluster.describe(FLAGS.task), FLAGS.virtual_cpus, server.target,
              ",".join(map(str, sorted(os.sched_getaffinity(0)))), FLAGS.threads or "default"),

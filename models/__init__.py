@@ -8,6 +8,8 @@ filter dimensions a plan may split over the ``model`` mesh axis.
 
 import importlib
 
+from hmp.errors import InvalidInput
+
 MODEL_NAMES = ("cnn2d", "cnn3d", "hybrid", "spectral")
 
 
@@ -20,10 +22,10 @@ def get_model(name):
         try:
             module = importlib.import_module(name)
         except ImportError as error:
-            raise ValueError("model module %r cannot be imported: %s" % (name, error)) from None
+            raise InvalidInput("model module %r cannot be imported: %s" % (name, error)) from None
         if hasattr(module, "logits") and hasattr(module, "SPLIT_DIMS"):
             return module
-        raise ValueError("model module %r must define logits(x, classes, width) and "
+        raise InvalidInput("model module %r must define logits(x, classes, width) and "
                          "SPLIT_DIMS" % name)
-    raise ValueError("model %r is not known; choose one of %s, or give a module path"
+    raise InvalidInput("model %r is not known; choose one of %s, or give a module path"
                      % (name, ", ".join(MODEL_NAMES)))

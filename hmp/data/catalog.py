@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from hmp.data.matfile import read_array
 from hmp.data.scene import as_label_map
+from hmp.errors import InvalidInput
 
 EHU_BASE_URL = "http://www.ehu.eus/ccwintco/uploads"
 DATA_DIR_ENV = "HMP_DATA_DIR"
@@ -105,7 +106,7 @@ def scene_spec(name):
     for spec in SCENES.values():
         if spec.name.replace("_", "") == normalised:
             return spec
-    raise ValueError(f"unknown scene {name!r}; allowed: {', '.join(SCENES)}")
+    raise InvalidInput(f"unknown scene {name!r}; allowed: {', '.join(SCENES)}")
 
 
 def default_data_dir():

@@ -12,21 +12,26 @@ import h5py
 import numpy as np
 import scipy.io
 
+from hmp.errors import InvalidInput
+
 SUPPORTED_SUFFIXES = (".mat", ".npy")
 
 
-def read_array(path, key=None):
+def read_array(path, key=None, key_name="a key"):
     """Returns the array stored under ``key`` in ``path`` as a numpy array.
 
     Args:
       path: a ``.mat`` (MATLAB v5 or v7.3) or ``.npy`` file.
       key: the MATLAB variable name. When None, the file must hold exactly one
         array, which is returned. Not allowed for ``.npy`` files.
+      key_name: how the error for a file with several arrays calls the key
+        (e.g. ``"labels_key"``).
 
     Raises:
       FileNotFoundError: ``path`` does not exist.
-      ValueError: unsupported suffix, unknown key (the message lists the keys
-        that exist) or no key given for a file with several arrays.
+      InvalidInput (a ValueError): unsupported suffix, a file that cannot be
+        read (truncated, or not of its type), unknown key (the message lists
+        the keys that exist) or no key given for a file with several arrays.
     """
     path = pathlib.Path(path)
     if not path.is_file():
@@ -34,18 +39,28 @@ def read_array(path, key=None):
     suffix = path.suffix.lower()
     if suffix == ".npy":
         if key is not None:
-            raise ValueError(f"{path}: a .npy file holds one unnamed array; got key {key!r}")
-        return np.load(path, allow_pickle=False)
+            raise InvalidInput(f"{path}: a .npy file holds one unnamed array; got key {key!r}")
+        return _readable(path, lambda: np.load(path, allow_pickle=False))
     if suffix != ".mat":
-        raise ValueError(
+        raise InvalidInput(
             f"{path}: unsupported file type {path.suffix!r}; "
             f"allowed: {', '.join(SUPPORTED_SUFFIXES)}")
     if h5py.is_hdf5(path):
-        arrays = _read_mat_v73(path)
+        arrays = _readable(path, lambda: _read_mat_v73(path))
     else:
-        arrays = {name: value for name, value in scipy.io.loadmat(path).items()
-                  if not name.startswith("__")}
-    return _pick(arrays, key, path)
+        arrays = _readable(path, lambda: {name: value for name, value in
+                                          scipy.io.loadmat(path).items()
+                                          if not name.startswith("__")})
+    return _pick(arrays, key, path, key_name)
+
+
+def _readable(path, read):
+    """``read()``, with a file that cannot be parsed (truncated, not of its type) refused."""
+    try:
+        return read()
+    except (ValueError, OSError, EOFError, TypeError) as error:
+        raise InvalidInput(f"{path}: cannot be read as a {path.suffix} file "
+                           f"(truncated or not of this type?): {error}") from error
 
 
 def _read_mat_v73(path):
@@ -55,17 +70,17 @@ def _read_mat_v73(path):
                 if isinstance(item, h5py.Dataset) and not name.startswith("#")}
 
 
-def _pick(arrays, key, path):
+def _pick(arrays, key, path, key_name="a key"):
     """Selects ``key`` from ``arrays`` (or the only array when ``key`` is None)."""
     names = sorted(arrays)
     if key is None:
         if len(arrays) != 1:
-            raise ValueError(
-                f"{path}: holds {len(arrays)} arrays {names}; name the one to use with a key")
+            raise InvalidInput(
+                f"{path}: holds {len(arrays)} arrays {names}; name the one to use with {key_name}")
         return arrays[names[0]]
     if key in arrays:
         return arrays[key]
     same_but_case = [name for name in names if name.lower() == key.lower()]
     if len(same_but_case) == 1:
         return arrays[same_but_case[0]]
-    raise ValueError(f"{path}: no array named {key!r}; the file holds {names}")
+    raise InvalidInput(f"{path}: no array named {key!r}; the file holds {names}")

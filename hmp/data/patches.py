@@ -17,12 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from hmp.data.preprocess import pad_cube
+from hmp.errors import InvalidInput
 
 
 def check_patch_size(patch_size):
     """Raises ValueError unless ``patch_size`` is an odd positive integer."""
     if int(patch_size) != patch_size or patch_size < 1 or patch_size % 2 == 0:
-        raise ValueError(
+        raise InvalidInput(
             f"patch_size must be an odd positive integer (e.g. 5, 7, 9), got {patch_size!r}")
 
 
@@ -33,7 +34,7 @@ class PatchExtractor:
         check_patch_size(patch_size)
         cube = np.asarray(cube, dtype=np.float32)
         if cube.ndim != 3:
-            raise ValueError(f"cube must be 3-D [H, W, B], got shape {cube.shape}")
+            raise InvalidInput(f"cube must be 3-D [H, W, B], got shape {cube.shape}")
         self.patch_size = int(patch_size)
         self.image_shape = cube.shape[:2]
         self.n_bands = cube.shape[2]
@@ -82,14 +83,14 @@ class PatchDataset:
         """
         labels = np.asarray(labels)
         if labels.shape != tuple(extractor.image_shape):
-            raise ValueError(f"label map shape {labels.shape} does not match the cube's "
+            raise InvalidInput(f"label map shape {labels.shape} does not match the cube's "
                              f"spatial shape {tuple(extractor.image_shape)}")
         self.extractor = extractor
         self.indices = _checked_indices(indices, extractor.image_shape)
         self.class_ids = labels.ravel()[self.indices].astype(np.int32) - 1
         unlabelled = self.indices[self.class_ids < 0]
         if unlabelled.size:
-            raise ValueError(f"{unlabelled.size} of the pixel indices point at unlabelled "
+            raise InvalidInput(f"{unlabelled.size} of the pixel indices point at unlabelled "
                              f"pixels (label 0), e.g. index {unlabelled[0]}")
 
     def __len__(self):
@@ -120,7 +121,7 @@ class PatchDataset:
         """
         steps = self.steps_per_epoch(batch_size, drop_remainder)
         if not 0 <= start_step <= steps:
-            raise ValueError(f"start_step must lie in [0, {steps}], got {start_step}")
+            raise InvalidInput(f"start_step must lie in [0, {steps}], got {start_step}")
         order = self.epoch_order(seed, epoch, shuffle)
         for step in range(start_step, steps):
             chosen = order[step * batch_size:(step + 1) * batch_size]
@@ -135,7 +136,7 @@ def split_batch(batch, sizes):
     """
     sizes = [int(size) for size in sizes]
     if any(size < 0 for size in sizes) or sum(sizes) != len(batch):
-        raise ValueError(f"replica batch sizes {sizes} must be non-negative and sum to the "
+        raise InvalidInput(f"replica batch sizes {sizes} must be non-negative and sum to the "
                          f"batch size {len(batch)} (they sum to {sum(sizes)})")
     bounds = np.cumsum([0, *sizes])
     return [Batch(batch.indices[start:stop], batch.labels[start:stop], batch.extractor)
@@ -159,7 +160,7 @@ def _checked_indices(indices, image_shape):
     indices = np.asarray(indices, dtype=np.int64)
     n_pixels = image_shape[0] * image_shape[1]
     if indices.size and (indices.min() < 0 or indices.max() >= n_pixels):
-        raise ValueError(
+        raise InvalidInput(
             f"pixel indices must lie in [0, {n_pixels}) for an image of shape "
             f"{tuple(image_shape)}, got range [{indices.min()}, {indices.max()}]")
     return indices
@@ -167,4 +168,4 @@ def _checked_indices(indices, image_shape):
 
 def _check_batch_size(batch_size):
     if int(batch_size) != batch_size or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}")

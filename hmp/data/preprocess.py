@@ -9,6 +9,8 @@ ignores all other pixels.
 
 import numpy as np
 
+from hmp.errors import InvalidInput
+
 SCALINGS = ("standard", "minmax")
 PAD_MODES = ("reflect", "zero")
 
@@ -24,22 +26,22 @@ def training_pixels(cube, train):
     train = np.asarray(train)
     if train.dtype == bool:
         if train.shape != (height, width):
-            raise ValueError(
+            raise InvalidInput(
                 f"train mask shape {train.shape} does not match the cube's spatial "
                 f"shape {(height, width)}")
         indices = np.flatnonzero(train)
     elif train.ndim == 1 and train.dtype.kind in "iu":
         indices = train
         if indices.size and (indices.min() < 0 or indices.max() >= height * width):
-            raise ValueError(
+            raise InvalidInput(
                 f"train indices must lie in [0, {height * width}), "
                 f"got range [{indices.min()}, {indices.max()}]")
     else:
-        raise ValueError(
+        raise InvalidInput(
             f"train must be a boolean mask [H, W] or 1-D integer pixel indices, "
             f"got dtype {train.dtype} and shape {train.shape}")
     if indices.size == 0:
-        raise ValueError("no training pixels given: statistics need at least one")
+        raise InvalidInput("no training pixels given: statistics need at least one")
     return cube.reshape(-1, bands)[indices].astype(np.float64)
 
 
@@ -48,7 +50,7 @@ class BandScaler:
 
     def __init__(self, method="standard"):
         if method not in SCALINGS:
-            raise ValueError(f"unknown scaling {method!r}; allowed: {', '.join(SCALINGS)}")
+            raise InvalidInput(f"unknown scaling {method!r}; allowed: {', '.join(SCALINGS)}")
         self.method = method
         self.offset = None
         self.scale = None
@@ -75,7 +77,7 @@ class PCA:
 
     def __init__(self, n_components):
         if int(n_components) != n_components or n_components < 1:
-            raise ValueError(f"n_components must be a positive integer, got {n_components!r}")
+            raise InvalidInput(f"n_components must be a positive integer, got {n_components!r}")
         self.n_components = int(n_components)
         self.mean = None
         self.components = None
@@ -85,7 +87,7 @@ class PCA:
         """Learns the mean and principal axes [B, k] from the training pixels of ``cube``."""
         bands = cube.shape[2]
         if self.n_components > bands:
-            raise ValueError(
+            raise InvalidInput(
                 f"n_components={self.n_components} exceeds the number of bands ({bands})")
         pixels = training_pixels(cube, train)
         self.mean = pixels.mean(axis=0)
@@ -141,9 +143,9 @@ def pad_cube(cube, margin, mode="reflect"):
     have the full size.
     """
     if mode not in PAD_MODES:
-        raise ValueError(f"unknown pad mode {mode!r}; allowed: {', '.join(PAD_MODES)}")
+        raise InvalidInput(f"unknown pad mode {mode!r}; allowed: {', '.join(PAD_MODES)}")
     if margin < 0:
-        raise ValueError(f"margin must be >= 0, got {margin}")
+        raise InvalidInput(f"margin must be >= 0, got {margin}")
     widths = ((margin, margin), (margin, margin), (0, 0))
     if mode == "zero":
         return np.pad(cube, widths, mode="constant")
@@ -152,4 +154,4 @@ def pad_cube(cube, margin, mode="reflect"):
 
 def _require_fitted(attribute, what):
     if attribute is None:
-        raise ValueError(f"{what} is not fitted: call fit(cube, train) first")
+        raise InvalidInput(f"{what} is not fitted: call fit(cube, train) first")

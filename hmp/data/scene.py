@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hmp.errors import InvalidInput
+
 
 @dataclass
 class Scene:
@@ -31,11 +33,11 @@ class Scene:
     def __post_init__(self):
         self.cube = np.asarray(self.cube, dtype=np.float32)
         if self.cube.ndim != 3:
-            raise ValueError(
+            raise InvalidInput(
                 f"scene {self.name!r}: cube must be 3-D [H, W, B], got shape {self.cube.shape}")
         self.labels = as_label_map(self.labels, what=f"scene {self.name!r}: label map")
         if self.labels.shape != self.cube.shape[:2]:
-            raise ValueError(
+            raise InvalidInput(
                 f"scene {self.name!r}: label map shape {self.labels.shape} does not match "
                 f"the cube's spatial shape {self.cube.shape[:2]} (cube is {self.cube.shape})")
         highest = int(self.labels.max(initial=0))
@@ -43,7 +45,7 @@ class Scene:
             self.class_names = [f"class {k}" for k in range(1, highest + 1)]
         self.class_names = [str(name) for name in self.class_names]
         if highest > len(self.class_names):
-            raise ValueError(
+            raise InvalidInput(
                 f"scene {self.name!r}: label map uses label {highest} but only "
                 f"{len(self.class_names)} class names were given (labels must be 0..K)")
 
@@ -71,13 +73,13 @@ def as_label_map(values, what="label map"):
     """
     array = np.asarray(values)
     if array.ndim != 2:
-        raise ValueError(f"{what} must be 2-D [H, W], got shape {array.shape}")
+        raise InvalidInput(f"{what} must be 2-D [H, W], got shape {array.shape}")
     if array.dtype.kind == "f":
         if not np.all(np.isfinite(array)) or np.any(array != np.round(array)):
-            raise ValueError(f"{what} must hold whole numbers 0..K, found non-integer values")
+            raise InvalidInput(f"{what} must hold whole numbers 0..K, found non-integer values")
     elif array.dtype.kind not in "iub":
-        raise ValueError(f"{what} must be numeric, got dtype {array.dtype}")
+        raise InvalidInput(f"{what} must be numeric, got dtype {array.dtype}")
     if array.size and array.min() < 0:
-        raise ValueError(
+        raise InvalidInput(
             f"{what} must hold labels 0..K (0 = unlabelled), found {array.min()}")
     return array.astype(np.int32)

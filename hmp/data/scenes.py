@@ -11,6 +11,7 @@ from hmp.data.catalog import SCENES, default_data_dir, find_file, scene_spec
 from hmp.data.matfile import SUPPORTED_SUFFIXES, read_array
 from hmp.data.scene import Scene
 from hmp.data.synthetic import synthetic_scene
+from hmp.errors import InvalidInput
 
 SYNTHETIC = "synthetic"
 
@@ -33,17 +34,17 @@ def load_scene(name_or_path, data_dir=None, *, labels_path=None, cube_key=None,
     if name_or_path == SYNTHETIC:
         return synthetic_scene(data_dir=data_dir, **synthetic_options)
     if synthetic_options:
-        raise ValueError(
+        raise InvalidInput(
             f"options {sorted(synthetic_options)} only apply to the synthetic scene, "
             f"not to {name_or_path!r}")
     if _is_benchmark_name(name_or_path):
         return load_benchmark_scene(name_or_path, data_dir)
     if pathlib.Path(name_or_path).suffix.lower() in SUPPORTED_SUFFIXES:
         if labels_path is None:
-            raise ValueError(f"cube file {name_or_path} given without labels_path")
+            raise InvalidInput(f"cube file {name_or_path} given without labels_path")
         return load_scene_files(name_or_path, labels_path, cube_key=cube_key,
                                 labels_key=labels_key, class_names=class_names)
-    raise ValueError(
+    raise InvalidInput(
         f"unknown scene {name_or_path!r}; allowed: {', '.join([*SCENES, SYNTHETIC])}, "
         f"or the path of a cube file ({', '.join(SUPPORTED_SUFFIXES)}) with labels_path")
 
@@ -79,9 +80,17 @@ def load_scene_files(cube_path, labels_path, *, cube_key=None, labels_key=None,
     """
     cube_path = pathlib.Path(cube_path)
     return Scene(name=name or cube_path.stem,
-                 cube=read_array(cube_path, cube_key),
-                 labels=read_array(labels_path, labels_key),
+                 cube=_read(cube_path, cube_key, "cube", "cube_key"),
+                 labels=_read(labels_path, labels_key, "labels", "labels_key"),
                  class_names=list(class_names or []))
+
+
+def _read(path, key, role, key_name):
+    """read_array, its errors saying which of the scene's files (cube, labels) failed."""
+    try:
+        return read_array(path, key, key_name=key_name)
+    except InvalidInput as error:
+        raise InvalidInput(f"{role} file {error}") from error
 
 
 def _is_benchmark_name(name):

@@ -19,6 +19,7 @@ from scipy import ndimage
 
 from hmp.data.patches import check_patch_size
 from hmp.data.scene import as_label_map
+from hmp.errors import InvalidInput
 
 
 @dataclass(frozen=True)
@@ -53,13 +54,13 @@ def stratified_split(labels, *, train_fraction=None, train_per_class=None, seed=
     """
     labels = as_label_map(labels)
     if (train_fraction is None) == (train_per_class is None):
-        raise ValueError("give exactly one of train_fraction and train_per_class")
+        raise InvalidInput("give exactly one of train_fraction and train_per_class")
     if train_fraction is not None:
         _check_fraction(train_fraction)
         describe = f"stratified train_fraction={train_fraction} seed={seed}"
     else:
         if int(train_per_class) != train_per_class or train_per_class < 1:
-            raise ValueError(f"train_per_class must be a positive integer, got {train_per_class!r}")
+            raise InvalidInput(f"train_per_class must be a positive integer, got {train_per_class!r}")
         describe = f"stratified train_per_class={train_per_class} seed={seed}"
     rng = np.random.default_rng(seed)
     train = []
@@ -111,7 +112,7 @@ def disjoint_split(labels, *, train_fraction, patch_size, seed=0):
     present = set(np.unique(labels[labels > 0]).tolist())
     starved = sorted(present - set(labels.flat[split.test].tolist()))
     if starved:
-        raise ValueError(
+        raise InvalidInput(
             f"classes {starved} have no test pixels outside the {radius}-pixel guard band "
             f"around training pixels (patch_size={patch_size}, train_fraction={train_fraction}); "
             f"use a smaller train_fraction or patch_size")
@@ -129,7 +130,7 @@ def load_split(path):
     with np.load(path, allow_pickle=False) as stored:
         missing = {"train", "test", "image_shape", "description"} - set(stored.files)
         if missing:
-            raise ValueError(f"{path} is not a saved split: missing {sorted(missing)}, "
+            raise InvalidInput(f"{path} is not a saved split: missing {sorted(missing)}, "
                              f"has {sorted(stored.files)}")
         return Split(train=stored["train"], test=stored["test"],
                      image_shape=tuple(int(n) for n in stored["image_shape"]),
@@ -164,11 +165,11 @@ def _mask(indices, shape):
 
 def _check_fraction(fraction):
     if not 0 < fraction < 1:
-        raise ValueError(f"train_fraction must lie strictly between 0 and 1, got {fraction!r}")
+        raise InvalidInput(f"train_fraction must lie strictly between 0 and 1, got {fraction!r}")
 
 
 def _require_pixels(label, available, needed, rule):
     if available < needed:
-        raise ValueError(
+        raise InvalidInput(
             f"class {label} has {available} labelled pixels, but {rule} needs at least "
             f"{needed} (at least one must remain for testing)")

@@ -26,6 +26,7 @@ from scipy import ndimage
 
 from hmp.data.catalog import load_ground_truth, scene_spec
 from hmp.data.scene import Scene, as_label_map
+from hmp.errors import InvalidInput
 
 WAVELENGTH_RANGE_NM = (400.0, 2500.0)
 GENERATED_LAYOUT = "generated"
@@ -144,7 +145,7 @@ def _material_spectra(rng, n_materials, wavelengths, n_variants, variant_spread,
         if len(prototypes) == (n_materials + 1) // 2:
             break
     else:
-        raise ValueError(
+        raise InvalidInput(
             f"could not draw {(n_materials + 1) // 2} prototype spectra at least "
             f"min_separation={min_separation} apart; use a smaller min_separation")
     base = np.stack([

@@ -24,6 +24,8 @@ from numbers import Real
 
 import numpy as np
 
+from hmp.errors import InvalidInput
+
 
 def describe_device(index, names=None):
     """How messages call device ``index``: ``names[index]`` if given, else ``device 2``."""
@@ -37,22 +39,22 @@ def check_speeds(speeds, names=None):
     ``names`` when given). The error names the device and the value.
     """
     if isinstance(speeds, (str, bytes)) or not hasattr(speeds, "__len__"):
-        raise ValueError(f"speeds must be a list of numbers, got {speeds!r}")
+        raise InvalidInput(f"speeds must be a list of numbers, got {speeds!r}")
     if len(speeds) == 0:
-        raise ValueError("speeds is empty: need one speed per device")
+        raise InvalidInput("speeds is empty: need one speed per device")
     if names is not None and len(speeds) != len(names):
-        raise ValueError(
+        raise InvalidInput(
             f"got {len(speeds)} speeds for {len(names)} devices: "
             "need exactly one speed per device")
     for i, speed in enumerate(speeds):
         if speed is None:
-            raise ValueError(f"{describe_device(i, names)} has no speed (None)")
+            raise InvalidInput(f"{describe_device(i, names)} has no speed (None)")
         if isinstance(speed, bool) or not isinstance(speed, Real):
-            raise ValueError(
+            raise InvalidInput(
                 f"{describe_device(i, names)} has speed {speed!r}, "
                 "which is not a number")
         if not math.isfinite(speed) or speed <= 0:
-            raise ValueError(
+            raise InvalidInput(
                 f"{describe_device(i, names)} has speed {speed!r}: "
                 "speeds must be finite and greater than 0")
     return np.asarray(speeds, dtype=float)
@@ -61,7 +63,7 @@ def check_speeds(speeds, names=None):
 def _check_count(value, what):
     """ValueError unless ``value`` is an int >= 0 (bools are refused)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{what} must be a whole number >= 0, got {value!r}")
+        raise InvalidInput(f"{what} must be a whole number >= 0, got {value!r}")
     return int(value)
 
 
@@ -70,14 +72,14 @@ def _upper_bounds(caps, n, minimum, names):
     if caps is None:
         return np.full(n, np.inf)
     if len(caps) != n:
-        raise ValueError(f"got {len(caps)} caps for {n} devices: need one per device")
+        raise InvalidInput(f"got {len(caps)} caps for {n} devices: need one per device")
     bounds = np.full(n, np.inf)
     for i, cap in enumerate(caps):
         if cap is None:
             continue
         cap = _check_count(cap, f"the cap of {describe_device(i, names)}")
         if cap < minimum:
-            raise ValueError(
+            raise InvalidInput(
                 f"{describe_device(i, names)} can take at most {cap} (its cap) "
                 f"but needs at least the minimum share {minimum}")
         bounds[i] = cap
@@ -159,14 +161,14 @@ def apportion(total, speeds, minimum=1, caps=None, *, names=None, unit="units"):
     minimum = _check_count(minimum, "the minimum share")
     n = len(speeds)
     if total < minimum * n:
-        raise ValueError(
+        raise InvalidInput(
             f"{total} {unit} cannot give {n} devices at least {minimum} each")
     upper = _upper_bounds(caps, n, minimum, names)
     if upper.sum() < total:
         capped = ", ".join(
             f"{describe_device(i, names)} cap {int(upper[i])}"
             for i in np.flatnonzero(np.isfinite(upper)))
-        raise ValueError(
+        raise InvalidInput(
             f"{total} {unit} do not fit under the caps: {capped} "
             f"hold at most {int(upper.sum())}")
     lower = np.full(n, float(minimum))

@@ -110,6 +110,7 @@ from numbers import Real
 
 import numpy as np
 
+from hmp.errors import InvalidInput
 from hmp.hosts import group_by_host, is_hierarchical
 from hmp.planning.layout import check_splits
 
@@ -125,7 +126,7 @@ def _positive(value, what, allow_none=False, allow_zero=False):
         return
     if (isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value)
             or value < 0 or (value == 0 and not allow_zero)):
-        raise ValueError(f"{what} is {value!r}; must be a finite number "
+        raise InvalidInput(f"{what} is {value!r}; must be a finite number "
                          f"{'>= 0' if allow_zero else '> 0'}")
 
 
@@ -179,13 +180,13 @@ class DeviceSpec:
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"device name must be a non-empty string, got {self.name!r}")
+            raise InvalidInput(f"device name must be a non-empty string, got {self.name!r}")
         _positive(self.flops_per_s, f"flops_per_s of device {self.name!r}")
         _positive(self.mem_bytes, f"mem_bytes of device {self.name!r}", allow_none=True)
         _positive(self.mem_bw, f"mem_bw of device {self.name!r}", allow_none=True)
         _positive(self.overhead_s, f"overhead_s of device {self.name!r}", allow_zero=True)
         if self.host is not None and (not isinstance(self.host, str) or not self.host):
-            raise ValueError(f"host of device {self.name!r} must be a non-empty string or "
+            raise InvalidInput(f"host of device {self.name!r} must be a non-empty string or "
                              f"None, got {self.host!r}")
         _positive(self.host_cores, f"host_cores of device {self.name!r}", allow_none=True)
         _positive(self.half_rate_flops, f"half_rate_flops of device {self.name!r}",
@@ -193,7 +194,7 @@ class DeviceSpec:
         _positive(self.elementwise_s_per_element,
                   f"elementwise_s_per_element of device {self.name!r}", allow_zero=True)
         if self.host_cores is not None and self.host_cores < 1:
-            raise ValueError(f"host_cores of device {self.name!r} is {self.host_cores!r}; must "
+            raise InvalidInput(f"host_cores of device {self.name!r} is {self.host_cores!r}; must "
                              "be >= 1 (a device alone computes at its flops_per_s)")
 
 
@@ -237,13 +238,13 @@ class LinkSpec:
         _positive(self.latency_s, "link latency_s", allow_zero=True)
         _positive(self.cpu_share, "link cpu_share", allow_zero=True)
         if self.cpu_share > 1:
-            raise ValueError(f"link cpu_share is {self.cpu_share!r}; must be between 0 and 1")
+            raise InvalidInput(f"link cpu_share is {self.cpu_share!r}; must be between 0 and 1")
         for what in ("local", "feed", "loaded"):
             value = getattr(self, what)
             if isinstance(value, dict):
                 object.__setattr__(self, what, LinkSpec(**value))
             elif value is not None and not isinstance(value, LinkSpec):
-                raise ValueError(f"link {what} must be a LinkSpec, a dict or None, "
+                raise InvalidInput(f"link {what} must be a LinkSpec, a dict or None, "
                                  f"got {value!r}")
 
     def between(self, hosts):
@@ -282,9 +283,9 @@ def load_platform(path):
         devices = [DeviceSpec(**d) for d in data["devices"]]
         link = LinkSpec(**data["link"]) if data.get("link") is not None else None
     except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as e:
-        raise ValueError(f"platform file {path}: {type(e).__name__}: {e}") from e
+        raise InvalidInput(f"platform file {path}: {type(e).__name__}: {e}") from e
     if not devices:
-        raise ValueError(f"platform file {path}: no devices")
+        raise InvalidInput(f"platform file {path}: no devices")
     return devices, link
 
 
@@ -557,7 +558,7 @@ def predict(model_spec, devices, mesh, batch_size, splits, link=None):
       A Prediction.
     """
     if len(devices) != mesh.size:
-        raise ValueError(f"mesh {mesh} has {mesh.size} positions but {len(devices)} "
+        raise InvalidInput(f"mesh {mesh} has {mesh.size} positions but {len(devices)} "
                          "devices were given")
     splits = check_splits(model_spec, mesh, batch_size, splits)
     flops, params, outputs = _layer_arrays(model_spec)

@@ -15,6 +15,8 @@ takes.
 
 from dataclasses import dataclass
 
+from hmp.errors import InvalidInput
+
 AXES = ("batch", "model")
 ALLOWED = 'allowed: "model:N", "batch:M" or "batch:M;model:N" with M, N >= 1'
 
@@ -38,20 +40,20 @@ class Mesh:
 def parse_mesh(text):
     """Parses a mesh string; ValueError saying what is wrong and what is allowed."""
     if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"bad mesh {text!r}: {ALLOWED}")
+        raise InvalidInput(f"bad mesh {text!r}: {ALLOWED}")
     sizes = {}
     for part in text.split(";"):
         axis, sep, size = (s.strip() for s in part.partition(":"))
         if not sep or axis not in AXES:
-            raise ValueError(f"bad mesh {text!r}: axis {part.strip()!r} is unknown; {ALLOWED}")
+            raise InvalidInput(f"bad mesh {text!r}: axis {part.strip()!r} is unknown; {ALLOWED}")
         if axis in sizes:
-            raise ValueError(f"bad mesh {text!r}: axis {axis!r} appears twice; {ALLOWED}")
+            raise InvalidInput(f"bad mesh {text!r}: axis {axis!r} appears twice; {ALLOWED}")
         if not size.isdigit() or int(size) < 1:
-            raise ValueError(f"bad mesh {text!r}: size {size!r} of axis {axis!r} "
+            raise InvalidInput(f"bad mesh {text!r}: size {size!r} of axis {axis!r} "
                              f"is not a whole number >= 1; {ALLOWED}")
         sizes[axis] = int(size)
     if list(sizes) == ["model", "batch"]:
-        raise ValueError(f"bad mesh {text!r}: write the batch axis first "
+        raise InvalidInput(f"bad mesh {text!r}: write the batch axis first "
                          "(devices fill the mesh row-major, batch rows outermost)")
     return Mesh(sizes.get("batch", 1), sizes.get("model", 1), tuple(sizes))
 
@@ -90,11 +92,11 @@ def check_splits(model_spec, mesh, batch_size, splits, source="splits"):
     and nothing else may be there. Errors start with ``source``.
     """
     if not isinstance(splits, dict):
-        raise ValueError(f"{source}: must be a dict of dimension -> sizes, got {splits!r}")
+        raise InvalidInput(f"{source}: must be a dict of dimension -> sizes, got {splits!r}")
     expected = laid_out_dims(model_spec, mesh)
     for dim in splits:
         if dim not in expected:
-            raise ValueError(
+            raise InvalidInput(
                 f"{source}: dimension {dim!r} is not split on mesh {mesh} of model "
                 f"{model_spec.name!r} (expected: {', '.join(expected) or 'none'})")
     checked = {}
@@ -102,15 +104,15 @@ def check_splits(model_spec, mesh, batch_size, splits, source="splits"):
         size = batch_size if size is None else size
         sizes = splits.get(dim)
         if sizes is None:
-            raise ValueError(f"{source}: no sizes for dimension {dim!r} (split on {axis!r})")
+            raise InvalidInput(f"{source}: no sizes for dimension {dim!r} (split on {axis!r})")
         if (not isinstance(sizes, (list, tuple))
                 or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                            for s in sizes)):
-            raise ValueError(f"{source}: sizes of {dim!r} must be a list of whole numbers "
+            raise InvalidInput(f"{source}: sizes of {dim!r} must be a list of whole numbers "
                              f">= 0, got {sizes!r}")
         length = getattr(mesh, axis)
         if len(sizes) != length or sum(sizes) != size:
-            raise ValueError(f"{source}: sizes of {dim!r} are {list(sizes)}; need {length} "
+            raise InvalidInput(f"{source}: sizes of {dim!r} are {list(sizes)}; need {length} "
                              f"numbers (axis {axis!r}) summing to {size}")
         checked[dim] = [int(s) for s in sizes]
     return checked

@@ -18,6 +18,8 @@ FLOPs by hand. FLOPs count a multiply-add as 2.
 import math
 from dataclasses import dataclass
 
+from hmp.errors import InvalidInput
+
 KINDS = ("conv2d", "conv3d", "dense", "pool", "norm")
 ROLES = ("output", "input")
 
@@ -38,27 +40,27 @@ class LayerSpec:
     def __post_init__(self):
         where = f"layer {self.name!r}"
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"layer name must be a non-empty string, got {self.name!r}")
+            raise InvalidInput(f"layer name must be a non-empty string, got {self.name!r}")
         if self.kind not in KINDS:
-            raise ValueError(f"{where}: kind {self.kind!r} is unknown (allowed: {', '.join(KINDS)})")
+            raise InvalidInput(f"{where}: kind {self.kind!r} is unknown (allowed: {', '.join(KINDS)})")
         if self.split_dim is None:
             if self.split_role is not None or self.split_size != 0:
-                raise ValueError(f"{where}: without a split_dim, split_role must be None "
+                raise InvalidInput(f"{where}: without a split_dim, split_role must be None "
                                  "and split_size 0")
         else:
             if not isinstance(self.split_dim, str) or not self.split_dim or self.split_dim == "batch":
-                raise ValueError(f"{where}: split_dim {self.split_dim!r} must be a non-empty "
+                raise InvalidInput(f"{where}: split_dim {self.split_dim!r} must be a non-empty "
                                  "name other than 'batch'")
             if self.split_role not in ROLES:
-                raise ValueError(f"{where}: split_role {self.split_role!r} is unknown "
+                raise InvalidInput(f"{where}: split_role {self.split_role!r} is unknown "
                                  f"(allowed: {', '.join(ROLES)})")
             if not _is_count(self.split_size) or self.split_size < 1:
-                raise ValueError(f"{where}: split_size {self.split_size!r} must be a whole number >= 1")
+                raise InvalidInput(f"{where}: split_size {self.split_size!r} must be a whole number >= 1")
         for field in ("params", "output_elems_per_sample"):
             if not _is_count(getattr(self, field)) or getattr(self, field) < 0:
-                raise ValueError(f"{where}: {field} {getattr(self, field)!r} must be a whole number >= 0")
+                raise InvalidInput(f"{where}: {field} {getattr(self, field)!r} must be a whole number >= 0")
         if not math.isfinite(self.flops_per_sample) or self.flops_per_sample < 0:
-            raise ValueError(f"{where}: flops_per_sample {self.flops_per_sample!r} "
+            raise InvalidInput(f"{where}: flops_per_sample {self.flops_per_sample!r} "
                              "must be finite and >= 0")
 
 
@@ -79,24 +81,24 @@ class ModelSpec:
         object.__setattr__(self, "layers", tuple(self.layers))
         object.__setattr__(self, "input_shape", tuple(self.input_shape))
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"model name must be a non-empty string, got {self.name!r}")
+            raise InvalidInput(f"model name must be a non-empty string, got {self.name!r}")
         if not self.layers:
-            raise ValueError(f"model {self.name!r} has no layers")
+            raise InvalidInput(f"model {self.name!r} has no layers")
         if not self.input_shape or not all(_is_count(d) and d >= 1 for d in self.input_shape):
-            raise ValueError(f"model {self.name!r}: input_shape {self.input_shape!r} "
+            raise InvalidInput(f"model {self.name!r}: input_shape {self.input_shape!r} "
                              "must be whole numbers >= 1")
         seen = set()
         sizes = {}
         for layer in self.layers:
             if not isinstance(layer, LayerSpec):
-                raise ValueError(f"model {self.name!r}: {layer!r} is not a LayerSpec")
+                raise InvalidInput(f"model {self.name!r}: {layer!r} is not a LayerSpec")
             if layer.name in seen:
-                raise ValueError(f"model {self.name!r}: two layers are named {layer.name!r}")
+                raise InvalidInput(f"model {self.name!r}: two layers are named {layer.name!r}")
             seen.add(layer.name)
             if layer.split_dim is not None:
                 size = sizes.setdefault(layer.split_dim, layer.split_size)
                 if size != layer.split_size:
-                    raise ValueError(
+                    raise InvalidInput(
                         f"model {self.name!r}: split dim {layer.split_dim!r} has size {size} "
                         f"in one layer but {layer.split_size} in layer {layer.name!r}")
 
@@ -120,7 +122,7 @@ def _per_axis(value, rank, what):
     """Expands an int to a ``rank``-tuple; checks a given tuple's length."""
     values = (value,) * rank if isinstance(value, int) else tuple(value)
     if len(values) != rank or not all(_is_count(v) and v >= 1 for v in values):
-        raise ValueError(f"{what} {value!r} must be {rank} whole numbers >= 1")
+        raise InvalidInput(f"{what} {value!r} must be {rank} whole numbers >= 1")
     return values
 
 
@@ -138,10 +140,10 @@ def conv_output_spatial(in_spatial, kernel, strides=1, padding="same"):
     if padding == "valid":
         out = tuple((n - k) // s + 1 for n, k, s in zip(in_spatial, kernel, strides))
         if min(out) < 1:
-            raise ValueError(f"kernel {kernel} is larger than the input {in_spatial} "
+            raise InvalidInput(f"kernel {kernel} is larger than the input {in_spatial} "
                              "with padding 'valid'")
         return out
-    raise ValueError(f"padding {padding!r} is unknown (allowed: same, valid)")
+    raise InvalidInput(f"padding {padding!r} is unknown (allowed: same, valid)")
 
 
 def _split(out_channels, in_channels, split_dim, split_role):
@@ -163,7 +165,7 @@ def conv_layer_spec(name, kind, in_spatial, kernel, in_channels, out_channels,
     """
     rank = {"conv2d": 2, "conv3d": 3}.get(kind)
     if rank is None or len(in_spatial) != rank:
-        raise ValueError(f"layer {name!r}: kind {kind!r} with in_spatial {in_spatial!r}; "
+        raise InvalidInput(f"layer {name!r}: kind {kind!r} with in_spatial {in_spatial!r}; "
                          "need conv2d with (H, W) or conv3d with (H, W, D)")
     out_spatial = conv_output_spatial(in_spatial, kernel, strides, padding)
     taps = math.prod(_per_axis(kernel, rank, "kernel"))

@@ -11,6 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from numbers import Real
 
+from hmp.errors import InvalidInput
 from hmp.planning.apportion import check_speeds
 from hmp.planning.costmodel import DeviceSpec, Prediction
 from hmp.planning.layout import check_splits, parse_mesh
@@ -74,7 +75,7 @@ class Plan:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{where}: cannot be read as JSON: {e}") from e
+            raise InvalidInput(f"{where}: cannot be read as JSON: {e}") from e
         plan = _parse(data, where)
         if model_spec is not None:
             plan.check_model(model_spec, where)
@@ -85,10 +86,10 @@ class Plan:
     def check_model(self, model_spec, where="plan"):
         """ValueError unless this plan is for ``model_spec`` (name, layers, split sizes)."""
         if self.model != model_spec.name:
-            raise ValueError(f"{where} is for model {self.model!r}, not the expected "
+            raise InvalidInput(f"{where} is for model {self.model!r}, not the expected "
                              f"model {model_spec.name!r}")
         if self.layers != layer_entries(model_spec):
-            raise ValueError(f"{where}: its layers of model {self.model!r} differ from the "
+            raise InvalidInput(f"{where}: its layers of model {self.model!r} differ from the "
                              "given model's (was the model changed since planning?)")
         check_splits(model_spec, parse_mesh(self.mesh), self.batch_size, self.splits, where)
 
@@ -101,11 +102,11 @@ class Plan:
         names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
         for name in self.devices:
             if name not in names:
-                raise ValueError(f"{where}: device {name!r} is not among the given "
+                raise InvalidInput(f"{where}: device {name!r} is not among the given "
                                  f"devices {names}")
         left = {record["device"] for record in self.left_out}
         if [name for name in names if name not in left] != self.devices:
-            raise ValueError(f"{where}: is for devices {self.devices}"
+            raise InvalidInput(f"{where}: is for devices {self.devices}"
                              + (f" (left out: {', '.join(sorted(left))})" if left else "")
                              + f", not {names}")
 
@@ -198,7 +199,7 @@ def _format_bytes(nbytes):
 # --- reading: every field checked for type and shape, errors name the field ----------
 
 def _fail(where, field, expected, value):
-    raise ValueError(f"{where}: {field} must be {expected}, got {value!r}")
+    raise InvalidInput(f"{where}: {field} must be {expected}, got {value!r}")
 
 
 def _number(value, where, field, optional=False):
@@ -229,7 +230,7 @@ def _dict(value, where, field, keys):
         _fail(where, field, "an object", value)
     missing = [k for k in keys if k not in value]
     if missing:
-        raise ValueError(f"{where}: {field} lacks {', '.join(missing)}")
+        raise InvalidInput(f"{where}: {field} lacks {', '.join(missing)}")
     return value
 
 
@@ -242,18 +243,18 @@ def _parse(data, where):
     try:
         mesh = parse_mesh(data["mesh"])
     except ValueError as e:
-        raise ValueError(f"{where}: {e}") from e
+        raise InvalidInput(f"{where}: {e}") from e
     devices = _list(data["devices"], where, "devices", mesh.size)
     for i, name in enumerate(devices):
         if not isinstance(name, str) or not name:
             _fail(where, f"devices[{i}]", "a non-empty string", name)
     if len(set(devices)) != len(devices):
-        raise ValueError(f"{where}: devices repeat a name: {devices}")
+        raise InvalidInput(f"{where}: devices repeat a name: {devices}")
     n = len(devices)
     try:
         check_speeds(_list(data["speeds"], where, "speeds", n), devices)
     except ValueError as e:
-        raise ValueError(f"{where}: {e}") from e
+        raise InvalidInput(f"{where}: {e}") from e
     batch_size = data["batch_size"]
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         _fail(where, "batch_size", "a whole number >= 1", batch_size)

@@ -20,6 +20,7 @@ from numbers import Real
 
 import numpy as np
 
+from hmp.errors import InvalidInput
 from hmp.planning.apportion import apportion, check_speeds
 from hmp.planning.costmodel import DeviceSpec, memory_bytes, predict, weight_fractions
 from hmp.planning.layout import candidate_meshes, layout_rules, parse_mesh
@@ -35,28 +36,28 @@ EXHAUSTIVE_DEVICES = 8
 def _device_specs(devices, speeds, memory_caps):
     """Normalises devices (names or DeviceSpecs), speeds and caps; checks them."""
     if isinstance(devices, (str, bytes)) or not devices:
-        raise ValueError(f"devices must be a non-empty list, got {devices!r}")
+        raise InvalidInput(f"devices must be a non-empty list, got {devices!r}")
     names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
     for i, name in enumerate(names):
         if not isinstance(name, str) or not name:
-            raise ValueError(f"device {i} must be named by a non-empty string, got {name!r}")
+            raise InvalidInput(f"device {i} must be named by a non-empty string, got {name!r}")
     if len(set(names)) != len(names):
-        raise ValueError(f"devices repeat a name: {names}")
+        raise InvalidInput(f"devices repeat a name: {names}")
     labels = [f"device {i} ({name})" for i, name in enumerate(names)]
     if speeds is None:
         if not all(isinstance(d, DeviceSpec) for d in devices):
-            raise ValueError("speeds are missing (None): give one speed per device, "
+            raise InvalidInput("speeds are missing (None): give one speed per device, "
                              "or DeviceSpecs with flops_per_s")
         speeds = [d.flops_per_s for d in devices]
     speeds = check_speeds(speeds, labels)
     if memory_caps is None:
         memory_caps = [d.mem_bytes if isinstance(d, DeviceSpec) else None for d in devices]
     if len(memory_caps) != len(names):
-        raise ValueError(f"got {len(memory_caps)} memory caps for {len(names)} devices")
+        raise InvalidInput(f"got {len(memory_caps)} memory caps for {len(names)} devices")
     for label, cap in zip(labels, memory_caps):
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, Real)
                                 or not cap > 0 or math.isinf(cap)):
-            raise ValueError(f"{label} has memory cap {cap!r}; must be a number of bytes > 0 "
+            raise InvalidInput(f"{label} has memory cap {cap!r}; must be a number of bytes > 0 "
                              "or None")
     # A DeviceSpec keeps its other figures (mem_bw, overhead_s, host, host_cores).
     specs = [dataclasses.replace(d, flops_per_s=float(speed), mem_bytes=cap)
@@ -125,7 +126,7 @@ def _layout(model_spec, specs, mesh, batch_size, min_filters):
     over = [f"device {i} ({names[i]}) needs {memory[i]:.4g} bytes but its cap is "
             f"{specs[i].mem_bytes:.4g}" for i in np.flatnonzero(memory > caps.ravel())]
     if over:
-        raise ValueError(f"mesh {mesh}: the model does not fit: {'; '.join(over)}")
+        raise InvalidInput(f"mesh {mesh}: the model does not fit: {'; '.join(over)}")
     return splits
 
 
@@ -191,10 +192,10 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
     """
     specs = _device_specs(devices, speeds, memory_caps)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+        raise InvalidInput(f"batch_size must be a whole number >= 1, got {batch_size!r}")
     relative = max(d.flops_per_s for d in specs) < MIN_ABSOLUTE_FLOPS
     if relative and link is not None:
-        raise ValueError(
+        raise InvalidInput(
             f"speeds {[d.flops_per_s for d in specs]} look relative (all below "
             f"{MIN_ABSOLUTE_FLOPS:g} FLOP/s); a link's cost can only be weighed against "
             "absolute speeds in FLOP/s")
@@ -206,7 +207,7 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
     else:
         given = parse_mesh(mesh)
         if given.size != n:
-            raise ValueError(f"mesh {mesh!r} has {given.size} positions but "
+            raise InvalidInput(f"mesh {mesh!r} has {given.size} positions but "
                              f"{n} devices were given")
         trials = [(n, list(range(n)), [given])]
     single = sum(len(meshes) for _, _, meshes in trials) == 1
@@ -217,7 +218,7 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
         for m in meshes:
             try:
                 splits = _layout(model_spec, subset, m, batch_size, min_filters)
-            except ValueError as e:
+            except InvalidInput as e:   # an infeasible mesh; any other error is a bug
                 if single:
                     raise
                 candidates.append(Candidate(str(m), None, None, None, f"infeasible: {e}", k))
@@ -227,7 +228,7 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
             candidates.append(Candidate(str(m), prediction.step, prediction.compute,
                                         prediction.comm, "", k))
     if not layouts:
-        raise ValueError("no mesh fits: " + "; ".join(
+        raise InvalidInput("no mesh fits: " + "; ".join(
             f"{c.mesh}" + (f" on {c.devices} devices" if c.devices != n else "")
             + f": {c.note}" for c in candidates))
     # The fastest; on a tie the one with fewer devices (less that can go wrong).

@@ -1,0 +1,170 @@
+"""A run's folder (--model_dir): who may use it, its history, and stopping on a signal.
+
+A folder that holds a run (checkpoints, results) is not silently reused: a
+new run there needs ``--resume`` (continue it) or ``--overwrite`` (delete the
+run's files first). ``history.json`` records every epoch of every invocation,
+written atomically before each epoch's checkpoint, so a resumed run's
+``results.json`` holds the whole history. :class:`Signals` turns SIGINT and
+SIGTERM into a request the trainer answers after its running step, with a
+checkpoint.
+"""
+
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+
+import tensorflow.compat.v1 as tf
+
+from hmp import cli, report
+
+# The files a run writes in its folder (--overwrite deletes these and nothing else).
+RUN_FILES = ("checkpoint", "ckpt-*", "results.json", "results.json.tmp", "history.json",
+             "history.json.tmp", "classification_map.png", "confusion_matrix.png",
+             "events.out.tfevents.*")
+HISTORY = "history.json"
+
+
+def run_files(model_dir, patterns=RUN_FILES):
+    return sorted({path for pattern in patterns
+                   for path in glob.glob(os.path.join(glob.escape(model_dir), pattern))})
+
+
+def prepare_model_dir(model_dir, resume=False, overwrite=False):
+    """Makes ``model_dir`` and checks it is writable; refuses to reuse a run's folder.
+
+    Raises :class:`hmp.cli.UsageError` (naming --model_dir, --resume and
+    --overwrite) when the folder holds a run and neither ``resume`` nor
+    ``overwrite`` is given; with ``overwrite``, deletes the run's files first.
+    """
+    if resume and overwrite:
+        raise cli.UsageError("--resume, --overwrite: give one of them (continue the run in "
+                             "--model_dir, or delete it and start over)")
+    held = _held(model_dir)
+    if held and not resume and not overwrite:
+        raise cli.UsageError(
+            "--model_dir=%s holds a run (%s); continue it with --resume, start over with "
+            "--overwrite, or give another --model_dir" % (model_dir, ", ".join(held)))
+    try:
+        if overwrite:
+            for path in run_files(model_dir):   # ckpt-N_temp: a folder of a killed save
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        os.makedirs(model_dir, exist_ok=True)
+        probe = os.path.join(model_dir, ".write_test")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        raise cli.UsageError("--model_dir=%s: not writable (%s)"
+                             % (model_dir, error.strerror)) from None
+
+
+def _held(model_dir):
+    """What makes ``model_dir`` a run's folder: a checkpoint, results.json, history.json.
+
+    Event files, or the pieces of a checkpoint whose writing was killed
+    (TensorFlow lists a checkpoint only once it is whole), do not.
+    """
+    step = checkpoint_step(model_dir)
+    return (["a checkpoint at step %d" % step] if step is not None else []) + [
+        name for name in ("results.json", HISTORY)
+        if os.path.exists(os.path.join(model_dir, name))]
+
+
+def read_json(path):
+    """The JSON in ``path``, or None when there is none (or it cannot be read)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def checkpoint_step(model_dir):
+    """The global step of the latest checkpoint in ``model_dir``, or None."""
+    try:
+        checkpoint = tf.train.latest_checkpoint(model_dir)
+    except (tf.errors.OpError, ValueError):   # an unreadable checkpoint list
+        checkpoint = None
+    match = re.search(r"-(\d+)$", checkpoint or "")
+    return int(match.group(1)) if match else None
+
+
+def finished(model_dir, steps):
+    """True when ``model_dir`` holds a run that trained ``steps`` steps and was scored then."""
+    step = checkpoint_step(model_dir)
+    results = read_json(os.path.join(model_dir, "results.json")) or {}
+    return (step is not None and step >= steps and "test" in results
+            and results.get("step") == step)
+
+
+class History:
+    """history.json: every epoch, plan and invocation of a run, across resumes.
+
+    ``open`` keeps, of a resumed run's record, the epochs before
+    ``first_epoch`` (the one its checkpoint is in): an epoch recorded but
+    not checkpointed (a kill between the two) is trained and recorded again.
+    Every change is written at once, atomically.
+    """
+
+    def __init__(self, path, epochs=(), plans=(), invocations=()):
+        self.path = path
+        self.epochs, self.plans, self.invocations = list(epochs), list(plans), list(invocations)
+
+    @classmethod
+    def open(cls, model_dir, resume, first_epoch, step, argv):
+        path = os.path.join(model_dir, HISTORY)
+        record = (read_json(path) if resume else None) or {}
+        history = cls(path, [e for e in record.get("history", []) if e["epoch"] < first_epoch],
+                      record.get("plans", []), record.get("invocations", []))
+        history.invocations.append({"start_step": int(step), "argv": list(argv)})
+        history.write()
+        return history
+
+    def add_epoch(self, stats):
+        self.epochs.append(dict(vars(stats)))
+        self.write()
+
+    def add_plan(self, plan):
+        self.plans.append(plan)
+        self.write()
+
+    def write(self):
+        report.write_json(self.path, {"history": self.epochs, "plans": self.plans,
+                                      "invocations": self.invocations})
+
+
+class Signals:
+    """SIGINT/SIGTERM: the first asks the trainer to stop after its step; a second aborts.
+
+    Use as a context manager (it restores the previous handlers), pass it as
+    the trainer's ``stop`` and set ``armed`` once the trainer runs. Before
+    that (loading, planning) there is nothing to save, and the first signal
+    stops at once with :class:`hmp.cli.Interrupted`.
+    """
+
+    def __init__(self):
+        self.signum, self.armed, self._previous = None, False, {}
+
+    def __call__(self):   # the trainer's stop(): has a signal come?
+        return self.signum is not None
+
+    def _handle(self, signum, frame):
+        if self.signum is not None:   # the second: give up at once
+            os.write(2, b"\ninterrupted again: stopping at once, without a checkpoint\n")
+            os._exit(128 + signum)
+        self.signum = signum
+        if not self.armed:
+            raise cli.Interrupted("interrupted before training started; nothing to save",
+                                  signum)
+
+    def __enter__(self):
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)

@@ -1,0 +1,216 @@
+"""Runs that never lose work or print a traceback (issue 14), in-process.
+
+Stopping on a signal with a checkpoint, the run folder (--resume/--overwrite,
+history.json), unreadable files and keys, NaN pixels, the progress line, and
+which errors are blamed on flags. The CLI ends of these are in
+tests/test_train_runs.py.
+"""
+
+import io
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+import scipy.io
+
+import harness
+from hmp import cli, experiment, runs
+from hmp.data import load_scene_files, read_array
+from hmp.errors import InvalidInput
+from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.progress import ProgressLine
+from hmp.trainer import EpochStats, Stopped, Trainer
+
+
+@pytest.fixture(scope="module")
+def tiny_experiment():
+    return experiment.prepare(experiment.DataConfig(patch_size=5, train_fraction=0.05,
+                                                    pca=8, seed=1))
+
+
+def make_trainer(exp, model_dir, **options):
+    config = ModelConfig("cnn2d", 5, exp.bands, exp.n_classes, width=2)
+    graph = TrainingGraph(config, Layout("", "", ("/cpu:0",), {}), 64,
+                          exp.scene.labels.shape, "adam", 1e-3, seed=1)
+    return Trainer(graph, exp, str(model_dir), seed=1, session_config=harness.session_config(),
+                   log=lambda line: None, **options)
+
+
+# -- 1. a signal stops after the step, with a checkpoint ---------------------------------
+
+def test_trainer_stops_after_the_running_step_with_a_checkpoint(tiny_experiment, tmp_path):
+    steps = []
+    trainer = make_trainer(tiny_experiment, tmp_path, stop=lambda: len(steps) >= 3,
+                           progress=lambda text: steps.append(text) if text else None)
+    trainer.initialise(resume=False)
+    with pytest.raises(Stopped) as stopped:
+        trainer.train_epoch(0, 2)
+    assert (stopped.value.epoch, stopped.value.step) == (0, 4)   # 3 progress lines, 4th step
+    assert trainer.step == 4
+    trainer.close()
+    assert runs.checkpoint_step(str(tmp_path)) == 4
+
+
+def test_signals_ask_to_stop_once_armed_and_interrupt_before(tmp_path):
+    with runs.Signals() as signals:
+        assert not signals()
+        with pytest.raises(cli.Interrupted) as interrupted:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):   # the handler runs between bytecodes
+                pass
+        assert interrupted.value.signum == signal.SIGTERM
+    with runs.Signals() as signals:
+        signals.armed = True
+        os.kill(os.getpid(), signal.SIGINT)
+        assert signals() and signals.signum == signal.SIGINT
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler   # restored
+
+
+# -- 2. a used --model_dir needs --resume or --overwrite ---------------------------------
+
+def test_a_used_model_dir_is_refused_without_resume_or_overwrite(tmp_path):
+    runs.prepare_model_dir(str(tmp_path))            # empty: fine
+    (tmp_path / "events.out.tfevents.1.x").write_text("")
+    runs.prepare_model_dir(str(tmp_path))            # event files alone: not a run
+    (tmp_path / "ckpt-7.data-00000-of-00001").write_text("")   # a save killed half-way
+    runs.prepare_model_dir(str(tmp_path))
+    (tmp_path / "ckpt-7.index").write_text("")
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-7"\n')
+    with pytest.raises(cli.UsageError, match=r"holds a run \(a checkpoint at step 7\); "
+                                             r"continue it with --resume, start over with "
+                                             r"--overwrite"):
+        runs.prepare_model_dir(str(tmp_path))
+    (tmp_path / "ckpt-8_temp").mkdir()
+    for name in ("results.json", "history.json", "classification_map.png", "notes.txt"):
+        (tmp_path / name).write_text("{}")
+    with pytest.raises(cli.UsageError, match="step 7, results.json, history.json"):
+        runs.prepare_model_dir(str(tmp_path))
+    with pytest.raises(cli.UsageError, match="--resume, --overwrite: give one"):
+        runs.prepare_model_dir(str(tmp_path), resume=True, overwrite=True)
+    runs.prepare_model_dir(str(tmp_path), resume=True)
+    runs.prepare_model_dir(str(tmp_path), overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]   # only hmp's files go
+
+
+# -- 3. the history of every invocation --------------------------------------------------
+
+def stats(epoch):
+    return EpochStats(epoch, 1.0 / (epoch + 1), 0.5, 100.0, 1.0, [1.0], 10)
+
+
+def test_history_keeps_every_invocation_and_drops_unsaved_epochs(tmp_path):
+    first = runs.History.open(str(tmp_path), False, 0, 0, ["--epochs=5"])
+    for epoch in range(3):
+        first.add_epoch(stats(epoch))
+    first.add_plan({"mesh": "model:1"})
+    # killed after epoch 2 was recorded but before its checkpoint: resume from epoch 2
+    second = runs.History.open(str(tmp_path), True, 2, 20, ["--epochs=5", "--resume"])
+    assert [e["epoch"] for e in second.epochs] == [0, 1]
+    second.add_epoch(stats(2))
+    saved = json.loads((tmp_path / "history.json").read_text())
+    assert [e["epoch"] for e in saved["history"]] == [0, 1, 2]
+    assert [i["start_step"] for i in saved["invocations"]] == [0, 20]
+    assert saved["plans"] == [{"mesh": "model:1"}]
+    fresh = runs.History.open(str(tmp_path), False, 0, 0, [])   # not resumed: starts over
+    assert fresh.epochs == [] and len(fresh.invocations) == 1
+
+
+# -- 4, 5. keys and unreadable files ------------------------------------------------------
+
+def scene_files(tmp_path, cube):
+    labels = np.arange(cube.shape[0] * cube.shape[1]).reshape(cube.shape[:2]) % 3 + 1
+    scipy.io.savemat(tmp_path / "scene.mat", {"cube": cube, "other": cube[..., :2]})
+    np.save(tmp_path / "gt.npy", labels.astype(np.int32))
+    return tmp_path / "scene.mat", tmp_path / "gt.npy"
+
+
+def test_two_arrays_need_the_cube_key_and_a_truncated_file_is_named(tmp_path):
+    cube_path, labels_path = scene_files(tmp_path, np.ones((6, 5, 4), np.float32))
+    with pytest.raises(InvalidInput, match=r"cube file .*scene.mat: holds 2 arrays "
+                                           r"\['cube', 'other'\]; name .* with cube_key"):
+        load_scene_files(cube_path, labels_path)
+    assert load_scene_files(cube_path, labels_path, cube_key="cube").cube.shape == (6, 5, 4)
+    truncated = tmp_path / "truncated.npy"
+    truncated.write_bytes(labels_path.read_bytes()[:150])
+    with pytest.raises(InvalidInput, match="truncated.npy: cannot be read"):
+        read_array(truncated)
+    with pytest.raises(InvalidInput, match="^labels file .*truncated.npy: cannot be read"):
+        load_scene_files(cube_path, truncated, cube_key="cube")
+
+
+# -- 6. NaN pixels ------------------------------------------------------------------------
+
+def test_pixels_holding_nan_are_masked_as_no_data(tmp_path):
+    rng = np.random.RandomState(0)
+    cube = rng.rand(12, 10, 6).astype(np.float32)
+    cube[2, 3, 1] = np.nan
+    cube[5, 5, :] = np.inf
+    cube_path, labels_path = scene_files(tmp_path, cube)
+    exp = experiment.prepare(experiment.DataConfig(
+        dataset=str(cube_path), labels_path=str(labels_path), cube_key="cube", patch_size=3,
+        train_fraction=0.5))
+    assert exp.nodata_pixels == 2
+    assert exp.scene.labels[2, 3] == 0 and exp.scene.labels[5, 5] == 0
+    assert 2 * 10 + 3 not in exp.labelled.indices
+    assert np.isfinite(exp.train.extractor.padded).all()
+
+
+# -- 8. progress ---------------------------------------------------------------------------
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_line_updates_on_a_terminal_and_is_quiet_elsewhere(tiny_experiment,
+                                                                     tmp_path):
+    screen = Terminal()
+    trainer = make_trainer(tiny_experiment, tmp_path, progress=ProgressLine(screen, 0))
+    trainer.initialise(resume=False)
+    trainer.train_epoch(0, 1)
+    steps = trainer.steps_per_epoch
+    updates = screen.getvalue().split("\r")
+    assert any("epoch 1/1  step 1/%d" % steps in u for u in updates)
+    assert any("step %d/%d" % (steps, steps) in u and "samples/s  ETA 0 s" in u
+               for u in updates)
+    trainer.predict(tiny_experiment.test)
+    assert "classifying  batch 1/" in screen.getvalue()
+    assert screen.getvalue().endswith("\r")   # cleared at the end
+    trainer.close()
+    quiet = io.StringIO()
+    line = ProgressLine(quiet, 0)
+    line("step 1/2")
+    line(None)
+    assert quiet.getvalue() == ""
+
+
+# -- 7. only validation errors are blamed on flags -----------------------------------------
+
+def test_blame_turns_only_invalid_input_into_a_flag_error():
+    from absl import flags
+    name = "runs_test_flag"
+    if name not in flags.FLAGS:
+        flags.DEFINE_string(name, "x", "for this test")
+    with pytest.raises(cli.UsageError, match="--runs_test_flag=x: bad value"):
+        with cli.blame(name):
+            raise InvalidInput("bad value")
+    with pytest.raises(ValueError, match="cannot reshape") as raised:
+        with cli.blame(name):
+            raise ValueError("cannot reshape")   # a bug, e.g. in a custom model
+    assert not isinstance(raised.value, cli.UsageError)
+    with pytest.raises(cli.UsageError, match="no such file"):
+        with cli.blame(name, also=(OSError,)):
+            raise FileNotFoundError("no such file")
+
+
+def test_auto_mesh_does_not_record_a_bug_as_an_infeasible_mesh(monkeypatch):
+    from hmp.planning import planner
+    from test_planner import hsi_model
+
+    def broken(*args):
+        raise ValueError("operands could not be broadcast together")
+    monkeypatch.setattr(planner, "_layout", broken)
+    with pytest.raises(ValueError, match="^operands could not be broadcast together$"):
+        planner.plan_layout(hsi_model(), ["/cpu:0", "/cpu:1"], [1, 1], 8, "auto")
