@@ -32,8 +32,12 @@ run:
    (``batch:2``, batch split evenly), ``data`` (batch split by speed), ``hybrid`` (``batch:2;model:2`` on the
    four virtual devices; ``--hybrid_across`` says which mesh axis spans the two
    workers, the other spans each worker's two devices), ``worker 0 alone`` and
-   ``worker 1 alone`` (the model on one worker), and ``plain TF`` (the same
-   model written in plain TensorFlow, ``plain_tf_models.py``, on worker 0).
+   ``worker 1 alone`` (the model on one worker), ``plain TF`` (the same
+   model written in plain TensorFlow, ``plain_tf_models.py``, on worker 0;
+   it is fed its batch of patches every step, as plain TensorFlow code is),
+   and ``auto``: the plan ``hmp.train --cluster`` makes with its defaults
+   (one device per worker, the profiled speeds and the measured link,
+   ``--mesh=auto``, which may leave the slow worker out).
 3. The ideal step times for a global batch of ``W`` samples on ``n`` workers
    whose speeds alone are ``s_i`` samples/s (``W`` / the median step of
    ``worker i alone``, timed interleaved with the rest):
@@ -43,7 +47,8 @@ run:
    balanced split over the even one is ``T_even / T*``.
 4. Per configuration: median step time ``T`` (and the range over repeats),
    samples/s ``W / T``, efficiency ``T* / T``, speedup over the even split
-   ``T(even) / T`` next to the theoretical one, and from ``--trace_steps``
+   ``T(even) / T`` next to the theoretical one and over the fastest worker
+   alone, and from ``--trace_steps``
    traced steps (``hmp.profiler.busy_times``) each worker's busy time (its
    operations, transfers left out) and its share of the traced step; the rest
    of the step is that worker's communication and waiting. ``hmp / plain TF``
@@ -77,6 +82,7 @@ import plain_tf_models  # noqa: E402
 from hmp import cli, experiment, report  # noqa: E402
 from hmp.cluster import JOB, local_cluster  # noqa: E402
 from hmp.graph import Layout, ModelConfig, TrainingGraph  # noqa: E402
+from hmp.linkprobe import measure_link, platform_specs  # noqa: E402
 from hmp.planning import plan_layout  # noqa: E402
 from hmp.planning.plan import aligned_columns  # noqa: E402
 from hmp.planning.from_graph import model_spec  # noqa: E402
@@ -239,7 +245,18 @@ def worker_loads(plan):
 
 
 def describe(plan):
-    return "%s %s" % (plan.mesh, " ".join("%s=%s" % item for item in plan.splits.items()))
+    left_out = "".join(" (%s left out)" % r["device"] for r in plan.left_out)
+    return "%s %s%s" % (plan.mesh, " ".join("%s=%s" % item for item in plan.splits.items()),
+                        left_out)
+
+
+def auto_plan(spec, workers, profiled):
+    """The plan ``hmp.train --cluster`` makes with its defaults: one CPU device per
+    worker, the profiled speeds, the measured link, ``--mesh=auto``."""
+    devices = [d[0] for d in worker_devices(workers.devices)]
+    link = measure_link(devices, workers.target, workers.cluster.session_config())
+    return plan_layout(spec, platform_specs(devices, [s.flops_per_s for s in profiled]),
+                       None, FLAGS.batch_size, "auto", link=link)
 
 
 def rebalanced(plan, spec, run):
@@ -251,8 +268,9 @@ def rebalanced(plan, spec, run):
     return replan(plan, spec, busy, threshold=0.0) or plan
 
 
-def build_runs(config, batch, workers, speeds):
+def build_runs(config, batch, workers, profiled):
     """Every configuration's warmed-up ``Run``, in the order they are timed."""
+    speeds = [s.samples_per_s for s in profiled]
     spec = model_spec(config)
     devices = worker_devices(workers.devices)
     session_config = workers.cluster.session_config()
@@ -271,6 +289,7 @@ def build_runs(config, batch, workers, speeds):
     plans = split_plans(spec, devices, speeds, FLAGS.batch_size)
     runs = [plan_run(name, plan) for name, plan in plans.items()]
     runs.insert(2, plan_run("re-balanced", rebalanced(plans["planned"], spec, runs[1])))
+    runs.append(plan_run("auto", auto_plan(spec, workers, profiled)))
     for task, worker in enumerate(devices):
         runs.append(hmp_run("worker %d alone" % task, Layout("", "", (worker[0],), {}),
                             "one device", [float(t == task) for t in range(WORKERS)]))
@@ -343,7 +362,7 @@ def benchmark_model(name, exp, batch, workers):
                               workers.target, workers.cluster.session_config(),
                               progress=progress)
     progress("%s: building the configurations" % name)
-    runs = build_runs(config, batch, workers, [s.samples_per_s for s in profiled])
+    runs = build_runs(config, batch, workers, profiled)
     progress("%s: timing %d steps x %d interleaved repeats" % (name, FLAGS.steps,
                                                                FLAGS.repeats))
     time_interleaved(runs)
@@ -367,8 +386,10 @@ def benchmark_model(name, exp, batch, workers):
             "configs": configs,
             "goals": {split: dict(goal_check(configs[split]["efficiency"],
                                              step[even] / step[split], ideal.speedup),
-                                  baseline=even)
-                      for split, even in (("planned", "even"), ("data", "data even"))},
+                                  baseline=even, over_fastest_alone=configs[split][
+                                      "speedup_over_fastest_alone"])
+                      for split, even in (("planned", "even"), ("data", "data even"),
+                                          ("auto", "data even"))},
             "hmp_over_plain_tf": step["plain TF"] / step["worker 0 alone"]}
 
 
@@ -403,13 +424,14 @@ def table(result):
     for name, goal in result["goals"].items():
         lines.append(
             "%s: efficiency %.2f (goal >= 0.9: %s); speedup over %s %.2f = %.0f%% of the "
-            "theoretical %.2f (goal >= 90%%: %s)"
+            "theoretical %.2f (goal >= 90%%: %s); %.2fx the fastest worker alone"
             % (name, goal["efficiency"], verdict(goal["efficiency_met"],
                                                  goal["efficiency_short_by"]),
                goal["baseline"], goal["speedup"],
                100 * goal["speedup_share_of_theoretical"],
                goal["theoretical_speedup"],
-               verdict(goal["speedup_met"], 100 * goal["speedup_short_by"], " points")))
+               verdict(goal["speedup_met"], 100 * goal["speedup_short_by"], " points"),
+               goal["over_fastest_alone"]))
     lines.append("hmp / plain TF on worker 0 alone (throughput): %.2f"
                  % result["hmp_over_plain_tf"])
     return "\n".join(lines + where_the_time_goes(result["configs"]))
