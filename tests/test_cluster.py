@@ -111,7 +111,8 @@ def test_worker_pins_cpus_stops_on_sigint_and_refuses_bad_flags():
     refused = {flags: _worker("--cluster=127.0.0.1:1,127.0.0.1:2", *flags.split())
                for flags in BAD_WORKER_FLAGS}
     serving = good.stdout.readline()
-    assert "(cpus 0, threads 1)" in serving, good.stderr.read()[-2000:]
+    # one thread, but two inter-op threads: a transfer need not wait for an op
+    assert "(cpus 0, threads 1, inter-op threads 2)" in serving, good.stderr.read()[-2000:]
     assert os.sched_getaffinity(good.pid) == {0}
     good.send_signal(signal.SIGINT)
     assert good.wait(30) == 0 and "stopped" in good.stdout.read()
