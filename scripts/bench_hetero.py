@@ -269,7 +269,8 @@ def rebalanced(plan, spec, run):
 
 
 def build_runs(config, batch, workers, profiled):
-    """Every configuration's warmed-up ``Run``, in the order they are timed."""
+    """Every configuration's warmed-up ``Run``, in the order they are timed, and the
+    ``auto`` plan."""
     speeds = [s.samples_per_s for s in profiled]
     spec = model_spec(config)
     devices = worker_devices(workers.devices)
@@ -289,7 +290,8 @@ def build_runs(config, batch, workers, profiled):
     plans = split_plans(spec, devices, speeds, FLAGS.batch_size)
     runs = [plan_run(name, plan) for name, plan in plans.items()]
     runs.insert(2, plan_run("re-balanced", rebalanced(plans["planned"], spec, runs[1])))
-    runs.append(plan_run("auto", auto_plan(spec, workers, profiled)))
+    auto = auto_plan(spec, workers, profiled)
+    runs.append(plan_run("auto", auto))
     for task, worker in enumerate(devices):
         runs.append(hmp_run("worker %d alone" % task, Layout("", "", (worker[0],), {}),
                             "one device", [float(t == task) for t in range(WORKERS)]))
@@ -297,7 +299,26 @@ def build_runs(config, batch, workers, profiled):
     runs.append(warmed(Run("plain TF", "worker 0 alone, plain TensorFlow", [1.0, 0.0],
                            plain.session(session_config, workers.target), plain.train_op,
                            {plain.x: batch.patches, plain.y: batch.labels})))
-    return runs
+    return runs, auto
+
+
+def cost_model_check(plan, step, profiled):
+    """The auto plan's candidates that were also timed: predicted against measured step.
+
+    ``batch:2`` and ``model:2`` on both workers are the ``data`` and ``planned``
+    layouts (the same speeds give the same splits); ``batch:1`` is the fastest
+    worker alone.
+    """
+    fastest = max(range(WORKERS), key=lambda task: profiled[task].flops_per_s)
+    timed_as = {("batch:2", 2): "data", ("model:2", 2): "planned",
+                ("batch:1", 1): "worker %d alone" % fastest}
+    rows = [{"mesh": c.mesh, "devices": c.devices, "configuration": timed_as[c.mesh, c.devices],
+             "predicted_s": c.step, "measured_s": step[timed_as[c.mesh, c.devices]]}
+            for c in plan.candidates if c.step is not None and (c.mesh, c.devices) in timed_as]
+    for row in rows:
+        row["error"] = row["predicted_s"] / row["measured_s"] - 1
+    ranked = [sorted(rows, key=lambda r: r[key]) for key in ("predicted_s", "measured_s")]
+    return {"candidates": rows, "same_ranking": ranked[0] == ranked[1]}
 
 
 # -- measuring -----------------------------------------------------------------
@@ -362,7 +383,7 @@ def benchmark_model(name, exp, batch, workers):
                               workers.target, workers.cluster.session_config(),
                               progress=progress)
     progress("%s: building the configurations" % name)
-    runs = build_runs(config, batch, workers, profiled)
+    runs, auto = build_runs(config, batch, workers, profiled)
     progress("%s: timing %d steps x %d interleaved repeats" % (name, FLAGS.steps,
                                                                FLAGS.repeats))
     time_interleaved(runs)
@@ -390,7 +411,8 @@ def benchmark_model(name, exp, batch, workers):
                                       "speedup_over_fastest_alone"])
                       for split, even in (("planned", "even"), ("data", "data even"),
                                           ("auto", "data even"))},
-            "hmp_over_plain_tf": step["plain TF"] / step["worker 0 alone"]}
+            "hmp_over_plain_tf": step["plain TF"] / step["worker 0 alone"],
+            "cost_model": cost_model_check(auto, step, profiled)}
 
 
 # -- reporting -----------------------------------------------------------------
@@ -434,6 +456,13 @@ def table(result):
                goal["over_fastest_alone"]))
     lines.append("hmp / plain TF on worker 0 alone (throughput): %.2f"
                  % result["hmp_over_plain_tf"])
+    check = result["cost_model"]
+    lines.append("cost model, the auto plan's candidates (predicted / measured step): "
+                 + "; ".join("%s on %d (%s) %s / %s ms (%+.0f%%)"
+                             % (r["mesh"], r["devices"], r["configuration"],
+                                ms(r["predicted_s"]), ms(r["measured_s"]), 100 * r["error"])
+                             for r in check["candidates"])
+                 + "; same ranking: %s" % ("yes" if check["same_ranking"] else "no"))
     return "\n".join(lines + where_the_time_goes(result["configs"]))
 
 

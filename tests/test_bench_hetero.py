@@ -106,6 +106,15 @@ def test_a_tiny_run_writes_every_figure(tmp_path):
         assert c["speedup_over_fastest_alone"] == pytest.approx(min(alone) / c["step_s"])
     assert "planned: efficiency" in run.stdout and "hmp / plain TF" in run.stdout
     assert "auto: efficiency" in run.stdout and result["goals"]["auto"]["baseline"] == "data even"
+    check = result["cost_model"]
+    profiled = [s["flops_per_s"] for s in result["profiled_speeds"]]
+    fastest = "worker %d alone" % profiled.index(max(profiled))
+    assert {(r["mesh"], r["configuration"]) for r in check["candidates"]} == {
+        ("batch:2", "data"), ("model:2", "planned"), ("batch:1", fastest)}
+    for r in check["candidates"]:
+        assert r["measured_s"] == configs[r["configuration"]]["step_s"]
+        assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1)
+    assert "same ranking: " in run.stdout
 
 
 def test_a_bad_flag_is_one_line_and_exit_code_2(tmp_path):
