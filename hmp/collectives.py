@@ -35,6 +35,11 @@ def host_of(device):
     return "/job:%s/replica:%d/task:%d" % (spec.job, spec.replica or 0, spec.task or 0)
 
 
+def is_cpu(device):
+    """Whether a TensorFlow device string names a CPU device (no type: the CPU)."""
+    return (tf.DeviceSpec.from_string(device).device_type or "CPU").upper() == "CPU"
+
+
 
 def hierarchical_allreduce(xs, devices, hosts, reduction_fn_string="SUM"):
     """Reduces ``xs`` (one tensor per device) and returns the result on every device.

@@ -10,7 +10,7 @@ bandwidth): the short and the long chain run in turns, and the median of
 load hits both). Grappler is off for these runs (it would fold the chain).
 
 Which devices share a host decides which link a collective uses
-(``LinkSpec.local``): ``device_host`` says a device's host -- the task of a
+(``LinkSpec.local``): ``hmp.collectives.host_of`` says a device's host -- the task of a
 ``/job:.../task:K`` device (a worker process of ``--cluster`` mode), else
 ``"localhost"`` (virtual devices and GPUs of this process). With devices on
 several hosts the pair is one device of the first host and one of another
@@ -29,6 +29,7 @@ import time
 
 import tensorflow.compat.v1 as tf
 
+from hmp.collectives import host_of, is_cpu
 from hmp.planning import DeviceSpec, LinkSpec
 
 HANDOVER_BYTES = (256, 1 << 20)  # small: latency; large: bandwidth
@@ -36,23 +37,10 @@ HOPS = 16
 MIN_SECONDS = 1e-9  # floor of a per-hop time (a LinkSpec needs positive figures)
 
 
-def device_host(name):
-    """The host of a device name: ``"/job:worker/task:1"``, or ``"localhost"``."""
-    spec = tf.DeviceSpec.from_string(name)
-    if spec.job is None and spec.task is None:
-        return "localhost"
-    return "/job:%s/task:%d" % (spec.job or "localhost", spec.task or 0)
-
-
-def _is_cpu(name):
-    spec = tf.DeviceSpec.from_string(name)
-    return (spec.device_type or "CPU").upper() == "CPU"
-
-
 def platform_specs(devices, flops_per_s):
     """DeviceSpecs with each device's host and, for CPUs sharing a host, host_cores=1."""
-    hosts = [device_host(d) for d in devices]
-    cpus = [_is_cpu(d) for d in devices]
+    hosts = [host_of(d) for d in devices]
+    cpus = [is_cpu(d) for d in devices]
     shared = {h for h in hosts if sum(c for c, g in zip(cpus, hosts) if g == h) > 1}
     return [DeviceSpec(name, float(rate), host=host,
                        host_cores=1 if cpu and host in shared else None)
@@ -61,7 +49,7 @@ def platform_specs(devices, flops_per_s):
 
 def link_pairs(devices):
     """``{"link": pair or None, "local": pair or None}``: the pairs ``measure_link`` times."""
-    hosts = [device_host(d) for d in devices]
+    hosts = [host_of(d) for d in devices]
     remote = next(((devices[0], d) for d, h in zip(devices, hosts) if h != hosts[0]), None)
     local = None
     for i, host in enumerate(hosts):
@@ -126,7 +114,7 @@ def measure_link(devices, target=None, session_config=None, repeats=9, progress=
     """The link between ``devices`` as a LinkSpec, or None for fewer than two devices.
 
     Args:
-      devices: TensorFlow device names (their hosts: ``device_host``).
+      devices: TensorFlow device names (their hosts: ``host_of``).
       target: session target for remote devices, or None.
       session_config: a ``tf.ConfigProto`` (virtual CPU devices, cluster
         timeouts), or None.

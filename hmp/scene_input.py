@@ -18,6 +18,7 @@ not trained, not checkpointed, not in ``tf.global_variables()``.
 
 import tensorflow.compat.v1 as tf
 
+from hmp.collectives import is_cpu
 from hmp.compat import import_mesh_tensorflow
 
 mtf = import_mesh_tensorflow()
@@ -47,8 +48,7 @@ class SceneCubes:
     @staticmethod
     def memory_of(device, host):
         """Devices that share a memory share a cube: the CPU devices of one host."""
-        kind = tf.DeviceSpec.from_string(device).device_type or "CPU"
-        return (host, "CPU") if kind.upper() == "CPU" else (host, device)
+        return (host, "CPU") if is_cpu(device) else (host, device)
 
     def cube(self, device, host):
         """The flat cube ``[padded pixels, bands]`` that ``device`` (on ``host``) reads."""

@@ -4,7 +4,7 @@ import math
 
 import tensorflow.compat.v1 as tf
 
-from hmp.linkprobe import device_host, link_pairs, measure_link, platform_specs
+from hmp.linkprobe import link_pairs, measure_link, platform_specs
 from hmp.planning import DeviceSpec, LinkSpec
 
 
@@ -24,8 +24,9 @@ def test_one_device_has_no_link():
 
 def test_hosts_and_pairs():
     worker = "/job:worker/task:%d/device:CPU:%d"
-    assert device_host("/cpu:1") == device_host("/gpu:0") == "localhost"
-    assert device_host(worker % (1, 0)) == "/job:worker/task:1"
+    specs = platform_specs(["/cpu:1", "/gpu:0", worker % (1, 0)], [1e9] * 3)
+    assert specs[0].host == specs[1].host == "localhost"
+    assert specs[2].host == "/job:worker/replica:0/task:1"
     # one device per task: only the link between tasks
     assert link_pairs([worker % (0, 0), worker % (1, 0)]) == {
         "link": (worker % (0, 0), worker % (1, 0)), "local": None}
