@@ -61,11 +61,22 @@ def link_pairs(devices):
     return {"link": remote, "local": local}
 
 
-def _no_rewrites(config):
+def no_rewrites(config):
+    """A copy of ``config`` (or a new one) with grappler off: it would fold a hop chain."""
     config = tf.ConfigProto.FromString(config.SerializeToString()) if config else \
         tf.ConfigProto()
     config.graph_options.rewrite_options.disable_meta_optimizer = True
     return config
+
+
+def hop_chain(start, pair, hops):
+    """``start`` handed ``hops`` times between ``pair``'s two devices, an add on each
+    arrival (each hop is a message and the op that takes it); the op to run."""
+    y = start
+    for hop in range(hops):
+        with tf.device(pair[(hop + 1) % 2]):
+            y = y + 1.0
+    return tf.group(y)
 
 
 def _seconds(session, fetch):
@@ -87,15 +98,8 @@ def handover_seconds(pair, target=None, session_config=None, repeats=9):
         for nbytes in HANDOVER_BYTES:
             with tf.device(pair[0]):
                 start = tf.Variable(tf.zeros([nbytes // 4]))
-            ends = []
-            for hops in (1, HOPS + 1):
-                y = start
-                for hop in range(hops):
-                    with tf.device(pair[(hop + 1) % 2]):
-                        y = y + 1.0
-                ends.append(tf.group(y))
-            chains.append(ends)
-        with tf.Session(target or "", config=_no_rewrites(session_config)) as session:
+            chains.append([hop_chain(start, pair, hops) for hops in (1, HOPS + 1)])
+        with tf.Session(target or "", config=no_rewrites(session_config)) as session:
             session.run(tf.global_variables_initializer())
             for short, long in chains:  # warm-up
                 _median_difference(session, short, long, 2)

@@ -70,8 +70,9 @@ import tensorflow.compat.v1 as tf
 from absl import app, flags
 
 from hmp.cluster import local_cluster
-from hmp.hosts import group_by_host
 from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.hosts import group_by_host
+from hmp.linkprobe import hop_chain, no_rewrites
 from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict
 from hmp.planning.costmodel import FED_BYTES_PER_SAMPLE, TRAIN_FLOPS_FACTOR
 from hmp.planning.from_graph import model_spec
@@ -182,13 +183,6 @@ def median_seconds(session, fetch, repeats=20, feed=None):
     return statistics.median(times)
 
 
-def no_rewrites(config):
-    """A copy of ``config`` with grappler off (else the hand-over chains are folded)."""
-    config = tf.ConfigProto.FromString(config.SerializeToString())
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
-    return config
-
-
 def measure_link(plat, pair, load=()):
     """LinkSpecs (idle, under load or None) from handing a tensor between the devices ``pair``.
 
@@ -207,14 +201,8 @@ def measure_link(plat, pair, load=()):
             with tf.device(pair[0]):
                 x = tf.Variable(tf.zeros([nbytes // 4]))
                 x2 = tf.Variable(tf.zeros([nbytes // 4]))
-            ends = []
-            for start, hops in ((x, 1), (x, HOPS + 1), (x2, HOPS + 1)):
-                y = start
-                for hop in range(hops):
-                    with tf.device(pair[(hop + 1) % 2]):
-                        y = y + 1.0
-                ends.append(tf.group(y))
-            chains.append(ends)
+            chains.append([hop_chain(start, pair, hops)
+                           for start, hops in ((x, 1), (x, HOPS + 1), (x2, HOPS + 1))])
         with tf.Session(plat.target, config=no_rewrites(plat.config)) as session:
             session.run(tf.global_variables_initializer())
             for short, long, other in chains:
