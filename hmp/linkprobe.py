@@ -24,7 +24,10 @@ another CPU device: each was measured alone with all of its process's cores,
 so together they compute no faster than one of them alone.
 """
 
+import contextlib
+import dataclasses
 import statistics
+import threading
 import time
 
 import tensorflow.compat.v1 as tf
@@ -91,15 +94,38 @@ def _median_difference(session, short, long, repeats):
                              for _ in range(repeats))
 
 
-def handover_seconds(pair, target=None, session_config=None, repeats=9):
-    """Median seconds of one hand-over between ``pair``'s devices, per HANDOVER_BYTES."""
+@contextlib.contextmanager
+def running(functions):
+    """Calls every function of ``functions`` over and over, each in a thread of its own,
+    until the block is left (e.g. the devices' training steps: the devices busy)."""
+    stop = threading.Event()
+
+    def work(function):
+        while not stop.is_set():
+            function()
+
+    threads = [threading.Thread(target=work, args=(f,), daemon=True) for f in functions]
+    for thread in threads:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+
+
+def handover_seconds(pair, target=None, session_config=None, repeats=9, busy=()):
+    """Median seconds of one hand-over between ``pair``'s devices, per HANDOVER_BYTES,
+    while the functions ``busy`` keep running (``running``)."""
     with tf.Graph().as_default():
         chains = []
         for nbytes in HANDOVER_BYTES:
             with tf.device(pair[0]):
                 start = tf.Variable(tf.zeros([nbytes // 4]))
             chains.append([hop_chain(start, pair, hops) for hops in (1, HOPS + 1)])
-        with tf.Session(target or "", config=no_rewrites(session_config)) as session:
+        with tf.Session(target or "", config=no_rewrites(session_config)) as session, \
+                running(busy):
             session.run(tf.global_variables_initializer())
             for short, long in chains:  # warm-up
                 _median_difference(session, short, long, 2)
@@ -114,7 +140,8 @@ def _fit(seconds):
     return LinkSpec(bandwidth, small)
 
 
-def measure_link(devices, target=None, session_config=None, repeats=9, progress=None):
+def measure_link(devices, target=None, session_config=None, repeats=9, progress=None,
+                 busy=()):
     """The link between ``devices`` as a LinkSpec, or None for fewer than two devices.
 
     Args:
@@ -124,6 +151,12 @@ def measure_link(devices, target=None, session_config=None, repeats=9, progress=
         timeouts), or None.
       repeats: timed runs per chain; the median counts.
       progress: optional ``callable(str)`` told what is measured.
+      busy: functions that keep the devices busy, e.g. each device's one-device
+        training step (``hmp.profiler.DeviceStep.run``). If given, each link is
+        timed again while they run, in threads of their own: its figures under
+        load (``LinkSpec.loaded``), which the cost model uses for the hand-overs
+        that run beside a step's compute (a model split's collectives). On a CPU
+        they wait for and share the cores that compute.
     """
     if len(devices) < 2:
         return None
@@ -133,9 +166,12 @@ def measure_link(devices, target=None, session_config=None, repeats=9, progress=
     for kind in ("link", "local"):
         if pairs[kind] is not None:
             say("profiling the link between %s and %s" % pairs[kind])
-            figures[kind] = _fit(handover_seconds(pairs[kind], target, session_config,
-                                                  repeats))
+            idle = _fit(handover_seconds(pairs[kind], target, session_config, repeats))
+            if busy:
+                say("profiling the same link while the devices train")
+                idle = dataclasses.replace(idle, loaded=_fit(handover_seconds(
+                    pairs[kind], target, session_config, repeats, busy)))
+            figures[kind] = idle
     if "link" not in figures:  # one host: its local link is the only one
         return figures["local"]
-    return LinkSpec(figures["link"].bandwidth_bytes_per_s, figures["link"].latency_s,
-                    local=figures.get("local"))
+    return dataclasses.replace(figures["link"], local=figures.get("local"))

@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from hmp.graph import Layout, TrainingGraph
+from hmp.linkprobe import measure_link
 from hmp.planning.costmodel import TRAIN_FLOPS_FACTOR
 from hmp.planning.from_graph import model_spec
 
@@ -159,6 +160,28 @@ def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None
     return [DeviceSpeed(device, rate, batch_size / max(s), batch_size / min(s),
                         rate / sum(medians), rate * train_flops)
             for device, rate, s in zip(devices, medians, seconds)]
+
+
+def measure_platform(config, devices, batch_size, warmup=2, repeats=5, target=None,
+                     session_config=None, optimizer="adam", progress=None, spec=None):
+    """``measure_speeds``, then the link between the devices (``hmp.linkprobe``), idle
+    and while every device runs its training step, as in a split step.
+
+    Returns ``(DeviceSpeeds, LinkSpec or None)``; the arguments are those of
+    ``measure_speeds``.
+    """
+    speeds = measure_speeds(config, devices, batch_size, warmup, repeats, target,
+                            session_config, optimizer, progress, spec)
+    if len(devices) < 2:
+        return speeds, None
+    steps = [DeviceStep(config, d, batch_size, target, session_config, optimizer)
+             for d in devices]
+    try:
+        return speeds, measure_link(devices, target, session_config, progress=progress,
+                                    busy=[step.run for step in steps])
+    finally:
+        for step in steps:
+            step.close()
 
 
 _DEVICE_PART = re.compile(r"^(.*?/device:[^/:]+:\d+)", re.IGNORECASE)

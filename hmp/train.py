@@ -26,7 +26,7 @@ from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.metrics import evaluate
 from hmp.optimizers import OPTIMIZERS
 from hmp.planning.from_graph import model_spec
-from hmp.profiler import measure_speeds
+from hmp.profiler import measure_platform
 from hmp.progress import ProgressLine
 from hmp.trainer import Stopped, Trainer
 
@@ -206,11 +206,9 @@ def _measured(model_config, spec, devices, session_config, target, model_dir, cl
     warn = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
 
     def measure():
-        measured = measure_speeds(model_config, devices, FLAGS.batch_size, target=target,
-                                  session_config=session_config, optimizer=FLAGS.optimizer,
-                                  progress=_say, spec=spec)
-        return measured, linkprobe.measure_link(devices, target, session_config,
-                                                progress=_say)
+        return measure_platform(model_config, devices, FLAGS.batch_size, target=target,
+                                session_config=session_config, optimizer=FLAGS.optimizer,
+                                progress=_say, spec=spec)
 
     entry, _ = speedcache.measured_or_cached(key, paths, measure,
                                              force=FLAGS.speeds == "measure", say=_say,
@@ -221,10 +219,11 @@ def _measured(model_config, spec, devices, session_config, target, model_dir, cl
                 s["max_samples_per_s"]))
     link = entry.link_spec()
     if link is not None:
-        _say("  link: %.3g us per hand-over, %.3g GB/s%s"
-             % (1e6 * link.latency_s, link.bandwidth_bytes_per_s / 1e9,
-                "" if link.local is None else "; within a host %.3g us, %.3g GB/s"
-                % (1e6 * link.local.latency_s, link.local.bandwidth_bytes_per_s / 1e9)))
+        _say("  link: " + "; ".join(
+            "%s%.3g us per hand-over, %.3g GB/s" % (what, 1e6 * l.latency_s,
+                                                   l.bandwidth_bytes_per_s / 1e9)
+            for what, l in (("", link), ("while training ", link.loaded),
+                            ("within a host ", link.local)) if l is not None))
     return entry.flops_per_s, link
 
 

@@ -72,7 +72,7 @@ from absl import app, flags
 from hmp.cluster import local_cluster
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.hosts import group_by_host
-from hmp.linkprobe import hop_chain, no_rewrites
+from hmp.linkprobe import hop_chain, no_rewrites, running
 from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict
 from hmp.planning.costmodel import FED_BYTES_PER_SAMPLE, TRAIN_FLOPS_FACTOR
 from hmp.planning.from_graph import model_spec
@@ -219,32 +219,12 @@ def measure_link(plat, pair, load=()):
 
             idle = per_hop(20)
             if load:
-                with running(load):
+                with running([step.run for step in load]):
                     loaded = line_fit(HANDOVER_BYTES, per_hop(LOADED_REPEATS))
             else:
                 loaded = None
     share = min(max(two / max(one, 1e-12) - 1.0, 0.0), 1.0)
     return dataclasses.replace(line_fit(HANDOVER_BYTES, idle), cpu_share=share), loaded
-
-
-@contextlib.contextmanager
-def running(steps):
-    """Keeps every ``DeviceStep`` of ``steps`` running in a thread of its own until left."""
-    stop = threading.Event()
-
-    def work(step):
-        while not stop.is_set():
-            step.run()
-
-    threads = [threading.Thread(target=work, args=(step,)) for step in steps]
-    for thread in threads:
-        thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join()
 
 
 def line_fit(sizes, seconds):

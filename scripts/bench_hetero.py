@@ -21,8 +21,9 @@ For each model of ``--models`` (on the built-in synthetic scene: 9x9 patches of
 feeds one batch of its training pixels' indices, ``hmp.scene_input``), in one
 run:
 
-1. Each worker's speed is profiled alone (``hmp.profiler.measure_speeds``):
-   the plans are made from it, as ``hmp.train`` does.
+1. Each worker's speed is profiled alone, and the link between them idle and
+   while both train (``hmp.profiler.measure_platform``): the plans are made
+   from it, as ``hmp.train`` does.
 2. Training steps are timed, repeats interleaved (A B C ... A B C ...) so that
    machine noise hits every configuration alike:
    ``even`` (model parallel, ``model:2``, filters split evenly), ``planned``
@@ -82,11 +83,11 @@ import plain_tf_models  # noqa: E402
 from hmp import cli, experiment, report  # noqa: E402
 from hmp.cluster import JOB, local_cluster  # noqa: E402
 from hmp.graph import Layout, ModelConfig, TrainingGraph  # noqa: E402
-from hmp.linkprobe import measure_link, platform_specs  # noqa: E402
+from hmp.linkprobe import platform_specs  # noqa: E402
 from hmp.planning import plan_layout  # noqa: E402
 from hmp.planning.plan import aligned_columns  # noqa: E402
 from hmp.planning.from_graph import model_spec  # noqa: E402
-from hmp.profiler import busy_times, measure_speeds  # noqa: E402
+from hmp.profiler import busy_times, measure_platform  # noqa: E402
 from hmp.rebalance import replan  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -250,11 +251,10 @@ def describe(plan):
                         left_out)
 
 
-def auto_plan(spec, workers, profiled):
+def auto_plan(spec, workers, profiled, link):
     """The plan ``hmp.train --cluster`` makes with its defaults: one CPU device per
     worker, the profiled speeds, the measured link, ``--mesh=auto``."""
     devices = [d[0] for d in worker_devices(workers.devices)]
-    link = measure_link(devices, workers.target, workers.cluster.session_config())
     return plan_layout(spec, platform_specs(devices, [s.flops_per_s for s in profiled]),
                        None, FLAGS.batch_size, "auto", link=link)
 
@@ -268,7 +268,7 @@ def rebalanced(plan, spec, run):
     return replan(plan, spec, busy, threshold=0.0) or plan
 
 
-def build_runs(config, batch, workers, profiled):
+def build_runs(config, batch, workers, profiled, link):
     """Every configuration's warmed-up ``Run``, in the order they are timed, and the
     ``auto`` plan."""
     speeds = [s.samples_per_s for s in profiled]
@@ -290,7 +290,7 @@ def build_runs(config, batch, workers, profiled):
     plans = split_plans(spec, devices, speeds, FLAGS.batch_size)
     runs = [plan_run(name, plan) for name, plan in plans.items()]
     runs.insert(2, plan_run("re-balanced", rebalanced(plans["planned"], spec, runs[1])))
-    auto = auto_plan(spec, workers, profiled)
+    auto = auto_plan(spec, workers, profiled, link)
     runs.append(plan_run("auto", auto))
     for task, worker in enumerate(devices):
         runs.append(hmp_run("worker %d alone" % task, Layout("", "", (worker[0],), {}),
@@ -378,12 +378,12 @@ def benchmark_model(name, exp, batch, workers):
     config = ModelConfig(name, exp.train.extractor.patch_size, exp.bands, exp.n_classes,
                          FLAGS.width)
     progress("%s: profiling each worker alone, for the plans" % name)
-    profiled = measure_speeds(config, [d[0] for d in worker_devices(workers.devices)],
-                              FLAGS.batch_size, FLAGS.warmup, FLAGS.profile_steps,
-                              workers.target, workers.cluster.session_config(),
-                              progress=progress)
+    profiled, link = measure_platform(config, [d[0] for d in worker_devices(workers.devices)],
+                                      FLAGS.batch_size, FLAGS.warmup, FLAGS.profile_steps,
+                                      workers.target, workers.cluster.session_config(),
+                                      progress=progress)
     progress("%s: building the configurations" % name)
-    runs, auto = build_runs(config, batch, workers, profiled)
+    runs, auto = build_runs(config, batch, workers, profiled, link)
     progress("%s: timing %d steps x %d interleaved repeats" % (name, FLAGS.steps,
                                                                FLAGS.repeats))
     time_interleaved(runs)

@@ -4,7 +4,7 @@
   python scripts/plan_layout.py --model=cnn3d --devices=/cpu:0,/cpu:1 --speeds=auto
   python scripts/plan_layout.py --platform=platform.json --batch_size=128 --out=plan.json
 
-``--speeds=auto`` measures every device with ``hmp.profiler.measure_speeds``
+``--speeds=auto`` measures every device with ``hmp.profiler.measure_platform``
 (one device at a time) and the link between them with ``hmp.linkprobe``
 (unless ``--platform`` gives one), and plans with the measured FLOP rates and
 link, so ``--mesh=auto`` weighs communication. The plan's
@@ -26,10 +26,10 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 
 import models  # noqa: E402
 from hmp.graph import ModelConfig  # noqa: E402
-from hmp.linkprobe import measure_link, platform_specs  # noqa: E402
+from hmp.linkprobe import platform_specs  # noqa: E402
 from hmp.planning import DeviceSpec, load_platform, parse_mesh, plan_layout  # noqa: E402
 from hmp.planning.from_graph import model_spec  # noqa: E402
-from hmp.profiler import measure_speeds  # noqa: E402
+from hmp.profiler import measure_platform  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("model", "cnn2d", models.MODEL_NAMES, "The model.")
@@ -185,10 +185,9 @@ def profile(config, spec, devices):
     session_config = tf.ConfigProto(device_count={"CPU": cpus}) if cpus else None
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     try:
-        speeds = measure_speeds(config, names, FLAGS.batch_size, FLAGS.warmup, FLAGS.repeats,
-                                FLAGS.target or None, session_config, progress=progress,
-                                spec=spec)
-        link = measure_link(names, FLAGS.target or None, session_config, progress=progress)
+        speeds, link = measure_platform(config, names, FLAGS.batch_size, FLAGS.warmup,
+                                        FLAGS.repeats, FLAGS.target or None, session_config,
+                                        progress=progress, spec=spec)
     except tf.errors.OpError as e:
         raise ValueError(f"--devices: profiling failed: {e.message.splitlines()[0]}") from e
     print("Measured speeds (training step alone on each device, median of "

@@ -45,3 +45,14 @@ def test_platform_specs_share_a_host_and_its_cores():
     worker = "/job:worker/task:%d/device:CPU:0"
     assert [s.host_cores for s in platform_specs([worker % 0, worker % 1], [1e9, 1e9])] \
         == [None, None]
+
+
+def test_link_under_load_is_measured_while_the_busy_functions_run():
+    calls = []
+    link = measure_link(["/cpu:0", "/cpu:1"], repeats=3, busy=[lambda: calls.append(1)],
+                        session_config=tf.ConfigProto(device_count={"CPU": 2}))
+    assert isinstance(link.loaded, LinkSpec) and link.loaded.loaded is None
+    for figure in (link.loaded.bandwidth_bytes_per_s, link.loaded.latency_s):
+        assert math.isfinite(figure) and figure > 0
+    assert calls   # the busy function ran (in a thread of its own) during the timing
+    assert link.under_load().latency_s == link.loaded.latency_s
