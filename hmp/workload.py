@@ -27,7 +27,6 @@ import math
 
 from hmp.compat import import_mesh_tensorflow
 from hmp.ops import LocalOperation
-from hmp.planning.plan import aligned_columns
 
 mtf = import_mesh_tensorflow()
 
@@ -141,18 +140,6 @@ class Workload:
         """Forward FLOPs of every device, summed over the layers."""
         return [sum(layer.flops[p] for layer in self.layers) for p in range(len(self.devices))]
 
-    def table(self):
-        """A readable table: a row per layer, a column per device, then totals."""
-        head = ["layer", "kind", "replicas", "whole"] + list(self.devices)
-        rows = [head] + [[l.name, l.kind, str(l.replicas), f"{l.whole:.4g}"]
-                         + [f"{f:.4g}" for f in l.flops] for l in self.layers]
-        total = sum(l.whole for l in self.layers)
-        rows.append(["FLOPs", "", "", f"{total:.4g}"]
-                    + [f"{f:.4g}" for f in self.device_flops()])
-        rows.append(["param bytes", "", "", ""] + [f"{b:.4g}" for b in self.param_bytes])
-        rows.append(["variable bytes", "", "", ""]
-                    + [f"{b:.4g}" for b in self.variable_bytes])
-        return "\n".join(aligned_columns(rows))
 
 
 def _replicas(layer, mesh_impl):

@@ -5,8 +5,8 @@ execution order. Each layer says which Mesh-TF dimension the planner may split
 over the ``model`` axis and how:
 
 * ``split_role="output"``: the layer's output channels are split; every device
-  computes its own filters (also used for a pool or norm applied to channels
-  that are already split);
+  computes its own filters (also used for a pool applied to channels that are
+  already split);
 * ``split_role="input"``: the layer's input channels are split; every device
   computes a partial sum over its channels, and an all-reduce over the model
   axis adds them up.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from hmp.errors import InvalidInput
 
-KINDS = ("conv2d", "conv3d", "dense", "pool", "norm")
+KINDS = ("conv2d", "conv3d", "dense", "pool")
 ROLES = ("output", "input")
 
 
