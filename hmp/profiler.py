@@ -135,6 +135,38 @@ def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None
     Returns:
       A ``DeviceSpeed`` per device, in the order given.
     """
+    steps = _warmed_steps(config, devices, batch_size, warmup, repeats, target,
+                          session_config, optimizer, progress)
+    try:
+        return _timed(steps, config, devices, batch_size, repeats, progress, spec)
+    finally:
+        for step in steps:
+            step.close()
+
+
+def measure_platform(config, devices, batch_size, warmup=2, repeats=5, target=None,
+                     session_config=None, optimizer="adam", progress=None, spec=None):
+    """``measure_speeds``, then the link between the devices (``hmp.linkprobe``), idle
+    and while every device runs its training step, as in a split step (the same
+    steps that were timed).
+
+    Returns ``(DeviceSpeeds, LinkSpec or None)``; the arguments are those of
+    ``measure_speeds``.
+    """
+    steps = _warmed_steps(config, devices, batch_size, warmup, repeats, target,
+                          session_config, optimizer, progress)
+    try:
+        speeds = _timed(steps, config, devices, batch_size, repeats, progress, spec)
+        return speeds, measure_link(devices, target, session_config, progress=progress,
+                                    busy=[step.run for step in steps])
+    finally:
+        for step in steps:
+            step.close()
+
+
+def _warmed_steps(config, devices, batch_size, warmup, repeats, target, session_config,
+                  optimizer, progress):
+    """A warmed-up ``DeviceStep`` per device (the caller closes them)."""
     if not devices:
         raise ValueError("measure_speeds: no devices given")
     if warmup < 0 or repeats < 1:
@@ -142,46 +174,33 @@ def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None
                          f"got {warmup} and {repeats}")
     say = progress or (lambda message: None)
     steps = []
-    for i, device in enumerate(devices):
-        say(f"profiling {device} ({i + 1}/{len(devices)}): building and warming up")
-        step = DeviceStep(config, device, batch_size, target, session_config, optimizer)
-        for _ in range(warmup):
-            step.run()
-        steps.append(step)
-    say(f"profiling: timing {repeats} steps per device, round-robin")
+    try:
+        for i, device in enumerate(devices):
+            say(f"profiling {device} ({i + 1}/{len(devices)}): building and warming up")
+            steps.append(DeviceStep(config, device, batch_size, target, session_config,
+                                    optimizer))
+            for _ in range(warmup):
+                steps[-1].run()
+    except BaseException:
+        for step in steps:
+            step.close()
+        raise
+    return steps
+
+
+def _timed(steps, config, devices, batch_size, repeats, progress, spec):
+    """DeviceSpeeds from ``repeats`` steps of each of ``steps``, round-robin."""
+    if progress:
+        progress(f"profiling: timing {repeats} steps per device, round-robin")
     seconds = [[] for _ in devices]
     for _ in range(repeats):
         for i, step in enumerate(steps):
             seconds[i].append(step.run())
-    for step in steps:
-        step.close()
     train_flops = train_flops_per_sample(config, spec)
     medians = [batch_size / statistics.median(s) for s in seconds]
     return [DeviceSpeed(device, rate, batch_size / max(s), batch_size / min(s),
                         rate / sum(medians), rate * train_flops)
             for device, rate, s in zip(devices, medians, seconds)]
-
-
-def measure_platform(config, devices, batch_size, warmup=2, repeats=5, target=None,
-                     session_config=None, optimizer="adam", progress=None, spec=None):
-    """``measure_speeds``, then the link between the devices (``hmp.linkprobe``), idle
-    and while every device runs its training step, as in a split step.
-
-    Returns ``(DeviceSpeeds, LinkSpec or None)``; the arguments are those of
-    ``measure_speeds``.
-    """
-    speeds = measure_speeds(config, devices, batch_size, warmup, repeats, target,
-                            session_config, optimizer, progress, spec)
-    if len(devices) < 2:
-        return speeds, None
-    steps = [DeviceStep(config, d, batch_size, target, session_config, optimizer)
-             for d in devices]
-    try:
-        return speeds, measure_link(devices, target, session_config, progress=progress,
-                                    busy=[step.run for step in steps])
-    finally:
-        for step in steps:
-            step.close()
 
 
 _DEVICE_PART = re.compile(r"^(.*?/device:[^/:]+:\d+)", re.IGNORECASE)

@@ -156,6 +156,7 @@ class Trainer:
             start_step=start_step)
         fetches = [self.graph.loss, self.graph.correct, self.graph.train_op]
         losses, correct, busy, step = [], 0.0, None, None
+        loss_sum = 0.0   # of ``losses``, kept as they come (the progress line's mean)
         started = time.perf_counter()
         total = self.steps_per_epoch - start_step
         for i, batch in enumerate(batches):
@@ -170,6 +171,7 @@ class Trainer:
                     "is kept: lower --learning_rate or change --optimizer"
                     % (loss, step, epoch + 1, self.model_dir))
             losses.append(loss)
+            loss_sum += loss
             correct += n_correct
             if self.checkpoint_every and step % self.checkpoint_every == 0:
                 self.save(step)
@@ -179,7 +181,7 @@ class Trainer:
                 raise Stopped(epoch, int(step))
             self.progress("epoch %d/%d  step %d/%d  loss %.4f  %s"
                           % (epoch + 1, epochs, start_step + i + 1, self.steps_per_epoch,
-                             float(np.mean(losses)), rate_and_eta(
+                             loss_sum / len(losses), rate_and_eta(
                                  i + 1, total, time.perf_counter() - started,
                                  self.batch_size)))
         self.progress(None)
