@@ -21,8 +21,8 @@ import tensorflow.compat.v1 as tf
 from hmp import cli, report
 
 # The files a run writes in its folder (--overwrite deletes these and nothing else).
-RUN_FILES = ("checkpoint", "ckpt-*", "results.json", "results.json.tmp", "history.json",
-             "history.json.tmp", "classification_map.png", "confusion_matrix.png",
+RUN_FILES = ("checkpoint", "ckpt-*", "results.json", "results.json.*.tmp", "history.json",
+             "history.json.*.tmp", "classification_map.png", "confusion_matrix.png",
              "events.out.tfevents.*")
 HISTORY = "history.json"
 

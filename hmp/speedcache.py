@@ -21,10 +21,10 @@ import datetime
 import json
 import math
 import os
-import tempfile
 
 import tensorflow as tf_module
 
+from hmp import report
 from hmp.planning import LinkSpec
 
 FORMAT = "hmp-speeds/1"
@@ -152,8 +152,8 @@ def store(paths, entry, warn):
         entries = [e for e in load(path, lambda line: None) if e.key != entry.key]
         entries = (entries + [entry])[-MAX_ENTRIES:]
         try:
-            write_json_atomically(path, {"format": FORMAT,
-                                         "entries": [dataclasses.asdict(e) for e in entries]})
+            report.write_json(path, {"format": FORMAT,
+                                     "entries": [dataclasses.asdict(e) for e in entries]})
         except OSError as error:
             warn("warning: cannot write the speed cache %s (%s)" % (path, error.strerror))
 
@@ -180,19 +180,3 @@ def measured_or_cached(key, paths, measure, force=False, say=print, warn=print):
     if path != paths[0]:
         store(paths[:1], entry, warn)
     return entry, path
-
-
-def write_json_atomically(path, data):
-    """Writes JSON to a temporary file beside ``path``, then renames it over ``path``."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=".speeds-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
