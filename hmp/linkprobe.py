@@ -33,6 +33,7 @@ import time
 import tensorflow.compat.v1 as tf
 
 from hmp.collectives import host_of, is_cpu
+from hmp.hosts import group_by_host
 from hmp.planning import DeviceSpec, LinkSpec
 
 HANDOVER_BYTES = (256, 1 << 20)  # small: latency; large: bandwidth
@@ -52,15 +53,9 @@ def platform_specs(devices, flops_per_s):
 
 def link_pairs(devices):
     """``{"link": pair or None, "local": pair or None}``: the pairs ``measure_link`` times."""
-    hosts = [host_of(d) for d in devices]
-    remote = next(((devices[0], d) for d, h in zip(devices, hosts) if h != hosts[0]), None)
-    local = None
-    for i, host in enumerate(hosts):
-        other = next((devices[j] for j in range(i + 1, len(devices)) if hosts[j] == host),
-                     None)
-        if other is not None:
-            local = (devices[i], other)
-            break
+    groups = list(group_by_host([host_of(d) for d in devices]).values())
+    remote = (devices[0], devices[groups[1][0]]) if len(groups) > 1 else None
+    local = next(((devices[g[0]], devices[g[1]]) for g in groups if len(g) > 1), None)
     return {"link": remote, "local": local}
 
 
