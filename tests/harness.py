@@ -40,6 +40,16 @@ def reset_graph():
     tf.set_random_seed(SEED)
 
 
+def mesh_with_inputs(inputs):
+    """In a new seeded default TF graph: an mtf graph, its mesh, and ``inputs``
+    ((numpy value, mtf dims) pairs) imported onto it as mtf tensors."""
+    reset_graph()
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "mesh")
+    return graph, mesh, [mtf.import_tf_tensor(mesh, tf.constant(value), mtf.Shape(dims))
+                         for value, dims in inputs]
+
+
 def session_config():
     return tf.ConfigProto(device_count={"CPU": N_VIRTUAL_CPUS})
 

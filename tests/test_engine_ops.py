@@ -26,11 +26,7 @@ def run_on_mesh(build, layout, inputs):
     """Builds ``build(mesh, *mtf_inputs) -> (output, [wrt...])`` and returns
     the output, d(sum(output * r))/d(each wrt), all as numpy, and the slices."""
     mesh_shape, rules, splits = layout
-    harness.reset_graph()
-    graph = mtf.Graph()
-    mesh = mtf.Mesh(graph, "mesh")
-    mtf_inputs = [mtf.import_tf_tensor(mesh, tf.constant(value), mtf.Shape(dims))
-                  for value, dims in inputs]
+    graph, mesh, mtf_inputs = harness.mesh_with_inputs(inputs)
     output = build(mesh, *mtf_inputs)
     weight = np.random.RandomState(1).randn(*output.shape.to_integer_list).astype(np.float32)
     objective = mtf.reduce_sum(output * mtf.import_tf_tensor(mesh, tf.constant(weight),

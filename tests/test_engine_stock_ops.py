@@ -45,11 +45,7 @@ def evaluate(build, inputs, mesh_impl=None):
 
     Lowered by hmp on ``mesh_impl``, or by stock Mesh-TF on one device.
     """
-    harness.reset_graph()
-    graph = mtf.Graph()
-    mesh = mtf.Mesh(graph, "mesh")
-    tensors = [mtf.import_tf_tensor(mesh, tf.constant(value), mtf.Shape(dims))
-               for value, dims in inputs]
+    graph, mesh, tensors = harness.mesh_with_inputs(inputs)
     outputs = build(mesh, *tensors)
     rng = np.random.RandomState(1)
     objective = [mtf.reduce_sum(y * mtf.import_tf_tensor(mesh, tf.constant(
