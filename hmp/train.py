@@ -20,7 +20,7 @@ from absl import app, flags
 import models
 from hmp import cli, experiment, linkprobe, planning, rebalance, report, runs, speedcache
 from hmp.cluster import Cluster
-from hmp.devices import default_devices
+from hmp.devices import default_devices, gpu_count, virtual_cpus
 from hmp.errors import InvalidInput
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.metrics import evaluate
@@ -83,7 +83,6 @@ FLAGS = flags.FLAGS
 
 RESUME_HINT = ("; the checkpoints so far are kept: restart the worker, then run again "
                "with --resume")
-LOCAL_CPU = re.compile(r"^/(?:device:)?cpu:(\d+)$", re.IGNORECASE)
 LOCAL_GPU = re.compile(r"^/(?:device:)?gpu:(\d+)$", re.IGNORECASE)
 MESH = re.compile(r"^(auto|model:\d+|batch:\d+|batch:\d+;model:\d+)$")
 
@@ -98,7 +97,7 @@ def _devices(cluster):
     if len(set(devices)) != len(devices):
         raise cli.UsageError("--devices=%s: a device is named twice" % FLAGS.devices)
     if not cluster:
-        gpus = len(tf.config.list_physical_devices("GPU"))
+        gpus = gpu_count()
         for name in devices:
             match = LOCAL_GPU.match(name)
             if match and int(match.group(1)) >= gpus:
@@ -125,8 +124,7 @@ def _cluster():
 
 def _session_config(devices):
     """Enough virtual CPU devices for every /cpu:N named."""
-    indices = [int(m.group(1)) for m in map(LOCAL_CPU.match, devices) if m]
-    return tf.ConfigProto(device_count={"CPU": max(indices, default=0) + 1},
+    return tf.ConfigProto(device_count={"CPU": max(virtual_cpus(devices), 1)},
                           allow_soft_placement=False)
 
 

@@ -25,6 +25,7 @@ import_tensorflow_quietly()
 import tensorflow.compat.v1 as tf  # noqa: E402
 
 import models  # noqa: E402
+from hmp.devices import LOCAL_JOBS, virtual_cpus  # noqa: E402
 from hmp.graph import ModelConfig  # noqa: E402
 from hmp.linkprobe import platform_specs  # noqa: E402
 from hmp.planning import DeviceSpec, load_platform, parse_mesh, plan_layout  # noqa: E402
@@ -60,7 +61,6 @@ flags.DEFINE_string("target", "", "--speeds=auto: session target for remote devi
 UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
          "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30, "TiB": 2 ** 40}
 UNIT_OF = {unit.lower(): factor for unit, factor in UNITS.items()} | {"": 1}
-LOCAL_JOBS = (None, "localhost")
 
 
 def fail(message):
@@ -163,13 +163,6 @@ def check_min_filters(spec, mesh):
             raise ValueError(f"--min_filters={FLAGS.min_filters}: split dim {dim!r} has "
                              f"{size} filters, too few for {columns} model columns; "
                              f"allowed: at most {size // columns}")
-
-
-def virtual_cpus(devices):
-    """Local CPU devices to create: the highest local /cpu:N index + 1 (0 if none)."""
-    indices = [spec.device_index or 0 for spec in map(tf.DeviceSpec.from_string, devices)
-               if (spec.device_type or "").upper() == "CPU" and spec.job in LOCAL_JOBS]
-    return max(indices) + 1 if indices else 0
 
 
 def profile(config, spec, devices):

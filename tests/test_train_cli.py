@@ -188,6 +188,13 @@ def test_default_devices_are_the_real_ones(monkeypatch):
     assert default_devices() == ["/cpu:0", "/gpu:0", "/gpu:1"]
 
 
+def test_virtual_cpus_are_the_highest_local_cpu_named():
+    from hmp.devices import virtual_cpus
+    assert virtual_cpus(["/cpu:0", "/gpu:0", "/cpu:3"]) == 4
+    assert virtual_cpus(["/job:localhost/replica:0/task:0/device:CPU:1"]) == 2
+    assert virtual_cpus(["/gpu:0", "/job:worker/task:1/device:CPU:5"]) == 0
+
+
 TINY_AUTO = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
              "--train_fraction=0.05", "--epochs=1"]
 
