@@ -41,14 +41,16 @@ HOPS = 16
 MIN_SECONDS = 1e-9  # floor of a per-hop time (a LinkSpec needs positive figures)
 
 
-def platform_specs(devices, flops_per_s):
-    """DeviceSpecs with each device's host and, for CPUs sharing a host, host_cores=1."""
+def platform_specs(devices, flops_per_s, overheads=None):
+    """DeviceSpecs with each device's host and, for CPUs sharing a host, host_cores=1;
+    ``overheads``: each device's per-step ``overhead_s`` (None: 0)."""
     hosts = [host_of(d) for d in devices]
     cpus = [is_cpu(d) for d in devices]
     shared = {h for h in hosts if sum(c for c, g in zip(cpus, hosts) if g == h) > 1}
-    return [DeviceSpec(name, float(rate), host=host,
+    return [DeviceSpec(name, float(rate), host=host, overhead_s=float(overhead),
                        host_cores=1 if cpu and host in shared else None)
-            for name, rate, host, cpu in zip(devices, flops_per_s, hosts, cpus)]
+            for name, rate, host, cpu, overhead
+            in zip(devices, flops_per_s, hosts, cpus, overheads or [0.0] * len(devices))]
 
 
 def link_pairs(devices):

@@ -6,12 +6,17 @@ one-device layout per device, warm-up steps, then timed steps. Devices take
 turns step by step (round-robin), never two at once, so on a shared machine
 every device sees the same background load and none competes with another
 for cores. Each device's speed is its median samples/s; the spread of the
-repeats is kept. ``flops_per_s`` turns it into the planner's absolute FLOP
-rate: samples/s x the training FLOPs of one sample (``TRAIN_FLOPS_FACTOR`` x
-the forward FLOPs ``model_spec`` counts), so the cost model reproduces the
-measured one-device step time; it is an effective rate that includes all the
-step's other work. ``DeviceStep`` is that one-device step, for other
-measurements (the cost-model benchmark runs several side by side).
+repeats is kept. Each device is also timed, in the same turns, at a quarter
+of the batch: a step takes ``overhead_s + samples / rate`` (op launches, the
+session round trip and other per-step costs do not shrink with the batch),
+and the two batch sizes give both. A slow worker's overhead is a larger part
+of its step, so a batch split by speed alone gives it too many samples
+(measured: 8 against 2 cores). ``flops_per_s`` is the planner's absolute FLOP
+rate from the slope: ``rate`` x the training FLOPs of one sample
+(``TRAIN_FLOPS_FACTOR`` x the forward FLOPs ``model_spec`` counts), so the cost
+model, adding ``overhead_s``, reproduces the measured one-device step time.
+``DeviceStep`` is that one-device step, for other measurements (the cost-model
+benchmark runs several side by side).
 
 ``busy_times`` reads TensorFlow's step statistics of one traced step
 (``tf.RunOptions(trace_level=FULL_TRACE)``) and returns, per mesh device, the
@@ -51,7 +56,8 @@ class DeviceSpeed:
     min_samples_per_s: float  # slowest repeat
     max_samples_per_s: float  # fastest repeat
     relative: float  # samples_per_s / the sum over all devices (relative speeds sum to 1)
-    flops_per_s: float  # samples_per_s x training FLOPs per sample (effective rate)
+    flops_per_s: float  # training FLOPs per sample / seconds per extra sample (the slope)
+    overhead_s: float = 0.0  # seconds of every step, whatever the batch (the intercept)
 
 
 def train_flops_per_sample(config, spec=None):
@@ -140,7 +146,7 @@ def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None
     try:
         return _timed(steps, config, devices, batch_size, repeats, progress, spec)
     finally:
-        for step in steps:
+        for step in steps.values():
             step.close()
 
 
@@ -158,49 +164,77 @@ def measure_platform(config, devices, batch_size, warmup=2, repeats=5, target=No
     try:
         speeds = _timed(steps, config, devices, batch_size, repeats, progress, spec)
         return speeds, measure_link(devices, target, session_config, progress=progress,
-                                    busy=[step.run for step in steps])
+                                    busy=[steps[d, batch_size].run for d in devices])
     finally:
-        for step in steps:
+        for step in steps.values():
             step.close()
+
+
+def small_batch(batch_size):
+    """The second batch size each device is timed at (for its overhead), or None."""
+    return batch_size // 4 if batch_size >= 4 else None
 
 
 def _warmed_steps(config, devices, batch_size, warmup, repeats, target, session_config,
                   optimizer, progress):
-    """A warmed-up ``DeviceStep`` per device (the caller closes them)."""
+    """``{(device, batch): warmed-up DeviceStep}`` at ``batch_size`` and its
+    ``small_batch`` (the caller closes them)."""
     if not devices:
         raise ValueError("measure_speeds: no devices given")
     if warmup < 0 or repeats < 1:
         raise ValueError(f"measure_speeds: need warmup >= 0 and repeats >= 1, "
                          f"got {warmup} and {repeats}")
     say = progress or (lambda message: None)
-    steps = []
+    batches = [b for b in (batch_size, small_batch(batch_size)) if b]
+    steps = {}
     try:
         for i, device in enumerate(devices):
             say(f"profiling {device} ({i + 1}/{len(devices)}): building and warming up")
-            steps.append(DeviceStep(config, device, batch_size, target, session_config,
-                                    optimizer))
-            for _ in range(warmup):
-                steps[-1].run()
+            for batch in batches:
+                step = steps[device, batch] = DeviceStep(config, device, batch, target,
+                                                         session_config, optimizer)
+                for _ in range(warmup):
+                    step.run()
     except BaseException:
-        for step in steps:
+        for step in steps.values():
             step.close()
         raise
     return steps
 
 
+def affine_fit(batch_size, seconds, small, small_seconds):
+    """``(seconds per sample, overhead seconds)`` of steps taking ``seconds`` at
+    ``batch_size`` and ``small_seconds`` at ``small`` samples (medians); no
+    overhead, the whole step per sample, when the two do not give a positive
+    slope and intercept (``small`` None, or noise)."""
+    if small is not None:
+        slope = (seconds - small_seconds) / (batch_size - small)
+        overhead = seconds - batch_size * slope
+        if slope > 0 and overhead >= 0:
+            return slope, overhead
+    return seconds / batch_size, 0.0
+
+
 def _timed(steps, config, devices, batch_size, repeats, progress, spec):
     """DeviceSpeeds from ``repeats`` steps of each of ``steps``, round-robin."""
     if progress:
-        progress(f"profiling: timing {repeats} steps per device, round-robin")
-    seconds = [[] for _ in devices]
+        progress(f"profiling: timing {repeats} steps per device and batch size, round-robin")
+    seconds = {key: [] for key in steps}
     for _ in range(repeats):
-        for i, step in enumerate(steps):
-            seconds[i].append(step.run())
+        for key, step in steps.items():
+            seconds[key].append(step.run())
     train_flops = train_flops_per_sample(config, spec)
-    medians = [batch_size / statistics.median(s) for s in seconds]
-    return [DeviceSpeed(device, rate, batch_size / max(s), batch_size / min(s),
-                        rate / sum(medians), rate * train_flops)
-            for device, rate, s in zip(devices, medians, seconds)]
+    small = small_batch(batch_size)
+    medians = [batch_size / statistics.median(seconds[d, batch_size]) for d in devices]
+    speeds = []
+    for device, rate in zip(devices, medians):
+        full = seconds[device, batch_size]
+        per_sample, overhead = affine_fit(
+            batch_size, statistics.median(full), small,
+            statistics.median(seconds[device, small]) if small else None)
+        speeds.append(DeviceSpeed(device, rate, batch_size / max(full), batch_size / min(full),
+                                  rate / sum(medians), train_flops / per_sample, overhead))
+    return speeds
 
 
 _DEVICE_PART = re.compile(r"^(.*?/device:[^/:]+:\d+)", re.IGNORECASE)

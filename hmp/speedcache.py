@@ -27,7 +27,7 @@ import tensorflow as tf_module
 from hmp import report
 from hmp.planning import LinkSpec
 
-FORMAT = "hmp-speeds/1"
+FORMAT = "hmp-speeds/2"  # /2: each speed has its per-step overhead_s
 FILE_NAME = "speeds.json"
 MAX_ENTRIES = 64
 
@@ -63,12 +63,16 @@ class Entry:
     key: dict
     measured_at: str  # ISO 8601, UTC
     speeds: list  # [{"device", "samples_per_s", "min_samples_per_s", "max_samples_per_s",
-                  #   "flops_per_s"}, ...] in the key's device order
+                  #   "flops_per_s", "overhead_s"}, ...] in the key's device order
     link: dict | None  # LinkSpec fields, or None
 
     @property
     def flops_per_s(self):
         return [s["flops_per_s"] for s in self.speeds]
+
+    @property
+    def overheads(self):
+        return [s["overhead_s"] for s in self.speeds]
 
     def link_spec(self):
         return LinkSpec(**self.link) if self.link is not None else None
@@ -80,7 +84,8 @@ def new_entry(key, measured, link):
                      timespec="seconds"),
                  [{"device": m.device, "samples_per_s": m.samples_per_s,
                    "min_samples_per_s": m.min_samples_per_s,
-                   "max_samples_per_s": m.max_samples_per_s, "flops_per_s": m.flops_per_s}
+                   "max_samples_per_s": m.max_samples_per_s, "flops_per_s": m.flops_per_s,
+                   "overhead_s": m.overhead_s}
                   for m in measured],
                  dataclasses.asdict(link) if link is not None else None)
 
@@ -105,7 +110,8 @@ def _parse_entry(data):
         if (not isinstance(speed, dict) or speed.get("device") != device
                 or not all(_positive_number(speed.get(k)) for k in
                            ("samples_per_s", "min_samples_per_s", "max_samples_per_s",
-                            "flops_per_s"))):
+                            "flops_per_s"))
+                or not (_positive_number(speed.get("overhead_s")) or speed.get("overhead_s") == 0)):
             raise ValueError("an entry's speed of %r is not positive numbers" % device)
     entry = Entry(**data)
     if entry.link is not None:

@@ -196,8 +196,8 @@ def _say(line):
 
 
 def _measured(model_config, spec, devices, session_config, target, model_dir, cluster):
-    """Per device FLOP/s and the link (a LinkSpec): from the speed cache, or measured now
-    (and stored there). See hmp.speedcache."""
+    """Per device FLOP/s, per-step overhead (s) and the link (a LinkSpec): from the speed
+    cache, or measured now (and stored there). See hmp.speedcache."""
     key = speedcache.cache_key(model_config, FLAGS.batch_size, FLAGS.optimizer, devices,
                                cluster.addresses if cluster else None)
     paths = [os.path.join(model_dir, speedcache.FILE_NAME), speedcache.user_cache_path()]
@@ -212,9 +212,9 @@ def _measured(model_config, spec, devices, session_config, target, model_dir, cl
                                              force=FLAGS.speeds == "measure", say=_say,
                                              warn=warn)
     for s in entry.speeds:
-        _say("  %-28s %8.1f samples/s (%.1f - %.1f)"
+        _say("  %-28s %8.1f samples/s (%.1f - %.1f), %.3g ms of every step"
              % (s["device"], s["samples_per_s"], s["min_samples_per_s"],
-                s["max_samples_per_s"]))
+                s["max_samples_per_s"], 1e3 * s["overhead_s"]))
     link = entry.link_spec()
     if link is not None:
         _say("  link: " + "; ".join(
@@ -222,7 +222,7 @@ def _measured(model_config, spec, devices, session_config, target, model_dir, cl
                                                    l.bandwidth_bytes_per_s / 1e9)
             for what, l in (("", link), ("while training ", link.loaded),
                             ("within a host ", link.local)) if l is not None))
-    return entry.flops_per_s, link
+    return entry.flops_per_s, entry.overheads, link
 
 
 def _plan(model_config, devices, session_config, target, model_dir, cluster):
@@ -246,10 +246,10 @@ def _plan(model_config, devices, session_config, target, model_dir, cluster):
                 "communication not priced: --speeds=%s gives the speeds, so no link was "
                 "measured (--speeds=auto measures both)" % FLAGS.speeds))
         return spec, plan
-    flops, link = _measured(model_config, spec, devices, session_config, target, model_dir,
-                            cluster)
-    return spec, planning.plan_layout(spec, linkprobe.platform_specs(devices, flops), None,
-                                      FLAGS.batch_size, FLAGS.mesh, link=link)
+    flops, overheads, link = _measured(model_config, spec, devices, session_config, target,
+                                       model_dir, cluster)
+    return spec, planning.plan_layout(spec, linkprobe.platform_specs(devices, flops, overheads),
+                                      None, FLAGS.batch_size, FLAGS.mesh, link=link)
 
 
 def _slowdown(devices):

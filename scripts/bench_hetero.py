@@ -24,8 +24,8 @@ run:
 1. Each worker's speed is profiled alone, and the link between them idle and
    while both train (``hmp.profiler.measure_platform``): the plans are made
    from it, as ``hmp.train`` does.
-2. Training steps are timed, repeats interleaved (A B C ... A B C ...) so that
-   machine noise hits every configuration alike:
+2. Training steps are timed, repeats interleaved (A B C, B C A, C A B ...) so
+   that machine noise and the order hit every configuration alike:
    ``even`` (model parallel, ``model:2``, filters split evenly), ``planned``
    (``model:2``, filters split by ``plan_layout`` from the profiled speeds),
    ``re-balanced`` (the planned split re-planned once from the busy times of
@@ -255,7 +255,8 @@ def auto_plan(spec, workers, profiled, link):
     """The plan ``hmp.train --cluster`` makes with its defaults: one CPU device per
     worker, the profiled speeds, the measured link, ``--mesh=auto``."""
     devices = [d[0] for d in worker_devices(workers.devices)]
-    return plan_layout(spec, platform_specs(devices, [s.flops_per_s for s in profiled]),
+    return plan_layout(spec, platform_specs(devices, [s.flops_per_s for s in profiled],
+                                            [s.overhead_s for s in profiled]),
                        None, FLAGS.batch_size, "auto", link=link)
 
 
@@ -310,8 +311,10 @@ def cost_model_check(plan, step, profiled):
     worker alone.
     """
     fastest = max(range(WORKERS), key=lambda task: profiled[task].flops_per_s)
-    timed_as = {("batch:2", 2): "data", ("model:2", 2): "planned",
-                ("batch:1", 1): "worker %d alone" % fastest}
+    timed_as = {("model:2", 2): "planned", ("batch:1", 1): "worker %d alone" % fastest}
+    if not any(s.overhead_s for s in profiled):  # else auto's batch split is not data's
+        timed_as["batch:2", 2] = "data"
+    timed_as[plan.mesh, len(plan.devices)] = "auto"
     rows = [{"mesh": c.mesh, "devices": c.devices, "configuration": timed_as[c.mesh, c.devices],
              "predicted_s": c.step, "measured_s": step[timed_as[c.mesh, c.devices]]}
             for c in plan.candidates if c.step is not None and (c.mesh, c.devices) in timed_as]
@@ -327,9 +330,12 @@ def progress(line):
 
 
 def time_interleaved(runs):
-    """``--repeats`` rounds of ``--steps`` steps of every run in turn (A B C A B C ...)."""
+    """``--repeats`` rounds of ``--steps`` steps of every run in turn, each round
+    starting one run later (A B C, B C A, C A B ...), so that no configuration
+    always follows the same one."""
     for repeat in range(FLAGS.repeats):
-        for run in runs:
+        start = repeat % len(runs)
+        for run in runs[start:] + runs[:start]:
             run.times.append(run.seconds_per_step(FLAGS.steps))
         progress("  repeat %d/%d: %s" % (repeat + 1, FLAGS.repeats, "  ".join(
             "%s %.1f ms" % (run.name, 1e3 * run.times[-1]) for run in runs)))
@@ -427,8 +433,9 @@ def table(result):
              "speeds alone (samples/s; the 'alone' rows): " + ", ".join(
                  "worker %d %.0f" % pair for pair in enumerate(result["speeds"]))
              + "; ratio %.2f; profiled for the plans: " % result["speed_ratio"] + ", ".join(
-                 "%.0f (%.0f - %.0f)" % (s["samples_per_s"], s["min_samples_per_s"],
-                                         s["max_samples_per_s"])
+                 "%.0f (%.0f - %.0f), overhead %.1f ms"
+                 % (s["samples_per_s"], s["min_samples_per_s"], s["max_samples_per_s"],
+                    1e3 * s["overhead_s"])
                  for s in result["profiled_speeds"]),
              "ideal: T* = %s ms (balanced), even split %s ms; theoretical speedup %.2f"
              % (ms(ideal["balanced_s"]), ms(ideal["even_s"]), ideal["theoretical_speedup"])]

@@ -188,12 +188,12 @@ def profile(config, spec, devices):
     for s in speeds:
         print(f"  {s.device}  {s.samples_per_s:.4g} samples/s ({s.min_samples_per_s:.4g} - "
               f"{s.max_samples_per_s:.4g})  relative {s.relative:.3f}  "
-              f"{s.flops_per_s:.4g} FLOP/s")
+              f"{s.flops_per_s:.4g} FLOP/s  {1e3 * s.overhead_s:.3g} ms of every step")
     if link is not None:
         print(f"  link: {1e6 * link.latency_s:.3g} us per hand-over, "
               f"{link.bandwidth_bytes_per_s / 1e9:.3g} GB/s")
     print()
-    return [s.flops_per_s for s in speeds], link
+    return speeds, link
 
 
 def run():
@@ -217,11 +217,13 @@ def run():
         spec = model_spec(config)
     check_min_filters(spec, FLAGS.mesh)
     if speeds == "auto":
-        speeds, measured_link = profile(config, spec, devices)
+        measured, measured_link = profile(config, spec, devices)
+        speeds = [s.flops_per_s for s in measured]
         if link is None and measured_link is not None and not FLAGS.platform:
-            # measured absolute speeds and link: price communication, with each
-            # device's host (virtual CPUs of this process share its cores)
-            devices, speeds, link = platform_specs(devices, speeds), None, measured_link
+            # measured absolute speeds, overheads and link: price communication, with
+            # each device's host (virtual CPUs of this process share its cores)
+            devices = platform_specs(devices, speeds, [s.overhead_s for s in measured])
+            speeds, link = None, measured_link
     with blame("no layout fits these flags"):
         plan = plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh, caps,
                            FLAGS.min_filters, link)

@@ -160,3 +160,55 @@ def test_bad_arguments(kwargs, message):
     args = dict(total=12, speeds=[70, 25, 5]) | kwargs
     with pytest.raises(ValueError, match=message):
         apportion(**args)
+
+
+# --- per-device overheads (offsets) ------------------------------------------------------
+
+def finish_level(total, speeds, offsets, minimum):
+    """Reference: the finish time T with sum(max(minimum, s_i (T - o_i))) == total, by bisection."""
+    speeds, offsets = np.asarray(speeds, float), np.asarray(offsets, float)
+    lo, hi = 0.0, 1.0
+    while np.maximum(minimum, speeds * (hi - offsets)).sum() < total:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if np.maximum(minimum, speeds * (mid - offsets)).sum() < total \
+            else (lo, mid)
+    return hi
+
+
+@pytest.mark.parametrize("total, speeds, offsets", [
+    (512, [11672.0, 4418.0], [0.004, 0.027]),
+    (256, [3000.0, 1000.0, 500.0], [0.0, 0.01, 0.2]),   # the last one's overhead > T
+    (100, [2.0, 1.0], [0.0, 0.0]),
+])
+def test_offsets_make_devices_finish_together(total, speeds, offsets):
+    shares = apportion(total, speeds, 1, offsets=offsets)
+    level = finish_level(total, speeds, offsets, 1)
+    real = np.maximum(1, np.asarray(speeds) * (level - np.asarray(offsets)))
+    assert sum(shares) == total
+    assert np.all(np.abs(np.array(shares) - real) < 1)
+    finish = np.asarray(offsets) + np.array(shares) / np.asarray(speeds)
+    free = real > 1
+    # every device that is not held at the minimum finishes within one sample of the others
+    assert np.all(np.abs(finish[free] - level) <= 1 / np.asarray(speeds)[free])
+
+
+def test_zero_offsets_are_the_plain_proportional_split():
+    assert apportion(100, [2.0, 1.0], offsets=[0, 0]) == apportion(100, [2, 1]) == [67, 33]
+
+
+def test_a_larger_overhead_gets_fewer_units_than_its_speed_share():
+    plain = apportion(512, [11672.0, 4418.0])
+    with_overhead = apportion(512, [11672.0, 4418.0], offsets=[0.004, 0.027])
+    assert with_overhead[1] < plain[1] and with_overhead[0] > plain[0]
+
+
+@pytest.mark.parametrize("offsets, message", [
+    ([0.0], "got 1 offsets for 2 devices"),
+    ([0.0, -1.0], "device 1 has overhead -1.0: overheads must be finite and >= 0"),
+    ([0.0, float("nan")], "device 1 has overhead nan"),
+])
+def test_bad_offsets_are_named(offsets, message):
+    with pytest.raises(ValueError, match=message):
+        apportion(10, [1.0, 1.0], offsets=offsets)

@@ -402,3 +402,23 @@ def test_left_out_devices_round_trip_and_old_plans_still_load(tmp_path):
     with pytest.raises(ValueError, match=r"left_out\[0\].device must be a device name not "
                                          "among the plan's devices"):
         Plan.from_json(old)
+
+
+def test_a_device_with_a_larger_step_overhead_gets_fewer_samples():
+    # 8 against 2 cores, measured (cnn2d): the slow worker spends ~27 ms of every step
+    # whatever its share. Finish times o_i + b_i F / f_i must come out equal.
+    spec = hsi_model()
+    per_sample = 3 * sum(l.flops_per_sample for l in spec.layers)
+    rates = [11672.0, 4418.0]   # samples/s
+    overheads = [0.004, 0.027]
+    devices = [DeviceSpec(f"/job:worker/task:{i}/device:CPU:0", r * per_sample, overhead_s=o,
+                          host=f"task{i}") for i, (r, o) in enumerate(zip(rates, overheads))]
+    plan = plan_layout(spec, devices, None, 512, "batch:2", link=LINK)
+    b = np.array(plan.splits["batch"])
+    finish = np.array(overheads) + b / np.array(rates)
+    assert b.sum() == 512 and abs(finish[0] - finish[1]) <= 1 / rates[1]
+    assert b[1] < apportion(512, rates)[1]
+    # no overheads: the plain split by speed
+    plain = [DeviceSpec(d.name, d.flops_per_s, host=d.host) for d in devices]
+    assert plan_layout(spec, plain, None, 512, "batch:2",
+                       link=LINK).splits["batch"] == apportion(512, rates)

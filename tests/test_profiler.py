@@ -2,9 +2,11 @@
 
 import math
 
+import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from hmp import profiler
 from hmp.graph import Layout, ModelConfig, TrainingGraph
 from hmp.profiler import busy_times, measure_speeds, random_batch, run_traced
 
@@ -24,8 +26,11 @@ def test_measure_speeds_reports_every_device():
     for s in speeds:
         assert math.isfinite(s.samples_per_s) and s.samples_per_s > 0
         assert s.min_samples_per_s <= s.samples_per_s <= s.max_samples_per_s
-        # The effective FLOP rate: samples/s x 3 x forward FLOPs per sample.
-        assert s.flops_per_s == pytest.approx(s.samples_per_s * 3 * TINY_FLOPS, rel=1e-12)
+        # The rate of the slope and the overhead reproduce the median step:
+        # overhead + batch x 3 x forward FLOPs per sample / FLOP rate.
+        assert s.overhead_s >= 0
+        assert s.overhead_s + 8 * 3 * TINY_FLOPS / s.flops_per_s == pytest.approx(
+            8 / s.samples_per_s, rel=1e-9)
     assert sum(s.relative for s in speeds) == pytest.approx(1.0)
     assert speeds[0].relative / speeds[1].relative == pytest.approx(
         speeds[0].samples_per_s / speeds[1].samples_per_s)
@@ -95,3 +100,26 @@ def test_busy_times_of_a_traced_step_follow_the_shares():
     _, busy = run_traced(session, graph.train_op, feed, devices)
     assert all(b > 0 for b in busy)
     assert busy[0] > busy[1]
+
+
+@pytest.mark.parametrize("batch, seconds, small, small_seconds", [
+    (512, 0.116, 128, 0.050), (256, 0.0346, 64, 0.0121), (8, 0.9, 2, 0.3)])
+def test_affine_fit_is_the_line_through_both_steps(batch, seconds, small, small_seconds):
+    slope, intercept = np.polyfit([small, batch], [small_seconds, seconds], 1)
+    per_sample, overhead = profiler.affine_fit(batch, seconds, small, small_seconds)
+    assert per_sample == pytest.approx(slope, rel=1e-9)
+    assert overhead == pytest.approx(intercept, rel=1e-9)
+    assert overhead + batch * per_sample == pytest.approx(seconds, rel=1e-12)
+
+
+@pytest.mark.parametrize("small, small_seconds", [
+    (None, None),   # batch too small for a second size
+    (128, 0.010),   # the line would cross below zero: noise, not an overhead
+    (128, 0.200),   # the small batch took longer: noise
+])
+def test_affine_fit_without_a_valid_line_has_no_overhead(small, small_seconds):
+    assert profiler.affine_fit(512, 0.1, small, small_seconds) == (0.1 / 512, 0.0)
+
+
+def test_the_second_batch_is_a_quarter():
+    assert [profiler.small_batch(b) for b in (1, 3, 4, 512)] == [None, None, 1, 128]

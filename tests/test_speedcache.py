@@ -24,7 +24,7 @@ class Measurer:
 
     def __call__(self):
         self.calls += 1
-        return ([DeviceSpeed(self.devices[0], 100.0, 90.0, 110.0, 0.6, 3e9),
+        return ([DeviceSpeed(self.devices[0], 100.0, 90.0, 110.0, 0.6, 3e9, 2e-3),
                  DeviceSpeed(self.devices[1], 50.0 * self.calls, 40.0, 60.0 * self.calls, 0.4,
                              1.5e9 * self.calls)], LINK)
 
@@ -52,9 +52,10 @@ def test_miss_measures_and_stores_everywhere_then_hits(paths):
     entry, path, said, warned = get(key(), paths, measure)
     assert (measure.calls, path, said, warned) == (1, None, [], [])
     assert entry.flops_per_s == [3e9, 1.5e9] and entry.link_spec() == LINK
+    assert entry.overheads == [2e-3, 0.0]
     for p in paths:
         data = json.loads(open(p).read())
-        assert data["format"] == "hmp-speeds/1" and len(data["entries"]) == 1
+        assert data["format"] == "hmp-speeds/2" and len(data["entries"]) == 1
         assert data["entries"][0]["key"]["devices"] == DEVICES
         assert data["entries"][0]["link"]["local"]["latency_s"] == 1e-5
     again, path, said, warned = get(key(), paths, measure)
@@ -107,11 +108,17 @@ def test_the_key_names_versions_and_setting():
 
 @pytest.mark.parametrize("content", [
     "{not json", "[]", '{"format": "other", "entries": []}',
-    '{"format": "hmp-speeds/1", "entries": {}}',
-    '{"format": "hmp-speeds/1", "entries": [{"key": {"devices": ["/cpu:0"]}, '
+    '{"format": "hmp-speeds/2", "entries": {}}',
+    '{"format": "hmp-speeds/2", "entries": [{"key": {"devices": ["/cpu:0"]}, '
     '"measured_at": "x", "speeds": [{"device": "/cpu:0", "samples_per_s": -1, '
-    '"min_samples_per_s": 1, "max_samples_per_s": 1, "flops_per_s": 1}], "link": null}]}',
-    '{"format": "hmp-speeds/1", "entries": [{"key": {"devices": []}, "measured_at": "x", '
+    '"min_samples_per_s": 1, "max_samples_per_s": 1, "flops_per_s": 1, "overhead_s": 0}], '
+    '"link": null}]}',
+    '{"format": "hmp-speeds/2", "entries": [{"key": {"devices": ["/cpu:0"]}, '
+    '"measured_at": "x", "speeds": [{"device": "/cpu:0", "samples_per_s": 1, '
+    '"min_samples_per_s": 1, "max_samples_per_s": 1, "flops_per_s": 1, "overhead_s": -1}], '
+    '"link": null}]}',
+    '{"format": "hmp-speeds/1", "entries": []}',
+    '{"format": "hmp-speeds/2", "entries": [{"key": {"devices": []}, "measured_at": "x", '
     '"speeds": [], "link": {"bandwidth_bytes_per_s": 0}}]}',
     "\udcff",
 ])

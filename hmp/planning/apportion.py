@@ -17,6 +17,12 @@ index). This gives, whenever the real-valued shares are valid:
 * monotone: without caps, a faster device never gets less than a slower one,
   and equal speeds get shares within one unit of each other;
 * bounded: ``minimum <= share_i <= cap_i``.
+
+With per-device ``offsets`` (a fixed time each device spends whatever its
+share, e.g. its per-step overhead) the real shares are ``clip((level -
+offset_i) * speed_i, minimum, cap_i)`` instead: every device still finishes at
+the same time, and "proportional" and "monotone" hold for ``(level - offset_i)
+* speed_i`` in place of ``level * speed_i``.
 """
 
 import math
@@ -86,19 +92,25 @@ def _upper_bounds(caps, n, minimum, names):
     return bounds
 
 
-def _real_shares(total, speeds, lower, upper):
-    """The real-valued shares ``clip(level * speeds, lower, upper)`` summing to total.
+def _real_shares(total, speeds, lower, upper, offsets):
+    """The real-valued shares ``clip((level - offsets) * speeds, lower, upper)`` summing
+    to total.
 
     ``filled(level)`` is continuous and nondecreasing in ``level`` and linear
-    between the breakpoints ``lower/speeds`` and ``upper/speeds``. A binary
-    search finds the breakpoint interval holding ``total``; inside it the set
-    of free (unclipped) devices is fixed, so ``level`` is solved exactly.
+    between the breakpoints ``offsets + lower/speeds`` and ``offsets +
+    upper/speeds``. A binary search finds the breakpoint interval holding
+    ``total``; inside it the set of free (unclipped) devices is fixed, so
+    ``level`` is solved exactly.
     """
+    def shares(level):
+        return np.clip((level - offsets) * speeds, lower, upper)
+
     def filled(level):
-        return np.clip(level * speeds, lower, upper).sum()
+        return shares(level).sum()
 
     finite = np.isfinite(upper)
-    points = np.unique(np.concatenate([lower / speeds, upper[finite] / speeds[finite]]))
+    points = np.unique(np.concatenate([offsets + lower / speeds,
+                                       offsets[finite] + upper[finite] / speeds[finite]]))
     lo, hi = 0, len(points) - 1
     if filled(points[hi]) < total:  # above every breakpoint: uncapped devices share
         lo = hi
@@ -110,11 +122,13 @@ def _real_shares(total, speeds, lower, upper):
             else:
                 hi = mid
     probe = 2 * points[lo] + 1 if lo == hi else (points[lo] + points[hi]) / 2
-    free = (lower < probe * speeds) & (probe * speeds < upper)
-    held = np.where(probe * speeds <= lower, lower, upper)
+    unclipped = (probe - offsets) * speeds
+    free = (lower < unclipped) & (unclipped < upper)
+    held = np.where(unclipped <= lower, lower, upper)
     fixed = held[~free].sum()
-    level = (total - fixed) / speeds[free].sum() if free.any() else points[lo]
-    return np.clip(level * speeds, lower, upper)
+    level = ((total - fixed + (offsets[free] * speeds[free]).sum()) / speeds[free].sum()
+             if free.any() else points[lo])
+    return shares(level)
 
 
 def _round(total, shares, speeds, upper):
@@ -135,7 +149,8 @@ def _round(total, shares, speeds, upper):
     return whole.tolist()
 
 
-def apportion(total, speeds, minimum=1, caps=None, *, names=None, unit="units"):
+def apportion(total, speeds, minimum=1, caps=None, *, names=None, unit="units",
+              offsets=None):
     """Splits ``total`` whole units over devices in proportion to ``speeds``.
 
     Args:
@@ -146,6 +161,13 @@ def apportion(total, speeds, minimum=1, caps=None, *, names=None, unit="units"):
         capped device cannot take go to the others, in proportion to speed.
       names: optional, how error messages call each device (``"device 2 (/cpu:0)"``).
       unit: what a unit is, for error messages (``"filters"``).
+      offsets: None, or per device a fixed time (seconds, >= 0) it spends
+        whatever its share: its per-step overhead. Then ``speeds`` are units
+        per second (not only ratios) and device ``i`` gets ``(T - offsets_i)
+        * speeds_i`` units for the one finish time ``T`` that hands out
+        ``total`` (clipped to ``minimum`` and its cap): a device with a large
+        overhead gets less than its speed's share, so that all finish
+        together. None: all 0, shares in proportion to speed.
 
     Returns:
       A list of ints, one per device, with the guarantees in the module
@@ -172,4 +194,19 @@ def apportion(total, speeds, minimum=1, caps=None, *, names=None, unit="units"):
             f"{total} {unit} do not fit under the caps: {capped} "
             f"hold at most {int(upper.sum())}")
     lower = np.full(n, float(minimum))
-    return _round(total, _real_shares(total, speeds, lower, upper), speeds, upper)
+    return _round(total, _real_shares(total, speeds, lower, upper, _offsets(offsets, n, names)),
+                  speeds, upper)
+
+
+def _offsets(offsets, n, names):
+    """The offsets as a float array (zeros for None); each finite and >= 0."""
+    if offsets is None:
+        return np.zeros(n)
+    if len(offsets) != n:
+        raise InvalidInput(f"got {len(offsets)} offsets for {n} devices: need one per device")
+    values = np.asarray(offsets, dtype=float)
+    for i, value in enumerate(values):
+        if not math.isfinite(value) or value < 0:
+            raise InvalidInput(f"{describe_device(i, names)} has overhead {offsets[i]!r}: "
+                               "overheads must be finite and >= 0")
+    return values

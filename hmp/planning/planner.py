@@ -22,7 +22,8 @@ import numpy as np
 
 from hmp.errors import InvalidInput
 from hmp.planning.apportion import apportion, check_speeds
-from hmp.planning.costmodel import DeviceSpec, memory_bytes, predict, weight_fractions
+from hmp.planning.costmodel import (TRAIN_FLOPS_FACTOR, DeviceSpec, memory_bytes, predict,
+                                    weight_fractions)
 from hmp.planning.layout import candidate_meshes, layout_rules, parse_mesh
 from hmp.planning.plan import Candidate, Plan, format_time, layer_entries
 
@@ -85,6 +86,18 @@ def _units_cap(headroom, size, minimum):
     return [None if h >= 1 else max(minimum, math.floor(h * size)) for h in headroom]
 
 
+def _row_rates(model_spec, specs, mesh):
+    """Per batch row: samples/s (its devices' FLOP rates over the training FLOPs
+    of a sample) and per-step overhead (the largest of its devices': each pays
+    its own in full), or None when no device has one (shares by speed alone)."""
+    overhead = np.array([d.overhead_s for d in specs]).reshape(mesh.batch, mesh.model)
+    flops = np.array([d.flops_per_s for d in specs]).reshape(mesh.batch, mesh.model)
+    if not overhead.any():
+        return flops.sum(axis=1), None
+    per_sample = TRAIN_FLOPS_FACTOR * sum(l.flops_per_sample for l in model_spec.layers)
+    return flops.sum(axis=1) / per_sample, overhead.max(axis=1)
+
+
 def _layout(model_spec, specs, mesh, batch_size, min_filters):
     """The splits for one mesh: apportioned by speed, within the memory caps.
 
@@ -97,7 +110,9 @@ def _layout(model_spec, specs, mesh, batch_size, min_filters):
     caps = np.array([np.inf if d.mem_bytes is None else d.mem_bytes
                      for d in specs]).reshape(mesh.batch, mesh.model)
     row_labels = _group_labels(names, mesh, "batch")
-    rows = (apportion(batch_size, speed.sum(axis=1), 1, names=row_labels, unit="samples")
+    row_speed, row_overhead = _row_rates(model_spec, specs, mesh)
+    rows = (apportion(batch_size, row_speed, 1, names=row_labels, unit="samples",
+                      offsets=row_overhead)
             if "batch" in mesh.axes else [batch_size])
     splits = {}
     if "model" in mesh.axes:
@@ -118,9 +133,9 @@ def _layout(model_spec, specs, mesh, batch_size, min_filters):
         held = memory_bytes(model_spec, [0], fractions)[0]
         per_sample = memory_bytes(model_spec, [1], fractions)[0] - held
         headroom = ((caps - held) / per_sample).min(axis=1) / batch_size  # per batch row
-        splits["batch"] = apportion(batch_size, speed.sum(axis=1), 1,
+        splits["batch"] = apportion(batch_size, row_speed, 1,
                                     _units_cap(headroom, batch_size, 1),
-                                    names=row_labels, unit="samples")
+                                    names=row_labels, unit="samples", offsets=row_overhead)
         rows = splits["batch"]
     memory = memory_bytes(model_spec, rows, fractions).ravel()
     over = [f"device {i} ({names[i]}) needs {memory[i]:.4g} bytes but its cap is "
