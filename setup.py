@@ -29,6 +29,7 @@ setup(
     ],
     extras_require={
         "test": ["pytest"],
+        "baselines": ["scikit-learn"],
         "gpu": ["tensorflow[and-cuda]" + TF_VERSIONS],
     },
 )

@@ -5,11 +5,14 @@ rebuilds exactly the same training and test sets.
 """
 
 import dataclasses
+import json
+import os
 
 import numpy as np
 
 from hmp import data
 from hmp.errors import InvalidInput
+from hmp.files import write_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +31,8 @@ class DataConfig:
     train_per_class: int = 0
     split: str = "random"
     seed: int = 0
+    train_set: str = None   # label-map files of a given split (both, or neither)
+    test_set: str = None
 
 
 @dataclasses.dataclass
@@ -53,8 +58,12 @@ class Experiment:
 SPLITS = ("random", "disjoint")
 
 
-def prepare(config):
-    """Loads the scene and builds the datasets described by ``config``."""
+def prepare(config, split=None):
+    """Loads the scene and builds the datasets described by ``config``.
+
+    ``split``: a saved :class:`hmp.data.Split` (e.g. from :func:`load`) to use
+    instead of the one ``config`` describes; it must fit the scene's shape.
+    """
     if config.split not in SPLITS:
         raise InvalidInput("split %r is not known; choose one of %s"
                          % (config.split, ", ".join(SPLITS)))
@@ -67,7 +76,11 @@ def prepare(config):
                                 labels_path=config.labels_path, cube_key=config.cube_key,
                                 labels_key=config.labels_key)
     nodata = mask_nodata(scene)
-    split = _split(scene.labels, config)
+    if split is None:
+        split = _split(scene.labels, config)
+    elif tuple(split.image_shape) != scene.labels.shape:
+        raise InvalidInput("the saved split is for a %dx%d image, but scene %r is %dx%d"
+                           % (*split.image_shape, scene.name, *scene.labels.shape))
     cube = data.Preprocessor("standard", pca_components=config.pca or None).fit_transform(
         scene.cube, split.train)
     cube[nodata] = 0.0   # the training pixels' mean: no NaN reaches a neighbour's patch
@@ -78,6 +91,29 @@ def prepare(config):
                       data.PatchDataset(extractor, scene.labels, split.test),
                       data.PatchDataset(extractor, scene.labels, labelled),
                       int(nodata.sum()))
+
+
+SPLIT_FILE = "split.npz"
+CONFIG_FILE = "data.json"
+
+
+def save(model_dir, config, split):
+    """Writes the run's split (``split.npz``) and data settings (``data.json``) to
+    ``model_dir``, so that baselines and later tools score on exactly its pixels."""
+    data.save_split(os.path.join(model_dir, SPLIT_FILE), split)
+    write_json(os.path.join(model_dir, CONFIG_FILE), dataclasses.asdict(config))
+
+
+def load(model_dir):
+    """The data settings and split a run saved with :func:`save`: (DataConfig, Split)."""
+    paths = [os.path.join(model_dir, name) for name in (CONFIG_FILE, SPLIT_FILE)]
+    missing = [path for path in paths if not os.path.isfile(path)]
+    if missing:
+        raise InvalidInput("%s holds no saved split (missing %s); give the folder of a "
+                           "training run" % (model_dir, ", ".join(missing)))
+    with open(paths[0]) as f:
+        config = DataConfig(**json.load(f))
+    return config, data.load_split(paths[1])
 
 
 def mask_nodata(scene):
@@ -95,6 +131,10 @@ def mask_nodata(scene):
 
 
 def _split(labels, config):
+    if config.train_set or config.test_set:
+        if not (config.train_set and config.test_set):
+            raise InvalidInput("give both train_set and test_set (label-map files), or neither")
+        return data.split_from_label_maps(labels, config.train_set, config.test_set)
     if config.split == "disjoint":
         return data.disjoint_split(labels, train_fraction=config.train_fraction,
                                    patch_size=config.patch_size, seed=config.seed)

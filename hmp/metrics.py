@@ -1,4 +1,5 @@
-"""Classification accuracy measures used for HSI benchmarks: OA, AA, kappa, per-class accuracy.
+"""Classification accuracy measures used for HSI benchmarks: OA, AA, kappa, per-class
+accuracy (recall), precision and F1.
 
 All measures are computed from the confusion matrix, whose rows are true
 classes and columns predicted classes (0-based class ids).
@@ -37,6 +38,28 @@ def per_class_accuracy(confusion):
         return np.where(totals > 0, np.diag(confusion) / totals, np.nan)
 
 
+def per_class_precision(confusion):
+    """Share of the pixels predicted as each class that are of it; NaN for a class never
+    predicted."""
+    confusion = np.asarray(confusion, dtype=np.float64)
+    predicted = confusion.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(predicted > 0, np.diag(confusion) / predicted, np.nan)
+
+
+def per_class_f1(confusion):
+    """Harmonic mean of precision and recall per class: 2 TP / (2 TP + FP + FN).
+
+    NaN for a class that neither occurs nor is predicted; 0 for one that
+    occurs or is predicted but is never right.
+    """
+    confusion = np.asarray(confusion, dtype=np.float64)
+    true_positives = np.diag(confusion)
+    denominator = confusion.sum(axis=0) + confusion.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denominator > 0, 2 * true_positives / denominator, np.nan)
+
+
 def average_accuracy(confusion):
     """Mean of the per-class accuracies (AA), over the classes that occur."""
     return float(np.nanmean(per_class_accuracy(confusion)))
@@ -60,13 +83,16 @@ def cohen_kappa(confusion):
 
 @dataclass(frozen=True)
 class Scores:
-    """OA, AA, kappa, per-class accuracy and the confusion matrix of one evaluation."""
+    """OA, AA, kappa, per-class accuracy (recall), precision and F1, and the confusion
+    matrix of one evaluation."""
 
     overall_accuracy: float
     average_accuracy: float
     kappa: float
     per_class_accuracy: np.ndarray
     confusion: np.ndarray
+    per_class_precision: np.ndarray
+    per_class_f1: np.ndarray
 
 
 def evaluate(y_true, y_pred, n_classes):
@@ -78,4 +104,6 @@ def evaluate(y_true, y_pred, n_classes):
                   average_accuracy=average_accuracy(confusion),
                   kappa=cohen_kappa(confusion),
                   per_class_accuracy=per_class_accuracy(confusion),
-                  confusion=confusion)
+                  confusion=confusion,
+                  per_class_precision=per_class_precision(confusion),
+                  per_class_f1=per_class_f1(confusion))

@@ -1,51 +1,73 @@
 """What a finished run tells a person: a score table, results.json, pictures."""
 
-import json
 import os
-import tempfile
 
 import numpy as np
 
 from hmp import maps
 
 
-def score_table(scores, class_names):
-    """OA, AA, kappa and per-class accuracy as aligned text lines."""
-    lines = ["%-28s %8s" % ("class", "accuracy")]
-    for name, accuracy in zip(class_names, scores.per_class_accuracy):
-        lines.append("%-28s %8.2f" % (name[:28], 100 * accuracy))
-    lines += ["-" * 37,
-              "%-28s %8.2f" % ("overall accuracy (OA)", 100 * scores.overall_accuracy),
-              "%-28s %8.2f" % ("average accuracy (AA)", 100 * scores.average_accuracy),
-              "%-28s %8.4f" % ("kappa", scores.kappa)]
+def score_table(scores, class_names, leakage=None):
+    """Per-class precision, recall (the class's accuracy) and F1, then OA, AA, kappa and,
+    when given, the split's leakage (see :func:`hmp.data.split_leakage`), as text lines."""
+    lines = ["%-28s %9s %9s %9s" % ("class", "precision", "recall", "F1")]
+    for name, precision, recall, f1 in zip(class_names, scores.per_class_precision,
+                                           scores.per_class_accuracy, scores.per_class_f1):
+        lines.append("%-28s %9.2f %9.2f %9.2f" % (name[:28], 100 * precision, 100 * recall,
+                                                  100 * f1))
+    lines += ["-" * 58,
+              "%-28s %9.2f" % ("overall accuracy (OA)", 100 * scores.overall_accuracy),
+              "%-28s %9.2f" % ("average accuracy (AA)", 100 * scores.average_accuracy),
+              "%-28s %9.4f" % ("kappa", scores.kappa)]
+    if leakage is not None:
+        lines.append("%-28s %9.2f  (test pixels with a training pixel in their patch)"
+                     % ("leakage (%)", 100 * leakage))
     return "\n".join(lines)
 
 
 def scores_dict(scores, class_names):
+    def per_class(values):
+        return {name: float(v) for name, v in zip(class_names, values)}
     return {"overall_accuracy": scores.overall_accuracy,
             "average_accuracy": scores.average_accuracy,
             "kappa": scores.kappa,
-            "per_class_accuracy": {name: float(a) for name, a in
-                                   zip(class_names, scores.per_class_accuracy)},
+            "per_class_accuracy": per_class(scores.per_class_accuracy),
+            "per_class_precision": per_class(scores.per_class_precision),
+            "per_class_recall": per_class(scores.per_class_accuracy),
+            "per_class_f1": per_class(scores.per_class_f1),
             "confusion_matrix": np.asarray(scores.confusion).tolist()}
 
 
-def write_json(path, payload):
-    """Writes JSON atomically: a reader never sees half a file, and writers of the same
-    file at once (e.g. two runs sharing the speed cache) never mix their bytes. The
-    temporary file ``<name>.<random>.tmp`` beside ``path`` is removed on failure."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp",
-                                     dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(payload, f, indent=2, default=_plain)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
+SUMMARY_MEASURES = ("overall_accuracy", "average_accuracy", "kappa")
+
+
+def summarise_runs(test_scores):
+    """Mean and (sample, ddof=1) standard deviation of OA, AA and kappa over runs.
+
+    ``test_scores``: one ``scores_dict`` per run. With a single run the standard
+    deviation is 0.
+    """
+    summary = {}
+    for measure in SUMMARY_MEASURES:
+        values = np.array([scores[measure] for scores in test_scores], np.float64)
+        summary[measure] = {"mean": float(values.mean()),
+                            "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+                            "runs": values.tolist()}
+    return summary
+
+
+def summary_table(summary, names):
+    """One line per run (``names``), then mean and standard deviation, in percent (kappa x100)."""
+    lines = ["%-20s %8s %8s %8s" % ("run", "OA", "AA", "kappa")]
+    for i, name in enumerate(names):
+        lines.append("%-20s %8.2f %8.2f %8.2f" % (
+            name[:20], *(100 * summary[m]["runs"][i] for m in SUMMARY_MEASURES)))
+    lines += ["-" * 47,
+              "%-20s %8.2f %8.2f %8.2f" % ("mean", *(100 * summary[m]["mean"]
+                                                    for m in SUMMARY_MEASURES)),
+              "%-20s %8.2f %8.2f %8.2f" % ("std", *(100 * summary[m]["std"]
+                                                   for m in SUMMARY_MEASURES))]
+    return "\n".join(lines)
 
 
 def prediction_map(shape, indices, predicted):
@@ -64,11 +86,3 @@ def save_pictures(model_dir, scene, predicted_map, scores):
     confusion_path = os.path.join(model_dir, "confusion_matrix.png")
     maps.save_confusion_matrix_plot(confusion_path, scores.confusion, scene.class_names)
     return map_path, confusion_path
-
-
-def _plain(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return str(value)

@@ -18,13 +18,16 @@ import signal
 
 import tensorflow.compat.v1 as tf
 
-from hmp import cli, report
+from hmp import cli, experiment, files
 
 # The files a run writes in its folder (--overwrite deletes these and nothing else).
 RUN_FILES = ("checkpoint", "ckpt-*", "results.json", "results.json.*.tmp", "history.json",
              "history.json.*.tmp", "classification_map.png", "confusion_matrix.png",
-             "events.out.tfevents.*")
+             "events.out.tfevents.*", experiment.SPLIT_FILE, experiment.SPLIT_FILE + ".*.npz",
+             experiment.CONFIG_FILE, experiment.CONFIG_FILE + ".*.tmp", "summary.json",
+             "summary.json.*.tmp")
 HISTORY = "history.json"
+SUMMARY = "summary.json"   # --runs: the runs' mean and standard deviation
 
 
 def run_files(model_dir, patterns=RUN_FILES):
@@ -132,7 +135,7 @@ class History:
         self.write()
 
     def write(self):
-        report.write_json(self.path, {"history": self.epochs, "plans": self.plans,
+        files.write_json(self.path, {"history": self.epochs, "plans": self.plans,
                                       "invocations": self.invocations})
 
 

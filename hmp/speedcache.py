@@ -24,7 +24,7 @@ import os
 
 import tensorflow as tf_module
 
-from hmp import report
+from hmp import files
 from hmp.planning import LinkSpec
 
 FORMAT = "hmp-speeds/2"  # /2: each speed has its per-step overhead_s
@@ -158,7 +158,7 @@ def store(paths, entry, warn):
         entries = [e for e in load(path, lambda line: None) if e.key != entry.key]
         entries = (entries + [entry])[-MAX_ENTRIES:]
         try:
-            report.write_json(path, {"format": FORMAT,
+            files.write_json(path, {"format": FORMAT,
                                      "entries": [dataclasses.asdict(e) for e in entries]})
         except OSError as error:
             warn("warning: cannot write the speed cache %s (%s)" % (path, error.strerror))

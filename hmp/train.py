@@ -18,7 +18,8 @@ import tensorflow.compat.v1 as tf
 from absl import app, flags
 
 import models
-from hmp import cli, experiment, linkprobe, planning, rebalance, report, runs, speedcache
+from hmp import (cli, data, experiment, files, linkprobe, planning, rebalance, report, runs,
+                 scene_flags, speedcache)
 from hmp.cluster import Cluster
 from hmp.devices import default_devices, gpu_count, virtual_cpus
 from hmp.errors import InvalidInput
@@ -30,17 +31,7 @@ from hmp.profiler import measure_platform
 from hmp.progress import ProgressLine
 from hmp.trainer import Stopped, Trainer
 
-flags.DEFINE_string("dataset", "synthetic", "synthetic, indian_pines, paviau, salinas, or "
-                    "the path of a cube file (.mat/.npy; then also --labels).")
-flags.DEFINE_string("labels", None, "Label map file for a --dataset given as a path.")
-flags.DEFINE_string("cube_key", None, "MATLAB variable holding the cube, when the --dataset "
-                    ".mat file holds several arrays.")
-flags.DEFINE_string("labels_key", None, "MATLAB variable holding the label map, when the "
-                    "--labels .mat file holds several arrays.")
-flags.DEFINE_string("data_dir", None, "Folder with the scene files (default $HMP_DATA_DIR "
-                    "or ./data); for --synthetic_layout of a real scene, its ground truth.")
-flags.DEFINE_string("synthetic_layout", "generated", "Class layout of the synthetic scene: "
-                    "generated, or indian_pines/paviau/salinas (ground truth in --data_dir).")
+flags.adopt_module_key_flags(scene_flags)   # --dataset, --split, --seed, ...: results.json
 flags.DEFINE_string("model", "cnn3d", "Model: " + ", ".join(models.MODEL_NAMES) +
                     ", or a module path (mypackage.mymodel) with logits and SPLIT_DIMS.")
 flags.DEFINE_integer("width", 0, "Model width (filters of its first layer); 0: default.")
@@ -57,14 +48,9 @@ flags.DEFINE_integer("batch_size", 32, "Global batch size.")
 flags.DEFINE_integer("epochs", 5, "Training epochs.")
 flags.DEFINE_string("optimizer", "adam", "Optimizer: " + ", ".join(OPTIMIZERS) + ".")
 flags.DEFINE_float("learning_rate", 1e-3, "Learning rate.")
-flags.DEFINE_float("train_fraction", 0.1, "Share of each class's pixels used for training.")
-flags.DEFINE_integer("train_per_class", 0, "Training pixels per class (overrides "
-                     "--train_fraction when > 0).")
-flags.DEFINE_string("split", "random", "random (stratified) or disjoint (spatially "
-                    "separate train and test regions).")
-flags.DEFINE_integer("patch_size", 9, "Odd patch size (pixels).")
-flags.DEFINE_integer("pca", 0, "Reduce the bands to this many PCA components (0: keep all).")
-flags.DEFINE_integer("seed", 0, "Seed of the split, the data order and the synthetic scene.")
+flags.DEFINE_integer("runs", 1, "Train this many times, with seeds --seed, --seed+1, ..., each "
+                     "in --model_dir/seed-<seed>; then print and save (summary.json) the mean "
+                     "and standard deviation of OA, AA and kappa.")
 flags.DEFINE_string("model_dir", None, "Checkpoints, results and event files "
                     "(default runs/<dataset>-<model>).")
 flags.DEFINE_bool("resume", False, "Continue from the latest checkpoint in --model_dir.")
@@ -148,26 +134,18 @@ def _speeds(devices):
 
 def _check_flags():
     """One-line errors for values the flag parser cannot judge."""
+    scene_flags.check()
     with cli.blame("model"):
         models.get_model(FLAGS.model)
     if FLAGS.optimizer not in OPTIMIZERS:
         raise cli.UsageError("--optimizer=%s: choose one of %s"
                              % (FLAGS.optimizer, ", ".join(OPTIMIZERS)))
-    if FLAGS.split not in experiment.SPLITS:
-        raise cli.UsageError("--split=%s: choose one of %s"
-                             % (FLAGS.split, ", ".join(experiment.SPLITS)))
     if FLAGS.rebalance not in ("off", "epoch"):
         raise cli.UsageError("--rebalance=%s: choose off or epoch" % FLAGS.rebalance)
     if not MESH.match(FLAGS.mesh):
         raise cli.UsageError("--mesh=%s: use model:N, batch:M, batch:M;model:N or auto"
                              % FLAGS.mesh)
-    if FLAGS.patch_size < 1 or FLAGS.patch_size % 2 == 0:
-        raise cli.UsageError("--patch_size=%d: must be odd and positive (e.g. 5, 7, 9)"
-                             % FLAGS.patch_size)
-    if not 0 < FLAGS.train_fraction < 1:
-        raise cli.UsageError("--train_fraction=%g: must lie strictly between 0 and 1"
-                             % FLAGS.train_fraction)
-    for name in ("batch_size", "epochs"):
+    for name in ("batch_size", "epochs", "runs"):
         if getattr(FLAGS, name) < 1:
             raise cli.UsageError("--%s=%d: must be at least 1" % (name, getattr(FLAGS, name)))
     if not FLAGS.learning_rate > 0:
@@ -175,20 +153,19 @@ def _check_flags():
 
 
 def _model_dir():
-    """--model_dir, made and checked writable; a used one needs --resume or --overwrite."""
-    model_dir = FLAGS.model_dir or os.path.join(
+    """--model_dir or its default (runs/<dataset>-<model>)."""
+    return FLAGS.model_dir or os.path.join(
         "runs", "%s-%s" % (os.path.basename(FLAGS.dataset).split(".")[0], FLAGS.model))
-    runs.prepare_model_dir(model_dir, FLAGS.resume, FLAGS.overwrite)
-    return model_dir
 
 
-def _data_config():
-    return experiment.DataConfig(
-        dataset=FLAGS.dataset, data_dir=FLAGS.data_dir, labels_path=FLAGS.labels,
-        cube_key=FLAGS.cube_key, labels_key=FLAGS.labels_key,
-        synthetic_layout=FLAGS.synthetic_layout, patch_size=FLAGS.patch_size, pca=FLAGS.pca,
-        train_fraction=FLAGS.train_fraction, train_per_class=FLAGS.train_per_class,
-        split=FLAGS.split, seed=FLAGS.seed)
+def _run_dirs(model_dir, seeds):
+    """The folder of each seed's run, made and checked writable; a used one needs --resume
+    or --overwrite. One run: ``model_dir`` itself; several: its ``seed-<seed>`` folders."""
+    folders = ([model_dir] if len(seeds) == 1 else
+               [os.path.join(model_dir, "seed-%d" % seed) for seed in seeds])
+    for folder in folders:
+        runs.prepare_model_dir(folder, FLAGS.resume, FLAGS.overwrite)
+    return folders
 
 
 def _say(line):
@@ -264,37 +241,53 @@ def _slowdown(devices):
     return slowdown
 
 
-def _data_flags():
-    """The flags that name the scene's files (blamed when they cannot be read)."""
-    if os.path.splitext(FLAGS.dataset)[1] == "":   # synthetic or a benchmark scene
-        return ("dataset", "data_dir")
-    mat = [FLAGS[key].present or str(path).lower().endswith(".mat") for key, path in
-           (("cube_key", FLAGS.dataset), ("labels_key", FLAGS.labels))]
-    return ("dataset", "labels") + tuple(key for key, used in
-                                         zip(("cube_key", "labels_key"), mat) if used)
-
-
 def run(cluster=None):
     _check_flags()
     model_dir = _model_dir()
+    if cluster:   # task 0 writes the checkpoints: no path relative to its folder
+        model_dir = os.path.abspath(model_dir)
+    seeds = [FLAGS.seed + i for i in range(FLAGS.runs)]
+    run_dirs = _run_dirs(model_dir, seeds)
     devices = _devices(cluster)
     session_config = _session_config(devices)
     target = ""
-    if cluster:   # task 0 writes the checkpoints: no path relative to its folder
-        model_dir, session_config, target = (os.path.abspath(model_dir),
-                                              cluster.session_config(), cluster.target)
+    if cluster:
+        session_config, target = cluster.session_config(), cluster.target
     with runs.Signals() as signals:
-        _train(model_dir, devices, session_config, target, signals, cluster)
+        for number, (seed, run_dir) in enumerate(zip(seeds, run_dirs), 1):
+            if len(seeds) > 1:
+                print("run %d/%d: seed %d in %s" % (number, len(seeds), seed, run_dir),
+                      flush=True)
+            _train(run_dir, seed, devices, session_config, target, signals, cluster)
+    if len(seeds) > 1:
+        _summarise(model_dir, seeds, run_dirs)
 
 
-def _train(model_dir, devices, session_config, target, signals, cluster):
+def _summarise(model_dir, seeds, run_dirs):
+    """summary.json and a table: every run's OA, AA, kappa, and their mean and std."""
+    results = [runs.read_json(os.path.join(run_dir, "results.json")) for run_dir in run_dirs]
+    summary = report.summarise_runs([result["test"] for result in results])
+    print(report.summary_table(summary, ["seed %d" % seed for seed in seeds]))
+    files.write_json(os.path.join(model_dir, runs.SUMMARY),
+                      {"seeds": seeds, "model_dirs": run_dirs,
+                       "leakage": [result["leakage"] for result in results], **summary})
+    print("summary of %d runs in %s" % (len(seeds), os.path.join(model_dir, runs.SUMMARY)))
+
+
+def _train(model_dir, seed, devices, session_config, target, signals, cluster):
     started = time.time()
     print("loading %s ..." % FLAGS.dataset, flush=True)
-    with cli.blame(*_data_flags(), also=(OSError,)):
-        exp = experiment.prepare(_data_config())
+    data_config = scene_flags.data_config(seed)
+    with cli.blame(*scene_flags.blamed(), also=(OSError,)):
+        exp = experiment.prepare(data_config)
+    leakage = data.split_leakage(exp.split, FLAGS.patch_size)
     print("%s: %dx%d pixels, %d bands, %d classes; %d training / %d test pixels"
           % (exp.scene.name, *exp.scene.labels.shape, exp.bands, exp.n_classes,
              len(exp.train), len(exp.test)), flush=True)
+    print("split: %s; leakage %.1f%% (test pixels with a training pixel in their %dx%d patch)"
+          % (exp.split.description, 100 * leakage, FLAGS.patch_size, FLAGS.patch_size),
+          flush=True)
+    experiment.save(model_dir, data_config, exp.split)
     if exp.nodata_pixels:
         print("%d pixels hold NaN or infinite values: masked as no-data (label 0)"
               % exp.nodata_pixels, flush=True)
@@ -320,8 +313,8 @@ def _train(model_dir, devices, session_config, target, signals, cluster):
     def start(plan, resume):
         graph = TrainingGraph(model_config, Layout.from_plan(plan), FLAGS.batch_size,
                               exp.scene.labels.shape, FLAGS.optimizer, FLAGS.learning_rate,
-                              FLAGS.seed)
-        trainer = Trainer(graph, exp, model_dir, FLAGS.seed, session_config, target,
+                              seed)
+        trainer = Trainer(graph, exp, model_dir, seed, session_config, target,
                           checkpoint_every=FLAGS.checkpoint_every, slowdown=slowdown,
                           stop=signals, progress=progress)
         with cli.blame("resume", "model_dir"):
@@ -363,22 +356,25 @@ def _train(model_dir, devices, session_config, target, signals, cluster):
                               % (where, model_dir), signals.signum) from None
     test_predictions = predicted_map.ravel()[exp.test.indices] - 1
     scores = evaluate(exp.test.class_ids, test_predictions, exp.n_classes)
-    print(report.score_table(scores, exp.scene.class_names))
+    print(report.score_table(scores, exp.scene.class_names, leakage))
     pictures = report.save_pictures(model_dir, exp.scene, predicted_map, scores)
     step = trainer.step
     trainer.close()
-    results = {"flags": {f.name: f.value for f in
-                         FLAGS.get_key_flags_for_module(sys.modules[__name__])},
+    results = {"flags": {**{f.name: f.value for f in
+                            FLAGS.get_key_flags_for_module(sys.modules[__name__])},
+                         "seed": seed},
                "plan": dataclasses.asdict(plan),
                "plans": record.plans,
                "history": record.epochs,
                "invocations": record.invocations,
                "step": step,
                "nodata_pixels": exp.nodata_pixels,
+               "split": exp.split.description,
+               "leakage": leakage,
                "test": report.scores_dict(scores, exp.scene.class_names),
                "pictures": list(pictures),
                "seconds": time.time() - started}
-    report.write_json(os.path.join(model_dir, "results.json"), results)
+    files.write_json(os.path.join(model_dir, "results.json"), results)
     print("results, maps and checkpoints in %s" % model_dir)
 
 

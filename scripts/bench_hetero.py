@@ -80,7 +80,7 @@ import numpy as np  # noqa: E402
 import tensorflow.compat.v1 as tf  # noqa: E402
 
 import plain_tf_models  # noqa: E402
-from hmp import cli, experiment, report  # noqa: E402
+from hmp import cli, experiment, files  # noqa: E402
 from hmp.cluster import JOB, local_cluster  # noqa: E402
 from hmp.graph import Layout, ModelConfig, TrainingGraph  # noqa: E402
 from hmp.linkprobe import platform_specs  # noqa: E402
@@ -568,7 +568,7 @@ def main(argv):
         for name in FLAGS.models:
             results[name] = benchmark_model(name, exp, batch, workers)
             print(table(results[name]), flush=True)
-    report.write_json(FLAGS.out, {
+    files.write_json(FLAGS.out, {
         "date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(sys.argv),
         "machine": before, "load_average_after": os.getloadavg()[0],
         "workers": {"cpus": cpus, "threads": threads},

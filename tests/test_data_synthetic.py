@@ -1,4 +1,5 @@
-"""The synthetic scene: deterministic, plausible, and hard per pixel but easy per neighbourhood."""
+"""The synthetic scene: deterministic, plausible, hard per pixel, and (because every field
+has its own look) not solved by a linear classifier on neighbourhood means either."""
 
 import os
 import pathlib
@@ -37,6 +38,9 @@ def per_pixel_and_averaged_accuracy(scene, window):
                                          labels, split))
 
 
+NO_FIELDS = {"field_brightness": 0.0, "field_shift_nm": 0.0, "field_variability": 0.0}
+
+
 def test_default_scene_shape_and_types():
     scene = synthetic_scene()
     assert scene.cube.shape == (145, 145, 100) and scene.cube.dtype == np.float32
@@ -61,7 +65,8 @@ def test_noise_free_spectra_are_plausible_reflectances():
 
 def test_pixels_at_region_boundaries_are_mixtures():
     scene = synthetic_scene(noise_std=0.0, illumination_jitter=0.0, shading=0.0,
-                            variant_spread=0.0, layout=np.repeat([[1] * 10 + [2] * 10], 20, axis=0))
+                            variant_spread=0.0, layout=np.repeat([[1] * 10 + [2] * 10], 20, axis=0),
+                            **NO_FIELDS)
     row = scene.cube[10]
     pure_1, pure_2 = row[2], row[17]
     np.testing.assert_allclose(row[0], pure_1, rtol=1e-5)
@@ -70,11 +75,35 @@ def test_pixels_at_region_boundaries_are_mixtures():
     assert 0.55 < share < 0.95
 
 
-def test_single_pixels_are_ambiguous_but_neighbourhoods_are_not():
-    per_pixel, averaged = per_pixel_and_averaged_accuracy(synthetic_scene(), window=5)
-    assert per_pixel <= 0.80
-    assert averaged >= 0.92
-    assert averaged - per_pixel >= 0.15
+def test_field_looks_keep_neighbourhood_means_from_solving_the_scene():
+    """With every field's own brightness, wavelength shift and endmember variability, a
+    linear classifier on 9 x 9 mean spectra stays well short of what it reaches on the
+    same scene without them (the old scene: 99.5%)."""
+    per_pixel, averaged = per_pixel_and_averaged_accuracy(synthetic_scene(), window=9)
+    _, averaged_without_fields = per_pixel_and_averaged_accuracy(
+        synthetic_scene(**NO_FIELDS), window=9)
+    assert per_pixel <= 0.5
+    assert averaged <= 0.88
+    assert averaged_without_fields >= 0.97
+
+
+def test_each_field_is_one_connected_cell_with_a_look_of_its_own():
+    scene = synthetic_scene(noise_std=0.0, illumination_jitter=0.0, shading=0.0,
+                            variant_spread=0.0, layout=np.ones((30, 45), np.int32), seed=1)
+    # One material, no noise: pixels differ only by their field (30 * 45 / 15**2 = 6 fields).
+    looks, field_of = [], []
+    for spectrum in scene.cube.reshape(30 * 45, -1):
+        same = [i for i, look in enumerate(looks) if np.allclose(spectrum, look, rtol=1e-4)]
+        if not same:
+            looks.append(spectrum)
+        field_of.append(same[0] if same else len(looks) - 1)
+    looks, field_of = np.array(looks), np.array(field_of)
+    assert len(looks) == 6
+    for field in range(6):
+        _, pieces = ndimage.label(field_of.reshape(30, 45) == field)
+        assert pieces == 1
+    relative_spread = looks.std(axis=0) / looks.mean(axis=0)
+    assert relative_spread.mean() > 0.1   # the looks differ visibly, band by band
 
 
 def test_layout_on_indian_pines_ground_truth():
@@ -83,8 +112,8 @@ def test_layout_on_indian_pines_ground_truth():
     scene = load_scene("synthetic", SHARED_DATA, layout="indian_pines")
     assert scene.name == "synthetic_indian_pines" and scene.class_names[0] == "Alfalfa"
     assert np.count_nonzero(scene.labels) == 10249
-    per_pixel, averaged = per_pixel_and_averaged_accuracy(scene, window=7)
-    assert per_pixel <= 0.80 and averaged >= 0.92
+    per_pixel, averaged = per_pixel_and_averaged_accuracy(scene, window=9)
+    assert per_pixel <= 0.5 and averaged <= 0.93
 
 
 def test_layout_given_as_label_map_is_kept():

@@ -1,4 +1,5 @@
-"""OA, AA, kappa and per-class accuracy against hand-computed values and independent formulas."""
+"""OA, AA, kappa, per-class accuracy (recall), precision and F1 against hand-computed
+values and independent formulas."""
 
 import numpy as np
 import pytest
@@ -85,3 +86,47 @@ def test_bad_inputs_are_refused():
         confusion_matrix([0, 1], [0, 1, 1], 3)
     with pytest.raises(ValueError, match="no pixels"):
         evaluate([], [], 3)
+
+
+def precision_recall_f1_by_counting(y_true, y_pred, n_classes):
+    """Per class, from the counts of true positives, false positives and false negatives."""
+    rows = []
+    for k in range(n_classes):
+        tp = np.sum((y_true == k) & (y_pred == k))
+        fp = np.sum((y_true != k) & (y_pred == k))
+        fn = np.sum((y_true == k) & (y_pred != k))
+        rows.append((tp / (tp + fp) if tp + fp else np.nan,
+                     tp / (tp + fn) if tp + fn else np.nan,
+                     2 * tp / (2 * tp + fp + fn) if tp + fp + fn else np.nan))
+    return np.array(rows).T
+
+
+def test_per_class_precision_recall_f1_match_their_definitions():
+    rng = np.random.default_rng(1)
+    y_true = rng.integers(0, 5, 400)
+    y_pred = np.where(rng.random(400) < 0.5, y_true, rng.integers(0, 5, 400))
+    y_pred[y_pred == 4] = 0                                                     # 4 never guessed
+    y_true[y_true == 3] = 2                                                     # 3 never occurs
+    scores = evaluate(y_true, y_pred, 6)                                        # 5: neither
+    precision, recall, f1 = precision_recall_f1_by_counting(y_true, y_pred, 6)
+    np.testing.assert_allclose(scores.per_class_precision, precision)
+    np.testing.assert_allclose(scores.per_class_accuracy, recall)
+    np.testing.assert_allclose(scores.per_class_f1, f1)
+    assert np.isnan(scores.per_class_precision[4]) and scores.per_class_f1[4] == 0.0
+    assert np.isnan(scores.per_class_accuracy[3]) and scores.per_class_f1[3] == 0.0
+    assert np.isnan(scores.per_class_f1[5])
+
+
+def test_per_class_scores_match_scikit_learn():
+    metrics_module = pytest.importorskip(
+        "sklearn.metrics", reason="scikit-learn is an optional extra (pip install -e .[baselines])")
+    rng = np.random.default_rng(2)
+    y_true = rng.integers(0, 4, 300)
+    y_pred = np.where(rng.random(300) < 0.6, y_true, rng.integers(0, 4, 300))
+    scores = evaluate(y_true, y_pred, 4)
+    precision, recall, f1, _ = metrics_module.precision_recall_fscore_support(
+        y_true, y_pred, labels=range(4))
+    np.testing.assert_allclose(scores.per_class_precision, precision)
+    np.testing.assert_allclose(scores.per_class_accuracy, recall)
+    np.testing.assert_allclose(scores.per_class_f1, f1)
+    assert scores.kappa == pytest.approx(metrics_module.cohen_kappa_score(y_true, y_pred))

@@ -8,7 +8,10 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
+
+from hmp.data import load_split, split_leakage, synthetic_scene
 
 TINY = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
         "--train_fraction=0.05", "--devices=/cpu:0,/cpu:1", "--speeds=2,1",
@@ -34,11 +37,54 @@ def test_trains_end_to_end_and_writes_everything(tmp_path):
     assert results["flags"]["model"] == "cnn2d"
     assert results["plan"]["splits"]["filters1"] == [5, 3]   # 8 filters at 2:1 = 5.3, 2.7
     assert [h["epoch"] for h in results["history"]] == [0, 1]
-    assert 0.3 < results["test"]["overall_accuracy"] <= 1.0
+    assert 0.2 < results["test"]["overall_accuracy"] <= 1.0   # chance: 0.1
     assert len(results["test"]["per_class_accuracy"]) == 10
-    for name in ("classification_map.png", "confusion_matrix.png", "checkpoint"):
+    confusion = np.array(results["test"]["confusion_matrix"])
+    precision = np.diag(confusion) / np.maximum(confusion.sum(axis=0), 1)
+    f1 = 2 * np.diag(confusion) / (confusion.sum(axis=0) + confusion.sum(axis=1))
+    predicted = confusion.sum(axis=0) > 0
+    np.testing.assert_allclose(np.array(list(results["test"]["per_class_precision"].values()))
+                               [predicted], precision[predicted])
+    np.testing.assert_allclose(list(results["test"]["per_class_f1"].values()), f1)
+    split = load_split(tmp_path / "split.npz")
+    assert results["leakage"] == pytest.approx(split_leakage(split, 5))
+    assert 0.5 < results["leakage"] <= 1.0 and "leakage" in run.stdout
+    for name in ("classification_map.png", "confusion_matrix.png", "checkpoint", "data.json"):
         assert (tmp_path / name).exists(), name
     assert any(p.name.startswith("events.out.tfevents") for p in tmp_path.iterdir())
+
+
+def test_runs_on_given_train_and_test_sets_and_summarises_the_seeds(tmp_path):
+    scene = synthetic_scene(height=30, width=34, n_classes=3, n_bands=8, seed=4,
+                            field_size=10, region_smoothness=4)
+    rows = np.arange(30)[:, None] * np.ones((1, 34), int)
+    for name, part in (("train", rows < 12), ("test", rows >= 17)):
+        np.save(tmp_path / ("%s.npy" % name), np.where(part, scene.labels, 0))
+    np.save(tmp_path / "cube.npy", scene.cube)
+    np.save(tmp_path / "labels.npy", scene.labels)
+    run = train("--dataset=%s" % (tmp_path / "cube.npy"), "--labels=%s" % (tmp_path / "labels.npy"),
+                "--train_set=%s" % (tmp_path / "train.npy"),
+                "--test_set=%s" % (tmp_path / "test.npy"), "--runs=2", "--seed=3", "--epochs=1",
+                "--model=cnn2d", "--width=2", "--patch_size=5", "--batch_size=16",
+                "--devices=/cpu:0", model_dir=tmp_path / "runs")
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads((tmp_path / "runs" / "summary.json").read_text())
+    assert summary["seeds"] == [3, 4]
+    accuracies = []
+    for seed in (3, 4):
+        folder = tmp_path / "runs" / ("seed-%d" % seed)
+        results = json.loads((folder / "results.json").read_text())
+        assert results["flags"]["seed"] == seed
+        split = load_split(folder / "split.npz")
+        np.testing.assert_array_equal(split.train, np.flatnonzero(
+            np.load(tmp_path / "train.npy").ravel()))
+        np.testing.assert_array_equal(split.test, np.flatnonzero(
+            np.load(tmp_path / "test.npy").ravel()))
+        assert results["leakage"] == 0.0   # 5 rows between the sets, patches reach 2
+        accuracies.append(results["test"]["overall_accuracy"])
+    assert summary["overall_accuracy"]["mean"] == pytest.approx(np.mean(accuracies))
+    assert summary["overall_accuracy"]["std"] == pytest.approx(np.std(accuracies, ddof=1))
+    assert "mean" in run.stdout and "std" in run.stdout
 
 
 BAD_FLAGS = {

@@ -20,6 +20,7 @@ from scipy import ndimage
 from hmp.data.patches import check_patch_size
 from hmp.data.scene import as_label_map
 from hmp.errors import InvalidInput
+from hmp.files import atomic_path
 
 
 @dataclass(frozen=True)
@@ -120,9 +121,11 @@ def disjoint_split(labels, *, train_fraction, patch_size, seed=0):
 
 
 def save_split(path, split):
-    """Writes ``split`` to ``path`` (``.npz``)."""
-    np.savez(path, train=split.train, test=split.test,
-             image_shape=np.asarray(split.image_shape), description=np.asarray(split.description))
+    """Writes ``split`` to ``path`` (``.npz``), atomically."""
+    with atomic_path(path, suffix=".npz") as temporary:
+        np.savez(temporary, train=split.train, test=split.test,
+                 image_shape=np.asarray(split.image_shape),
+                 description=np.asarray(split.description))
 
 
 def load_split(path):

@@ -22,7 +22,7 @@ any label map, e.g. a real ground-truth map (``layout="indian_pines"``).
 """
 
 import numpy as np
-from scipy import ndimage
+from scipy import ndimage, spatial
 
 from hmp.data.catalog import load_ground_truth, scene_spec
 from hmp.data.scene import Scene, as_label_map
@@ -32,13 +32,16 @@ WAVELENGTH_RANGE_NM = (400.0, 2500.0)
 GENERATED_LAYOUT = "generated"
 UNLABELLED_MATERIALS = 3
 MAX_PROTOTYPE_DRAWS = 10000
+FIELD_SCALE_RANGE = (0.4, 1.6)   # a field's spectra are at most this much darker / brighter
 
 
 def synthetic_scene(layout=GENERATED_LAYOUT, data_dir=None, *, seed=0, n_bands=100,
-                    height=145, width=145, n_classes=10, noise_std=0.4,
+                    height=145, width=145, n_classes=10, noise_std=0.25,
                     illumination_jitter=0.05, variants_per_class=3, region_smoothness=12.0,
                     abundance_smoothness=6.0, boundary_mixing=0.7, shading=0.03,
-                    variant_spread=0.02, pair_difference=0.08, min_separation=0.12):
+                    variant_spread=0.02, pair_difference=0.08, min_separation=0.12,
+                    field_size=15.0, field_brightness=0.35, field_shift_nm=100.0,
+                    field_variability=0.4, noise_band_correlation=0.5):
     """Generates a labelled synthetic scene.
 
     Args:
@@ -53,7 +56,7 @@ def synthetic_scene(layout=GENERATED_LAYOUT, data_dir=None, *, seed=0, n_bands=1
       height, width, n_classes: size of a generated layout (ignored otherwise).
       noise_std: per-pixel, per-band Gaussian noise (reflectance units; the
         noise-free spectra lie roughly in 0.01-0.9). The default is heavy on
-        purpose: a single pixel is often misclassified, a 5x5 mean rarely.
+        purpose: a single pixel is often misclassified.
       illumination_jitter: standard deviation of the per-pixel log brightness.
       variants_per_class: endmember variants mixed within each class.
       region_smoothness: Gaussian sigma (pixels) of a generated layout's regions.
@@ -64,6 +67,19 @@ def synthetic_scene(layout=GENERATED_LAYOUT, data_dir=None, *, seed=0, n_bands=1
       variant_spread: relative amplitude by which a class's variants differ.
       pair_difference: RMS reflectance difference within a similar class pair.
       min_separation: least RMS reflectance difference between pair prototypes.
+      field_size: typical side (pixels) of a *field*: the scene is cut into
+        cells of about this size, and each class gets, in each cell, its own
+        version of its spectra (the three settings below), as crops differ
+        from field to field. A field's look is shared by all its pixels, so it
+        does not average out over a neighbourhood.
+      field_brightness: standard deviation of a field's log brightness (a field's
+        overall factor stays within 0.4-1.6).
+      field_shift_nm: a field's spectra are shifted along the wavelengths by up
+        to this many nanometres (uniform, either way).
+      field_variability: relative amplitude of a smooth curve multiplying a
+        field's spectra (endmember variability).
+      noise_band_correlation: share of the noise variance that is smooth along
+        the bands (correlated between neighbouring bands) rather than white.
 
     The defaults are calibrated for about 100 bands: with more bands each
     pixel carries more evidence and single pixels become easier to classify.
@@ -76,14 +92,20 @@ def synthetic_scene(layout=GENERATED_LAYOUT, data_dir=None, *, seed=0, n_bands=1
         layout, data_dir, rng, height, width, n_classes, region_smoothness)
     n_materials = int(materials.max()) + 1
     wavelengths = np.linspace(*WAVELENGTH_RANGE_NM, n_bands)
-    spectra = _material_spectra(rng, n_materials, wavelengths, variants_per_class, variant_spread,
+    fine = _fine_grid(wavelengths, field_shift_nm)
+    spectra = _material_spectra(rng, n_materials, fine, variants_per_class, variant_spread,
                                pair_difference, min_separation)
     weights = _mixing_weights(rng, materials, n_materials, variants_per_class,
                               boundary_mixing, abundance_smoothness)
-    cube = weights @ spectra.reshape(-1, n_bands)
+    fields = _fields(rng, labels.shape, field_size)
+    looks = _field_spectra(rng, spectra, fine, wavelengths, int(fields.max()) + 1,
+                           field_brightness, field_shift_nm, field_variability)
+    cube = np.empty((labels.size, n_bands), np.float32)
+    for field, pixels in enumerate(_pixels_by_field(fields)):
+        cube[pixels] = weights[pixels] @ looks[field].astype(np.float32)
     cube *= _illumination(rng, labels.shape, shading, illumination_jitter).reshape(-1, 1)
-    cube += rng.normal(0.0, noise_std, size=cube.shape)
-    cube = cube.reshape(*labels.shape, n_bands).astype(np.float32)
+    cube += _noise(rng, cube.shape, noise_std, noise_band_correlation)
+    cube = cube.reshape(*labels.shape, n_bands)
     return Scene(name=name, cube=cube, labels=labels, class_names=class_names)
 
 
@@ -149,11 +171,10 @@ def _material_spectra(rng, n_materials, wavelengths, n_variants, variant_spread,
             f"could not draw {(n_materials + 1) // 2} prototype spectra at least "
             f"min_separation={min_separation} apart; use a smaller min_separation")
     base = np.stack([
-        prototypes[m // 2] + (m % 2) * pair_difference * _smooth_unit_curve(rng, wavelengths)
+        prototypes[m // 2] + (m % 2) * pair_difference * _smooth_unit_curves(rng, wavelengths)
         for m in range(n_materials)])
-    modulation = 1 + variant_spread * np.stack([
-        [_smooth_unit_curve(rng, wavelengths) for _ in range(n_variants)]
-        for _ in range(n_materials)])
+    modulation = 1 + variant_spread * _smooth_unit_curves(rng, wavelengths,
+                                                          (n_materials, n_variants))
     return np.clip(base, 0.01, None)[:, None, :] * modulation
 
 
@@ -192,6 +213,66 @@ def _mixing_weights(rng, materials, n_materials, n_variants, boundary_mixing, sm
     return weights.reshape(n_materials * n_variants, height * width).T
 
 
+def _fine_grid(wavelengths, margin_nm):
+    """Wavelengths 4 times denser than the bands, reaching ``margin_nm`` beyond both ends,
+    on which spectra are built so that shifted copies can be read off by interpolation."""
+    step = (wavelengths[-1] - wavelengths[0]) / max(len(wavelengths) - 1, 1) / 4
+    low, high = wavelengths[0] - margin_nm - step, wavelengths[-1] + margin_nm + step
+    return np.linspace(low, high, int(np.ceil((high - low) / step)) + 1)
+
+
+def _fields(rng, shape, field_size):
+    """Field index of every pixel [H, W]: the Voronoi cells of random centres about
+    ``field_size`` pixels apart."""
+    height, width = shape
+    count = max(1, int(round(height * width / float(field_size) ** 2)))
+    centres = rng.uniform((0, 0), (height, width), size=(count, 2))
+    rows, cols = np.mgrid[:height, :width]
+    return spatial.cKDTree(centres).query(np.stack([rows.ravel(), cols.ravel()], 1))[1] \
+        .reshape(shape)
+
+
+def _pixels_by_field(fields):
+    """The flat pixel indices of every field, in field order."""
+    order = np.argsort(fields.ravel(), kind="stable")
+    starts = np.searchsorted(fields.ravel()[order], np.arange(1, int(fields.max()) + 1))
+    return np.split(order, starts)
+
+
+def _field_spectra(rng, spectra, fine, wavelengths, n_fields, brightness, shift_nm,
+                   variability):
+    """Every field's version of every endmember variant [n_fields, M * V, n_bands].
+
+    In each field each material is shifted along the wavelengths, scaled in
+    brightness and multiplied by a smooth curve, all drawn for that field and
+    material. The shifted spectra are read off the fine grid by linear
+    interpolation.
+    """
+    n_materials, n_variants, _ = spectra.shape
+    shifts = rng.uniform(-shift_nm, shift_nm, (n_fields, n_materials, 1))
+    position = (wavelengths - shifts - fine[0]) / (fine[1] - fine[0])   # [F, M, B]
+    below = np.floor(position).astype(np.int64)
+    weight = (position - below)[:, :, None]
+    material = np.arange(n_materials)[None, :, None, None]
+    variant = np.arange(n_variants)[None, None, :, None]
+    shifted = ((1 - weight) * spectra[material, variant, below[:, :, None]]
+               + weight * spectra[material, variant, below[:, :, None] + 1])
+    scale = np.exp(rng.normal(0.0, brightness, (n_fields, n_materials, 1))) * (
+        1 + variability * _smooth_unit_curves(rng, wavelengths, (n_fields, n_materials)))
+    scale = np.clip(scale, *FIELD_SCALE_RANGE)   # reflectances stay plausible (below ~1.5)
+    return (shifted * scale[:, :, None]).reshape(n_fields, n_materials * n_variants, -1)
+
+
+def _noise(rng, shape, std, band_correlation):
+    """Gaussian noise [pixels, bands] of standard deviation ``std``; the share
+    ``band_correlation`` of its variance is smooth along the bands."""
+    white = rng.standard_normal(shape, dtype=np.float32)
+    smooth = ndimage.gaussian_filter1d(rng.standard_normal(shape, dtype=np.float32), sigma=3.0,
+                                       axis=1)
+    smooth /= smooth.std()
+    return std * (np.sqrt(1 - band_correlation) * white + np.sqrt(band_correlation) * smooth)
+
+
 def _illumination(rng, shape, shading_std, jitter):
     """Brightness factor per pixel: smooth topographic shading times log-normal jitter."""
     shading = ndimage.gaussian_filter(rng.standard_normal(shape), sigma=20.0, mode="wrap")
@@ -199,13 +280,15 @@ def _illumination(rng, shape, shading_std, jitter):
     return shading * np.exp(rng.normal(0.0, jitter, shape))
 
 
-def _smooth_unit_curve(rng, wavelengths):
-    """A smooth random curve over the bands with RMS 1 (a few broad bumps)."""
+def _smooth_unit_curves(rng, wavelengths, shape=()):
+    """Smooth random curves over the bands, shape ``shape + [bands]``, each with RMS 1
+    (a few broad bumps)."""
     x = _unit_axis(wavelengths)
-    curve = sum(rng.normal() * _gaussian(x, rng.uniform(0, 1), rng.uniform(0.05, 0.2))
-                for _ in range(4))
-    curve -= curve.mean()
-    return curve / _rms(curve)
+    bumps = shape + (4, 1)
+    curves = (rng.normal(size=bumps) * _gaussian(x, rng.uniform(0, 1, bumps),
+                                                 rng.uniform(0.05, 0.2, bumps))).sum(axis=-2)
+    curves -= curves.mean(axis=-1, keepdims=True)
+    return curves / np.sqrt(np.mean(np.square(curves), axis=-1, keepdims=True))
 
 
 def _rms(values):

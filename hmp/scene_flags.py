@@ -1,0 +1,72 @@
+"""The flags that say which scene to load and how to split it.
+
+Shared by ``python -m hmp.train`` and ``scripts/baselines.py``, so that a
+baseline given the same flags scores on exactly the pixels a training run
+uses (both build the split with :func:`hmp.experiment.prepare`).
+"""
+
+import os
+
+from absl import flags
+
+from hmp import cli, experiment
+
+flags.DEFINE_string("dataset", "synthetic", "synthetic, indian_pines, paviau, salinas, or "
+                    "the path of a cube file (.mat/.npy; then also --labels).")
+flags.DEFINE_string("labels", None, "Label map file for a --dataset given as a path.")
+flags.DEFINE_string("cube_key", None, "MATLAB variable holding the cube, when the --dataset "
+                    ".mat file holds several arrays.")
+flags.DEFINE_string("labels_key", None, "MATLAB variable holding the label map, when the "
+                    "--labels .mat file holds several arrays.")
+flags.DEFINE_string("data_dir", None, "Folder with the scene files (default $HMP_DATA_DIR "
+                    "or ./data); for --synthetic_layout of a real scene, its ground truth.")
+flags.DEFINE_string("synthetic_layout", "generated", "Class layout of the synthetic scene: "
+                    "generated, or indian_pines/paviau/salinas (ground truth in --data_dir).")
+flags.DEFINE_float("train_fraction", 0.1, "Share of each class's pixels used for training.")
+flags.DEFINE_integer("train_per_class", 0, "Training pixels per class (overrides "
+                     "--train_fraction when > 0).")
+flags.DEFINE_string("split", "random", "random (stratified) or disjoint (spatially "
+                    "separate train and test regions).")
+flags.DEFINE_string("train_set", None, "Label-map file (.mat/.npy, the scene's shape, "
+                    "0 = not in the set) of the training pixels; with --test_set it replaces "
+                    "--split and --train_fraction.")
+flags.DEFINE_string("test_set", None, "Label-map file of the test pixels (see --train_set).")
+flags.DEFINE_integer("patch_size", 9, "Odd patch size (pixels).")
+flags.DEFINE_integer("pca", 0, "Reduce the bands to this many PCA components (0: keep all).")
+flags.DEFINE_integer("seed", 0, "Seed of the split, the data order and the synthetic scene.")
+FLAGS = flags.FLAGS
+
+
+def check():
+    """One-line errors for values of these flags the flag parser cannot judge."""
+    if FLAGS.split not in experiment.SPLITS:
+        raise cli.UsageError("--split=%s: choose one of %s"
+                             % (FLAGS.split, ", ".join(experiment.SPLITS)))
+    if FLAGS.patch_size < 1 or FLAGS.patch_size % 2 == 0:
+        raise cli.UsageError("--patch_size=%d: must be odd and positive (e.g. 5, 7, 9)"
+                             % FLAGS.patch_size)
+    if not 0 < FLAGS.train_fraction < 1:
+        raise cli.UsageError("--train_fraction=%g: must lie strictly between 0 and 1"
+                             % FLAGS.train_fraction)
+
+
+def data_config(seed):
+    """The :class:`hmp.experiment.DataConfig` these flags describe, with split seed ``seed``."""
+    return experiment.DataConfig(
+        dataset=FLAGS.dataset, data_dir=FLAGS.data_dir, labels_path=FLAGS.labels,
+        cube_key=FLAGS.cube_key, labels_key=FLAGS.labels_key,
+        synthetic_layout=FLAGS.synthetic_layout, patch_size=FLAGS.patch_size, pca=FLAGS.pca,
+        train_fraction=FLAGS.train_fraction, train_per_class=FLAGS.train_per_class,
+        split=FLAGS.split, seed=seed, train_set=FLAGS.train_set, test_set=FLAGS.test_set)
+
+
+def blamed():
+    """The flags that name the scene's files (blamed when they cannot be read)."""
+    given_split = tuple(key for key in ("train_set", "test_set") if FLAGS[key].value)
+    if os.path.splitext(FLAGS.dataset)[1] == "":   # synthetic or a benchmark scene
+        return ("dataset", "data_dir") + given_split
+    mat = [FLAGS[key].present or str(path).lower().endswith(".mat") for key, path in
+           (("cube_key", FLAGS.dataset), ("labels_key", FLAGS.labels))]
+    return (("dataset", "labels")
+            + tuple(key for key, used in zip(("cube_key", "labels_key"), mat) if used)
+            + given_split)

@@ -1,0 +1,186 @@
+"""Simple baselines on exactly the split of an hmp training run: is the CNN worth it?
+
+    python scripts/baselines.py                                  # hmp.train's defaults
+    python scripts/baselines.py --synthetic_layout=indian_pines --data_dir=data \
+        --split=disjoint --runs=3                                # seeds 0, 1, 2: mean, std
+    python scripts/baselines.py --model_dir=runs/synthetic-cnn3d # the split that run saved
+
+It takes hmp.train's scene and split flags (``--dataset``, ``--synthetic_layout``,
+``--split``, ``--train_fraction``, ``--train_set``/``--test_set``, ``--seed``, ...)
+and builds the data with the same code (``hmp.experiment.prepare``: scene,
+split, per-band standardisation fitted on the training pixels, ``--pca``),
+or, with ``--model_dir``, reads the split and data settings a run saved
+(``split.npz``, ``data.json``; for a ``--runs`` folder, those of every
+``seed-*`` run). Baselines:
+
+* ``lda`` (shrinkage LDA) and ``svm`` (RBF SVM, C picked by 3-fold
+  cross-validation on the training pixels) on the pixel's spectrum and on
+  the mean spectrum of its 5 x 5 and 9 x 9 window (reflect-padded);
+* ``1nn-xy``: 1-nearest-neighbour on the pixel's (row, column) only. It knows
+  no spectrum at all: what it scores measures how much the split lets the
+  test pixels' neighbours into training.
+
+Prints OA, AA and kappa per baseline (mean and std over runs) and writes them,
+with every run's per-class scores, to ``--json``. Needs scikit-learn: ``pip
+install -e ".[baselines]"``.
+"""
+
+import dataclasses
+import glob
+import os
+import time
+
+import numpy as np
+from absl import flags
+from scipy import ndimage
+
+from hmp import cli, data, experiment, files, metrics, report, scene_flags
+from hmp.errors import InvalidInput
+
+flags.adopt_module_key_flags(scene_flags)
+flags.DEFINE_string("model_dir", None, "A training run's folder: use the split and data "
+                    "settings it saved (then the scene and split flags are ignored).")
+flags.DEFINE_integer("runs", 1, "Without --model_dir: seeds --seed, --seed+1, ... (each its "
+                     "own split and, for the synthetic scene, its own scene).")
+flags.DEFINE_list("windows", ["5", "9"], "Sides of the windows whose mean spectrum is a "
+                  "feature (odd).")
+flags.DEFINE_string("json", "baselines.json", "Where to write the results.")
+FLAGS = flags.FLAGS
+
+SVM_C_GRID = (1.0, 10.0, 100.0, 1000.0)
+
+
+def _sklearn():
+    """The scikit-learn pieces the baselines use; one line on how to install them if missing."""
+    try:
+        from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+        from sklearn.model_selection import GridSearchCV
+        from sklearn.neighbors import KNeighborsClassifier
+        from sklearn.svm import SVC
+    except ImportError:
+        raise InvalidInput('the baselines need scikit-learn: pip install -e ".[baselines]" '
+                           '(or pip install scikit-learn)') from None
+    return {
+        "lda": lambda: LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto"),
+        "svm": lambda: GridSearchCV(SVC(kernel="rbf", gamma="scale"),
+                                    {"C": list(SVM_C_GRID)}, cv=3),
+        "1nn": lambda: KNeighborsClassifier(n_neighbors=1),
+    }
+
+
+def features(cube, windows):
+    """{name: [H*W, F] features}: the pixel's spectrum, each window's mean spectrum, and
+    the pixel's (row, column)."""
+    height, width, bands = cube.shape
+    found = {"pixel": cube.reshape(-1, bands)}
+    for side in windows:
+        found["%dx%d mean" % (side, side)] = ndimage.uniform_filter(
+            cube, size=(side, side, 1), mode="mirror").reshape(-1, bands)
+    rows, cols = np.divmod(np.arange(height * width), width)
+    found["row, column"] = np.stack([rows, cols], axis=1).astype(np.float64)
+    return found
+
+
+def baselines(windows):
+    """[(baseline name, feature name, classifier factory)], in table order."""
+    make = _sklearn()
+    spectral = ["pixel"] + ["%dx%d mean" % (side, side) for side in windows]
+    return ([("lda %s" % f, f, make["lda"]) for f in spectral]
+            + [("svm %s" % f, f, make["svm"]) for f in spectral]
+            + [("1nn-xy", "row, column", make["1nn"])])
+
+
+def score_run(exp, windows, say=print):
+    """{baseline: scores_dict} of every baseline on one prepared experiment's split."""
+    chosen = baselines(windows)   # refuses early when scikit-learn is missing
+    radius = exp.train.extractor.patch_size // 2
+    height, width = exp.scene.labels.shape
+    cube = exp.train.extractor.padded[radius:radius + height, radius:radius + width]
+    table = features(cube, windows)
+    labels = exp.scene.labels.ravel() - 1
+    train, test = exp.split.train, exp.split.test
+    scores = {}
+    for name, feature, make in chosen:
+        started = time.time()
+        classifier = make().fit(table[feature][train], labels[train])
+        predicted = classifier.predict(table[feature][test])
+        result = metrics.evaluate(labels[test], predicted, exp.n_classes)
+        scores[name] = report.scores_dict(result, exp.scene.class_names)
+        say("  %-18s OA %6.2f  (%.1f s)" % (name, 100 * result.overall_accuracy,
+                                             time.time() - started))
+    return scores
+
+
+def _saved_runs(model_dir):
+    """[(DataConfig, Split)] saved in a run's folder, or in each seed-* folder of a --runs one."""
+    if os.path.isfile(os.path.join(model_dir, experiment.CONFIG_FILE)):
+        return [experiment.load(model_dir)]
+    folders = sorted(glob.glob(os.path.join(glob.escape(model_dir), "seed-*")))
+    if not folders:
+        return [experiment.load(model_dir)]   # the error names the missing files
+    return [experiment.load(folder) for folder in folders]
+
+
+def _planned_runs():
+    """[(DataConfig, saved Split or None)] that the flags ask for."""
+    if FLAGS.model_dir:
+        with cli.blame("model_dir"):
+            return _saved_runs(FLAGS.model_dir)
+    if FLAGS.runs < 1:
+        raise cli.UsageError("--runs=%d: must be at least 1" % FLAGS.runs)
+    scene_flags.check()
+    return [(scene_flags.data_config(FLAGS.seed + i), None) for i in range(FLAGS.runs)]
+
+
+def table(summary):
+    """One line per baseline: OA, AA, kappa as mean +- std in percent (kappa x100)."""
+    lines = ["%-18s %15s %15s %15s" % ("baseline", "OA", "AA", "kappa")]
+    for name, measures in summary.items():
+        lines.append("%-18s %s" % (name, " ".join(
+            "%8.2f +-%5.2f" % (100 * measures[m]["mean"], 100 * measures[m]["std"])
+            for m in report.SUMMARY_MEASURES)))
+    return "\n".join(lines)
+
+
+def _windows():
+    """--windows as odd positive integers."""
+    try:
+        windows = [int(side) for side in FLAGS.windows]
+    except ValueError:
+        windows = []
+    if not windows or any(side < 1 or side % 2 == 0 for side in windows):
+        raise cli.UsageError("--windows=%s: give odd positive window sides, e.g. 5,9"
+                             % ",".join(FLAGS.windows))
+    return windows
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
+    windows = _windows()
+    _sklearn()
+    planned = _planned_runs()
+    runs = []
+    for number, (config, split) in enumerate(planned, 1):
+        print("run %d/%d: %s, seed %d ..." % (number, len(planned), config.dataset,
+                                               config.seed), flush=True)
+        with cli.blame(*(("model_dir",) if FLAGS.model_dir else scene_flags.blamed()),
+                       also=(OSError,)):
+            exp = experiment.prepare(config, split)
+        leakage = data.split_leakage(exp.split, config.patch_size)
+        print("  %s: %d training / %d test pixels; leakage %.1f%%"
+              % (exp.split.description, len(exp.split.train), len(exp.split.test),
+                 100 * leakage), flush=True)
+        runs.append({"data": dataclasses.asdict(config), "split": exp.split.description,
+                     "leakage": leakage, "scores": score_run(exp, windows)})
+    names = list(runs[0]["scores"])
+    summary = {name: report.summarise_runs([run["scores"][name] for run in runs])
+               for name in names}
+    print(table(summary))
+    files.write_json(FLAGS.json, {"runs": runs, "summary": summary})
+    print("results in %s" % FLAGS.json)
+    return summary
+
+
+if __name__ == "__main__":
+    cli.run(main, "baselines")

@@ -1,0 +1,81 @@
+"""scripts/baselines.py, called in-process on a tiny scene: same split as a run, its
+features, its table and JSON, and its one line when scikit-learn is missing."""
+
+import importlib.util
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+from absl import flags
+from absl.testing import flagsaver
+
+from hmp import data, experiment
+from hmp.errors import InvalidInput
+
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
+                      "baselines.py")
+spec = importlib.util.spec_from_file_location("baselines", SCRIPT)
+baselines = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(baselines)
+
+
+@pytest.fixture(scope="module")
+def scene_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny_scene")
+    scene = data.synthetic_scene(height=30, width=34, n_classes=3, n_bands=8, seed=4,
+                                 field_size=10, region_smoothness=4)
+    np.save(folder / "cube.npy", scene.cube)
+    np.save(folder / "labels.npy", scene.labels)
+    return folder
+
+
+def run_script(*argv):
+    with flagsaver.flagsaver():
+        flags.FLAGS(["baselines", *argv])
+        return baselines.main(["baselines"])
+
+
+def test_window_means_are_the_means_of_the_patches():
+    cube = np.random.default_rng(0).random((9, 11, 3)).astype(np.float32)
+    found = baselines.features(cube, [5])
+    pixels = np.arange(99)
+    patches = data.PatchExtractor(cube, 5)(pixels)       # reflect-padded, as hmp.train's
+    np.testing.assert_allclose(found["5x5 mean"], patches.mean(axis=(1, 2)), rtol=1e-5)
+    np.testing.assert_array_equal(found["pixel"], cube.reshape(99, 3))
+    np.testing.assert_array_equal(found["row, column"], np.stack(np.divmod(pixels, 11), 1))
+
+
+def test_scores_every_baseline_on_a_runs_saved_split(scene_files, tmp_path):
+    pytest.importorskip("sklearn", reason="scikit-learn is an optional extra "
+                                          "(pip install -e .[baselines])")
+    config = experiment.DataConfig(dataset=str(scene_files / "cube.npy"),
+                                   labels_path=str(scene_files / "labels.npy"), patch_size=5)
+    labels = np.load(scene_files / "labels.npy")
+    saved = data.stratified_split(labels, train_per_class=20, seed=7)   # not the config's
+    experiment.save(tmp_path / "run", config, saved)
+    out = tmp_path / "baselines.json"
+    summary = run_script("--model_dir=%s" % (tmp_path / "run"), "--json=%s" % out)
+    written = json.loads(out.read_text())
+    assert list(summary) == ["lda pixel", "lda 5x5 mean", "lda 9x9 mean", "svm pixel",
+                             "svm 5x5 mean", "svm 9x9 mean", "1nn-xy"]
+    (run,) = written["runs"]
+    assert run["split"] == saved.description
+    assert run["leakage"] == pytest.approx(data.split_leakage(saved, 5))
+    for name, scores in run["scores"].items():
+        confusion = np.array(scores["confusion_matrix"])
+        assert confusion.sum() == len(saved.test)
+        assert scores["overall_accuracy"] == pytest.approx(np.trace(confusion) / len(saved.test))
+        assert written["summary"][name]["overall_accuracy"]["mean"] == scores["overall_accuracy"]
+    # The same split again, from the data flags: same seed, same pixels, same scores.
+    again = run_script("--dataset=%s" % config.dataset, "--labels=%s" % config.labels_path,
+                       "--train_per_class=20", "--seed=7", "--patch_size=5",
+                       "--json=%s" % out)
+    assert again == summary
+
+
+def test_missing_scikit_learn_is_one_line_on_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sklearn.svm", None)   # import fails
+    with pytest.raises(InvalidInput, match=r'need scikit-learn: pip install -e "\.\[baselines\]"'):
+        baselines.baselines([5])
