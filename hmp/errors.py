@@ -1,4 +1,5 @@
-"""The one exception class hmp raises for input it refuses.
+"""The one exception class hmp raises for input it refuses, and the count check
+its validators share.
 
 Validators (of flags, files, scenes, meshes, plans, speeds, ...) raise
 :class:`InvalidInput`, a ``ValueError``; the command-line programs turn it,
@@ -7,6 +8,19 @@ Any other exception is a bug or a failure of the system, and keeps its
 traceback.
 """
 
+import numbers
+
 
 class InvalidInput(ValueError):
     """Input that hmp refuses (a flag value, a file, a scene, a mesh...); the message says why."""
+
+
+def whole_number(value, what, minimum=1):
+    """``value`` as an int if it is a whole number >= ``minimum`` (an int or a numpy
+    integer, not a bool), else InvalidInput: "<what> must be a whole number >= <minimum>".
+
+    The one check of counts and sizes (batch sizes, units, components, layer sizes).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise InvalidInput(f"{what} must be a whole number >= {minimum}, got {value!r}")
+    return int(value)

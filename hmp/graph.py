@@ -13,7 +13,6 @@ import dataclasses
 
 import tensorflow.compat.v1 as tf
 
-import models
 from hmp import layers, ops
 from hmp.compat import import_mesh_tensorflow
 from hmp.lowering import HeteroLowering
@@ -42,18 +41,23 @@ class Layout:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """The model and its input: patches of ``patch x patch x bands``."""
+    """The model and its input: patches of ``patch x patch x bands``.
+
+    ``model`` is the model itself: a module (or any object) with ``logits(x,
+    classes, width)`` and ``SPLIT_DIMS``. The application picks it by ``name``
+    (``models.model_config``); the library never looks a model up.
+    """
 
     name: str
     patch: int
     bands: int
     n_classes: int
     width: int = 0   # 0: the model's default width
+    model: object = dataclasses.field(kw_only=True)
 
     def logits(self, x, classes):
-        model = models.get_model(self.name)
-        return (model.logits(x, classes, self.width) if self.width
-                else model.logits(x, classes))
+        return (self.model.logits(x, classes, self.width) if self.width
+                else self.model.logits(x, classes))
 
 
 def imported(x):

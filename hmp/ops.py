@@ -19,6 +19,7 @@ import math
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
+from hmp.layer_math import output_size
 
 mtf = import_mesh_tensorflow()
 
@@ -147,22 +148,10 @@ class LocalGradOperation(mtf.Operation):
 # ----------------------------------------------------------------------
 # Convolution and pooling
 # ----------------------------------------------------------------------
-def _output_size(dim, window, stride, padding, name):
-    if padding == "SAME":
-        return -(-dim.size // stride)
-    if padding == "VALID":
-        if dim.size < window:
-            raise ValueError(
-                "%s: dimension %r has size %d, smaller than the VALID window %d (use a "
-                "larger input, e.g. more bands or a bigger patch, or SAME padding)"
-                % (name, dim.name, dim.size, window))
-        return (dim.size - window) // stride + 1
-    raise ValueError("%s: padding must be 'SAME' or 'VALID', got %r" % (name, padding))
-
-
 def _strided_dims(spatial_dims, windows, strides, padding, name):
     """Output spatial dims: same names, sizes after the window and stride."""
-    return [mtf.Dimension(d.name, _output_size(d, w, s, padding, name))
+    return [mtf.Dimension(d.name, output_size(d.size, w, s, padding,
+                                              "%s: dimension %r" % (name, d.name)))
             for d, w, s in zip(spatial_dims, windows, strides)]
 
 
@@ -209,7 +198,7 @@ def convolution(x, conv_filter, strides, padding, in_dims, name=None):
         flat_x = _merge_axes(_merge_axes(tx, n_batch + rank, n_batch + rank + n_in),
                              0, n_batch)
         flat_w = _merge_axes(tw, rank, rank + n_in)
-        y = tf_conv(flat_x, flat_w, [1] + strides + [1], padding)
+        y = tf_conv(flat_x, flat_w, [1] + strides + [1], padding.upper())
         batch_sizes = tx.shape.as_list()[:n_batch]
         return tf.reshape(y, batch_sizes + y.shape.as_list()[1:])
 
@@ -240,7 +229,7 @@ def pool(x, window, strides, padding, kind, name=None):
 
     def local_pool(tx):
         y = tf_pool(_merge_axes(tx, 0, n_batch), [1] + list(window) + [1],
-                    [1] + list(strides) + [1], padding)
+                    [1] + list(strides) + [1], padding.upper())
         return tf.reshape(y, tx.shape.as_list()[:n_batch] + y.shape.as_list()[1:])
 
     return LocalOperation(

@@ -10,6 +10,8 @@ import os
 from absl import flags
 
 from hmp import cli, experiment
+from hmp.data import check_patch_size
+from hmp.data.splits import check_train_fraction
 
 flags.DEFINE_string("dataset", "synthetic", "synthetic, indian_pines, paviau, salinas, or "
                     "the path of a cube file (.mat/.npy; then also --labels).")
@@ -42,12 +44,10 @@ def check():
     if FLAGS.split not in experiment.SPLITS:
         raise cli.UsageError("--split=%s: choose one of %s"
                              % (FLAGS.split, ", ".join(experiment.SPLITS)))
-    if FLAGS.patch_size < 1 or FLAGS.patch_size % 2 == 0:
-        raise cli.UsageError("--patch_size=%d: must be odd and positive (e.g. 5, 7, 9)"
-                             % FLAGS.patch_size)
-    if not 0 < FLAGS.train_fraction < 1:
-        raise cli.UsageError("--train_fraction=%g: must lie strictly between 0 and 1"
-                             % FLAGS.train_fraction)
+    with cli.blame("patch_size"):
+        check_patch_size(FLAGS.patch_size)
+    with cli.blame("train_fraction"):
+        check_train_fraction(FLAGS.train_fraction)
 
 
 def data_config(seed):

@@ -15,15 +15,15 @@ import sys
 import time
 
 import tensorflow.compat.v1 as tf
-from absl import app, flags
+from absl import flags
 
 import models
 from hmp import (cli, data, experiment, files, linkprobe, planning, rebalance, report, runs,
                  scene_flags, speedcache)
 from hmp.cluster import Cluster
 from hmp.devices import default_devices, gpu_count, virtual_cpus
-from hmp.errors import InvalidInput
-from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.errors import InvalidInput, whole_number
+from hmp.graph import Layout, TrainingGraph
 from hmp.metrics import evaluate
 from hmp.optimizers import OPTIMIZERS
 from hmp.planning.from_graph import model_spec
@@ -70,7 +70,6 @@ FLAGS = flags.FLAGS
 RESUME_HINT = ("; the checkpoints so far are kept: restart the worker, then run again "
                "with --resume")
 LOCAL_GPU = re.compile(r"^/(?:device:)?gpu:(\d+)$", re.IGNORECASE)
-MESH = re.compile(r"^(auto|model:\d+|batch:\d+|batch:\d+;model:\d+)$")
 
 
 def _devices(cluster):
@@ -122,14 +121,8 @@ def _speeds(devices):
     except ValueError:
         raise cli.UsageError("--speeds=%r: give auto, measure or one number per device, "
                              "e.g. 70,25,5" % FLAGS.speeds) from None
-    if len(speeds) != len(devices):
-        raise cli.UsageError("--speeds: %d speeds for %d device%s (%s)"
-                             % (len(speeds), len(devices), "" if len(devices) == 1 else "s",
-                                ", ".join(devices)))
-    if not all(s > 0 and s < float("inf") for s in speeds):
-        raise cli.UsageError("--speeds=%s: every speed must be a positive finite number"
-                             % FLAGS.speeds)
-    return speeds
+    with cli.blame("speeds"):
+        return list(planning.check_speeds(speeds, devices))
 
 
 def _check_flags():
@@ -142,12 +135,12 @@ def _check_flags():
                              % (FLAGS.optimizer, ", ".join(OPTIMIZERS)))
     if FLAGS.rebalance not in ("off", "epoch"):
         raise cli.UsageError("--rebalance=%s: choose off or epoch" % FLAGS.rebalance)
-    if not MESH.match(FLAGS.mesh):
-        raise cli.UsageError("--mesh=%s: use model:N, batch:M, batch:M;model:N or auto"
-                             % FLAGS.mesh)
+    if FLAGS.mesh != "auto":
+        with cli.blame("mesh"):
+            planning.parse_mesh(FLAGS.mesh)
     for name in ("batch_size", "epochs", "runs"):
-        if getattr(FLAGS, name) < 1:
-            raise cli.UsageError("--%s=%d: must be at least 1" % (name, getattr(FLAGS, name)))
+        with cli.blame(name):
+            whole_number(getattr(FLAGS, name), name)
     if not FLAGS.learning_rate > 0:
         raise cli.UsageError("--learning_rate=%g: must be positive" % FLAGS.learning_rate)
 
@@ -298,8 +291,8 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
               % (model_dir, FLAGS.epochs, runs.checkpoint_step(model_dir),
                  os.path.join(model_dir, "results.json")), flush=True)
         return
-    model_config = ModelConfig(FLAGS.model, FLAGS.patch_size, exp.bands, exp.n_classes,
-                               FLAGS.width)
+    model_config = models.model_config(FLAGS.model, FLAGS.patch_size, exp.bands,
+                                       exp.n_classes, FLAGS.width)
     with cli.blame(*(("plan",) if FLAGS.plan else ("devices", "speeds", "mesh"))):
         spec, plan = _plan(model_config, devices, session_config, target, model_dir,
                            cluster)

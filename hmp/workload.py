@@ -11,9 +11,10 @@ module's per-device report) counts the model the graph really is:
   Only forward ops match: the einsums of the backward pass either take no
   variable or produce the input's shape, which lacks that dimension.
 
-Forward FLOPs (a multiply-add counts 2): a convolution ``2 x output elements x
-filter elements / output-dim size``; a dense layer ``2 x`` the product of the
-union of its dims; a pool one FLOP per window element per output element.
+Forward FLOPs follow ``hmp.layer_math`` (the planner's hand-built specs use
+the same rules): a convolution ``2 x output elements x filter elements /
+output-dim size``; a dense layer ``2 x`` the product of the union of its dims;
+a pool one FLOP per window element per output element.
 
 ``workload(lowering, mesh_impl)`` evaluates the same formulas on every
 device's slice shapes and reads the slice variables' sizes: what each device
@@ -26,9 +27,11 @@ import dataclasses
 import math
 
 from hmp.compat import import_mesh_tensorflow
+from hmp.layer_math import conv_flops, dense_flops, pool_flops
 from hmp.ops import LocalOperation
 
 mtf = import_mesh_tensorflow()
+
 
 def whole_size(dim):
     """The size of ``dim`` in the global (unsplit) graph."""
@@ -65,11 +68,11 @@ class LayerOp:
             return math.prod(size_of(d) for d in shape.dims)
         output = self.op.outputs[0].shape
         if self.kind == "dense":
-            return 2 * math.prod(size_of(d) for d in self.dims)
+            return dense_flops(math.prod(size_of(d) for d in self.dims))
         if self.kind == "pool":
-            return self.window * elements(output)
-        out_dim = self.kernel.shape.dims[-1]
-        return 2 * elements(output) * elements(self.kernel.shape) // size_of(out_dim)
+            return pool_flops(elements(output), self.window)
+        return conv_flops(elements(output), elements(self.kernel.shape),
+                          size_of(self.kernel.shape.dims[-1]))
 
     def params(self):
         """Elements of the trainable variables in the layer's scope (kernel, bias)."""
@@ -139,7 +142,6 @@ class Workload:
     def device_flops(self):
         """Forward FLOPs of every device, summed over the layers."""
         return [sum(layer.flops[p] for layer in self.layers) for p in range(len(self.devices))]
-
 
 
 def _replicas(layer, mesh_impl):

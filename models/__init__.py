@@ -9,6 +9,7 @@ filter dimensions a plan may split over the ``model`` mesh axis.
 import importlib
 
 from hmp.errors import InvalidInput
+from hmp.graph import ModelConfig
 
 MODEL_NAMES = ("cnn2d", "cnn3d", "hybrid", "spectral")
 
@@ -29,3 +30,9 @@ def get_model(name):
                          "SPLIT_DIMS" % name)
     raise InvalidInput("model %r is not known; choose one of %s, or give a module path"
                      % (name, ", ".join(MODEL_NAMES)))
+
+
+def model_config(name, patch, bands, n_classes, width=0):
+    """The ``hmp.graph.ModelConfig`` of model ``name`` (``get_model``) for
+    ``patch x patch x bands`` patches and ``n_classes`` classes."""
+    return ModelConfig(name, patch, bands, n_classes, width, model=get_model(name))

@@ -70,7 +70,8 @@ import tensorflow.compat.v1 as tf
 from absl import app, flags
 
 from hmp.cluster import local_cluster
-from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.graph import Layout, TrainingGraph
+from models import model_config
 from hmp.hosts import group_by_host
 from hmp.linkprobe import hop_chain, no_rewrites, running
 from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict
@@ -429,7 +430,7 @@ def main(_):
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)
     load_before = os.getloadavg()[0]
-    cfg = ModelConfig(FLAGS.model, FLAGS.patch_size, FLAGS.bands, FLAGS.classes, FLAGS.width)
+    cfg = model_config(FLAGS.model, FLAGS.patch_size, FLAGS.bands, FLAGS.classes, FLAGS.width)
     spec = model_spec(cfg)
     sizes = {layout: parse_mesh(layout).size for layout in FLAGS.layouts}
     with platform(max(sizes.values())) as plat:

@@ -17,7 +17,7 @@ import tracemalloc
 
 from absl import app, flags
 
-from hmp.data import PatchDataset, PatchExtractor, stratified_split, synthetic_scene
+from hmp.data import PatchDataset, PatchExtractor, synthetic_scene
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("height", 610, "Scene rows.")

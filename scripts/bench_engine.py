@@ -18,7 +18,8 @@ from absl import app, flags
 
 import hmp
 import models.cnn2d
-from hmp.graph import ModelConfig, build_model_graph, imported
+from hmp.graph import build_model_graph, imported
+from models import model_config
 
 mtf = hmp.mesh_impl.mtf
 
@@ -41,7 +42,7 @@ def make_session(use_hmp):
         x = tf.constant(rng.randn(FLAGS.batch_size, FLAGS.patch, FLAGS.patch,
                                   FLAGS.bands).astype(np.float32))
         y = tf.constant(rng.randint(0, CLASSES, FLAGS.batch_size).astype(np.int32))
-        config = ModelConfig("cnn2d", FLAGS.patch, FLAGS.bands, CLASSES)
+        config = model_config("cnn2d", FLAGS.patch, FLAGS.bands, CLASSES)
         mtf_graph, mesh, loss, _, _ = build_model_graph(config, FLAGS.batch_size, imported(x), y)
         updates = hmp.train_step(loss, mtf.optimize.SgdOptimizer(0.01))
         size = mtf.convert_to_shape(FLAGS.mesh).size

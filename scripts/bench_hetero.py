@@ -82,7 +82,8 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 import plain_tf_models  # noqa: E402
 from hmp import cli, experiment, files  # noqa: E402
 from hmp.cluster import JOB, local_cluster  # noqa: E402
-from hmp.graph import Layout, ModelConfig, TrainingGraph  # noqa: E402
+from hmp.graph import Layout, TrainingGraph  # noqa: E402
+from models import model_config  # noqa: E402
 from hmp.linkprobe import platform_specs  # noqa: E402
 from hmp.planning import plan_layout  # noqa: E402
 from hmp.planning.plan import aligned_columns  # noqa: E402
@@ -381,7 +382,7 @@ def benchmark_model(name, exp, batch, workers):
     behind T* come from the ``worker N alone`` configurations, timed
     interleaved with the others, so that all figures see the same machine load.
     """
-    config = ModelConfig(name, exp.train.extractor.patch_size, exp.bands, exp.n_classes,
+    config = model_config(name, exp.train.extractor.patch_size, exp.bands, exp.n_classes,
                          FLAGS.width)
     progress("%s: profiling each worker alone, for the plans" % name)
     profiled, link = measure_platform(config, [d[0] for d in worker_devices(workers.devices)],

@@ -26,9 +26,9 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 
 import models  # noqa: E402
 from hmp.devices import LOCAL_JOBS, virtual_cpus  # noqa: E402
-from hmp.graph import ModelConfig  # noqa: E402
 from hmp.linkprobe import platform_specs  # noqa: E402
-from hmp.planning import DeviceSpec, load_platform, parse_mesh, plan_layout  # noqa: E402
+from hmp.planning import (DeviceSpec, check_speeds, load_platform, parse_mesh,  # noqa: E402
+                          plan_layout)
 from hmp.planning.from_graph import model_spec  # noqa: E402
 from hmp.profiler import measure_platform  # noqa: E402
 
@@ -96,23 +96,19 @@ def parse_devices(text):
     return devices
 
 
-def parse_speeds(text, count):
-    """``"auto"`` or one finite number > 0 per device."""
+def parse_speeds(text, devices):
+    """``"auto"`` or one finite number > 0 per device (``check_speeds``)."""
     if text.strip() == "auto":
         return "auto"
-    allowed = (f'allowed: "auto" or {count} numbers > 0 (one per device), '
+    allowed = (f'allowed: "auto" or {len(devices)} numbers > 0 (one per device), '
                "e.g. 70,25,5 or 7e12,2.5e12,5e11")
     try:
         speeds = [float(s) for s in text.split(",")]
     except ValueError:
         raise ValueError(f"--speeds={text!r} is not a list of numbers; {allowed}") from None
-    if len(speeds) != count:
-        raise ValueError(f"--speeds={text!r} gives {len(speeds)} speeds for {count} "
-                         f"devices; {allowed}")
-    if not all(0 < s < float("inf") for s in speeds):
-        raise ValueError(f"--speeds={text!r} has a speed that is not finite and > 0; "
-                         f"{allowed}")
-    return speeds
+    names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
+    with blame(f"--speeds={text!r}"):
+        return list(check_speeds(speeds, names))
 
 
 def parse_bytes(text):
@@ -207,11 +203,11 @@ def run():
                              f"{[s.name for s in specs]}; allowed: leave --devices out")
         devices = specs
     use_platform_speeds = FLAGS.platform and not FLAGS["speeds"].present
-    speeds = None if use_platform_speeds else parse_speeds(FLAGS.speeds, len(devices))
+    speeds = None if use_platform_speeds else parse_speeds(FLAGS.speeds, devices)
     caps = parse_memory_caps(FLAGS.memory_caps, len(devices))
     check_mesh(FLAGS.mesh, len(devices))
-    config = ModelConfig(FLAGS.model, FLAGS.patch_size, FLAGS.bands, FLAGS.classes,
-                         FLAGS.width)
+    config = models.model_config(FLAGS.model, FLAGS.patch_size, FLAGS.bands, FLAGS.classes,
+                                 FLAGS.width)
     with blame(f"--patch_size/--bands/--width: model {FLAGS.model} cannot be built for "
                f"{FLAGS.patch_size}x{FLAGS.patch_size}x{FLAGS.bands} patches"):
         spec = model_spec(config)

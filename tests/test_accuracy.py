@@ -8,10 +8,10 @@ the mark: LDA on 9 x 9 mean spectra reaches about 92% there (docs/benchmarks.md)
 import json
 import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
+
+from cli_batch import run_batch
 
 SHARED_DATA = pathlib.Path(os.environ.get(
     "HMP_SHARED_DATA", pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -21,20 +21,19 @@ pytestmark = pytest.mark.skipif(not (SHARED_DATA / "Indian_pines_gt.mat").exists
                                 % SHARED_DATA)
 
 
-def overall_accuracy(model, model_dir, epochs):
-    subprocess.run(
-        [sys.executable, "-m", "hmp.train", "--model=%s" % model, "--epochs=%d" % epochs,
-         "--synthetic_layout=indian_pines", "--data_dir=%s" % SHARED_DATA,
-         "--train_fraction=0.1", "--patch_size=9", "--devices=/cpu:0", "--speeds=1",
-         "--mesh=model:1", "--model_dir=%s" % model_dir],
-        check=True, capture_output=True, timeout=600)
-    results = json.loads((model_dir / "results.json").read_text())
-    assert results["flags"]["synthetic_layout"] == "indian_pines"
-    return results["test"]["overall_accuracy"]
-
-
 def test_3d_cnn_learns_the_scene_and_beats_spectral_baseline(tmp_path):
-    cnn = overall_accuracy("cnn3d", tmp_path / "cnn3d", epochs=4)
-    baseline = overall_accuracy("spectral", tmp_path / "spectral", epochs=4)
-    assert cnn >= 0.80
-    assert cnn - baseline >= 0.10, (cnn, baseline)
+    flags = ["--epochs=4", "--synthetic_layout=indian_pines", "--data_dir=%s" % SHARED_DATA,
+             "--train_fraction=0.1", "--patch_size=9", "--devices=/cpu:0", "--speeds=1",
+             "--mesh=model:1"]
+    models = ("cnn3d", "spectral")
+    runs = run_batch("hmp.train", [   # one interpreter (tests/cli_batch.py)
+        {"args": ["--model=%s" % model, *flags, "--model_dir=%s" % (tmp_path / model)]}
+        for model in models])
+    accuracy = {}
+    for model, run in zip(models, runs):
+        assert run.returncode == 0, run.stderr[-2000:]
+        results = json.loads((tmp_path / model / "results.json").read_text())
+        assert results["flags"]["synthetic_layout"] == "indian_pines"
+        accuracy[model] = results["test"]["overall_accuracy"]
+    assert accuracy["cnn3d"] >= 0.80   # 85.9% measured at 4 epochs on the field scene
+    assert accuracy["cnn3d"] - accuracy["spectral"] >= 0.10, accuracy

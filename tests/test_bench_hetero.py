@@ -1,26 +1,20 @@
 """scripts/bench_hetero.py: its arithmetic, its competing load, its plain-TF models,
 and a tiny run as a user would start it (no timed assertions)."""
 
-import importlib.util
 import json
 import os
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
-from hmp.graph import ModelConfig, build_model_graph, imported
+from cli_batch import run_batch_with_out
+from hmp.graph import build_model_graph, imported
+from models import model_config
+from script_modules import import_script
 
-SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
-SCRIPT = os.path.join(SCRIPTS, "bench_hetero.py")
-sys.path.insert(0, SCRIPTS)   # bench_hetero imports plain_tf_models from its folder
-import plain_tf_models  # noqa: E402
-
-spec = importlib.util.spec_from_file_location("bench_hetero", SCRIPT)
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
+bench = import_script("bench_hetero")
+plain_tf_models = import_script("plain_tf_models")
 
 TINY = ["--models=cnn2d", "--width=1", "--batch_size=4", "--steps=1", "--repeats=1",
         "--warmup=0", "--profile_steps=1", "--trace_steps=1", "--slowdown=1"]
@@ -70,7 +64,7 @@ def test_competing_processes_are_pinned_and_killed_also_on_error():
 @pytest.mark.parametrize("name", ["cnn2d", "cnn3d"])
 def test_plain_tf_models_have_the_weights_of_hmps(name):
     import tensorflow.compat.v1 as tf
-    config = ModelConfig(name, patch=9, bands=40, n_classes=5, width=3)
+    config = model_config(name, patch=9, bands=40, n_classes=5, width=3)
     plain = plain_tf_models.PlainTrainingGraph(config, "/cpu:0", batch_size=2)
     with tf.Graph().as_default():
         graph = build_model_graph(config, 2, imported(tf.zeros([2, 9, 9, 40])),
@@ -79,10 +73,17 @@ def test_plain_tf_models_have_the_weights_of_hmps(name):
     assert plain.parameter_count() == hmp_weights > 0
 
 
-def test_a_tiny_run_writes_every_figure(tmp_path):
-    out = tmp_path / "bench.json"
-    run = subprocess.run([sys.executable, SCRIPT, *TINY, f"--out={out}"],
-                         capture_output=True, text=True, timeout=120, check=False)
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{name: (Run, its --out file)} of a tiny run and one with a bad flag, as a user
+    would start them, in one interpreter (tests/cli_batch.py)."""
+    return run_batch_with_out("scripts/bench_hetero.py",
+                              {"tiny": TINY, "bad_flag": ["--models=cnn2d,resnet"]},
+                              tmp_path_factory.mktemp("bench"))
+
+
+def test_a_tiny_run_writes_every_figure(runs):
+    run, out = runs["tiny"]
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(out.read_text())["models"]["cnn2d"]
     configs = result["configs"]
@@ -117,14 +118,12 @@ def test_a_tiny_run_writes_every_figure(tmp_path):
     assert "same ranking: " in run.stdout
 
 
-def test_a_bad_flag_is_one_line_and_exit_code_2(tmp_path):
-    run = subprocess.run([sys.executable, SCRIPT, "--models=cnn2d,resnet",
-                          f"--out={tmp_path / 'b.json'}"],
-                         capture_output=True, text=True, timeout=60, check=False)
+def test_a_bad_flag_is_one_line_and_exit_code_2(runs):
+    run, out = runs["bad_flag"]
     assert run.returncode == 2
     assert run.stderr.strip().splitlines()[-1] == (
         "bench_hetero: error: --models=cnn2d,resnet: choose from cnn2d,cnn3d")
-    assert not (tmp_path / "b.json").exists()
+    assert not out.exists()
 
 
 def test_workers_flag_gives_cpu_sets_and_threads():

@@ -6,9 +6,10 @@ import tensorflow.compat.v1 as tf
 import harness
 from hmp.bucketing import reduce_together
 from hmp.compat import import_mesh_tensorflow
-from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.graph import Layout, TrainingGraph
 from hmp.lowering import HeteroLowering
 from hmp.mesh_impl import HeteroMeshImpl
+from models import model_config
 
 mtf = import_mesh_tensorflow()
 
@@ -56,7 +57,7 @@ def test_without_the_bucket_every_sum_is_its_own_allreduce(monkeypatch):
 
 
 def test_training_step_sums_every_gradient_in_one_bucket():
-    config = ModelConfig("cnn2d", patch=5, bands=6, n_classes=3, width=4)
+    config = model_config("cnn2d", patch=5, bands=6, n_classes=3, width=4)
     layout = Layout("batch:2;model:2", "batch:batch;filters1:model;filters2:model",
                     tuple(harness.CPUS), {"batch": [5, 3], "filters1": [6, 2]})
     graph = TrainingGraph(config, layout, 8, (4, 4))

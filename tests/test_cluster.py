@@ -18,12 +18,14 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from cli_batch import run_batch
 from hmp.cluster import Cluster, WorkerUnavailable, free_loopback_ports, local_cluster
 from hmp.hosts import is_hierarchical
-from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.graph import Layout, TrainingGraph
 from hmp.profiler import random_batch
+from models import model_config
 
-CONFIG = ModelConfig("cnn2d", patch=5, bands=6, n_classes=4, width=4)
+CONFIG = model_config("cnn2d", patch=5, bands=6, n_classes=4, width=4)
 BATCH = 16
 SPLITS = {"filters1": [5, 3], "filters2": [2, 6], "hidden": [9, 7]}
 RULES = "filters1:model;filters2:model;hidden:model"
@@ -147,13 +149,10 @@ def test_train_refuses_a_bad_or_silent_cluster():
                                      "'x' is not host:port"),
                 silent: (1, "worker 0 (%s) does not answer: start it with python -m "
                             "hmp.worker --cluster=%s --task=0" % (silent, silent))}
-    runs = {spec: subprocess.Popen([sys.executable, "-m", "hmp.train", "--cluster=" + spec],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for spec in expected}
-    for spec, process in runs.items():
-        _, stderr = process.communicate(timeout=120)
+    runs = run_batch("hmp.train", [{"args": ["--cluster=" + spec]} for spec in expected])
+    for spec, (returncode, _, stderr) in zip(expected, runs):
         lines = [l for l in stderr.splitlines() if l.startswith("hmp.train: error:")]
-        assert (process.returncode, len(lines)) == (expected[spec][0], 1), stderr[-2000:]
+        assert (returncode, len(lines)) == (expected[spec][0], 1), stderr[-2000:]
         assert expected[spec][1] in lines[0] and "Traceback" not in stderr
 
 

@@ -2,16 +2,17 @@
 
 import pytest
 
-from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.graph import Layout, TrainingGraph
 from hmp.planning import Plan, plan_layout
 from hmp.planning.from_graph import model_spec
+from models import model_config
 
 CPUS = ["/cpu:0", "/cpu:1", "/cpu:2"]
 
 
 def test_cnn2d_layers_match_hand_computed_figures():
     # patch 7, 5 bands, width 4: filters1 = filters2 = 8, channels = 4, hidden = 16.
-    spec = model_spec(ModelConfig("cnn2d", patch=7, bands=5, n_classes=3, width=4))
+    spec = model_spec(model_config("cnn2d", patch=7, bands=5, n_classes=3, width=4))
     expected = [
         # name, kind, split dim, size, role, FLOPs, params, outputs (per sample)
         ("block1/split_out", "conv2d", "filters1", 8, "output",
@@ -37,7 +38,7 @@ def test_cnn2d_layers_match_hand_computed_figures():
 def test_hybrid_conv2d_contracts_spectrum_and_filters():
     # patch 5, 8 bands, width 8: conv3d_1 (7,3,3) -> 8 filters on an 8x5x5 volume,
     # conv3d_2 (5,3,3) stride 2 -> spectrum 4 x 16 channels, conv2d contracts both.
-    layers = {l.name: l for l in model_spec(ModelConfig("hybrid", 5, 8, 4, width=8)).layers}
+    layers = {l.name: l for l in model_spec(model_config("hybrid", 5, 8, 4, width=8)).layers}
     assert layers["conv3d_1"].flops_per_sample == 2 * (8 * 5 * 5 * 8) * (7 * 3 * 3)
     assert layers["conv3d_2"].flops_per_sample == 2 * (4 * 5 * 5 * 16) * (5 * 3 * 3 * 8)
     assert layers["conv2d"].flops_per_sample == 2 * (5 * 5 * 64) * (3 * 3 * 4 * 16)
@@ -47,12 +48,12 @@ def test_hybrid_conv2d_contracts_spectrum_and_filters():
 
 
 def test_default_width_is_the_models():
-    assert model_spec(ModelConfig("spectral", 3, 4, 2)).split_dims() == {"hidden": 128}
+    assert model_spec(model_config("spectral", 3, 4, 2)).split_dims() == {"hidden": 128}
 
 
 @pytest.mark.parametrize("name", ["cnn2d", "cnn3d", "hybrid", "spectral"])
 def test_a_plan_of_the_spec_lowers_on_the_model(name):
-    config = ModelConfig(name, patch=5, bands=32, n_classes=3, width=4)
+    config = model_config(name, patch=5, bands=32, n_classes=3, width=4)
     spec = model_spec(config)
     plan = plan_layout(spec, CPUS, [7, 4, 1], 12, "model:3")
     graph = TrainingGraph(config, Layout.from_plan(plan), 12, (4, 4))  # lowering checks every split
@@ -60,10 +61,10 @@ def test_a_plan_of_the_spec_lowers_on_the_model(name):
 
 
 def test_a_plan_for_another_input_is_refused(tmp_path):
-    config = ModelConfig("cnn2d", patch=5, bands=6, n_classes=3, width=4)
+    config = model_config("cnn2d", patch=5, bands=6, n_classes=3, width=4)
     plan = plan_layout(model_spec(config), CPUS, [7, 4, 1], 12, "model:3")
     plan.to_json(tmp_path / "plan.json")
     Plan.from_json(tmp_path / "plan.json", model_spec=model_spec(config))
-    other = ModelConfig("cnn2d", patch=5, bands=7, n_classes=3, width=4)
+    other = model_config("cnn2d", patch=5, bands=7, n_classes=3, width=4)
     with pytest.raises(ValueError, match="input=5x5x7"):
         Plan.from_json(tmp_path / "plan.json", model_spec=model_spec(other))

@@ -1,5 +1,8 @@
-"""The package's floors: data and planning load no TensorFlow; the engine's names load lazily."""
+"""The package's floors: data and planning load no TensorFlow; the engine's names load lazily;
+the library never imports the application's model registry."""
 
+import ast
+import pathlib
 import subprocess
 import sys
 
@@ -7,22 +10,42 @@ import pytest
 
 import hmp
 
+FLOORS = "import hmp.data, hmp.planning, hmp.hosts, hmp.layer_math"
+FIRST_USE = "import hmp; hmp.HeteroMeshImpl"
 
-def loaded_after(statement):
-    """The heavy modules in ``sys.modules`` after ``statement`` in a fresh interpreter."""
-    probe = ("import sys\n%s\nprint(sorted(m for m in ('tensorflow', 'mesh_tensorflow') "
-             "if m in sys.modules))" % statement)
+
+@pytest.fixture(scope="module")
+def loaded():
+    """{statement: the heavy modules in ``sys.modules`` after it}, the statements run in
+    this order in one fresh interpreter (the first loads nothing heavy)."""
+    probe = "import sys\n" + "".join(
+        "%s\nprint(sorted(m for m in ('tensorflow', 'mesh_tensorflow') if m in sys.modules))\n"
+        % statement for statement in (FLOORS, FIRST_USE))
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, timeout=120)
-    return run.stdout.strip().splitlines()[-1]
+    return dict(zip((FLOORS, FIRST_USE), run.stdout.strip().splitlines()[-2:]))
 
 
-def test_data_and_planning_load_no_tensorflow():
-    assert loaded_after("import hmp.data, hmp.planning, hmp.hosts") == "[]"
+def test_data_and_planning_load_no_tensorflow(loaded):
+    assert loaded[FLOORS] == "[]"
 
 
-def test_engine_names_load_on_first_use():
-    assert loaded_after("import hmp; hmp.HeteroMeshImpl") == "['mesh_tensorflow', 'tensorflow']"
+def test_engine_names_load_on_first_use(loaded):
+    assert loaded[FIRST_USE] == "['mesh_tensorflow', 'tensorflow']"
+
+
+def test_the_library_imports_no_model_registry():
+    """``models`` is the application's: the library gets a model from its caller
+    (``ModelConfig.model``), so no module under hmp/ imports it."""
+    library = pathlib.Path(hmp.__file__).parent
+    importers = []
+    for path in sorted(library.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(name == "models" or name.startswith("models.") for name in names):
+                importers.append(str(path.relative_to(library)))
+    assert importers == ["train.py"]   # the command line is the application
 
 
 def test_engine_names_are_the_engine_modules_own():

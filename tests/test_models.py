@@ -6,7 +6,7 @@ import pytest
 
 import harness
 import models
-from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.graph import Layout, TrainingGraph
 from hmp.planning import plan_layout
 from hmp.planning.from_graph import model_spec
 from hmp.profiler import random_batch
@@ -28,7 +28,7 @@ def first_two_losses(config, layout):
 
 @pytest.mark.parametrize("name", models.MODEL_NAMES)
 def test_model_on_planned_uneven_mesh_matches_one_device(name):
-    config = ModelConfig(name, patch=7, bands=30, n_classes=5)
+    config = models.model_config(name, patch=7, bands=30, n_classes=5)
     plan = plan_layout(model_spec(config), DEVICES, [3, 1, 2, 1], BATCH, "batch:2;model:2")
     assert set(plan.splits) == set(models.get_model(name).SPLIT_DIMS) | {"batch"}
     assert any(len(set(sizes)) > 1 for sizes in plan.splits.values())   # really uneven
@@ -38,7 +38,7 @@ def test_model_on_planned_uneven_mesh_matches_one_device(name):
 
 
 def test_too_small_input_names_layer_and_dimension():
-    config = ModelConfig("cnn3d", patch=7, bands=12, n_classes=5)
+    config = models.model_config("cnn3d", patch=7, bands=12, n_classes=5)
     with pytest.raises(ValueError, match=r"conv2/conv: dimension 'bands' has size 1, "
                                          r"smaller than the VALID window 3"):
         first_two_losses(config, Layout())

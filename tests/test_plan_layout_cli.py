@@ -2,28 +2,36 @@
 
 import json
 import math
-import os
 import subprocess
 import sys
 
-from hmp.graph import ModelConfig
+import pytest
+
+from cli_batch import run_batch_with_out
 from hmp.planning import Plan
 from hmp.planning.from_graph import model_spec
+from models import model_config
+from script_modules import SCRIPTS
 
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                      "scripts", "plan_layout.py")
+SCRIPT = str(SCRIPTS / "plan_layout.py")
 TINY = ["--model=cnn2d", "--width=4", "--patch_size=5", "--bands=8", "--classes=4",
         "--batch_size=12"]
 
 
-def plan_layout(*args):
-    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
-                          timeout=120, check=False)
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    """{name: (Run, plan file)} of the runs that write a plan, in one interpreter
+    (tests/cli_batch.py)."""
+    return run_batch_with_out(
+        "scripts/plan_layout.py",
+        {"given": [*TINY, "--speeds=3,2,1", "--mesh=model:3"],
+         "auto": [*TINY, "--speeds=auto", "--devices=/cpu:0,/cpu:2", "--warmup=1",
+                  "--repeats=2", "--mesh=batch:2"]},
+        tmp_path_factory.mktemp("plans"))
 
 
-def test_given_speeds_give_a_plan_file(tmp_path):
-    out = tmp_path / "plan.json"
-    run = plan_layout(*TINY, "--speeds=3,2,1", "--mesh=model:3", f"--out={out}")
+def test_given_speeds_give_a_plan_file(plans):
+    run, out = plans["given"]
     assert run.returncode == 0, run.stderr
     plan = json.loads(out.read_text())
     assert plan["model"] == "cnn2d(width=4, input=5x5x8, classes=4)"
@@ -33,21 +41,22 @@ def test_given_speeds_give_a_plan_file(tmp_path):
     assert plan["speeds"] == [3, 2, 1] and plan["time_unit"] == "relative"
     assert plan["batch_size"] == 12
     assert f"Plan for model '{plan['model']}'" in run.stdout and f"wrote {out}" in run.stdout
-    Plan.from_json(out, model_spec=model_spec(ModelConfig("cnn2d", 5, 8, 4, width=4)))
+    Plan.from_json(out, model_spec=model_spec(model_config("cnn2d", 5, 8, 4, width=4)))
 
 
 def test_a_bad_flag_is_one_line_and_exit_code_2(tmp_path):
-    run = plan_layout(*TINY, "--mesh=model:x", f"--out={tmp_path / 'plan.json'}")
+    """A process of its own: its whole stderr, TensorFlow's start-up included, is one line."""
+    run = subprocess.run([sys.executable, SCRIPT, *TINY, "--mesh=model:x",
+                          f"--out={tmp_path / 'plan.json'}"],
+                         capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 2
     assert run.stderr.splitlines() == [run.stderr.strip()]
     assert run.stderr.startswith("plan_layout: error: --mesh: bad mesh 'model:x'")
     assert "allowed" in run.stderr and not (tmp_path / "plan.json").exists()
 
 
-def test_auto_speeds_are_measured(tmp_path):
-    out = tmp_path / "plan.json"
-    run = plan_layout(*TINY, "--speeds=auto", "--devices=/cpu:0,/cpu:2", "--warmup=1",
-                      "--repeats=2", "--mesh=batch:2", f"--out={out}")
+def test_auto_speeds_are_measured(plans):
+    run, out = plans["auto"]
     assert run.returncode == 0, run.stderr
     plan = json.loads(out.read_text())
     assert plan["devices"] == ["/cpu:0", "/cpu:2"] and plan["time_unit"] == "s"

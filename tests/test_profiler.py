@@ -7,11 +7,12 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from hmp import profiler
-from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.graph import Layout, TrainingGraph
 from hmp.profiler import busy_times, measure_speeds, random_batch, run_traced
+from models import model_config
 
 # patch 5, 4 bands, 3 classes, width 2: filters 4, channels 2, hidden 8.
-TINY = ModelConfig("cnn2d", patch=5, bands=4, n_classes=3, width=2)
+TINY = model_config("cnn2d", patch=5, bands=4, n_classes=3, width=2)
 # Forward FLOPs per sample by hand: two blocks, a 2x2 SAME pool 5x5 -> 3x3, two dense layers.
 TINY_FLOPS = (2 * 25 * 9 * 4 * 4 + 2 * 25 * 9 * 4 * 2 + 4 * 9 * 2 + 2 * 9 * 9 * 2 * 4
               + 2 * 9 * 9 * 4 * 2 + 2 * 18 * 8 + 2 * 8 * 3)
@@ -87,7 +88,7 @@ def test_busy_times_of_a_traced_step_follow_the_shares():
     # cnn2d of width 55 split 10:1 on every split dim, on /cpu:1 and /cpu:2: the
     # bigger share is clearly more work. One inter-op thread: the virtual devices
     # share one thread pool, and concurrent ops would stretch each other's intervals.
-    config = ModelConfig("cnn2d", patch=9, bands=16, n_classes=4, width=55)
+    config = model_config("cnn2d", patch=9, bands=16, n_classes=4, width=55)
     devices = ("/cpu:1", "/cpu:2")
     layout = Layout("model:2", "filters1:model;filters2:model;hidden:model", devices,
                     {"filters1": [100, 10], "filters2": [100, 10], "hidden": [200, 20]})

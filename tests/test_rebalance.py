@@ -1,11 +1,10 @@
 """--rebalance=epoch: the split moves away from a slow device, the loss does not change."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+from cli_batch import run_batch
 from hmp import rebalance
 from hmp.planning import ModelSpec, conv_layer_spec, plan_layout
 
@@ -42,17 +41,15 @@ def test_replan_moves_filters_from_slow_device_only_above_threshold():
     assert new_plan.mesh == plan.mesh
 
 
-def results(model_dir, *extra):
-    subprocess.run([sys.executable, "-m", "hmp.train", *FLAGS, *extra,
-                    "--model_dir=%s" % model_dir], check=True, capture_output=True,
-                   timeout=600)
-    return json.loads((model_dir / "results.json").read_text())
-
-
 def test_rebalancing_shifts_work_and_keeps_the_loss_trajectory(tmp_path):
-    steady = results(tmp_path / "steady")
-    balanced = results(tmp_path / "balanced", "--rebalance=epoch",
-                       "--simulate_slowdown=/cpu:1=4")
+    args = {"steady": [], "balanced": ["--rebalance=epoch", "--simulate_slowdown=/cpu:1=4"]}
+    runs = run_batch("hmp.train", [   # one interpreter (tests/cli_batch.py)
+        {"args": [*FLAGS, *extra, "--model_dir=%s" % (tmp_path / name)]}
+        for name, extra in args.items()])
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+    steady, balanced = (json.loads((tmp_path / name / "results.json").read_text())
+                        for name in args)
     shares = [p["splits"]["filters1"][1] for p in balanced["plans"]]
     assert len(shares) >= 2 and shares[-1] < shares[0]
     assert [p["splits"]["filters1"][1] for p in steady["plans"]] == [shares[0]]

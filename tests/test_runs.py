@@ -19,9 +19,10 @@ import harness
 from hmp import cli, experiment, runs
 from hmp.data import load_scene_files, read_array
 from hmp.errors import InvalidInput
-from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.graph import Layout, TrainingGraph
 from hmp.progress import ProgressLine
 from hmp.trainer import EpochStats, Stopped, Trainer
+from models import model_config
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def tiny_experiment():
 
 
 def make_trainer(exp, model_dir, **options):
-    config = ModelConfig("cnn2d", 5, exp.bands, exp.n_classes, width=2)
+    config = model_config("cnn2d", 5, exp.bands, exp.n_classes, width=2)
     graph = TrainingGraph(config, Layout("", "", ("/cpu:0",), {}), 64,
                           exp.scene.labels.shape, "adam", 1e-3, seed=1)
     return Trainer(graph, exp, str(model_dir), seed=1, session_config=harness.session_config(),

@@ -6,11 +6,11 @@ import os
 import pytest
 
 from hmp import speedcache
-from hmp.graph import ModelConfig
 from hmp.planning import LinkSpec
 from hmp.profiler import DeviceSpeed
+from models import model_config
 
-CONFIG = ModelConfig("cnn2d", patch=5, bands=4, n_classes=3, width=2)
+CONFIG = model_config("cnn2d", patch=5, bands=4, n_classes=3, width=2)
 DEVICES = ["/cpu:0", "/cpu:1"]
 LINK = LinkSpec(2e9, 3e-5, local=LinkSpec(8e9, 1e-5))
 
@@ -85,7 +85,7 @@ def test_force_measures_again_and_replaces_the_entry(paths):
 
 @pytest.mark.parametrize("change", [
     dict(batch_size=16), dict(optimizer="sgd"), dict(devices=["/cpu:1", "/cpu:0"]),
-    dict(config=ModelConfig("cnn2d", patch=5, bands=4, n_classes=3, width=4)),
+    dict(config=model_config("cnn2d", patch=5, bands=4, n_classes=3, width=4)),
     dict(workers=["10.0.0.1:2222", "10.0.0.2:2222"]),
 ])
 def test_another_setting_is_a_miss(paths, change):

@@ -1,16 +1,12 @@
-"""``python -m hmp.train`` end to end, its errors, resume and kill/resume."""
+"""``python -m hmp.train`` end to end: runs, errors, resumes (kill, resume: test_train_runs.py)."""
 
 import json
-import os
 import pathlib
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 
+from cli_batch import run_batch
 from hmp.data import load_split, split_leakage, synthetic_scene
 
 TINY = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
@@ -21,19 +17,83 @@ TINY = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
 THREE = "--devices=/cpu:0,/cpu:1,/cpu:2"
 
 
-def train(*args, model_dir=None, timeout=300, env=None):
-    command = [sys.executable, "-m", "hmp.train", *args]
+def train(*args, model_dir=None, env=None, pythonpath=None):
+    """One run of the module's batch (``cli_runs``): flags, and where it writes."""
     if model_dir is not None:
-        command.append("--model_dir=%s" % model_dir)
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                          env=None if env is None else {**os.environ, **env})
+        args = (*args, "--model_dir=%s" % model_dir)
+    run = {"args": list(args), "env": env or {}}
+    return {**run, "pythonpath": str(pythonpath)} if pythonpath else run
 
 
-def test_trains_end_to_end_and_writes_everything(tmp_path):
-    run = train(*TINY, "--epochs=2", model_dir=tmp_path)
+def readme_model_package(folder):
+    """The README's example model as a user would save it: ``mymodels/small.py``."""
+    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    block = readme.split("<!-- example:custom-model -->")[1].split("```python")[1]
+    package = folder / "mymodels"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "small.py").write_text(block.split("```")[0])
+    return folder
+
+
+def plan_file(path, config, devices, speeds, batch_size, mesh):
+    """A plan JSON, as scripts/plan_layout.py writes it (tests/test_plan_layout_cli.py)."""
+    from hmp.planning import plan_layout
+    from hmp.planning.from_graph import model_spec
+    plan_layout(model_spec(config), devices, speeds, batch_size, mesh).to_json(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory):
+    """({name: [Run, ...]}, {name: folder}) of every run of this module, in order in
+    one interpreter (tests/cli_batch.py): one TensorFlow import, not one a run. Each
+    name's runs write in a folder of their own; a BAD_FLAGS run is named by its flags."""
+    from models import model_config
+    names = ("end_to_end", "no_checkpoint", "other_model_plan", "nan", "readme_model",
+             "auto_speeds", "relative_speeds", "virtual_cpus_plan")
+    folders = {name: tmp_path_factory.mktemp(name) for name in names}
+    other_plan = plan_file(folders["other_model_plan"] / "plan.json",
+                           model_config("cnn3d", 9, 200, 16), ["/cpu:0", "/cpu:1"], [1, 1],
+                           32, "model:2")
+    own_plan = plan_file(folders["virtual_cpus_plan"] / "p.json",   # TINY_AUTO's scene
+                         model_config("cnn2d", 5, 100, 10, 4), ["/cpu:0", "/cpu:1"], [2, 1],
+                         64, "model:2")
+    cache = {"HMP_CACHE_DIR": str(folders["auto_speeds"] / "cache")}
+    two = [*TINY_AUTO, "--devices=/cpu:0,/cpu:1"]
+    runs = {
+        "end_to_end": [train(*TINY, "--epochs=2", model_dir=folders["end_to_end"])],
+        "no_checkpoint": [train(*TINY, "--resume", model_dir=folders["no_checkpoint"])],
+        "other_model_plan": [train(*TINY, "--plan=%s" % other_plan,
+                                   model_dir=folders["other_model_plan"] / "run")],
+        "nan": [train(*TINY, "--optimizer=sgd", "--learning_rate=1e30", "--epochs=1",
+                      model_dir=folders["nan"]),
+                train(*TINY, "--resume", "--epochs=1", "--optimizer=sgd",
+                      "--learning_rate=1e-3", model_dir=folders["nan"]),
+                train(*TINY, "--resume", "--epochs=2", model_dir=folders["nan"])],
+        "readme_model": [train(*TINY, "--model=mymodels.small", "--epochs=1",
+                               model_dir=folders["readme_model"] / "run",
+                               pythonpath=readme_model_package(folders["readme_model"]))],
+        "auto_speeds": [train(*two, model_dir=folders["auto_speeds"] / "a", env=cache),
+                        train(*two, model_dir=folders["auto_speeds"] / "b", env=cache)],
+        "relative_speeds": [train(*TINY_AUTO, "--devices=/cpu:0,/cpu:1", "--speeds=2,1",
+                                  model_dir=folders["relative_speeds"])],
+        "virtual_cpus_plan": [train(*TINY_AUTO, "--plan=%s" % own_plan,
+                                    model_dir=folders["virtual_cpus_plan"] / "run")],
+    }
+    bad_flags = tmp_path_factory.mktemp("bad_flags")   # their runs/<name> folders
+    runs.update({flags: [{"args": flags.split(), "cwd": str(bad_flags)}]
+                 for flags in sorted(BAD_FLAGS)})
+    done = iter(run_batch("hmp.train", [run for runs_of in runs.values() for run in runs_of]))
+    return {name: [next(done) for _ in runs_of] for name, runs_of in runs.items()}, folders
+
+
+def test_trains_end_to_end_and_writes_everything(cli_runs):
+    runs, folders = cli_runs
+    run, folder = runs["end_to_end"][0], folders["end_to_end"]
     assert run.returncode == 0, run.stderr[-2000:]
     assert "epoch 2/2" in run.stdout and "overall accuracy (OA)" in run.stdout
-    results = json.loads((tmp_path / "results.json").read_text())
+    results = json.loads((folder / "results.json").read_text())
     assert results["flags"]["model"] == "cnn2d"
     assert results["plan"]["splits"]["filters1"] == [5, 3]   # 8 filters at 2:1 = 5.3, 2.7
     assert [h["epoch"] for h in results["history"]] == [0, 1]
@@ -46,12 +106,12 @@ def test_trains_end_to_end_and_writes_everything(tmp_path):
     np.testing.assert_allclose(np.array(list(results["test"]["per_class_precision"].values()))
                                [predicted], precision[predicted])
     np.testing.assert_allclose(list(results["test"]["per_class_f1"].values()), f1)
-    split = load_split(tmp_path / "split.npz")
+    split = load_split(folder / "split.npz")
     assert results["leakage"] == pytest.approx(split_leakage(split, 5))
     assert 0.5 < results["leakage"] <= 1.0 and "leakage" in run.stdout
     for name in ("classification_map.png", "confusion_matrix.png", "checkpoint", "data.json"):
-        assert (tmp_path / name).exists(), name
-    assert any(p.name.startswith("events.out.tfevents") for p in tmp_path.iterdir())
+        assert (folder / name).exists(), name
+    assert any(p.name.startswith("events.out.tfevents") for p in folder.iterdir())
 
 
 def test_runs_on_given_train_and_test_sets_and_summarises_the_seeds(tmp_path):
@@ -62,11 +122,11 @@ def test_runs_on_given_train_and_test_sets_and_summarises_the_seeds(tmp_path):
         np.save(tmp_path / ("%s.npy" % name), np.where(part, scene.labels, 0))
     np.save(tmp_path / "cube.npy", scene.cube)
     np.save(tmp_path / "labels.npy", scene.labels)
-    run = train("--dataset=%s" % (tmp_path / "cube.npy"), "--labels=%s" % (tmp_path / "labels.npy"),
-                "--train_set=%s" % (tmp_path / "train.npy"),
-                "--test_set=%s" % (tmp_path / "test.npy"), "--runs=2", "--seed=3", "--epochs=1",
-                "--model=cnn2d", "--width=2", "--patch_size=5", "--batch_size=16",
-                "--devices=/cpu:0", model_dir=tmp_path / "runs")
+    run, = run_batch("hmp.train", [train(
+        "--dataset=%s" % (tmp_path / "cube.npy"), "--labels=%s" % (tmp_path / "labels.npy"),
+        "--train_set=%s" % (tmp_path / "train.npy"), "--test_set=%s" % (tmp_path / "test.npy"),
+        "--runs=2", "--seed=3", "--epochs=1", "--model=cnn2d", "--width=2", "--patch_size=5",
+        "--batch_size=16", "--devices=/cpu:0", model_dir=tmp_path / "runs")])
     assert run.returncode == 0, run.stderr[-2000:]
     summary = json.loads((tmp_path / "runs" / "summary.json").read_text())
     assert summary["seeds"] == [3, 4]
@@ -93,11 +153,12 @@ BAD_FLAGS = {
     "--dataset=nope": "--dataset=nope",
     "--dataset=indian_pines --data_dir=/nonexistent": "Indian_pines_corrected.mat",
     "--speeds=1,x": "--speeds='1,x': give auto, measure or one number per device",
-    THREE + " --speeds=1,2": "--speeds: 2 speeds for 3 devices",
-    THREE + " --speeds=1,0,1": "--speeds=1,0,1: every speed must be a positive",
+    THREE + " --speeds=1,2": "--speeds=1,2: got 2 speeds for 3 devices",
+    THREE + " --speeds=1,0,1": "--speeds=1,0,1: /cpu:1 has speed 0.0: speeds must be finite "
+                               "and greater than 0",
     THREE + " --mesh=model:5 --speeds=1,1,1": "mesh 'model:5' has 5 positions but 3 devices",
-    "--mesh=foo": "--mesh=foo: use model:N",
-    "--patch_size=4": "--patch_size=4: must be odd",
+    "--mesh=foo": "--mesh=foo: bad mesh 'foo'",
+    "--patch_size=4": "--patch_size=4: patch_size must be an odd positive integer",
     THREE + " --batch_size=2 --mesh=batch:3 --speeds=1,1,1": "2 samples cannot give 3 devices",
     "--devices=/gpu:7": "--devices=/gpu:7: /gpu:7 is not a device of this machine, which has",
     "--devices=/cpu:0,/cpu:0": "--devices=/cpu:0,/cpu:0: a device is named twice",
@@ -106,26 +167,16 @@ BAD_FLAGS = {
     "--optimizer=nope": "--optimizer=nope: choose one of",
     "--rebalance=always": "--rebalance=always: choose off or epoch",
     "--split=nope": "--split=nope: choose one of random, disjoint",
-    "--train_fraction=1.5": "--train_fraction=1.5: must lie strictly between 0 and 1",
+    "--train_fraction=1.5": "--train_fraction=1.5: train_fraction must lie strictly "
+                             "between 0 and 1",
 }
 
 
 @pytest.fixture(scope="module")
-def bad_flag_runs(tmp_path_factory):
-    """{flags: (exit code, stderr)} of every BAD_FLAGS run, four at a time side by side
-    (each spends most of its time importing TensorFlow), in a folder of their own."""
-    folder = tmp_path_factory.mktemp("bad_flags")
-    results, pending = {}, sorted(BAD_FLAGS)
-    while pending:
-        started = {flags: subprocess.Popen(
-            [sys.executable, "-m", "hmp.train", *flags.split()], cwd=folder,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            for flags in pending[:4]}
-        pending = pending[4:]
-        for flags, process in started.items():
-            _, stderr = process.communicate(timeout=300)
-            results[flags] = (process.returncode, stderr)
-    return results
+def bad_flag_runs(cli_runs):
+    """{flags: (exit code, stderr)} of every BAD_FLAGS run."""
+    runs, _ = cli_runs
+    return {flags: (runs[flags][0].returncode, runs[flags][0].stderr) for flags in BAD_FLAGS}
 
 
 @pytest.mark.parametrize("flags", sorted(BAD_FLAGS))
@@ -137,90 +188,34 @@ def test_bad_flag_gives_one_line_error(flags, bad_flag_runs):
     assert "Traceback" not in stderr
 
 
-def test_resume_without_checkpoint_is_refused(tmp_path):
-    run = train(*TINY, "--resume", model_dir=tmp_path)
+def test_resume_without_checkpoint_is_refused(cli_runs):
+    (run,), folders = cli_runs[0]["no_checkpoint"], cli_runs[1]
     assert run.returncode == 2
-    assert "no checkpoint in %s to resume from" % tmp_path in run.stderr
+    assert "no checkpoint in %s to resume from" % folders["no_checkpoint"] in run.stderr
 
 
-def test_plan_for_another_model_is_refused(tmp_path):
-    plan = tmp_path / "plan.json"
-    subprocess.run([sys.executable, "scripts/plan_layout.py", "--model=cnn3d",
-                    "--speeds=1,1", "--devices=/cpu:0,/cpu:1", "--mesh=model:2",
-                    "--out=%s" % plan], check=True, capture_output=True,
-                   cwd=os.path.dirname(os.path.dirname(__file__)))
-    run = train(*TINY, "--plan=%s" % plan, model_dir=tmp_path / "run")
+def test_plan_for_another_model_is_refused(cli_runs):
+    (run,), folders = cli_runs[0]["other_model_plan"], cli_runs[1]
     assert run.returncode == 2
+    plan = folders["other_model_plan"] / "plan.json"
     assert "--plan=%s" % plan in run.stderr and "model" in run.stderr
 
 
-def test_nan_loss_stops_with_message_and_keeps_checkpoint(tmp_path):
-    run = train(*TINY, "--optimizer=sgd", "--learning_rate=1e30", "--epochs=1",
-                model_dir=tmp_path)
+def test_nan_loss_stops_with_message_and_keeps_checkpoint(cli_runs):
+    (run, resumed, other_optimizer), folders = cli_runs[0]["nan"], cli_runs[1]
     assert run.returncode == 1
     assert "loss became nan" in run.stderr.lower() and "Traceback" not in run.stderr
-    assert (tmp_path / "checkpoint").exists()
-    resumed = train(*TINY, "--resume", "--epochs=1", "--optimizer=sgd",
-                    "--learning_rate=1e-3", model_dir=tmp_path)
+    assert (folders["nan"] / "checkpoint").exists()
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    other_optimizer = train(*TINY, "--resume", "--epochs=2", model_dir=tmp_path)
     assert other_optimizer.returncode == 2
     assert "written by another model or optimizer" in other_optimizer.stderr
 
 
-def _losses(model_dir):
-    return [h["loss"] for h in json.loads((model_dir / "results.json").read_text())["history"]]
-
-
-def test_killed_run_resumes_from_last_checkpoint_with_same_result(tmp_path):
-    """SIGKILL mid-epoch, resume, and end exactly where an uninterrupted run ends.
-
-    On the default devices: this CPU-only machine's one, planned without profiling.
-    """
-    flags = [*TINY_AUTO, "--epochs=3", "--checkpoint_every=3"]
-    straight = train(*flags, model_dir=tmp_path / "straight",
-                     env={"HMP_CACHE_DIR": str(tmp_path / "cache")})
-    assert straight.returncode == 0, straight.stderr[-2000:]
-    _check_one_default_device_without_profiling(straight, tmp_path / "straight",
-                                                tmp_path / "cache")
-
-    killed_dir = tmp_path / "killed"
-    process = subprocess.Popen([sys.executable, "-m", "hmp.train", *flags,
-                                "--model_dir=%s" % killed_dir],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 240
-    while time.time() < deadline and not list(killed_dir.glob("ckpt-6.index")):
-        time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert list(killed_dir.glob("ckpt-6.index")), "no checkpoint before the kill"
-
-    resumed = train(*flags, "--resume", model_dir=killed_dir)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "resumed from" in resumed.stdout
-    straight_results = json.loads((tmp_path / "straight" / "results.json").read_text())
-    resumed_results = json.loads((killed_dir / "results.json").read_text())
-    assert resumed_results["test"]["overall_accuracy"] == pytest.approx(
-        straight_results["test"]["overall_accuracy"], abs=1e-9)
-    assert _losses(killed_dir)[-1] == pytest.approx(_losses(tmp_path / "straight")[-1],
-                                                    rel=1e-5)
-
-
-def test_readme_custom_model_trains(tmp_path):
+def test_readme_custom_model_trains(cli_runs):
     """The README's example model, as a user would use it: --model=<module path>."""
-    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
-    block = readme.split("<!-- example:custom-model -->")[1].split("```python")[1]
-    package = tmp_path / "mymodels"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "small.py").write_text(block.split("```")[0])
-    run = subprocess.run(
-        [sys.executable, "-m", "hmp.train", *TINY, "--model=mymodels.small", "--epochs=1",
-         "--model_dir=%s" % (tmp_path / "run")],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    (run,), folders = cli_runs[0]["readme_model"], cli_runs[1]
     assert run.returncode == 0, run.stderr[-2000:]
-    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    results = json.loads((folders["readme_model"] / "run" / "results.json").read_text())
     assert results["plan"]["splits"] == {"filters1": [5, 3]}   # --width=4: 8 filters at 2:1
 
 
@@ -245,23 +240,8 @@ TINY_AUTO = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
              "--train_fraction=0.05", "--epochs=1"]
 
 
-def _check_one_default_device_without_profiling(run, model_dir, cache):
-    import tensorflow as tf
-    if tf.config.list_physical_devices("GPU"):
-        return   # the default devices include GPUs here
-    assert not [line for line in run.stdout.splitlines()
-                if line.startswith(("profiling", "speeds:", "  link:"))]
-    assert "1 device: mesh batch:1" in run.stdout
-    assert "Why: one device (/cpu:0): the one-device layout, no profiling needed" in run.stdout
-    plan = json.loads((model_dir / "results.json").read_text())["plan"]
-    assert plan["devices"] == ["/cpu:0"] and plan["splits"] == {"batch": [64]}
-    assert not (model_dir / "speeds.json").exists() and not cache.exists()
-
-
-def test_auto_speeds_measure_speeds_and_link_once_then_reuse_them(tmp_path):
-    cache = {"HMP_CACHE_DIR": str(tmp_path / "cache")}
-    flags = [*TINY_AUTO, "--devices=/cpu:0,/cpu:1"]
-    first = train(*flags, model_dir=tmp_path / "a", env=cache)
+def test_auto_speeds_measure_speeds_and_link_once_then_reuse_them(cli_runs):
+    (first, second), tmp_path = cli_runs[0]["auto_speeds"], cli_runs[1]["auto_speeds"]
     assert first.returncode == 0, first.stderr[-2000:]
     assert "profiling /cpu:1 (2/2)" in first.stdout
     assert "profiling the link between /cpu:0 and /cpu:1" in first.stdout
@@ -274,7 +254,6 @@ def test_auto_speeds_measure_speeds_and_link_once_then_reuse_them(tmp_path):
         (entry,) = json.loads(path.read_text())["entries"]
         assert entry["key"]["devices"] == ["/cpu:0", "/cpu:1"] and entry["link"]
 
-    second = train(*flags, model_dir=tmp_path / "b", env=cache)
     assert second.returncode == 0, second.stderr[-2000:]
     assert not [line for line in second.stdout.splitlines() if line.startswith("profiling")]
     assert ("speeds: reusing the measurement of %s from %s" % (
@@ -283,22 +262,17 @@ def test_auto_speeds_measure_speeds_and_link_once_then_reuse_them(tmp_path):
         s["flops_per_s"] for s in entry["speeds"] if s["device"] in plan["devices"]]
 
 
-def test_relative_speeds_say_communication_is_not_priced(tmp_path):
-    run = train(*TINY_AUTO, "--devices=/cpu:0,/cpu:1", "--speeds=2,1", model_dir=tmp_path)
+def test_relative_speeds_say_communication_is_not_priced(cli_runs):
+    (run,) = cli_runs[0]["relative_speeds"]
     assert run.returncode == 0, run.stderr[-2000:]
     assert ("communication not priced: --speeds=2,1 gives the speeds, so no link was "
             "measured (--speeds=auto measures both)") in run.stdout
     assert not [line for line in run.stdout.splitlines() if line.startswith("profiling")]
 
 
-def test_a_plan_on_virtual_cpus_runs_without_naming_them(tmp_path):
+def test_a_plan_on_virtual_cpus_runs_without_naming_them(cli_runs):
     """--plan brings its own devices: the default --devices (/cpu:0) must not hide /cpu:1."""
-    from hmp.graph import ModelConfig
-    from hmp.planning import plan_layout
-    from hmp.planning.from_graph import model_spec
-    spec = model_spec(ModelConfig("cnn2d", 5, 100, 10, 4))   # TINY_AUTO on the synthetic scene
-    plan_layout(spec, ["/cpu:0", "/cpu:1"], [2, 1], 64, "model:2").to_json(tmp_path / "p.json")
-    run = train(*TINY_AUTO, "--plan=%s" % (tmp_path / "p.json"), model_dir=tmp_path / "run")
+    (run,), tmp_path = cli_runs[0]["virtual_cpus_plan"], cli_runs[1]["virtual_cpus_plan"]
     assert run.returncode == 0, run.stderr[-2000:]
     plan = json.loads((tmp_path / "run" / "results.json").read_text())["plan"]
     assert plan["devices"] == ["/cpu:0", "/cpu:1"] and plan["splits"]["filters1"] == [5, 3]

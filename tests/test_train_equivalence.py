@@ -10,9 +10,10 @@ import pytest
 
 import harness
 from hmp import experiment
-from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.graph import Layout, TrainingGraph
 from hmp.metrics import evaluate
 from hmp.trainer import Trainer
+from models import model_config
 
 CPUS = tuple("/cpu:%d" % i for i in range(4))
 SESSION = harness.session_config()
@@ -33,7 +34,7 @@ def small_experiment():
 
 
 def run(exp, layout, model_dir, resume):
-    config = ModelConfig("cnn2d", 5, exp.bands, exp.n_classes, width=4)
+    config = model_config("cnn2d", 5, exp.bands, exp.n_classes, width=4)
     graph = TrainingGraph(config, layout, 64, exp.scene.labels.shape, "adam", 3e-3, seed=1)
     trainer = Trainer(graph, exp, str(model_dir), seed=7, session_config=SESSION,
                       log=lambda line: None)

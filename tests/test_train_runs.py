@@ -5,16 +5,22 @@ progress) are in tests/test_runs.py.
 """
 
 import json
-import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
+import pytest
 import scipy.io
+
+from cli_batch import run_batch
 
 TINY = ["--model=cnn2d", "--width=2", "--patch_size=5", "--batch_size=16", "--pca=8",
         "--devices=/cpu:0", "--speeds=1", "--mesh=model:1"]
+EPOCHS = 3
+RESUMABLE = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
+             "--train_fraction=0.05", "--epochs=%d" % EPOCHS, "--checkpoint_every=3"]
 
 
 def command(*args):
@@ -35,33 +41,80 @@ def interrupt_after_first_epoch(signum, *args, process=None):
     return process.returncode, "".join(out) + stdout, stderr
 
 
-def test_interrupts_save_and_resume_keeps_the_whole_history(tmp_path):
-    flags = [*TINY, "--epochs=6", "--model_dir=%s" % tmp_path]
-    rc, _, stderr = interrupt_after_first_epoch(signal.SIGINT, *flags)
+def test_interrupted_and_killed_runs_resume_where_they_stopped(tmp_path):
+    """SIGINT after an epoch stops with a checkpoint and one line; a run SIGKILLed mid-epoch
+    resumes from its last checkpoint and ends exactly where an uninterrupted run ends.
+
+    Every run on the default devices: this CPU-only machine's one, planned without
+    profiling. The two signalled runs are processes of their own; the rest share one
+    interpreter (tests/cli_batch.py).
+    """
+    interrupted, killed, straight = (tmp_path / name for name in
+                                     ("interrupted", "killed", "straight"))
+    rc, _, stderr = interrupt_after_first_epoch(signal.SIGINT, *RESUMABLE,
+                                                "--model_dir=%s" % interrupted)
     lines = [l for l in stderr.splitlines() if l.startswith("hmp.train: ")]
     assert rc == 130 and len(lines) == 1, stderr[-2000:]
     assert "Traceback" not in stderr
     assert lines[0].startswith("hmp.train: interrupted at epoch ")
-    assert lines[0].endswith("; continue with --resume --model_dir=%s" % tmp_path)
+    assert lines[0].endswith("; continue with --resume --model_dir=%s" % interrupted)
     step = int(lines[0].split(" step ")[1].split(";")[0])
-    assert (tmp_path / ("ckpt-%d.index" % step)).exists()
+    assert (interrupted / ("ckpt-%d.index" % step)).exists()
 
-    again = subprocess.run(command(*flags), capture_output=True, text=True, timeout=300)
+    process = subprocess.Popen(command(*RESUMABLE, "--model_dir=%s" % killed),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline and not list(killed.glob("ckpt-6.index")):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert list(killed.glob("ckpt-6.index")), "no checkpoint before the kill"
+
+    cache = {"HMP_CACHE_DIR": str(tmp_path / "cache")}
+    again, done, finished, resumed, uninterrupted = run_batch("hmp.train", [
+        {"args": [*RESUMABLE, "--model_dir=%s" % interrupted]},
+        {"args": [*RESUMABLE, "--model_dir=%s" % interrupted, "--resume"]},
+        {"args": [*RESUMABLE, "--model_dir=%s" % interrupted, "--resume"]},
+        {"args": [*RESUMABLE, "--model_dir=%s" % killed, "--resume"]},
+        {"args": [*RESUMABLE, "--model_dir=%s" % straight], "env": cache}])
     assert again.returncode == 2 and "--resume" in again.stderr   # no silent start-over
 
-    done = subprocess.run(command(*flags, "--resume"), capture_output=True, text=True,
-                          timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "resumed from %s" % (tmp_path / ("ckpt-%d" % step)) in done.stdout
-    results = json.loads((tmp_path / "results.json").read_text())
-    assert [h["epoch"] for h in results["history"]] == list(range(6))
+    assert "resumed from %s" % (interrupted / ("ckpt-%d" % step)) in done.stdout
+    results = json.loads((interrupted / "results.json").read_text())
+    assert [h["epoch"] for h in results["history"]] == list(range(EPOCHS))
     assert [i["start_step"] for i in results["invocations"]] == [0, step]
 
-    finished = subprocess.run(command(*flags, "--resume"), capture_output=True, text=True,
-                              timeout=300)
     assert finished.returncode == 0, finished.stderr[-2000:]
-    assert "is finished (6 epochs" in finished.stdout
-    assert json.loads((tmp_path / "results.json").read_text()) == results
+    assert "is finished (%d epochs" % EPOCHS in finished.stdout
+    assert json.loads((interrupted / "results.json").read_text()) == results
+
+    assert uninterrupted.returncode == 0, uninterrupted.stderr[-2000:]
+    _check_one_default_device_without_profiling(uninterrupted, straight, tmp_path / "cache")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed from" in resumed.stdout
+    straight_results = json.loads((straight / "results.json").read_text())
+    resumed_results = json.loads((killed / "results.json").read_text())
+    assert resumed_results["test"]["overall_accuracy"] == pytest.approx(
+        straight_results["test"]["overall_accuracy"], abs=1e-9)
+    assert _losses(killed)[-1] == pytest.approx(_losses(straight)[-1], rel=1e-5)
+
+
+def _losses(model_dir):
+    return [h["loss"] for h in json.loads((model_dir / "results.json").read_text())["history"]]
+
+
+def _check_one_default_device_without_profiling(run, model_dir, cache):
+    import tensorflow as tf
+    if tf.config.list_physical_devices("GPU"):
+        return   # the default devices include GPUs here
+    assert not [line for line in run.stdout.splitlines()
+                if line.startswith(("profiling", "speeds:", "  link:"))]
+    assert "1 device: mesh batch:1" in run.stdout
+    assert "Why: one device (/cpu:0): the one-device layout, no profiling needed" in run.stdout
+    plan = json.loads((model_dir / "results.json").read_text())["plan"]
+    assert plan["devices"] == ["/cpu:0"] and plan["splits"] == {"batch": [64]}
+    assert not (model_dir / "speeds.json").exists() and not cache.exists()
 
 
 BAD_MODEL = '''
@@ -93,7 +146,7 @@ def test_input_errors_name_file_and_flag_and_bugs_keep_their_traceback(tmp_path)
     (tmp_path / "mymodels" / "bad.py").write_text(BAD_MODEL)
     scene = ["--dataset=%s" % (tmp_path / "scene.mat"), "--labels=%s" % (tmp_path / "gt.npy"),
              "--train_fraction=0.3", "--epochs=1"]
-    cases = {   # the running one first: read while the others wait in their pipes
+    cases = {
         "nan_sigterm": (143, [*scene, "--cube_key=cube", "--epochs=1000"],
                         ["1 pixels hold NaN or infinite values: masked as no-data (label 0)",
                          "hmp.train: interrupted at epoch "]),
@@ -105,18 +158,16 @@ def test_input_errors_name_file_and_flag_and_bugs_keep_their_traceback(tmp_path)
         "bug": (1, [*scene, "--cube_key=cube", "--model=mymodels.bad"],
                 ["Traceback", "ValueError"]),
     }
-    processes = {
-        name: subprocess.Popen(command(*TINY, *flags, "--model_dir=%s" % (tmp_path / name)),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONPATH": str(tmp_path)})
-        for name, (_, flags, _) in cases.items()}
-    for name, process in processes.items():
-        if name == "nan_sigterm":   # a custom .mat scene trains, and SIGTERM stops it
-            _, stdout, stderr = interrupt_after_first_epoch(signal.SIGTERM, process=process)
-        else:
-            stdout, stderr = process.communicate(timeout=300)
+    args = {name: [*TINY, *flags, "--model_dir=%s" % (tmp_path / name)]
+            for name, (_, flags, _) in cases.items()}
+    # a custom .mat scene trains, and SIGTERM stops it: a process of its own
+    ran = {"nan_sigterm": interrupt_after_first_epoch(signal.SIGTERM, *args["nan_sigterm"])}
+    others = [name for name in cases if name != "nan_sigterm"]   # one interpreter
+    ran.update(zip(others, run_batch("hmp.train", [   # mymodels.bad from tmp_path
+        {"args": args[name], "pythonpath": str(tmp_path)} for name in others])))
+    for name, (returncode, stdout, stderr) in ran.items():
         code, _, expected = cases[name]
-        assert process.returncode == code, (name, stderr[-2000:])
+        assert returncode == code, (name, stderr[-2000:])
         errors = [l for l in stderr.splitlines() if l.startswith("hmp.train: error:")]
         for text in expected:
             assert text in (errors[0] if code == 2 else stdout + stderr), (name, stderr[-2000:])

@@ -4,12 +4,13 @@ import functools
 
 import pytest
 
-from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.graph import Layout, TrainingGraph
 from hmp.planning.from_graph import model_spec
 from hmp.workload import workload
+from models import model_config
 
 # patch 7, 5 bands, 3 classes, width 6: filters1 = filters2 = 12, channels 6, hidden 24.
-CONFIG = ModelConfig("cnn2d", patch=7, bands=5, n_classes=3, width=6)
+CONFIG = model_config("cnn2d", patch=7, bands=5, n_classes=3, width=6)
 BATCH = 12
 CPUS = ("/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3")
 ALL_SPLIT = "filters1:model;filters2:model;hidden:model"

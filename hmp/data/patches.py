@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hmp.data.preprocess import pad_cube
-from hmp.errors import InvalidInput
+from hmp.errors import InvalidInput, whole_number
 
 
 def check_patch_size(patch_size):
@@ -98,7 +98,7 @@ class PatchDataset:
 
     def steps_per_epoch(self, batch_size, drop_remainder=False):
         """Number of batches one epoch yields."""
-        _check_batch_size(batch_size)
+        whole_number(batch_size, "batch_size")
         full, rest = divmod(len(self), batch_size)
         return full if drop_remainder or rest == 0 else full + 1
 
@@ -149,7 +149,7 @@ def iterate_scene(extractor, batch_size):
     For inference over the whole scene (classification maps); the last batch
     may be smaller.
     """
-    _check_batch_size(batch_size)
+    whole_number(batch_size, "batch_size")
     for start in range(0, extractor.n_pixels, batch_size):
         indices = np.arange(start, min(start + batch_size, extractor.n_pixels))
         yield indices, extractor(indices)
@@ -164,8 +164,3 @@ def _checked_indices(indices, image_shape):
             f"pixel indices must lie in [0, {n_pixels}) for an image of shape "
             f"{tuple(image_shape)}, got range [{indices.min()}, {indices.max()}]")
     return indices
-
-
-def _check_batch_size(batch_size):
-    if int(batch_size) != batch_size or batch_size < 1:
-        raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}")

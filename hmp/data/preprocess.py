@@ -9,7 +9,7 @@ ignores all other pixels.
 
 import numpy as np
 
-from hmp.errors import InvalidInput
+from hmp.errors import InvalidInput, whole_number
 
 SCALINGS = ("standard", "minmax")
 PAD_MODES = ("reflect", "zero")
@@ -76,9 +76,7 @@ class PCA:
     """Projects each pixel's spectrum onto the training pixels' top principal components."""
 
     def __init__(self, n_components):
-        if int(n_components) != n_components or n_components < 1:
-            raise InvalidInput(f"n_components must be a positive integer, got {n_components!r}")
-        self.n_components = int(n_components)
+        self.n_components = whole_number(n_components, "n_components")
         self.mean = None
         self.components = None
         self.explained_variance_ratio = None

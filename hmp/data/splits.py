@@ -19,7 +19,7 @@ from scipy import ndimage
 
 from hmp.data.patches import check_patch_size
 from hmp.data.scene import as_label_map
-from hmp.errors import InvalidInput
+from hmp.errors import InvalidInput, whole_number
 from hmp.files import atomic_path
 
 
@@ -57,11 +57,10 @@ def stratified_split(labels, *, train_fraction=None, train_per_class=None, seed=
     if (train_fraction is None) == (train_per_class is None):
         raise InvalidInput("give exactly one of train_fraction and train_per_class")
     if train_fraction is not None:
-        _check_fraction(train_fraction)
+        check_train_fraction(train_fraction)
         describe = f"stratified train_fraction={train_fraction} seed={seed}"
     else:
-        if int(train_per_class) != train_per_class or train_per_class < 1:
-            raise InvalidInput(f"train_per_class must be a positive integer, got {train_per_class!r}")
+        whole_number(train_per_class, "train_per_class")
         describe = f"stratified train_per_class={train_per_class} seed={seed}"
     rng = np.random.default_rng(seed)
     train = []
@@ -91,7 +90,7 @@ def disjoint_split(labels, *, train_fraction, patch_size, seed=0):
       ValueError: bad fraction or patch size, or a class left without test pixels.
     """
     labels = as_label_map(labels)
-    _check_fraction(train_fraction)
+    check_train_fraction(train_fraction)
     check_patch_size(patch_size)
     rng = np.random.default_rng(seed)
     width = labels.shape[1]
@@ -166,7 +165,8 @@ def _mask(indices, shape):
     return mask
 
 
-def _check_fraction(fraction):
+def check_train_fraction(fraction):
+    """InvalidInput unless ``fraction`` lies strictly between 0 and 1."""
     if not 0 < fraction < 1:
         raise InvalidInput(f"train_fraction must lie strictly between 0 and 1, got {fraction!r}")
 

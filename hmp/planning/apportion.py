@@ -30,7 +30,7 @@ from numbers import Real
 
 import numpy as np
 
-from hmp.errors import InvalidInput
+from hmp.errors import InvalidInput, whole_number
 
 
 def describe_device(index, names=None):
@@ -66,13 +66,6 @@ def check_speeds(speeds, names=None):
     return np.asarray(speeds, dtype=float)
 
 
-def _check_count(value, what):
-    """ValueError unless ``value`` is an int >= 0 (bools are refused)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise InvalidInput(f"{what} must be a whole number >= 0, got {value!r}")
-    return int(value)
-
-
 def _upper_bounds(caps, n, minimum, names):
     """Returns the caps as a float array (inf for None), checked against minimum."""
     if caps is None:
@@ -83,7 +76,7 @@ def _upper_bounds(caps, n, minimum, names):
     for i, cap in enumerate(caps):
         if cap is None:
             continue
-        cap = _check_count(cap, f"the cap of {describe_device(i, names)}")
+        cap = whole_number(cap, f"the cap of {describe_device(i, names)}", 0)
         if cap < minimum:
             raise InvalidInput(
                 f"{describe_device(i, names)} can take at most {cap} (its cap) "
@@ -179,8 +172,8 @@ def apportion(total, speeds, minimum=1, caps=None, *, names=None, unit="units",
         does not fit under the caps (naming the capped devices).
     """
     speeds = check_speeds(speeds, names)
-    total = _check_count(total, f"the number of {unit}")
-    minimum = _check_count(minimum, "the minimum share")
+    total = whole_number(total, f"the number of {unit}", 0)
+    minimum = whole_number(minimum, "the minimum share", 0)
     n = len(speeds)
     if total < minimum * n:
         raise InvalidInput(

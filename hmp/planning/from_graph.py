@@ -3,8 +3,8 @@
 ``model_spec(config)`` builds the model's graph for one sample in a
 throwaway ``tf.Graph`` and turns every layer ``hmp.workload.layer_ops``
 finds into a ``LayerSpec``: FLOPs, parameters and outputs per sample from the
-graph's shapes, the split dim from the model's ``SPLIT_DIMS`` and its role
-from where that dim occurs ("output" if the layer's output has it, "input" if
+graph's shapes, the split dim from the model's ``SPLIT_DIMS`` (``config.model``)
+and its role from where that dim occurs ("output" if the layer's output has it, "input" if
 only its inputs do).
 
 Unlike the rest of ``hmp.planning`` this module needs TensorFlow and Mesh-TF;
@@ -15,7 +15,6 @@ import inspect
 
 import tensorflow.compat.v1 as tf
 
-import models
 from hmp.graph import build_model_graph, imported
 from hmp.planning.model_spec import LayerSpec, ModelSpec
 from hmp.workload import layer_ops
@@ -25,7 +24,7 @@ def model_width(config):
     """The width the model is built with: ``config.width`` or the model's default."""
     if config.width:
         return config.width
-    return inspect.signature(models.get_model(config.name).logits).parameters["width"].default
+    return inspect.signature(config.model.logits).parameters["width"].default
 
 
 def spec_name(config):
@@ -55,7 +54,7 @@ def model_spec(config):
         x = tf.placeholder(tf.float32, [1, config.patch, config.patch, config.bands])
         y = tf.placeholder(tf.int32, [1])
         graph = build_model_graph(config, 1, imported(x), y)[0]
-        split_dims = models.get_model(config.name).SPLIT_DIMS
+        split_dims = config.model.SPLIT_DIMS
         layers = []
         for layer in layer_ops(graph):
             dim, size, role = _split(layer, split_dims)

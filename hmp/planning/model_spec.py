@@ -12,13 +12,15 @@ over the ``model`` axis and how:
   axis adds them up.
 
 The helpers build specs from shapes so that models and tests need not count
-FLOPs by hand. FLOPs count a multiply-add as 2.
+FLOPs by hand; the sizes and FLOPs are ``hmp.layer_math``'s, the rules the
+engine and ``hmp.workload`` use. FLOPs count a multiply-add as 2.
 """
 
 import math
 from dataclasses import dataclass
 
-from hmp.errors import InvalidInput
+from hmp.errors import InvalidInput, whole_number
+from hmp.layer_math import conv_flops, dense_flops, output_size, pool_flops
 
 KINDS = ("conv2d", "conv3d", "dense", "pool")
 ROLES = ("output", "input")
@@ -54,11 +56,9 @@ class LayerSpec:
             if self.split_role not in ROLES:
                 raise InvalidInput(f"{where}: split_role {self.split_role!r} is unknown "
                                  f"(allowed: {', '.join(ROLES)})")
-            if not _is_count(self.split_size) or self.split_size < 1:
-                raise InvalidInput(f"{where}: split_size {self.split_size!r} must be a whole number >= 1")
+            whole_number(self.split_size, f"{where}: split_size")
         for field in ("params", "output_elems_per_sample"):
-            if not _is_count(getattr(self, field)) or getattr(self, field) < 0:
-                raise InvalidInput(f"{where}: {field} {getattr(self, field)!r} must be a whole number >= 0")
+            whole_number(getattr(self, field), f"{where}: {field}", 0)
         if not math.isfinite(self.flops_per_sample) or self.flops_per_sample < 0:
             raise InvalidInput(f"{where}: flops_per_sample {self.flops_per_sample!r} "
                              "must be finite and >= 0")
@@ -84,9 +84,10 @@ class ModelSpec:
             raise InvalidInput(f"model name must be a non-empty string, got {self.name!r}")
         if not self.layers:
             raise InvalidInput(f"model {self.name!r} has no layers")
-        if not self.input_shape or not all(_is_count(d) and d >= 1 for d in self.input_shape):
-            raise InvalidInput(f"model {self.name!r}: input_shape {self.input_shape!r} "
-                             "must be whole numbers >= 1")
+        if not self.input_shape:
+            raise InvalidInput(f"model {self.name!r}: input_shape is empty")
+        for d in self.input_shape:
+            whole_number(d, f"model {self.name!r}: input_shape {self.input_shape!r}: a size")
         seen = set()
         sizes = {}
         for layer in self.layers:
@@ -114,36 +115,23 @@ class ModelSpec:
         return self.layers[index - 1].output_elems_per_sample
 
 
-def _is_count(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _per_axis(value, rank, what):
     """Expands an int to a ``rank``-tuple; checks a given tuple's length."""
     values = (value,) * rank if isinstance(value, int) else tuple(value)
-    if len(values) != rank or not all(_is_count(v) and v >= 1 for v in values):
+    if len(values) != rank:
         raise InvalidInput(f"{what} {value!r} must be {rank} whole numbers >= 1")
-    return values
+    return tuple(whole_number(v, f"{what} {value!r}: an entry") for v in values)
 
 
 def conv_output_spatial(in_spatial, kernel, strides=1, padding="same"):
-    """Output spatial shape of a convolution or pool, as Mesh-TF/TF compute it.
-
-    ``same``: ``ceil(in / stride)``; ``valid``: ``floor((in - k) / stride) + 1``.
-    """
+    """Output spatial shape of a convolution or pool (``hmp.layer_math.output_size``
+    on every axis)."""
     rank = len(in_spatial)
     in_spatial = _per_axis(tuple(in_spatial), rank, "in_spatial")
     kernel = _per_axis(kernel, rank, "kernel")
     strides = _per_axis(strides, rank, "strides")
-    if padding == "same":
-        return tuple(-(-n // s) for n, s in zip(in_spatial, strides))
-    if padding == "valid":
-        out = tuple((n - k) // s + 1 for n, k, s in zip(in_spatial, kernel, strides))
-        if min(out) < 1:
-            raise InvalidInput(f"kernel {kernel} is larger than the input {in_spatial} "
-                             "with padding 'valid'")
-        return out
-    raise InvalidInput(f"padding {padding!r} is unknown (allowed: same, valid)")
+    return tuple(output_size(n, k, s, padding, f"axis {axis} of in_spatial {in_spatial}")
+                 for axis, (n, k, s) in enumerate(zip(in_spatial, kernel, strides)))
 
 
 def _split(out_channels, in_channels, split_dim, split_role):
@@ -174,7 +162,8 @@ def conv_layer_spec(name, kind, in_spatial, kernel, in_channels, out_channels,
         name=name, kind=kind, split_dim=split_dim,
         split_size=_split(out_channels, in_channels, split_dim, split_role),
         split_role=split_role,
-        flops_per_sample=float(2 * weights * math.prod(out_spatial)),
+        flops_per_sample=float(conv_flops(math.prod(out_spatial) * out_channels, weights,
+                                          out_channels)),
         params=weights + (out_channels if bias else 0),
         output_elems_per_sample=math.prod(out_spatial) * out_channels)
 
@@ -185,7 +174,7 @@ def dense_layer_spec(name, in_features, out_features, split_dim=None, split_role
         name=name, kind="dense", split_dim=split_dim,
         split_size=_split(out_features, in_features, split_dim, split_role),
         split_role=split_role,
-        flops_per_sample=float(2 * in_features * out_features),
+        flops_per_sample=float(dense_flops(in_features * out_features)),
         params=in_features * out_features + (out_features if bias else 0),
         output_elems_per_sample=out_features)
 
@@ -204,5 +193,6 @@ def pool_layer_spec(name, in_spatial, channels, window, strides=None, padding="v
         name=name, kind="pool", split_dim=split_dim,
         split_size=channels if split_dim is not None else 0,
         split_role="output" if split_dim is not None else None,
-        flops_per_sample=float(math.prod(_per_axis(window, len(in_spatial), "window")) * out_elems),
+        flops_per_sample=float(pool_flops(
+            out_elems, math.prod(_per_axis(window, len(in_spatial), "window")))),
         params=0, output_elems_per_sample=out_elems)

@@ -11,7 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from numbers import Real
 
-from hmp.errors import InvalidInput
+from hmp.errors import InvalidInput, whole_number
 from hmp.planning.apportion import check_speeds
 from hmp.planning.costmodel import DeviceSpec, Prediction
 from hmp.planning.layout import check_splits, parse_mesh
@@ -255,9 +255,7 @@ def _parse(data, where):
         check_speeds(_list(data["speeds"], where, "speeds", n), devices)
     except ValueError as e:
         raise InvalidInput(f"{where}: {e}") from e
-    batch_size = data["batch_size"]
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        _fail(where, "batch_size", "a whole number >= 1", batch_size)
+    batch_size = whole_number(data["batch_size"], f"{where}: batch_size")
     splits = data["splits"]
     if not isinstance(splits, dict) or not all(
             isinstance(sizes, list) and all(isinstance(s, int) and not isinstance(s, bool)
@@ -280,9 +278,7 @@ def _parse(data, where):
         _dict(layer, where, f"layers[{i}]", ["name", "split_dim", "split_size"])
         _string(layer["name"], where, f"layers[{i}].name")
         _string(layer["split_dim"], where, f"layers[{i}].split_dim", optional=True)
-        if (isinstance(layer["split_size"], bool) or not isinstance(layer["split_size"], int)
-                or layer["split_size"] < 0):
-            _fail(where, f"layers[{i}].split_size", "a whole number >= 0", layer["split_size"])
+        whole_number(layer["split_size"], f"{where}: layers[{i}].split_size", 0)
     if data["time_unit"] not in TIME_UNITS:
         _fail(where, "time_unit", f"one of {TIME_UNITS}", data["time_unit"])
     pred = _dict(data["prediction"], where, "prediction", Prediction.__dataclass_fields__)
@@ -300,9 +296,8 @@ def _parse(data, where):
         c = _dict(c, where, f"candidates[{i}]",
                   [k for k in Candidate.__dataclass_fields__ if k != "devices"])
         count = c.get("devices")
-        if count is not None and (isinstance(count, bool) or not isinstance(count, int)
-                                  or count < 1):
-            _fail(where, f"candidates[{i}].devices", "a whole number >= 1 or null", count)
+        if count is not None:
+            count = whole_number(count, f"{where}: candidates[{i}].devices")
         candidates.append(Candidate(
             mesh=_string(c["mesh"], where, f"candidates[{i}].mesh"),
             note=_string(c["note"], where, f"candidates[{i}].note"), devices=count,

@@ -20,7 +20,7 @@ from numbers import Real
 
 import numpy as np
 
-from hmp.errors import InvalidInput
+from hmp.errors import InvalidInput, whole_number
 from hmp.planning.apportion import apportion, check_speeds
 from hmp.planning.costmodel import (TRAIN_FLOPS_FACTOR, DeviceSpec, memory_bytes, predict,
                                     weight_fractions)
@@ -212,8 +212,7 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
       ValueError: on bad speeds, devices, caps or mesh, or when no layout fits.
     """
     specs = _device_specs(devices, speeds, memory_caps)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InvalidInput(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+    whole_number(batch_size, "batch_size")
     relative = max(d.flops_per_s for d in specs) < MIN_ABSOLUTE_FLOPS
     if relative and link is not None:
         raise InvalidInput(
