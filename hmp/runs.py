@@ -23,7 +23,7 @@ from hmp import cli, report
 # The files a run writes in its folder (--overwrite deletes these and nothing else).
 RUN_FILES = ("checkpoint", "ckpt-*", "results.json", "results.json.*.tmp", "history.json",
              "history.json.*.tmp", "classification_map.png", "confusion_matrix.png",
-             "events.out.tfevents.*")
+             "events.out.tfevents.*", "preprocessing.npz", "preprocessing.npz.*.tmp")
 HISTORY = "history.json"
 
 

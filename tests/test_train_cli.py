@@ -9,11 +9,7 @@ import sys
 import time
 
 import pytest
-
-TINY = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
-        "--train_fraction=0.05", "--devices=/cpu:0,/cpu:1", "--speeds=2,1",
-        "--mesh=model:2"]
-
+from conftest import TINY
 
 THREE = "--devices=/cpu:0,/cpu:1,/cpu:2"
 
@@ -26,8 +22,8 @@ def train(*args, model_dir=None, timeout=300, env=None):
                           env=None if env is None else {**os.environ, **env})
 
 
-def test_trains_end_to_end_and_writes_everything(tmp_path):
-    run = train(*TINY, "--epochs=2", model_dir=tmp_path)
+def test_trains_end_to_end_and_writes_everything(tiny_run):
+    run, tmp_path = tiny_run   # TINY for 2 epochs
     assert run.returncode == 0, run.stderr[-2000:]
     assert "epoch 2/2" in run.stdout and "overall accuracy (OA)" in run.stdout
     results = json.loads((tmp_path / "results.json").read_text())
@@ -36,7 +32,8 @@ def test_trains_end_to_end_and_writes_everything(tmp_path):
     assert [h["epoch"] for h in results["history"]] == [0, 1]
     assert 0.3 < results["test"]["overall_accuracy"] <= 1.0
     assert len(results["test"]["per_class_accuracy"]) == 10
-    for name in ("classification_map.png", "confusion_matrix.png", "checkpoint"):
+    for name in ("classification_map.png", "confusion_matrix.png", "checkpoint",
+                 "preprocessing.npz"):
         assert (tmp_path / name).exists(), name
     assert any(p.name.startswith("events.out.tfevents") for p in tmp_path.iterdir())
 
