@@ -18,7 +18,7 @@ import tensorflow.compat.v1 as tf
 
 from hmp import experiment, fitted_preprocessing, runs
 from hmp.compat import import_mesh_tensorflow
-from hmp.data import PatchExtractor
+from hmp.data import PatchExtractor, Scene, read_array
 from hmp.errors import InvalidInput
 from hmp.graph import Layout, ModelConfig, build_logits_graph
 from hmp.lowering import HeteroLowering
@@ -66,11 +66,13 @@ class Run:
                            fitted_preprocessing.output_bands(self.preprocessor),
                            len(self.class_names), self.flags["width"])
 
-    def data_config(self, **changes):
-        """The run's scene (an ``experiment.DataConfig``), with flags changed by ``changes``
-        (hmp.train's flag names, e.g. ``dataset=``, ``data_dir=``)."""
-        fields = {field: self.flags[name] for name, field in DATA_FLAGS.items()}
-        fields.update({DATA_FLAGS[name]: value for name, value in changes.items()})
+    def data_config(self, **given):
+        """The scene to classify (an ``experiment.DataConfig``): the run's own, with the
+        data flags ``given`` (hmp.train's names, e.g. ``data_dir=``) changed; when
+        ``given`` names a ``dataset``, that scene with only the flags given."""
+        fields = {} if "dataset" in given else {
+            field: self.flags[name] for name, field in DATA_FLAGS.items()}
+        fields.update({DATA_FLAGS[name]: value for name, value in given.items()})
         return experiment.DataConfig(**fields)
 
     def preprocess(self, scene):
@@ -86,6 +88,16 @@ class Run:
         cube = self.preprocessor.transform(scene.cube)
         cube[nodata] = 0.0   # as in training (hmp.experiment.prepare)
         return cube, nodata
+
+
+def load_scene(config):
+    """The scene of an ``experiment.DataConfig``; a cube file may come without labels
+    (its label map is then all 0: unlabelled)."""
+    if config.labels_path is None and os.path.splitext(config.dataset)[1]:
+        cube = read_array(config.dataset, config.cube_key, key_name="cube_key")
+        return Scene(os.path.splitext(os.path.basename(config.dataset))[0], cube,
+                     np.zeros(np.shape(cube)[:2], np.int32))
+    return experiment.load_scene(config)
 
 
 def batch_layout(devices, batch_size):

@@ -5,8 +5,9 @@ run's plan does not matter), and writes to ``--out``: ``class_map.npy``
 (int32 [H, W], classes 1..K, 0 for no-data pixels), ``class_map.png`` (one
 image pixel per scene pixel, legend to the right) and ``probabilities.npy``
 (float32 [H, W, K]; all zero for no-data pixels). The scene defaults to the
-run's own (its data flags, from results.json); give hmp.train's data flags to
-classify another one with the same bands. ``--export`` writes the model as a
+run's own (its data flags, from results.json); ``--dataset`` (with hmp.train's
+data flags) names another one with the same bands, e.g. a cube file without
+``--labels``. ``--export`` writes the model as a
 TensorFlow SavedModel (``hmp.export``).
 """
 
@@ -16,9 +17,9 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 from absl import flags
 
-from hmp import atomic, cli, experiment, export, maps
+from hmp import atomic, cli, export, maps
 from hmp.devices import check_local, gpu_count, session_config_for
-from hmp.inference import DATA_FLAGS, Run, classify
+from hmp.inference import DATA_FLAGS, Run, classify, load_scene
 from hmp.progress import ProgressLine
 
 flags.DEFINE_string("model_dir", None, "The run's folder (hmp.train's --model_dir).")
@@ -26,14 +27,15 @@ flags.DEFINE_string("out", None, "Folder for class_map.npy, class_map.png and "
                     "probabilities.npy (default <model_dir>/prediction; none with only "
                     "--export).")
 flags.DEFINE_string("export", None, "Also write the model as a TensorFlow SavedModel here.")
-flags.DEFINE_string("dataset", None, "The scene (as hmp.train's --dataset; default the run's).")
-flags.DEFINE_string("labels", None, "Label map of a --dataset given as a path (default the run's).")
-flags.DEFINE_string("cube_key", None, "MATLAB variable of the cube (default the run's).")
-flags.DEFINE_string("labels_key", None, "MATLAB variable of the label map (default the run's).")
-flags.DEFINE_string("data_dir", None, "Folder with the scene files (default the run's).")
-flags.DEFINE_string("synthetic_layout", None, "Class layout of the synthetic scene "
-                    "(default the run's).")
-flags.DEFINE_integer("seed", None, "Seed of the synthetic scene (default the run's).")
+flags.DEFINE_string("dataset", None, "The scene, as hmp.train's --dataset (default: the "
+                    "run's scene, with its data flags unless given here); a cube file "
+                    "needs no --labels.")
+flags.DEFINE_string("labels", None, "Label map file of a --dataset given as a path (optional).")
+flags.DEFINE_string("cube_key", None, "MATLAB variable of the cube.")
+flags.DEFINE_string("labels_key", None, "MATLAB variable of the label map.")
+flags.DEFINE_string("data_dir", None, "Folder with the scene files.")
+flags.DEFINE_string("synthetic_layout", None, "Class layout of the synthetic scene.")
+flags.DEFINE_integer("seed", None, "Seed of the synthetic scene.")
 flags.DEFINE_string("devices", None, "Comma-separated TensorFlow devices; the batch is "
                     "split evenly over them (default /gpu:0 if there is one, else /cpu:0).")
 flags.DEFINE_integer("batch_size", 1024, "Pixels classified per step.")
@@ -89,7 +91,7 @@ def main(argv):
     changed = {name: FLAGS[name].value for name in DATA_FLAGS if FLAGS[name].present}
     print("loading %s ..." % changed.get("dataset", run.flags["dataset"]), flush=True)
     with cli.blame(*(changed or ["model_dir"]), also=(OSError,)):
-        scene = experiment.load_scene(run.data_config(**changed))
+        scene = load_scene(run.data_config(**changed))
         cube, nodata = run.preprocess(scene)
     print("%s: %dx%d pixels; %s model of %s on %s"
           % (scene.name, *cube.shape[:2], run.flags["model"], run.checkpoint,

@@ -135,22 +135,23 @@ def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refus
     with pytest.raises(InvalidInput, match="holds no checkpoint"):
         inference.Run.open(str(tmp_path))
     trained = inference.Run.open(str(model_dir))
-    cube = np.zeros((6, 7, 90), np.float32)
-    scene = experiment.load_scene(experiment.DataConfig(dataset=cube_file(tmp_path, cube),
-                                                        labels_path=labels_file(tmp_path)))
+    np.save(tmp_path / "cube.npy", np.ones((6, 7, 90), np.float32))
+    scene = inference.load_scene(trained.data_config(dataset=str(tmp_path / "cube.npy")))
+    assert scene.cube.shape == (6, 7, 90) and not scene.labels.any()   # no labels needed
     with pytest.raises(InvalidInput, match="the cube has 90 bands; the run in .* was "
                                            "trained on 100$"):
         trained.preprocess(scene)
 
 
-def cube_file(folder, cube):
-    np.save(folder / "cube.npy", cube)
-    return str(folder / "cube.npy")
-
-
-def labels_file(folder):
-    np.save(folder / "labels.npy", np.ones((6, 7), np.int32))
-    return str(folder / "labels.npy")
+def test_a_batch_split_over_two_devices_gives_the_same_probabilities(run, predicted):
+    model_dir, _, exp = run
+    trained = inference.Run.open(str(model_dir))
+    cube, nodata = trained.preprocess(exp.scene)
+    assert not nodata.any()
+    probabilities = inference.classify(trained, cube[:24, :20], ["/cpu:0", "/cpu:1"], 50,
+                                       harness.session_config())   # 9 batches and 30 pixels
+    inner = (slice(2, 22), slice(2, 18))   # whose patches lie inside the 24 x 20 crop
+    np.testing.assert_allclose(probabilities[inner], predicted[1][inner], atol=1e-5)
 
 
 # -- TensorBoard events --------------------------------------------------------------------
