@@ -15,8 +15,9 @@ Load it with::
 
 import tensorflow.compat.v1 as tf
 
-from hmp import atomic
+from hmp import atomic, fitted_preprocessing
 from hmp.graph import build_logits_graph, imported
+from hmp.inference import restore_weights
 from hmp.lowering import HeteroLowering
 from hmp.mesh_impl import HeteroMeshImpl
 
@@ -37,7 +38,7 @@ def frozen_logits(run, chunk=CHUNK):
         output = lowering.export_to_tf_tensor(logits)
         saver = tf.train.Saver(tf.global_variables())
         with tf.Session(graph=graph) as session:
-            saver.restore(session, run.checkpoint)
+            restore_weights(saver, session, run.checkpoint)
             frozen = tf.graph_util.convert_variables_to_constants(
                 session, graph.as_graph_def(), [output.op.name])
     return frozen, x.name, output.name
@@ -57,8 +58,7 @@ def export_saved_model(run, path, chunk=CHUNK):
     """Writes ``run``'s model as a SavedModel folder ``path`` (replaced whole, atomically)."""
     config = run.model_config
     frozen, input_name, output_name = frozen_logits(run, chunk)
-    raw_bands = len(run.preprocessor.scaler.offset if run.preprocessor.scaler is not None
-                    else run.preprocessor.pca.mean)
+    raw_bands = fitted_preprocessing.input_bands(run.preprocessor)
     graph = tf.Graph()
     with graph.as_default():
         patches = tf.placeholder(tf.float32, [None, config.patch, config.patch, raw_bands],

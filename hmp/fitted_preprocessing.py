@@ -51,9 +51,9 @@ def load(model_dir):
 
 def input_bands(preprocessor):
     """Bands of the cube the preprocessor takes (the scene's raw bands)."""
-    fitted = preprocessor.scaler.offset if preprocessor.scaler is not None else \
-        preprocessor.pca.mean
-    return len(fitted)
+    if preprocessor.scaler is not None:
+        return len(preprocessor.scaler.offset)
+    return len(preprocessor.pca.mean)
 
 
 def output_bands(preprocessor):

@@ -134,12 +134,17 @@ class InferenceGraph:
 
     def restore(self, session, checkpoint):
         """Loads the weights of ``checkpoint`` into the master variables and the slices."""
-        try:
-            self.saver.restore(session, checkpoint)
-        except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as error:
-            raise InvalidInput("checkpoint %s does not fit the model of its run (%s)"
-                               % (checkpoint, error.message.splitlines()[0])) from None
+        restore_weights(self.saver, session, checkpoint)
         session.run(self.copy_masters_to_slices)
+
+
+def restore_weights(saver, session, checkpoint):
+    """``saver.restore``; InvalidInput when the checkpoint lacks or misshapes a weight."""
+    try:
+        saver.restore(session, checkpoint)
+    except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as error:
+        raise InvalidInput("checkpoint %s does not fit the model of its run (%s)"
+                           % (checkpoint, error.message.splitlines()[0])) from None
 
 
 def classify(run, cube, devices, batch_size, session_config=None, progress=None):
