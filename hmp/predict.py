@@ -57,18 +57,16 @@ def _devices():
 
 
 def save_outputs(out_dir, probabilities, nodata, class_names):
-    """Writes the class map (.npy and .png) and the probabilities, each file atomically;
-    returns the paths."""
+    """Writes the class map (.npy and .png) and the probabilities, each file atomically."""
     probabilities = np.where(nodata[..., None], np.float32(0), probabilities)
     class_map = np.where(nodata, 0, probabilities.argmax(axis=2) + 1).astype(np.int32)
-    paths = [os.path.join(out_dir, name) for name in OUTPUTS]
     contents = (lambda f: np.save(f, class_map),
                 lambda f: f.write(maps.png_bytes(maps.map_with_legend(class_map, class_names))),
                 lambda f: np.save(f, probabilities))
-    for path, write in zip(paths, contents):
-        with atomic.replacing(path) as temporary, open(temporary, "wb") as f:
-            write(f)
-    return paths
+    for name, write in zip(OUTPUTS, contents):
+        with atomic.replacing(os.path.join(out_dir, name)) as temporary:
+            with open(temporary, "wb") as f:
+                write(f)
 
 
 def main(argv):
@@ -88,6 +86,9 @@ def main(argv):
               % (FLAGS.export, export.SIGNATURE), flush=True)
         if FLAGS.out is None:
             return
+    out_dir = FLAGS.out or os.path.join(FLAGS.model_dir, "prediction")
+    with cli.blame("out", also=(OSError,)):
+        os.makedirs(out_dir, exist_ok=True)   # a folder we cannot make fails before the work
     changed = {name: FLAGS[name].value for name in DATA_FLAGS if FLAGS[name].present}
     print("loading %s ..." % changed.get("dataset", run.flags["dataset"]), flush=True)
     with cli.blame(*(changed or ["model_dir"]), also=(OSError,)):
@@ -99,7 +100,6 @@ def main(argv):
     with cli.blame("model_dir"):
         probabilities = classify(run, cube, devices, FLAGS.batch_size,
                                  session_config_for(devices), ProgressLine())
-    out_dir = FLAGS.out or os.path.join(FLAGS.model_dir, "prediction")
     with cli.blame("out", also=(OSError,)):
         save_outputs(out_dir, probabilities, nodata, run.class_names)
     print("class map (.npy, .png) and probabilities of %d pixels in %s"
