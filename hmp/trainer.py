@@ -205,8 +205,8 @@ class Trainer:
                         for b, d in zip(busy, self.graph.layout.devices)]
 
     def _summaries(self, stats, step):
-        events.add_scalars(self.writer, step, events.epoch_scalars(stats,
-                                                                   self.graph.layout.devices))
+        events.add_scalars(self.writer, step,
+                           events.epoch_scalars(stats, self.graph.layout.devices))
 
     # -- inference -----------------------------------------------------------
     def predict(self, dataset):
