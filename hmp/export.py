@@ -13,9 +13,14 @@ Load it with::
     logits = model.signatures["serving_default"](patches=patches)["logits"]
 """
 
+import contextlib
+import os
+import shutil
+import tempfile
+
 import tensorflow.compat.v1 as tf
 
-from hmp import atomic, fitted_preprocessing
+from hmp import fitted_preprocessing
 from hmp.graph import build_logits_graph, imported
 from hmp.inference import restore_weights
 from hmp.lowering import HeteroLowering
@@ -75,10 +80,26 @@ def export_saved_model(run, path, chunk=CHUNK):
         logits = tf.map_fn(model, tf.reshape(padded, [chunks, chunk, *padded.shape[1:]]),
                            fn_output_signature=tf.float32)
         logits = tf.reshape(logits, [-1, config.n_classes])[:n]
-        with tf.Session(graph=graph) as session, atomic.replacing(path, folder=True) as temp:
-            builder = tf.saved_model.Builder(temp)
+        with tf.Session(graph=graph) as session, _replacing_folder(path) as temporary:
+            builder = tf.saved_model.Builder(temporary)
             builder.add_meta_graph_and_variables(
                 session, [tf.saved_model.tag_constants.SERVING],
                 signature_def_map={SIGNATURE: tf.saved_model.predict_signature_def(
                     {"patches": patches}, {"logits": logits})})
             builder.save()
+
+
+@contextlib.contextmanager
+def _replacing_folder(path):
+    """Yields a path (not yet made) beside ``path``; the folder made there replaces ``path``
+    on success and is removed on failure, so ``path`` is never half written."""
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=parent)
+    try:
+        yield os.path.join(staging, "saved_model")
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        os.replace(os.path.join(staging, "saved_model"), path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from hmp import atomic
+from hmp import files
 from hmp.data import Preprocessor
 from hmp.errors import InvalidInput
 
@@ -24,7 +24,7 @@ def save(model_dir, preprocessor):
                       offset=preprocessor.scaler.offset, scale=preprocessor.scaler.scale)
     if preprocessor.pca is not None:
         arrays.update(pca_mean=preprocessor.pca.mean, pca_components=preprocessor.pca.components)
-    with atomic.replacing(os.path.join(model_dir, FILE_NAME)) as temporary:
+    with files.atomic_path(os.path.join(model_dir, FILE_NAME)) as temporary:
         with open(temporary, "wb") as f:
             np.savez(f, **arrays)
 

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 from absl import flags
 
-from hmp import atomic, cli, export, maps
+from hmp import cli, export, files, maps
 from hmp.devices import check_local, gpu_count, session_config_for
 from hmp.inference import DATA_FLAGS, Run, classify, load_scene
 from hmp.progress import ProgressLine
@@ -64,7 +64,7 @@ def save_outputs(out_dir, probabilities, nodata, class_names):
                 lambda f: f.write(maps.png_bytes(maps.map_with_legend(class_map, class_names))),
                 lambda f: np.save(f, probabilities))
     for name, write in zip(OUTPUTS, contents):
-        with atomic.replacing(os.path.join(out_dir, name)) as temporary:
+        with files.atomic_path(os.path.join(out_dir, name)) as temporary:
             with open(temporary, "wb") as f:
                 write(f)
 

@@ -2,10 +2,11 @@
 
 import json
 import os
+import tempfile
 
 import numpy as np
 
-from hmp import atomic, maps
+from hmp import maps
 
 
 def score_table(scores, class_names):
@@ -33,8 +34,18 @@ def write_json(path, payload):
     """Writes JSON atomically: a reader never sees half a file, and writers of the same
     file at once (e.g. two runs sharing the speed cache) never mix their bytes. The
     temporary file ``<name>.<random>.tmp`` beside ``path`` is removed on failure."""
-    with atomic.replacing(path) as temporary, open(temporary, "w", encoding="utf-8") as f:
-        json.dump(payload, f, indent=2, default=_plain)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp",
+                                     dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(payload, f, indent=2, default=_plain)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
 
 
 def prediction_map(shape, indices, predicted):

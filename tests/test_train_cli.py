@@ -9,7 +9,11 @@ import sys
 import time
 
 import pytest
-from conftest import TINY
+
+TINY = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
+        "--train_fraction=0.05", "--devices=/cpu:0,/cpu:1", "--speeds=2,1",
+        "--mesh=model:2"]
+
 
 THREE = "--devices=/cpu:0,/cpu:1,/cpu:2"
 
@@ -23,7 +27,7 @@ def train(*args, model_dir=None, timeout=300, env=None):
 
 
 def test_trains_end_to_end_and_writes_everything(tiny_run):
-    run, tmp_path = tiny_run   # TINY for 2 epochs
+    run, tmp_path = tiny_run   # conftest.py: TINY for 2 epochs
     assert run.returncode == 0, run.stderr[-2000:]
     assert "epoch 2/2" in run.stdout and "overall accuracy (OA)" in run.stdout
     results = json.loads((tmp_path / "results.json").read_text())
@@ -32,8 +36,7 @@ def test_trains_end_to_end_and_writes_everything(tiny_run):
     assert [h["epoch"] for h in results["history"]] == [0, 1]
     assert 0.3 < results["test"]["overall_accuracy"] <= 1.0
     assert len(results["test"]["per_class_accuracy"]) == 10
-    for name in ("classification_map.png", "confusion_matrix.png", "checkpoint",
-                 "preprocessing.npz"):
+    for name in ("classification_map.png", "confusion_matrix.png", "checkpoint"):
         assert (tmp_path / name).exists(), name
     assert any(p.name.startswith("events.out.tfevents") for p in tmp_path.iterdir())
 

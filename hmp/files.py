@@ -1,0 +1,49 @@
+"""Writing a file atomically: a reader never sees half a file.
+
+Used by every writer of a run's files (JSON reports, saved splits), so a kill
+in the middle of a write leaves the old file or none, never a broken one.
+"""
+
+import contextlib
+import json
+import os
+import tempfile
+
+import numpy as np
+
+
+@contextlib.contextmanager
+def atomic_path(path, suffix=".tmp"):
+    """Yields a temporary path beside ``path``; on success it replaces ``path``.
+
+    Writers of the same file at once (e.g. two runs sharing a cache) never mix
+    their bytes: each writes its own ``<name>.<random><suffix>``. The temporary
+    file is removed when the block fails. ``suffix`` lets writers that insist on
+    an extension (``numpy.savez`` appends ``.npz`` otherwise) keep theirs.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=suffix,
+                                     dir=folder)
+    os.close(fd)
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+
+
+def write_json(path, payload):
+    """Writes ``payload`` as JSON atomically (numpy values become plain numbers and lists)."""
+    with atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as f:
+        json.dump(payload, f, indent=2, default=_plain)
+
+
+def _plain(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
