@@ -26,6 +26,7 @@ setup(
         "scipy",
         "matplotlib",
         "h5py",
+        "tensorboard",   # tensorflow-cpu does not bring it
     ],
     extras_require={
         "test": ["pytest"],

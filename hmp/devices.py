@@ -1,7 +1,12 @@
 """This machine's TensorFlow devices: the real ones, and the virtual CPUs a list names."""
 
+import re
+
 import tensorflow as tf
 
+from hmp.errors import InvalidInput
+
+LOCAL_GPU = re.compile(r"^/(?:device:)?gpu:(\d+)$", re.IGNORECASE)
 LOCAL_JOBS = (None, "localhost")   # devices of this process, not of a cluster's task
 
 
@@ -25,3 +30,25 @@ def virtual_cpus(devices):
     indices = [spec.device_index or 0 for spec in map(tf.DeviceSpec.from_string, devices)
                if (spec.device_type or "").upper() == "CPU" and spec.job in LOCAL_JOBS]
     return max(indices) + 1 if indices else 0
+
+
+def check_local(devices):
+    """Raises InvalidInput for a device list naming a device twice, or a GPU this
+    machine does not have."""
+    if len(set(devices)) != len(devices):
+        raise InvalidInput("a device is named twice")
+    gpus = gpu_count()
+    for name in devices:
+        match = LOCAL_GPU.match(name)
+        if match and int(match.group(1)) >= gpus:
+            raise InvalidInput(
+                "%s is not a device of this machine, which has %d GPU%s; allowed: /cpu:N "
+                "(N >= 1: virtual CPUs)%s" % (name, gpus, "" if gpus == 1 else "s",
+                                             " and /gpu:0 to /gpu:%d" % (gpus - 1) if gpus
+                                             else ""))
+
+
+def session_config_for(devices):
+    """A TF1 session config with enough virtual CPU devices for every /cpu:N named."""
+    return tf.compat.v1.ConfigProto(device_count={"CPU": max(virtual_cpus(devices), 1)},
+                                    allow_soft_placement=False)

@@ -45,6 +45,7 @@ class Experiment:
     test: data.PatchDataset
     labelled: data.PatchDataset
     nodata_pixels: int = 0   # pixels masked for holding NaN or infinite values
+    preprocessor: data.Preprocessor = None   # fitted on the training pixels
 
     @property
     def n_classes(self):
@@ -68,21 +69,16 @@ def prepare(config, split=None):
         raise InvalidInput("split %r is not known; choose one of %s"
                          % (config.split, ", ".join(SPLITS)))
     data.check_patch_size(config.patch_size)
-    if config.dataset == "synthetic":
-        scene = data.load_scene("synthetic", config.data_dir,
-                                layout=config.synthetic_layout, seed=config.seed)
-    else:
-        scene = data.load_scene(config.dataset, config.data_dir,
-                                labels_path=config.labels_path, cube_key=config.cube_key,
-                                labels_key=config.labels_key)
+    scene = load_scene(config)
     nodata = mask_nodata(scene)
     if split is None:
         split = _split(scene.labels, config)
     elif tuple(split.image_shape) != scene.labels.shape:
         raise InvalidInput("the saved split is for a %dx%d image, but scene %r is %dx%d"
                            % (*split.image_shape, scene.name, *scene.labels.shape))
-    cube = data.Preprocessor("standard", pca_components=config.pca or None).fit_transform(
+    preprocessor = data.Preprocessor("standard", pca_components=config.pca or None).fit(
         scene.cube, split.train)
+    cube = preprocessor.transform(scene.cube)
     cube[nodata] = 0.0   # the training pixels' mean: no NaN reaches a neighbour's patch
     extractor = data.PatchExtractor(cube, config.patch_size)
     labelled = np.flatnonzero(scene.labels.ravel() > 0)
@@ -90,7 +86,16 @@ def prepare(config, split=None):
                       data.PatchDataset(extractor, scene.labels, split.train),
                       data.PatchDataset(extractor, scene.labels, split.test),
                       data.PatchDataset(extractor, scene.labels, labelled),
-                      int(nodata.sum()))
+                      int(nodata.sum()), preprocessor)
+
+
+def load_scene(config):
+    """The scene ``config`` names (its dataset, files, synthetic layout and seed)."""
+    if config.dataset == "synthetic":
+        return data.load_scene("synthetic", config.data_dir,
+                               layout=config.synthetic_layout, seed=config.seed)
+    return data.load_scene(config.dataset, config.data_dir, labels_path=config.labels_path,
+                           cube_key=config.cube_key, labels_key=config.labels_key)
 
 
 SPLIT_FILE = "split.npz"

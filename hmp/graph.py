@@ -18,7 +18,7 @@ from hmp.compat import import_mesh_tensorflow
 from hmp.lowering import HeteroLowering
 from hmp.mesh_impl import HeteroMeshImpl
 from hmp.optimizers import make_optimizer
-from hmp.scene_input import SceneCubes, cut_patches
+from hmp.scene_input import SceneCubes, patches_around
 from hmp.training import train_step
 
 mtf = import_mesh_tensorflow()
@@ -65,23 +65,32 @@ def imported(x):
     return lambda mesh, shape: mtf.import_tf_tensor(mesh, x, shape)
 
 
+def build_logits_graph(config, batch_size, inputs):
+    """Builds the model's mtf graph up to its logits; returns (mtf graph, mesh, logits).
+
+    ``inputs(mesh, shape)`` makes the mtf patches of ``shape`` [batch, h, w,
+    bands] (``imported(x)``, or ``hmp.scene_input.patches_around``). The logits are
+    [batch, classes].
+    """
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "mesh")
+    mtf_x = inputs(mesh, mtf.Shape(
+        [mtf.Dimension("batch", batch_size), mtf.Dimension("h", config.patch),
+         mtf.Dimension("w", config.patch), mtf.Dimension("bands", config.bands)]))
+    return graph, mesh, config.logits(mtf_x, mtf.Dimension("classes", config.n_classes))
+
+
 def build_model_graph(config, batch_size, inputs, y):
     """Builds the model's mtf graph; returns
     (mtf graph, mesh, loss, predicted class, number correct).
 
-    ``inputs(mesh, shape)`` makes the mtf patches of ``shape`` [batch, h, w,
-    bands] (``imported(x)`` or the scene's ``cut_patches``); ``y`` is the
-    TensorFlow tensor of labels [batch].
+    ``inputs`` as for :func:`build_logits_graph`; ``y`` is the TensorFlow
+    tensor of labels [batch].
     """
-    graph = mtf.Graph()
-    mesh = mtf.Mesh(graph, "mesh")
+    graph, mesh, logits = build_logits_graph(config, batch_size, inputs)
     batch = mtf.Dimension("batch", batch_size)
-    mtf_x = inputs(mesh, mtf.Shape(
-        [batch, mtf.Dimension("h", config.patch), mtf.Dimension("w", config.patch),
-         mtf.Dimension("bands", config.bands)]))
-    mtf_y = mtf.import_tf_tensor(mesh, y, mtf.Shape([batch]))
     classes = mtf.Dimension("classes", config.n_classes)
-    logits = config.logits(mtf_x, classes)
+    mtf_y = mtf.import_tf_tensor(mesh, y, mtf.Shape([batch]))
     loss = mtf.reduce_mean(layers.softmax_cross_entropy(logits, mtf_y, classes))
     predicted = ops.argmax(logits, classes)
     correct = mtf.reduce_sum(mtf.to_float(mtf.equal(predicted, mtf_y)))
@@ -107,11 +116,8 @@ class TrainingGraph:
             self.global_step = tf.train.get_or_create_global_step()
             self.indices = tf.placeholder(tf.int32, [batch_size], name="pixel_indices")
             self.y = tf.placeholder(tf.int32, [batch_size], name="labels")
-            def patches(mesh, shape):
-                return cut_patches(self.scene, mtf.import_tf_tensor(
-                    mesh, self.indices, mtf.Shape(shape.dims[:1])), shape)
             graph, mesh, loss, predicted, correct = build_model_graph(
-                config, batch_size, patches, self.y)
+                config, batch_size, patches_around(self.scene, self.indices), self.y)
             updates = train_step(loss, make_optimizer(optimizer, learning_rate))
             self.mesh_impl = HeteroMeshImpl(layout.mesh_shape, layout.layout_rules,
                                             list(layout.devices), layout.splits)

@@ -1,17 +1,23 @@
-"""PNG figures of results: classification map beside ground truth, and confusion matrix.
+"""PNG figures of results: classification map beside ground truth, confusion matrix,
+and a full-resolution map (one image pixel per scene pixel) with its legend.
 
 Figures are drawn on matplotlib's Agg canvas directly (no pyplot, no global
 backend switch), so this works on headless machines and does not disturb
 other plotting in the same process.
 """
 
+import io
+
 import numpy as np
 from matplotlib import colormaps
+from matplotlib import image as mpimage
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 UNLABELLED_COLOR = (0, 0, 0)
+LEGEND_ROW = 18          # pixels per legend line of a full-resolution map
+LEGEND_BACKGROUND = 255
 # Fixed, well separated colours for classes 1..16 (the usual maximum for the
 # benchmark scenes); classes beyond take colours from matplotlib's tab20.
 CLASS_COLORS = (
@@ -108,3 +114,45 @@ def save_confusion_matrix_plot(path, confusion, class_names, normalize=True, dpi
 def _save(figure, path, dpi):
     FigureCanvasAgg(figure)
     figure.savefig(path, dpi=dpi, format="png")
+
+
+def map_with_legend(label_map, class_names):
+    """A label map at full resolution with its legend to the right, uint8 RGB.
+
+    Pixel ``[r, c]`` of the map (0 = no class, 1..K) is the colour of its class at
+    ``[r, c]`` of the image (rows ``0..H-1``, columns ``0..W-1``); the legend (a
+    colour swatch and ``k: name`` per class, on white) starts at column ``W``.
+    The image is ``max(H, legend height)`` rows high.
+    """
+    rgb = label_map_to_rgb(label_map, len(class_names))
+    legend = _legend(class_names)
+    height = max(rgb.shape[0], legend.shape[0])
+    image = np.full((height, rgb.shape[1] + legend.shape[1], 3), LEGEND_BACKGROUND, np.uint8)
+    image[:rgb.shape[0], :rgb.shape[1]] = rgb
+    image[:legend.shape[0], rgb.shape[1]:] = legend
+    return image
+
+
+def _legend(class_names):
+    """Swatches and ``k: name`` lines, uint8 RGB [rows * LEGEND_ROW, width, 3]."""
+    lines = ["%d: %s" % (k, name) for k, name in enumerate(class_names, start=1)]
+    height = LEGEND_ROW * len(lines) + LEGEND_ROW // 2
+    width = 2 * LEGEND_ROW + 7 * max(len(line) for line in lines)
+    dpi = 100
+    figure = Figure(figsize=(width / dpi, height / dpi), dpi=dpi)
+    canvas = FigureCanvasAgg(figure)
+    for row, line in enumerate(lines):
+        figure.text(1.5 * LEGEND_ROW / width, 1 - ((row + 1) * LEGEND_ROW - 3) / height, line,
+                    fontsize=8, verticalalignment="baseline")
+    canvas.draw()
+    legend = np.asarray(canvas.buffer_rgba())[..., :3].copy()
+    for row, color in enumerate(class_colors(len(lines))[1:]):   # swatches in exact colours
+        legend[row * LEGEND_ROW + 4:(row + 1) * LEGEND_ROW - 2, 4:LEGEND_ROW - 2] = color
+    return legend
+
+
+def png_bytes(rgb):
+    """The PNG encoding of a uint8 RGB image, pixel for pixel."""
+    buffer = io.BytesIO()
+    mpimage.imsave(buffer, rgb, format="png")
+    return buffer.getvalue()

@@ -25,7 +25,7 @@ RUN_FILES = ("checkpoint", "ckpt-*", "results.json", "results.json.*.tmp", "hist
              "history.json.*.tmp", "classification_map.png", "confusion_matrix.png",
              "events.out.tfevents.*", experiment.SPLIT_FILE, experiment.SPLIT_FILE + ".*.npz",
              experiment.CONFIG_FILE, experiment.CONFIG_FILE + ".*.tmp", "summary.json",
-             "summary.json.*.tmp")
+             "summary.json.*.tmp", "preprocessing.npz", "preprocessing.npz.*.tmp")
 HISTORY = "history.json"
 SUMMARY = "summary.json"   # --runs: the runs' mean and standard deviation
 

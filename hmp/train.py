@@ -10,7 +10,6 @@ README.md and docs/planner.md for every flag.
 import contextlib
 import dataclasses
 import os
-import re
 import sys
 import time
 
@@ -18,10 +17,10 @@ import tensorflow.compat.v1 as tf
 from absl import flags
 
 import models
-from hmp import (cli, data, experiment, files, linkprobe, planning, rebalance, report, runs,
-                 scene_flags, speedcache)
+from hmp import (cli, data, events, experiment, files, fitted_preprocessing, linkprobe, maps,
+                 planning, rebalance, report, runs, scene_flags, speedcache)
 from hmp.cluster import Cluster
-from hmp.devices import default_devices, gpu_count, virtual_cpus
+from hmp.devices import check_local, default_devices, session_config_for
 from hmp.errors import InvalidInput, whole_number
 from hmp.graph import Layout, TrainingGraph
 from hmp.metrics import evaluate
@@ -69,7 +68,6 @@ FLAGS = flags.FLAGS
 
 RESUME_HINT = ("; the checkpoints so far are kept: restart the worker, then run again "
                "with --resume")
-LOCAL_GPU = re.compile(r"^/(?:device:)?gpu:(\d+)$", re.IGNORECASE)
 
 
 def _devices(cluster):
@@ -79,21 +77,14 @@ def _devices(cluster):
     if not devices:
         raise cli.UsageError("--devices=%s: give at least one TensorFlow device, e.g. /cpu:0"
                              % FLAGS.devices)
+    if not cluster:
+        with cli.blame("devices"):
+            check_local(devices)
+        return devices
     if len(set(devices)) != len(devices):
         raise cli.UsageError("--devices=%s: a device is named twice" % FLAGS.devices)
-    if not cluster:
-        gpus = gpu_count()
-        for name in devices:
-            match = LOCAL_GPU.match(name)
-            if match and int(match.group(1)) >= gpus:
-                raise cli.UsageError(
-                    "--devices=%s: %s is not a device of this machine, which has %d GPU%s; "
-                    "allowed: /cpu:N (N >= 1: virtual CPUs)%s" % (
-                        FLAGS.devices, name, gpus, "" if gpus == 1 else "s",
-                        " and /gpu:0 to /gpu:%d" % (gpus - 1) if gpus else ""))
-    if cluster:
-        with cli.blame("devices", "cluster"):
-            cluster.check_devices(devices)
+    with cli.blame("devices", "cluster"):
+        cluster.check_devices(devices)
     return devices
 
 
@@ -105,12 +96,6 @@ def _cluster():
         cluster = Cluster.parse(FLAGS.cluster, FLAGS.cluster_timeout)
     cluster.check_answers()
     return cluster
-
-
-def _session_config(devices):
-    """Enough virtual CPU devices for every /cpu:N named."""
-    return tf.ConfigProto(device_count={"CPU": max(virtual_cpus(devices), 1)},
-                          allow_soft_placement=False)
 
 
 def _speeds(devices):
@@ -242,7 +227,7 @@ def run(cluster=None):
     seeds = [FLAGS.seed + i for i in range(FLAGS.runs)]
     run_dirs = _run_dirs(model_dir, seeds)
     devices = _devices(cluster)
-    session_config = _session_config(devices)
+    session_config = session_config_for(devices)
     target = ""
     if cluster:
         session_config, target = cluster.session_config(), cluster.target
@@ -284,6 +269,7 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
     if exp.nodata_pixels:
         print("%d pixels hold NaN or infinite values: masked as no-data (label 0)"
               % exp.nodata_pixels, flush=True)
+    fitted_preprocessing.save(model_dir, exp.preprocessor)   # for hmp.predict
     steps = FLAGS.epochs * exp.train.steps_per_epoch(FLAGS.batch_size, drop_remainder=True)
     if FLAGS.resume and runs.finished(model_dir, steps):
         print("the run in %s is finished (%d epochs, step %d); its results are in %s; "
@@ -297,7 +283,7 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
         spec, plan = _plan(model_config, devices, session_config, target, model_dir,
                            cluster)
     if FLAGS.plan and not cluster:   # the plan's devices, not (only) --devices' default
-        session_config = _session_config(devices + plan.devices)
+        session_config = session_config_for(devices + plan.devices)
     print(plan.explain(), flush=True)
     with cli.blame("simulate_slowdown"):
         slowdown = _slowdown(devices)
@@ -312,6 +298,7 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
                           stop=signals, progress=progress)
         with cli.blame("resume", "model_dir"):
             trainer.initialise(resume)
+        events.add_text(trainer.writer, trainer.step, "plan", plan.explain())
         return trainer
 
     trainer = start(plan, FLAGS.resume)
@@ -352,6 +339,9 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
     print(report.score_table(scores, exp.scene.class_names, leakage))
     pictures = report.save_pictures(model_dir, exp.scene, predicted_map, scores)
     step = trainer.step
+    events.add_scalars(trainer.writer, step, events.test_scalars(scores))
+    events.add_image(trainer.writer, step, "classification_map",
+                     maps.map_with_legend(predicted_map, exp.scene.class_names))
     trainer.close()
     results = {"flags": {**{f.name: f.value for f in
                             FLAGS.get_key_flags_for_module(sys.modules[__name__])},

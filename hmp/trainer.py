@@ -15,6 +15,7 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from hmp import events
 from hmp.cli import TrainingError   # defined in cli; callers may use hmp.trainer.TrainingError
 from hmp.errors import InvalidInput
 from hmp.profiler import run_traced
@@ -204,12 +205,8 @@ class Trainer:
                         for b, d in zip(busy, self.graph.layout.devices)]
 
     def _summaries(self, stats, step):
-        values = {"loss": stats.loss, "train_accuracy": stats.train_accuracy,
-                  "samples_per_second": stats.samples_per_second}
-        summary = tf.Summary(value=[tf.Summary.Value(tag=k, simple_value=v)
-                                    for k, v in values.items()])
-        self.writer.add_summary(summary, step)
-        self.writer.flush()
+        events.add_scalars(self.writer, step,
+                           events.epoch_scalars(stats, self.graph.layout.devices))
 
     # -- inference -----------------------------------------------------------
     def predict(self, dataset):

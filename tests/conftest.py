@@ -1,6 +1,27 @@
-"""Test setup: TF1 graph mode (Mesh-TensorFlow builds graphs, not eager code)."""
+"""Test setup: TF1 graph mode (Mesh-TensorFlow builds graphs, not eager code), and one
+tiny run of ``python -m hmp.train`` that several test files read."""
 
+import subprocess
+import sys
+
+import pytest
 import tensorflow.compat.v1 as tf
 
 tf.disable_eager_execution()
 tf.logging.set_verbosity(tf.logging.ERROR)
+
+# test_train_cli.py's TINY for 2 epochs: a small CNN on a 2-device filter split of the
+# synthetic scene (its end-to-end test and tests/test_predict.py read this run).
+TINY_RUN = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
+            "--train_fraction=0.05", "--devices=/cpu:0,/cpu:1", "--speeds=2,1",
+            "--mesh=model:2", "--epochs=2"]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """(the finished ``subprocess.run`` of hmp.train with TINY_RUN, its --model_dir)."""
+    model_dir = tmp_path_factory.mktemp("tiny_run")
+    run = subprocess.run([sys.executable, "-m", "hmp.train", *TINY_RUN,
+                          "--model_dir=%s" % model_dir], capture_output=True, text=True,
+                         timeout=300)
+    return run, model_dir

@@ -50,7 +50,7 @@ def cli_runs(tmp_path_factory):
     one interpreter (tests/cli_batch.py): one TensorFlow import, not one a run. Each
     name's runs write in a folder of their own; a BAD_FLAGS run is named by its flags."""
     from models import model_config
-    names = ("end_to_end", "no_checkpoint", "other_model_plan", "nan", "readme_model",
+    names = ("no_checkpoint", "other_model_plan", "nan", "readme_model",
              "auto_speeds", "relative_speeds", "virtual_cpus_plan")
     folders = {name: tmp_path_factory.mktemp(name) for name in names}
     other_plan = plan_file(folders["other_model_plan"] / "plan.json",
@@ -62,7 +62,6 @@ def cli_runs(tmp_path_factory):
     cache = {"HMP_CACHE_DIR": str(folders["auto_speeds"] / "cache")}
     two = [*TINY_AUTO, "--devices=/cpu:0,/cpu:1"]
     runs = {
-        "end_to_end": [train(*TINY, "--epochs=2", model_dir=folders["end_to_end"])],
         "no_checkpoint": [train(*TINY, "--resume", model_dir=folders["no_checkpoint"])],
         "other_model_plan": [train(*TINY, "--plan=%s" % other_plan,
                                    model_dir=folders["other_model_plan"] / "run")],
@@ -88,9 +87,8 @@ def cli_runs(tmp_path_factory):
     return {name: [next(done) for _ in runs_of] for name, runs_of in runs.items()}, folders
 
 
-def test_trains_end_to_end_and_writes_everything(cli_runs):
-    runs, folders = cli_runs
-    run, folder = runs["end_to_end"][0], folders["end_to_end"]
+def test_trains_end_to_end_and_writes_everything(tiny_run):
+    run, folder = tiny_run   # conftest.py: TINY for 2 epochs
     assert run.returncode == 0, run.stderr[-2000:]
     assert "epoch 2/2" in run.stdout and "overall accuracy (OA)" in run.stdout
     results = json.loads((folder / "results.json").read_text())

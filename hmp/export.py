@@ -1,0 +1,105 @@
+"""A run's model as a TensorFlow SavedModel that plain TensorFlow loads without hmp.
+
+The signature ``serving_default`` takes ``patches``, float32 [N, p, p, bands]
+of the scene's raw values (any N; the run's band scaling and PCA are part of
+the model) and returns ``logits``, float32 [N, classes]; class k+1 of the
+label map is logit column k. The model is the one-device lowering of the
+run's Mesh-TF graph for a fixed chunk of patches, with its weights frozen to
+constants; the signature pads the patches to whole chunks and maps over them.
+
+Load it with::
+
+    model = tf.saved_model.load(path)
+    logits = model.signatures["serving_default"](patches=patches)["logits"]
+"""
+
+import contextlib
+import os
+import shutil
+import tempfile
+
+import tensorflow.compat.v1 as tf
+
+from hmp import fitted_preprocessing
+from hmp.graph import build_logits_graph, imported
+from hmp.inference import restore_weights
+from hmp.lowering import HeteroLowering
+from hmp.mesh_impl import HeteroMeshImpl
+
+SIGNATURE = "serving_default"
+CHUNK = 256   # patches per run of the frozen model
+
+
+def frozen_logits(run, chunk=CHUNK):
+    """The run's model on one device with its weights as constants: (GraphDef, name of its
+    input, preprocessed patches [chunk, p, p, bands], name of its logits [chunk, classes])."""
+    config = run.model_config
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.placeholder(tf.float32, [chunk, config.patch, config.patch, config.bands],
+                           name="patches")
+        mtf_graph, mesh, logits = build_logits_graph(config, chunk, imported(x))
+        lowering = HeteroLowering(mtf_graph, {mesh: HeteroMeshImpl("", "", [""], {})})
+        output = lowering.export_to_tf_tensor(logits)
+        saver = tf.train.Saver(tf.global_variables())
+        with tf.Session(graph=graph) as session:
+            restore_weights(saver, session, run.checkpoint)
+            frozen = tf.graph_util.convert_variables_to_constants(
+                session, graph.as_graph_def(), [output.op.name])
+    return frozen, x.name, output.name
+
+
+def _preprocess(patches, preprocessor):
+    """The run's band scaling and PCA on raw patches, in float64 as in hmp.data."""
+    x = tf.cast(patches, tf.float64)
+    if preprocessor.scaler is not None:
+        x = (x - preprocessor.scaler.offset) / preprocessor.scaler.scale
+    if preprocessor.pca is not None:
+        x = tf.tensordot(x - preprocessor.pca.mean, preprocessor.pca.components, 1)
+    return tf.cast(x, tf.float32)
+
+
+def export_saved_model(run, path, chunk=CHUNK):
+    """Writes ``run``'s model as a SavedModel folder ``path`` (replaced whole, atomically)."""
+    config = run.model_config
+    frozen, input_name, output_name = frozen_logits(run, chunk)
+    raw_bands = fitted_preprocessing.input_bands(run.preprocessor)
+    graph = tf.Graph()
+    with graph.as_default():
+        patches = tf.placeholder(tf.float32, [None, config.patch, config.patch, raw_bands],
+                                 name="patches")
+        n = tf.shape(patches)[0]
+        chunks = (n + chunk - 1) // chunk
+        padded = tf.pad(_preprocess(patches, run.preprocessor),
+                        [[0, chunks * chunk - n], [0, 0], [0, 0], [0, 0]])
+
+        def model(x):
+            return tf.import_graph_def(frozen, input_map={input_name: x},
+                                       return_elements=[output_name], name="model")[0]
+
+        logits = tf.map_fn(model, tf.reshape(padded, [chunks, chunk, *padded.shape[1:]]),
+                           fn_output_signature=tf.float32)
+        logits = tf.reshape(logits, [-1, config.n_classes])[:n]
+        with tf.Session(graph=graph) as session, _replacing_folder(path) as temporary:
+            builder = tf.saved_model.Builder(temporary)
+            builder.add_meta_graph_and_variables(
+                session, [tf.saved_model.tag_constants.SERVING],
+                signature_def_map={SIGNATURE: tf.saved_model.predict_signature_def(
+                    {"patches": patches}, {"logits": logits})})
+            builder.save()
+
+
+@contextlib.contextmanager
+def _replacing_folder(path):
+    """Yields a path (not yet made) beside ``path``; the folder made there replaces ``path``
+    on success and is removed on failure, so ``path`` is never half written."""
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=parent)
+    try:
+        yield os.path.join(staging, "saved_model")
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        os.replace(os.path.join(staging, "saved_model"), path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

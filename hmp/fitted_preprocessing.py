@@ -1,0 +1,63 @@
+"""A run's fitted preprocessing (band scaling, PCA) in ``preprocessing.npz`` of its folder.
+
+The statistics come from the run's training pixels; a trained model only
+makes sense on a cube transformed by exactly these, so ``hmp.predict`` reads
+them from here instead of fitting them again on the scene it classifies.
+"""
+
+import os
+
+import numpy as np
+
+from hmp import files
+from hmp.data import Preprocessor
+from hmp.errors import InvalidInput
+
+FILE_NAME = "preprocessing.npz"
+
+
+def save(model_dir, preprocessor):
+    """Writes ``preprocessor``'s statistics to ``model_dir``/preprocessing.npz, atomically."""
+    arrays = {}
+    if preprocessor.scaler is not None:
+        arrays.update(scaling=np.array(preprocessor.scaler.method),
+                      offset=preprocessor.scaler.offset, scale=preprocessor.scaler.scale)
+    if preprocessor.pca is not None:
+        arrays.update(pca_mean=preprocessor.pca.mean, pca_components=preprocessor.pca.components)
+    with files.atomic_path(os.path.join(model_dir, FILE_NAME)) as temporary:
+        with open(temporary, "wb") as f:
+            np.savez(f, **arrays)
+
+
+def load(model_dir):
+    """The fitted :class:`hmp.data.Preprocessor` saved in ``model_dir``."""
+    path = os.path.join(model_dir, FILE_NAME)
+    if not os.path.exists(path):
+        raise InvalidInput("%s holds no %s (the preprocessing statistics of its training "
+                           "pixels); train the run again with this version of hmp"
+                           % (model_dir, FILE_NAME))
+    with np.load(path) as arrays:
+        preprocessor = Preprocessor(str(arrays["scaling"]) if "scaling" in arrays else None,
+                                    arrays["pca_components"].shape[1]
+                                    if "pca_components" in arrays else None)
+        if preprocessor.scaler is not None:
+            preprocessor.scaler.offset, preprocessor.scaler.scale = (arrays["offset"],
+                                                                     arrays["scale"])
+        if preprocessor.pca is not None:
+            preprocessor.pca.mean, preprocessor.pca.components = (arrays["pca_mean"],
+                                                                  arrays["pca_components"])
+    return preprocessor
+
+
+def input_bands(preprocessor):
+    """Bands of the cube the preprocessor takes (the scene's raw bands)."""
+    if preprocessor.scaler is not None:
+        return len(preprocessor.scaler.offset)
+    return len(preprocessor.pca.mean)
+
+
+def output_bands(preprocessor):
+    """Bands of the cube it makes (the model's input)."""
+    if preprocessor.pca is not None:
+        return preprocessor.pca.components.shape[1]
+    return input_bands(preprocessor)

@@ -1,0 +1,198 @@
+"""Use a trained run (issue 15): ``python -m hmp.predict``, the SavedModel export, and the
+run's TensorBoard events, all on conftest's tiny run (trained on a 2-device filter split).
+
+References: the run's own graph (``TrainingGraph`` on its plan) restored from its
+checkpoint, the confusion matrix in its results.json, numpy's softmax, and the
+run's results.json for the events.
+"""
+
+import glob
+import io
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf2
+import tensorflow.compat.v1 as tf
+from matplotlib import image as mpimage
+
+import harness
+from hmp import experiment, export, inference
+from hmp.data import PatchExtractor
+from hmp.errors import InvalidInput
+from hmp.graph import Layout, TrainingGraph
+from hmp.maps import LEGEND_ROW, class_colors
+from hmp.metrics import evaluate
+from models import get_model, model_config
+
+
+@pytest.fixture(scope="module")
+def run(tiny_run):
+    process, model_dir = tiny_run
+    assert process.returncode == 0, process.stderr[-2000:]
+    results = json.loads((model_dir / "results.json").read_text())
+    flags = results["flags"]
+    exp = experiment.prepare(experiment.DataConfig(
+        patch_size=flags["patch_size"], train_fraction=flags["train_fraction"],
+        seed=flags["seed"]))
+    return model_dir, results, exp
+
+
+@pytest.fixture(scope="module")
+def predicted(run):
+    """``python -m hmp.predict --model_dir=RUN`` (on this machine's one default device);
+    returns (class map, probabilities, PNG pixels, stdout)."""
+    model_dir = run[0]
+    process = subprocess.run([sys.executable, "-m", "hmp.predict",
+                              "--model_dir=%s" % model_dir],
+                             capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stderr[-2000:]
+    out = model_dir / "prediction"
+    png = (mpimage.imread(out / "class_map.png")[..., :3] * 255).round().astype(np.uint8)
+    return (np.load(out / "class_map.npy"), np.load(out / "probabilities.npy"), png,
+            process.stdout)
+
+
+def run_graph_predictions(model_dir, results, exp, indices):
+    """Classes (0-based) of the pixels ``indices`` by the run's own graph: its plan's
+    devices and splits, restored from its last checkpoint."""
+    flags, plan = results["flags"], results["plan"]
+    config = model_config(flags["model"], flags["patch_size"], exp.bands, exp.n_classes,
+                          flags["width"])
+    graph = TrainingGraph(config, Layout(plan["mesh"], plan["layout_rules"],
+                                         tuple(plan["devices"]), plan["splits"]),
+                          flags["batch_size"], exp.scene.labels.shape)
+    batch, predictions = flags["batch_size"], []
+    with tf.Session(graph=graph.tf_graph, config=harness.session_config()) as session:
+        graph.saver.restore(session, tf.train.latest_checkpoint(str(model_dir)))
+        session.run(graph.copy_masters_to_slices)
+        graph.load_scene(session, exp.train.extractor.padded)
+        for start in range(0, len(indices), batch):
+            chunk = indices[start:start + batch]
+            feed = graph.feed(np.resize(chunk, batch), np.zeros(batch, np.int32))
+            predictions.append(session.run(graph.predicted, feed)[:len(chunk)])
+    return np.concatenate(predictions)
+
+
+def test_predicts_every_pixel_as_the_run_did_on_its_own_devices(run, predicted):
+    model_dir, results, exp = run
+    class_map, probabilities, _, stdout = predicted
+    height, width = exp.scene.labels.shape
+    one_device = stdout.splitlines()[1].split(" on ")[-1]   # the default: /cpu:0 or /gpu:0
+    assert one_device in ("/cpu:0", "/gpu:0") and len(results["plan"]["devices"]) == 2
+    assert class_map.shape == (height, width) and class_map.dtype == np.int32
+    assert class_map.min() >= 1 and class_map.max() <= exp.n_classes   # every pixel
+    test_classes = class_map.ravel()[exp.test.indices] - 1
+    confusion = evaluate(exp.test.class_ids, test_classes, exp.n_classes).confusion
+    np.testing.assert_array_equal(confusion, results["test"]["confusion_matrix"])
+    some = exp.test.indices[:128]
+    np.testing.assert_array_equal(class_map.ravel()[some] - 1,
+                                  run_graph_predictions(model_dir, results, exp, some))
+    assert probabilities.shape == (height, width, exp.n_classes)
+    assert probabilities.dtype == np.float32
+    np.testing.assert_allclose(probabilities.sum(axis=2), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(probabilities.argmax(axis=2) + 1, class_map)
+
+
+def test_png_has_one_pixel_per_scene_pixel_and_a_legend(run, predicted):
+    _, results, exp = run
+    class_map, _, png, _ = predicted
+    height, width = class_map.shape
+    np.testing.assert_array_equal(png[:height, :width], class_colors(10)[class_map])
+    legend_height = LEGEND_ROW * exp.n_classes + LEGEND_ROW // 2
+    assert png.shape[0] == max(height, legend_height) and png.shape[1] > width + 100
+    legend = png[:, width:].reshape(-1, 3)
+    for color in class_colors(10)[1:]:   # a swatch of every class
+        assert (legend == color).all(axis=1).sum() >= 50
+
+
+def test_saved_model_in_plain_tensorflow_gives_the_same_classes(run, predicted, tmp_path):
+    model_dir, _, exp = run
+    class_map, probabilities, _, _ = predicted
+    export.export_saved_model(inference.Run.open(str(model_dir), get_model),
+                              str(tmp_path / "model"))
+    pixels = exp.labelled.indices[::31][:300]   # more than one chunk of 256
+    patches = PatchExtractor(exp.scene.cube, 5)(pixels).astype(np.float32)   # raw values
+    with tf.Graph().as_default(), tf.Session() as session:
+        model = tf2.saved_model.load(str(tmp_path / "model"))
+        logits = session.run(model.signatures["serving_default"](
+            patches=tf.constant(patches))["logits"])
+    assert logits.shape == (300, 10) and logits.dtype == np.float32
+    softmax = np.exp(logits - logits.max(axis=1, keepdims=True))
+    softmax /= softmax.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(softmax, probabilities.reshape(-1, 10)[pixels], atol=1e-5)
+    np.testing.assert_array_equal(logits.argmax(axis=1) + 1, class_map.ravel()[pixels])
+
+
+def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refused(
+        run, tmp_path):
+    model_dir = run[0]
+    with pytest.raises(InvalidInput, match="^no such folder$"):
+        inference.Run.open(str(tmp_path / "nothing"), get_model)
+    with pytest.raises(InvalidInput, match="holds no finished run"):
+        inference.Run.open(str(tmp_path), get_model)
+    for name in ("results.json", "preprocessing.npz"):
+        (tmp_path / name).write_bytes((model_dir / name).read_bytes())
+    with pytest.raises(InvalidInput, match="holds no checkpoint"):
+        inference.Run.open(str(tmp_path), get_model)
+    trained = inference.Run.open(str(model_dir), get_model)
+    np.save(tmp_path / "cube.npy", np.ones((6, 7, 90), np.float32))
+    scene = inference.load_scene(trained.data_config(dataset=str(tmp_path / "cube.npy")))
+    assert scene.cube.shape == (6, 7, 90) and not scene.labels.any()   # no labels needed
+    with pytest.raises(InvalidInput, match="the cube has 90 bands; the run in .* was "
+                                           "trained on 100$"):
+        trained.preprocess(scene)
+
+
+def test_a_batch_split_over_two_devices_gives_the_same_probabilities(run, predicted):
+    model_dir, _, exp = run
+    trained = inference.Run.open(str(model_dir), get_model)
+    cube, nodata = trained.preprocess(exp.scene)
+    assert not nodata.any()
+    probabilities = inference.classify(trained, cube[:16, :14], ["/cpu:0", "/cpu:1"], 50,
+                                       harness.session_config())   # 4 batches and 24 pixels
+    inner = (slice(2, 14), slice(2, 12))   # whose patches lie inside the 16 x 14 crop
+    np.testing.assert_allclose(probabilities[inner], predicted[1][inner], atol=1e-5)
+
+
+# -- TensorBoard events --------------------------------------------------------------------
+
+def events(model_dir):
+    """{tag: [(step, value)]}: scalars as numbers, text as str, images as uint8 RGB."""
+    found = {}
+    for path in sorted(glob.glob(str(model_dir / "events.out.tfevents.*"))):
+        for event in tf.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.HasField("image"):
+                    content = (mpimage.imread(io.BytesIO(value.image.encoded_image_string))
+                               [..., :3] * 255).round().astype(np.uint8)
+                elif value.HasField("tensor"):
+                    content = value.tensor.string_val[0].decode()
+                else:
+                    content = value.simple_value
+                found.setdefault(value.tag, []).append((event.step, content))
+    return found
+
+
+def test_events_hold_what_results_json_says(run, predicted):
+    model_dir, results, exp = run
+    found = events(model_dir)
+    steps = np.cumsum([h["steps"] for h in results["history"]]).tolist()
+    for tag in ("loss", "train_accuracy", "samples_per_second"):
+        assert found[tag] == [(s, np.float32(h[tag])) for s, h in zip(steps, results["history"])]
+    for i, device in enumerate(results["plan"]["devices"]):
+        assert found["busy_share/" + device.lstrip("/")] == [
+            (s, np.float32(h["busy_seconds"][i] / sum(h["busy_seconds"])))
+            for s, h in zip(steps, results["history"])]
+    for tag in ("overall_accuracy", "average_accuracy", "kappa"):
+        assert found["test/" + tag] == [(results["step"], np.float32(results["test"][tag]))]
+    [(step, text)] = found["plan"]
+    assert step == 0 and "mesh %s (" % results["plan"]["mesh"] in text
+    assert all(device in text for device in results["plan"]["devices"])
+    [(step, image)] = found["classification_map"]
+    height, width = exp.scene.labels.shape
+    labelled_prediction = np.where(exp.scene.labels > 0, predicted[0], 0)
+    assert step == results["step"]
+    np.testing.assert_array_equal(image[:height, :width], class_colors(10)[labelled_prediction])
