@@ -28,6 +28,7 @@ class DataConfig:
     train_per_class: int = 0
     split: str = "random"
     seed: int = 0
+    val_fraction: float = 0.0   # share of each class's training pixels held out to validate
 
 
 @dataclasses.dataclass
@@ -40,6 +41,7 @@ class Experiment:
     test: data.PatchDataset
     labelled: data.PatchDataset
     nodata_pixels: int = 0   # pixels masked for holding NaN or infinite values
+    val: data.PatchDataset = None   # held out of ``split.train``; None without validation
 
     @property
     def n_classes(self):
@@ -73,11 +75,14 @@ def prepare(config):
     cube[nodata] = 0.0   # the training pixels' mean: no NaN reaches a neighbour's patch
     extractor = data.PatchExtractor(cube, config.patch_size)
     labelled = np.flatnonzero(scene.labels.ravel() > 0)
+    train, val = data.validation_split(scene.labels, split.train, config.val_fraction,
+                                       seed=config.seed)
     return Experiment(scene, split,
-                      data.PatchDataset(extractor, scene.labels, split.train),
+                      data.PatchDataset(extractor, scene.labels, train),
                       data.PatchDataset(extractor, scene.labels, split.test),
                       data.PatchDataset(extractor, scene.labels, labelled),
-                      int(nodata.sum()))
+                      int(nodata.sum()),
+                      data.PatchDataset(extractor, scene.labels, val) if len(val) else None)
 
 
 def mask_nodata(scene):

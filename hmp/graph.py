@@ -10,15 +10,17 @@ cube once with ``load_scene``, then feed pixel indices every step.
 """
 
 import dataclasses
+import inspect
 
 import tensorflow.compat.v1 as tf
 
 import models
 from hmp import layers, ops
+from hmp.augment import Augmentation, augment
 from hmp.compat import import_mesh_tensorflow
 from hmp.lowering import HeteroLowering
 from hmp.mesh_impl import HeteroMeshImpl
-from hmp.optimizers import make_optimizer
+from hmp.optimizers import learning_rate_at, make_optimizer
 from hmp.scene_input import SceneCubes, cut_patches
 from hmp.training import train_step
 
@@ -50,10 +52,34 @@ class ModelConfig:
     n_classes: int
     width: int = 0   # 0: the model's default width
 
-    def logits(self, x, classes):
+    def logits(self, x, classes, training=True):
+        """The model's logits; ``training`` reaches models whose ``logits`` take it
+        (batch norm and dropout switch on it)."""
         model = models.get_model(self.name)
-        return (model.logits(x, classes, self.width) if self.width
-                else model.logits(x, classes))
+        kwargs = {"width": self.width} if self.width else {}
+        if "training" in inspect.signature(model.logits).parameters:
+            kwargs["training"] = training
+        return model.logits(x, classes, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """How a graph trains beyond its optimizer.
+
+    ``weight_decay``: None for the optimizer's default
+    (``hmp.optimizers.DEFAULT_WEIGHT_DECAY``); ``schedule``, ``warmup_steps``
+    and ``total_steps``: the learning rate over the steps
+    (``hmp.optimizers.learning_rate_at``); ``augmentation``: per-sample patch
+    augmentation (``hmp.augment``); ``class_weights``: one loss weight per
+    class (None: all 1).
+    """
+
+    weight_decay: float = None
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    total_steps: int = 1
+    augmentation: Augmentation = Augmentation(flips=False)
+    class_weights: tuple = None
 
 
 def imported(x):
@@ -61,13 +87,16 @@ def imported(x):
     return lambda mesh, shape: mtf.import_tf_tensor(mesh, x, shape)
 
 
-def build_model_graph(config, batch_size, inputs, y):
+def build_model_graph(config, batch_size, inputs, y, training=None, recipe=Recipe()):
     """Builds the model's mtf graph; returns
     (mtf graph, mesh, loss, predicted class, number correct).
 
     ``inputs(mesh, shape)`` makes the mtf patches of ``shape`` [batch, h, w,
     bands] (``imported(x)`` or the scene's ``cut_patches``); ``y`` is the
-    TensorFlow tensor of labels [batch].
+    TensorFlow tensor of labels [batch]; ``training`` a TensorFlow float
+    scalar, 1.0 while training and 0.0 at inference (None: always training),
+    which switches batch norm, dropout and the augmentation of ``recipe``.
+    The loss is the mean cross-entropy, weighted by ``recipe.class_weights``.
     """
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
@@ -76,9 +105,18 @@ def build_model_graph(config, batch_size, inputs, y):
         [batch, mtf.Dimension("h", config.patch), mtf.Dimension("w", config.patch),
          mtf.Dimension("bands", config.bands)]))
     mtf_y = mtf.import_tf_tensor(mesh, y, mtf.Shape([batch]))
+    mode = True if training is None else mtf.import_tf_tensor(mesh, training, mtf.Shape([]))
+    if recipe.augmentation.active:
+        mtf_x = augment(mtf_x, 1.0 if mode is True else mode, recipe.augmentation)
     classes = mtf.Dimension("classes", config.n_classes)
-    logits = config.logits(mtf_x, classes)
-    loss = mtf.reduce_mean(layers.softmax_cross_entropy(logits, mtf_y, classes))
+    logits = config.logits(mtf_x, classes, mode)
+    cross_entropy = layers.softmax_cross_entropy(logits, mtf_y, classes)
+    if recipe.class_weights is not None:
+        weights = mtf.import_tf_tensor(
+            mesh, tf.constant(recipe.class_weights, tf.float32), mtf.Shape([classes]))
+        cross_entropy *= mtf.einsum([ops.one_hot(mtf_y, classes, dtype=logits.dtype), weights],
+                                    output_shape=mtf.Shape([batch]))
+    loss = mtf.reduce_mean(cross_entropy)
     predicted = ops.argmax(logits, classes)
     correct = mtf.reduce_sum(mtf.to_float(mtf.equal(predicted, mtf_y)))
     return graph, mesh, loss, predicted, correct
@@ -92,7 +130,7 @@ class TrainingGraph:
     """
 
     def __init__(self, config, layout, batch_size, image_shape, optimizer="adam",
-                 learning_rate=1e-3, seed=0):
+                 learning_rate=1e-3, seed=0, recipe=Recipe()):
         self.config = config
         self.layout = layout
         self.batch_size = batch_size
@@ -103,12 +141,19 @@ class TrainingGraph:
             self.global_step = tf.train.get_or_create_global_step()
             self.indices = tf.placeholder(tf.int32, [batch_size], name="pixel_indices")
             self.y = tf.placeholder(tf.int32, [batch_size], name="labels")
+            # 1.0 while training; ``feed(..., training=False)`` feeds 0.0 (inference).
+            self.training = tf.placeholder_with_default(1.0, [], name="training")
+            self.learning_rate = learning_rate_at(
+                self.global_step, learning_rate, recipe.schedule, recipe.total_steps,
+                recipe.warmup_steps)
             def patches(mesh, shape):
                 return cut_patches(self.scene, mtf.import_tf_tensor(
                     mesh, self.indices, mtf.Shape(shape.dims[:1])), shape)
             graph, mesh, loss, predicted, correct = build_model_graph(
-                config, batch_size, patches, self.y)
-            updates = train_step(loss, make_optimizer(optimizer, learning_rate))
+                config, batch_size, patches, self.y, self.training, recipe)
+            rate = mtf.import_tf_tensor(mesh, self.learning_rate, mtf.Shape([]))
+            updates = train_step(loss, make_optimizer(optimizer, rate, recipe.weight_decay))
+            updates += tf.get_collection(layers.UPDATE_OPS)   # batch norm's moving averages
             self.mesh_impl = HeteroMeshImpl(layout.mesh_shape, layout.layout_rules,
                                             list(layout.devices), layout.splits)
             self.lowering = HeteroLowering(graph, {mesh: self.mesh_impl})
@@ -125,9 +170,14 @@ class TrainingGraph:
             self.init = tf.global_variables_initializer()
             self.saver = tf.train.Saver(max_to_keep=3)
 
-    def feed(self, indices, labels):
-        """The feed of one step: flat pixel indices and 0-based labels, ``batch_size`` each."""
-        return {self.indices: indices, self.y: labels}
+    def feed(self, indices, labels, training=True):
+        """The feed of one step: flat pixel indices and 0-based labels, ``batch_size``
+        each; ``training=False`` for inference (batch norm's moving averages, no
+        dropout, no augmentation)."""
+        feed = {self.indices: indices, self.y: labels}
+        if not training:
+            feed[self.training] = 0.0
+        return feed
 
     def load_scene(self, session, padded_cube):
         """Loads the padded, preprocessed cube into every device's copy (once per session)."""

@@ -21,9 +21,9 @@ import tensorflow.compat.v1 as tf
 from hmp import cli, report
 
 # The files a run writes in its folder (--overwrite deletes these and nothing else).
-RUN_FILES = ("checkpoint", "ckpt-*", "results.json", "results.json.*.tmp", "history.json",
-             "history.json.*.tmp", "classification_map.png", "confusion_matrix.png",
-             "events.out.tfevents.*")
+RUN_FILES = ("checkpoint", "ckpt-*", "best_checkpoint", "best-ckpt-*", "results.json",
+             "results.json.*.tmp", "history.json", "history.json.*.tmp",
+             "classification_map.png", "confusion_matrix.png", "events.out.tfevents.*")
 HISTORY = "history.json"
 
 

@@ -14,6 +14,7 @@ import re
 import sys
 import time
 
+import numpy as np
 import tensorflow.compat.v1 as tf
 from absl import app, flags
 
@@ -22,13 +23,14 @@ from hmp import cli, experiment, linkprobe, planning, rebalance, report, runs, s
 from hmp.cluster import Cluster
 from hmp.devices import default_devices, gpu_count, virtual_cpus
 from hmp.errors import InvalidInput
-from hmp.graph import Layout, ModelConfig, TrainingGraph
+from hmp.augment import Augmentation
+from hmp.graph import Layout, ModelConfig, Recipe, TrainingGraph
 from hmp.metrics import evaluate
-from hmp.optimizers import OPTIMIZERS
+from hmp.optimizers import OPTIMIZERS, SCHEDULES
 from hmp.planning.from_graph import model_spec
 from hmp.profiler import measure_platform
 from hmp.progress import ProgressLine
-from hmp.trainer import Stopped, Trainer
+from hmp.trainer import BestEpoch, Stopped, Trainer
 
 flags.DEFINE_string("dataset", "synthetic", "synthetic, indian_pines, paviau, salinas, or "
                     "the path of a cube file (.mat/.npy; then also --labels).")
@@ -41,7 +43,7 @@ flags.DEFINE_string("data_dir", None, "Folder with the scene files (default $HMP
                     "or ./data); for --synthetic_layout of a real scene, its ground truth.")
 flags.DEFINE_string("synthetic_layout", "generated", "Class layout of the synthetic scene: "
                     "generated, or indian_pines/paviau/salinas (ground truth in --data_dir).")
-flags.DEFINE_string("model", "cnn3d", "Model: " + ", ".join(models.MODEL_NAMES) +
+flags.DEFINE_string("model", "ssrn", "Model: " + ", ".join(models.MODEL_NAMES) +
                     ", or a module path (mypackage.mymodel) with logits and SPLIT_DIMS.")
 flags.DEFINE_integer("width", 0, "Model width (filters of its first layer); 0: default.")
 flags.DEFINE_string("devices", None, "Comma-separated TensorFlow devices (default: /cpu:0 "
@@ -54,7 +56,7 @@ flags.DEFINE_string("mesh", "auto", "model:N, batch:M, batch:M;model:N or auto."
 flags.DEFINE_string("plan", None, "A plan JSON from scripts/plan_layout.py (overrides "
                     "--devices, --speeds and --mesh).")
 flags.DEFINE_integer("batch_size", 32, "Global batch size.")
-flags.DEFINE_integer("epochs", 5, "Training epochs.")
+flags.DEFINE_integer("epochs", 60, "Training epochs (at most: see --patience).")
 flags.DEFINE_string("optimizer", "adam", "Optimizer: " + ", ".join(OPTIMIZERS) + ".")
 flags.DEFINE_float("learning_rate", 1e-3, "Learning rate.")
 flags.DEFINE_float("train_fraction", 0.1, "Share of each class's pixels used for training.")
@@ -63,8 +65,27 @@ flags.DEFINE_integer("train_per_class", 0, "Training pixels per class (overrides
 flags.DEFINE_string("split", "random", "random (stratified) or disjoint (spatially "
                     "separate train and test regions).")
 flags.DEFINE_integer("patch_size", 9, "Odd patch size (pixels).")
-flags.DEFINE_integer("pca", 0, "Reduce the bands to this many PCA components (0: keep all).")
+flags.DEFINE_integer("pca", 0, "Reduce the bands to this many PCA components (0: keep all); "
+                     "when not given, the model's default (hybridsn: 30).")
 flags.DEFINE_integer("seed", 0, "Seed of the split, the data order and the synthetic scene.")
+flags.DEFINE_float("val_fraction", 0.1, "Share of each class's training pixels held out for "
+                   "validation: the weights of the epoch with the best validation accuracy "
+                   "classify the test pixels (0: no validation, the last epoch's weights).")
+flags.DEFINE_integer("patience", 15, "Stop after this many epochs without a better validation "
+                     "accuracy (0: never).")
+flags.DEFINE_string("schedule", "cosine", "Learning rate over the run: " + ", ".join(SCHEDULES)
+                    + " (after --warmup_epochs).")
+flags.DEFINE_float("warmup_epochs", 1, "Epochs of linear learning-rate warm-up.")
+flags.DEFINE_float("weight_decay", None, "Weight decay: decoupled for adam (default 0.01), L2 "
+                   "for the other optimizers (default 0; lars 1e-4).")
+flags.DEFINE_bool("augment", True, "Augment training patches: random flips and 90-degree "
+                  "rotations.")
+flags.DEFINE_float("brightness", 0.1, "Augmentation: scale each training patch by a factor "
+                   "in [1 - b, 1 + b].")
+flags.DEFINE_float("noise", 0.0, "Augmentation: standard deviation of Gaussian noise added to "
+                   "the standardised training patches.")
+flags.DEFINE_bool("class_balanced", False, "Weight the loss of each class by the inverse of "
+                  "its share of the training pixels.")
 flags.DEFINE_string("model_dir", None, "Checkpoints, results and event files "
                     "(default runs/<dataset>-<model>).")
 flags.DEFINE_bool("resume", False, "Continue from the latest checkpoint in --model_dir.")
@@ -172,6 +193,17 @@ def _check_flags():
             raise cli.UsageError("--%s=%d: must be at least 1" % (name, getattr(FLAGS, name)))
     if not FLAGS.learning_rate > 0:
         raise cli.UsageError("--learning_rate=%g: must be positive" % FLAGS.learning_rate)
+    if FLAGS.schedule not in SCHEDULES:
+        raise cli.UsageError("--schedule=%s: choose one of %s"
+                             % (FLAGS.schedule, ", ".join(SCHEDULES)))
+    if not 0 <= FLAGS.val_fraction < 1:
+        raise cli.UsageError("--val_fraction=%g: must lie in [0, 1)" % FLAGS.val_fraction)
+    for name in ("patience", "warmup_epochs", "weight_decay", "brightness", "noise"):
+        value = getattr(FLAGS, name)
+        if value is not None and value < 0:
+            raise cli.UsageError("--%s=%g: must not be negative" % (name, value))
+    if FLAGS.brightness >= 1:
+        raise cli.UsageError("--brightness=%g: must be below 1" % FLAGS.brightness)
 
 
 def _model_dir():
@@ -186,9 +218,32 @@ def _data_config():
     return experiment.DataConfig(
         dataset=FLAGS.dataset, data_dir=FLAGS.data_dir, labels_path=FLAGS.labels,
         cube_key=FLAGS.cube_key, labels_key=FLAGS.labels_key,
-        synthetic_layout=FLAGS.synthetic_layout, patch_size=FLAGS.patch_size, pca=FLAGS.pca,
-        train_fraction=FLAGS.train_fraction, train_per_class=FLAGS.train_per_class,
-        split=FLAGS.split, seed=FLAGS.seed)
+        synthetic_layout=FLAGS.synthetic_layout, patch_size=FLAGS.patch_size,
+        pca=_model_default("pca"), train_fraction=FLAGS.train_fraction,
+        train_per_class=FLAGS.train_per_class, split=FLAGS.split, seed=FLAGS.seed,
+        val_fraction=FLAGS.val_fraction)
+
+
+def _model_default(name):
+    """Flag ``name``: as given, else the model's ``RECIPE`` value, else the flag's default."""
+    if FLAGS[name].present:
+        return FLAGS[name].value
+    return getattr(models.get_model(FLAGS.model), "RECIPE", {}).get(name, FLAGS[name].value)
+
+
+def _recipe(exp):
+    """The training recipe of the flags (schedule over the run, decay, augmentation, loss)."""
+    steps_per_epoch = exp.train.steps_per_epoch(FLAGS.batch_size, drop_remainder=True)
+    weights = None
+    if FLAGS.class_balanced:   # n / (K n_c): the mean weight over the training pixels is 1
+        counts = np.bincount(exp.train.class_ids, minlength=exp.n_classes)
+        weights = tuple(float(len(exp.train) / (exp.n_classes * c)) if c else 0.0
+                        for c in counts)
+    return Recipe(weight_decay=FLAGS.weight_decay, schedule=FLAGS.schedule,
+                  warmup_steps=int(round(FLAGS.warmup_epochs * steps_per_epoch)),
+                  total_steps=FLAGS.epochs * steps_per_epoch,
+                  augmentation=Augmentation(FLAGS.augment, FLAGS.brightness, FLAGS.noise),
+                  class_weights=weights)
 
 
 def _say(line):
@@ -317,10 +372,12 @@ def _train(model_dir, devices, session_config, target, signals, cluster):
         slowdown = _slowdown(devices)
     progress = ProgressLine()
 
+    recipe = _recipe(exp)
+
     def start(plan, resume):
         graph = TrainingGraph(model_config, Layout.from_plan(plan), FLAGS.batch_size,
                               exp.scene.labels.shape, FLAGS.optimizer, FLAGS.learning_rate,
-                              FLAGS.seed)
+                              FLAGS.seed, recipe)
         trainer = Trainer(graph, exp, model_dir, FLAGS.seed, session_config, target,
                           checkpoint_every=FLAGS.checkpoint_every, slowdown=slowdown,
                           stop=signals, progress=progress)
@@ -335,10 +392,16 @@ def _train(model_dir, devices, session_config, target, signals, cluster):
     record = runs.History.open(model_dir, FLAGS.resume, first_epoch, trainer.step,
                                sys.argv[1:])
     record.add_plan(dataclasses.asdict(plan))
+    best = BestEpoch(model_dir, FLAGS.patience, record.epochs)
     try:
         for epoch in range(first_epoch, FLAGS.epochs):
             stats = trainer.train_epoch(epoch, FLAGS.epochs, before_save=record.add_epoch)
+            best.update(trainer, stats)
             print(stats.line(FLAGS.epochs), flush=True)
+            if best.should_stop(epoch):
+                print("early stop: no better validation accuracy for %d epochs"
+                      % FLAGS.patience, flush=True)
+                break
             if FLAGS.rebalance == "epoch" and epoch + 1 < FLAGS.epochs:
                 new_plan = rebalance.replan(plan, spec, stats.busy_seconds,
                                             FLAGS.rebalance_threshold)
@@ -350,6 +413,11 @@ def _train(model_dir, devices, session_config, target, signals, cluster):
                     plan = new_plan
                     record.add_plan(dataclasses.asdict(plan))
                     trainer = start(plan, resume=True)
+        step = trainer.step
+        if best.path is not None:
+            print("the weights of epoch %d (best validation accuracy %.3f) classify"
+                  % (best.epoch + 1, best.accuracy), flush=True)
+            trainer.restore(best.path)
         print("classifying the %d labelled pixels (%d test pixels) ..."
               % (len(exp.labelled), len(exp.test)), flush=True)
         predicted_map = report.prediction_map(exp.scene.labels.shape, exp.labelled.indices,
@@ -365,7 +433,6 @@ def _train(model_dir, devices, session_config, target, signals, cluster):
     scores = evaluate(exp.test.class_ids, test_predictions, exp.n_classes)
     print(report.score_table(scores, exp.scene.class_names))
     pictures = report.save_pictures(model_dir, exp.scene, predicted_map, scores)
-    step = trainer.step
     trainer.close()
     results = {"flags": {f.name: f.value for f in
                          FLAGS.get_key_flags_for_module(sys.modules[__name__])},
@@ -374,6 +441,7 @@ def _train(model_dir, devices, session_config, target, signals, cluster):
                "history": record.epochs,
                "invocations": record.invocations,
                "step": step,
+               "best_epoch": None if best.epoch is None else best.epoch + 1,
                "nodata_pixels": exp.nodata_pixels,
                "test": report.scores_dict(scores, exp.scene.class_names),
                "pictures": list(pictures),

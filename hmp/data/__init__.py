@@ -21,7 +21,8 @@ from hmp.data.patches import (Batch, PatchDataset, PatchExtractor, check_patch_s
 from hmp.data.preprocess import PCA, BandScaler, Preprocessor, pad_cube, training_pixels
 from hmp.data.scene import Scene
 from hmp.data.scenes import load_benchmark_scene, load_scene, load_scene_files
-from hmp.data.splits import Split, disjoint_split, load_split, save_split, stratified_split
+from hmp.data.splits import (Split, disjoint_split, load_split, save_split, stratified_split,
+                             validation_split)
 from hmp.data.synthetic import synthetic_scene
 
 __all__ = [
@@ -29,5 +30,5 @@ __all__ = [
     "Scene", "SceneFile", "SceneSpec", "Split", "check_patch_size", "disjoint_split",
     "find_file", "iterate_scene", "load_benchmark_scene", "load_ground_truth", "load_scene",
     "load_scene_files", "load_split", "pad_cube", "read_array", "save_split", "scene_spec",
-    "split_batch", "stratified_split", "synthetic_scene", "training_pixels",
+    "split_batch", "stratified_split", "synthetic_scene", "training_pixels", "validation_split",
 ]
