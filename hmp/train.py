@@ -43,7 +43,7 @@ flags.DEFINE_string("data_dir", None, "Folder with the scene files (default $HMP
                     "or ./data); for --synthetic_layout of a real scene, its ground truth.")
 flags.DEFINE_string("synthetic_layout", "generated", "Class layout of the synthetic scene: "
                     "generated, or indian_pines/paviau/salinas (ground truth in --data_dir).")
-flags.DEFINE_string("model", "ssrn", "Model: " + ", ".join(models.MODEL_NAMES) +
+flags.DEFINE_string("model", "cnn3d", "Model: " + ", ".join(models.MODEL_NAMES) +
                     ", or a module path (mypackage.mymodel) with logits and SPLIT_DIMS.")
 flags.DEFINE_integer("width", 0, "Model width (filters of its first layer); 0: default.")
 flags.DEFINE_string("devices", None, "Comma-separated TensorFlow devices (default: /cpu:0 "
