@@ -5,7 +5,9 @@ conv (VALID, so the neighbourhood shrinks) that splits its output filters,
 then a 3x1x1 conv with spectral stride 2 that splits its input filters (it
 sums them) and halves the spectrum, as Hamida's spectral "pooling"
 convolutions do. The first conv also strides the spectrum by 2. Batch norm
-follows every convolution, dropout the hidden dense layer.
+follows every convolution. No dropout: with the augmented patches it only
+slowed training (4 epochs on the Indian Pines layout: 71% OA at rate 0.5,
+85% at 0.2, over 90% without).
 """
 
 from hmp import layers, ops
@@ -38,5 +40,4 @@ def logits(x, classes, width=16, training=True):
                       strides=(2, 1, 1), padding="VALID", activation=act, name="pool2")
     hidden = layers.dense(v, mtf.Dimension("hidden", 4 * width), reduced_dims=v.shape.dims[1:],
                           activation=mtf.relu, name="hidden")
-    hidden = layers.dropout(hidden, training, 0.5)
     return layers.dense(hidden, classes, name="logits")

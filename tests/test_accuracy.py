@@ -23,7 +23,9 @@ def overall_accuracy(model, model_dir, epochs):
         [sys.executable, "-m", "hmp.train", "--model=%s" % model, "--epochs=%d" % epochs,
          "--synthetic_layout=indian_pines", "--data_dir=%s" % SHARED_DATA,
          "--train_fraction=0.1", "--patch_size=9", "--devices=/cpu:0", "--speeds=1",
-         "--mesh=model:1", "--model_dir=%s" % model_dir],
+         "--mesh=model:1", "--model_dir=%s" % model_dir,
+         # A short run: the whole training set, a constant rate, no augmentation.
+         "--val_fraction=0", "--schedule=constant", "--warmup_epochs=0", "--noaugment"],
         check=True, capture_output=True, timeout=600)
     results = json.loads((model_dir / "results.json").read_text())
     assert results["flags"]["synthetic_layout"] == "indian_pines"
