@@ -42,6 +42,8 @@ def epoch_scalars(stats, devices):
     """The scalars of an ``hmp.trainer.EpochStats``; ``devices`` in the busy times' order."""
     values = {"loss": stats.loss, "train_accuracy": stats.train_accuracy,
               "samples_per_second": stats.samples_per_second}
+    if stats.val_accuracy is not None:
+        values["val_accuracy"] = stats.val_accuracy
     values.update({"busy_share/" + device.lstrip("/"): share
                    for device, share in zip(devices, stats.busy_share)})
     return values

@@ -33,6 +33,7 @@ class DataConfig:
     seed: int = 0
     train_set: str = None   # label-map files of a given split (both, or neither)
     test_set: str = None
+    val_fraction: float = 0.0   # share of each class's training pixels held out to validate
 
 
 @dataclasses.dataclass
@@ -46,6 +47,7 @@ class Experiment:
     labelled: data.PatchDataset
     nodata_pixels: int = 0   # pixels masked for holding NaN or infinite values
     preprocessor: data.Preprocessor = None   # fitted on the training pixels
+    val: data.PatchDataset = None   # held out of ``split.train``; None without validation
 
     @property
     def n_classes(self):
@@ -82,11 +84,14 @@ def prepare(config, split=None):
     cube[nodata] = 0.0   # the training pixels' mean: no NaN reaches a neighbour's patch
     extractor = data.PatchExtractor(cube, config.patch_size)
     labelled = np.flatnonzero(scene.labels.ravel() > 0)
+    train, val = data.validation_split(scene.labels, split.train, config.val_fraction,
+                                       seed=config.seed)
     return Experiment(scene, split,
-                      data.PatchDataset(extractor, scene.labels, split.train),
+                      data.PatchDataset(extractor, scene.labels, train),
                       data.PatchDataset(extractor, scene.labels, split.test),
                       data.PatchDataset(extractor, scene.labels, labelled),
-                      int(nodata.sum()), preprocessor)
+                      int(nodata.sum()), preprocessor,
+                      data.PatchDataset(extractor, scene.labels, val) if len(val) else None)
 
 
 def load_scene(config):

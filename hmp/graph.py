@@ -10,14 +10,16 @@ cube once with ``load_scene``, then feed pixel indices every step.
 """
 
 import dataclasses
+import inspect
 
 import tensorflow.compat.v1 as tf
 
 from hmp import layers, ops
+from hmp.augment import Augmentation, augment
 from hmp.compat import import_mesh_tensorflow
 from hmp.lowering import HeteroLowering
 from hmp.mesh_impl import HeteroMeshImpl
-from hmp.optimizers import make_optimizer
+from hmp.optimizers import learning_rate_at, make_optimizer
 from hmp.scene_input import SceneCubes, patches_around
 from hmp.training import train_step
 
@@ -55,9 +57,33 @@ class ModelConfig:
     width: int = 0   # 0: the model's default width
     model: object = dataclasses.field(kw_only=True)
 
-    def logits(self, x, classes):
-        return (self.model.logits(x, classes, self.width) if self.width
-                else self.model.logits(x, classes))
+    def logits(self, x, classes, training=True):
+        """The model's logits; ``training`` reaches models whose ``logits`` take it
+        (batch norm and dropout switch on it)."""
+        kwargs = {"width": self.width} if self.width else {}
+        if "training" in inspect.signature(self.model.logits).parameters:
+            kwargs["training"] = training
+        return self.model.logits(x, classes, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """How a graph trains beyond its optimizer.
+
+    ``weight_decay``: None for the optimizer's default
+    (``hmp.optimizers.DEFAULT_WEIGHT_DECAY``); ``schedule``, ``warmup_steps``
+    and ``total_steps``: the learning rate over the steps
+    (``hmp.optimizers.learning_rate_at``); ``augmentation``: per-sample patch
+    augmentation (``hmp.augment``); ``class_weights``: one loss weight per
+    class (None: all 1).
+    """
+
+    weight_decay: float = None
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    total_steps: int = 1
+    augmentation: Augmentation = Augmentation(flips=False)
+    class_weights: tuple = None
 
 
 def imported(x):
@@ -65,33 +91,50 @@ def imported(x):
     return lambda mesh, shape: mtf.import_tf_tensor(mesh, x, shape)
 
 
-def build_logits_graph(config, batch_size, inputs):
+def build_logits_graph(config, batch_size, inputs, training=False, augmentation=None):
     """Builds the model's mtf graph up to its logits; returns (mtf graph, mesh, logits).
 
     ``inputs(mesh, shape)`` makes the mtf patches of ``shape`` [batch, h, w,
     bands] (``imported(x)``, or ``hmp.scene_input.patches_around``). The logits are
-    [batch, classes].
+    [batch, classes]. ``training``: False (inference: batch norm's moving
+    averages, no dropout), True, or a TensorFlow float scalar switching at run
+    time (1.0 training, 0.0 inference); ``augmentation``: an
+    ``hmp.augment.Augmentation`` of the patches while training, or None.
     """
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     mtf_x = inputs(mesh, mtf.Shape(
         [mtf.Dimension("batch", batch_size), mtf.Dimension("h", config.patch),
          mtf.Dimension("w", config.patch), mtf.Dimension("bands", config.bands)]))
-    return graph, mesh, config.logits(mtf_x, mtf.Dimension("classes", config.n_classes))
+    mode = (training if isinstance(training, bool)
+            else mtf.import_tf_tensor(mesh, training, mtf.Shape([])))
+    if augmentation is not None and augmentation.active and mode is not False:
+        mtf_x = augment(mtf_x, 1.0 if mode is True else mode, augmentation)
+    return graph, mesh, config.logits(mtf_x, mtf.Dimension("classes", config.n_classes), mode)
 
 
-def build_model_graph(config, batch_size, inputs, y):
+def build_model_graph(config, batch_size, inputs, y, training=None, recipe=Recipe()):
     """Builds the model's mtf graph; returns
     (mtf graph, mesh, loss, predicted class, number correct).
 
     ``inputs`` as for :func:`build_logits_graph`; ``y`` is the TensorFlow
-    tensor of labels [batch].
+    tensor of labels [batch]; ``training`` a TensorFlow float scalar, 1.0
+    while training and 0.0 at inference (None: always training), which
+    switches batch norm, dropout and the augmentation of ``recipe``. The loss
+    is the mean cross-entropy, weighted by ``recipe.class_weights``.
     """
-    graph, mesh, logits = build_logits_graph(config, batch_size, inputs)
+    graph, mesh, logits = build_logits_graph(
+        config, batch_size, inputs, True if training is None else training, recipe.augmentation)
     batch = mtf.Dimension("batch", batch_size)
     classes = mtf.Dimension("classes", config.n_classes)
     mtf_y = mtf.import_tf_tensor(mesh, y, mtf.Shape([batch]))
-    loss = mtf.reduce_mean(layers.softmax_cross_entropy(logits, mtf_y, classes))
+    cross_entropy = layers.softmax_cross_entropy(logits, mtf_y, classes)
+    if recipe.class_weights is not None:
+        weights = mtf.import_tf_tensor(
+            mesh, tf.constant(recipe.class_weights, tf.float32), mtf.Shape([classes]))
+        cross_entropy *= mtf.einsum([ops.one_hot(mtf_y, classes, dtype=logits.dtype), weights],
+                                    output_shape=mtf.Shape([batch]))
+    loss = mtf.reduce_mean(cross_entropy)
     predicted = ops.argmax(logits, classes)
     correct = mtf.reduce_sum(mtf.to_float(mtf.equal(predicted, mtf_y)))
     return graph, mesh, loss, predicted, correct
@@ -105,7 +148,7 @@ class TrainingGraph:
     """
 
     def __init__(self, config, layout, batch_size, image_shape, optimizer="adam",
-                 learning_rate=1e-3, seed=0):
+                 learning_rate=1e-3, seed=0, recipe=Recipe()):
         self.config = config
         self.layout = layout
         self.batch_size = batch_size
@@ -116,9 +159,17 @@ class TrainingGraph:
             self.global_step = tf.train.get_or_create_global_step()
             self.indices = tf.placeholder(tf.int32, [batch_size], name="pixel_indices")
             self.y = tf.placeholder(tf.int32, [batch_size], name="labels")
+            # 1.0 while training; ``feed(..., training=False)`` feeds 0.0 (inference).
+            self.training = tf.placeholder_with_default(1.0, [], name="training")
+            self.learning_rate = learning_rate_at(
+                self.global_step, learning_rate, recipe.schedule, recipe.total_steps,
+                recipe.warmup_steps)
             graph, mesh, loss, predicted, correct = build_model_graph(
-                config, batch_size, patches_around(self.scene, self.indices), self.y)
-            updates = train_step(loss, make_optimizer(optimizer, learning_rate))
+                config, batch_size, patches_around(self.scene, self.indices), self.y,
+                self.training, recipe)
+            rate = mtf.import_tf_tensor(mesh, self.learning_rate, mtf.Shape([]))
+            updates = train_step(loss, make_optimizer(optimizer, rate, recipe.weight_decay))
+            updates += tf.get_collection(layers.UPDATE_OPS)   # batch norm's moving averages
             self.mesh_impl = HeteroMeshImpl(layout.mesh_shape, layout.layout_rules,
                                             list(layout.devices), layout.splits)
             self.lowering = HeteroLowering(graph, {mesh: self.mesh_impl})
@@ -135,9 +186,14 @@ class TrainingGraph:
             self.init = tf.global_variables_initializer()
             self.saver = tf.train.Saver(max_to_keep=3)
 
-    def feed(self, indices, labels):
-        """The feed of one step: flat pixel indices and 0-based labels, ``batch_size`` each."""
-        return {self.indices: indices, self.y: labels}
+    def feed(self, indices, labels, training=True):
+        """The feed of one step: flat pixel indices and 0-based labels, ``batch_size``
+        each; ``training=False`` for inference (batch norm's moving averages, no
+        dropout, no augmentation)."""
+        feed = {self.indices: indices, self.y: labels}
+        if not training:
+            feed[self.training] = 0.0
+        return feed
 
     def load_scene(self, session, padded_cube):
         """Loads the padded, preprocessed cube into every device's copy (once per session)."""

@@ -26,6 +26,7 @@ from hmp.mesh_impl import HeteroMeshImpl
 from hmp.planning import apportion
 from hmp.progress import rate_and_eta
 from hmp.scene_input import SceneCubes, patches_around
+from hmp.trainer import BestEpoch
 
 mtf = import_mesh_tensorflow()
 
@@ -56,7 +57,9 @@ class Run:
         if results is None or "test" not in results:
             raise InvalidInput("%s holds no finished run (no readable results.json)"
                                % model_dir)
-        checkpoint = tf.train.latest_checkpoint(model_dir)
+        # the weights that classified the run's test pixels: its best epoch's, if it kept one
+        checkpoint = (tf.train.latest_checkpoint(model_dir, latest_filename=BestEpoch.FILE)
+                      or tf.train.latest_checkpoint(model_dir))
         if checkpoint is None:
             raise InvalidInput("%s holds no checkpoint" % model_dir)
         return cls(model_dir, results["flags"], list(results["test"]["per_class_accuracy"]),

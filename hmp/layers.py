@@ -119,13 +119,31 @@ def avg_pool3d(x, window=(2, 2, 2), strides=None, padding="VALID", name=None):
     return ops.pool(x, window, strides or window, padding, "avg", name)
 
 
-def batch_norm(x, is_training, momentum=0.99, epsilon=1e-3, name=None):
+# TF collection of the mtf assign operations of every ``batch_norm``'s moving
+# statistics; ``hmp.graph`` runs them with each training step (the TF1
+# ``tf.GraphKeys.UPDATE_OPS`` idiom, for mtf operations).
+UPDATE_OPS = "hmp_update_ops"
+
+
+def _blend(training, when_training, otherwise):
+    """``when_training`` if ``training`` (True, False, or an mtf scalar that is 1.0
+    while training and 0.0 at inference), else ``otherwise``."""
+    if isinstance(training, bool):
+        return when_training if training else otherwise
+    return training * when_training + (1.0 - training) * otherwise
+
+
+def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
     """Batch normalisation over every dim but the last (the channels).
 
     Statistics are over the whole global batch: with the batch split across
     devices, Mesh-TF all-reduces the partial sums, so an uneven batch split
-    gives the same result as one device. Returns ``(y, update_ops)``; run the
-    update ops (moving averages for inference) with the training step.
+    gives the same result as one device. ``training``: True (batch
+    statistics), False (the moving averages), or an mtf scalar switching
+    between them at run time (``hmp.graph``'s ``training`` input). Returns
+    ``(y, update_ops)``: the update ops (moving averages for inference) are
+    also added to the TF collection ``UPDATE_OPS``; run them with the
+    training step.
     """
     channels = x.shape.dims[-1:]
     with tf.variable_scope(name, default_name="batch_norm"):
@@ -142,31 +160,38 @@ def batch_norm(x, is_training, momentum=0.99, epsilon=1e-3, name=None):
                                            initializer=tf.ones_initializer(),
                                            activation_dtype=x.dtype,
                                            trainable=False)
-        if is_training:
-            mean = mtf.reduce_mean(x, output_shape=channels)
-            variance = mtf.reduce_mean(mtf.square(x - mean), output_shape=channels)
+        updates = []
+        if training is False:
+            mean, variance = moving_mean, moving_variance
+        else:
+            batch_mean = mtf.reduce_mean(x, output_shape=channels)
+            batch_variance = mtf.reduce_mean(mtf.square(x - batch_mean), output_shape=channels)
             updates = [
                 mtf.assign(moving_mean,
-                           momentum * moving_mean + (1 - momentum) * mean),
+                           momentum * moving_mean + (1 - momentum) * batch_mean),
                 mtf.assign(moving_variance,
-                           momentum * moving_variance + (1 - momentum) * variance)]
-        else:
-            mean, variance, updates = moving_mean, moving_variance, []
+                           momentum * moving_variance + (1 - momentum) * batch_variance)]
+            for update in updates:
+                tf.add_to_collection(UPDATE_OPS, update)
+            mean = _blend(training, batch_mean, moving_mean)
+            variance = _blend(training, batch_variance, moving_variance)
         y = (x - mean) * mtf.rsqrt(variance + epsilon) * scale + offset
         return y, updates
 
 
-def dropout(x, is_training, rate, name=None):
+def dropout(x, training, rate, name=None):
     """Zeroes a ``rate`` fraction of ``x`` at random while training.
 
-    Each device draws the mask for its own slice, so masks differ from a
-    single-device run (as they would with any other seed).
+    ``training``: True, False or an mtf scalar (see :func:`batch_norm`). The
+    mask is drawn whole and sliced per device (``HeteroMeshImpl.random``), so
+    an uneven split drops the same elements as one device.
     """
     if not 0 <= rate < 1:
         raise ValueError("dropout rate must be in [0, 1), got %r" % (rate,))
-    if not is_training or rate == 0:
+    if training is False or rate == 0:
         return x
-    return mtf.dropout(x, is_training=True, rate=rate, name=name)
+    dropped = mtf.dropout(x, is_training=True, rate=rate, name=name)
+    return _blend(training, dropped, x)
 
 
 def filter_split_block(x, hidden_dim, output_dim, conv=conv2d,

@@ -320,22 +320,25 @@ class HeteroMeshImpl(PlacementMeshImpl):
         return self.slicewise_per_device(broadcast, old_slices)
 
     def random(self, shape, tf_fn, kwargs):
-        """``tf_fn`` (e.g. ``tf.random.uniform``) on every device's slice.
+        """``tf_fn`` (e.g. ``tf.random.uniform``) drawn whole, each device keeping its slice.
 
-        Slices that cover the same part of the tensor get the same seed, so
-        replicated copies agree. Under a graph-level seed
-        (``tf.set_random_seed``) every seed is derived from it, the name
-        scope of the operation being lowered, the number of random tensors
-        this mesh made before, and the slice's offset, with a stable hash:
-        a seeded graph draws the same numbers in every process. Without
-        one, each call draws a fresh key, as stock Mesh-TF does.
+        Every device draws the whole tensor with the same seed and keeps its
+        own part, so the values do not depend on the splits: dropout masks
+        (and augmentation draws) on any uneven mesh equal those of one
+        device, and replicated copies agree. Under a graph-level seed
+        (``tf.set_random_seed``) the seed is derived from it, the name scope
+        of the operation being lowered and the number of random tensors this
+        mesh made before, with a stable hash: a seeded graph draws the same
+        numbers in every process. Without one, each call draws a fresh key,
+        as stock Mesh-TF does.
         """
         op_key = self._random_op_key()
+        seed = zlib.crc32(str(op_key).encode("utf-8")) & 0x7FFFFFFF
         def random_slice(pnum):
             extent = self.slice_extent(shape, pnum)
-            key = "%s,%s" % (op_key, [begin for begin, _ in extent])
-            seed = zlib.crc32(key.encode("utf-8")) & 0x7FFFFFFF
-            return tf_fn([size for _, size in extent], seed=seed, **kwargs)
+            whole = tf_fn(shape.to_integer_list, seed=seed, **kwargs)
+            return tf.slice(whole, [begin for begin, _ in extent],
+                            [size for _, size in extent])
         return self.slicewise_per_device(random_slice)
 
     def _random_op_key(self):

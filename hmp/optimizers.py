@@ -60,18 +60,85 @@ class Lars(Momentum):
         return (grad + self.weight_decay * weights) * (local_lr * self.learning_rate)
 
 
+class L2(mtf.optimize.Optimizer):
+    """``optimizer`` on the gradient plus ``rate`` times the weights (L2 weight decay).
+
+    The term is elementwise, so a split variable decays exactly as on one device.
+    """
+
+    def __init__(self, optimizer, rate):
+        self.optimizer = optimizer
+        self.rate = rate
+
+    def apply_grad(self, grad, var):
+        if decays(var.name):
+            grad += self.rate * var.value
+        return self.optimizer.apply_grad(grad, var)
+
+
+# Variables that are never decayed: biases and batch-norm scales and offsets.
+NOT_DECAYED = ("/bias", "/scale", "/offset")
+
+
+def decays(name):
+    """Whether weight decay applies to the variable called ``name``."""
+    return not name.endswith(NOT_DECAYED)
+
+
+def _with_l2(optimizer, rate):
+    return L2(optimizer, rate) if rate else optimizer
+
+
 OPTIMIZERS = {
-    "sgd": lambda lr: mtf.optimize.SgdOptimizer(lr),
-    "momentum": lambda lr: Momentum(lr, 0.9),
-    "adam": lambda lr: mtf.optimize.AdamWeightDecayOptimizer(lr),
-    "adafactor": lambda lr: mtf.optimize.AdafactorOptimizer(learning_rate=lr),
-    "lars": lambda lr: Lars(lr),
+    "sgd": lambda lr, wd: _with_l2(mtf.optimize.SgdOptimizer(lr), wd),
+    "momentum": lambda lr, wd: _with_l2(Momentum(lr, 0.9), wd),
+    # Decoupled weight decay (AdamW): w <- w - lr (adam step + wd w).
+    "adam": lambda lr, wd: mtf.optimize.AdamWeightDecayOptimizer(
+        lr, weight_decay_rate=wd, exclude_from_weight_decay=[n + "$" for n in NOT_DECAYED]),
+    "adafactor": lambda lr, wd: _with_l2(mtf.optimize.AdafactorOptimizer(learning_rate=lr), wd),
+    "lars": lambda lr, wd: Lars(lr, weight_decay=wd),
 }
 
+# --weight_decay when not given: decoupled for Adam, LARS's own term, none for the others.
+DEFAULT_WEIGHT_DECAY = {"adam": 1e-2, "lars": 1e-4}
 
-def make_optimizer(name, learning_rate):
-    """The optimizer called ``name`` (one of ``OPTIMIZERS``) at ``learning_rate``."""
+SCHEDULES = ("constant", "cosine", "step")
+
+
+def make_optimizer(name, learning_rate, weight_decay=None):
+    """The optimizer called ``name`` (one of ``OPTIMIZERS``) at ``learning_rate``
+    (a float or an mtf scalar, e.g. from :func:`learning_rate_at`) with
+    ``weight_decay`` (None: ``DEFAULT_WEIGHT_DECAY``)."""
     if name not in OPTIMIZERS:
         raise ValueError("optimizer %r is not known; choose one of %s"
                          % (name, sorted(OPTIMIZERS)))
-    return OPTIMIZERS[name](learning_rate)
+    if weight_decay is None:
+        weight_decay = DEFAULT_WEIGHT_DECAY.get(name, 0.0)
+    return OPTIMIZERS[name](learning_rate, weight_decay)
+
+
+def learning_rate_at(step, base, schedule="constant", total_steps=1, warmup_steps=0):
+    """The learning rate at ``step`` (a TensorFlow integer scalar), a float32 tensor.
+
+    A linear warm-up from ``base / warmup_steps`` to ``base`` over the first
+    ``warmup_steps`` steps, then ``schedule`` over the remaining steps up to
+    ``total_steps``: ``constant``; ``cosine`` (half a cosine from ``base``
+    down to 0); ``step`` (``base``, then a tenth from half way, a hundredth
+    from three quarters).
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError("schedule %r is not known; choose one of %s"
+                         % (schedule, ", ".join(SCHEDULES)))
+    step = tf.cast(step, tf.float32)
+    warmup = float(max(warmup_steps, 0))
+    rest = float(max(total_steps - warmup_steps, 1))
+    progress = tf.clip_by_value((step - warmup) / rest, 0.0, 1.0)
+    if schedule == "cosine":
+        decayed = 0.5 * base * (1.0 + tf.cos(3.141592653589793 * progress))
+    elif schedule == "step":
+        decayed = base * tf.where(progress < 0.5, 1.0, tf.where(progress < 0.75, 0.1, 0.01))
+    else:
+        decayed = tf.constant(float(base))
+    if warmup_steps <= 0:
+        return decayed
+    return tf.where(step < warmup, base * (step + 1.0) / warmup, decayed)

@@ -21,9 +21,10 @@ import tensorflow.compat.v1 as tf
 from hmp import cli, experiment, files
 
 # The files a run writes in its folder (--overwrite deletes these and nothing else).
-RUN_FILES = ("checkpoint", "ckpt-*", "results.json", "results.json.*.tmp", "history.json",
-             "history.json.*.tmp", "classification_map.png", "confusion_matrix.png",
-             "events.out.tfevents.*", experiment.SPLIT_FILE, experiment.SPLIT_FILE + ".*.npz",
+RUN_FILES = ("checkpoint", "ckpt-*", "best_checkpoint", "best-ckpt-*", "results.json",
+             "results.json.*.tmp", "history.json", "history.json.*.tmp",
+             "classification_map.png", "confusion_matrix.png", "events.out.tfevents.*",
+             experiment.SPLIT_FILE, experiment.SPLIT_FILE + ".*.npz",
              experiment.CONFIG_FILE, experiment.CONFIG_FILE + ".*.tmp", "summary.json",
              "summary.json.*.tmp", "preprocessing.npz", "preprocessing.npz.*.tmp")
 HISTORY = "history.json"

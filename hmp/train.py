@@ -13,6 +13,7 @@ import os
 import sys
 import time
 
+import numpy as np
 import tensorflow.compat.v1 as tf
 from absl import flags
 
@@ -20,15 +21,16 @@ import models
 from hmp import (cli, data, events, experiment, files, fitted_preprocessing, linkprobe, maps,
                  planning, rebalance, report, runs, scene_flags, speedcache)
 from hmp.cluster import Cluster
+from hmp.augment import Augmentation
 from hmp.devices import check_local, default_devices, session_config_for
 from hmp.errors import InvalidInput, whole_number
-from hmp.graph import Layout, TrainingGraph
+from hmp.graph import Layout, Recipe, TrainingGraph
 from hmp.metrics import evaluate
-from hmp.optimizers import OPTIMIZERS
+from hmp.optimizers import OPTIMIZERS, SCHEDULES
 from hmp.planning.from_graph import model_spec
 from hmp.profiler import measure_platform
 from hmp.progress import ProgressLine
-from hmp.trainer import Stopped, Trainer
+from hmp.trainer import BestEpoch, Stopped, Trainer
 
 flags.adopt_module_key_flags(scene_flags)   # --dataset, --split, --seed, ...: results.json
 flags.DEFINE_string("model", "cnn3d", "Model: " + ", ".join(models.MODEL_NAMES) +
@@ -44,12 +46,30 @@ flags.DEFINE_string("mesh", "auto", "model:N, batch:M, batch:M;model:N or auto."
 flags.DEFINE_string("plan", None, "A plan JSON from scripts/plan_layout.py (overrides "
                     "--devices, --speeds and --mesh).")
 flags.DEFINE_integer("batch_size", 32, "Global batch size.")
-flags.DEFINE_integer("epochs", 5, "Training epochs.")
+flags.DEFINE_integer("epochs", 60, "Training epochs (at most: see --patience).")
 flags.DEFINE_string("optimizer", "adam", "Optimizer: " + ", ".join(OPTIMIZERS) + ".")
 flags.DEFINE_float("learning_rate", 1e-3, "Learning rate.")
 flags.DEFINE_integer("runs", 1, "Train this many times, with seeds --seed, --seed+1, ..., each "
                      "in --model_dir/seed-<seed>; then print and save (summary.json) the mean "
                      "and standard deviation of OA, AA and kappa.")
+flags.DEFINE_float("val_fraction", 0.1, "Share of each class's training pixels held out for "
+                   "validation: the weights of the epoch with the best validation accuracy "
+                   "classify the test pixels (0: no validation, the last epoch's weights).")
+flags.DEFINE_integer("patience", 15, "Stop after this many epochs without a better validation "
+                     "accuracy (0: never).")
+flags.DEFINE_string("schedule", "cosine", "Learning rate over the run: " + ", ".join(SCHEDULES)
+                    + " (after --warmup_epochs).")
+flags.DEFINE_float("warmup_epochs", 1, "Epochs of linear learning-rate warm-up.")
+flags.DEFINE_float("weight_decay", None, "Weight decay: decoupled for adam (default 0.01), L2 "
+                   "for the other optimizers (default 0; lars 1e-4).")
+flags.DEFINE_bool("augment", True, "Augment training patches: random flips and 90-degree "
+                  "rotations.")
+flags.DEFINE_float("brightness", 0.1, "Augmentation: scale each training patch by a factor "
+                   "in [1 - b, 1 + b].")
+flags.DEFINE_float("noise", 0.0, "Augmentation: standard deviation of Gaussian noise added to "
+                   "the standardised training patches.")
+flags.DEFINE_bool("class_balanced", False, "Weight the loss of each class by the inverse of "
+                  "its share of the training pixels.")
 flags.DEFINE_string("model_dir", None, "Checkpoints, results and event files "
                     "(default runs/<dataset>-<model>).")
 flags.DEFINE_bool("resume", False, "Continue from the latest checkpoint in --model_dir.")
@@ -128,6 +148,17 @@ def _check_flags():
             whole_number(getattr(FLAGS, name), name)
     if not FLAGS.learning_rate > 0:
         raise cli.UsageError("--learning_rate=%g: must be positive" % FLAGS.learning_rate)
+    if FLAGS.schedule not in SCHEDULES:
+        raise cli.UsageError("--schedule=%s: choose one of %s"
+                             % (FLAGS.schedule, ", ".join(SCHEDULES)))
+    if not 0 <= FLAGS.val_fraction < 1:
+        raise cli.UsageError("--val_fraction=%g: must lie in [0, 1)" % FLAGS.val_fraction)
+    for name in ("patience", "warmup_epochs", "weight_decay", "brightness", "noise"):
+        value = getattr(FLAGS, name)
+        if value is not None and value < 0:
+            raise cli.UsageError("--%s=%g: must not be negative" % (name, value))
+    if FLAGS.brightness >= 1:
+        raise cli.UsageError("--brightness=%g: must be below 1" % FLAGS.brightness)
 
 
 def _model_dir():
@@ -144,6 +175,28 @@ def _run_dirs(model_dir, seeds):
     for folder in folders:
         runs.prepare_model_dir(folder, FLAGS.resume, FLAGS.overwrite)
     return folders
+
+
+def _model_default(name):
+    """Flag ``name``: as given, else the model's ``RECIPE`` value, else the flag's default."""
+    if FLAGS[name].present:
+        return FLAGS[name].value
+    return getattr(models.get_model(FLAGS.model), "RECIPE", {}).get(name, FLAGS[name].value)
+
+
+def _recipe(exp):
+    """The training recipe of the flags (schedule over the run, decay, augmentation, loss)."""
+    steps_per_epoch = exp.train.steps_per_epoch(FLAGS.batch_size, drop_remainder=True)
+    weights = None
+    if FLAGS.class_balanced:   # n / (K n_c): the mean weight over the training pixels is 1
+        counts = np.bincount(exp.train.class_ids, minlength=exp.n_classes)
+        weights = tuple(float(len(exp.train) / (exp.n_classes * c)) if c else 0.0
+                        for c in counts)
+    return Recipe(weight_decay=FLAGS.weight_decay, schedule=FLAGS.schedule,
+                  warmup_steps=int(round(FLAGS.warmup_epochs * steps_per_epoch)),
+                  total_steps=FLAGS.epochs * steps_per_epoch,
+                  augmentation=Augmentation(FLAGS.augment, FLAGS.brightness, FLAGS.noise),
+                  class_weights=weights)
 
 
 def _say(line):
@@ -255,7 +308,8 @@ def _summarise(model_dir, seeds, run_dirs):
 def _train(model_dir, seed, devices, session_config, target, signals, cluster):
     started = time.time()
     print("loading %s ..." % FLAGS.dataset, flush=True)
-    data_config = scene_flags.data_config(seed)
+    data_config = dataclasses.replace(scene_flags.data_config(seed), pca=_model_default("pca"),
+                                      val_fraction=FLAGS.val_fraction)
     with cli.blame(*scene_flags.blamed(), also=(OSError,)):
         exp = experiment.prepare(data_config)
     leakage = data.split_leakage(exp.split, FLAGS.patch_size)
@@ -289,10 +343,12 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
         slowdown = _slowdown(devices)
     progress = ProgressLine()
 
+    recipe = _recipe(exp)
+
     def start(plan, resume):
         graph = TrainingGraph(model_config, Layout.from_plan(plan), FLAGS.batch_size,
                               exp.scene.labels.shape, FLAGS.optimizer, FLAGS.learning_rate,
-                              seed)
+                              seed, recipe)
         trainer = Trainer(graph, exp, model_dir, seed, session_config, target,
                           checkpoint_every=FLAGS.checkpoint_every, slowdown=slowdown,
                           stop=signals, progress=progress)
@@ -308,10 +364,16 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
     record = runs.History.open(model_dir, FLAGS.resume, first_epoch, trainer.step,
                                sys.argv[1:])
     record.add_plan(dataclasses.asdict(plan))
+    best = BestEpoch(model_dir, FLAGS.patience, record.epochs)
     try:
         for epoch in range(first_epoch, FLAGS.epochs):
             stats = trainer.train_epoch(epoch, FLAGS.epochs, before_save=record.add_epoch)
+            best.update(trainer, stats)
             print(stats.line(FLAGS.epochs), flush=True)
+            if best.should_stop(epoch):
+                print("early stop: no better validation accuracy for %d epochs"
+                      % FLAGS.patience, flush=True)
+                break
             if FLAGS.rebalance == "epoch" and epoch + 1 < FLAGS.epochs:
                 new_plan = rebalance.replan(plan, spec, stats.busy_seconds,
                                             FLAGS.rebalance_threshold)
@@ -323,6 +385,11 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
                     plan = new_plan
                     record.add_plan(dataclasses.asdict(plan))
                     trainer = start(plan, resume=True)
+        step = trainer.step
+        if best.path is not None:
+            print("the weights of epoch %d (best validation accuracy %.3f) classify"
+                  % (best.epoch + 1, best.accuracy), flush=True)
+            trainer.restore(best.path)
         print("classifying the %d labelled pixels (%d test pixels) ..."
               % (len(exp.labelled), len(exp.test)), flush=True)
         predicted_map = report.prediction_map(exp.scene.labels.shape, exp.labelled.indices,
@@ -338,7 +405,6 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
     scores = evaluate(exp.test.class_ids, test_predictions, exp.n_classes)
     print(report.score_table(scores, exp.scene.class_names, leakage))
     pictures = report.save_pictures(model_dir, exp.scene, predicted_map, scores)
-    step = trainer.step
     events.add_scalars(trainer.writer, step, events.test_scalars(scores))
     events.add_image(trainer.writer, step, "classification_map",
                      maps.map_with_legend(predicted_map, exp.scene.class_names))
@@ -351,6 +417,7 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
                "history": record.epochs,
                "invocations": record.invocations,
                "step": step,
+               "best_epoch": None if best.epoch is None else best.epoch + 1,
                "nodata_pixels": exp.nodata_pixels,
                "split": exp.split.description,
                "leakage": leakage,

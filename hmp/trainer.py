@@ -43,6 +43,7 @@ class EpochStats:
     seconds: float
     busy_seconds: list = None   # per device, in one traced step of the epoch
     steps: int = None           # steps run (fewer than the epoch's when it was resumed)
+    val_accuracy: float = None  # overall accuracy on the validation pixels, if any
 
     @property
     def busy_share(self):
@@ -52,9 +53,49 @@ class EpochStats:
     def line(self, epochs):
         busy = ("  busy " + " ".join("%.0f%%" % (100 * s) for s in self.busy_share)
                 if self.busy_share else "")
-        return ("epoch %d/%d  loss %.4f  train acc %.3f  %.0f samples/s  %.1f s%s"
-                % (self.epoch + 1, epochs, self.loss, self.train_accuracy,
+        val = "" if self.val_accuracy is None else "  val acc %.3f" % self.val_accuracy
+        return ("epoch %d/%d  loss %.4f  train acc %.3f%s  %.0f samples/s  %.1f s%s"
+                % (self.epoch + 1, epochs, self.loss, self.train_accuracy, val,
                    self.samples_per_second, self.seconds, busy))
+
+
+class BestEpoch:
+    """Keeps a checkpoint of the epoch with the best validation accuracy; early stopping.
+
+    The checkpoint is ``best-ckpt-<step>`` in ``model_dir`` (its index file is
+    ``best_checkpoint``), apart from the run's own checkpoints, so ``--resume``
+    still continues from the last epoch. ``history``: the epochs recorded so
+    far (dicts of :class:`EpochStats`), to carry the best one across a resume.
+    ``patience``: stop after this many epochs without a better one (0: never).
+    """
+
+    FILE = "best_checkpoint"
+
+    def __init__(self, model_dir, patience=0, history=()):
+        self.model_dir = model_dir
+        self.patience = patience
+        self.path = tf.train.latest_checkpoint(model_dir, latest_filename=self.FILE)
+        scored = [e for e in history if e.get("val_accuracy") is not None]
+        best = max(scored, key=lambda e: e["val_accuracy"], default=None)
+        self.epoch = best["epoch"] if best and self.path else None
+        self.accuracy = best["val_accuracy"] if best and self.path else None
+
+    def update(self, trainer, stats):
+        """Saves ``trainer``'s weights if ``stats`` (just trained) has the best validation
+        accuracy so far; returns whether it had. Of equal ones the later is kept: a
+        validation share of a hundred pixels ties often, and the later epoch has
+        trained longer (at a lower learning rate)."""
+        if stats.val_accuracy is None or (self.accuracy is not None
+                                          and stats.val_accuracy < self.accuracy):
+            return False
+        self.epoch, self.accuracy = stats.epoch, stats.val_accuracy
+        self.path = trainer.save(prefix="best-ckpt", latest_filename=self.FILE, max_to_keep=1)
+        return True
+
+    def should_stop(self, epoch):
+        """True when ``patience`` epochs have passed since the best one."""
+        return bool(self.patience) and self.epoch is not None and (
+            epoch - self.epoch >= self.patience)
 
 
 class Trainer:
@@ -99,6 +140,7 @@ class Trainer:
             raise InvalidInput("batch_size %d is larger than the %d training pixels"
                              % (self.batch_size, len(experiment.train)))
         self.session = tf.Session(target, graph=graph.tf_graph, config=session_config)
+        self._savers = {}   # latest_filename -> tf.train.Saver, for other checkpoint series
         graph.load_scene(self.session, experiment.train.extractor.padded)
         with graph.tf_graph.as_default():
             self.writer = tf.summary.FileWriter(model_dir, graph.tf_graph)
@@ -130,15 +172,29 @@ class Trainer:
     def step(self):
         return int(self.session.run(self.graph.global_step))
 
-    def save(self, step=None):
-        """Writes a checkpoint of the whole tensors at the current step.
+    def save(self, step=None, prefix="ckpt", latest_filename=None, max_to_keep=None):
+        """Writes a checkpoint of the whole tensors at the current step; returns its path.
 
         ``step``: the global step if the caller knows it (saves reading it
-        from the session); None reads it.
+        from the session); None reads it. ``prefix``, ``latest_filename`` and
+        ``max_to_keep``: another series of checkpoints than the run's own
+        (:class:`BestEpoch`'s), with its own saver.
         """
         self.session.run(self.graph.copy_slices_to_masters)
-        return self.graph.saver.save(self.session, os.path.join(self.model_dir, "ckpt"),
-                                     global_step=self.step if step is None else int(step))
+        saver = self.graph.saver
+        if latest_filename is not None:
+            if latest_filename not in self._savers:
+                with self.graph.tf_graph.as_default():
+                    self._savers[latest_filename] = tf.train.Saver(max_to_keep=max_to_keep)
+            saver = self._savers[latest_filename]
+        return saver.save(self.session, os.path.join(self.model_dir, prefix),
+                          global_step=self.step if step is None else int(step),
+                          latest_filename=latest_filename)
+
+    def restore(self, path):
+        """Loads the weights (and step) of the checkpoint ``path`` onto the devices."""
+        self.graph.saver.restore(self.session, path)
+        self.session.run(self.graph.copy_masters_to_slices)
 
     # -- training ------------------------------------------------------------
     def train_epoch(self, epoch, epochs, before_save=None):
@@ -192,6 +248,9 @@ class Trainer:
                            correct / samples if samples else float("nan"),
                            samples / seconds if seconds else 0.0, seconds, busy, len(losses))
         step = self.step if step is None else int(step)   # None: no step ran
+        if self.experiment.val is not None:
+            stats.val_accuracy = float(np.mean(self.predict(self.experiment.val)
+                                               == self.experiment.val.class_ids))
         if before_save is not None:
             before_save(stats)
         self.save(step)
@@ -221,8 +280,9 @@ class Trainer:
             indices = dataset.indices[start:start + self.batch_size]
             padded = np.zeros(self.batch_size, np.int64)   # pixel 0 fills a last short batch
             padded[:len(indices)] = indices
-            predictions.append(self.session.run(self.graph.predicted,
-                                                self.graph.feed(padded, labels))[:len(indices)])
+            predictions.append(self.session.run(
+                self.graph.predicted,
+                self.graph.feed(padded, labels, training=False))[:len(indices)])
             done = start // self.batch_size + 1
             self.progress("classifying  batch %d/%d  %s" % (
                 done, batches, rate_and_eta(done, batches, time.perf_counter() - started,

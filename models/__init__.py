@@ -11,7 +11,7 @@ import importlib
 from hmp.errors import InvalidInput
 from hmp.graph import ModelConfig
 
-MODEL_NAMES = ("cnn2d", "cnn3d", "hybrid", "spectral")
+MODEL_NAMES = ("cnn2d", "cnn3d", "hybrid", "hybridsn", "spectral", "ssrn")
 
 
 def get_model(name):

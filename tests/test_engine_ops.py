@@ -162,7 +162,7 @@ def test_batch_norm_statistics_cover_the_whole_uneven_batch():
     x_dims = dims(("batch", 6), ("h", 4), ("w", 4), ("cin", 6))
 
     def build(mesh, tx):
-        return layers.batch_norm(tx, is_training=True, epsilon=1e-3)[0]
+        return layers.batch_norm(tx, training=True, epsilon=1e-3)[0]
     out, grads, weight, _ = run_on_mesh(build, LAYOUTS["batch_and_in"], [(x, x_dims)])
     mean, var = x.mean(axis=(0, 1, 2)), x.var(axis=(0, 1, 2))
     assert harness.max_relative_error(out, (x - mean) / np.sqrt(var + 1e-3)) <= TOLERANCE
@@ -191,7 +191,7 @@ def test_random_and_dropout_slices_follow_the_split():
     x_dims = dims(("batch", 6), ("cout", 7))
 
     def build(mesh, tx):
-        return layers.dropout(tx, is_training=True, rate=0.5)
+        return layers.dropout(tx, training=True, rate=0.5)
     out, _, _, slices = run_on_mesh(build, LAYOUTS["batch_and_out"], [(x, x_dims)])
     assert slices == [[5, 3], [1, 3], [5, 4], [1, 4]]
     assert set(np.unique(out)) <= {0.0, 2.0}

@@ -12,19 +12,20 @@ CPUS = ["/cpu:0", "/cpu:1", "/cpu:2"]
 
 def test_cnn2d_layers_match_hand_computed_figures():
     # patch 7, 5 bands, width 4: filters1 = filters2 = 8, channels = 4, hidden = 16.
+    # A conv's params include its batch norm's scale and offset (2 per output channel).
     spec = model_spec(model_config("cnn2d", patch=7, bands=5, n_classes=3, width=4))
     expected = [
         # name, kind, split dim, size, role, FLOPs, params, outputs (per sample)
         ("block1/split_out", "conv2d", "filters1", 8, "output",
-         2 * 7 * 7 * (3 * 3 * 5) * 8, 3 * 3 * 5 * 8 + 8, 7 * 7 * 8),
+         2 * 7 * 7 * (3 * 3 * 5) * 8, 3 * 3 * 5 * 8 + 8 + 2 * 8, 7 * 7 * 8),
         ("block1/split_in", "conv2d", "filters1", 8, "input",
-         2 * 7 * 7 * (3 * 3 * 8) * 4, 3 * 3 * 8 * 4 + 4, 7 * 7 * 4),
+         2 * 7 * 7 * (3 * 3 * 8) * 4, 3 * 3 * 8 * 4 + 4 + 2 * 4, 7 * 7 * 4),
         # 2x2 SAME pool, stride 2: 7x7 -> 4x4; one FLOP per window element per output.
         ("max_pool", "pool", None, 0, None, 4 * (4 * 4 * 4), 0, 4 * 4 * 4),
         ("block2/split_out", "conv2d", "filters2", 8, "output",
-         2 * 4 * 4 * (3 * 3 * 4) * 8, 3 * 3 * 4 * 8 + 8, 4 * 4 * 8),
+         2 * 4 * 4 * (3 * 3 * 4) * 8, 3 * 3 * 4 * 8 + 8 + 2 * 8, 4 * 4 * 8),
         ("block2/split_in", "conv2d", "filters2", 8, "input",
-         2 * 4 * 4 * (3 * 3 * 8) * 4, 3 * 3 * 8 * 4 + 4, 4 * 4 * 4),
+         2 * 4 * 4 * (3 * 3 * 8) * 4, 3 * 3 * 8 * 4 + 4 + 2 * 4, 4 * 4 * 4),
         ("hidden", "dense", "hidden", 16, "output", 2 * (4 * 4 * 4) * 16, 64 * 16 + 16, 16),
         ("logits", "dense", "hidden", 16, "input", 2 * 16 * 3, 16 * 3 + 3, 3),
     ]

@@ -1,4 +1,4 @@
-"""hmp's momentum and LARS against numpy, on a variable split unevenly."""
+"""hmp's momentum, LARS and weight decay against numpy, on a variable split unevenly."""
 
 import numpy as np
 import pytest
@@ -61,6 +61,33 @@ def test_momentum_matches_numpy():
 def test_lars_matches_numpy():
     np.testing.assert_allclose(mtf_steps(Lars(5.0, 0.9, 1e-2, 1e-2)),
                                numpy_lars(5.0, 0.9, 1e-2, 1e-2), rtol=1e-5, atol=1e-6)
+
+
+def numpy_adamw(lr, weight_decay, beta1=0.9, beta2=0.999, epsilon=1e-6):
+    """Mesh-TF's Adam (no bias correction) with decoupled weight decay."""
+    w = START.astype(np.float64)
+    m, v = np.zeros_like(w), np.zeros_like(w)
+    for _ in range(STEPS):
+        g = w - TARGET
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g * g
+        w = w - lr * (m / (np.sqrt(v) + epsilon) + weight_decay * w)
+    return w
+
+
+def numpy_momentum_l2(lr, momentum, weight_decay):
+    w, v = START.astype(np.float64), np.zeros_like(START, np.float64)
+    for _ in range(STEPS):
+        v = momentum * v + lr * (w - TARGET + weight_decay * w)
+        w = w - v
+    return w
+
+
+def test_weight_decay_matches_numpy():
+    np.testing.assert_allclose(mtf_steps(make_optimizer("adam", 0.1, 0.5)),
+                               numpy_adamw(0.1, 0.5), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(mtf_steps(make_optimizer("momentum", 0.1, 0.5)),
+                               numpy_momentum_l2(0.1, 0.9, 0.5), rtol=1e-5, atol=1e-6)
 
 
 def test_unknown_optimizer_is_refused_by_name():

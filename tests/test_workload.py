@@ -65,12 +65,16 @@ def test_model_split_shares_are_exact_and_replicated_work_is_counted():
 
 def test_model_split_parameter_bytes_are_the_slices():
     work = lowered_workload("model")
-    def params(f1, f2, hid):  # kernels + biases a device holds with these shares
+    def norms(f1, f2):  # batch norm values per channel after each conv (2 of each kind)
+        return 2 * (f1 + 6 + f2 + 6)
+
+    def params(f1, f2, hid):  # kernels + biases + batch-norm scales and offsets
         return (9 * 5 * f1 + f1) + (9 * f1 * 6 + 6) + (9 * 6 * f2 + f2) + (9 * f2 * 6 + 6) \
-            + (96 * hid + hid) + (hid * 3 + 3)
-    assert work.param_bytes == tuple(4 * params(*s) for s in [(7, 7, 14), (4, 4, 8), (1, 1, 2)])
-    # Momentum keeps one slot per weight: variables = 2 x parameters.
-    assert work.variable_bytes == tuple(2 * b for b in work.param_bytes)
+            + (96 * hid + hid) + (hid * 3 + 3) + norms(f1, f2)
+    shares = [(7, 7, 14), (4, 4, 8), (1, 1, 2)]
+    assert work.param_bytes == tuple(4 * params(*s) for s in shares)
+    # Momentum keeps one slot per weight, batch norm a moving mean and variance per channel.
+    assert work.variable_bytes == tuple(2 * 4 * params(*s) + 4 * norms(*s[:2]) for s in shares)
 
 
 @pytest.mark.parametrize("name", ["batch", "hybrid"])

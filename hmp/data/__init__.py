@@ -23,7 +23,8 @@ from hmp.data.scene import Scene
 from hmp.data.scenes import load_benchmark_scene, load_scene, load_scene_files
 from hmp.data.leakage import split_leakage, window_counts
 from hmp.data.split_maps import split_from_label_maps
-from hmp.data.splits import Split, disjoint_split, load_split, save_split, stratified_split
+from hmp.data.splits import (Split, disjoint_split, load_split, save_split, stratified_split,
+                             validation_split)
 from hmp.data.synthetic import synthetic_scene
 
 __all__ = [
@@ -32,5 +33,5 @@ __all__ = [
     "find_file", "iterate_scene", "load_benchmark_scene", "load_ground_truth", "load_scene",
     "load_scene_files", "load_split", "pad_cube", "read_array", "save_split", "scene_spec",
     "split_batch", "split_from_label_maps", "split_leakage", "stratified_split",
-    "synthetic_scene", "training_pixels", "window_counts",
+    "synthetic_scene", "training_pixels", "validation_split", "window_counts",
 ]

@@ -119,6 +119,30 @@ def disjoint_split(labels, *, train_fraction, patch_size, seed=0):
     return split
 
 
+def validation_split(labels, train, fraction, seed=0):
+    """Carves a stratified validation share out of the training pixels ``train``.
+
+    From every class's training pixels a seeded random ``fraction`` (rounded,
+    but always leaving one for training; none from a class with one) goes to
+    validation. Returns ``(train, validation)``: sorted flat indices that
+    together are ``train``.
+    """
+    if not 0 <= fraction < 1:
+        raise InvalidInput(f"validation fraction must lie in [0, 1), got {fraction!r}")
+    train = np.asarray(train, np.int64)
+    if fraction == 0:
+        return np.sort(train), np.zeros(0, np.int64)
+    rng = np.random.default_rng(seed)
+    held = as_label_map(labels).ravel()[train]
+    validation = []
+    for label in np.unique(held):
+        pixels = np.sort(train[held == label])
+        count = min(int(round(fraction * len(pixels))), len(pixels) - 1)
+        validation.append(rng.permutation(pixels)[:count])
+    validation = np.sort(np.concatenate(validation)).astype(np.int64)
+    return np.setdiff1d(train, validation), validation
+
+
 def save_split(path, split):
     """Writes ``split`` to ``path`` (``.npz``), atomically."""
     with atomic_path(path, suffix=".npz") as temporary:

@@ -1,0 +1,120 @@
+"""The training recipe: validation carve-out, learning-rate schedule, weight decay,
+augmentation and best-epoch checkpoints, each against an independent reference."""
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import harness
+import hmp
+from hmp import data, experiment
+from hmp.augment import Augmentation, augment
+from hmp.graph import Layout, TrainingGraph
+from hmp.optimizers import learning_rate_at
+from hmp.trainer import BestEpoch, Trainer
+from models import model_config
+
+mtf = hmp.mesh_impl.mtf
+
+
+def test_validation_split_is_stratified_and_disjoint():
+    labels = np.repeat(np.arange(0, 5), [40, 100, 30, 2, 50]).reshape(2, 111)
+    split = data.stratified_split(labels, train_fraction=0.5, seed=1)
+    train, val = data.validation_split(labels, split.train, 0.2, seed=4)
+    np.testing.assert_array_equal(np.sort(np.concatenate([train, val])), split.train)
+    assert not set(val) & set(train) and not set(val) & set(split.test)
+    held = labels.ravel()
+    for label, expected in ((1, 10), (2, 3), (3, 0), (4, 5)):   # 20% of 50, 15, 1, 25
+        assert (held[val] == label).sum() == expected, label
+        assert (held[train] == label).sum() == (held[split.train] == label).sum() - expected
+    again, _ = data.validation_split(labels, split.train, 0.2, seed=4)
+    np.testing.assert_array_equal(again, train)
+    assert len(data.validation_split(labels, split.train, 0.0)[1]) == 0
+
+
+@pytest.mark.parametrize("schedule", ["constant", "cosine", "step"])
+def test_learning_rate_schedule_matches_numpy(schedule):
+    steps, warmup, base = np.arange(14), 3, 0.1
+    with tf.Graph().as_default():
+        step = tf.placeholder(tf.int64, [])
+        rate = learning_rate_at(step, base, schedule, total_steps=13, warmup_steps=warmup)
+        with tf.Session() as session:
+            actual = [session.run(rate, {step: s}) for s in steps]
+    progress = np.clip((steps - warmup) / 10.0, 0, 1)
+    expected = {"constant": np.full(14, base),
+                "cosine": 0.5 * base * (1 + np.cos(np.pi * progress)),
+                "step": base * np.where(progress < 0.5, 1, np.where(progress < 0.75, 0.1, 0.01))
+                }[schedule]
+    expected = np.where(steps < warmup, base * (steps + 1) / warmup, expected)
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-8)   # float32 cos
+
+
+def _augmented(x, layout, training):
+    """``augment`` (flips and rotations) of the patches ``x`` on ``layout``."""
+    harness.reset_graph()
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "mesh")
+    dims = [mtf.Dimension(n, s) for n, s in zip(("batch", "h", "w", "bands"), x.shape)]
+    patches = mtf.import_tf_tensor(mesh, tf.constant(x), mtf.Shape(dims))
+    mode = mtf.import_tf_tensor(mesh, tf.constant(training), mtf.Shape([]))
+    out = augment(patches, mode, Augmentation(flips=True))
+    impl, lowering = harness.lower(graph, mesh, layout)
+    with tf.Session(config=harness.session_config()) as session:
+        return session.run(lowering.export_to_tf_tensor(out))
+
+
+def test_augmentation_is_numpy_symmetries_and_exact_on_an_uneven_split():
+    x = np.random.RandomState(0).randn(harness.BATCH, 3, 3, 2).astype(np.float32)
+    one = _augmented(x, harness.MeshConfig("", "", ["/cpu:0"], {}), 1.0)
+    split = _augmented(x, harness.BATCH_SPLIT, 1.0)        # batch [8, 4]
+    np.testing.assert_array_equal(split, one)
+    chosen = []
+    for sample, out in zip(x, one):
+        variants = [np.rot90(np.flip(sample, 1) if k >= 4 else sample, k % 4)
+                    for k in range(8)]
+        matches = [k for k, v in enumerate(variants) if np.array_equal(v, out)]
+        assert matches, "sample is no symmetry of its patch"
+        chosen.append(matches[0])
+    assert len(set(chosen)) >= 4        # 12 draws of 8 symmetries
+    np.testing.assert_array_equal(_augmented(x, harness.BATCH_SPLIT, 0.0), x)
+
+
+@pytest.fixture(scope="module")
+def small_experiment():
+    return experiment.prepare(experiment.DataConfig(
+        patch_size=3, train_fraction=0.04, pca=4, seed=3, val_fraction=0.25))
+
+
+def _weights(trainer):
+    trainer.session.run(trainer.graph.copy_slices_to_masters)
+    return trainer.session.run(tf.trainable_variables())
+
+
+def test_best_epoch_checkpoint_restores_the_best_weights(small_experiment, tmp_path):
+    exp = small_experiment
+    assert exp.val is not None and len(exp.val) + len(exp.train) == len(exp.split.train)
+    config = model_config("spectral", 3, exp.bands, exp.n_classes, width=4)
+    graph = TrainingGraph(config, Layout(), 64, exp.scene.labels.shape, "adam", 1e-2, seed=1)
+    trainer = Trainer(graph, exp, str(tmp_path), seed=2, log=lambda line: None)
+    trainer.initialise(resume=False)
+    best = BestEpoch(str(tmp_path), patience=2)
+    first = trainer.train_epoch(0, 4)
+    assert 0 <= first.val_accuracy <= 1
+    first.val_accuracy = 0.9
+    assert best.update(trainer, first)
+    with graph.tf_graph.as_default():
+        saved = _weights(trainer)
+    for epoch, accuracy in ((1, 0.5), (2, 0.8)):   # worse: not kept
+        stats = trainer.train_epoch(epoch, 4)
+        stats.val_accuracy = accuracy
+        assert not best.update(trainer, stats)
+    assert best.should_stop(2) and not best.should_stop(1)
+    with graph.tf_graph.as_default():
+        assert not all(np.array_equal(a, b) for a, b in zip(_weights(trainer), saved))
+        trainer.restore(best.path)
+        for restored, value in zip(_weights(trainer), saved):
+            np.testing.assert_array_equal(restored, value)
+    resumed = BestEpoch(str(tmp_path), 2, [{"epoch": 0, "val_accuracy": 0.9},
+                                           {"epoch": 1, "val_accuracy": 0.5}])
+    assert (resumed.epoch, resumed.path) == (0, best.path)
+    trainer.close()
