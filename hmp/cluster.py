@@ -29,6 +29,7 @@ import tensorflow.compat.v1 as tf
 
 from hmp.cli import TrainingError
 from hmp.errors import InvalidInput
+from hmp.subprocesses import die_with_parent
 
 JOB = "worker"
 DEFAULT_TIMEOUT_S = 60.0
@@ -38,6 +39,7 @@ WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
                  tf.errors.AbortedError)
 _TASK_IN_MESSAGE = re.compile(r"/job:%s/replica:\d+/task:(\d+)" % JOB)
 _HEADER = re.compile(r"^(=+|([A-Z_]+: )?From /job:\S+:)$")   # lines that say nothing
+
 
 
 class WorkerUnavailable(TrainingError):
@@ -249,7 +251,8 @@ class LocalCluster:
                    "--task=%d" % task, *self._worker_flags[task]]
         with open(self._log_path(task), "w") as log:
             self._processes[task] = subprocess.Popen(command, stdout=log,
-                                                     stderr=subprocess.STDOUT)
+                                                     stderr=subprocess.STDOUT,
+                                                     preexec_fn=die_with_parent)
         if timeout_s is not None:
             self.wait_until_ready(timeout_s)
 

@@ -89,6 +89,7 @@ from hmp.planning import plan_layout  # noqa: E402
 from hmp.planning.plan import aligned_columns  # noqa: E402
 from hmp.planning.from_graph import model_spec  # noqa: E402
 from hmp.profiler import busy_times, measure_platform  # noqa: E402
+from hmp.subprocesses import die_with_parent  # noqa: E402
 from hmp.rebalance import replan  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -130,7 +131,8 @@ def competing_load(cpu, count):
     processes = []
     try:
         for _ in range(count):
-            processes.append(subprocess.Popen([sys.executable, "-c", COMPETITOR % cpu]))
+            processes.append(subprocess.Popen([sys.executable, "-c", COMPETITOR % cpu],
+                                              preexec_fn=die_with_parent))
         yield processes
     finally:
         for process in processes:

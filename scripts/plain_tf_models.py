@@ -1,7 +1,8 @@
 """hmp's 2-D and 3-D CNNs written as plain TensorFlow, for ``bench_hetero.py``'s baseline.
 
 The same layers, shapes, initialisers and optimizer as ``models.cnn2d`` and
-``models.cnn3d`` built by ``hmp.graph.TrainingGraph`` on one device, but with
+``models.cnn3d`` built by ``hmp.graph.TrainingGraph`` on one device (batch norm after
+every convolution, cnn2d's dropout; not hmp's weight decay and schedule), but with
 ``tf.nn`` ops and ``tf.train.AdamOptimizer`` in a TF1 graph: what a user would
 write without hmp or Mesh-TensorFlow. (Not ``tf.keras``: TensorFlow 2.21's
 Keras 3 does not build TF1 graphs.) The throughput ratio of the two on one
@@ -20,15 +21,31 @@ def _initializer(relu):
     return tf.glorot_uniform_initializer()
 
 
-def conv(x, filters, kernel, strides, padding, name, relu=True):
-    """2-D or 3-D convolution (by ``len(kernel)``) with bias and optional ReLU."""
+def conv(x, filters, kernel, strides, padding, name):
+    """2-D or 3-D convolution (by ``len(kernel)``) with bias, batch norm (batch
+    statistics, as while training; moving averages momentum 0.9) and ReLU."""
     with tf.variable_scope(name):
         weights = tf.get_variable("kernel", list(kernel) + [x.shape[-1], filters],
-                                  initializer=_initializer(relu))
+                                  initializer=_initializer(True))
         bias = tf.get_variable("bias", [filters], initializer=tf.zeros_initializer())
         op = tf.nn.conv3d if len(kernel) == 3 else tf.nn.conv2d
         y = op(x, weights, [1, *strides, 1], padding) + bias
-        return tf.nn.relu(y) if relu else y
+        return tf.nn.relu(_batch_norm(y))
+
+
+def _batch_norm(y, momentum=0.9, epsilon=1e-3):
+    """``models.blocks.batch_norm`` while training: over every dim but the channels."""
+    channels = [y.shape[-1]]
+    scale = tf.get_variable("scale", channels, initializer=tf.ones_initializer())
+    offset = tf.get_variable("offset", channels, initializer=tf.zeros_initializer())
+    moving = [tf.get_variable(n, channels, initializer=i, trainable=False)
+              for n, i in (("moving_mean", tf.zeros_initializer()),
+                           ("moving_variance", tf.ones_initializer()))]
+    mean, variance = tf.nn.moments(y, list(range(len(y.shape) - 1)))
+    for average, value in zip(moving, (mean, variance)):
+        tf.add_to_collection(tf.GraphKeys.UPDATE_OPS,
+                             average.assign(momentum * average + (1 - momentum) * value))
+    return tf.nn.batch_normalization(y, mean, variance, offset, scale, epsilon)
 
 
 def dense(x, units, name, relu=True):
@@ -49,7 +66,8 @@ def cnn2d(x, classes, width=32):
     h = tf.nn.max_pool2d(h, 2, 2, "SAME")
     h = conv(h, 2 * width, (3, 3), (1, 1), "SAME", "block2/split_out")
     h = conv(h, width, (3, 3), (1, 1), "SAME", "block2/split_in")
-    return dense(dense(h, 4 * width, "hidden"), classes, "logits", relu=False)
+    hidden = tf.nn.dropout(dense(h, 4 * width, "hidden"), rate=0.5)
+    return dense(hidden, classes, "logits", relu=False)
 
 
 def cnn3d(x, classes, width=16):
@@ -85,8 +103,9 @@ class PlainTrainingGraph:
                       else model(self.x, config.n_classes))
             self.loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
                 labels=self.y, logits=logits))
-            self.train_op = tf.train.AdamOptimizer(learning_rate, epsilon=1e-6).minimize(
-                self.loss)
+            with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):
+                self.train_op = tf.train.AdamOptimizer(learning_rate, epsilon=1e-6).minimize(
+                    self.loss)
             self.init = tf.global_variables_initializer()
 
     def parameter_count(self):

@@ -180,3 +180,31 @@ def test_killed_worker_stops_training_and_resume_continues(workers, tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed from %s" % last in resumed.stdout
     assert "overall accuracy (OA)" in resumed.stdout
+
+
+def test_a_child_started_with_die_with_parent_ends_when_its_parent_is_killed(tmp_path):
+    # The parent starts a sleeping child with die_with_parent, prints its pid and sleeps;
+    # SIGKILL to the parent must end the child too (no orphaned worker or busy loop).
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        "from hmp.subprocesses import die_with_parent\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+        " preexec_fn=die_with_parent)\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.1)
+    assert not _alive(child)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open("/proc/%d/stat" % pid) as f:   # a zombie (not reaped by init yet) is gone
+        return f.read().split(")")[-1].split()[0] != "Z"

@@ -1,0 +1,15 @@
+"""Child processes that never outlive the process that started them (no TensorFlow here)."""
+
+import ctypes
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1   # linux/prctl.h
+
+
+def die_with_parent():
+    """In a child process (``subprocess.Popen(preexec_fn=...)``): on Linux, have the
+    kernel send it SIGTERM when the process that started it dies, even by SIGKILL,
+    so no worker or load generator outlives a killed benchmark or test."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
