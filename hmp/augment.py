@@ -42,8 +42,14 @@ def symmetries(patches):
     Symmetry ``k`` rotates by ``k % 4`` quarter turns counter-clockwise, after a
     left-right flip when ``k >= 4`` (``numpy.rot90(numpy.flip(patch, 1), k % 4)``).
     """
-    flipped = tf.reverse(patches, [2])
-    return tf.stack([tf.image.rot90(p, k) for p in (patches, flipped) for k in range(4)])
+    variants = []
+    for turned in (patches, tf.reverse(patches, [2])):
+        for _ in range(4):
+            variants.append(turned)
+            # A quarter turn counter-clockwise (tf.image.rot90 would colocate an assert
+            # with the patches' gather, which sits with the host's shared cube).
+            turned = tf.reverse(tf.transpose(turned, [0, 2, 1, 3]), [1])
+    return tf.stack(variants)
 
 
 def _apply_symmetries(patches, draw, training):
