@@ -33,6 +33,10 @@ from hmp.compat import import_mesh_tensorflow
 mtf = import_mesh_tensorflow()
 PlacementMeshImpl = mtf.placement_mesh_impl.PlacementMeshImpl
 
+# Stateless counterparts of the random ops Mesh-TF lowers (by the op function's name).
+STATELESS = {"random_uniform": tf.random.stateless_uniform,
+             "random_normal": tf.random.stateless_normal}
+
 
 class UnevenSplitError(ValueError):
     """An operation needs equal slices but a dimension is split unevenly."""
@@ -330,13 +334,22 @@ class HeteroMeshImpl(PlacementMeshImpl):
         of the operation being lowered and the number of random tensors this
         mesh made before, with a stable hash: a seeded graph draws the same
         numbers in every process. Without one, each call draws a fresh key,
-        as stock Mesh-TF does.
+        as stock Mesh-TF does. In a graph with a global step, uniform and normal
+        draws are stateless, keyed by (that seed, the global step): a run resumed
+        from a checkpoint, or rebuilt on a new plan, draws what an uninterrupted
+        run draws at the same step.
         """
         op_key = self._random_op_key()
         seed = zlib.crc32(str(op_key).encode("utf-8")) & 0x7FFFFFFF
+        step = tf.train.get_global_step()
+        stateless = STATELESS.get(getattr(tf_fn, "__name__", None))
         def random_slice(pnum):
             extent = self.slice_extent(shape, pnum)
-            whole = tf_fn(shape.to_integer_list, seed=seed, **kwargs)
+            if step is not None and stateless is not None:
+                key = tf.stack([tf.constant(seed, tf.int64), tf.cast(step, tf.int64)])
+                whole = stateless(shape.to_integer_list, seed=key, **kwargs)
+            else:
+                whole = tf_fn(shape.to_integer_list, seed=seed, **kwargs)
             return tf.slice(whole, [begin for begin, _ in extent],
                             [size for _, size in extent])
         return self.slicewise_per_device(random_slice)

@@ -66,12 +66,13 @@ def run_graph_predictions(model_dir, results, exp, indices):
                           flags["batch_size"], exp.scene.labels.shape)
     batch, predictions = flags["batch_size"], []
     with tf.Session(graph=graph.tf_graph, config=harness.session_config()) as session:
-        graph.saver.restore(session, tf.train.latest_checkpoint(str(model_dir)))
+        graph.saver.restore(session, inference.Run.open(str(model_dir), get_model).checkpoint)
         session.run(graph.copy_masters_to_slices)
         graph.load_scene(session, exp.train.extractor.padded)
         for start in range(0, len(indices), batch):
             chunk = indices[start:start + batch]
-            feed = graph.feed(np.resize(chunk, batch), np.zeros(batch, np.int32))
+            feed = graph.feed(np.resize(chunk, batch), np.zeros(batch, np.int32),
+                              training=False)
             predictions.append(session.run(graph.predicted, feed)[:len(chunk)])
     return np.concatenate(predictions)
 
