@@ -34,6 +34,11 @@ mtf = import_mesh_tensorflow()
 PlacementMeshImpl = mtf.placement_mesh_impl.PlacementMeshImpl
 
 
+# Stateless versions of the random functions Mesh-TF draws with.
+STATELESS = {tf.random.uniform: tf.random.stateless_uniform,
+             tf.random.normal: tf.random.stateless_normal}
+
+
 class UnevenSplitError(ValueError):
     """An operation needs equal slices but a dimension is split unevenly."""
 
@@ -330,13 +335,21 @@ class HeteroMeshImpl(PlacementMeshImpl):
         of the operation being lowered and the number of random tensors this
         mesh made before, with a stable hash: a seeded graph draws the same
         numbers in every process. Without one, each call draws a fresh key,
-        as stock Mesh-TF does.
+        as stock Mesh-TF does. In a graph with a global step, uniform and
+        normal draws are stateless functions of (seed, step): a resumed or
+        re-planned run draws what an uninterrupted one would.
         """
         op_key = self._random_op_key()
         seed = zlib.crc32(str(op_key).encode("utf-8")) & 0x7FFFFFFF
+        step = tf.train.get_global_step()
+        stateless = STATELESS.get(tf_fn)
         def random_slice(pnum):
             extent = self.slice_extent(shape, pnum)
-            whole = tf_fn(shape.to_integer_list, seed=seed, **kwargs)
+            if step is not None and stateless is not None:   # a function of (seed, step)
+                whole = stateless(shape.to_integer_list, seed=tf.stack(
+                    [tf.constant(seed, tf.int64), tf.cast(step, tf.int64)]), **kwargs)
+            else:
+                whole = tf_fn(shape.to_integer_list, seed=seed, **kwargs)
             return tf.slice(whole, [begin for begin, _ in extent],
                             [size for _, size in extent])
         return self.slicewise_per_device(random_slice)
