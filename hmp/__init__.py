@@ -8,8 +8,11 @@ mesh_tensorflow`` work on current TensorFlow (``hmp.compat``).
 
 import importlib
 
-_NAMES = {"HeteroLowering": "hmp.lowering", "HeteroMeshImpl": "hmp.mesh_impl",
-          "UnevenSplitError": "hmp.mesh_impl", "train_step": "hmp.training"}
+_NAMES = {"HeteroLowering": "hmp.mesh.lowering", "HeteroMeshImpl": "hmp.mesh.mesh_impl",
+          "UnevenSplitError": "hmp.mesh.mesh_impl", "train_step": "hmp.mesh.train_step"}
+
+# Engine modules models use as ``from hmp import layers, ops`` (they live in hmp.mesh).
+_SUBMODULES = {"ops": "hmp.mesh.ops", "optimizers": "hmp.mesh.optimizers"}
 
 __all__ = ["HeteroLowering", "HeteroMeshImpl", "UnevenSplitError", "layers",
            "ops", "optimizers", "train_step"]
@@ -18,6 +21,8 @@ __all__ = ["HeteroLowering", "HeteroMeshImpl", "UnevenSplitError", "layers",
 def __getattr__(name):
     if name in _NAMES:
         return getattr(importlib.import_module(_NAMES[name]), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(_SUBMODULES[name])
     try:
         return importlib.import_module("%s.%s" % (__name__, name))
     except ModuleNotFoundError as error:

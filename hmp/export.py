@@ -23,8 +23,8 @@ import tensorflow.compat.v1 as tf
 from hmp import fitted_preprocessing
 from hmp.graph import build_logits_graph, imported
 from hmp.inference import restore_weights
-from hmp.lowering import HeteroLowering
-from hmp.mesh_impl import HeteroMeshImpl
+from hmp.mesh.lowering import HeteroLowering
+from hmp.mesh.mesh_impl import HeteroMeshImpl
 
 SIGNATURE = "serving_default"
 CHUNK = 256   # patches per run of the frozen model

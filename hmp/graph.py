@@ -14,14 +14,16 @@ import inspect
 
 import tensorflow.compat.v1 as tf
 
-from hmp import layers, ops
+from hmp import layers
+
+from hmp.mesh import ops
 from hmp.augment import Augmentation, augment
 from hmp.compat import import_mesh_tensorflow
-from hmp.lowering import HeteroLowering
-from hmp.mesh_impl import HeteroMeshImpl
-from hmp.optimizers import learning_rate_at, make_optimizer
+from hmp.mesh.lowering import HeteroLowering
+from hmp.mesh.mesh_impl import HeteroMeshImpl
+from hmp.mesh.optimizers import learning_rate_at, make_optimizer
 from hmp.scene_input import SceneCubes, patches_around
-from hmp.training import train_step
+from hmp.mesh.train_step import train_step
 
 mtf = import_mesh_tensorflow()
 
@@ -71,9 +73,9 @@ class Recipe:
     """How a graph trains beyond its optimizer.
 
     ``weight_decay``: None for the optimizer's default
-    (``hmp.optimizers.DEFAULT_WEIGHT_DECAY``); ``schedule``, ``warmup_steps``
+    (``hmp.mesh.optimizers.DEFAULT_WEIGHT_DECAY``); ``schedule``, ``warmup_steps``
     and ``total_steps``: the learning rate over the steps
-    (``hmp.optimizers.learning_rate_at``); ``augmentation``: per-sample patch
+    (``hmp.mesh.optimizers.learning_rate_at``); ``augmentation``: per-sample patch
     augmentation (``hmp.augment``); ``class_weights``: one loss weight per
     class (None: all 1).
     """

@@ -1,6 +1,6 @@
 """Which devices share a host: the grouping rule of the two-level all-reduce.
 
-Pure Python (no TensorFlow), so that the engine (``hmp.collectives``) and the
+Pure Python (no TensorFlow), so that the engine (``hmp.mesh.collectives``) and the
 cost model (``hmp.planning.costmodel``) apply the same rule.
 """
 

@@ -21,8 +21,8 @@ from hmp.compat import import_mesh_tensorflow
 from hmp.data import PatchExtractor, Scene, read_array
 from hmp.errors import InvalidInput
 from hmp.graph import Layout, ModelConfig, build_logits_graph
-from hmp.lowering import HeteroLowering
-from hmp.mesh_impl import HeteroMeshImpl
+from hmp.mesh.lowering import HeteroLowering
+from hmp.mesh.mesh_impl import HeteroMeshImpl
 from hmp.planning import apportion
 from hmp.progress import rate_and_eta
 from hmp.scene_input import SceneCubes, patches_around

@@ -14,7 +14,7 @@ filters, and Mesh-TF all-reduces them): :func:`filter_split_block`.
 
 import tensorflow.compat.v1 as tf
 
-from hmp import ops
+from hmp.mesh import ops
 from hmp.compat import import_mesh_tensorflow
 
 mtf = import_mesh_tensorflow()

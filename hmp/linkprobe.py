@@ -10,7 +10,7 @@ bandwidth): the short and the long chain run in turns, and the median of
 load hits both). Grappler is off for these runs (it would fold the chain).
 
 Which devices share a host decides which link a collective uses
-(``LinkSpec.local``): ``hmp.collectives.host_of`` says a device's host -- the task of a
+(``LinkSpec.local``): ``hmp.mesh.collectives.host_of`` says a device's host -- the task of a
 ``/job:.../task:K`` device (a worker process of ``--cluster`` mode), else
 ``"localhost"`` (virtual devices and GPUs of this process). With devices on
 several hosts the pair is one device of the first host and one of another
@@ -32,7 +32,7 @@ import time
 
 import tensorflow.compat.v1 as tf
 
-from hmp.collectives import host_of, is_cpu
+from hmp.mesh.collectives import host_of, is_cpu
 from hmp.hosts import group_by_host
 from hmp.planning import DeviceSpec, LinkSpec
 

@@ -18,7 +18,7 @@ not trained, not checkpointed, not in ``tf.global_variables()``.
 
 import tensorflow.compat.v1 as tf
 
-from hmp.collectives import is_cpu
+from hmp.mesh.collectives import is_cpu
 from hmp.compat import import_mesh_tensorflow
 
 mtf = import_mesh_tensorflow()

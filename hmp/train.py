@@ -26,7 +26,7 @@ from hmp.devices import check_local, default_devices, session_config_for
 from hmp.errors import InvalidInput, whole_number
 from hmp.graph import Layout, Recipe, TrainingGraph
 from hmp.metrics import evaluate
-from hmp.optimizers import OPTIMIZERS, SCHEDULES
+from hmp.mesh.optimizers import OPTIMIZERS, SCHEDULES
 from hmp.planning.from_graph import model_spec
 from hmp.profiler import measure_platform
 from hmp.progress import ProgressLine

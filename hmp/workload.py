@@ -4,7 +4,7 @@
 execution order, so that other code (the planner's ``model_spec``, this
 module's per-device report) counts the model the graph really is:
 
-* convolutions and pools are ``hmp.ops.LocalOperation``s, which say which
+* convolutions and pools are ``hmp.mesh.ops.LocalOperation``s, which say which
   they are (``kind``) and, for a pool, the size of its window;
 * a dense layer is an ``EinsumOperation`` that contracts a tensor with a
   trainable variable into that variable's last dimension (``hmp.layers.dense``).
@@ -28,7 +28,7 @@ import math
 
 from hmp.compat import import_mesh_tensorflow
 from hmp.layer_math import conv_flops, dense_flops, pool_flops
-from hmp.ops import LocalOperation
+from hmp.mesh.ops import LocalOperation
 
 mtf = import_mesh_tensorflow()
 

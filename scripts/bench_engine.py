@@ -21,7 +21,7 @@ import models.cnn2d
 from hmp.graph import build_model_graph, imported
 from models import model_config
 
-mtf = hmp.mesh_impl.mtf
+mtf = hmp.mesh.mesh_impl.mtf
 
 flags.DEFINE_string("mesh", "batch:2;model:2", "Mesh shape (model:N, batch:M or both).")
 flags.DEFINE_integer("batch_size", 64, "Global batch size.")

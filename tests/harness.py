@@ -15,7 +15,7 @@ import tensorflow.compat.v1 as tf
 import hmp
 from hmp import layers
 
-mtf = hmp.mesh_impl.mtf
+mtf = hmp.mesh.mesh_impl.mtf
 
 N_VIRTUAL_CPUS = 4
 BATCH = 12

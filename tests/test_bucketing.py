@@ -4,11 +4,11 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 import harness
-from hmp.bucketing import reduce_together
+from hmp.mesh.bucketing import reduce_together
 from hmp.compat import import_mesh_tensorflow
 from hmp.graph import Layout, TrainingGraph
-from hmp.lowering import HeteroLowering
-from hmp.mesh_impl import HeteroMeshImpl
+from hmp.mesh.lowering import HeteroLowering
+from hmp.mesh.mesh_impl import HeteroMeshImpl
 from models import model_config
 
 mtf = import_mesh_tensorflow()

@@ -11,7 +11,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import hmp
-from hmp.collectives import allreduce_ring, hierarchical_allreduce, host_of
+from hmp.mesh.collectives import allreduce_ring, hierarchical_allreduce, host_of
 from hmp.hosts import is_hierarchical
 import harness
 
@@ -134,7 +134,7 @@ def test_training_with_two_level_gradient_reduction_equals_flat_and_one_device()
     ring and the single device."""
     data = harness.data_2d()
     weights = harness.loss_and_gradients(harness.cnn2d, data, harness.SINGLE_DEVICE).weights
-    momentum = functools.partial(hmp.optimizers.Momentum, 0.05, 0.9)
+    momentum = functools.partial(hmp.mesh.optimizers.Momentum, 0.05, 0.9)
     runs = {name: harness.train(harness.cnn2d, data, config, momentum, 3, weights)
             for name, config in [
                 ("two-level", harness.MeshConfig(**TWO_HOSTS)),

@@ -6,9 +6,10 @@ import tensorflow.compat.v1 as tf
 
 import harness
 import hmp
-from hmp import layers, ops
+from hmp import layers
+from hmp.mesh import ops
 
-mtf = hmp.mesh_impl.mtf
+mtf = hmp.mesh.mesh_impl.mtf
 TOLERANCE = 1e-5
 CPUS = harness.CPUS
 

@@ -21,7 +21,7 @@ import tensorflow.compat.v1 as tf
 import harness
 import hmp
 
-mtf = hmp.mesh_impl.mtf
+mtf = hmp.mesh.mesh_impl.mtf
 CPUS = harness.CPUS
 ROUNDING = 1e-6
 

@@ -6,9 +6,9 @@ import tensorflow.compat.v1 as tf
 
 import harness
 import hmp
-from hmp import ops
+from hmp.mesh import ops
 
-mtf = hmp.mesh_impl.mtf
+mtf = hmp.mesh.mesh_impl.mtf
 CPUS = harness.CPUS
 
 

@@ -49,7 +49,8 @@ def test_the_library_imports_no_model_registry():
 
 
 def test_engine_names_are_the_engine_modules_own():
-    from hmp import lowering, mesh_impl, training
+    from hmp import training
+    from hmp.mesh import lowering, mesh_impl
     assert hmp.HeteroMeshImpl is mesh_impl.HeteroMeshImpl
     assert hmp.HeteroLowering is lowering.HeteroLowering
     assert hmp.train_step is training.train_step

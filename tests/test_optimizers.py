@@ -6,9 +6,9 @@ import tensorflow.compat.v1 as tf
 
 import harness
 import hmp
-from hmp.optimizers import Lars, Momentum, make_optimizer
+from hmp.mesh.optimizers import Lars, Momentum, make_optimizer
 
-mtf = hmp.mesh_impl.mtf
+mtf = hmp.mesh.mesh_impl.mtf
 STEPS = 4
 TARGET = np.random.RandomState(0).randn(6, 4).astype(np.float32)
 START = np.random.RandomState(1).randn(6, 4).astype(np.float32)

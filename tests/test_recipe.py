@@ -10,11 +10,11 @@ import hmp
 from hmp import data, experiment
 from hmp.augment import Augmentation, augment
 from hmp.graph import Layout, TrainingGraph
-from hmp.optimizers import learning_rate_at
+from hmp.mesh.optimizers import learning_rate_at
 from hmp.trainer import BestEpoch, Trainer
 from models import model_config
 
-mtf = hmp.mesh_impl.mtf
+mtf = hmp.mesh.mesh_impl.mtf
 
 
 def test_validation_split_is_stratified_and_disjoint():

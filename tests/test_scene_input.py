@@ -8,8 +8,8 @@ import harness
 from hmp import data
 from hmp.compat import import_mesh_tensorflow
 from hmp.graph import Layout, TrainingGraph
-from hmp.lowering import HeteroLowering
-from hmp.mesh_impl import HeteroMeshImpl
+from hmp.mesh.lowering import HeteroLowering
+from hmp.mesh.mesh_impl import HeteroMeshImpl
 from hmp.scene_input import SceneCubes, cut_patches
 from models import model_config
 

@@ -12,9 +12,9 @@ import tensorflow.compat.v1 as tf
 
 import harness
 import hmp
-from hmp.optimizers import make_optimizer
+from hmp.mesh.optimizers import make_optimizer
 
-mtf = hmp.mesh_impl.mtf
+mtf = hmp.mesh.mesh_impl.mtf
 STEPS = 10
 # Max relative error (harness.max_relative_error) allowed after STEPS steps.
 # The harness seeds every graph, so each error below is one fixed number per

@@ -78,10 +78,10 @@ activation must be whole again (an unsplit layer, or the model's output).
 With uneven batch rows every row runs its own collectives; the slowest counts.
 On the batch axis: the sum of every weight gradient a model column holds,
 over the ``M`` devices of that column, as one all-reduce of all of them
-(``hmp.bucketing``: one set of hand-overs and their latency per step, not
+(``hmp.mesh.bucketing``: one set of hand-overs and their latency per step, not
 one per weight tensor). A group spanning several hosts
 with several devices on some of them uses the two-level all-reduce of
-``hmp.collectives`` (``allreduce_time``). Collectives of groups that share a
+``hmp.mesh.collectives`` (``allreduce_time``). Collectives of groups that share a
 host (the rows' on the model axis, the columns' on the batch axis) overlap,
 except for the ``LinkSpec.cpu_share`` of them that is CPU work of that host
 (``concurrent_groups_time``).
@@ -410,7 +410,7 @@ def allreduce_time(nbytes, hosts, link):
     As ``hmp.HeteroMeshImpl`` lowers it: devices of one host use
     ``link.local``; devices all on different hosts a ring over ``link``; a
     group spanning several hosts with several devices on some of them the
-    two-level all-reduce of ``hmp.collectives``: every host reduces onto its
+    two-level all-reduce of ``hmp.mesh.collectives``: every host reduces onto its
     leader and copies the result back (``2 (k - 1)`` hand-overs of the whole
     tensor on the local link, ``k`` the most devices on one host), and the
     leaders run a ring over ``link``.
@@ -487,7 +487,7 @@ def _batch_axis_time(model_spec, mesh, fractions, link, hosts):
     """The gradient all-reduce over each model column's M devices, columns at once.
 
     ``hmp.train_step`` sums all of a column's weight gradients in one
-    all-reduce (``hmp.bucketing``): the bytes of every layer's weights the
+    all-reduce (``hmp.mesh.bucketing``): the bytes of every layer's weights the
     column holds, one set of hand-overs.
     """
     if mesh.batch == 1:

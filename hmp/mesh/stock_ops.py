@@ -17,7 +17,7 @@ which stock operations run on uneven splits and which are refused.
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
-from hmp.mesh_impl import UnevenSplitError
+from hmp.mesh.mesh_impl import UnevenSplitError
 
 mtf = import_mesh_tensorflow()
 

@@ -1,7 +1,7 @@
 """Lowering of a Mesh-TensorFlow graph with uneven splits.
 
 ``HeteroLowering`` lowers every operation on a :class:`HeteroMeshImpl`
-through the registry of ``hmp.stock_ops`` (stock operations that need each
+through the registry of ``hmp.mesh.stock_ops`` (stock operations that need each
 device's slice extent), and any other operation with its own ``lower``. Stock
 ``mtf.Lowering`` checks the shape of slice 0 only, which is enough when all
 slices are equal; here every device's slice is checked against the plan. It
@@ -12,8 +12,8 @@ dimension, and names the operation whenever one cannot handle an uneven split.
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
-from hmp.mesh_impl import HeteroMeshImpl, UnevenSplitError
-from hmp.stock_ops import LOWERINGS
+from hmp.mesh.mesh_impl import HeteroMeshImpl, UnevenSplitError
+from hmp.mesh.stock_ops import LOWERINGS
 
 mtf = import_mesh_tensorflow()
 

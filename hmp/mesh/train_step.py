@@ -9,11 +9,11 @@ in parallel. :func:`train_step` routes all gradients through one barrier, so
 every update starts only after the whole backward pass has finished.
 
 The gradient sums over the batch axis run as one all-reduce per step
-(``hmp.bucketing``), not one per weight tensor.
+(``hmp.mesh.bucketing``), not one per weight tensor.
 """
 
-from hmp import ops
-from hmp.bucketing import reduce_together
+from hmp.mesh import ops
+from hmp.mesh.bucketing import reduce_together
 from hmp.compat import import_mesh_tensorflow
 
 mtf = import_mesh_tensorflow()

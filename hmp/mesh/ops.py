@@ -10,7 +10,7 @@ shapes. Stock Mesh-TensorFlow conv backprop ops compute one slice shape for
 all devices and cannot do this. Convolutions and pooling are built on it.
 
 ``argmax``, ``constant``, ``one_hot`` and ``reshape`` are the stock
-operations (``hmp.stock_ops`` lowers them per device); ``barrier`` adds the
+operations (``hmp.mesh.stock_ops`` lowers them per device); ``barrier`` adds the
 ordering the training step needs.
 """
 
@@ -241,7 +241,7 @@ def pool(x, window, strides, padding, kind, name=None):
 # ----------------------------------------------------------------------
 # Stock operations under the names hmp's callers use. They used to be hmp's
 # own; the stock ones are now exact on uneven splits, lowered per device by
-# hmp.stock_ops (through hmp.HeteroLowering).
+# hmp.mesh.stock_ops (through hmp.HeteroLowering).
 # ----------------------------------------------------------------------
 argmax = mtf.argmax
 constant = mtf.constant

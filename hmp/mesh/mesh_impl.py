@@ -14,9 +14,9 @@ slice shapes and offsets, variables, import/export, broadcast and random
 tensors; ``keep_own_parts`` splits a whole axis into each device's part.
 Collectives that cannot work on unequal parts (all-to-all, receive) refuse
 them. All-reduces are two-level when the mesh spans several hosts
-(``hmp.collectives``). A split written out evenly (``[2, 2]``) is an even
+(``hmp.mesh.collectives``). A split written out evenly (``[2, 2]``) is an even
 split. Stock operations that need per-device sizes are lowered by
-``hmp.stock_ops`` (through ``hmp.HeteroLowering``); one that still asks for a
+``hmp.mesh.stock_ops`` (through ``hmp.HeteroLowering``); one that still asks for a
 single slice shape raises :class:`UnevenSplitError`, which the lowering
 prefixes with the operation's name. See ``docs/engine.md``.
 """
@@ -27,7 +27,7 @@ import zlib
 
 import tensorflow.compat.v1 as tf
 
-from hmp.collectives import hierarchical_allreduce, host_of
+from hmp.mesh.collectives import hierarchical_allreduce, host_of
 from hmp.compat import import_mesh_tensorflow
 
 mtf = import_mesh_tensorflow()
@@ -61,7 +61,7 @@ class HeteroMeshImpl(PlacementMeshImpl):
         fast links). Default: each device's TensorFlow task, so every
         ``hmp.worker`` is a host and a single process is one host.
       allreduce: "hierarchical" (default) reduces within each host first,
-        then across hosts (``hmp.collectives``); "flat" uses Mesh-TensorFlow's
+        then across hosts (``hmp.mesh.collectives``); "flat" uses Mesh-TensorFlow's
         ring over all devices. They differ only when some host has several
         devices and there are several hosts.
 

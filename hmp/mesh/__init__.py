@@ -1,0 +1,10 @@
+"""The engine: uneven splits of a Mesh-TensorFlow mesh, and training on them.
+
+``mesh_impl`` (``HeteroMeshImpl``: slice geometry and collectives per device),
+``lowering`` (``HeteroLowering``: checks every slice against the plan),
+``ops`` (hmp's per-device convolutions and pooling), ``stock_ops`` (stock
+Mesh-TF ops on uneven splits), ``collectives`` (hand-overs and all-reduces),
+``bucketing`` (one gradient all-reduce per step), ``optimizers`` and
+``train_step`` (the ordered training step). It knows nothing of data, models
+or runs; ``hmp.layers`` is its public face for models.
+"""
