@@ -14,7 +14,12 @@ import sys
 import time
 
 import numpy as np
-import tensorflow.compat.v1 as tf
+
+# TensorFlow's C++ start-up and per-trace lines ("oneDNN custom operations are on",
+# "Profiler session started" at every traced step) would bury the program's own lines;
+# set TF_CPP_MIN_LOG_LEVEL=0 to see them.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tensorflow.compat.v1 as tf  # noqa: E402
 from absl import flags
 
 import models
