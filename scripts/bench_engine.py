@@ -18,10 +18,11 @@ from absl import app, flags
 
 import hmp
 import models.cnn2d
+from hmp.compat import import_mesh_tensorflow
 from hmp.graph import build_model_graph, imported
 from models import model_config
 
-mtf = hmp.mesh.mesh_impl.mtf
+mtf = import_mesh_tensorflow()
 
 flags.DEFINE_string("mesh", "batch:2;model:2", "Mesh shape (model:N, batch:M or both).")
 flags.DEFINE_integer("batch_size", 64, "Global batch size.")

@@ -14,8 +14,9 @@ import tensorflow.compat.v1 as tf
 
 import hmp
 from hmp import layers
+from hmp.mesh import mesh_impl
 
-mtf = hmp.mesh.mesh_impl.mtf
+mtf = mesh_impl.mtf
 
 N_VIRTUAL_CPUS = 4
 BATCH = 12

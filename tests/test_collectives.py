@@ -13,6 +13,7 @@ import tensorflow.compat.v1 as tf
 import hmp
 from hmp.mesh.collectives import allreduce_ring, hierarchical_allreduce, host_of
 from hmp.hosts import is_hierarchical
+from hmp.mesh import optimizers
 import harness
 
 CPUS = harness.CPUS
@@ -134,7 +135,7 @@ def test_training_with_two_level_gradient_reduction_equals_flat_and_one_device()
     ring and the single device."""
     data = harness.data_2d()
     weights = harness.loss_and_gradients(harness.cnn2d, data, harness.SINGLE_DEVICE).weights
-    momentum = functools.partial(hmp.mesh.optimizers.Momentum, 0.05, 0.9)
+    momentum = functools.partial(optimizers.Momentum, 0.05, 0.9)
     runs = {name: harness.train(harness.cnn2d, data, config, momentum, 3, weights)
             for name, config in [
                 ("two-level", harness.MeshConfig(**TWO_HOSTS)),

@@ -8,8 +8,9 @@ import harness
 import hmp
 from hmp import layers
 from hmp.mesh import ops
+from hmp.compat import import_mesh_tensorflow
 
-mtf = hmp.mesh.mesh_impl.mtf
+mtf = import_mesh_tensorflow()
 TOLERANCE = 1e-5
 CPUS = harness.CPUS
 

@@ -7,8 +7,9 @@ import tensorflow.compat.v1 as tf
 import harness
 import hmp
 from hmp.mesh import ops
+from hmp.compat import import_mesh_tensorflow
 
-mtf = hmp.mesh.mesh_impl.mtf
+mtf = import_mesh_tensorflow()
 CPUS = harness.CPUS
 
 

@@ -49,11 +49,10 @@ def test_the_library_imports_no_model_registry():
 
 
 def test_engine_names_are_the_engine_modules_own():
-    from hmp import training
-    from hmp.mesh import lowering, mesh_impl
+    from hmp.mesh import lowering, mesh_impl, train_step
     assert hmp.HeteroMeshImpl is mesh_impl.HeteroMeshImpl
     assert hmp.HeteroLowering is lowering.HeteroLowering
-    assert hmp.train_step is training.train_step
+    assert hmp.train_step is train_step.train_step
     assert hmp.layers is sys.modules["hmp.layers"]
     with pytest.raises(AttributeError, match="has no attribute 'nonsense'"):
         hmp.nonsense  # noqa: B018

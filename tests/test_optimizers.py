@@ -7,8 +7,9 @@ import tensorflow.compat.v1 as tf
 import harness
 import hmp
 from hmp.mesh.optimizers import Lars, Momentum, make_optimizer
+from hmp.compat import import_mesh_tensorflow
 
-mtf = hmp.mesh.mesh_impl.mtf
+mtf = import_mesh_tensorflow()
 STEPS = 4
 TARGET = np.random.RandomState(0).randn(6, 4).astype(np.float32)
 START = np.random.RandomState(1).randn(6, 4).astype(np.float32)

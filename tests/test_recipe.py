@@ -6,15 +6,15 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import harness
-import hmp
 from hmp import data, experiment
 from hmp.augment import Augmentation, augment
 from hmp.graph import Layout, TrainingGraph
 from hmp.mesh.optimizers import learning_rate_at
 from hmp.trainer import BestEpoch, Trainer
+from hmp.compat import import_mesh_tensorflow
 from models import model_config
 
-mtf = hmp.mesh.mesh_impl.mtf
+mtf = import_mesh_tensorflow()
 
 
 def test_validation_split_is_stratified_and_disjoint():

@@ -13,8 +13,9 @@ import tensorflow.compat.v1 as tf
 import harness
 import hmp
 from hmp.mesh.optimizers import make_optimizer
+from hmp.compat import import_mesh_tensorflow
 
-mtf = hmp.mesh.mesh_impl.mtf
+mtf = import_mesh_tensorflow()
 STEPS = 10
 # Max relative error (harness.max_relative_error) allowed after STEPS steps.
 # The harness seeds every graph, so each error below is one fixed number per
