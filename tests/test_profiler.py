@@ -103,23 +103,23 @@ def test_busy_times_of_a_traced_step_follow_the_shares():
     assert busy[0] > busy[1]
 
 
-@pytest.mark.parametrize("batch, seconds, small, small_seconds", [
+@pytest.mark.parametrize("batch, step, small, small_step", [
     (512, 0.116, 128, 0.050), (256, 0.0346, 64, 0.0121), (8, 0.9, 2, 0.3)])
-def test_affine_fit_is_the_line_through_both_steps(batch, seconds, small, small_seconds):
-    slope, intercept = np.polyfit([small, batch], [small_seconds, seconds], 1)
-    per_sample, overhead = profiler.affine_fit(batch, seconds, small, small_seconds)
+def test_affine_fit_is_the_line_through_both_steps(batch, step, small, small_step):
+    slope, intercept = np.polyfit([small, batch], [small_step, step], 1)
+    per_sample, overhead = profiler.affine_fit(batch, step, small, small_step)
     assert per_sample == pytest.approx(slope, rel=1e-9)
     assert overhead == pytest.approx(intercept, rel=1e-9)
-    assert overhead + batch * per_sample == pytest.approx(seconds, rel=1e-12)
+    assert overhead + batch * per_sample == pytest.approx(step, rel=1e-12)
 
 
-@pytest.mark.parametrize("small, small_seconds", [
+@pytest.mark.parametrize("small, small_step", [
     (None, None),   # batch too small for a second size
     (128, 0.010),   # the line would cross below zero: noise, not an overhead
     (128, 0.200),   # the small batch took longer: noise
 ])
-def test_affine_fit_without_a_valid_line_has_no_overhead(small, small_seconds):
-    assert profiler.affine_fit(512, 0.1, small, small_seconds) == (0.1 / 512, 0.0)
+def test_affine_fit_without_a_valid_line_has_no_overhead(small, small_step):
+    assert profiler.affine_fit(512, 0.1, small, small_step) == (0.1 / 512, 0.0)
 
 
 def test_the_second_batch_is_a_quarter():
