@@ -37,7 +37,7 @@ import tensorflow.compat.v1 as tf
 
 from hmp.graph import Layout, TrainingGraph
 from hmp.linkprobe import measure_link
-from hmp.planning.costmodel import TRAIN_FLOPS_FACTOR
+from hmp.planning import costmodel
 from hmp.planning.from_graph import model_spec
 
 # Op types whose recorded interval includes waiting for another device.
@@ -66,8 +66,7 @@ def train_flops_per_sample(config, spec=None):
     ``spec``: the config's ``model_spec`` if the caller has it (building one
     builds the model's graph).
     """
-    spec = spec or model_spec(config)
-    return TRAIN_FLOPS_FACTOR * sum(l.flops_per_sample for l in spec.layers)
+    return costmodel.train_flops_per_sample(spec or model_spec(config))
 
 
 @dataclasses.dataclass(frozen=True)

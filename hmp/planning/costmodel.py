@@ -120,6 +120,12 @@ PARAM_COPIES = 3  # weights, gradients, one optimizer slot
 FED_BYTES_PER_SAMPLE = 8  # an int32 pixel index and an int32 label (patches are cut on devices)
 
 
+def train_flops_per_sample(model_spec):
+    """The training FLOPs of one sample: ``TRAIN_FLOPS_FACTOR`` x the forward FLOPs
+    of ``model_spec``'s layers."""
+    return TRAIN_FLOPS_FACTOR * sum(l.flops_per_sample for l in model_spec.layers)
+
+
 def _positive(value, what, allow_none=False, allow_zero=False):
     """ValueError unless ``value`` is a finite number > 0 (or >= 0, or None)."""
     if value is None and allow_none:

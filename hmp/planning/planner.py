@@ -22,8 +22,8 @@ import numpy as np
 
 from hmp.errors import InvalidInput, whole_number
 from hmp.planning.apportion import apportion, check_speeds
-from hmp.planning.costmodel import (TRAIN_FLOPS_FACTOR, DeviceSpec, memory_bytes, predict,
-                                    weight_fractions)
+from hmp.planning.costmodel import (DeviceSpec, memory_bytes, predict,
+                                    train_flops_per_sample, weight_fractions)
 from hmp.planning.layout import candidate_meshes, layout_rules, parse_mesh
 from hmp.planning.plan import Candidate, Plan, format_time, layer_entries
 
@@ -100,8 +100,7 @@ def _row_rates(model_spec, specs, mesh):
     flops = np.array([d.flops_per_s for d in specs]).reshape(mesh.batch, mesh.model)
     if not overhead.any():
         return flops.sum(axis=1), None
-    per_sample = TRAIN_FLOPS_FACTOR * sum(l.flops_per_sample for l in model_spec.layers)
-    return flops.sum(axis=1) / per_sample, overhead.max(axis=1)
+    return flops.sum(axis=1) / train_flops_per_sample(model_spec), overhead.max(axis=1)
 
 
 def _layout(model_spec, specs, mesh, batch_size, min_filters):
