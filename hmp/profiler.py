@@ -224,15 +224,15 @@ def _timed(steps, config, devices, batch_size, repeats, progress, spec):
             seconds[key].append(step.run())
     train_flops = train_flops_per_sample(config, spec)
     small = small_batch(batch_size)
-    medians = [batch_size / statistics.median(seconds[d, batch_size]) for d in devices]
+    step = {key: statistics.median(times) for key, times in seconds.items()}
+    rates = [batch_size / step[d, batch_size] for d in devices]
     speeds = []
-    for device, rate in zip(devices, medians):
+    for device, rate in zip(devices, rates):
         full = seconds[device, batch_size]
-        per_sample, overhead = affine_fit(
-            batch_size, statistics.median(full), small,
-            statistics.median(seconds[device, small]) if small else None)
+        per_sample, overhead = affine_fit(batch_size, step[device, batch_size], small,
+                                          step[device, small] if small else None)
         speeds.append(DeviceSpeed(device, rate, batch_size / max(full), batch_size / min(full),
-                                  rate / sum(medians), train_flops / per_sample, overhead))
+                                  rate / sum(rates), train_flops / per_sample, overhead))
     return speeds
 
 
