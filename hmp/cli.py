@@ -37,8 +37,8 @@ class TrainingError(RuntimeError):
     """Training cannot go on (e.g. the loss became NaN); the message says why.
 
     Defined here, beside the handler in :func:`run`, so that catching or
-    subclassing it (``hmp.cluster``, imported by every ``hmp.worker``) does not
-    import the trainer; ``hmp.trainer.TrainingError`` is the same class.
+    subclassing it (``hmp.cluster.runtime``, imported by every ``hmp.worker``) does not
+    import the trainer; ``hmp.run.trainer.TrainingError`` is the same class.
     """
 
 

@@ -14,8 +14,8 @@ filters, and Mesh-TF all-reduces them): :func:`filter_split_block`.
 
 import tensorflow.compat.v1 as tf
 
-from hmp.mesh import ops
 from hmp.compat import import_mesh_tensorflow
+from hmp.mesh import ops
 
 mtf = import_mesh_tensorflow()
 
@@ -120,7 +120,7 @@ def avg_pool3d(x, window=(2, 2, 2), strides=None, padding="VALID", name=None):
 
 
 # TF collection of the mtf assign operations of every ``batch_norm``'s moving
-# statistics; ``hmp.graph`` runs them with each training step (the TF1
+# statistics; ``hmp.run.graph`` runs them with each training step (the TF1
 # ``tf.GraphKeys.UPDATE_OPS`` idiom, for mtf operations).
 UPDATE_OPS = "hmp_update_ops"
 
@@ -140,7 +140,7 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
     devices, Mesh-TF all-reduces the partial sums, so an uneven batch split
     gives the same result as one device. ``training``: True (batch
     statistics), False (the moving averages), or an mtf scalar switching
-    between them at run time (``hmp.graph``'s ``training`` input). Returns
+    between them at run time (``hmp.run.graph``'s ``training`` input). Returns
     ``(y, update_ops)``: the update ops (moving averages for inference) are
     also added to the TF collection ``UPDATE_OPS``; run them with the
     training step.

@@ -8,7 +8,7 @@ image pixel per scene pixel, legend to the right) and ``probabilities.npy``
 run's own (its data flags, from results.json); ``--dataset`` (with hmp.train's
 data flags) names another one with the same bands, e.g. a cube file without
 ``--labels``. ``--export`` writes the model as a
-TensorFlow SavedModel (``hmp.export``).
+TensorFlow SavedModel (``hmp.run.export``).
 """
 
 import os
@@ -23,10 +23,12 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 from absl import flags
 
 import models
-from hmp import cli, export, files, maps
-from hmp.devices import check_local, gpu_count, session_config_for
-from hmp.inference import DATA_FLAGS, Run, classify, load_scene
-from hmp.progress import ProgressLine
+from hmp import cli, files
+from hmp.evaluation import maps
+from hmp.run import export
+from hmp.run.devices import check_local, gpu_count, session_config_for
+from hmp.run.inference import DATA_FLAGS, Run, classify, load_scene
+from hmp.run.progress import ProgressLine
 
 flags.DEFINE_string("model_dir", None, "The run's folder (hmp.train's --model_dir).")
 flags.DEFINE_string("out", None, "Folder for class_map.npy, class_map.png and "

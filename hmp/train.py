@@ -23,19 +23,21 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 from absl import flags
 
 import models
-from hmp import (cli, data, events, experiment, files, fitted_preprocessing, linkprobe, maps,
-                 planning, rebalance, report, runs, scene_flags, speedcache)
-from hmp.cluster import Cluster
-from hmp.augment import Augmentation
-from hmp.devices import check_local, default_devices, session_config_for
+from hmp import cli, data, files, planning
+from hmp.cluster.runtime import Cluster
 from hmp.errors import InvalidInput, whole_number
-from hmp.graph import Layout, Recipe, TrainingGraph
-from hmp.metrics import evaluate
+from hmp.evaluation import maps, report
+from hmp.evaluation.metrics import evaluate
 from hmp.mesh.optimizers import OPTIMIZERS, SCHEDULES
-from hmp.planning.from_graph import model_spec
-from hmp.profiler import measure_platform
-from hmp.progress import ProgressLine
-from hmp.trainer import BestEpoch, Stopped, Trainer
+from hmp.run import (events, experiment, fitted_preprocessing, linkprobe, rebalance, runs,
+                     scene_flags, speedcache)
+from hmp.run.augment import Augmentation
+from hmp.run.devices import check_local, default_devices, session_config_for
+from hmp.run.from_graph import model_spec
+from hmp.run.graph import Placement, Recipe, TrainingGraph
+from hmp.run.profiler import measure_platform
+from hmp.run.progress import ProgressLine
+from hmp.run.trainer import BestEpoch, Stopped, Trainer
 
 flags.adopt_module_key_flags(scene_flags)   # --dataset, --split, --seed, ...: results.json
 flags.DEFINE_string("model", "cnn3d", "Model: " + ", ".join(models.MODEL_NAMES) +
@@ -97,7 +99,7 @@ RESUME_HINT = ("; the checkpoints so far are kept: restart the worker, then run 
 
 def _devices(cluster):
     if FLAGS.devices is None:
-        return list(cluster.devices) if cluster else default_devices()   # hmp.devices
+        return list(cluster.devices) if cluster else default_devices()   # hmp.run.devices
     devices = [d.strip() for d in FLAGS.devices.split(",") if d.strip()]
     if not devices:
         raise cli.UsageError("--devices=%s: give at least one TensorFlow device, e.g. /cpu:0"
@@ -210,7 +212,7 @@ def _say(line):
 
 def _measured(model_config, spec, devices, session_config, target, model_dir, cluster):
     """Per device FLOP/s, per-step overhead (s) and the link (a LinkSpec): from the speed
-    cache, or measured now (and stored there). See hmp.speedcache."""
+    cache, or measured now (and stored there). See hmp.run.speedcache."""
     key = speedcache.cache_key(model_config, FLAGS.batch_size, FLAGS.optimizer, devices,
                                cluster.addresses if cluster else None)
     paths = [os.path.join(model_dir, speedcache.FILE_NAME), speedcache.user_cache_path()]
@@ -351,7 +353,7 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
     recipe = _recipe(exp)
 
     def start(plan, resume):
-        graph = TrainingGraph(model_config, Layout.from_plan(plan), FLAGS.batch_size,
+        graph = TrainingGraph(model_config, Placement.from_plan(plan), FLAGS.batch_size,
                               exp.scene.labels.shape, FLAGS.optimizer, FLAGS.learning_rate,
                               seed, recipe)
         trainer = Trainer(graph, exp, model_dir, seed, session_config, target,

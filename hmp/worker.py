@@ -19,7 +19,7 @@ import tensorflow.compat.v1 as tf
 from absl import flags
 
 from hmp import cli
-from hmp.cluster import JOB, Cluster
+from hmp.cluster.runtime import JOB, Cluster
 
 flags.DEFINE_string("cluster", None, "Comma-separated host:port of every task, in task order.")
 flags.DEFINE_integer("task", None, "This worker's task index (its address in --cluster).")

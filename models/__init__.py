@@ -9,7 +9,7 @@ filter dimensions a plan may split over the ``model`` mesh axis.
 import importlib
 
 from hmp.errors import InvalidInput
-from hmp.graph import ModelConfig
+from hmp.run.graph import ModelConfig
 
 MODEL_NAMES = ("cnn2d", "cnn3d", "hybrid", "hybridsn", "spectral", "ssrn")
 
@@ -33,6 +33,6 @@ def get_model(name):
 
 
 def model_config(name, patch, bands, n_classes, width=0):
-    """The ``hmp.graph.ModelConfig`` of model ``name`` (``get_model``) for
+    """The ``hmp.run.graph.ModelConfig`` of model ``name`` (``get_model``) for
     ``patch x patch x bands`` patches and ``n_classes`` classes."""
     return ModelConfig(name, patch, bands, n_classes, width, model=get_model(name))

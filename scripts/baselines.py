@@ -7,7 +7,7 @@
 
 It takes hmp.train's scene and split flags (``--dataset``, ``--synthetic_layout``,
 ``--split``, ``--train_fraction``, ``--train_set``/``--test_set``, ``--seed``, ...)
-and builds the data with the same code (``hmp.experiment.prepare``: scene,
+and builds the data with the same code (``hmp.run.experiment.prepare``: scene,
 split, per-band standardisation fitted on the training pixels, ``--pca``),
 or, with ``--model_dir``, reads the split and data settings a run saved
 (``split.npz``, ``data.json``; for a ``--runs`` folder, those of every
@@ -34,8 +34,10 @@ import numpy as np
 from absl import flags
 from scipy import ndimage
 
-from hmp import cli, data, experiment, files, metrics, report, scene_flags
+from hmp import cli, data, files
 from hmp.errors import InvalidInput
+from hmp.evaluation import metrics, report
+from hmp.run import experiment, scene_flags
 
 flags.adopt_module_key_flags(scene_flags)
 flags.DEFINE_string("model_dir", None, "A training run's folder: use the split and data "

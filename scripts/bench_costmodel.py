@@ -14,7 +14,7 @@ Two modes, the same table:
 First every figure the cost model needs is *calibrated*, by measurements
 that are none of the validated layouts:
 
-* per device, the one-device training step alone (``hmp.profiler``,
+* per device, the one-device training step alone (``hmp.run.profiler``,
   devices taking turns) at two batch sizes (``--batch_size`` and 1/8 of it),
   and the time to feed a batch to that device (a trivial op on the fed
   tensors) at the same sizes: the slope of step minus feed gives the
@@ -52,7 +52,7 @@ with the full model but the idle link everywhere (no ``loaded`` figures), and
 with the basic model (rates measured alone as the effective step rate, one
 idle link, no overhead, op-size or element-wise term, hosts, CPU share or
 feed), the figures the planner had before. One traced step per layout gives
-every device's busy time (``hmp.profiler.busy_times``), to see where the time
+every device's busy time (``hmp.run.profiler.busy_times``), to see where the time
 goes.
 
   python scripts/bench_costmodel.py --layouts=model:1,model:2,batch:2 --repeats=5
@@ -69,16 +69,16 @@ import time
 import tensorflow.compat.v1 as tf
 from absl import app, flags
 
-from hmp.cluster import local_cluster
-from hmp.graph import Layout, TrainingGraph
+from hmp.cluster.runtime import local_cluster
+from hmp.run.graph import Placement, TrainingGraph
 from models import model_config
 from hmp.hosts import group_by_host
-from hmp.linkprobe import hop_chain, no_rewrites, running
 from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict
 from hmp.planning.costmodel import FED_BYTES_PER_SAMPLE, TRAIN_FLOPS_FACTOR
-from hmp.planning.from_graph import model_spec
 from hmp.planning.plan import aligned_columns
-from hmp.profiler import (DeviceStep, measure_speeds, random_batch, run_traced,
+from hmp.run.from_graph import model_spec
+from hmp.run.linkprobe import hop_chain, no_rewrites, running
+from hmp.run.profiler import (DeviceStep, measure_speeds, random_batch, run_traced,
                           train_flops_per_sample)
 
 FLAGS = flags.FLAGS
@@ -401,7 +401,7 @@ def calibrate(plat, cfg, full_spec, devices):
 def build_run(cfg, plan, plat):
     """A warmed-up session running ``plan``'s layout; returns (graph, session, feed)."""
     batch = random_batch(cfg, FLAGS.batch_size)
-    graph = TrainingGraph(cfg, Layout.from_plan(plan), FLAGS.batch_size, batch.image_shape,
+    graph = TrainingGraph(cfg, Placement.from_plan(plan), FLAGS.batch_size, batch.image_shape,
                           FLAGS.optimizer)
     session = graph.session(batch.padded_cube, plat.config, plat.target)
     feed = batch.feed(graph)

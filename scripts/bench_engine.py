@@ -19,7 +19,7 @@ from absl import app, flags
 import hmp
 import models.cnn2d
 from hmp.compat import import_mesh_tensorflow
-from hmp.graph import build_model_graph, imported
+from hmp.run.graph import build_model_graph, imported
 from models import model_config
 
 mtf = import_mesh_tensorflow()

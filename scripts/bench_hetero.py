@@ -1,6 +1,6 @@
 """Heterogeneity benchmark: uneven splits over two workers of unequal speed.
 
-Two ``hmp.worker`` processes (``hmp.cluster.local_cluster``) with two virtual
+Two ``hmp.worker`` processes (``hmp.cluster.runtime.local_cluster``) with two virtual
 CPU devices each (for the hybrid mesh) and ``--inter_op_threads`` inter-op
 threads. Two ways to make them unequal:
 
@@ -18,11 +18,11 @@ The speed ratio this gives is measured, not assumed.
 
 For each model of ``--models`` (on the built-in synthetic scene: 9x9 patches of
 100 bands, 10 classes; the scene is loaded onto every worker once and a step
-feeds one batch of its training pixels' indices, ``hmp.scene_input``), in one
+feeds one batch of its training pixels' indices, ``hmp.run.scene_input``), in one
 run:
 
 1. Each worker's speed is profiled alone, and the link between them idle and
-   while both train (``hmp.profiler.measure_platform``): the plans are made
+   while both train (``hmp.run.profiler.measure_platform``): the plans are made
    from it, as ``hmp.train`` does.
 2. Training steps are timed, repeats interleaved (A B C, B C A, C A B ...) so
    that machine noise and the order hit every configuration alike:
@@ -50,7 +50,7 @@ run:
    samples/s ``W / T``, efficiency ``T* / T``, speedup over the even split
    ``T(even) / T`` next to the theoretical one and over the fastest worker
    alone, and from ``--trace_steps``
-   traced steps (``hmp.profiler.busy_times``) each worker's busy time (its
+   traced steps (``hmp.run.profiler.busy_times``) each worker's busy time (its
    operations, transfers left out) and its share of the traced step; the rest
    of the step is that worker's communication and waiting. ``hmp / plain TF``
    is the throughput ratio on worker 0 alone: the framework's own cost.
@@ -80,17 +80,18 @@ import numpy as np  # noqa: E402
 import tensorflow.compat.v1 as tf  # noqa: E402
 
 import plain_tf_models  # noqa: E402
-from hmp import cli, experiment, files  # noqa: E402
-from hmp.cluster import JOB, local_cluster  # noqa: E402
-from hmp.graph import Layout, TrainingGraph  # noqa: E402
+from hmp import cli, files  # noqa: E402
+from hmp.cluster.runtime import JOB, local_cluster  # noqa: E402
+from hmp.run import experiment
+from hmp.run.graph import Placement, TrainingGraph  # noqa: E402
 from models import model_config  # noqa: E402
-from hmp.linkprobe import platform_specs  # noqa: E402
+from hmp.cluster.subprocesses import die_with_parent  # noqa: E402
 from hmp.planning import plan_layout  # noqa: E402
 from hmp.planning.plan import aligned_columns  # noqa: E402
-from hmp.planning.from_graph import model_spec  # noqa: E402
-from hmp.profiler import busy_times, measure_platform  # noqa: E402
-from hmp.subprocesses import die_with_parent  # noqa: E402
-from hmp.rebalance import replan  # noqa: E402
+from hmp.run.from_graph import model_spec  # noqa: E402
+from hmp.run.linkprobe import platform_specs  # noqa: E402
+from hmp.run.profiler import busy_times, measure_platform  # noqa: E402
+from hmp.run.rebalance import replan  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["cnn3d", "cnn2d"], "Models to benchmark: "
@@ -289,7 +290,7 @@ def build_runs(config, batch, workers, profiled, link):
                           graph.feed(batch.indices, batch.labels)))
 
     def plan_run(name, plan):
-        return hmp_run(name, Layout.from_plan(plan), describe(plan), worker_loads(plan))
+        return hmp_run(name, Placement.from_plan(plan), describe(plan), worker_loads(plan))
 
     plans = split_plans(spec, devices, speeds, FLAGS.batch_size)
     runs = [plan_run(name, plan) for name, plan in plans.items()]
@@ -297,7 +298,7 @@ def build_runs(config, batch, workers, profiled, link):
     auto = auto_plan(spec, workers, profiled, link)
     runs.append(plan_run("auto", auto))
     for task, worker in enumerate(devices):
-        runs.append(hmp_run("worker %d alone" % task, Layout("", "", (worker[0],), {}),
+        runs.append(hmp_run("worker %d alone" % task, Placement("", "", (worker[0],), {}),
                             "one device", [float(t == task) for t in range(WORKERS)]))
     plain = plain_tf_models.PlainTrainingGraph(config, devices[0][0], FLAGS.batch_size)
     runs.append(warmed(Run("plain TF", "worker 0 alone, plain TensorFlow", [1.0, 0.0],

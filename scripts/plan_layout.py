@@ -4,8 +4,8 @@
   python scripts/plan_layout.py --model=cnn3d --devices=/cpu:0,/cpu:1 --speeds=auto
   python scripts/plan_layout.py --platform=platform.json --batch_size=128 --out=plan.json
 
-``--speeds=auto`` measures every device with ``hmp.profiler.measure_platform``
-(one device at a time) and the link between them with ``hmp.linkprobe``
+``--speeds=auto`` measures every device with ``hmp.run.profiler.measure_platform``
+(one device at a time) and the link between them with ``hmp.run.linkprobe``
 (unless ``--platform`` gives one), and plans with the measured FLOP rates and
 link, so ``--mesh=auto`` weighs communication. The plan's
 model name holds the model and its input shape, so ``Plan.from_json`` refuses
@@ -13,11 +13,10 @@ it for another model or input. Every bad flag value ends the run with one
 line ``plan_layout: error: ...`` on stderr and exit code 2.
 """
 
-import contextlib
 import re
 import sys
 
-from absl import app, flags
+from absl import flags
 from quiet_tf import import_tensorflow_quietly
 
 import_tensorflow_quietly()
@@ -25,12 +24,14 @@ import_tensorflow_quietly()
 import tensorflow.compat.v1 as tf  # noqa: E402
 
 import models  # noqa: E402
-from hmp.devices import LOCAL_JOBS, virtual_cpus  # noqa: E402
-from hmp.linkprobe import platform_specs  # noqa: E402
+from hmp import cli  # noqa: E402
+from hmp.errors import InvalidInput  # noqa: E402
 from hmp.planning import (DeviceSpec, check_speeds, load_platform, parse_mesh,  # noqa: E402
                           plan_layout)
-from hmp.planning.from_graph import model_spec  # noqa: E402
-from hmp.profiler import measure_platform  # noqa: E402
+from hmp.run.devices import LOCAL_JOBS, virtual_cpus  # noqa: E402
+from hmp.run.linkprobe import platform_specs  # noqa: E402
+from hmp.run.from_graph import model_spec  # noqa: E402
+from hmp.run.profiler import measure_platform  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("model", "cnn2d", models.MODEL_NAMES, "The model.")
@@ -63,36 +64,23 @@ UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
 UNIT_OF = {unit.lower(): factor for unit, factor in UNITS.items()} | {"": 1}
 
 
-def fail(message):
-    """Ends the run: one line on stderr, exit code 2."""
-    print("plan_layout: error: " + " ".join(str(message).split()), file=sys.stderr)
-    sys.exit(2)
-
-
-@contextlib.contextmanager
-def blame(flag_names):
-    """Prefixes a ValueError raised inside with the flags it concerns."""
-    try:
-        yield
-    except ValueError as e:
-        raise ValueError(f"{flag_names}: {e}") from e
 
 
 def parse_devices(text):
-    """The device list; ValueError on an empty or malformed entry or a repeat."""
+    """The device list; UsageError on an empty or malformed entry or a repeat."""
     devices = [d.strip() for d in text.split(",")]
     for device in devices:
         if not device:
-            raise ValueError(f"--devices={text!r} has an empty entry; allowed: a comma "
-                             "list such as /cpu:0,/cpu:1,/gpu:0")
+            raise cli.UsageError(f"--devices={text!r} has an empty entry; allowed: a comma "
+                                 "list such as /cpu:0,/cpu:1,/gpu:0")
         try:
             tf.DeviceSpec.from_string(device)
         except ValueError as e:
-            raise ValueError(f"--devices: {device!r} is not a TensorFlow device string "
-                             f"({e}); allowed: e.g. /cpu:0,/gpu:1,"
-                             "/job:worker/task:1/device:CPU:0") from None
+            raise cli.UsageError(f"--devices: {device!r} is not a TensorFlow device string "
+                                 f"({e}); allowed: e.g. /cpu:0,/gpu:1,"
+                                 "/job:worker/task:1/device:CPU:0") from None
     if len(set(devices)) != len(devices):
-        raise ValueError(f"--devices={text!r} names a device twice")
+        raise cli.UsageError(f"--devices={text!r} names a device twice")
     return devices
 
 
@@ -105,9 +93,10 @@ def parse_speeds(text, devices):
     try:
         speeds = [float(s) for s in text.split(",")]
     except ValueError:
-        raise ValueError(f"--speeds={text!r} is not a list of numbers; {allowed}") from None
+        raise cli.UsageError(f"--speeds={text!r} is not a list of numbers; {allowed}") \
+            from None
     names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
-    with blame(f"--speeds={text!r}"):
+    with cli.blame("speeds"):
         return list(check_speeds(speeds, names))
 
 
@@ -115,10 +104,10 @@ def parse_bytes(text):
     """``"2GB"``, ``"512MiB"``, ``"1e9"`` -> bytes (float)."""
     match = re.fullmatch(r"\s*([0-9.]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*", text, re.IGNORECASE)
     if not match or match.group(2).lower() not in UNIT_OF:
-        raise ValueError(f"{text!r} is not a number of bytes")
+        raise cli.UsageError(f"{text!r} is not a number of bytes")
     value = float(match.group(1)) * UNIT_OF[match.group(2).lower()]
     if not value > 0:
-        raise ValueError(f"{text!r} is not more than 0 bytes")
+        raise cli.UsageError(f"{text!r} is not more than 0 bytes")
     return value
 
 
@@ -130,46 +119,46 @@ def parse_memory_caps(text, count):
                f"(units {', '.join(UNITS)}), or empty for no caps")
     entries = text.split(",")
     if len(entries) != count:
-        raise ValueError(f"--memory_caps={text!r} gives {len(entries)} caps for {count} "
-                         f"devices; {allowed}")
+        raise cli.UsageError(f"--memory_caps={text!r} gives {len(entries)} caps for {count} "
+                             f"devices; {allowed}")
     try:
         return [parse_bytes(entry) for entry in entries]
-    except ValueError as e:
-        raise ValueError(f"--memory_caps: {e}; {allowed}") from None
+    except InvalidInput as e:
+        raise cli.UsageError(f"--memory_caps: {e}; {allowed}") from None
 
 
 def check_mesh(text, count):
-    """ValueError unless ``text`` is "auto" or a mesh of ``count`` positions."""
+    """UsageError unless ``text`` is "auto" or a mesh of ``count`` positions."""
     if text == "auto":
         return
-    with blame("--mesh"):
+    with cli.blame("mesh"):
         mesh = parse_mesh(text)
     if mesh.size != count:
-        raise ValueError(f"--mesh={text!r} has {mesh.size} positions but there are "
-                         f"{count} devices; allowed: a mesh of {count} positions or auto")
+        raise cli.UsageError(f"--mesh={text!r} has {mesh.size} positions but there are "
+                             f"{count} devices; allowed: a mesh of {count} positions or auto")
 
 
 def check_min_filters(spec, mesh):
-    """ValueError unless every split dim gives each model column --min_filters filters."""
+    """UsageError unless every split dim gives each model column --min_filters filters."""
     if mesh == "auto":  # a batch-parallel candidate needs no filters split
         return
     columns = parse_mesh(mesh).model
     for dim, size in spec.split_dims().items():
         if FLAGS.min_filters * columns > size:
-            raise ValueError(f"--min_filters={FLAGS.min_filters}: split dim {dim!r} has "
-                             f"{size} filters, too few for {columns} model columns; "
-                             f"allowed: at most {size // columns}")
+            raise cli.UsageError(f"--min_filters={FLAGS.min_filters}: split dim {dim!r} has "
+                                 f"{size} filters, too few for {columns} model columns; "
+                                 f"allowed: at most {size // columns}")
 
 
 def profile(config, spec, devices):
     """Measured FLOP rates of ``devices`` (one at a time; ``spec``: the config's
-    ``model_spec``) and the link between them (``hmp.linkprobe``; None for one
+    ``model_spec``) and the link between them (``hmp.run.linkprobe``; None for one
     device), with progress on stderr."""
     names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
     remote = [n for n in names if tf.DeviceSpec.from_string(n).job not in LOCAL_JOBS]
     if remote and not FLAGS.target:
-        raise ValueError(f"--target: devices {remote} are remote; give the session target "
-                         "(grpc://host:port) to profile them")
+        raise cli.UsageError(f"--target: devices {remote} are remote; give the session "
+                             "target (grpc://host:port) to profile them")
     cpus = virtual_cpus(names)
     session_config = tf.ConfigProto(device_count={"CPU": cpus}) if cpus else None
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -178,7 +167,7 @@ def profile(config, spec, devices):
                                         FLAGS.repeats, FLAGS.target or None, session_config,
                                         progress=progress, spec=spec)
     except tf.errors.OpError as e:
-        raise ValueError(f"--devices: profiling failed: {e.message.splitlines()[0]}") from e
+        raise cli.UsageError(f"--devices: profiling failed: {e.message.splitlines()[0]}") from e
     print("Measured speeds (training step alone on each device, median of "
           f"{FLAGS.repeats}; min - max):")
     for s in speeds:
@@ -196,11 +185,11 @@ def run():
     """Reads the flags, plans, prints and writes the plan."""
     devices, link = parse_devices(FLAGS.devices), None
     if FLAGS.platform:
-        with blame("--platform"):
+        with cli.blame("platform", also=(OSError,)):
             specs, link = load_platform(FLAGS.platform)
         if FLAGS["devices"].present and [s.name for s in specs] != devices:
-            raise ValueError(f"--devices {devices} differ from the devices of --platform "
-                             f"{[s.name for s in specs]}; allowed: leave --devices out")
+            raise cli.UsageError(f"--devices {devices} differ from the devices of --platform "
+                                 f"{[s.name for s in specs]}; allowed: leave --devices out")
         devices = specs
     use_platform_speeds = FLAGS.platform and not FLAGS["speeds"].present
     speeds = None if use_platform_speeds else parse_speeds(FLAGS.speeds, devices)
@@ -208,8 +197,7 @@ def run():
     check_mesh(FLAGS.mesh, len(devices))
     config = models.model_config(FLAGS.model, FLAGS.patch_size, FLAGS.bands, FLAGS.classes,
                                  FLAGS.width)
-    with blame(f"--patch_size/--bands/--width: model {FLAGS.model} cannot be built for "
-               f"{FLAGS.patch_size}x{FLAGS.patch_size}x{FLAGS.bands} patches"):
+    with cli.blame("model", "patch_size", "bands", "width", also=(ValueError,)):
         spec = model_spec(config)
     check_min_filters(spec, FLAGS.mesh)
     if speeds == "auto":
@@ -220,35 +208,25 @@ def run():
             # each device's host (virtual CPUs of this process share its cores)
             devices = platform_specs(devices, speeds, [s.overhead_s for s in measured])
             speeds, link = None, measured_link
-    with blame("no layout fits these flags"):
+    with cli.blame("devices", "speeds", "mesh", "batch_size", "memory_caps", "min_filters"):
         plan = plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh, caps,
                            FLAGS.min_filters, link)
     print(plan.explain())
     try:
         plan.to_json(FLAGS.out)
     except OSError as e:
-        raise ValueError(f"--out: cannot write {FLAGS.out!r}: {e.strerror}") from e
+        raise cli.UsageError(f"--out: cannot write {FLAGS.out!r}: {e.strerror}") from e
     print(f"\nwrote {FLAGS.out}")
-
-
-def parse_flags(argv):
-    """absl's flag parsing, with its errors as one line and exit code 2."""
-    try:
-        return FLAGS(argv)
-    except flags.Error as e:
-        fail(e)
 
 
 def main(argv):
     if len(argv) > 1:
-        fail(f"unexpected arguments {argv[1:]}; every option is a flag (--name=value)")
+        raise cli.UsageError(f"unexpected arguments {argv[1:]}; every option is a flag "
+                             "(--name=value)")
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)
-    try:
-        run()
-    except ValueError as e:
-        fail(e)
+    run()
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=parse_flags)
+    cli.run(main, "plan_layout")

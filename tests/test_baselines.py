@@ -11,8 +11,9 @@ import pytest
 from absl import flags
 from absl.testing import flagsaver
 
-from hmp import data, experiment
+from hmp import data
 from hmp.errors import InvalidInput
+from hmp.run import experiment
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
                       "baselines.py")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cli_batch import run_batch_with_out
-from hmp.graph import build_model_graph, imported
+from hmp.run.graph import build_model_graph, imported
 from models import model_config
 from script_modules import import_script
 

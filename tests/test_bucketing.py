@@ -4,11 +4,11 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 import harness
-from hmp.mesh.bucketing import reduce_together
 from hmp.compat import import_mesh_tensorflow
-from hmp.graph import Layout, TrainingGraph
+from hmp.mesh.bucketing import reduce_together
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
+from hmp.run.graph import Placement, TrainingGraph
 from models import model_config
 
 mtf = import_mesh_tensorflow()
@@ -58,7 +58,7 @@ def test_without_the_bucket_every_sum_is_its_own_allreduce(monkeypatch):
 
 def test_training_step_sums_every_gradient_in_one_bucket():
     config = model_config("cnn2d", patch=5, bands=6, n_classes=3, width=4)
-    layout = Layout("batch:2;model:2", "batch:batch;filters1:model;filters2:model",
+    layout = Placement("batch:2;model:2", "batch:batch;filters1:model;filters2:model",
                     tuple(harness.CPUS), {"batch": [5, 3], "filters1": [6, 2]})
     graph = TrainingGraph(config, layout, 8, (4, 4))
     buckets = [key for key, _ in graph.lowering.counters if key.startswith("allreduce_bucket")]

@@ -19,10 +19,10 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from cli_batch import run_batch
-from hmp.cluster import Cluster, WorkerUnavailable, free_loopback_ports, local_cluster
+from hmp.cluster.runtime import Cluster, WorkerUnavailable, free_loopback_ports, local_cluster
 from hmp.hosts import is_hierarchical
-from hmp.graph import Layout, TrainingGraph
-from hmp.profiler import random_batch
+from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.profiler import random_batch
 from models import model_config
 
 CONFIG = model_config("cnn2d", patch=5, bands=6, n_classes=4, width=4)
@@ -51,8 +51,8 @@ def test_uneven_split_over_two_workers_equals_one_process(workers):
     assert spec.count("127.0.0.1:") == 2
     assert devices == tuple("/job:worker/task:%d/device:CPU:%d" % (task, index)
                             for task in (0, 1) for index in (0, 1))
-    expected = _losses(Layout("", "", ("/cpu:0",), {}), 5)
-    losses = _losses(Layout("model:2", RULES, devices[::2], SPLITS), 5, workers.target,
+    expected = _losses(Placement("", "", ("/cpu:0",), {}), 5)
+    losses = _losses(Placement("model:2", RULES, devices[::2], SPLITS), 5, workers.target,
                      workers.cluster.session_config())
     # it trains (cnn2d's dropout makes 5 losses noisy, so no "it decreases")
     assert np.all(np.isfinite(expected)) and len(set(expected.tolist())) == len(expected)
@@ -63,8 +63,8 @@ def test_two_level_gradient_reduction_over_two_workers_equals_one_process(worker
     def reduces_within_each_worker_first(graph):
         assert graph.mesh_impl.hosts == ["/job:worker/replica:0/task:%d" % t for t in (0, 0, 1, 1)]
         assert is_hierarchical(graph.mesh_impl.hosts)
-    expected = _losses(Layout("", "", ("/cpu:0",), {}), 5)
-    losses = _losses(Layout("batch:4", "batch:batch", workers.devices, {"batch": [6, 4, 3, 3]}),
+    expected = _losses(Placement("", "", ("/cpu:0",), {}), 5)
+    losses = _losses(Placement("batch:4", "batch:batch", workers.devices, {"batch": [6, 4, 3, 3]}),
                      5, workers.target, workers.cluster.session_config(),
                      check_graph=reduces_within_each_worker_first)
     np.testing.assert_allclose(losses, expected, rtol=1e-5)
@@ -72,7 +72,7 @@ def test_two_level_gradient_reduction_over_two_workers_equals_one_process(worker
 
 def test_stopped_worker_ends_the_step_with_its_name(workers):
     cluster = Cluster(workers.cluster.addresses, timeout_s=2)
-    graph = TrainingGraph(CONFIG, Layout("model:2", RULES, workers.devices[::2], SPLITS), BATCH,
+    graph = TrainingGraph(CONFIG, Placement("model:2", RULES, workers.devices[::2], SPLITS), BATCH,
                           (4, 4))
     with tf.Session(cluster.target, graph=graph.tf_graph,
                     config=cluster.session_config()) as session:
@@ -188,7 +188,7 @@ def test_a_child_started_with_die_with_parent_ends_when_its_parent_is_killed(tmp
     # SIGKILL to the parent must end the child too (no orphaned worker or busy loop).
     parent = subprocess.Popen([sys.executable, "-c", (
         "import subprocess, sys, time\n"
-        "from hmp.subprocesses import die_with_parent\n"
+        "from hmp.cluster.subprocesses import die_with_parent\n"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
         " preexec_fn=die_with_parent)\n"
         "print(child.pid, flush=True)\n"

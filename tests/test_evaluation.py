@@ -4,9 +4,11 @@ split saved in the run folder, and the mean/std summary of several runs."""
 import numpy as np
 import pytest
 
-from hmp import data, experiment, report
+from hmp import data
 from hmp.data import (disjoint_split, split_from_label_maps, split_leakage, stratified_split,
                       synthetic_scene, window_counts)
+from hmp.evaluation import report
+from hmp.run import experiment
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,9 @@
 
 import pytest
 
-from hmp.graph import Layout, TrainingGraph
 from hmp.planning import Plan, plan_layout
-from hmp.planning.from_graph import model_spec
+from hmp.run.from_graph import model_spec
+from hmp.run.graph import Placement, TrainingGraph
 from models import model_config
 
 CPUS = ["/cpu:0", "/cpu:1", "/cpu:2"]
@@ -57,7 +57,7 @@ def test_a_plan_of_the_spec_lowers_on_the_model(name):
     config = model_config(name, patch=5, bands=32, n_classes=3, width=4)
     spec = model_spec(config)
     plan = plan_layout(spec, CPUS, [7, 4, 1], 12, "model:3")
-    graph = TrainingGraph(config, Layout.from_plan(plan), 12, (4, 4))  # lowering checks every split
+    graph = TrainingGraph(config, Placement.from_plan(plan), 12, (4, 4))  # lowering checks every split
     assert dict(graph.mesh_impl.splits) == {k: tuple(v) for k, v in plan.splits.items()}
 
 

@@ -56,3 +56,56 @@ def test_engine_names_are_the_engine_modules_own():
     assert hmp.layers is sys.modules["hmp.layers"]
     with pytest.raises(AttributeError, match="has no attribute 'nonsense'"):
         hmp.nonsense  # noqa: B018
+
+
+# The house (docs/architecture.md): a module may import its own room and rooms on
+# lower floors, never a higher one.
+FLOOR_OF_ROOM = {
+    "hmp.compat": 0, "hmp.errors": 0, "hmp.files": 0, "hmp.layer_math": 0, "hmp.hosts": 0,
+    "hmp.cli": 0,
+    "hmp.data": 1, "hmp.evaluation": 1,
+    "hmp.mesh": 2, "hmp.cluster": 2,
+    "hmp.layers": 3, "hmp.planning": 3,
+    "hmp.run": 4,
+    "hmp.train": 5, "hmp.predict": 5, "hmp.worker": 5,
+}
+
+
+def _room(module):
+    """'hmp.run.graph' -> 'hmp.run'; 'hmp.layers' -> 'hmp.layers'; 'hmp' -> None."""
+    parts = module.split(".")
+    for length in (2, 1):
+        if ".".join(parts[:length]) in FLOOR_OF_ROOM:
+            return ".".join(parts[:length])
+    return None
+
+
+def _imports(path):
+    """The hmp modules (or names of packages) a file imports at any depth."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found += [node.module] + ["%s.%s" % (node.module, a.name) for a in node.names]
+    return [name for name in found if name.startswith("hmp.")]
+
+
+def test_every_room_has_a_floor_and_no_import_runs_up():
+    library = pathlib.Path(hmp.__file__).parent
+    upward, homeless = [], []
+    for path in sorted(library.rglob("*.py")):
+        parts = path.relative_to(library.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if module == "hmp":
+            continue   # the package's lazy face names engine modules as strings only
+        room = _room(module)
+        if room is None:
+            homeless.append(module)
+            continue
+        for name in _imports(path):
+            target = _room(name)
+            if target is not None and FLOOR_OF_ROOM[target] > FLOOR_OF_ROOM[room]:
+                upward.append("%s -> %s" % (module, name))
+    assert homeless == []
+    assert upward == []

@@ -1,11 +1,11 @@
-"""hmp.linkprobe: the measured link is a LinkSpec (structure only, no timing assertions)."""
+"""hmp.run.linkprobe: the measured link is a LinkSpec (structure only, no timing assertions)."""
 
 import math
 
 import tensorflow.compat.v1 as tf
 
-from hmp.linkprobe import link_pairs, measure_link, platform_specs
 from hmp.planning import DeviceSpec, LinkSpec
+from hmp.run.linkprobe import link_pairs, measure_link, platform_specs
 
 
 def test_link_between_two_virtual_cpus_is_a_positive_linkspec():

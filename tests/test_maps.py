@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from matplotlib import image as mpimg
 
-from hmp.maps import (class_colors, label_map_to_rgb, save_classification_map,
+from hmp.evaluation.maps import (class_colors, label_map_to_rgb, save_classification_map,
                       save_confusion_matrix_plot)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

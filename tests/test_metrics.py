@@ -4,7 +4,7 @@ values and independent formulas."""
 import numpy as np
 import pytest
 
-from hmp.metrics import (average_accuracy, cohen_kappa, confusion_matrix, evaluate,
+from hmp.evaluation.metrics import (average_accuracy, cohen_kappa, confusion_matrix, evaluate,
                          overall_accuracy, per_class_accuracy)
 
 

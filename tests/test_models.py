@@ -6,10 +6,10 @@ import pytest
 
 import harness
 import models
-from hmp.graph import Layout, TrainingGraph
 from hmp.planning import plan_layout
-from hmp.planning.from_graph import model_spec
-from hmp.profiler import random_batch
+from hmp.run.from_graph import model_spec
+from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.profiler import random_batch
 
 DEVICES = ["/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3"]
 SESSION = harness.session_config()
@@ -38,8 +38,8 @@ def test_model_on_planned_uneven_mesh_matches_one_device(name):
     plan = plan_layout(model_spec(config), DEVICES, [3, 1, 2, 1], BATCH, "batch:2;model:2")
     assert set(plan.splits) == set(models.get_model(name).SPLIT_DIMS) | {"batch"}
     assert any(len(set(sizes)) > 1 for sizes in plan.splits.values())   # really uneven
-    expected = first_two_losses(config, Layout())
-    actual = first_two_losses(config, Layout.from_plan(plan))
+    expected = first_two_losses(config, Placement())
+    actual = first_two_losses(config, Placement.from_plan(plan))
     np.testing.assert_allclose(actual, expected, rtol=1e-5)
 
 
@@ -47,4 +47,4 @@ def test_too_small_input_names_layer_and_dimension():
     config = models.model_config("cnn3d", patch=7, bands=12, n_classes=5)
     with pytest.raises(ValueError, match=r"conv2/conv: dimension 'bands' has size 1, "
                                          r"smaller than the VALID window 3"):
-        first_two_losses(config, Layout())
+        first_two_losses(config, Placement())

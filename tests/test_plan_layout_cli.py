@@ -9,7 +9,7 @@ import pytest
 
 from cli_batch import run_batch_with_out
 from hmp.planning import Plan
-from hmp.planning.from_graph import model_spec
+from hmp.run.from_graph import model_spec
 from models import model_config
 from script_modules import SCRIPTS
 
@@ -51,7 +51,7 @@ def test_a_bad_flag_is_one_line_and_exit_code_2(tmp_path):
                          capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 2
     assert run.stderr.splitlines() == [run.stderr.strip()]
-    assert run.stderr.startswith("plan_layout: error: --mesh: bad mesh 'model:x'")
+    assert run.stderr.startswith("plan_layout: error: --mesh=model:x: bad mesh 'model:x'")
     assert "allowed" in run.stderr and not (tmp_path / "plan.json").exists()
 
 

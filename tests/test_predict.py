@@ -19,12 +19,12 @@ import tensorflow.compat.v1 as tf
 from matplotlib import image as mpimage
 
 import harness
-from hmp import experiment, export, inference
 from hmp.data import PatchExtractor
 from hmp.errors import InvalidInput
-from hmp.graph import Layout, TrainingGraph
-from hmp.maps import LEGEND_ROW, class_colors
-from hmp.metrics import evaluate
+from hmp.evaluation.maps import LEGEND_ROW, class_colors
+from hmp.evaluation.metrics import evaluate
+from hmp.run import experiment, export, inference
+from hmp.run.graph import Placement, TrainingGraph
 from models import get_model, model_config
 
 
@@ -61,7 +61,7 @@ def run_graph_predictions(model_dir, results, exp, indices):
     flags, plan = results["flags"], results["plan"]
     config = model_config(flags["model"], flags["patch_size"], exp.bands, exp.n_classes,
                           flags["width"])
-    graph = TrainingGraph(config, Layout(plan["mesh"], plan["layout_rules"],
+    graph = TrainingGraph(config, Placement(plan["mesh"], plan["layout_rules"],
                                          tuple(plan["devices"]), plan["splits"]),
                           flags["batch_size"], exp.scene.labels.shape)
     batch, predictions = flags["batch_size"], []

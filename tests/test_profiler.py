@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from hmp import profiler
-from hmp.graph import Layout, TrainingGraph
-from hmp.profiler import busy_times, measure_speeds, random_batch, run_traced
+from hmp.run import profiler
+from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.profiler import busy_times, measure_speeds, random_batch, run_traced
 from models import model_config
 
 # patch 5, 4 bands, 3 classes, width 2: filters 4, channels 2, hidden 8.
@@ -90,7 +90,7 @@ def test_busy_times_of_a_traced_step_follow_the_shares():
     # share one thread pool, and concurrent ops would stretch each other's intervals.
     config = model_config("cnn2d", patch=9, bands=16, n_classes=4, width=55)
     devices = ("/cpu:1", "/cpu:2")
-    layout = Layout("model:2", "filters1:model;filters2:model;hidden:model", devices,
+    layout = Placement("model:2", "filters1:model;filters2:model;hidden:model", devices,
                     {"filters1": [100, 10], "filters2": [100, 10], "hidden": [200, 20]})
     batch = random_batch(config, 16)
     graph = TrainingGraph(config, layout, 16, batch.image_shape, optimizer="sgd")

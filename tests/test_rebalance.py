@@ -5,8 +5,8 @@ import json
 import pytest
 
 from cli_batch import run_batch
-from hmp import rebalance
 from hmp.planning import ModelSpec, conv_layer_spec, plan_layout
+from hmp.run import rebalance
 
 # Momentum, not Adam: a new split sums in another order, and Adam's division
 # by sqrt(v) magnifies those rounding differences of near-zero gradients.

@@ -6,12 +6,13 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import harness
-from hmp import data, experiment
-from hmp.augment import Augmentation, augment
-from hmp.graph import Layout, TrainingGraph
-from hmp.mesh.optimizers import learning_rate_at
-from hmp.trainer import BestEpoch, Trainer
+from hmp import data
 from hmp.compat import import_mesh_tensorflow
+from hmp.mesh.optimizers import learning_rate_at
+from hmp.run import experiment
+from hmp.run.augment import Augmentation, augment
+from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.trainer import BestEpoch, Trainer
 from models import model_config
 
 mtf = import_mesh_tensorflow()
@@ -94,7 +95,7 @@ def test_best_epoch_checkpoint_restores_the_best_weights(small_experiment, tmp_p
     exp = small_experiment
     assert exp.val is not None and len(exp.val) + len(exp.train) == len(exp.split.train)
     config = model_config("spectral", 3, exp.bands, exp.n_classes, width=4)
-    graph = TrainingGraph(config, Layout(), 64, exp.scene.labels.shape, "adam", 1e-2, seed=1)
+    graph = TrainingGraph(config, Placement(), 64, exp.scene.labels.shape, "adam", 1e-2, seed=1)
     trainer = Trainer(graph, exp, str(tmp_path), seed=2, log=lambda line: None)
     trainer.initialise(resume=False)
     best = BestEpoch(str(tmp_path), patience=2)

@@ -16,12 +16,13 @@ import pytest
 import scipy.io
 
 import harness
-from hmp import cli, experiment, runs
+from hmp import cli
 from hmp.data import load_scene_files, read_array
 from hmp.errors import InvalidInput
-from hmp.graph import Layout, TrainingGraph
-from hmp.progress import ProgressLine
-from hmp.trainer import EpochStats, Stopped, Trainer
+from hmp.run import experiment, runs
+from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.progress import ProgressLine
+from hmp.run.trainer import EpochStats, Stopped, Trainer
 from models import model_config
 
 
@@ -33,7 +34,7 @@ def tiny_experiment():
 
 def make_trainer(exp, model_dir, **options):
     config = model_config("cnn2d", 5, exp.bands, exp.n_classes, width=2)
-    graph = TrainingGraph(config, Layout("", "", ("/cpu:0",), {}), 64,
+    graph = TrainingGraph(config, Placement("", "", ("/cpu:0",), {}), 64,
                           exp.scene.labels.shape, "adam", 1e-3, seed=1)
     return Trainer(graph, exp, str(model_dir), seed=1, session_config=harness.session_config(),
                    log=lambda line: None, **options)
@@ -212,6 +213,6 @@ def test_auto_mesh_does_not_record_a_bug_as_an_infeasible_mesh(monkeypatch):
 
     def broken(*args):
         raise ValueError("operands could not be broadcast together")
-    monkeypatch.setattr(planner, "_layout", broken)
+    monkeypatch.setattr(planner, "_speed_splits", broken)
     with pytest.raises(ValueError, match="^operands could not be broadcast together$"):
         planner.plan_layout(hsi_model(), ["/cpu:0", "/cpu:1"], [1, 1], 8, "auto")

@@ -7,10 +7,10 @@ import tensorflow.compat.v1 as tf
 import harness
 from hmp import data
 from hmp.compat import import_mesh_tensorflow
-from hmp.graph import Layout, TrainingGraph
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
-from hmp.scene_input import SceneCubes, cut_patches
+from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.scene_input import SceneCubes, cut_patches
 from models import model_config
 
 mtf = import_mesh_tensorflow()
@@ -83,7 +83,7 @@ def test_a_cube_of_another_shape_is_refused():
 
 def test_a_training_step_feeds_only_pixel_indices_and_labels():
     config = model_config("cnn2d", PATCH, BANDS, n_classes=3, width=4)
-    graph = TrainingGraph(config, Layout("batch:2", "batch:batch", tuple(harness.CPUS[:2]),
+    graph = TrainingGraph(config, Placement("batch:2", "batch:batch", tuple(harness.CPUS[:2]),
                                          {"batch": [5, 3]}), 8, IMAGE)
     fed = {op.name: op.outputs[0] for op in graph.tf_graph.get_operations()
            if op.type == "Placeholder"}

@@ -1,13 +1,13 @@
-"""hmp.speedcache: measured speeds and link kept per setting; hit, miss, corrupt, key."""
+"""hmp.run.speedcache: measured speeds and link kept per setting; hit, miss, corrupt, key."""
 
 import json
 import os
 
 import pytest
 
-from hmp import speedcache
 from hmp.planning import LinkSpec
-from hmp.profiler import DeviceSpeed
+from hmp.run import speedcache
+from hmp.run.profiler import DeviceSpeed
 from models import model_config
 
 CONFIG = model_config("cnn2d", patch=5, bands=4, n_classes=3, width=2)

@@ -39,7 +39,7 @@ def readme_model_package(folder):
 def plan_file(path, config, devices, speeds, batch_size, mesh):
     """A plan JSON, as scripts/plan_layout.py writes it (tests/test_plan_layout_cli.py)."""
     from hmp.planning import plan_layout
-    from hmp.planning.from_graph import model_spec
+    from hmp.run.from_graph import model_spec
     plan_layout(model_spec(config), devices, speeds, batch_size, mesh).to_json(path)
     return path
 
@@ -219,7 +219,7 @@ def test_readme_custom_model_trains(cli_runs):
 
 def test_default_devices_are_the_real_ones(monkeypatch):
     import tensorflow as tf
-    from hmp.devices import default_devices
+    from hmp.run.devices import default_devices
     if not tf.config.list_physical_devices("GPU"):   # this CPU-only machine
         assert default_devices() == ["/cpu:0"]
     monkeypatch.setattr(tf.config, "list_physical_devices",
@@ -228,7 +228,7 @@ def test_default_devices_are_the_real_ones(monkeypatch):
 
 
 def test_virtual_cpus_are_the_highest_local_cpu_named():
-    from hmp.devices import virtual_cpus
+    from hmp.run.devices import virtual_cpus
     assert virtual_cpus(["/cpu:0", "/gpu:0", "/cpu:3"]) == 4
     assert virtual_cpus(["/job:localhost/replica:0/task:0/device:CPU:1"]) == 2
     assert virtual_cpus(["/gpu:0", "/job:worker/task:1/device:CPU:5"]) == 0

@@ -9,19 +9,19 @@ import numpy as np
 import pytest
 
 import harness
-from hmp import experiment
-from hmp.graph import Layout, TrainingGraph
-from hmp.metrics import evaluate
-from hmp.trainer import Trainer
+from hmp.evaluation.metrics import evaluate
+from hmp.run import experiment
+from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.trainer import Trainer
 from models import model_config
 
 CPUS = tuple("/cpu:%d" % i for i in range(4))
 SESSION = harness.session_config()
 LAYOUTS = {
-    "model_3": Layout("model:3", "filters1:model;filters2:model;hidden:model", CPUS[:3],
+    "model_3": Placement("model:3", "filters1:model;filters2:model;hidden:model", CPUS[:3],
                       {"filters1": [5, 2, 1], "filters2": [4, 3, 1], "hidden": [9, 5, 2]}),
-    "batch_2": Layout("batch:2", "batch:batch", CPUS[:2], {"batch": [40, 24]}),
-    "hybrid": Layout("batch:2;model:2", "batch:batch;filters1:model;hidden:model", CPUS,
+    "batch_2": Placement("batch:2", "batch:batch", CPUS[:2], {"batch": [40, 24]}),
+    "hybrid": Placement("batch:2;model:2", "batch:batch;filters1:model;hidden:model", CPUS,
                      {"batch": [37, 27], "filters1": [6, 2], "hidden": [11, 5]}),
 }
 STEPS = 20
@@ -55,7 +55,7 @@ def run(exp, layout, model_dir, resume):
 @pytest.fixture(scope="module")
 def single_device(small_experiment, tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("single")
-    losses, accuracy = run(small_experiment, Layout("", "", ("/cpu:0",), {}), model_dir,
+    losses, accuracy = run(small_experiment, Placement("", "", ("/cpu:0",), {}), model_dir,
                            resume=False)
     return model_dir, losses, accuracy
 

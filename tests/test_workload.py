@@ -4,9 +4,9 @@ import functools
 
 import pytest
 
-from hmp.graph import Layout, TrainingGraph
-from hmp.planning.from_graph import model_spec
-from hmp.workload import workload
+from hmp.run.from_graph import model_spec
+from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.workload import workload
 from models import model_config
 
 # patch 7, 5 bands, 3 classes, width 6: filters1 = filters2 = 12, channels 6, hidden 24.
@@ -15,10 +15,10 @@ BATCH = 12
 CPUS = ("/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3")
 ALL_SPLIT = "filters1:model;filters2:model;hidden:model"
 LAYOUTS = {
-    "model": Layout("model:3", ALL_SPLIT, CPUS[:3],
+    "model": Placement("model:3", ALL_SPLIT, CPUS[:3],
                     {"filters1": [7, 4, 1], "filters2": [7, 4, 1], "hidden": [14, 8, 2]}),
-    "batch": Layout("batch:2", "batch:batch", CPUS[:2], {"batch": [8, 4]}),
-    "hybrid": Layout("batch:2;model:2", "batch:batch;" + ALL_SPLIT, CPUS,
+    "batch": Placement("batch:2", "batch:batch", CPUS[:2], {"batch": [8, 4]}),
+    "hybrid": Placement("batch:2;model:2", "batch:batch;" + ALL_SPLIT, CPUS,
                      {"batch": [7, 5], "filters1": [9, 3], "filters2": [9, 3], "hidden": [18, 6]}),
 }
 

@@ -18,10 +18,10 @@ from hmp.data.catalog import SCENES, SceneFile, SceneSpec, find_file, load_groun
 from hmp.data.matfile import read_array
 from hmp.data.patches import (Batch, PatchDataset, PatchExtractor, check_patch_size,
                               iterate_scene, split_batch)
+from hmp.data.leakage import split_leakage, window_counts
+from hmp.data.loaders import load_benchmark_scene, load_scene, load_scene_files
 from hmp.data.preprocess import PCA, BandScaler, Preprocessor, pad_cube, training_pixels
 from hmp.data.scene import Scene
-from hmp.data.scenes import load_benchmark_scene, load_scene, load_scene_files
-from hmp.data.leakage import split_leakage, window_counts
 from hmp.data.split_maps import split_from_label_maps
 from hmp.data.splits import (Split, disjoint_split, load_split, save_split, stratified_split,
                              validation_split)

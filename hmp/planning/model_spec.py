@@ -13,7 +13,7 @@ over the ``model`` axis and how:
 
 The helpers build specs from shapes so that models and tests need not count
 FLOPs by hand; the sizes and FLOPs are ``hmp.layer_math``'s, the rules the
-engine and ``hmp.workload`` use. FLOPs count a multiply-add as 2.
+engine and ``hmp.run.workload`` use. FLOPs count a multiply-add as 2.
 """
 
 import math

@@ -103,7 +103,7 @@ def _row_rates(model_spec, specs, mesh):
     return flops.sum(axis=1) / train_flops_per_sample(model_spec), overhead.max(axis=1)
 
 
-def _layout(model_spec, specs, mesh, batch_size, min_filters):
+def _speed_splits(model_spec, specs, mesh, batch_size, min_filters):
     """The splits for one mesh: apportioned by speed, within the memory caps.
 
     Model columns first (filter caps from each column's memory headroom at the
@@ -236,7 +236,7 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
         subset = [specs[i] for i in indices]
         for m in meshes:
             try:
-                splits = _layout(model_spec, subset, m, batch_size, min_filters)
+                splits = _speed_splits(model_spec, subset, m, batch_size, min_filters)
             except InvalidInput as e:   # an infeasible mesh; any other error is a bug
                 if single:
                     raise

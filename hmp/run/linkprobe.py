@@ -32,8 +32,8 @@ import time
 
 import tensorflow.compat.v1 as tf
 
-from hmp.mesh.collectives import host_of, is_cpu
 from hmp.hosts import group_by_host
+from hmp.mesh.collectives import host_of, is_cpu
 from hmp.planning import DeviceSpec, LinkSpec
 
 HANDOVER_BYTES = (256, 1 << 20)  # small: latency; large: bandwidth
@@ -149,7 +149,7 @@ def measure_link(devices, target=None, session_config=None, repeats=9, progress=
       repeats: timed runs per chain; the median counts.
       progress: optional ``callable(str)`` told what is measured.
       busy: functions that keep the devices busy, e.g. each device's one-device
-        training step (``hmp.profiler.DeviceStep.run``). If given, each link is
+        training step (``hmp.run.profiler.DeviceStep.run``). If given, each link is
         timed again while they run, in threads of their own: its figures under
         load (``LinkSpec.loaded``), which the cost model uses for the hand-overs
         that run beside a step's compute (a model split's collectives). On a CPU

@@ -6,7 +6,7 @@ plan restores on any other device set: :class:`InferenceGraph` lowers the
 model with the batch split evenly over the devices it is given (one device:
 no split) and restores only the model's weights, not the optimizer's. The
 scene is transformed with the run's own preprocessing statistics
-(``hmp.fitted_preprocessing``), never fitted again on the scene classified.
+(``hmp.run.fitted_preprocessing``), never fitted again on the scene classified.
 """
 
 import dataclasses
@@ -16,17 +16,17 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from hmp import experiment, fitted_preprocessing, runs
 from hmp.compat import import_mesh_tensorflow
 from hmp.data import PatchExtractor, Scene, read_array
 from hmp.errors import InvalidInput
-from hmp.graph import Layout, ModelConfig, build_logits_graph
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
 from hmp.planning import apportion
-from hmp.progress import rate_and_eta
-from hmp.scene_input import SceneCubes, patches_around
-from hmp.trainer import BestEpoch
+from hmp.run import experiment, fitted_preprocessing, runs
+from hmp.run.graph import Placement, ModelConfig, build_logits_graph
+from hmp.run.progress import rate_and_eta
+from hmp.run.scene_input import SceneCubes, patches_around
+from hmp.run.trainer import BestEpoch
 
 mtf = import_mesh_tensorflow()
 
@@ -92,7 +92,7 @@ class Run:
                                % (scene.cube.shape[2], self.model_dir, bands))
         nodata = experiment.mask_nodata(scene)
         cube = self.preprocessor.transform(scene.cube)
-        cube[nodata] = 0.0   # as in training (hmp.experiment.prepare)
+        cube[nodata] = 0.0   # as in training (hmp.run.experiment.prepare)
         return cube, nodata
 
 
@@ -106,12 +106,12 @@ def load_scene(config):
     return experiment.load_scene(config)
 
 
-def batch_layout(devices, batch_size):
+def batch_placement(devices, batch_size):
     """The batch split evenly over ``devices`` (one device: no split)."""
     devices = tuple(devices)
     if len(devices) == 1:
-        return Layout("", "", devices, {})
-    return Layout("batch:%d" % len(devices), "batch:batch", devices,
+        return Placement("", "", devices, {})
+    return Placement("batch:%d" % len(devices), "batch:batch", devices,
                   {"batch": apportion(batch_size, [1.0] * len(devices))})
 
 
@@ -122,7 +122,7 @@ class InferenceGraph:
     cuts its patches from its copy of the scene (``load_scene``).
     """
 
-    def __init__(self, config, layout, batch_size, image_shape):
+    def __init__(self, config, placement, batch_size, image_shape):
         self.batch_size = batch_size
         self.tf_graph = tf.Graph()
         with self.tf_graph.as_default():
@@ -130,8 +130,8 @@ class InferenceGraph:
             self.indices = tf.placeholder(tf.int32, [batch_size], name="pixel_indices")
             graph, mesh, logits = build_logits_graph(
                 config, batch_size, patches_around(self.scene, self.indices))
-            mesh_impl = HeteroMeshImpl(layout.mesh_shape, layout.layout_rules,
-                                       list(layout.devices), layout.splits)
+            mesh_impl = HeteroMeshImpl(placement.mesh_shape, placement.layout_rules,
+                                       list(placement.devices), placement.splits)
             lowering = HeteroLowering(graph, {mesh: mesh_impl})
             self.logits = lowering.export_to_tf_tensor(logits)
             self.probabilities = tf.nn.softmax(self.logits)
@@ -161,7 +161,7 @@ def classify(run, cube, devices, batch_size, session_config=None, progress=None)
     """
     progress = progress or (lambda text: None)
     height, width = cube.shape[:2]
-    graph = InferenceGraph(run.model_config, batch_layout(devices, batch_size), batch_size,
+    graph = InferenceGraph(run.model_config, batch_placement(devices, batch_size), batch_size,
                            (height, width))
     pixels = height * width
     probabilities = np.zeros((pixels, len(run.class_names)), np.float32)

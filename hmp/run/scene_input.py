@@ -18,8 +18,8 @@ not trained, not checkpointed, not in ``tf.global_variables()``.
 
 import tensorflow.compat.v1 as tf
 
-from hmp.mesh.collectives import is_cpu
 from hmp.compat import import_mesh_tensorflow
+from hmp.mesh.collectives import is_cpu
 
 mtf = import_mesh_tensorflow()
 
@@ -123,7 +123,7 @@ def cut_patches(cubes, indices, shape, name=None):
 
 
 def patches_around(cubes, indices):
-    """Model input (``inputs`` of ``hmp.graph.build_logits_graph``): the patches around
+    """Model input (``inputs`` of ``hmp.run.graph.build_logits_graph``): the patches around
     the pixels of the TensorFlow int32 tensor ``indices`` [batch], cut per device."""
     return lambda mesh, shape: cut_patches(
         cubes, mtf.import_tf_tensor(mesh, indices, mtf.Shape(shape.dims[:1])), shape)

@@ -5,7 +5,7 @@ builds the model's Mesh-TF graph for a global batch, lowers it on a
 ``HeteroMeshImpl`` with the given splits, and exposes the TensorFlow pieces
 (the pixel-index and label placeholders, loss, predictions, the ordered
 training step, the master/slice copy ops, a saver of whole tensors). Its
-input is the scene on the devices (``hmp.scene_input``): load the padded
+input is the scene on the devices (``hmp.run.scene_input``): load the padded
 cube once with ``load_scene``, then feed pixel indices every step.
 """
 
@@ -16,20 +16,20 @@ import tensorflow.compat.v1 as tf
 
 from hmp import layers
 
-from hmp.mesh import ops
-from hmp.augment import Augmentation, augment
 from hmp.compat import import_mesh_tensorflow
+from hmp.mesh import ops
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
 from hmp.mesh.optimizers import learning_rate_at, make_optimizer
-from hmp.scene_input import SceneCubes, patches_around
 from hmp.mesh.train_step import train_step
+from hmp.run.augment import Augmentation, augment
+from hmp.run.scene_input import SceneCubes, patches_around
 
 mtf = import_mesh_tensorflow()
 
 
 @dataclasses.dataclass(frozen=True)
-class Layout:
+class Placement:
     """Where the graph runs: Mesh-TF mesh shape, layout rules, devices, splits."""
 
     mesh_shape: str = ""
@@ -76,7 +76,7 @@ class Recipe:
     (``hmp.mesh.optimizers.DEFAULT_WEIGHT_DECAY``); ``schedule``, ``warmup_steps``
     and ``total_steps``: the learning rate over the steps
     (``hmp.mesh.optimizers.learning_rate_at``); ``augmentation``: per-sample patch
-    augmentation (``hmp.augment``); ``class_weights``: one loss weight per
+    augmentation (``hmp.run.augment``); ``class_weights``: one loss weight per
     class (None: all 1).
     """
 
@@ -97,11 +97,11 @@ def build_logits_graph(config, batch_size, inputs, training=False, augmentation=
     """Builds the model's mtf graph up to its logits; returns (mtf graph, mesh, logits).
 
     ``inputs(mesh, shape)`` makes the mtf patches of ``shape`` [batch, h, w,
-    bands] (``imported(x)``, or ``hmp.scene_input.patches_around``). The logits are
+    bands] (``imported(x)``, or ``hmp.run.scene_input.patches_around``). The logits are
     [batch, classes]. ``training``: False (inference: batch norm's moving
     averages, no dropout), True, or a TensorFlow float scalar switching at run
     time (1.0 training, 0.0 inference); ``augmentation``: an
-    ``hmp.augment.Augmentation`` of the patches while training, or None.
+    ``hmp.run.augment.Augmentation`` of the patches while training, or None.
     """
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
@@ -143,16 +143,16 @@ def build_model_graph(config, batch_size, inputs, y, training=None, recipe=Recip
 
 
 class TrainingGraph:
-    """A model lowered on a layout, with an ordered training step.
+    """A model lowered on a placement, with an ordered training step.
 
     Everything lives in its own ``tf.Graph`` (``self.tf_graph``) so several
     (e.g. before and after re-planning) can coexist.
     """
 
-    def __init__(self, config, layout, batch_size, image_shape, optimizer="adam",
+    def __init__(self, config, placement, batch_size, image_shape, optimizer="adam",
                  learning_rate=1e-3, seed=0, recipe=Recipe()):
         self.config = config
-        self.layout = layout
+        self.placement = placement
         self.batch_size = batch_size
         self.tf_graph = tf.Graph()
         with self.tf_graph.as_default():
@@ -172,8 +172,8 @@ class TrainingGraph:
             rate = mtf.import_tf_tensor(mesh, self.learning_rate, mtf.Shape([]))
             updates = train_step(loss, make_optimizer(optimizer, rate, recipe.weight_decay))
             updates += tf.get_collection(layers.UPDATE_OPS)   # batch norm's moving averages
-            self.mesh_impl = HeteroMeshImpl(layout.mesh_shape, layout.layout_rules,
-                                            list(layout.devices), layout.splits)
+            self.mesh_impl = HeteroMeshImpl(placement.mesh_shape, placement.layout_rules,
+                                            list(placement.devices), placement.splits)
             self.lowering = HeteroLowering(graph, {mesh: self.mesh_impl})
             self.mtf_graph = graph
             self.loss = self.lowering.export_to_tf_tensor(loss)

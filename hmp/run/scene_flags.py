@@ -2,16 +2,17 @@
 
 Shared by ``python -m hmp.train`` and ``scripts/baselines.py``, so that a
 baseline given the same flags scores on exactly the pixels a training run
-uses (both build the split with :func:`hmp.experiment.prepare`).
+uses (both build the split with :func:`hmp.run.experiment.prepare`).
 """
 
 import os
 
 from absl import flags
 
-from hmp import cli, experiment
+from hmp import cli
 from hmp.data import check_patch_size
 from hmp.data.splits import check_train_fraction
+from hmp.run import experiment
 
 flags.DEFINE_string("dataset", "synthetic", "synthetic, indian_pines, paviau, salinas, or "
                     "the path of a cube file (.mat/.npy; then also --labels).")
@@ -52,7 +53,7 @@ def check():
 
 
 def data_config(seed):
-    """The :class:`hmp.experiment.DataConfig` these flags describe, with split seed ``seed``."""
+    """The :class:`hmp.run.experiment.DataConfig` these flags describe, with split seed ``seed``."""
     return experiment.DataConfig(
         dataset=FLAGS.dataset, data_dir=FLAGS.data_dir, labels_path=FLAGS.labels,
         cube_key=FLAGS.cube_key, labels_key=FLAGS.labels_key,

@@ -18,7 +18,8 @@ import signal
 
 import tensorflow.compat.v1 as tf
 
-from hmp import cli, experiment, files
+from hmp import cli, files
+from hmp.run import experiment
 
 # The files a run writes in its folder (--overwrite deletes these and nothing else).
 RUN_FILES = ("checkpoint", "ckpt-*", "best_checkpoint", "best-ckpt-*", "results.json",

@@ -1,23 +1,23 @@
 """A model's ``ModelSpec`` read off its Mesh-TF graph, so specs never drift from models.
 
 ``model_spec(config)`` builds the model's graph for one sample in a
-throwaway ``tf.Graph`` and turns every layer ``hmp.workload.layer_ops``
+throwaway ``tf.Graph`` and turns every layer ``hmp.run.workload.layer_ops``
 finds into a ``LayerSpec``: FLOPs, parameters and outputs per sample from the
 graph's shapes, the split dim from the model's ``SPLIT_DIMS`` (``config.model``)
 and its role from where that dim occurs ("output" if the layer's output has it, "input" if
 only its inputs do).
 
 Unlike the rest of ``hmp.planning`` this module needs TensorFlow and Mesh-TF;
-import it explicitly (``from hmp.planning.from_graph import model_spec``).
+import it explicitly (``from hmp.run.from_graph import model_spec``).
 """
 
 import inspect
 
 import tensorflow.compat.v1 as tf
 
-from hmp.graph import build_model_graph, imported
 from hmp.planning.model_spec import LayerSpec, ModelSpec
-from hmp.workload import layer_ops
+from hmp.run.graph import build_model_graph, imported
+from hmp.run.workload import layer_ops
 
 
 def model_width(config):
@@ -49,7 +49,7 @@ def _split(layer, split_dims):
 
 
 def model_spec(config):
-    """The ``ModelSpec`` of ``config`` (an ``hmp.graph.ModelConfig``), from its graph."""
+    """The ``ModelSpec`` of ``config`` (an ``hmp.run.graph.ModelConfig``), from its graph."""
     with tf.Graph().as_default():
         x = tf.placeholder(tf.float32, [1, config.patch, config.patch, config.bands])
         y = tf.placeholder(tf.int32, [1])

@@ -35,10 +35,10 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from hmp.graph import Layout, TrainingGraph
-from hmp.linkprobe import measure_link
 from hmp.planning import costmodel
-from hmp.planning.from_graph import model_spec
+from hmp.run.from_graph import model_spec
+from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.linkprobe import measure_link
 
 # Op types whose recorded interval includes waiting for another device.
 TRANSFER_OPS = ("_Send", "_Recv", "_HostSend", "_HostRecv")
@@ -103,7 +103,7 @@ class DeviceStep:
     def __init__(self, config, device, batch_size, target=None, session_config=None,
                  optimizer="adam"):
         batch = random_batch(config, batch_size)
-        graph = TrainingGraph(config, Layout("", "", (device,), {}), batch_size,
+        graph = TrainingGraph(config, Placement("", "", (device,), {}), batch_size,
                               batch.image_shape, optimizer)
         self.session = graph.session(batch.padded_cube, session_config, target)
         self._feed = batch.feed(graph)
@@ -124,7 +124,7 @@ def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None
     """Times the model's training step alone on each device.
 
     Args:
-      config: an ``hmp.graph.ModelConfig``.
+      config: an ``hmp.run.graph.ModelConfig``.
       devices: TensorFlow device strings ("/cpu:1", "/gpu:0",
         "/job:worker/task:1/device:CPU:0", ...).
       batch_size: samples per step.
@@ -151,7 +151,7 @@ def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None
 
 def measure_platform(config, devices, batch_size, warmup=2, repeats=5, target=None,
                      session_config=None, optimizer="adam", progress=None, spec=None):
-    """``measure_speeds``, then the link between the devices (``hmp.linkprobe``), idle
+    """``measure_speeds``, then the link between the devices (``hmp.run.linkprobe``), idle
     and while every device runs its training step, as in a split step (the same
     steps that were timed).
 

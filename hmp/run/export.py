@@ -20,11 +20,11 @@ import tempfile
 
 import tensorflow.compat.v1 as tf
 
-from hmp import fitted_preprocessing
-from hmp.graph import build_logits_graph, imported
-from hmp.inference import restore_weights
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
+from hmp.run import fitted_preprocessing
+from hmp.run.graph import build_logits_graph, imported
+from hmp.run.inference import restore_weights
 
 SIGNATURE = "serving_default"
 CHUNK = 256   # patches per run of the frozen model

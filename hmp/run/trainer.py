@@ -15,11 +15,11 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from hmp import events
-from hmp.cli import TrainingError   # defined in cli; callers may use hmp.trainer.TrainingError
+from hmp.cli import TrainingError   # defined in cli; callers may use hmp.run.trainer.TrainingError
 from hmp.errors import InvalidInput
-from hmp.profiler import run_traced
-from hmp.progress import rate_and_eta
+from hmp.run import events
+from hmp.run.profiler import run_traced
+from hmp.run.progress import rate_and_eta
 
 
 class Stopped(Exception):
@@ -99,7 +99,7 @@ class BestEpoch:
 
 
 class Trainer:
-    """Trains one ``TrainingGraph`` on an :class:`hmp.experiment.Experiment`.
+    """Trains one ``TrainingGraph`` on an :class:`hmp.run.experiment.Experiment`.
 
     Args:
       graph: the lowered model (a ``TrainingGraph``).
@@ -119,7 +119,7 @@ class Trainer:
         :class:`Stopped` (e.g. on Ctrl-C). None: never.
       progress: callable receiving a progress text after every step and
         prediction batch, and None when the work ends (see
-        :class:`hmp.progress.ProgressLine`). None: no progress.
+        :class:`hmp.run.progress.ProgressLine`). None: no progress.
     """
 
     def __init__(self, graph, experiment, model_dir, seed=0, session_config=None, target="",
@@ -259,13 +259,13 @@ class Trainer:
 
     def _traced_step(self, fetches, feed):
         """One step with TensorFlow tracing; returns its values and per-device busy seconds."""
-        values, busy = run_traced(self.session, fetches, feed, list(self.graph.layout.devices))
+        values, busy = run_traced(self.session, fetches, feed, list(self.graph.placement.devices))
         return values, [b * self.slowdown.get(d, 1.0)
-                        for b, d in zip(busy, self.graph.layout.devices)]
+                        for b, d in zip(busy, self.graph.placement.devices)]
 
     def _summaries(self, stats, step):
         events.add_scalars(self.writer, step,
-                           events.epoch_scalars(stats, self.graph.layout.devices))
+                           events.epoch_scalars(stats, self.graph.placement.devices))
 
     # -- inference -----------------------------------------------------------
     def predict(self, dataset):

@@ -1,13 +1,13 @@
 """Patch augmentation inside the graph, per sample, seeded and exact on any split.
 
-The patches are cut on the devices (``hmp.scene_input``), so they are
+The patches are cut on the devices (``hmp.run.scene_input``), so they are
 augmented there too, right after the cut: each sample gets one of the 8
 symmetries of the square (a 90-degree rotation, with or without a
 left-right flip), a brightness factor and, optionally, Gaussian spectral
 noise. Every draw is a Mesh-TF random tensor, drawn whole and sliced per
 device (``HeteroMeshImpl.random``), so an uneven batch split augments
 exactly as one device does, and a graph seed (``--seed``) repeats it.
-``training`` (hmp.graph's switch, 0.0 at inference) turns it all off.
+``training`` (hmp.run.graph's switch, 0.0 at inference) turns it all off.
 """
 
 import dataclasses

@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-from hmp import maps
+from hmp.evaluation import maps
 
 
 def score_table(scores, class_names, leakage=None):

@@ -28,8 +28,8 @@ import time
 import tensorflow.compat.v1 as tf
 
 from hmp.cli import TrainingError
+from hmp.cluster.subprocesses import die_with_parent
 from hmp.errors import InvalidInput
-from hmp.subprocesses import die_with_parent
 
 JOB = "worker"
 DEFAULT_TIMEOUT_S = 60.0

@@ -11,7 +11,7 @@ the dict given to :func:`add_scalars`, e.g. ``{"validation/overall_accuracy": oa
 
 import tensorflow.compat.v1 as tf
 
-from hmp import maps
+from hmp.evaluation import maps
 
 
 def add_scalars(writer, step, values):
@@ -39,7 +39,7 @@ def add_image(writer, step, tag, rgb):
 
 
 def epoch_scalars(stats, devices):
-    """The scalars of an ``hmp.trainer.EpochStats``; ``devices`` in the busy times' order."""
+    """The scalars of an ``hmp.run.trainer.EpochStats``; ``devices`` in the busy times' order."""
     values = {"loss": stats.loss, "train_accuracy": stats.train_accuracy,
               "samples_per_second": stats.samples_per_second}
     if stats.val_accuracy is not None:
@@ -50,6 +50,6 @@ def epoch_scalars(stats, devices):
 
 
 def test_scalars(scores):
-    """OA, AA and kappa of ``hmp.metrics.evaluate``'s scores on the test pixels."""
+    """OA, AA and kappa of ``hmp.evaluation.metrics.evaluate``'s scores on the test pixels."""
     return {"test/overall_accuracy": scores.overall_accuracy,
             "test/average_accuracy": scores.average_accuracy, "test/kappa": scores.kappa}
