@@ -84,6 +84,9 @@ flags.DEFINE_bool("overwrite", False, "Start over in a --model_dir that holds a 
                   "delete its checkpoints, results, maps and event files.")
 flags.DEFINE_integer("checkpoint_every", 0, "Also checkpoint every N steps (0: every epoch).")
 flags.DEFINE_string("rebalance", "off", "off, or epoch: re-plan from measured busy times.")
+flags.DEFINE_bool("try_alone", True, "With --mesh=auto, when the plan spreads over several "
+                  "devices: train the second epoch on the fastest device alone and keep "
+                  "whichever ran more samples/s (a measured guard against a mispriced plan).")
 flags.DEFINE_float("rebalance_threshold", 0.1, "Re-plan when max/min device busy time "
                    "exceeds 1 + this.")
 flags.DEFINE_string("cluster", None, "Cluster mode: host:port of every hmp.worker task "
@@ -241,10 +244,11 @@ def _measured(model_config, spec, devices, session_config, target, model_dir, cl
 
 
 def _plan(model_config, devices, session_config, target, model_dir, cluster):
-    """The plan from --plan, or planned now from the (measured) speeds and link."""
+    """(model spec, the plan from --plan or planned now from the (measured) speeds and
+    link, the device that is fastest alone at --batch_size or None when unknown)."""
     spec = model_spec(model_config)
     if FLAGS.plan:
-        return spec, planning.Plan.from_json(FLAGS.plan, model_spec=spec)
+        return spec, planning.Plan.from_json(FLAGS.plan, model_spec=spec), None
     speeds = _speeds(devices)
     if len(devices) == 1:   # nothing to split: no profiling
         plan = planning.plan_layout(spec, devices, speeds or [1.0], FLAGS.batch_size,
@@ -252,7 +256,7 @@ def _plan(model_config, devices, session_config, target, model_dir, cluster):
         if FLAGS.mesh == "auto":
             plan = dataclasses.replace(plan, reason="one device (%s): the one-device layout, "
                                        "no profiling needed" % devices[0])
-        return spec, plan
+        return spec, plan, devices[0]
     if speeds is not None:
         plan = planning.plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh)
         if FLAGS.mesh == "auto":
@@ -260,11 +264,26 @@ def _plan(model_config, devices, session_config, target, model_dir, cluster):
                 "communication not priced (no link given)",
                 "communication not priced: --speeds=%s gives the speeds, so no link was "
                 "measured (--speeds=auto measures both)" % FLAGS.speeds))
-        return spec, plan
+        return spec, plan, devices[int(np.argmax(speeds))]
     flops, overheads, link = _measured(model_config, spec, devices, session_config, target,
                                        model_dir, cluster)
-    return spec, planning.plan_layout(spec, linkprobe.platform_specs(devices, flops, overheads),
-                                      None, FLAGS.batch_size, FLAGS.mesh, link=link)
+    alone_s = [o + FLAGS.batch_size * planning.costmodel.train_flops_per_sample(spec) / f
+               for f, o in zip(flops, overheads)]
+    return (spec, planning.plan_layout(spec, linkprobe.platform_specs(devices, flops, overheads),
+                                       None, FLAGS.batch_size, FLAGS.mesh, link=link),
+            devices[int(np.argmin(alone_s))])
+
+
+def _alone_trial(spec, plan, fastest, first_epoch):
+    """The trial of the fastest device alone (``--try_alone``), or None when it does not
+    apply: a mesh or plan given, a plan on one device, fewer than 3 epochs left."""
+    if (not FLAGS.try_alone or FLAGS.mesh != "auto" or fastest is None
+            or len(plan.devices) < 2 or FLAGS.epochs - first_epoch < 3):
+        return None
+    alone = planning.plan_layout(spec, [fastest], [1.0], FLAGS.batch_size, "auto")
+    alone = dataclasses.replace(alone, reason="the fastest device alone (%s), on trial "
+                                "against the plan (--try_alone)" % fastest)
+    return rebalance.AloneTrial(plan, alone)
 
 
 def _slowdown(devices):
@@ -341,8 +360,8 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
     model_config = models.model_config(FLAGS.model, FLAGS.patch_size, exp.bands,
                                        exp.n_classes, FLAGS.width)
     with cli.blame(*(("plan",) if FLAGS.plan else ("devices", "speeds", "mesh"))):
-        spec, plan = _plan(model_config, devices, session_config, target, model_dir,
-                           cluster)
+        spec, plan, fastest = _plan(model_config, devices, session_config, target,
+                                    model_dir, cluster)
     if FLAGS.plan and not cluster:   # the plan's devices, not (only) --devices' default
         session_config = session_config_for(devices + plan.devices)
     print(plan.explain(), flush=True)
@@ -372,6 +391,7 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
                                sys.argv[1:])
     record.add_plan(dataclasses.asdict(plan))
     best = BestEpoch(model_dir, FLAGS.patience, record.epochs)
+    trial = _alone_trial(spec, plan, fastest, first_epoch)
     try:
         for epoch in range(first_epoch, FLAGS.epochs):
             stats = trainer.train_epoch(epoch, FLAGS.epochs, before_save=record.add_epoch)
@@ -381,7 +401,16 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
                 print("early stop: no better validation accuracy for %d epochs"
                       % FLAGS.patience, flush=True)
                 break
-            if FLAGS.rebalance == "epoch" and epoch + 1 < FLAGS.epochs:
+            if trial is not None and not trial.done and epoch + 1 < FLAGS.epochs:
+                new_plan = trial.after_epoch(stats.steady_samples_per_second
+                                               or stats.samples_per_second)
+                print(trial.message, flush=True)
+                if new_plan is not None:
+                    trainer.close()
+                    plan = new_plan
+                    record.add_plan(dataclasses.asdict(plan))
+                    trainer = start(plan, resume=True)
+            elif FLAGS.rebalance == "epoch" and epoch + 1 < FLAGS.epochs:
                 new_plan = rebalance.replan(plan, spec, stats.busy_seconds,
                                             FLAGS.rebalance_threshold)
                 if new_plan is not None:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from numbers import Real
 
 from hmp.errors import InvalidInput, whole_number
+from hmp.files import write_json
 from hmp.planning.apportion import check_speeds
 from hmp.planning.costmodel import DeviceSpec, Prediction
 from hmp.planning.layout import check_splits, parse_mesh
@@ -58,10 +59,8 @@ class Plan:
     left_out: list = field(default_factory=list)
 
     def to_json(self, path):
-        """Writes the plan as JSON (see README for the format)."""
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump({"format": FORMAT, **asdict(self)}, f, indent=1)
-            f.write("\n")
+        """Writes the plan as JSON, atomically (see README for the format)."""
+        write_json(path, {"format": FORMAT, **asdict(self)})
 
     @classmethod
     def from_json(cls, path, model_spec=None, devices=None):

@@ -1,4 +1,6 @@
-"""Dynamic re-balancing between epochs (DBS, Ye et al.; see BACKGROUND.md).
+"""Re-planning between epochs: re-balancing, and the trial of the fastest device alone.
+
+Re-balancing (DBS, Ye et al.; see BACKGROUND.md).
 
 After an epoch the trainer knows how long each device was busy in a real
 step (from TensorFlow's step statistics). A device's effective speed is the
@@ -7,6 +9,12 @@ plan) divided by that busy time. If the busiest device took clearly longer
 than the least busy one, the same mesh is planned again from those speeds;
 the trainer then rebuilds its graph and carries the weights over through the
 checkpoint (whole tensors), so only the splits change.
+
+The trial of the fastest device alone. A plan over several devices is chosen
+from a cost model, which can be wrong; the one-device layout of the fastest
+device is the alternative a user would fall back to. ``AloneTrial`` trains
+one epoch on each and keeps whichever ran more samples per second: a plan
+that loses to the fastest device alone costs one epoch, not the run.
 """
 
 import dataclasses
@@ -44,3 +52,41 @@ def replan(plan, model_spec, busy_seconds, threshold=DEFAULT_THRESHOLD):
     if new_plan.splits == plan.splits:
         return None
     return dataclasses.replace(new_plan, left_out=plan.left_out)  # still left out
+
+
+class AloneTrial:
+    """Epoch ``e`` on ``plan``, epoch ``e + 1`` on ``alone`` (the fastest device's
+    one-device plan), then the faster of the two for the rest of the run.
+
+    ``after_epoch(samples_per_s)`` is called after each epoch; it returns the
+    plan to switch to (``alone`` after the first, ``plan`` after the second if
+    that ran faster) or None to keep the current one, and sets ``message``.
+    """
+
+    def __init__(self, plan, alone):
+        self.plans = {"split": plan, "alone": alone}
+        self.rates = {}
+        self.message = ""
+
+    @property
+    def done(self):
+        return len(self.rates) == 2
+
+    def after_epoch(self, samples_per_s):
+        if self.done:
+            return None
+        device = self.plans["alone"].devices[0]
+        if not self.rates:
+            self.rates["split"] = samples_per_s
+            self.message = ("trial: the plan ran %.0f samples/s; the next epoch runs on the "
+                            "fastest device alone (%s)" % (samples_per_s, device))
+            return self.plans["alone"]
+        self.rates["alone"] = samples_per_s
+        if samples_per_s >= self.rates["split"]:
+            self.message = ("trial: %s alone ran %.0f samples/s against %.0f for the plan; "
+                            "training goes on there alone"
+                            % (device, samples_per_s, self.rates["split"]))
+            return None
+        self.message = ("trial: the plan ran %.0f samples/s against %.0f for %s alone; "
+                        "back to the plan" % (self.rates["split"], samples_per_s, device))
+        return self.plans["split"]

@@ -44,6 +44,9 @@ class EpochStats:
     busy_seconds: list = None   # per device, in one traced step of the epoch
     steps: int = None           # steps run (fewer than the epoch's when it was resumed)
     val_accuracy: float = None  # overall accuracy on the validation pixels, if any
+    # samples/s after the first two steps (one-off graph optimisation, the traced step):
+    # what the epoch's layout sustains; None when the epoch ran fewer than 3 steps
+    steady_samples_per_second: float = None
 
     @property
     def busy_share(self):
@@ -230,6 +233,8 @@ class Trainer:
             losses.append(loss)
             loss_sum += loss
             correct += n_correct
+            if i == 1:
+                steady_started = time.perf_counter()
             if self.checkpoint_every and step % self.checkpoint_every == 0:
                 self.save(step)
             if self.stop():
@@ -242,11 +247,15 @@ class Trainer:
                                  i + 1, total, time.perf_counter() - started,
                                  self.batch_size)))
         self.progress(None)
-        seconds = time.perf_counter() - started
+        ended = time.perf_counter()
+        seconds = ended - started
         samples = len(losses) * self.batch_size
         stats = EpochStats(epoch, float(np.mean(losses)) if losses else float("nan"),
                            correct / samples if samples else float("nan"),
                            samples / seconds if seconds else 0.0, seconds, busy, len(losses))
+        if len(losses) > 2:
+            stats.steady_samples_per_second = ((len(losses) - 2) * self.batch_size
+                                               / (ended - steady_started))
         step = self.step if step is None else int(step)   # None: no step ran
         if self.experiment.val is not None:
             stats.val_accuracy = float(np.mean(self.predict(self.experiment.val)
