@@ -56,6 +56,12 @@ class Plan:
     # Devices given to the planner that the plan does not use, slowest last:
     # [{"device": "/cpu:1", "speed": 1e9, "reason": "left out /cpu:1: with it ..."}]
     left_out: list = field(default_factory=list)
+    # Split dims left out of the layout rules (every model column computes them whole):
+    # [{"dim": "hidden", "saved_s": 1.2e-3 (predicted, or None when given), "reason": ...}]
+    replicated: list = field(default_factory=list)
+
+    def replicated_dims(self):
+        return [record["dim"] for record in self.replicated]
 
     def to_json(self, path):
         """Writes the plan as JSON (see README for the format)."""
@@ -91,7 +97,11 @@ class Plan:
         if self.layers != layer_entries(model_spec):
             raise InvalidInput(f"{where}: its layers of model {self.model!r} differ from the "
                              "given model's (was the model changed since planning?)")
-        check_splits(model_spec, parse_mesh(self.mesh), self.batch_size, self.splits, where)
+        try:
+            view = model_spec.replicating(self.replicated_dims())
+        except InvalidInput as e:
+            raise InvalidInput(f"{where}: {e}") from e
+        check_splits(view, parse_mesh(self.mesh), self.batch_size, self.splits, where)
 
     def check_devices(self, devices, where="plan"):
         """ValueError unless this plan is for exactly ``devices`` (count and names, in order).
@@ -123,7 +133,8 @@ class Plan:
                  + ("" if self.time_unit == "s" else
                     " (u = time units: speeds are relative, communication not priced)"),
                  f"Why: {self.reason}"]
-        lines += [f"  {record['reason']}" for record in self.left_out] + [""]
+        lines += [f"  {record['reason']}" for record in self.left_out + self.replicated]
+        lines += [""]
         subsets = any(c.devices is not None for c in self.candidates)
         if subsets:
             by_speed = [d for _, d in sorted(enumerate(self.devices),
@@ -310,7 +321,8 @@ def _parse(data, where):
         layers=layers, time_unit=data["time_unit"], prediction=prediction,
         memory_caps=caps, candidates=candidates,
         reason=_string(data["reason"], where, "reason"),
-        left_out=_left_out(data.get("left_out", []), where, devices))
+        left_out=_left_out(data.get("left_out", []), where, devices),
+        replicated=_replicated(data.get("replicated", []), where, splits))
 
 
 def _left_out(records, where, devices):
@@ -324,4 +336,17 @@ def _left_out(records, where, devices):
                   name)
         _number(record["speed"], where, f"left_out[{i}].speed")
         _string(record["reason"], where, f"left_out[{i}].reason")
+    return records
+
+
+def _replicated(records, where, splits):
+    """The plan's ``replicated`` records (absent in older plans: none), checked."""
+    records = _list(records, where, "replicated")
+    for i, record in enumerate(records):
+        _dict(record, where, f"replicated[{i}]", ["dim", "saved_s", "reason"])
+        dim = _string(record["dim"], where, f"replicated[{i}].dim")
+        if not dim or dim in splits:
+            _fail(where, f"replicated[{i}].dim", "a split dim the plan does not split", dim)
+        _number(record["saved_s"], where, f"replicated[{i}].saved_s", optional=True)
+        _string(record["reason"], where, f"replicated[{i}].reason")
     return records
