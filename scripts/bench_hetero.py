@@ -29,7 +29,9 @@ run:
    ``even`` (model parallel, ``model:2``, filters split evenly), ``planned``
    (``model:2``, filters split by ``plan_layout`` from the profiled speeds),
    ``re-balanced`` (the planned split re-planned once from the busy times of
-   its traced steps, as ``hmp.train --rebalance=epoch`` does), ``data even``
+   its traced steps, as ``hmp.train --rebalance=epoch`` does), ``per layer``
+   (``model:2`` planned from the profiled speeds and the measured link, each split
+   dim split or replicated as the cost model predicts faster), ``data even``
    (``batch:2``, batch split evenly), ``data`` (batch split by speed), ``hybrid`` (``batch:2;model:2`` on the
    four virtual devices; ``--hybrid_across`` says which mesh axis spans the two
    workers, the other spans each worker's two devices), ``worker 0 alone`` and
@@ -85,7 +87,7 @@ from hmp.cluster import JOB, local_cluster  # noqa: E402
 from hmp.graph import Layout, TrainingGraph  # noqa: E402
 from models import model_config  # noqa: E402
 from hmp.linkprobe import platform_specs  # noqa: E402
-from hmp.planning import plan_layout  # noqa: E402
+from hmp.planning import parse_mesh, plan_layout, predict  # noqa: E402
 from hmp.planning.plan import aligned_columns  # noqa: E402
 from hmp.planning.from_graph import model_spec  # noqa: E402
 from hmp.profiler import busy_times, measure_platform  # noqa: E402
@@ -250,17 +252,23 @@ def worker_loads(plan):
 
 def describe(plan):
     left_out = "".join(" (%s left out)" % r["device"] for r in plan.left_out)
-    return "%s %s%s" % (plan.mesh, " ".join("%s=%s" % item for item in plan.splits.items()),
-                        left_out)
+    replicated = "".join(" %s=all" % dim for dim in plan.replicated_dims())
+    return "%s %s%s%s" % (plan.mesh, " ".join("%s=%s" % item for item in plan.splits.items()),
+                          replicated, left_out)
 
 
-def auto_plan(spec, workers, profiled, link):
-    """The plan ``hmp.train --cluster`` makes with its defaults: one CPU device per
-    worker, the profiled speeds, the measured link, ``--mesh=auto``."""
+def measured_platform(workers, profiled):
+    """One CPU device per worker as ``hmp.train --cluster`` sees them: DeviceSpecs with
+    the profiled speeds and per-step overheads."""
     devices = [d[0] for d in worker_devices(workers.devices)]
-    return plan_layout(spec, platform_specs(devices, [s.flops_per_s for s in profiled],
-                                            [s.overhead_s for s in profiled]),
-                       None, FLAGS.batch_size, "auto", link=link)
+    return platform_specs(devices, [s.flops_per_s for s in profiled],
+                          [s.overhead_s for s in profiled])
+
+
+def measured_plan(spec, platform, link, mesh):
+    """The plan ``hmp.train --cluster --mesh=MESH`` makes from the profiled speeds and
+    the measured link (``auto``: its default)."""
+    return plan_layout(spec, platform, None, FLAGS.batch_size, mesh, link=link)
 
 
 def rebalanced(plan, spec, run):
@@ -273,8 +281,9 @@ def rebalanced(plan, spec, run):
 
 
 def build_runs(config, batch, workers, profiled, link):
-    """Every configuration's warmed-up ``Run``, in the order they are timed, and the
-    ``auto`` plan."""
+    """Every configuration's warmed-up ``Run``, in the order they are timed; the
+    ``auto`` plan; the cost model's step of the model splits ``planned`` (every dim
+    split) and ``per layer`` on the profiled platform and measured link."""
     speeds = [s.samples_per_s for s in profiled]
     spec = model_spec(config)
     devices = worker_devices(workers.devices)
@@ -294,7 +303,10 @@ def build_runs(config, batch, workers, profiled, link):
     plans = split_plans(spec, devices, speeds, FLAGS.batch_size)
     runs = [plan_run(name, plan) for name, plan in plans.items()]
     runs.insert(2, plan_run("re-balanced", rebalanced(plans["planned"], spec, runs[1])))
-    auto = auto_plan(spec, workers, profiled, link)
+    platform = measured_platform(workers, profiled)
+    per_layer = measured_plan(spec, platform, link, "model:2")
+    runs.insert(3, plan_run("per layer", per_layer))
+    auto = measured_plan(spec, platform, link, "auto")
     runs.append(plan_run("auto", auto))
     for task, worker in enumerate(devices):
         runs.append(hmp_run("worker %d alone" % task, Layout("", "", (worker[0],), {}),
@@ -303,18 +315,21 @@ def build_runs(config, batch, workers, profiled, link):
     runs.append(warmed(Run("plain TF", "worker 0 alone, plain TensorFlow", [1.0, 0.0],
                            plain.session(session_config, workers.target), plain.train_op,
                            {plain.x: batch.patches, plain.y: batch.labels})))
-    return runs, auto
+    predicted = {"planned": predict(spec, platform, parse_mesh("model:2"), FLAGS.batch_size,
+                                    plans["planned"].splits, link).step,
+                 "per layer": per_layer.prediction.step}
+    return runs, auto, predicted
 
 
-def cost_model_check(plan, step, profiled):
-    """The auto plan's candidates that were also timed: predicted against measured step.
+def cost_model_check(plan, step, profiled, model_splits):
+    """The auto plan's candidates that were also timed, and the model splits
+    (``model_splits``: {configuration: predicted step}): predicted against measured step.
 
-    ``batch:2`` and ``model:2`` on both workers are the ``data`` and ``planned``
-    layouts (the same speeds give the same splits); ``batch:1`` is the fastest
-    worker alone.
+    ``batch:2`` on both workers is the ``data`` layout (the same speeds give the same
+    splits), ``model:2`` the ``per layer`` plan; ``batch:1`` is the fastest worker alone.
     """
     fastest = max(range(WORKERS), key=lambda task: profiled[task].flops_per_s)
-    timed_as = {("model:2", 2): "planned", ("batch:1", 1): "worker %d alone" % fastest}
+    timed_as = {("model:2", 2): "per layer", ("batch:1", 1): "worker %d alone" % fastest}
     if not any(s.overhead_s for s in profiled):  # else auto's batch split is not data's
         timed_as["batch:2", 2] = "data"
     timed_as[plan.mesh, len(plan.devices)] = "auto"
@@ -324,7 +339,9 @@ def cost_model_check(plan, step, profiled):
     for row in rows:
         row["error"] = row["predicted_s"] / row["measured_s"] - 1
     ranked = [sorted(rows, key=lambda r: r[key]) for key in ("predicted_s", "measured_s")]
-    return {"candidates": rows, "same_ranking": ranked[0] == ranked[1]}
+    splits = [{"configuration": name, "predicted_s": predicted, "measured_s": step[name],
+               "error": predicted / step[name] - 1} for name, predicted in model_splits.items()]
+    return {"candidates": rows, "same_ranking": ranked[0] == ranked[1], "model_splits": splits}
 
 
 # -- measuring -----------------------------------------------------------------
@@ -392,7 +409,7 @@ def benchmark_model(name, exp, batch, workers):
                                       workers.target, workers.cluster.session_config(),
                                       progress=progress)
     progress("%s: building the configurations" % name)
-    runs, auto = build_runs(config, batch, workers, profiled, link)
+    runs, auto, model_splits = build_runs(config, batch, workers, profiled, link)
     progress("%s: timing %d steps x %d interleaved repeats" % (name, FLAGS.steps,
                                                                FLAGS.repeats))
     time_interleaved(runs)
@@ -418,10 +435,11 @@ def benchmark_model(name, exp, batch, workers):
                                              step[even] / step[split], ideal.speedup),
                                   baseline=even, over_fastest_alone=configs[split][
                                       "speedup_over_fastest_alone"])
-                      for split, even in (("planned", "even"), ("data", "data even"),
+                      for split, even in (("planned", "even"), ("per layer", "even"),
+                                          ("data", "data even"),
                                           ("auto", "data even"))},
             "hmp_over_plain_tf": step["plain TF"] / step["worker 0 alone"],
-            "cost_model": cost_model_check(auto, step, profiled)}
+            "cost_model": cost_model_check(auto, step, profiled, model_splits)}
 
 
 # -- reporting -----------------------------------------------------------------
@@ -473,6 +491,10 @@ def table(result):
                                 ms(r["predicted_s"]), ms(r["measured_s"]), 100 * r["error"])
                              for r in check["candidates"])
                  + "; same ranking: %s" % ("yes" if check["same_ranking"] else "no"))
+    lines.append("cost model, the model splits (predicted / measured step): " + "; ".join(
+        "%s %s / %s ms (%+.0f%%)" % (r["configuration"], ms(r["predicted_s"]),
+                                     ms(r["measured_s"]), 100 * r["error"])
+        for r in check["model_splits"]))
     return "\n".join(lines + where_the_time_goes(result["configs"]))
 
 
