@@ -427,6 +427,7 @@ def benchmark_model(name, exp, batch, workers):
                for run in runs}
     return {"model": model_spec(config).name, "batch_size": FLAGS.batch_size,
             "profiled_speeds": [dataclasses.asdict(s) for s in profiled],
+            "link": dataclasses.asdict(link),
             "speeds": speeds, "speed_ratio": max(speeds) / min(speeds),
             "ideal": {"balanced_s": ideal.balanced, "even_s": ideal.even,
                       "theoretical_speedup": ideal.speedup},
@@ -458,6 +459,8 @@ def table(result):
                  % (s["samples_per_s"], s["min_samples_per_s"], s["max_samples_per_s"],
                     1e3 * s["overhead_s"])
                  for s in result["profiled_speeds"]),
+             "link: %s; under load: %s" % (link_figures(result["link"]),
+                                           link_figures(result["link"]["loaded"])),
              "ideal: T* = %s ms (balanced), even split %s ms; theoretical speedup %.2f"
              % (ms(ideal["balanced_s"]), ms(ideal["even_s"]), ideal["theoretical_speedup"])]
     rows = [["configuration", "layout", "step ms (min - max)", "samples/s", "T*/T",
@@ -496,6 +499,14 @@ def table(result):
                                      ms(r["measured_s"]), 100 * r["error"])
         for r in check["model_splits"]))
     return "\n".join(lines + where_the_time_goes(result["configs"]))
+
+
+def link_figures(link):
+    """``152 us per hand-over, 1.94 GB/s`` from a LinkSpec's fields ("-" for None)."""
+    if link is None:
+        return "-"
+    return "%.0f us per hand-over, %.3g GB/s" % (1e6 * link["latency_s"],
+                                                 link["bandwidth_bytes_per_s"] / 1e9)
 
 
 def where_the_time_goes(configs):
