@@ -395,14 +395,15 @@ def test_left_out_devices_round_trip_and_old_plans_still_load(tmp_path):
     with pytest.raises(ValueError, match=r"is for devices \['/gpu:0', '/gpu:1'\] \(left "
                                          r"out: /cpu:0\), not \['/gpu:1', '/gpu:0'\]"):
         Plan.from_json(path, devices=["/gpu:1", "/gpu:0"])
-    # a plan written before left_out and Candidate.devices existed
-    del data["left_out"]
+    # a plan written before left_out, replicated and Candidate.devices existed
+    del data["left_out"], data["replicated"]
     for c in data["candidates"]:
         del c["devices"]
     old = tmp_path / "old.json"
     old.write_text(json.dumps(data))
     loaded = Plan.from_json(old, model_spec=fc_model())
     assert loaded.left_out == [] and all(c.devices is None for c in loaded.candidates)
+    assert loaded.replicated == []
     assert "mesh model:2" in loaded.explain()
     # a bad record names the field
     data["left_out"] = [{"device": "/gpu:0", "speed": 1.0, "reason": "x"}]

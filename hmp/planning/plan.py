@@ -247,7 +247,8 @@ def _dict(value, where, field, keys):
 
 def _parse(data, where):
     """Builds a Plan from parsed JSON, checking every field."""
-    fields = [f for f in Plan.__dataclass_fields__ if f != "left_out"]  # optional (newer)
+    fields = [f for f in Plan.__dataclass_fields__
+              if f not in ("left_out", "replicated")]  # optional (newer)
     data = _dict(data, where, "the top level", ["format"] + fields)
     if data["format"] != FORMAT:
         _fail(where, "format", repr(FORMAT), data["format"])
