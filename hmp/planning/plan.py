@@ -322,32 +322,22 @@ def _parse(data, where):
         layers=layers, time_unit=data["time_unit"], prediction=prediction,
         memory_caps=caps, candidates=candidates,
         reason=_string(data["reason"], where, "reason"),
-        left_out=_left_out(data.get("left_out", []), where, devices),
-        replicated=_replicated(data.get("replicated", []), where, splits))
+        left_out=_records(data, where, "left_out", "device", "speed", devices,
+                          "a device name not among the plan's devices"),
+        replicated=_records(data, where, "replicated", "dim", "saved_s", splits,
+                            "a split dim the plan does not split", nullable=True))
 
 
-def _left_out(records, where, devices):
-    """The plan's ``left_out`` records (absent in older plans: none), checked."""
-    records = _list(records, where, "left_out")
+def _records(data, where, field, key, number, taken, expected, nullable=False):
+    """The plan's optional list ``field`` (absent in older plans: none) of records
+    ``{key, number, "reason"}``, checked; ``record[key]`` must not be in ``taken``
+    (``expected`` says what it must be); ``record[number]`` may be null if ``nullable``."""
+    records = _list(data.get(field, []), where, field)
     for i, record in enumerate(records):
-        _dict(record, where, f"left_out[{i}]", ["device", "speed", "reason"])
-        name = _string(record["device"], where, f"left_out[{i}].device")
-        if not name or name in devices:
-            _fail(where, f"left_out[{i}].device", "a device name not among the plan's devices",
-                  name)
-        _number(record["speed"], where, f"left_out[{i}].speed")
-        _string(record["reason"], where, f"left_out[{i}].reason")
-    return records
-
-
-def _replicated(records, where, splits):
-    """The plan's ``replicated`` records (absent in older plans: none), checked."""
-    records = _list(records, where, "replicated")
-    for i, record in enumerate(records):
-        _dict(record, where, f"replicated[{i}]", ["dim", "saved_s", "reason"])
-        dim = _string(record["dim"], where, f"replicated[{i}].dim")
-        if not dim or dim in splits:
-            _fail(where, f"replicated[{i}].dim", "a split dim the plan does not split", dim)
-        _number(record["saved_s"], where, f"replicated[{i}].saved_s", optional=True)
-        _string(record["reason"], where, f"replicated[{i}].reason")
+        _dict(record, where, f"{field}[{i}]", [key, number, "reason"])
+        name = _string(record[key], where, f"{field}[{i}].{key}")
+        if not name or name in taken:
+            _fail(where, f"{field}[{i}].{key}", expected, name)
+        _number(record[number], where, f"{field}[{i}].{number}", optional=nullable)
+        _string(record["reason"], where, f"{field}[{i}].reason")
     return records
