@@ -126,6 +126,8 @@ def test_a_replicated_dim_must_be_an_unsplit_split_dim(tmp_path):
     with pytest.raises(ValueError, match="cannot replicate channels: not a split dim"):
         plan_layout(spec, ["/cpu:0", "/cpu:1"], [3, 1], BATCH, "model:2",
                     replicated=("channels",))
+    with pytest.raises(ValueError, match="replicated='hidden': give \"auto\" or a list"):
+        plan_layout(spec, ["/cpu:0", "/cpu:1"], [3, 1], BATCH, "model:2", replicated="hidden")
     plan = plan_layout(spec, ["/cpu:0", "/cpu:1"], [3, 1], BATCH, "model:2",
                        replicated=("filters2",))
     path = tmp_path / "plan.json"

@@ -207,6 +207,9 @@ def _replication(model_spec, specs, mesh, batch_size, min_filters, link, replica
         return predict(view, specs, mesh, batch_size, splits, link), splits
 
     if replicated != "auto":
+        if isinstance(replicated, str):
+            raise InvalidInput(f"replicated={replicated!r}: give \"auto\" or a list of "
+                               "split dims")
         dims = tuple(replicated) if "model" in mesh.axes else ()
         prediction, splits = priced(dims)
         return dims, splits, prediction, [
