@@ -442,7 +442,7 @@ def main(_):
         for layout, n in sizes.items():
             devices = plat.layout_devices(n)
             plan = plan_layout(spec, [full[d] for d in devices], None, FLAGS.batch_size,
-                               layout, link=full_link)
+                               layout, link=full_link, replicated=())  # every dim split
             others = [predict(spec, [specs[d] for d in devices], parse_mesh(layout),
                               FLAGS.batch_size, plan.splits, link)
                       for specs, link in variants.values()]

@@ -29,7 +29,9 @@ run:
    ``even`` (model parallel, ``model:2``, filters split evenly), ``planned``
    (``model:2``, filters split by ``plan_layout`` from the profiled speeds),
    ``re-balanced`` (the planned split re-planned once from the busy times of
-   its traced steps, as ``hmp.train --rebalance=epoch`` does), ``data even``
+   its traced steps, as ``hmp.train --rebalance=epoch`` does), ``per layer``
+   (``model:2`` planned from the profiled speeds and the measured link, each split
+   dim split or replicated as the cost model predicts faster), ``data even``
    (``batch:2``, batch split evenly), ``data`` (batch split by speed), ``hybrid`` (``batch:2;model:2`` on the
    four virtual devices; ``--hybrid_across`` says which mesh axis spans the two
    workers, the other spans each worker's two devices), ``worker 0 alone`` and
@@ -82,15 +84,15 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 import plain_tf_models  # noqa: E402
 from hmp import cli, files  # noqa: E402
 from hmp.cluster.runtime import JOB, local_cluster  # noqa: E402
-from hmp.run import experiment
-from hmp.run.graph import Placement, TrainingGraph  # noqa: E402
-from models import model_config  # noqa: E402
 from hmp.cluster.subprocesses import die_with_parent  # noqa: E402
-from hmp.planning import plan_layout  # noqa: E402
+from hmp.planning import parse_mesh, plan_layout, predict  # noqa: E402
 from hmp.planning.plan import aligned_columns  # noqa: E402
+from hmp.run import experiment  # noqa: E402
 from hmp.run.from_graph import model_spec  # noqa: E402
+from hmp.run.graph import Placement, TrainingGraph  # noqa: E402
 from hmp.run.linkprobe import platform_specs  # noqa: E402
 from hmp.run.profiler import busy_times, measure_platform  # noqa: E402
+from models import model_config  # noqa: E402
 from hmp.run.rebalance import replan  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -251,17 +253,23 @@ def worker_loads(plan):
 
 def describe(plan):
     left_out = "".join(" (%s left out)" % r["device"] for r in plan.left_out)
-    return "%s %s%s" % (plan.mesh, " ".join("%s=%s" % item for item in plan.splits.items()),
-                        left_out)
+    replicated = "".join(" %s=all" % dim for dim in plan.replicated_dims())
+    return "%s %s%s%s" % (plan.mesh, " ".join("%s=%s" % item for item in plan.splits.items()),
+                          replicated, left_out)
 
 
-def auto_plan(spec, workers, profiled, link):
-    """The plan ``hmp.train --cluster`` makes with its defaults: one CPU device per
-    worker, the profiled speeds, the measured link, ``--mesh=auto``."""
+def measured_platform(workers, profiled):
+    """One CPU device per worker as ``hmp.train --cluster`` sees them: DeviceSpecs with
+    the profiled speeds and per-step overheads."""
     devices = [d[0] for d in worker_devices(workers.devices)]
-    return plan_layout(spec, platform_specs(devices, [s.flops_per_s for s in profiled],
-                                            [s.overhead_s for s in profiled]),
-                       None, FLAGS.batch_size, "auto", link=link)
+    return platform_specs(devices, [s.flops_per_s for s in profiled],
+                          [s.overhead_s for s in profiled])
+
+
+def measured_plan(spec, platform, link, mesh):
+    """The plan ``hmp.train --cluster --mesh=MESH`` makes from the profiled speeds and
+    the measured link (``auto``: its default)."""
+    return plan_layout(spec, platform, None, FLAGS.batch_size, mesh, link=link)
 
 
 def rebalanced(plan, spec, run):
@@ -274,8 +282,9 @@ def rebalanced(plan, spec, run):
 
 
 def build_runs(config, batch, workers, profiled, link):
-    """Every configuration's warmed-up ``Run``, in the order they are timed, and the
-    ``auto`` plan."""
+    """Every configuration's warmed-up ``Run``, in the order they are timed; the
+    ``auto`` plan; the cost model's step of the model splits ``planned`` (every dim
+    split) and ``per layer`` on the profiled platform and measured link."""
     speeds = [s.samples_per_s for s in profiled]
     spec = model_spec(config)
     devices = worker_devices(workers.devices)
@@ -295,7 +304,10 @@ def build_runs(config, batch, workers, profiled, link):
     plans = split_plans(spec, devices, speeds, FLAGS.batch_size)
     runs = [plan_run(name, plan) for name, plan in plans.items()]
     runs.insert(2, plan_run("re-balanced", rebalanced(plans["planned"], spec, runs[1])))
-    auto = auto_plan(spec, workers, profiled, link)
+    platform = measured_platform(workers, profiled)
+    per_layer = measured_plan(spec, platform, link, "model:2")
+    runs.insert(3, plan_run("per layer", per_layer))
+    auto = measured_plan(spec, platform, link, "auto")
     runs.append(plan_run("auto", auto))
     for task, worker in enumerate(devices):
         runs.append(hmp_run("worker %d alone" % task, Placement("", "", (worker[0],), {}),
@@ -304,18 +316,21 @@ def build_runs(config, batch, workers, profiled, link):
     runs.append(warmed(Run("plain TF", "worker 0 alone, plain TensorFlow", [1.0, 0.0],
                            plain.session(session_config, workers.target), plain.train_op,
                            {plain.x: batch.patches, plain.y: batch.labels})))
-    return runs, auto
+    predicted = {"planned": predict(spec, platform, parse_mesh("model:2"), FLAGS.batch_size,
+                                    plans["planned"].splits, link).step,
+                 "per layer": per_layer.prediction.step}
+    return runs, auto, predicted
 
 
-def cost_model_check(plan, step, profiled):
-    """The auto plan's candidates that were also timed: predicted against measured step.
+def cost_model_check(plan, step, profiled, model_splits):
+    """The auto plan's candidates that were also timed, and the model splits
+    (``model_splits``: {configuration: predicted step}): predicted against measured step.
 
-    ``batch:2`` and ``model:2`` on both workers are the ``data`` and ``planned``
-    layouts (the same speeds give the same splits); ``batch:1`` is the fastest
-    worker alone.
+    ``batch:2`` on both workers is the ``data`` layout (the same speeds give the same
+    splits), ``model:2`` the ``per layer`` plan; ``batch:1`` is the fastest worker alone.
     """
     fastest = max(range(WORKERS), key=lambda task: profiled[task].flops_per_s)
-    timed_as = {("model:2", 2): "planned", ("batch:1", 1): "worker %d alone" % fastest}
+    timed_as = {("model:2", 2): "per layer", ("batch:1", 1): "worker %d alone" % fastest}
     if not any(s.overhead_s for s in profiled):  # else auto's batch split is not data's
         timed_as["batch:2", 2] = "data"
     timed_as[plan.mesh, len(plan.devices)] = "auto"
@@ -325,7 +340,9 @@ def cost_model_check(plan, step, profiled):
     for row in rows:
         row["error"] = row["predicted_s"] / row["measured_s"] - 1
     ranked = [sorted(rows, key=lambda r: r[key]) for key in ("predicted_s", "measured_s")]
-    return {"candidates": rows, "same_ranking": ranked[0] == ranked[1]}
+    splits = [{"configuration": name, "predicted_s": predicted, "measured_s": step[name],
+               "error": predicted / step[name] - 1} for name, predicted in model_splits.items()]
+    return {"candidates": rows, "same_ranking": ranked[0] == ranked[1], "model_splits": splits}
 
 
 # -- measuring -----------------------------------------------------------------
@@ -393,7 +410,7 @@ def benchmark_model(name, exp, batch, workers):
                                       workers.target, workers.cluster.session_config(),
                                       progress=progress)
     progress("%s: building the configurations" % name)
-    runs, auto = build_runs(config, batch, workers, profiled, link)
+    runs, auto, model_splits = build_runs(config, batch, workers, profiled, link)
     progress("%s: timing %d steps x %d interleaved repeats" % (name, FLAGS.steps,
                                                                FLAGS.repeats))
     time_interleaved(runs)
@@ -411,6 +428,7 @@ def benchmark_model(name, exp, batch, workers):
                for run in runs}
     return {"model": model_spec(config).name, "batch_size": FLAGS.batch_size,
             "profiled_speeds": [dataclasses.asdict(s) for s in profiled],
+            "link": dataclasses.asdict(link),
             "speeds": speeds, "speed_ratio": max(speeds) / min(speeds),
             "ideal": {"balanced_s": ideal.balanced, "even_s": ideal.even,
                       "theoretical_speedup": ideal.speedup},
@@ -419,10 +437,11 @@ def benchmark_model(name, exp, batch, workers):
                                              step[even] / step[split], ideal.speedup),
                                   baseline=even, over_fastest_alone=configs[split][
                                       "speedup_over_fastest_alone"])
-                      for split, even in (("planned", "even"), ("data", "data even"),
+                      for split, even in (("planned", "even"), ("per layer", "even"),
+                                          ("data", "data even"),
                                           ("auto", "data even"))},
             "hmp_over_plain_tf": step["plain TF"] / step["worker 0 alone"],
-            "cost_model": cost_model_check(auto, step, profiled)}
+            "cost_model": cost_model_check(auto, step, profiled, model_splits)}
 
 
 # -- reporting -----------------------------------------------------------------
@@ -441,6 +460,8 @@ def table(result):
                  % (s["samples_per_s"], s["min_samples_per_s"], s["max_samples_per_s"],
                     1e3 * s["overhead_s"])
                  for s in result["profiled_speeds"]),
+             "link: %s; under load: %s" % (link_figures(result["link"]),
+                                           link_figures(result["link"]["loaded"])),
              "ideal: T* = %s ms (balanced), even split %s ms; theoretical speedup %.2f"
              % (ms(ideal["balanced_s"]), ms(ideal["even_s"]), ideal["theoretical_speedup"])]
     rows = [["configuration", "layout", "step ms (min - max)", "samples/s", "T*/T",
@@ -474,7 +495,19 @@ def table(result):
                                 ms(r["predicted_s"]), ms(r["measured_s"]), 100 * r["error"])
                              for r in check["candidates"])
                  + "; same ranking: %s" % ("yes" if check["same_ranking"] else "no"))
+    lines.append("cost model, the model splits (predicted / measured step): " + "; ".join(
+        "%s %s / %s ms (%+.0f%%)" % (r["configuration"], ms(r["predicted_s"]),
+                                     ms(r["measured_s"]), 100 * r["error"])
+        for r in check["model_splits"]))
     return "\n".join(lines + where_the_time_goes(result["configs"]))
+
+
+def link_figures(link):
+    """``152 us per hand-over, 1.94 GB/s`` from a LinkSpec's fields ("-" for None)."""
+    if link is None:
+        return "-"
+    return "%.0f us per hand-over, %.3g GB/s" % (1e6 * link["latency_s"],
+                                                 link["bandwidth_bytes_per_s"] / 1e9)
 
 
 def where_the_time_goes(configs):

@@ -125,7 +125,7 @@ def initialise(session, graph, lowering, weights):
 
 def masters(session, graph, lowering):
     session.run(lowering.copy_slices_to_masters())
-    return {v.name: session.run(v.get_master()) for v in graph.all_variables}
+    return session.run({v.name: v.get_master() for v in graph.all_variables})
 
 
 Gradients = collections.namedtuple("Gradients", "loss grads activations weights slices")

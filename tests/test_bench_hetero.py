@@ -87,8 +87,9 @@ def test_a_tiny_run_writes_every_figure(runs):
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(out.read_text())["models"]["cnn2d"]
     configs = result["configs"]
-    assert list(configs) == ["even", "planned", "re-balanced", "data even", "data", "hybrid",
-                             "auto", "worker 0 alone", "worker 1 alone", "plain TF"]
+    assert list(configs) == ["even", "planned", "re-balanced", "per layer", "data even",
+                             "data", "hybrid", "auto", "worker 0 alone", "worker 1 alone",
+                             "plain TF"]
     goal = result["goals"]["data"]
     assert goal["baseline"] == "data even" and goal["speedup"] == pytest.approx(
         configs["data even"]["step_s"] / configs["data"]["step_s"])
@@ -112,7 +113,7 @@ def test_a_tiny_run_writes_every_figure(runs):
     fastest = "worker %d alone" % profiled.index(max(profiled))
     # the timed configuration of each candidate: auto's own choice is "auto"; the batch
     # split equals "data" only when no device has a per-step overhead
-    timed = {"model:2": "planned", "batch:1": fastest}
+    timed = {"model:2": "per layer", "batch:1": fastest}
     if not any(s["overhead_s"] for s in result["profiled_speeds"]):
         timed["batch:2"] = "data"
     timed[configs["auto"]["layout"].split()[0]] = "auto"   # "batch:2 batch=[3, 1]"
@@ -121,6 +122,17 @@ def test_a_tiny_run_writes_every_figure(runs):
         assert r["measured_s"] == configs[r["configuration"]]["step_s"]
         assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1)
     assert "same ranking: " in run.stdout
+    assert [r["configuration"] for r in check["model_splits"]] == ["planned", "per layer"]
+    for r in check["model_splits"]:
+        assert r["measured_s"] == configs[r["configuration"]]["step_s"]
+        assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1)
+    # the per-layer plan is auto's model:2 candidate: the same prediction
+    assert [r["predicted_s"] for r in check["candidates"] if r["mesh"] == "model:2"] == [
+        r["predicted_s"] for r in check["model_splits"] if r["configuration"] == "per layer"]
+    assert "per layer: efficiency" in run.stdout
+    link = result["link"]   # measured idle and while both workers train
+    assert link["bandwidth_bytes_per_s"] > 0 and link["loaded"]["bandwidth_bytes_per_s"] > 0
+    assert "link: %.0f us per hand-over" % (1e6 * link["latency_s"]) in run.stdout
 
 
 def test_a_bad_flag_is_one_line_and_exit_code_2(runs):

@@ -85,10 +85,10 @@ def test_model_axis_collectives_follow_the_layer_pattern():
     head = dense_layer_spec("fc", 32, 4, split_dim="filters2", split_role="output")
     spec = ModelSpec("m", [stem, *pair, head], (4, 4, 3))
     assert model_axis_collectives(spec) == [
-        ("allreduce", 16 * 3, None),  # backward: gradient of conv1's input (stem has weights)
-        ("allreduce", 16 * 2, None),  # forward: conv2's partial sums
-        ("allreduce", 16 * 2, None),  # backward: gradient of fc's input, summed over columns
-        ("allgather", 4, "filters2"),  # forward: the split logits are joined for the loss
+        ("allreduce", 16 * 3, None, True),  # backward: gradient of conv1's input (stem has weights)
+        ("allreduce", 16 * 2, None, False),  # forward: conv2's partial sums
+        ("allreduce", 16 * 2, None, True),  # backward: gradient of fc's input, summed over columns
+        ("allgather", 4, "filters2", False),  # forward: the split logits are joined for the loss
     ]
 
 
@@ -420,7 +420,7 @@ def test_new_fields_are_checked_and_loaded(tmp_path):
 
 
 
-def test_link_under_load_prices_model_axis_and_input_hand_overs_not_gradients():
+def test_link_under_load_prices_backward_model_axis_and_input_hand_overs_only():
     spec = two_conv_model()
     conv1, conv2 = spec.layers
     idle = LinkSpec(1e9, 1e-4, feed=LinkSpec(5e8, 2e-4))
@@ -429,17 +429,23 @@ def test_link_under_load_prices_model_axis_and_input_hand_overs_not_gradients():
     sample = 4 + 4  # an int32 pixel index and an int32 label
     feed = 2e-4 + 10 * sample / 5e8
 
-    # model:2 -- the conv2 all-reduce (both columns, 10 samples) and the whole input to h1.
+    # model:2 -- conv2's forward all-reduce (10 samples) at the idle figures, the input
+    # to h1 under load.
     splits = {"filters1": [4, 4]}
     p = predict(spec, specs, parse_mesh("model:2"), 10, splits, loaded)
-    fast = LinkSpec(4e8, 7e-4)
     assert p.comm == pytest.approx(
-        ring_allreduce_time(4 * 10 * conv2.output_elems_per_sample, 2, fast)
-        + feed + 7e-4 + 10 * sample / 4e8)
-    q = predict(spec, specs, parse_mesh("model:2"), 10, splits, idle)
-    assert q.comm == pytest.approx(
         ring_allreduce_time(4 * 10 * conv2.output_elems_per_sample, 2, idle)
-        + feed + 1e-4 + 10 * sample / 1e9)
+        + feed + 7e-4 + 10 * sample / 4e8)
+
+    # A stem with weights before the pair: conv1's input gradient is all-reduced in the
+    # backward pass, beside conv1's weight gradient: under load.
+    stem = conv_layer_spec("stem", "conv2d", (4, 4), 1, 3, 3)
+    deep = ModelSpec("deep", [stem, *spec.layers], (4, 4, 3))
+    p = predict(deep, specs, parse_mesh("model:2"), 10, splits, loaded)
+    by_hand = (2 / 2 * 4 * 10 * 16 * 3 / 4e8 + 2 * 7e-4  # backward, 16x3 per sample, loaded
+               + 2 / 2 * 4 * 10 * 16 * 2 / 1e9 + 2 * 1e-4  # forward, 16x2 per sample, idle
+               + feed + 7e-4 + 10 * sample / 4e8)
+    assert p.comm == pytest.approx(by_hand)
 
     # batch:2 -- gradient all-reduces keep the idle figures; h1's 4 samples go under load.
     splits = {"batch": [6, 4]}

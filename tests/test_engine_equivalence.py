@@ -10,6 +10,7 @@ Mesh-TensorFlow on one device with the same weights (max relative error
 import pytest
 
 import harness
+import models.cnn2d
 from harness import BATCH, CPUS, HYBRID_SPLIT, MODEL_SPLIT, BATCH_SPLIT
 
 # A split sums partial products in another order than one device: a few
@@ -81,3 +82,37 @@ def test_hybrid_mesh_slices_have_planned_sizes():
     assert _shapes(result, "conv1/kernel") == [[3, 3, 5, f] for _ in batch for f in filters]
     assert _shapes(result, "logits") == [[b, 4] for b in batch for _ in filters]
     assert _devices(result, "conv1") == [c[1:] for c in CPUS]
+
+
+def _cnn2d_model(mesh, x_np, y_np):
+    """The built-in cnn2d at width 3 (filters1 6, filters2 6, hidden 12), inference mode
+    (batch norm on its moving averages, no dropout), with a cross-entropy loss."""
+    batch = harness.mtf.Dimension("batch", x_np.shape[0])
+    x = harness.mtf.import_tf_tensor(mesh, harness.tf.constant(x_np), harness.mtf.Shape(
+        [batch] + [harness.mtf.Dimension(n, s) for n, s in zip(("h", "w", "bands"),
+                                                                x_np.shape[1:])]))
+    y = harness.mtf.import_tf_tensor(mesh, harness.tf.constant(y_np), harness.mtf.Shape([batch]))
+    classes = harness.mtf.Dimension("classes", harness.N_CLASSES)
+    logits = models.cnn2d.logits(x, classes, width=3, training=False)
+    loss = harness.mtf.reduce_mean(harness.layers.softmax_cross_entropy(logits, y, classes))
+    return loss, {"logits": logits}
+
+
+def test_model_split_with_a_replicated_dim_matches_single_device():
+    # filters2 is left out of the layout rules (replicated: every device computes block 2
+    # whole), filters1 and hidden are split unevenly over 3 devices.
+    data = harness.data_2d()
+    expected = harness.loss_and_gradients(_cnn2d_model, data, harness.SINGLE_DEVICE)
+    config = harness.MeshConfig("model:3", "filters1:model;hidden:model", CPUS[:3],
+                                {"filters1": [3, 2, 1], "hidden": [7, 4, 1]})
+    actual = harness.loss_and_gradients(_cnn2d_model, data, config, weights=expected.weights)
+    assert harness.max_relative_error(actual.loss, expected.loss) <= TOLERANCE
+    assert sorted(actual.grads) == sorted(expected.grads)
+    for name, grad in expected.grads.items():
+        assert harness.max_relative_error(actual.grads[name], grad) <= TOLERANCE, name
+    assert harness.max_relative_error(actual.activations["logits"],
+                                      expected.activations["logits"]) <= TOLERANCE
+    assert _shapes(actual, "block1/split_out/kernel") == [[3, 3, 5, s] for s in (3, 2, 1)]
+    assert _shapes(actual, "block2/split_out/kernel") == [[3, 3, 3, 6]] * 3  # whole
+    assert _shapes(actual, "block2/split_in/kernel") == [[3, 3, 6, 3]] * 3
+    assert _shapes(actual, "hidden/kernel") == [[4, 4, 3, s] for s in (7, 4, 1)]

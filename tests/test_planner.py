@@ -60,21 +60,23 @@ def test_plan_prediction_matches_the_cost_model():
     spec = hsi_model()
     speeds = [7e12, 2.5e12, 5e11]
     plan = plan_layout(spec, GPUS, speeds, 32, "model:3", link=LINK)
-    direct = predict(spec, [DeviceSpec(n, s) for n, s in zip(GPUS, speeds)],
+    direct = predict(spec.replicating(plan.replicated_dims()),
+                     [DeviceSpec(n, s) for n, s in zip(GPUS, speeds)],
                      parse_mesh("model:3"), 32, plan.splits, LINK)
     assert plan.prediction == direct and plan.time_unit == "s"
     assert sum(plan.prediction.load) == pytest.approx(1)
 
 
 @pytest.mark.parametrize("model, link, expected, chosen", [
-    # small weights, slow link, short hand-overs: replicate the model, split the batch
-    # (on all 4 devices; the one-device layout on /gpu:0 is faster still: 5.5 us of
-    # compute against >= 680 us for any split)
-    (hsi_model(), LinkSpec(1e8, 1e-6), "batch:4", "batch:1"),
+    # small weights, slow link, short hand-overs: split the batch (993 us on all 4
+    # devices), or the hybrid that replicates filters2 (973 us: its activations cost more
+    # to all-reduce than its compute); the one-device layout on /gpu:0 is faster still
+    # (5.5 us of compute against >= 680 us for any split)
+    (hsi_model(), LinkSpec(1e8, 1e-6), "batch:2;model:2", "batch:1"),
     # the same with 100 us per hand-over: the 10 weight gradients are one bucketed
-    # all-reduce (6 hand-overs on a ring of 4: 0.6 ms), so batch:4 still wins (1.6 ms)
-    # over the hybrid (2.5 ms) and model:4 (4.9 ms)
-    (hsi_model(), LinkSpec(1e8, 1e-4), "batch:4", "batch:1"),
+    # all-reduce (6 hand-overs on a ring of 4: 0.6 ms), batch:4 takes 1.6 ms, the hybrid
+    # 2.5 ms with every dim split, 1.4 ms with filters2 replicated
+    (hsi_model(), LinkSpec(1e8, 1e-4), "batch:2;model:2", "batch:1"),
     # a huge classifier and a tiny batch: the gradient all-reduce dominates
     (ModelSpec("big-fc", [dense_layer_spec("fc1", 4096, 8192, "hidden", "output"),
                           dense_layer_spec("fc2", 8192, 16, "hidden", "input")], (4096,)),
@@ -393,14 +395,15 @@ def test_left_out_devices_round_trip_and_old_plans_still_load(tmp_path):
     with pytest.raises(ValueError, match=r"is for devices \['/gpu:0', '/gpu:1'\] \(left "
                                          r"out: /cpu:0\), not \['/gpu:1', '/gpu:0'\]"):
         Plan.from_json(path, devices=["/gpu:1", "/gpu:0"])
-    # a plan written before left_out and Candidate.devices existed
-    del data["left_out"]
+    # a plan written before left_out, replicated and Candidate.devices existed
+    del data["left_out"], data["replicated"]
     for c in data["candidates"]:
         del c["devices"]
     old = tmp_path / "old.json"
     old.write_text(json.dumps(data))
     loaded = Plan.from_json(old, model_spec=fc_model())
     assert loaded.left_out == [] and all(c.devices is None for c in loaded.candidates)
+    assert loaded.replicated == []
     assert "mesh model:2" in loaded.explain()
     # a bad record names the field
     data["left_out"] = [{"device": "/gpu:0", "speed": 1.0, "reason": "x"}]

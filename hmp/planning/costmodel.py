@@ -63,10 +63,11 @@ collective among devices of one host uses the link's ``local`` figures
 Hand-overs that run while the devices at their ends compute other work of
 the step, on its critical path, use the link's figures under load
 (``LinkSpec.loaded``; on a CPU link they wait for and share the cores that
-compute): the model-axis collectives (the backward pass's input-gradient
-all-reduce runs beside the weight-gradient op of the same layer, a forward
-one meets a device still computing its slice) and the input handed to other
-hosts (the first host computes its samples meanwhile). The batch-axis
+compute): the backward pass's model-axis collectives (an input gradient's
+all-reduce runs beside the weight-gradient op of the same layer) and the
+input handed to other hosts (the first host computes its samples meanwhile).
+The forward pass's model-axis collectives keep the idle figures: the next
+layer waits for them, nothing computes beside them (``model_axis_link``). The batch-axis
 all-reduces of weight gradients run beside the backward pass of the layers
 below, which hides most of their slowdown; they keep the idle figures.
 On the model axis: after each input-split layer, the all-reduce of its partial
@@ -360,8 +361,9 @@ def memory_bytes(model_spec, batch_rows, fractions):
 def model_axis_collectives(model_spec):
     """The collectives model parallelism needs, in order, per the module docstring.
 
-    Returns ``(kind, elements_per_sample, dim)`` triples: kind "allreduce" or
-    "allgather"; ``dim`` is the split dim an all-gather joins (None otherwise).
+    Returns ``(kind, elements_per_sample, dim, backward)`` tuples: kind "allreduce" or
+    "allgather"; ``dim`` is the split dim an all-gather joins (None otherwise);
+    ``backward`` whether it belongs to the backward pass (an input's gradient).
     """
     collectives = []
     split = None  # split dim of the current activation; None = whole on every column
@@ -369,20 +371,21 @@ def model_axis_collectives(model_spec):
     for i, layer in enumerate(model_spec.layers):
         elems_in = model_spec.input_elems_per_sample(i)
         if split is not None and layer.split_dim != split:
-            collectives.append(("allgather", elems_in, split))
+            collectives.append(("allgather", elems_in, split, False))
             split = None
         if layer.split_role == "output" and split is None:
             if grads_flow:  # backward: the input's gradient is a sum over columns
-                collectives.append(("allreduce", elems_in, None))
+                collectives.append(("allreduce", elems_in, None, True))
             split = layer.split_dim
         elif layer.split_role == "input":
             if split is None and grads_flow:  # backward: join the split input gradient
-                collectives.append(("allgather", elems_in, layer.split_dim))
-            collectives.append(("allreduce", layer.output_elems_per_sample, None))
+                collectives.append(("allgather", elems_in, layer.split_dim, True))
+            collectives.append(("allreduce", layer.output_elems_per_sample, None, False))
             split = None
         grads_flow = grads_flow or layer.params > 0
     if split is not None:
-        collectives.append(("allgather", model_spec.layers[-1].output_elems_per_sample, split))
+        collectives.append(("allgather", model_spec.layers[-1].output_elems_per_sample, split,
+                            False))
     return collectives
 
 
@@ -462,29 +465,49 @@ def concurrent_groups_time(times, groups, link):
     return total
 
 
+def model_axis_link(link, backward):
+    """The figures a model-axis collective's hand-overs run at: the link under load
+    (``LinkSpec.loaded``) in the backward pass, the idle link in the forward pass.
+
+    What overlaps (the engine's lowering, traced steps): a forward collective joins
+    the partial sums or pieces of a layer that every column has just finished, and the
+    next layer needs its result, so nothing computes beside its hand-overs but the
+    slowest column's last op, which the layer's time already counts. A backward one
+    (an input's gradient, summed or joined over the columns) starts while the same
+    layer's weight gradient is still computed (an independent op, run by the second
+    inter-op thread) and shares the cores with it. Pricing every model-axis hand-over
+    under load overpriced model splits across 8- and 2- or 4-core workers by +68% to
+    +123% (docs/benchmarks.md).
+    """
+    return link.under_load() if backward else link
+
+
 def _model_axis_time(model_spec, mesh, splits, batch_rows, link, hosts):
     """Model-axis collectives: each batch row's own (its samples, its hosts' link), rows
-    at once (``concurrent_groups_time``)."""
+    at once (``concurrent_groups_time``); forward ones at the idle link's figures,
+    backward ones under load (``model_axis_link``)."""
     n = mesh.model
     if n == 1:
         return 0.0
-    link = link.under_load()
     sizes = model_spec.split_dims()
-    # (kind, elements per sample, each column's fraction of an all-gathered activation)
-    collectives = [(kind, elems, None if dim is None else np.asarray(splits[dim]) / sizes[dim])
-                   for kind, elems, dim in model_axis_collectives(model_spec)]
+    # (kind, elements per sample, each column's fraction of an all-gathered activation,
+    #  backward pass)
+    collectives = [(kind, elems, None if dim is None else np.asarray(splits[dim]) / sizes[dim],
+                    backward)
+                   for kind, elems, dim, backward in model_axis_collectives(model_spec)]
+    figures = {backward: model_axis_link(link, backward) for backward in (False, True)}
     groups = [list(hosts[r]) for r in range(mesh.batch)]
     rows = []
     for row_hosts, samples in zip(groups, batch_rows):
-        row_link = link.between(row_hosts)
-        reduce = _allreduce_pricer(row_hosts, link)
+        reduce = {b: _allreduce_pricer(row_hosts, f) for b, f in figures.items()}
+        gather_link = {b: f.between(row_hosts) for b, f in figures.items()}
         per_sample = BYTES_PER_ELEMENT * samples
         total = 0.0
-        for kind, elems, pieces in collectives:
+        for kind, elems, pieces, backward in collectives:
             if kind == "allreduce":
-                total += reduce(per_sample * elems)
+                total += reduce[backward](per_sample * elems)
             else:
-                total += ring_allgather_time(per_sample * elems * pieces, row_link)
+                total += ring_allgather_time(per_sample * elems * pieces, gather_link[backward])
         rows.append(total)
     return concurrent_groups_time(rows, groups, link)
 

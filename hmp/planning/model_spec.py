@@ -16,6 +16,7 @@ FLOPs by hand; the sizes and FLOPs are ``hmp.layer_math``'s, the rules the
 engine and ``hmp.run.workload`` use. FLOPs count a multiply-add as 2.
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -107,6 +108,22 @@ class ModelSpec:
         """Every split dim and its size, in order of first appearance."""
         return {layer.split_dim: layer.split_size
                 for layer in self.layers if layer.split_dim is not None}
+
+    def replicating(self, dims):
+        """This model with the split dims ``dims`` replicated: their layers are not split
+        (every model column computes them whole), as when a layout leaves those dims out
+        of its rules. Unknown dims raise InvalidInput."""
+        dims = set(dims)
+        unknown = sorted(dims - set(self.split_dims()))
+        if unknown:
+            raise InvalidInput(f"model {self.name!r}: cannot replicate {', '.join(unknown)}: "
+                               f"not a split dim (its split dims: "
+                               f"{', '.join(self.split_dims()) or 'none'})")
+        if not dims:
+            return self
+        return dataclasses.replace(self, layers=[
+            dataclasses.replace(l, split_dim=None, split_size=0, split_role=None)
+            if l.split_dim in dims else l for l in self.layers])
 
     def input_elems_per_sample(self, index):
         """Activation elements entering layer ``index`` per sample (layers are a chain)."""

@@ -57,6 +57,12 @@ class Plan:
     # Devices given to the planner that the plan does not use, slowest last:
     # [{"device": "/cpu:1", "speed": 1e9, "reason": "left out /cpu:1: with it ..."}]
     left_out: list = field(default_factory=list)
+    # Split dims left out of the layout rules (every model column computes them whole):
+    # [{"dim": "hidden", "saved_s": 1.2e-3 (predicted, or None when given), "reason": ...}]
+    replicated: list = field(default_factory=list)
+
+    def replicated_dims(self):
+        return [record["dim"] for record in self.replicated]
 
     def to_json(self, path):
         """Writes the plan as JSON, atomically (see README for the format)."""
@@ -90,7 +96,11 @@ class Plan:
         if self.layers != layer_entries(model_spec):
             raise InvalidInput(f"{where}: its layers of model {self.model!r} differ from the "
                              "given model's (was the model changed since planning?)")
-        check_splits(model_spec, parse_mesh(self.mesh), self.batch_size, self.splits, where)
+        try:
+            view = model_spec.replicating(self.replicated_dims())
+        except InvalidInput as e:
+            raise InvalidInput(f"{where}: {e}") from e
+        check_splits(view, parse_mesh(self.mesh), self.batch_size, self.splits, where)
 
     def check_devices(self, devices, where="plan"):
         """ValueError unless this plan is for exactly ``devices`` (count and names, in order).
@@ -122,7 +132,8 @@ class Plan:
                  + ("" if self.time_unit == "s" else
                     " (u = time units: speeds are relative, communication not priced)"),
                  f"Why: {self.reason}"]
-        lines += [f"  {record['reason']}" for record in self.left_out] + [""]
+        lines += [f"  {record['reason']}" for record in self.left_out + self.replicated]
+        lines += [""]
         subsets = any(c.devices is not None for c in self.candidates)
         if subsets:
             by_speed = [d for _, d in sorted(enumerate(self.devices),
@@ -235,7 +246,8 @@ def _dict(value, where, field, keys):
 
 def _parse(data, where):
     """Builds a Plan from parsed JSON, checking every field."""
-    fields = [f for f in Plan.__dataclass_fields__ if f != "left_out"]  # optional (newer)
+    fields = [f for f in Plan.__dataclass_fields__
+              if f not in ("left_out", "replicated")]  # optional (newer)
     data = _dict(data, where, "the top level", ["format"] + fields)
     if data["format"] != FORMAT:
         _fail(where, "format", repr(FORMAT), data["format"])
@@ -309,18 +321,22 @@ def _parse(data, where):
         layers=layers, time_unit=data["time_unit"], prediction=prediction,
         memory_caps=caps, candidates=candidates,
         reason=_string(data["reason"], where, "reason"),
-        left_out=_left_out(data.get("left_out", []), where, devices))
+        left_out=_records(data, where, "left_out", "device", "speed", devices,
+                          "a device name not among the plan's devices"),
+        replicated=_records(data, where, "replicated", "dim", "saved_s", splits,
+                            "a split dim the plan does not split", nullable=True))
 
 
-def _left_out(records, where, devices):
-    """The plan's ``left_out`` records (absent in older plans: none), checked."""
-    records = _list(records, where, "left_out")
+def _records(data, where, field, key, number, taken, expected, nullable=False):
+    """The plan's optional list ``field`` (absent in older plans: none) of records
+    ``{key, number, "reason"}``, checked; ``record[key]`` must not be in ``taken``
+    (``expected`` says what it must be); ``record[number]`` may be null if ``nullable``."""
+    records = _list(data.get(field, []), where, field)
     for i, record in enumerate(records):
-        _dict(record, where, f"left_out[{i}]", ["device", "speed", "reason"])
-        name = _string(record["device"], where, f"left_out[{i}].device")
-        if not name or name in devices:
-            _fail(where, f"left_out[{i}].device", "a device name not among the plan's devices",
-                  name)
-        _number(record["speed"], where, f"left_out[{i}].speed")
-        _string(record["reason"], where, f"left_out[{i}].reason")
+        _dict(record, where, f"{field}[{i}]", [key, number, "reason"])
+        name = _string(record[key], where, f"{field}[{i}].{key}")
+        if not name or name in taken:
+            _fail(where, f"{field}[{i}].{key}", expected, name)
+        _number(record[number], where, f"{field}[{i}].{number}", optional=nullable)
+        _string(record["reason"], where, f"{field}[{i}].reason")
     return records

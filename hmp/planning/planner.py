@@ -14,6 +14,7 @@ candidate's prediction is kept as the reason, and every device left out is
 recorded with why.
 """
 
+import contextlib
 import dataclasses
 import math
 from numbers import Real
@@ -38,6 +39,9 @@ MIN_ABSOLUTE_FLOPS = 1e6
 SPLIT_MARGIN = 0.10
 # mesh="auto" tries every subset size and every mesh up to this many devices (see subset_sizes).
 EXHAUSTIVE_DEVICES = 8
+# replicated="auto" weighs splitting against replicating each split dim of models with at
+# most this many (k + 2 predictions per mesh with a model axis); larger models split all.
+REPLICATION_MAX_DIMS = 8
 
 
 def _device_specs(devices, speeds, memory_caps):
@@ -185,8 +189,60 @@ def speed_order(specs):
     return sorted(range(len(specs)), key=lambda i: -specs[i].flops_per_s)
 
 
+def _replication(model_spec, specs, mesh, batch_size, min_filters, link, replicated):
+    """The split dims to replicate on ``mesh``, with the splits and prediction of that
+    layout and a record per replicated dim: ``(dims, splits, prediction, records)``.
+
+    ``replicated``: the dims to replicate, or "auto": a dim whose replication alone is
+    predicted faster than splitting every dim is a candidate; the fastest of all dims
+    split, each candidate alone and all candidates together wins. Only with a link and a
+    model axis: without communication to save, a replicated layer only costs compute.
+    At least one dim stays split: a model axis that splits nothing would repeat the
+    one-device layout on every column (the one-device candidates cover that).
+    Raises InvalidInput when the all-split layout (or the given one) does not fit.
+    """
+    def priced(dims):
+        view = model_spec.replicating(dims)
+        splits = _speed_splits(view, specs, mesh, batch_size, min_filters)
+        return predict(view, specs, mesh, batch_size, splits, link), splits
+
+    if replicated != "auto":
+        if isinstance(replicated, str):
+            raise InvalidInput(f"replicated={replicated!r}: give \"auto\" or a list of "
+                               "split dims")
+        dims = tuple(replicated) if "model" in mesh.axes else ()
+        prediction, splits = priced(dims)
+        return dims, splits, prediction, [
+            {"dim": d, "saved_s": None, "reason": f"{d} replicated: given by the caller"}
+            for d in dims]
+    all_split, splits = priced(())
+    names = list(model_spec.split_dims())
+    if (link is None or "model" not in mesh.axes or len(names) < 2
+            or len(names) > REPLICATION_MAX_DIMS):
+        return (), splits, all_split, []
+    options = {(): (all_split, splits)}
+    for dim in names:
+        with contextlib.suppress(InvalidInput):   # replicated, it does not fit
+            options[(dim,)] = priced((dim,))
+    faster = tuple(d for d in names if (d,) in options
+                   and options[(d,)][0].step < all_split.step)
+    if 1 < len(faster) < len(names):
+        with contextlib.suppress(InvalidInput):
+            options[faster] = priced(faster)
+    dims = min(options, key=lambda d: (options[d][0].step, len(d)))
+    prediction, splits = options[dims]
+    records = [{"dim": d, "saved_s": all_split.step - options[(d,)][0].step,
+                "reason": f"{d} replicated: every model column computes its layers whole, "
+                          f"no model-axis collectives for it; replicating it alone is "
+                          f"predicted {format_time(all_split.step - options[(d,)][0].step)} "
+                          f"faster than splitting it ({format_time(options[(d,)][0].step)} "
+                          f"against {format_time(all_split.step)} with every dim split)"}
+               for d in dims]
+    return dims, splits, prediction, records
+
+
 def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
-                min_filters=1, link=None):
+                min_filters=1, link=None, replicated="auto"):
     """Plans the layout of ``model_spec`` over ``devices``; returns a Plan.
 
     Args:
@@ -206,6 +262,10 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
       memory_caps: None or bytes per device (None entries: no cap).
       min_filters: the fewest filters of every split dim any model column gets.
       link: a LinkSpec to price communication, or None to leave it out.
+      replicated: on meshes with a model axis, "auto" (per split dim, split or
+        replicate, whichever the cost model predicts faster; with a link only) or the
+        split dims to replicate (``()``: split every one). A replicated dim is left out
+        of the layout rules: every model column computes its layers whole.
 
     Raises:
       ValueError: on bad speeds, devices, caps or mesh, or when no layout fits.
@@ -236,22 +296,23 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
         subset = [specs[i] for i in indices]
         for m in meshes:
             try:
-                splits = _speed_splits(model_spec, subset, m, batch_size, min_filters)
+                dims, splits, prediction, records = _replication(
+                    model_spec, subset, m, batch_size, min_filters, link, replicated)
             except InvalidInput as e:   # an infeasible mesh; any other error is a bug
                 if single:
                     raise
                 candidates.append(Candidate(str(m), None, None, None, f"infeasible: {e}", k))
                 continue
-            prediction = predict(model_spec, subset, m, batch_size, splits, link)
-            layouts.append((prediction.step, k, m, indices, splits, prediction))
+            layouts.append((prediction.step, k, m, indices, splits, prediction, dims, records))
             candidates.append(Candidate(str(m), prediction.step, prediction.compute,
-                                        prediction.comm, "", k))
+                                        prediction.comm,
+                                        f"replicated: {', '.join(dims)}" if dims else "", k))
     if not layouts:
         raise InvalidInput("no mesh fits: " + "; ".join(
             f"{c.mesh}" + (f" on {c.devices} devices" if c.devices != n else "")
             + f": {c.note}" for c in candidates))
     margin = SPLIT_MARGIN if mesh == "auto" and link is not None else 0.0
-    step, k, chosen, indices, splits, prediction = _fastest(layouts, margin)
+    step, k, chosen, indices, splits, prediction, dims, records = _fastest(layouts, margin)
     kept = [specs[i] for i in indices]
     left_out = _left_out(specs, order, k, layouts, step, relative, margin)
     if mesh != "auto":
@@ -265,13 +326,14 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
         if left_out:
             reason += f"; {len(left_out)} device{'s' if len(left_out) > 1 else ''} left out"
     return Plan(
-        model=model_spec.name, mesh=str(chosen), layout_rules=layout_rules(model_spec, chosen),
+        model=model_spec.name, mesh=str(chosen),
+        layout_rules=layout_rules(model_spec.replicating(dims), chosen),
         batch_size=batch_size, devices=[d.name for d in kept],
         speeds=[d.flops_per_s for d in kept], splits=splits, layers=layer_entries(model_spec),
         time_unit="relative" if relative else "s", prediction=prediction,
         memory_caps=([d.mem_bytes for d in kept]
                      if any(d.mem_bytes is not None for d in kept) else None),
-        candidates=candidates, reason=reason, left_out=left_out)
+        candidates=candidates, reason=reason, left_out=left_out, replicated=records)
 
 
 def _fastest(layouts, margin):
@@ -299,7 +361,7 @@ def _left_out(specs, order, kept, layouts, best_step, relative, margin):
     the best prediction of the smallest subset tried that includes it, against the
     chosen one (and ``margin`` when that subset was predicted faster, but not by it)."""
     best_by_size = {}
-    for step, size, m, _, _, _ in layouts:
+    for step, size, m, *_ in layouts:
         if size not in best_by_size or step < best_by_size[size][0]:
             best_by_size[size] = (step, m)
     records = []

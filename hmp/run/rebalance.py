@@ -48,10 +48,11 @@ def replan(plan, model_spec, busy_seconds, threshold=DEFAULT_THRESHOLD):
     if imbalance(busy_seconds) <= threshold:
         return None
     new_plan = plan_layout(model_spec, plan.devices, measured_speeds(plan, busy_seconds),
-                           plan.batch_size, plan.mesh)
+                           plan.batch_size, plan.mesh, replicated=plan.replicated_dims())
     if new_plan.splits == plan.splits:
         return None
-    return dataclasses.replace(new_plan, left_out=plan.left_out)  # still left out
+    # still left out, still replicated
+    return dataclasses.replace(new_plan, left_out=plan.left_out, replicated=plan.replicated)
 
 
 class AloneTrial:
