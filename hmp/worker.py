@@ -19,14 +19,14 @@ import tensorflow.compat.v1 as tf
 from absl import flags
 
 from hmp import cli
-from hmp.cluster.runtime import JOB, Cluster
+from hmp.cluster.runtime import JOB, Cluster, parse_cpus
 
 flags.DEFINE_string("cluster", None, "Comma-separated host:port of every task, in task order.")
 flags.DEFINE_integer("task", None, "This worker's task index (its address in --cluster).")
 flags.DEFINE_integer("threads", 0, "Intra- and inter-op threads of TensorFlow (0: its default).")
 flags.DEFINE_integer("inter_op_threads", 0, "Inter-op threads (0: --threads, but at least 2 "
                      "so that a transfer can start while an op computes).")
-flags.DEFINE_string("cpus", "", "Comma-separated CPU numbers to pin the process to "
+flags.DEFINE_string("cpus", "", "CPU numbers and ranges (0-7 or 8,9) to pin the process to "
                     "(empty: all it may use).")
 flags.DEFINE_integer("virtual_cpus", 1, "CPU devices this task offers (device:CPU:0 to "
                      "CPU:K-1), like the devices of a host with several accelerators.")
@@ -50,11 +50,9 @@ def _pin_cpus():
     if not FLAGS.cpus:
         return
     allowed = sorted(os.sched_getaffinity(0))
-    try:
-        cpus = {int(c) for c in FLAGS.cpus.split(",")}
-    except ValueError:
-        cpus = None
-    if not cpus or not cpus <= set(allowed):
+    with cli.blame("cpus"):
+        cpus = set(parse_cpus(FLAGS.cpus))
+    if not cpus <= set(allowed):
         raise cli.UsageError("--cpus=%s: give CPU numbers this process may use: %s"
                              % (FLAGS.cpus, ",".join(map(str, allowed))))
     os.sched_setaffinity(0, cpus)

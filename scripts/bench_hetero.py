@@ -83,8 +83,9 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 
 import plain_tf_models  # noqa: E402
 from hmp import cli, files  # noqa: E402
-from hmp.cluster.runtime import JOB, local_cluster  # noqa: E402
+from hmp.cluster.runtime import JOB, local_cluster, parse_cpus  # noqa: E402
 from hmp.cluster.subprocesses import die_with_parent  # noqa: E402
+from hmp.errors import InvalidInput  # noqa: E402
 from hmp.planning import parse_mesh, plan_layout, predict  # noqa: E402
 from hmp.planning.plan import aligned_columns  # noqa: E402
 from hmp.run import experiment  # noqa: E402
@@ -543,12 +544,14 @@ def parse_workers(text):
     parsed = []
     for item in text.split(","):
         cpus, _, threads = item.partition(":")
-        first, _, last = cpus.partition("-")
-        if not (first.isdigit() and (last or first).isdigit() and threads.isdigit()
-                and int(threads) >= 1 and int(first) <= int(last or first)):
+        try:
+            cpus = parse_cpus(cpus)
+        except InvalidInput:
+            cpus = None
+        if not (cpus and threads.isdigit() and int(threads) >= 1):
             raise cli.UsageError("--workers=%s: give CPUS:THREADS per worker, CPUS as a-b or "
                                  "one CPU, e.g. 0-7:8,8-9:2" % text)
-        parsed.append((list(range(int(first), int(last or first) + 1)), int(threads)))
+        parsed.append((cpus, int(threads)))
     if len(parsed) != WORKERS:
         raise cli.UsageError("--workers=%s: give exactly %d workers" % (text, WORKERS))
     return parsed

@@ -19,7 +19,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from cli_batch import run_batch
-from hmp.cluster.runtime import Cluster, WorkerUnavailable, free_loopback_ports, local_cluster
+from hmp.cluster.runtime import (Cluster, WorkerUnavailable, free_loopback_ports, local_cluster,
+                                 parse_cpus)
+from hmp.errors import InvalidInput
 from hmp.hosts import is_hierarchical
 from hmp.run.graph import Placement, TrainingGraph
 from hmp.run.profiler import random_batch
@@ -95,6 +97,15 @@ def test_bad_cluster_flags_are_refused():
         Cluster.parse("127.0.0.1:1,127.0.0.1:1")
     with pytest.raises(ValueError, match="/cpu:0 is not a device of the cluster's 2 tasks"):
         Cluster.parse("a:1,b:2").check_devices(["/job:worker/task:1/device:CPU:0", "/cpu:0"])
+
+
+def test_cpu_lists_take_numbers_and_ranges():
+    assert parse_cpus("0-7") == list(range(8))
+    assert parse_cpus("8,9") == [8, 9]
+    assert parse_cpus("0,2,4-6,2") == [0, 2, 4, 5, 6]
+    for bad in ("", "7-3", "a", "1-", "-1", "0,,1", "1:2"):
+        with pytest.raises(InvalidInput, match="allowed are CPU numbers and ranges"):
+            parse_cpus(bad)
 
 
 def _worker(*flags):

@@ -324,6 +324,20 @@ def _per_task(value, n, name):
     return list(value)
 
 
+def parse_cpus(text):
+    """``"0-7"``, ``"8,9"`` or ``"0,2,4-6"`` -> the sorted CPU numbers; InvalidInput
+    naming what is allowed when ``text`` is none of these (or a range runs backwards)."""
+    cpus = set()
+    for item in text.split(","):
+        first, dash, last = item.strip().partition("-")
+        if not (first.isdigit() and (last.isdigit() if dash else True)
+                and int(first) <= int(last or first)):
+            raise InvalidInput("CPUs %r: allowed are CPU numbers and ranges, e.g. 0-7 or "
+                               "8,9 or 0,2,4-6" % text)
+        cpus.update(range(int(first), int(last or first) + 1))
+    return sorted(cpus)
+
+
 def _worker_flags(cpus, threads, inter_op_threads, virtual_cpus):
     """The ``hmp.worker`` flags of one task (its defaults left out)."""
     flags = []
