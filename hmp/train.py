@@ -73,6 +73,10 @@ flags.DEFINE_float("brightness", 0.1, "Augmentation: scale each training patch b
                    "in [1 - b, 1 + b].")
 flags.DEFINE_float("noise", 0.0, "Augmentation: standard deviation of Gaussian noise added to "
                    "the standardised training patches.")
+flags.DEFINE_float("spectral_shift", 0.0, "Augmentation (field look): shift each training "
+                   "patch's raw spectrum by up to this many bands (needs --pca=0).")
+flags.DEFINE_float("spectral_gain", 0.0, "Augmentation (field look): multiply each training "
+                   "patch's raw spectrum by a smooth random gain deviating up to this much.")
 flags.DEFINE_bool("class_balanced", False, "Weight the loss of each class by the inverse of "
                   "its share of the training pixels.")
 flags.DEFINE_string("model_dir", None, "Checkpoints, results and event files "
@@ -158,7 +162,8 @@ def _check_flags():
                              % (FLAGS.schedule, ", ".join(SCHEDULES)))
     if not 0 <= FLAGS.val_fraction < 1:
         raise cli.UsageError("--val_fraction=%g: must lie in [0, 1)" % FLAGS.val_fraction)
-    for name in ("patience", "warmup_epochs", "weight_decay", "brightness", "noise"):
+    for name in ("patience", "warmup_epochs", "weight_decay", "brightness", "noise",
+                 "spectral_shift", "spectral_gain"):
         value = getattr(FLAGS, name)
         if value is not None and value < 0:
             raise cli.UsageError("--%s=%g: must not be negative" % (name, value))
@@ -200,8 +205,28 @@ def _recipe(exp):
     return Recipe(weight_decay=FLAGS.weight_decay, schedule=FLAGS.schedule,
                   warmup_steps=int(round(FLAGS.warmup_epochs * steps_per_epoch)),
                   total_steps=FLAGS.epochs * steps_per_epoch,
-                  augmentation=Augmentation(FLAGS.augment, FLAGS.brightness, FLAGS.noise),
+                  augmentation=Augmentation(FLAGS.augment, FLAGS.brightness, FLAGS.noise,
+                                            **_field_look(exp)),
                   class_weights=weights)
+
+
+def _field_look(exp):
+    """The field-look augmentation's settings; it works on the raw bands, so not after PCA."""
+    if not (FLAGS.spectral_shift or FLAGS.spectral_gain):
+        return {}
+    if exp.preprocessor.pca is not None:
+        given = [name for name in ("spectral_shift", "spectral_gain") if FLAGS[name].present]
+        if given:
+            raise cli.UsageError("--%s=%g: the field-look augmentation needs all bands, but "
+                                 "this run keeps %d PCA components (give --pca=0)"
+                                 % (given[0], FLAGS[given[0]].value, exp.bands))
+        print("field-look augmentation off: it needs all bands, and this model keeps %d "
+              "PCA components" % exp.bands, flush=True)
+        return {}
+    scaler = exp.preprocessor.scaler
+    return {"spectral_shift": FLAGS.spectral_shift, "spectral_gain": FLAGS.spectral_gain,
+            "band_offset": tuple(map(float, scaler.offset)),
+            "band_scale": tuple(map(float, scaler.scale))}
 
 
 def _say(line):
