@@ -68,7 +68,7 @@ flags.DEFINE_float("warmup_epochs", 1, "Epochs of linear learning-rate warm-up."
 flags.DEFINE_float("weight_decay", None, "Weight decay: decoupled for adam (default 0.01), L2 "
                    "for the other optimizers (default 0; lars 1e-4).")
 flags.DEFINE_bool("augment", True, "Augment training patches: random flips and 90-degree "
-                  "rotations.")
+                  "rotations, and the field look (--spectral_shift, --spectral_gain).")
 flags.DEFINE_float("brightness", 0.1, "Augmentation: scale each training patch by a factor "
                    "in [1 - b, 1 + b].")
 flags.DEFINE_float("noise", 0.0, "Augmentation: standard deviation of Gaussian noise added to "
@@ -76,7 +76,7 @@ flags.DEFINE_float("noise", 0.0, "Augmentation: standard deviation of Gaussian n
 flags.DEFINE_float("spectral_shift", 0.0, "Augmentation (field look): shift each training "
                    "patch's raw spectrum by up to this many bands (needs --pca=0).")
 flags.DEFINE_float("spectral_gain", 0.0, "Augmentation (field look): multiply each training "
-                   "patch's raw spectrum by a smooth random gain deviating up to this much.")
+                   "patch's raw spectrum by a smooth random gain in [1 - g, 1 + g] (g <= 1).")
 flags.DEFINE_bool("class_balanced", False, "Weight the loss of each class by the inverse of "
                   "its share of the training pixels.")
 flags.DEFINE_string("model_dir", None, "Checkpoints, results and event files "
@@ -169,6 +169,9 @@ def _check_flags():
             raise cli.UsageError("--%s=%g: must not be negative" % (name, value))
     if FLAGS.brightness >= 1:
         raise cli.UsageError("--brightness=%g: must be below 1" % FLAGS.brightness)
+    if FLAGS.spectral_gain > 1:
+        raise cli.UsageError("--spectral_gain=%g: must be at most 1 (a gain stays >= 0)"
+                             % FLAGS.spectral_gain)
 
 
 def _model_dir():
@@ -211,8 +214,9 @@ def _recipe(exp):
 
 
 def _field_look(exp):
-    """The field-look augmentation's settings; it works on the raw bands, so not after PCA."""
-    if not (FLAGS.spectral_shift or FLAGS.spectral_gain):
+    """The field-look augmentation's settings (on with --augment); it works on the raw
+    bands, so not after PCA."""
+    if not FLAGS.augment or not (FLAGS.spectral_shift or FLAGS.spectral_gain):
         return {}
     if exp.preprocessor.pca is not None:
         given = [name for name in ("spectral_shift", "spectral_gain") if FLAGS[name].present]

@@ -167,6 +167,7 @@ BAD_FLAGS = {
     "--split=nope": "--split=nope: choose one of random, disjoint",
     "--train_fraction=1.5": "--train_fraction=1.5: train_fraction must lie strictly "
                              "between 0 and 1",
+    "--spectral_gain=1.5": "--spectral_gain=1.5: must be at most 1",
 }
 
 
