@@ -73,9 +73,9 @@ flags.DEFINE_float("brightness", 0.1, "Augmentation: scale each training patch b
                    "in [1 - b, 1 + b].")
 flags.DEFINE_float("noise", 0.0, "Augmentation: standard deviation of Gaussian noise added to "
                    "the standardised training patches.")
-flags.DEFINE_float("spectral_shift", 0.0, "Augmentation (field look): shift each training "
+flags.DEFINE_float("spectral_shift", 4.0, "Augmentation (field look): shift each training "
                    "patch's raw spectrum by up to this many bands (needs --pca=0).")
-flags.DEFINE_float("spectral_gain", 0.0, "Augmentation (field look): multiply each training "
+flags.DEFINE_float("spectral_gain", 0.5, "Augmentation (field look): multiply each training "
                    "patch's raw spectrum by a smooth random gain in [1 - g, 1 + g] (g <= 1).")
 flags.DEFINE_bool("class_balanced", False, "Weight the loss of each class by the inverse of "
                   "its share of the training pixels.")
