@@ -68,8 +68,10 @@ def core_groups(jobs, cores_per_job, available=None):
     """The CPU cores of each of ``jobs`` job slots: disjoint groups of ``cores_per_job``
     (0: an equal share) of the cores this process may use."""
     available = sorted(os.sched_getaffinity(0) if available is None else available)
+    if jobs < 1 or cores_per_job < 0:
+        raise InvalidInput("give at least 1 job and 0 (an equal share) or more cores per job")
     cores_per_job = cores_per_job or len(available) // jobs
-    if jobs < 1 or cores_per_job < 1 or jobs * cores_per_job > len(available):
+    if cores_per_job < 1 or jobs * cores_per_job > len(available):
         raise InvalidInput("%d jobs of %d cores need %d cores; this process may use %d (%s)"
                            % (jobs, cores_per_job, jobs * cores_per_job, len(available),
                               ",".join(map(str, available))))
@@ -80,8 +82,6 @@ def start_job(command, cores, log_path):
     """Starts ``command`` pinned to ``cores`` (os.sched_setaffinity in the child) with
     TensorFlow's intra- and inter-op threads set to their number; output to ``log_path``."""
     env = dict(os.environ, **{name: str(len(cores)) for name in THREAD_VARIABLES})
-    scripts = os.path.dirname(os.path.abspath(__file__))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [scripts, env.get("PYTHONPATH")]))
 
     def pin():
         os.sched_setaffinity(0, cores)
@@ -92,10 +92,10 @@ def start_job(command, cores, log_path):
                                 preexec_fn=pin)
 
 
-def run_jobs(jobs, groups, say=print):
+def run_jobs(jobs, groups):
     """Runs ``jobs`` ([(key, command, log path, after)]) at most ``len(groups)`` at a time,
     each pinned to a free group of cores. ``after(key, exit code)`` is called as each
-    ends and returns more jobs to queue (e.g. a split's baselines after its first run)."""
+    ends and returns jobs to run next (e.g. a split's baselines after its first run)."""
     queue, running, free = list(jobs), {}, list(groups)
     while queue or running:
         while queue and free:
@@ -108,7 +108,7 @@ def run_jobs(jobs, groups, say=print):
                 continue
             del running[key]
             free.append(cores)
-            queue.extend(after(key, process.returncode))
+            queue[:0] = after(key, process.returncode)
 
 
 def last_line(path):

@@ -41,8 +41,9 @@ flags.DEFINE_list("train_args", [], "Further hmp.train flags for every run, e.g.
 flags.DEFINE_integer("jobs", 1, "Runs at once.")
 flags.DEFINE_integer("cores_per_job", 0, "CPU cores each run is pinned to (0: an equal "
                      "share of the cores this process may use).")
-flags.DEFINE_string("keep_runs", None, "Keep the run folders (and logs, baselines) here; "
-                    "default: a temporary folder, deleted at the end.")
+flags.DEFINE_string("keep_runs", None, "Keep the run folders (and logs, baselines) here, "
+                    "a new folder (hmp.train refuses to reuse a run's); default: a temporary "
+                    "folder, deleted at the end.")
 flags.DEFINE_string("json", None, "Write every row (runs, baselines, summary) to this file.")
 flags.DEFINE_list("windows", ["5", "9"], "Window sides of the baselines' mean spectra.")
 
