@@ -242,13 +242,14 @@ def table(rows, summary):
         for row in [r for r in rows if (r["layout"], r["split"]) == (layout, split)
                     and "error" in r]:
             lines.append("%-16s seed %d failed: %s" % (row["name"], row["seed"], row["error"]))
-        for entry in [s for s in summary if (s["layout"], s["split"]) == (layout, split)]:
+        for entry in sorted([s for s in summary if (s["layout"], s["split"]) == (layout, split)],
+                            key=lambda s: s["kind"] != "model"):   # models, then baselines
             margins = ["%+9.1f" % entry[key] if key in entry else "%9s" % ""
                        for key in ("margin_over_best_spectral", "margin_over_best_all")]
             note = ("collapsed: seed %s" % ",".join(map(str, entry["collapsed"]))
                     if entry["collapsed"] else "")
             if entry["kind"] == "baseline" and not entry["spectral"]:
-                note = "no spectrum: measures the split's leakage"
+                note = "no spectrum: the pixel's position only"
             seconds = "%7.0f" % entry["mean_seconds"] if "mean_seconds" in entry else " " * 7
             lines.append("%-16s %-26s %7.1f %6.1f %s %s %s  %s" % (
                 entry["name"], " ".join("%.1f" % oa for oa in entry["oa"]), entry["mean_oa"],
