@@ -70,11 +70,15 @@ flags.DEFINE_float("warmup_epochs", 1, "Epochs of linear learning-rate warm-up."
 flags.DEFINE_float("weight_decay", None, "Weight decay: decoupled for adam (default 0.01), L2 "
                    "for the other optimizers (default 0; lars 1e-4).")
 flags.DEFINE_bool("augment", True, "Augment training patches: random flips and 90-degree "
-                  "rotations.")
+                  "rotations, and the field look (--spectral_shift, --spectral_gain).")
 flags.DEFINE_float("brightness", 0.1, "Augmentation: scale each training patch by a factor "
                    "in [1 - b, 1 + b].")
 flags.DEFINE_float("noise", 0.0, "Augmentation: standard deviation of Gaussian noise added to "
                    "the standardised training patches.")
+flags.DEFINE_float("spectral_shift", 4.0, "Augmentation (field look): shift each training "
+                   "patch's raw spectrum by up to this many bands (needs --pca=0).")
+flags.DEFINE_float("spectral_gain", 0.5, "Augmentation (field look): multiply each training "
+                   "patch's raw spectrum by a smooth random gain in [1 - g, 1 + g] (g <= 1).")
 flags.DEFINE_bool("class_balanced", False, "Weight the loss of each class by the inverse of "
                   "its share of the training pixels.")
 flags.DEFINE_string("model_dir", None, "Checkpoints, results and event files "
@@ -163,12 +167,16 @@ def _check_flags():
                              % (FLAGS.schedule, ", ".join(SCHEDULES)))
     if not 0 <= FLAGS.val_fraction < 1:
         raise cli.UsageError("--val_fraction=%g: must lie in [0, 1)" % FLAGS.val_fraction)
-    for name in ("patience", "warmup_epochs", "weight_decay", "brightness", "noise"):
+    for name in ("patience", "warmup_epochs", "weight_decay", "brightness", "noise",
+                 "spectral_shift", "spectral_gain"):
         value = getattr(FLAGS, name)
         if value is not None and value < 0:
             raise cli.UsageError("--%s=%g: must not be negative" % (name, value))
     if FLAGS.brightness >= 1:
         raise cli.UsageError("--brightness=%g: must be below 1" % FLAGS.brightness)
+    if FLAGS.spectral_gain > 1:
+        raise cli.UsageError("--spectral_gain=%g: must be at most 1 (a gain stays >= 0)"
+                             % FLAGS.spectral_gain)
 
 
 def _model_dir():
@@ -205,8 +213,29 @@ def _recipe(exp):
     return Recipe(weight_decay=FLAGS.weight_decay, schedule=FLAGS.schedule,
                   warmup_steps=int(round(FLAGS.warmup_epochs * steps_per_epoch)),
                   total_steps=FLAGS.epochs * steps_per_epoch,
-                  augmentation=Augmentation(FLAGS.augment, FLAGS.brightness, FLAGS.noise),
+                  augmentation=Augmentation(FLAGS.augment, FLAGS.brightness, FLAGS.noise,
+                                            **_field_look(exp)),
                   class_weights=weights)
+
+
+def _field_look(exp):
+    """The field-look augmentation's settings (on with --augment); it works on the raw
+    bands, so not after PCA."""
+    if not FLAGS.augment or not (FLAGS.spectral_shift or FLAGS.spectral_gain):
+        return {}
+    if exp.preprocessor.pca is not None:
+        given = [name for name in ("spectral_shift", "spectral_gain") if FLAGS[name].present]
+        if given:
+            raise cli.UsageError("--%s=%g: the field-look augmentation needs all bands, but "
+                                 "this run keeps %d PCA components (give --pca=0)"
+                                 % (given[0], FLAGS[given[0]].value, exp.bands))
+        print("field-look augmentation off: it needs all bands, and this model keeps %d "
+              "PCA components" % exp.bands, flush=True)
+        return {}
+    scaler = exp.preprocessor.scaler
+    return {"spectral_shift": FLAGS.spectral_shift, "spectral_gain": FLAGS.spectral_gain,
+            "band_offset": tuple(map(float, scaler.offset)),
+            "band_scale": tuple(map(float, scaler.scale))}
 
 
 def _say(line):

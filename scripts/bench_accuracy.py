@@ -1,26 +1,33 @@
-"""Benchmarks accuracy: test OA of each model with its defaults, mean over seeds.
+"""Benchmarks accuracy: every model against the baselines, on exactly the same splits.
 
-For every model, scene layout and split it trains ``python -m hmp.train`` once
-per seed (each run in its own process and folder, 10% of each class for
-training, every other setting the model's default) and prints one table row:
-OA per seed, their mean, and the mean training time (seconds of the whole run,
-classification included).
+For every model, scene layout, split and seed it trains ``python -m hmp.train``
+once (its own process and folder, 10% of each class for training, one CPU
+device, every other setting the model's default), scores the baselines of
+``scripts/baselines.py`` on the split each (layout, split, seed) saved, and
+prints per (layout, split): each model's OA per seed, mean and std, its margin
+over the best spectral baseline and over the best baseline of all (the
+coordinates-only 1-NN included), and whether a run collapsed (over 90% of the
+test pixels in one class, or OA below twice chance); then the baselines.
 
     python scripts/bench_accuracy.py --data_dir=/path/to/ground_truths
-    python scripts/bench_accuracy.py --models=ssrn,cnn3d --layouts=indian_pines \\
-        --splits=disjoint --seeds=0,1,2 --data_dir=data
+    python scripts/bench_accuracy.py --models=cnn3d --layouts=indian_pines \\
+        --splits=disjoint --seeds=0,1 --data_dir=data --train_args=--epochs=20
+    python scripts/bench_accuracy.py --jobs=8 --json=accuracy.json ...  # 16 cores
 
 ``--layouts``: ``generated`` (the built-in scene) and/or a real scene name
 whose ground-truth map (in ``--data_dir``) lays out the synthetic classes.
+``--jobs=N`` runs N runs at once, each pinned to its own ``--cores_per_job``
+cores with TensorFlow's threads set to that number. Without scikit-learn it
+says so in one line and prints the models only.
 """
 
-import json
-import os
-import subprocess
-import sys
 import tempfile
 
-from absl import app, flags
+from absl import flags
+
+from accuracy_grid import Run, core_groups, run_grid, table
+from hmp import cli
+from hmp.run.experiment import SPLITS
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["ssrn", "hybridsn", "cnn3d", "cnn2d", "hybrid", "spectral"],
@@ -31,38 +38,58 @@ flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds (split, weights, data order, 
 flags.DEFINE_string("data_dir", None, "Folder with the ground truth of a named layout.")
 flags.DEFINE_list("train_args", [], "Further hmp.train flags for every run, e.g. "
                   "--train_args=--epochs=20")
+flags.DEFINE_integer("jobs", 1, "Runs at once.")
+flags.DEFINE_integer("cores_per_job", 0, "CPU cores each run is pinned to (0: an equal "
+                     "share of the cores this process may use).")
+flags.DEFINE_string("keep_runs", None, "Keep the run folders (and logs, baselines) here, "
+                    "a new folder (hmp.train refuses to reuse a run's); default: a temporary "
+                    "folder, deleted at the end.")
+flags.DEFINE_string("json", None, "Write every row (runs, baselines, summary) to this file.")
+flags.DEFINE_list("windows", ["5", "9"], "Window sides of the baselines' mean spectra.")
 
 
-def train(model, layout, split, seed, folder):
-    """Trains one run; returns (test OA in %, seconds)."""
-    model_dir = os.path.join(folder, "%s-%s-%s-%s" % (model, layout, split, seed))
-    command = [sys.executable, "-m", "hmp.train", "--model=" + model,
-               "--synthetic_layout=" + layout, "--split=" + split, "--seed=" + seed,
-               "--train_fraction=0.1", "--devices=/cpu:0", "--model_dir=" + model_dir]
-    command += ["--data_dir=" + FLAGS.data_dir] if FLAGS.data_dir else []
-    done = subprocess.run(command + FLAGS.train_args, capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit("%s failed:\n%s" % (" ".join(command), done.stderr[-3000:]))
-    with open(os.path.join(model_dir, "results.json")) as file:
-        results = json.load(file)
-    return 100 * results["test"]["overall_accuracy"], results["seconds"]
+def _grid():
+    """The runs the flags ask for, checked."""
+    for name in ("models", "layouts", "splits", "seeds"):
+        if not FLAGS[name].value:
+            raise cli.UsageError("--%s is empty: give at least one" % name)
+    unknown = [split for split in FLAGS.splits if split not in SPLITS]
+    if unknown:
+        raise cli.UsageError("--splits=%s: %s is no split; choose from %s"
+                             % (",".join(FLAGS.splits), unknown[0], ", ".join(SPLITS)))
+    try:
+        seeds = [int(seed) for seed in FLAGS.seeds]
+        windows = [int(side) for side in FLAGS.windows]
+    except ValueError:
+        raise cli.UsageError("--seeds=%s --windows=%s: give whole numbers"
+                             % (",".join(FLAGS.seeds), ",".join(FLAGS.windows))) from None
+    if any(side < 1 or side % 2 == 0 for side in windows):
+        raise cli.UsageError("--windows=%s: give odd positive window sides, e.g. 5,9"
+                             % ",".join(FLAGS.windows))
+    grid = [Run(model, layout, split, seed) for layout in FLAGS.layouts
+            for split in FLAGS.splits for model in FLAGS.models for seed in seeds]
+    return grid, windows
 
 
 def main(argv):
-    del argv
-    print("%-9s %-13s %-9s %-24s %7s %8s" % ("model", "layout", "split", "OA per seed",
-                                            "mean OA", "seconds"), flush=True)
-    with tempfile.TemporaryDirectory() as folder:
-        for layout in FLAGS.layouts:
-            for split in FLAGS.splits:
-                for model in FLAGS.models:
-                    runs = [train(model, layout, split, seed, folder) for seed in FLAGS.seeds]
-                    scores = [oa for oa, _ in runs]
-                    print("%-9s %-13s %-9s %-24s %7.1f %8.0f" % (
-                        model, layout, split, " ".join("%.1f" % s for s in scores),
-                        sum(scores) / len(scores), sum(t for _, t in runs) / len(runs)),
-                        flush=True)
+    if len(argv) > 1:
+        raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
+    grid, windows = _grid()
+    with cli.blame("jobs", "cores_per_job"):
+        groups = core_groups(FLAGS.jobs, FLAGS.cores_per_job)
+    print("%d runs, %d at a time on %d cores each" % (len(grid), len(groups), len(groups[0])),
+          flush=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        rows, summary = run_grid(grid, FLAGS.keep_runs or scratch, groups, FLAGS.data_dir,
+                                 FLAGS.train_args, windows, FLAGS.json,
+                                 say=lambda line: print(line, flush=True))
+    print(table(rows, summary))
+    if FLAGS.json:
+        print("every row in %s" % FLAGS.json)
+    failed = [row for row in rows if "error" in row]
+    if failed:
+        raise SystemExit("%d of %d runs failed (see the table)" % (len(failed), len(grid)))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main, "bench_accuracy")

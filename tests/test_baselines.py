@@ -1,9 +1,8 @@
-"""scripts/baselines.py, called in-process on a tiny scene: same split as a run, its
-features, its table and JSON, and its one line when scikit-learn is missing."""
+"""scripts/baselines.py and its baseline_scores.py, called in-process on a tiny scene: same
+split as a run, its features, its table and JSON, and its one line when scikit-learn is
+missing."""
 
-import importlib.util
 import json
-import os
 import sys
 
 import numpy as np
@@ -14,12 +13,10 @@ from absl.testing import flagsaver
 from hmp import data
 from hmp.errors import InvalidInput
 from hmp.run import experiment
+from script_modules import import_script
 
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
-                      "baselines.py")
-spec = importlib.util.spec_from_file_location("baselines", SCRIPT)
-baselines = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(baselines)
+baselines = import_script("baselines")
+baseline_scores = import_script("baseline_scores")
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +37,7 @@ def run_script(*argv):
 
 def test_window_means_are_the_means_of_the_patches():
     cube = np.random.default_rng(0).random((9, 11, 3)).astype(np.float32)
-    found = baselines.features(cube, [5])
+    found = baseline_scores.features(cube, [5])
     pixels = np.arange(99)
     patches = data.PatchExtractor(cube, 5)(pixels)       # reflect-padded, as hmp.train's
     np.testing.assert_allclose(found["5x5 mean"], patches.mean(axis=(1, 2)), rtol=1e-5)
@@ -79,4 +76,4 @@ def test_scores_every_baseline_on_a_runs_saved_split(scene_files, tmp_path):
 def test_missing_scikit_learn_is_one_line_on_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "sklearn.svm", None)   # import fails
     with pytest.raises(InvalidInput, match=r'need scikit-learn: pip install -e "\.\[baselines\]"'):
-        baselines.baselines([5])
+        baseline_scores.baselines([5])

@@ -10,7 +10,7 @@ from hmp import data
 from hmp.compat import import_mesh_tensorflow
 from hmp.mesh.optimizers import learning_rate_at
 from hmp.run import experiment
-from hmp.run.augment import Augmentation, augment
+from hmp.run.augment import Augmentation, augment, field_look
 from hmp.run.graph import Placement, TrainingGraph
 from hmp.run.trainer import BestEpoch, Trainer
 from models import model_config
@@ -50,15 +50,15 @@ def test_learning_rate_schedule_matches_numpy(schedule):
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-8)   # float32 cos
 
 
-def _augmented(x, layout, training):
-    """``augment`` (flips and rotations) of the patches ``x`` on ``layout``."""
+def _augmented(x, layout, training, augmentation=Augmentation(flips=True)):
+    """``augment`` (flips and rotations unless told) of the patches ``x`` on ``layout``."""
     harness.reset_graph()
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     dims = [mtf.Dimension(n, s) for n, s in zip(("batch", "h", "w", "bands"), x.shape)]
     patches = mtf.import_tf_tensor(mesh, tf.constant(x), mtf.Shape(dims))
     mode = mtf.import_tf_tensor(mesh, tf.constant(training), mtf.Shape([]))
-    out = augment(patches, mode, Augmentation(flips=True))
+    out = augment(patches, mode, augmentation)
     impl, lowering = harness.lower(graph, mesh, layout)
     with tf.Session(config=harness.session_config()) as session:
         return session.run(lowering.export_to_tf_tensor(out))
@@ -78,6 +78,41 @@ def test_augmentation_is_numpy_symmetries_and_exact_on_an_uneven_split():
         chosen.append(matches[0])
     assert len(set(chosen)) >= 4        # 12 draws of 8 symmetries
     np.testing.assert_array_equal(_augmented(x, harness.BATCH_SPLIT, 0.0), x)
+
+
+def _field_look_numpy(raw, shift, gain_terms, augmentation):
+    """Each sample's raw spectrum read at band b - shift (np.interp holds the end bands),
+    times 1 + a (u0 + u1 cos(pi t) + u2 cos(2 pi t)) / 3."""
+    bands = raw.shape[-1]
+    t = np.linspace(0, 1, bands)
+    out = np.empty_like(raw)
+    for i, (s, u) in enumerate(zip(shift, gain_terms)):
+        gain = 1 + augmentation.spectral_gain * (u[0] + u[1] * np.cos(np.pi * t)
+                                                 + u[2] * np.cos(2 * np.pi * t)) / 3
+        out[i] = np.apply_along_axis(
+            lambda spectrum: np.interp(np.arange(bands) - s, np.arange(bands), spectrum),
+            -1, raw[i]) * gain
+    return out
+
+
+def test_field_look_is_a_shift_and_gain_of_the_raw_spectra_and_exact_on_a_split():
+    rng = np.random.RandomState(1)
+    offset, scale = rng.rand(6) + 1, rng.rand(6) + 0.5
+    look = Augmentation(flips=False, spectral_shift=2.5, spectral_gain=0.6,
+                        band_offset=tuple(offset), band_scale=tuple(scale))
+    x = rng.randn(harness.BATCH, 3, 3, 6).astype(np.float32)
+    shift_draw, gain_draw = rng.rand(harness.BATCH), rng.rand(harness.BATCH, 3)
+    with tf.Graph().as_default(), tf.Session() as session:
+        looked = session.run(field_look(tf.constant(x), tf.constant(shift_draw, tf.float32),
+                                        tf.constant(gain_draw, tf.float32), look))
+    expected = _field_look_numpy(x * scale + offset, 2.5 * (2 * shift_draw - 1),
+                                 2 * gain_draw - 1, look)
+    np.testing.assert_allclose(looked * scale + offset, expected, rtol=1e-5, atol=1e-5)
+    one = _augmented(x, harness.MeshConfig("", "", ["/cpu:0"], {}), 1.0, look)
+    assert not np.allclose(one, x)
+    # the same draws on either split; float32 rounding of x + (looked - x) may differ
+    np.testing.assert_allclose(_augmented(x, harness.BATCH_SPLIT, 1.0, look), one, atol=1e-6)
+    np.testing.assert_array_equal(_augmented(x, harness.BATCH_SPLIT, 0.0, look), x)
 
 
 @pytest.fixture(scope="module")

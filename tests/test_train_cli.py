@@ -167,6 +167,9 @@ BAD_FLAGS = {
     "--split=nope": "--split=nope: choose one of random, disjoint",
     "--train_fraction=1.5": "--train_fraction=1.5: train_fraction must lie strictly "
                              "between 0 and 1",
+    "--spectral_gain=1.5": "--spectral_gain=1.5: must be at most 1",
+    "--model=hybridsn --spectral_shift=4": "--spectral_shift=4: the field-look augmentation "
+                                           "needs all bands, but this run keeps 30 PCA",
 }
 
 

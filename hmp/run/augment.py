@@ -4,7 +4,10 @@ The patches are cut on the devices (``hmp.run.scene_input``), so they are
 augmented there too, right after the cut: each sample gets one of the 8
 symmetries of the square (a 90-degree rotation, with or without a
 left-right flip), a brightness factor and, optionally, Gaussian spectral
-noise. Every draw is a Mesh-TF random tensor, drawn whole and sliced per
+noise and a *field look* (``field_look``): its raw spectra shifted along the
+bands and multiplied by a smooth random gain, as a field's spectra differ from
+another's (sensor and atmosphere shift the wavelengths, illumination and plant
+condition the levels). Every draw is a Mesh-TF random tensor, drawn whole and sliced per
 device (``HeteroMeshImpl.random``), so an uneven batch split augments
 exactly as one device does, and a graph seed (``--seed``) repeats it.
 ``training`` (hmp.run.graph's switch, 0.0 at inference) turns it all off.
@@ -12,6 +15,7 @@ exactly as one device does, and a graph seed (``--seed``) repeats it.
 
 import dataclasses
 
+import numpy as np
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
@@ -30,10 +34,46 @@ class Augmentation:
     flips: bool = True
     brightness: float = 0.0
     noise: float = 0.0
+    spectral_shift: float = 0.0   # bands; with spectral_gain see field_look
+    spectral_gain: float = 0.0
+    band_offset: tuple = None     # raw = standardised * band_scale + band_offset
+    band_scale: tuple = None
 
     @property
     def active(self):
-        return self.flips or self.brightness > 0 or self.noise > 0
+        return self.flips or self.brightness > 0 or self.noise > 0 or self.field_look
+
+    @property
+    def field_look(self):
+        return self.spectral_shift > 0 or self.spectral_gain > 0
+
+
+def field_look(patches, shift_draw, gain_draw, augmentation):
+    """``patches`` [n, p, p, bands] (standardised) in another field's look, on raw values.
+
+    Sample i's raw spectrum (``x * band_scale + band_offset``) is read at band
+    ``b - s_i`` (linear interpolation, the end bands held beyond the ends), with
+    ``s_i = spectral_shift * (2 shift_draw[i] - 1)``, and multiplied by the gain
+    ``1 + spectral_gain * (u0 + u1 cos(pi t) + u2 cos(2 pi t)) / 3`` over the band
+    position t in [0, 1], with ``u_k = 2 gain_draw[i, k] - 1``; then standardised again.
+    """
+    bands = patches.shape[-1]
+    offset = tf.constant(augmentation.band_offset, tf.float32)
+    scale = tf.constant(augmentation.band_scale, tf.float32)
+    raw = patches * scale + offset
+    position = (tf.range(bands, dtype=tf.float32)[None, :]
+                - augmentation.spectral_shift * (2.0 * shift_draw[:, None] - 1.0))
+    position = tf.clip_by_value(position, 0.0, bands - 1.0)
+    below = tf.minimum(tf.floor(position), bands - 2.0) if bands > 1 else tf.floor(position)
+    weight = position - below
+    below = tf.cast(below, tf.int32)
+    above = tf.minimum(below + 1, bands - 1)
+    shifted = (tf.gather(raw, below, axis=3, batch_dims=1) * (1.0 - weight)[:, None, None, :]
+               + tf.gather(raw, above, axis=3, batch_dims=1) * weight[:, None, None, :])
+    t = tf.linspace(0.0, 1.0, bands)
+    basis = tf.stack([tf.ones_like(t), tf.cos(np.pi * t), tf.cos(2.0 * np.pi * t)])   # [3, B]
+    gain = 1.0 + augmentation.spectral_gain * tf.matmul(2.0 * gain_draw - 1.0, basis) / 3.0
+    return (shifted * gain[:, None, None, :] - offset) / scale
 
 
 def symmetries(patches):
@@ -70,6 +110,14 @@ def augment(x, training, augmentation):
         draw = mtf.random_uniform(x.mesh, mtf.Shape([batch]), name="symmetry_draw")
         x = mtf.slicewise(_apply_symmetries, [x, draw, training], output_shape=x.shape,
                           output_dtype=x.dtype, splittable_dims=[batch], name="symmetry")
+    if augmentation.field_look:
+        shift = mtf.random_uniform(x.mesh, mtf.Shape([batch]), name="shift_draw")
+        gain = mtf.random_uniform(x.mesh, mtf.Shape([batch, mtf.Dimension("gain_terms", 3)]),
+                                  name="gain_draw")
+        looked = mtf.slicewise(lambda p, s, g: field_look(p, s, g, augmentation),
+                               [x, shift, gain], output_shape=x.shape, output_dtype=x.dtype,
+                               splittable_dims=[batch], name="field_look")
+        x += training * (looked - x)
     if augmentation.brightness > 0:
         draw = mtf.random_uniform(x.mesh, mtf.Shape([batch]), name="brightness_draw")
         x *= 1.0 + training * augmentation.brightness * (2.0 * draw - 1.0)

@@ -1,0 +1,342 @@
+"""The accuracy grid of scripts/bench_accuracy.py, without flags (tests import it beside
+other scripts' flags): training runs as pinned parallel jobs, the baselines on each
+run's saved split, collapse checks, and the rows, table and JSON of the comparison.
+
+    python scripts/accuracy_grid.py RUN_DIR OUT.json 5,9
+
+scores the baselines of one run's split into ``OUT.json``: bench_accuracy.py starts
+it as a job of its own, pinned like the training runs.
+"""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from baseline_scores import COORDINATES_ONLY, score_run, sklearn_classifiers
+from hmp import data, files
+from hmp.cluster.subprocesses import die_with_parent
+from hmp.errors import InvalidInput
+from hmp.run import experiment
+
+COLLAPSE_SHARE = 0.9   # a run that puts more of the test pixels into one class collapsed
+COLLAPSE_CHANCE_FACTOR = 2   # ... and so did one below this many times chance (1 / classes)
+THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
+RESULTS = "results.json"
+BASELINES = "baselines.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One training run of the grid."""
+
+    model: str
+    layout: str
+    split: str
+    seed: int
+
+    @property
+    def name(self):
+        return "%s-%s-%s-%d" % (self.model, self.layout, self.split, self.seed)
+
+    @property
+    def group(self):
+        """(layout, split, seed): the runs that share a split, and so its baselines."""
+        return self.layout, self.split, self.seed
+
+
+def train_command(run, folder, data_dir=None, train_args=()):
+    """``python -m hmp.train`` for ``run`` in ``folder``: 10% of each class, one CPU device,
+    every other setting the model's default unless ``train_args`` says otherwise."""
+    command = [sys.executable, "-m", "hmp.train", "--model=" + run.model,
+               "--synthetic_layout=" + run.layout, "--split=" + run.split,
+               "--seed=%d" % run.seed, "--train_fraction=0.1", "--devices=/cpu:0",
+               "--model_dir=" + folder]
+    return command + (["--data_dir=" + data_dir] if data_dir else []) + list(train_args)
+
+
+def baselines_command(run_folder, out, windows):
+    """This module run as a job: the baselines of ``run_folder``'s split into ``out``."""
+    return [sys.executable, os.path.abspath(__file__), run_folder, out,
+            ",".join(str(side) for side in windows)]
+
+
+def core_groups(jobs, cores_per_job, available=None):
+    """The CPU cores of each of ``jobs`` job slots: disjoint groups of ``cores_per_job``
+    (0: an equal share) of the cores this process may use."""
+    available = sorted(os.sched_getaffinity(0) if available is None else available)
+    if jobs < 1 or cores_per_job < 0:
+        raise InvalidInput("give at least 1 job and 0 (an equal share) or more cores per job")
+    cores_per_job = cores_per_job or len(available) // jobs
+    if cores_per_job < 1 or jobs * cores_per_job > len(available):
+        raise InvalidInput("%d jobs of %d cores need %d cores; this process may use %d (%s)"
+                           % (jobs, cores_per_job, jobs * cores_per_job, len(available),
+                              ",".join(map(str, available))))
+    return [set(available[i * cores_per_job:(i + 1) * cores_per_job]) for i in range(jobs)]
+
+
+def start_job(command, cores, log_path):
+    """Starts ``command`` pinned to ``cores`` (os.sched_setaffinity in the child) with
+    TensorFlow's intra- and inter-op threads set to their number; output to ``log_path``."""
+    env = dict(os.environ, **{name: str(len(cores)) for name in THREAD_VARIABLES})
+
+    def pin():
+        os.sched_setaffinity(0, cores)
+        die_with_parent()
+
+    with open(log_path, "w") as log:
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                preexec_fn=pin)
+
+
+def run_jobs(jobs, groups):
+    """Runs ``jobs`` ([(key, command, log path, after)]) at most ``len(groups)`` at a time,
+    each pinned to a free group of cores. ``after(key, exit code)`` is called as each
+    ends and returns jobs to run next (e.g. a split's baselines after its first run)."""
+    queue, running, free = list(jobs), {}, list(groups)
+    while queue or running:
+        while queue and free:
+            key, command, log_path, after = queue.pop(0)
+            cores = free.pop(0)
+            running[key] = (start_job(command, cores, log_path), cores, after)
+        time.sleep(0.2)
+        for key, (process, cores, after) in list(running.items()):
+            if process.poll() is None:
+                continue
+            del running[key]
+            free.append(cores)
+            queue[:0] = after(key, process.returncode)
+
+
+def last_line(path):
+    """The last non-empty line of a log (what a failed run said last)."""
+    with open(path, errors="replace") as log:
+        lines = [line.strip() for line in log if line.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+def collapse(confusion):
+    """Why a run with this test confusion matrix [true, predicted] collapsed, or None:
+    it puts more than 90% of the test pixels into one class, or its OA is below twice
+    chance (1 / classes)."""
+    confusion = np.asarray(confusion)
+    total = confusion.sum()
+    predicted = confusion.sum(axis=0) / total
+    reasons = []
+    if predicted.max() > COLLAPSE_SHARE:
+        reasons.append("%.0f%% of test pixels in class %d" % (100 * predicted.max(),
+                                                             predicted.argmax() + 1))
+    chance = 1.0 / len(confusion)
+    if np.trace(confusion) / total < COLLAPSE_CHANCE_FACTOR * chance:
+        reasons.append("OA below %d x chance (%.1f%%)" % (COLLAPSE_CHANCE_FACTOR, 100 * chance))
+    return "; ".join(reasons) or None
+
+
+def model_row(run, folder):
+    """The row of one finished (or failed) run: OA, AA, kappa in %, seconds, collapse."""
+    row = {"kind": "model", "name": run.model, "layout": run.layout, "split": run.split,
+           "seed": run.seed, "folder": folder}
+    path = os.path.join(folder, RESULTS)
+    if not os.path.isfile(path):
+        return {**row, "error": last_line(folder + ".log")}
+    results = _read_json(path)
+    test = results["test"]
+    return {**row, **_percent(test), "seconds": results["seconds"],
+            "best_epoch": results["best_epoch"], "leakage": 100 * results["leakage"],
+            "collapsed": collapse(test["confusion_matrix"])}
+
+
+def baseline_rows(group, path):
+    """The rows of one split's baselines (written by :func:`score_baselines`)."""
+    layout, split, seed = group
+    scored = _read_json(path)
+    return [{"kind": "baseline", "name": name, "layout": layout, "split": split, "seed": seed,
+             "spectral": name != COORDINATES_ONLY, "leakage": 100 * scored["leakage"],
+             "split_of": scored["run"], **_percent(scores)}
+            for name, scores in scored["scores"].items()]
+
+
+def _read_json(path):
+    with open(path) as file:   # hmp.run.runs.read_json would import TensorFlow into every job
+        return json.load(file)
+
+
+def _percent(scores):
+    return {"oa": 100 * scores["overall_accuracy"], "aa": 100 * scores["average_accuracy"],
+            "kappa": 100 * scores["kappa"]}
+
+
+def score_baselines(run_folder, out, windows, say=print):
+    """Scores the baselines on the split ``run_folder`` saved, on all bands (no PCA, whatever
+    the run's model used), and writes them to ``out`` (atomically)."""
+    config, split = experiment.load(run_folder)
+    exp = experiment.prepare(dataclasses.replace(config, pca=0), split)
+    files.write_json(out, {"run": run_folder, "split": split.description,
+                           "leakage": data.split_leakage(split, config.patch_size),
+                           "train": split.train, "test": split.test,
+                           "scores": score_run(exp, windows, say=say)})
+
+
+def same_split(run_folder, baselines_path):
+    """Whether a run trained and tested on exactly the pixels its group's baselines did."""
+    _, split = experiment.load(run_folder)
+    scored = _read_json(baselines_path)
+    return (np.array_equal(split.train, scored["train"])
+            and np.array_equal(split.test, scored["test"]))
+
+
+def summaries(rows):
+    """Per (layout, split, name): mean and std of OA over seeds, and each model's margin
+    over the best spectral baseline and over the best baseline of all (mean OA)."""
+    table = {}
+    for row in rows:
+        if "oa" in row:
+            key = (row["layout"], row["split"], row["kind"], row["name"])
+            entry = table.setdefault(key, {"kind": row["kind"], "name": row["name"],
+                                           "layout": row["layout"], "split": row["split"],
+                                           "seeds": [], "oa": [], "collapsed": []})
+            entry["seeds"].append(row["seed"])
+            entry["oa"].append(row["oa"])
+            if row["kind"] == "baseline":
+                entry["spectral"] = row["spectral"]
+                continue
+            entry.setdefault("seconds", []).append(row["seconds"])
+            if row["collapsed"]:
+                entry["collapsed"].append(row["seed"])
+    summary = []
+    for entry in table.values():
+        oa = np.array(entry["oa"])
+        entry.update(mean_oa=float(oa.mean()),
+                     std_oa=float(oa.std(ddof=1)) if len(oa) > 1 else 0.0)
+        if "seconds" in entry:
+            entry["mean_seconds"] = float(np.mean(entry["seconds"]))
+        summary.append(entry)
+    for entry in summary:
+        if entry["kind"] != "model":
+            continue
+        others = [b for b in summary if b["kind"] == "baseline"
+                  and (b["layout"], b["split"]) == (entry["layout"], entry["split"])]
+        for label, chosen in (("spectral", [b for b in others if b["spectral"]]),
+                              ("all", others)):
+            if chosen:
+                best = max(chosen, key=lambda b: b["mean_oa"])
+                entry["best_%s_baseline" % label] = best["name"]
+                entry["margin_over_best_%s" % label] = entry["mean_oa"] - best["mean_oa"]
+    return summary
+
+
+def table(rows, summary):
+    """The printed comparison: per (layout, split), the models, then the baselines."""
+    lines = []
+    for layout, split in dict.fromkeys((r["layout"], r["split"]) for r in rows):
+        lines.append("")
+        leakage = sorted({round(r["leakage"], 1) for r in rows if "leakage" in r
+                          and (r["layout"], r["split"]) == (layout, split)})
+        lines.append("%s, %s split (leakage %s%%)" % (
+            layout, split, "-".join("%.1f" % x for x in leakage[::max(len(leakage) - 1, 1)])))
+        lines.append("%-16s %-26s %7s %6s %9s %9s %7s  %s" % (
+            "", "OA per seed", "mean OA", "std", "vs spect.", "vs all", "s/run", "note"))
+        for row in [r for r in rows if (r["layout"], r["split"]) == (layout, split)
+                    and "error" in r]:
+            lines.append("%-16s seed %d failed: %s" % (row["name"], row["seed"], row["error"]))
+        for entry in sorted([s for s in summary if (s["layout"], s["split"]) == (layout, split)],
+                            key=lambda s: s["kind"] != "model"):   # models, then baselines
+            margins = ["%+9.1f" % entry[key] if key in entry else "%9s" % ""
+                       for key in ("margin_over_best_spectral", "margin_over_best_all")]
+            note = ("collapsed: seed %s" % ",".join(map(str, entry["collapsed"]))
+                    if entry["collapsed"] else "")
+            if entry["kind"] == "baseline" and not entry["spectral"]:
+                note = "no spectrum: the pixel's position only"
+            seconds = "%7.0f" % entry["mean_seconds"] if "mean_seconds" in entry else " " * 7
+            lines.append("%-16s %-26s %7.1f %6.1f %s %s %s  %s" % (
+                entry["name"], " ".join("%.1f" % oa for oa in entry["oa"]), entry["mean_oa"],
+                entry["std_oa"], *margins, seconds, note))
+    return "\n".join(lines)
+
+
+def write(path, rows, summary=None):
+    """Every row so far (and the summary at the end), atomically."""
+    if path:
+        files.write_json(path, {"rows": rows, "summary": summary})
+
+
+def run_grid(grid, root, groups, data_dir=None, train_args=(), windows=(5, 9),
+             json_path=None, say=print):
+    """Trains every run of ``grid`` in ``root/<run name>`` (log: ``<run name>.log``) as
+    pinned jobs on ``groups`` of cores and scores the baselines of each (layout, split,
+    seed) on the split its first finished run saved; one line per finished job. Returns
+    (rows, summary); ``json_path`` gets every row as each job ends."""
+    os.makedirs(root, exist_ok=True)
+    with_baselines, why_not = baselines_available()
+    if not with_baselines:
+        say(why_not)
+    rows, scored, done = [], {}, []
+    total = len(grid) + (len({run.group for run in grid}) if with_baselines else 0)
+
+    def progress(line):
+        say("[%d/%d] %s" % (len(done), total, line))
+
+    def after_run(run, code):
+        folder = os.path.join(root, run.name)
+        row = model_row(run, folder)
+        rows.append(row)
+        done.append(run)
+        progress("%s %s %s seed %d: %s" % (run.model, run.layout, run.split, run.seed,
+                                          _outcome(row)))
+        write(json_path, rows)
+        if not with_baselines or code or run.group in scored:
+            return []
+        scored[run.group] = os.path.join(root, "baselines-%s-%s-%d.json" % run.group)
+        return [(run.group, baselines_command(folder, scored[run.group], windows),
+                 scored[run.group] + ".log", after_baselines)]
+
+    def after_baselines(group, code):
+        done.append(group)
+        if code:
+            progress("baselines %s %s seed %d failed: %s"
+                     % (*group, last_line(scored[group] + ".log")))
+            return []
+        found = baseline_rows(group, scored[group])
+        rows.extend(found)
+        best = max((r for r in found if r["spectral"]), key=lambda r: r["oa"])
+        progress("baselines %s %s seed %d: best spectral %s %.1f" % (*group, best["name"],
+                                                                     best["oa"]))
+        write(json_path, rows)
+        return []
+
+    run_jobs([(run, train_command(run, os.path.join(root, run.name), data_dir, train_args),
+               os.path.join(root, run.name + ".log"), after_run) for run in grid], groups)
+    for row in rows:
+        if row["kind"] == "model" and "oa" in row and row_group(row) in scored:
+            row["same_split_as_baselines"] = same_split(row["folder"], scored[row_group(row)])
+    summary = summaries(rows)
+    write(json_path, rows, summary)
+    return rows, summary
+
+
+def row_group(row):
+    return row["layout"], row["split"], row["seed"]
+
+
+def _outcome(row):
+    if "error" in row:
+        return "failed: " + row["error"]
+    return "OA %.1f%% (%.0f s)%s" % (row["oa"], row["seconds"], "; collapsed: "
+                                     + row["collapsed"] if row["collapsed"] else "")
+
+
+def baselines_available():
+    """Whether scikit-learn is there; if not, the one line that says so."""
+    try:
+        sklearn_classifiers()
+    except InvalidInput as missing:
+        return False, "%s; printing the models only" % missing
+    return True, None
+
+
+if __name__ == "__main__":
+    score_baselines(sys.argv[1], sys.argv[2], [int(side) for side in sys.argv[3].split(",")])

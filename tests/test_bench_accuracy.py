@@ -1,0 +1,121 @@
+"""scripts/bench_accuracy.py's grid (scripts/accuracy_grid.py): pinned parallel jobs, the
+baselines on a real run's saved split, margins, collapse flags, the table and its JSON."""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from hmp import data
+from hmp.errors import InvalidInput
+from script_modules import import_script
+
+grid = import_script("accuracy_grid")
+
+PROBE = ("import os, sys; print(sorted(os.sched_getaffinity(0)), "
+         "os.environ['TF_NUM_INTRAOP_THREADS'], os.environ['TF_NUM_INTEROP_THREADS'], "
+         "sys.argv[1])")
+
+
+def test_collapse_is_one_class_for_most_pixels_or_oa_below_twice_chance():
+    assert grid.collapse([[8, 1, 1], [1, 8, 1], [1, 1, 8]]) is None
+    one_class = [[95, 0, 0], [2, 1, 0], [2, 0, 0]]                               # OA 96%
+    assert grid.collapse(one_class) == "99% of test pixels in class 1"
+    leaning = [[30, 0, 0, 10], [0, 29, 0, 11], [0, 0, 29, 11], [0, 0, 0, 40]]     # 45% in 4
+    assert grid.collapse(leaning) is None
+    near_chance = [[3, 7, 0, 0], [7, 3, 0, 0], [0, 0, 3, 7], [0, 0, 7, 3]]        # OA 30%
+    assert grid.collapse(near_chance) == "OA below 2 x chance (25.0%)"
+
+
+def test_core_groups_are_disjoint_shares_of_the_cores_and_refuse_too_many():
+    groups = grid.core_groups(8, 2, available=range(16))
+    assert groups == [{2 * i, 2 * i + 1} for i in range(8)]
+    assert grid.core_groups(3, 0, available=[4, 5, 6, 7, 9, 11, 12]) == [{4, 5}, {6, 7},
+                                                                         {9, 11}]
+    with pytest.raises(InvalidInput, match=r"8 jobs of 2 cores need 16 cores; this process "
+                                           r"may use 2 \(0,1\)"):
+        grid.core_groups(8, 2, available=[0, 1])
+    with pytest.raises(InvalidInput, match="give at least 1 job"):
+        grid.core_groups(0, 0, available=[0, 1])
+
+
+def test_jobs_run_pinned_with_their_threads_and_queue_what_follows(tmp_path):
+    groups = [{max(os.sched_getaffinity(0))}]   # one at a time: a fixed order
+    ended = []
+
+    def job(name, then=()):
+        def after(key, code):
+            ended.append((key, code))
+            return list(then)
+        return (name, [sys.executable, "-c", PROBE, name], str(tmp_path / name), after)
+
+    grid.run_jobs([job("a", [job("c")]), job("b")], groups)
+    assert ended == [("a", 0), ("c", 0), ("b", 0)]   # what a's end queues runs next
+    for name in "abc":
+        affinity, intra, inter, said = (tmp_path / name).read_text().rsplit(" ", 3)
+        assert [{int(c) for c in affinity.strip("[]").split(",")}] == groups
+        assert (intra, inter, said.strip()) == ("1", "1", name)
+
+
+@pytest.fixture(scope="module")
+def scored_tiny_run(tiny_run, tmp_path_factory):
+    """conftest's real hmp.train run (cnn2d, 2 epochs) as a grid row, and the baselines
+    on its saved split (5x5 windows only, to be quick)."""
+    run, folder = tiny_run
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = tmp_path_factory.mktemp("baselines") / "baselines.json"
+    grid.score_baselines(str(folder), str(out), [5], say=lambda line: None)
+    key = grid.Run("cnn2d", "generated", "random", 0)
+    return folder, grid.model_row(key, str(folder)), grid.baseline_rows(key.group, out), out
+
+
+def test_rows_score_the_run_and_the_baselines_on_its_split(scored_tiny_run):
+    pytest.importorskip("sklearn", reason="scikit-learn is an optional extra "
+                                          "(pip install -e .[baselines])")
+    folder, model, baselines, out = scored_tiny_run
+    results = json.loads((folder / "results.json").read_text())
+    confusion = np.array(results["test"]["confusion_matrix"])
+    assert model["oa"] == pytest.approx(100 * np.trace(confusion) / confusion.sum())
+    assert (model["collapsed"] is None) == (confusion.sum(0).max() <= 0.9 * confusion.sum()
+                                            and model["oa"] >= 20.0)
+    split = data.load_split(folder / "split.npz")
+    saved = json.loads(out.read_text())
+    np.testing.assert_array_equal(saved["train"], split.train)
+    np.testing.assert_array_equal(saved["test"], split.test)
+    assert grid.same_split(str(folder), str(out))
+    assert [row["name"] for row in baselines] == ["lda pixel", "lda 5x5 mean", "svm pixel",
+                                                  "svm 5x5 mean", "1nn-xy"]
+    assert [row["spectral"] for row in baselines] == [True] * 4 + [False]
+    assert baselines[0]["leakage"] == pytest.approx(100 * data.split_leakage(split, 5))
+
+
+def test_margins_are_over_the_best_spectral_baseline_and_over_all(scored_tiny_run):
+    pytest.importorskip("sklearn")
+    _, model, baselines, _ = scored_tiny_run
+    again = dict(model, seed=1, oa=model["oa"] - 10.0, collapsed="99% of test pixels in class 1")
+    rows = [model, again] + baselines + [dict(b, seed=1) for b in baselines]
+    summary = {(s["kind"], s["name"]): s for s in grid.summaries(rows)}
+    entry = summary["model", "cnn2d"]
+    assert entry["mean_oa"] == pytest.approx(model["oa"] - 5.0)
+    assert entry["std_oa"] == pytest.approx(np.std([model["oa"], model["oa"] - 10], ddof=1))
+    spectral = max((b for b in baselines if b["spectral"]), key=lambda b: b["oa"])
+    best = max(baselines, key=lambda b: b["oa"])
+    assert entry["best_spectral_baseline"] == spectral["name"]
+    assert entry["margin_over_best_spectral"] == pytest.approx(entry["mean_oa"] - spectral["oa"])
+    assert entry["margin_over_best_all"] == pytest.approx(entry["mean_oa"] - best["oa"])
+    assert entry["collapsed"] == [1]
+    lines = grid.table(rows, list(summary.values())).splitlines()
+    (line,) = [l for l in lines if l.startswith("cnn2d ")]
+    assert line.split()[1:5] == ["%.1f" % model["oa"], "%.1f" % (model["oa"] - 10),
+                                 "%.1f" % entry["mean_oa"], "%.1f" % entry["std_oa"]]
+    assert "%+.1f" % entry["margin_over_best_spectral"] in line and "collapsed: seed 1" in line
+
+
+def test_missing_scikit_learn_is_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sklearn.svm", None)   # import fails
+    available, line = grid.baselines_available()
+    assert not available
+    assert line.startswith('the baselines need scikit-learn: pip install -e ".[baselines]"')
+    assert line.endswith("; printing the models only")
