@@ -1,11 +1,11 @@
 """Test setup: TF1 graph mode (Mesh-TensorFlow builds graphs, not eager code), and one
-tiny run of ``python -m hmp.train`` that several test files read."""
-
-import subprocess
-import sys
+tiny run of ``python -m hmp.train`` that several test files read (in the session's
+hmp.train interpreter, tests/cli_batch.py)."""
 
 import pytest
 import tensorflow.compat.v1 as tf
+
+from cli_batch import run_batch
 
 tf.disable_eager_execution()
 tf.logging.set_verbosity(tf.logging.ERROR)
@@ -19,9 +19,8 @@ TINY_RUN = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
-    """(the finished ``subprocess.run`` of hmp.train with TINY_RUN, its --model_dir)."""
+    """(the ``cli_batch.Run`` of hmp.train with TINY_RUN, its --model_dir)."""
     model_dir = tmp_path_factory.mktemp("tiny_run")
-    run = subprocess.run([sys.executable, "-m", "hmp.train", *TINY_RUN,
-                          "--model_dir=%s" % model_dir], capture_output=True, text=True,
-                         timeout=300)
+    run, = run_batch("hmp.train", [{"args": [*TINY_RUN, "--model_dir=%s" % model_dir]}],
+                     timeout=300)
     return run, model_dir
