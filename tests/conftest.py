@@ -2,10 +2,12 @@
 tiny run of ``python -m hmp.train`` that several test files read (in the session's
 hmp.train interpreter, tests/cli_batch.py)."""
 
+import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
 from cli_batch import run_batch
+from hmp.data import synthetic_scene
 
 tf.disable_eager_execution()
 tf.logging.set_verbosity(tf.logging.ERROR)
@@ -24,3 +26,18 @@ def tiny_run(tmp_path_factory):
     run, = run_batch("hmp.train", [{"args": [*TINY_RUN, "--model_dir=%s" % model_dir]}],
                      timeout=300)
     return run, model_dir
+
+
+@pytest.fixture(scope="session")
+def small_scene(tmp_path_factory):
+    """hmp.train flags of a 40 x 40 synthetic scene with the built-in scene's 100 bands
+    and 10 classes (saved in a folder of the session), half of its pixels for training:
+    for the runs whose checks need no 145 x 145 scene. Given after flags with a
+    --train_fraction, they replace it."""
+    folder = tmp_path_factory.mktemp("small_scene")
+    scene = synthetic_scene(height=40, width=40, n_classes=10, n_bands=100, seed=0,
+                            field_size=10, region_smoothness=2)
+    np.save(folder / "cube.npy", scene.cube)
+    np.save(folder / "labels.npy", scene.labels)
+    return ["--dataset=%s" % (folder / "cube.npy"), "--labels=%s" % (folder / "labels.npy"),
+            "--train_fraction=0.5"]

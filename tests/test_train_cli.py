@@ -44,24 +44,12 @@ def plan_file(path, config, devices, speeds, batch_size, mesh):
     return path
 
 
-def small_scene(folder):
-    """Flags of a 40 x 40 synthetic scene with the built-in scene's 100 bands and 10
-    classes, saved in ``folder``, half of its pixels for training: for the runs whose
-    checks need no 145 x 145 scene (the flags after TINY's replace its --train_fraction)."""
-    scene = synthetic_scene(height=40, width=40, n_classes=10, n_bands=100, seed=0,
-                            field_size=10, region_smoothness=2)
-    np.save(folder / "cube.npy", scene.cube)
-    np.save(folder / "labels.npy", scene.labels)
-    return ["--dataset=%s" % (folder / "cube.npy"), "--labels=%s" % (folder / "labels.npy"),
-            "--train_fraction=0.5"]
-
-
 @pytest.fixture(scope="module")
-def cli_runs(tmp_path_factory):
+def cli_runs(tmp_path_factory, small_scene):
     """({name: [Run, ...]}, {name: folder}) of every run of this module, in order in
     one interpreter (tests/cli_batch.py): one TensorFlow import, not one a run. Each
     name's runs write in a folder of their own; a BAD_FLAGS run is named by its flags.
-    The runs that train do so on ``small_scene``."""
+    The runs that train do so on conftest's ``small_scene``."""
     from models import model_config
     names = ("no_checkpoint", "other_model_plan", "nan", "readme_model",
              "auto_speeds", "relative_speeds", "virtual_cpus_plan")
@@ -73,8 +61,7 @@ def cli_runs(tmp_path_factory):
                          model_config("cnn2d", 5, 100, 10, 4), ["/cpu:0", "/cpu:1"], [2, 1],
                          64, "model:2")
     cache = {"HMP_CACHE_DIR": str(folders["auto_speeds"] / "cache")}
-    small = small_scene(tmp_path_factory.mktemp("small_scene"))
-    tiny, tiny_auto = [*TINY, *small], [*TINY_AUTO, *small]
+    tiny, tiny_auto = [*TINY, *small_scene], [*TINY_AUTO, *small_scene]
     two = [*tiny_auto, "--devices=/cpu:0,/cpu:1"]
     runs = {
         "no_checkpoint": [train(*TINY, "--resume", model_dir=folders["no_checkpoint"])],

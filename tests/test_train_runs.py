@@ -51,23 +51,24 @@ def kill_at_checkpoint(process, checkpoint, timeout_s=240):
     process.wait()
 
 
-def test_interrupted_and_killed_runs_resume_where_they_stopped(tmp_path):
+def test_interrupted_and_killed_runs_resume_where_they_stopped(tmp_path, small_scene):
     """SIGINT after an epoch stops with a checkpoint and one line; a run SIGKILLed mid-epoch
     resumes from its last checkpoint and ends exactly where an uninterrupted run ends.
 
-    Every run on the default devices: this CPU-only machine's one, planned without
-    profiling. The two signalled runs are processes of their own, run side by side
-    (a thread kills one at its checkpoint while the other is interrupted); the rest
-    share one interpreter (tests/cli_batch.py).
+    Every run on the default devices (this CPU-only machine's one, planned without
+    profiling) and conftest's small scene. The two signalled runs are processes of
+    their own, run side by side (a thread kills one at its checkpoint while the other
+    is interrupted); the rest share one interpreter (tests/cli_batch.py).
     """
     interrupted, killed, straight = (tmp_path / name for name in
                                      ("interrupted", "killed", "straight"))
+    resumable = [*RESUMABLE, *small_scene]
     killer = threading.Thread(target=kill_at_checkpoint, args=(
-        subprocess.Popen(command(*RESUMABLE, "--model_dir=%s" % killed),
+        subprocess.Popen(command(*resumable, "--model_dir=%s" % killed),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
         killed / "ckpt-6.index"))
     killer.start()
-    rc, _, stderr = interrupt_after_first_epoch(signal.SIGINT, *RESUMABLE,
+    rc, _, stderr = interrupt_after_first_epoch(signal.SIGINT, *resumable,
                                                 "--model_dir=%s" % interrupted)
     killer.join()
     assert (killed / "ckpt-6.index").exists(), "no checkpoint before the kill"
@@ -82,11 +83,11 @@ def test_interrupted_and_killed_runs_resume_where_they_stopped(tmp_path):
 
     cache = {"HMP_CACHE_DIR": str(tmp_path / "cache")}
     again, done, finished, resumed, uninterrupted = run_batch("hmp.train", [
-        {"args": [*RESUMABLE, "--model_dir=%s" % interrupted]},
-        {"args": [*RESUMABLE, "--model_dir=%s" % interrupted, "--resume"]},
-        {"args": [*RESUMABLE, "--model_dir=%s" % interrupted, "--resume"]},
-        {"args": [*RESUMABLE, "--model_dir=%s" % killed, "--resume"]},
-        {"args": [*RESUMABLE, "--model_dir=%s" % straight], "env": cache}])
+        {"args": [*resumable, "--model_dir=%s" % interrupted]},
+        {"args": [*resumable, "--model_dir=%s" % interrupted, "--resume"]},
+        {"args": [*resumable, "--model_dir=%s" % interrupted, "--resume"]},
+        {"args": [*resumable, "--model_dir=%s" % killed, "--resume"]},
+        {"args": [*resumable, "--model_dir=%s" % straight], "env": cache}])
     assert again.returncode == 2 and "--resume" in again.stderr   # no silent start-over
 
     assert done.returncode == 0, done.stderr[-2000:]
