@@ -157,10 +157,10 @@ def test_train_refuses_a_bad_or_silent_cluster():
         assert expected[spec][1] in lines[0] and "Traceback" not in stderr
 
 
-def test_killed_worker_stops_training_and_resume_continues(workers, tmp_path):
+def test_killed_worker_stops_training_and_resume_continues(workers, tmp_path, small_scene):
     process = subprocess.Popen(   # a process of its own: it runs while the worker dies
         [sys.executable, "-m", "hmp.train",
-         *_train_flags(workers, "--epochs=30", "--model_dir=%s" % tmp_path)],
+         *_train_flags(workers, *small_scene, "--epochs=30", "--model_dir=%s" % tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while (not (tmp_path / "ckpt-3.index").exists() and process.poll() is None
@@ -178,7 +178,7 @@ def test_killed_worker_stops_training_and_resume_continues(workers, tmp_path):
 
     workers.start(1)   # on the same port
     resumed, = run_batch("hmp.train", [{"args": _train_flags(
-        workers, "--epochs=1", "--resume", "--model_dir=%s" % tmp_path)}])
+        workers, *small_scene, "--epochs=1", "--resume", "--model_dir=%s" % tmp_path)}])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed from %s" % last in resumed.stdout
     assert "overall accuracy (OA)" in resumed.stdout
