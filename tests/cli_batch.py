@@ -3,15 +3,20 @@
 Every ``python -m hmp.train`` a test starts pays a Python start and a TensorFlow
 import (seconds on 2 cores) before it does anything, and most of the runs the
 tests need are short: a refused flag, a resume, a tiny training. ``run_batch``
-runs a list of them in order in one child process, each as its own process
+runs a list of them in order in a child process, each as its own process
 would: ``sys.argv`` set, the flags parsed afresh, the program run as
 ``__main__`` (``runpy``), its stdout and stderr captured, its exit code taken
 from ``SystemExit``, and an exception that escapes printed as a traceback with
 exit code 1, as Python does. The child imports the program from this checkout.
 
+The child of a program stays up for the next batch of that program, from any
+test module, so a whole test session pays one TensorFlow import per program; it
+ends when the session does (or with it, when the session is killed).
+
 Runs that must be processes of their own (a signal, a kill) start one themselves.
 """
 
+import atexit
 import contextlib
 import importlib.util
 import io
@@ -19,6 +24,7 @@ import json
 import os
 import pathlib
 import runpy
+import select
 import subprocess
 import sys
 import tempfile
@@ -31,12 +37,12 @@ Run = namedtuple("Run", "returncode stdout stderr")
 
 
 def run_batch(program, runs, timeout=600):
-    """Runs ``program`` once per entry of ``runs``, in order, in one child process.
+    """Runs ``program`` once per entry of ``runs``, in order, in its child process.
 
     Args:
       program: a module run as ``python -m`` ("hmp.train") or a script's path
-        (relative to the checkout, e.g. "scripts/plan_layout.py"). One program
-        per batch: two programs' flags would share one flag registry.
+        (relative to the checkout, e.g. "scripts/plan_layout.py"). One child per
+        program: two programs' flags would share one flag registry.
       runs: dicts with ``args`` (list of str) and optionally ``cwd``, ``env``
         (added to the environment) and ``pythonpath`` (a folder put first on
         ``sys.path``, as PYTHONPATH would).
@@ -44,15 +50,72 @@ def run_batch(program, runs, timeout=600):
     Returns:
       A ``Run(returncode, stdout, stderr)`` per entry.
     """
-    with tempfile.TemporaryDirectory(prefix="hmp-cli-batch-") as folder:
-        request, answer = pathlib.Path(folder, "runs.json"), pathlib.Path(folder, "out.json")
-        request.write_text(json.dumps({"program": program, "runs": runs}))
-        child = subprocess.run([sys.executable, __file__, str(request), str(answer)],
-                               cwd=REPO, capture_output=True, text=True, timeout=timeout)
-        if child.returncode != 0 or not answer.exists():
-            raise RuntimeError("the batch of %s runs failed:\n%s"
-                               % (program, child.stderr[-3000:]))
-        return [Run(*result) for result in json.loads(answer.read_text())]
+    child = _CHILDREN.get(program)
+    if child is None or child.process.poll() is not None:
+        child = _CHILDREN[program] = _Child(program)
+    try:
+        return [Run(*result) for result in child.run(runs, timeout)]
+    except BaseException:
+        del _CHILDREN[program]   # the next batch starts a fresh child
+        child.process.kill()
+        child.close()
+        raise
+
+
+class _Child:
+    """A child interpreter that runs ``program``'s batches, one at a time: a batch is
+    a line on one pipe (its request and answer files), one byte on another when done."""
+
+    def __init__(self, program):
+        # not at the top: the child runs this file before it puts this checkout on sys.path
+        from hmp.cluster.subprocesses import die_with_parent   # pylint: disable=import-outside-toplevel
+        self.program = program
+        self.folder = tempfile.TemporaryDirectory(prefix="hmp-cli-batch-")
+        self.log = open(os.path.join(self.folder.name, "child.log"), "w+")
+        to_child, self.requests = os.pipe()
+        self.answers, from_child = os.pipe()
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, program, str(to_child), str(from_child)], cwd=REPO,
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+            pass_fds=(to_child, from_child), preexec_fn=die_with_parent)
+        os.close(to_child)
+        os.close(from_child)
+        self.batches = 0
+
+    def run(self, runs, timeout):
+        """[(exit code, stdout, stderr)] of ``runs``."""
+        self.batches += 1
+        request = pathlib.Path(self.folder.name, "runs-%d.json" % self.batches)
+        answer = request.with_name("out-%d.json" % self.batches)
+        request.write_text(json.dumps(runs))
+        os.write(self.requests, b"%s\n" % json.dumps([str(request), str(answer)]).encode())
+        ready, _, _ = select.select([self.answers], [], [], timeout)
+        if not ready or not os.read(self.answers, 1) or not answer.exists():
+            self.log.seek(0)
+            raise RuntimeError("the batch of %s runs %s:\n%s" % (
+                self.program, "timed out" if not ready else "failed",
+                self.log.read()[-3000:]))
+        return json.loads(answer.read_text())
+
+    def close(self):
+        os.close(self.requests)   # the child's end of input: it returns
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        os.close(self.answers)
+        self.log.close()
+        self.folder.cleanup()
+
+
+_CHILDREN = {}   # program: its _Child
+
+
+@atexit.register
+def _close_children():
+    while _CHILDREN:
+        _CHILDREN.popitem()[1].close()
 
 
 def run_batch_with_out(program, args, folder):
@@ -119,12 +182,18 @@ def _run_one(program, args, cwd=None, env=None, pythonpath=None):
     return code, stdout.getvalue(), stderr.getvalue()
 
 
-def _main(request, answer):
+def _serve(program, requests, answers):
+    """The child: each line on fd ``requests`` names a batch's request file and its
+    answer file; runs the batch, writes the answer, then one byte on fd ``answers``."""
     sys.path.insert(0, str(REPO))   # this checkout's hmp, as python -m from it imports
-    batch = json.loads(pathlib.Path(request).read_text())
-    results = [_run_one(batch["program"], **run) for run in batch["runs"]]
-    pathlib.Path(answer).write_text(json.dumps(results))
+    with open(int(requests)) as lines:
+        for line in lines:
+            request, answer = json.loads(line)
+            runs = json.loads(pathlib.Path(request).read_text())
+            results = [_run_one(program, **run) for run in runs]
+            pathlib.Path(answer).write_text(json.dumps(results))
+            os.write(int(answers), b"1")
 
 
 if __name__ == "__main__":
-    _main(*sys.argv[1:])
+    _serve(*sys.argv[1:])

@@ -1,11 +1,13 @@
 """Test setup: TF1 graph mode (Mesh-TensorFlow builds graphs, not eager code), and one
-tiny run of ``python -m hmp.train`` that several test files read."""
+tiny run of ``python -m hmp.train`` that several test files read (in the session's
+hmp.train interpreter, tests/cli_batch.py)."""
 
-import subprocess
-import sys
-
+import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
+
+from cli_batch import run_batch
+from hmp.data import synthetic_scene
 
 tf.disable_eager_execution()
 tf.logging.set_verbosity(tf.logging.ERROR)
@@ -19,9 +21,23 @@ TINY_RUN = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
-    """(the finished ``subprocess.run`` of hmp.train with TINY_RUN, its --model_dir)."""
+    """(the ``cli_batch.Run`` of hmp.train with TINY_RUN, its --model_dir)."""
     model_dir = tmp_path_factory.mktemp("tiny_run")
-    run = subprocess.run([sys.executable, "-m", "hmp.train", *TINY_RUN,
-                          "--model_dir=%s" % model_dir], capture_output=True, text=True,
-                         timeout=300)
+    run, = run_batch("hmp.train", [{"args": [*TINY_RUN, "--model_dir=%s" % model_dir]}],
+                     timeout=300)
     return run, model_dir
+
+
+@pytest.fixture(scope="session")
+def small_scene(tmp_path_factory):
+    """hmp.train flags of a 40 x 40 synthetic scene with the built-in scene's 100 bands
+    and 10 classes (saved in a folder of the session), half of its pixels for training:
+    for the runs whose checks need no 145 x 145 scene. Given after flags with a
+    --train_fraction, they replace it."""
+    folder = tmp_path_factory.mktemp("small_scene")
+    scene = synthetic_scene(height=40, width=40, n_classes=10, n_bands=100, seed=0,
+                            field_size=10, region_smoothness=2)
+    np.save(folder / "cube.npy", scene.cube)
+    np.save(folder / "labels.npy", scene.labels)
+    return ["--dataset=%s" % (folder / "cube.npy"), "--labels=%s" % (folder / "labels.npy"),
+            "--train_fraction=0.5"]

@@ -122,18 +122,18 @@ BAD_WORKER_FLAGS = {"--task=2": "--task=2: give a task index from 0 to 1",
 def test_worker_pins_cpus_stops_on_sigint_and_refuses_bad_flags():
     good = _worker("--cluster=127.0.0.1:%d" % free_loopback_ports(1)[0], "--task=0",
                    "--cpus=0", "--threads=1")
-    refused = {flags: _worker("--cluster=127.0.0.1:1,127.0.0.1:2", *flags.split())
-               for flags in BAD_WORKER_FLAGS}
+    refused = dict(zip(BAD_WORKER_FLAGS, run_batch("hmp.worker", [   # one interpreter
+        {"args": ["--cluster=127.0.0.1:1,127.0.0.1:2", *flags.split()]}
+        for flags in BAD_WORKER_FLAGS])))
     serving = good.stdout.readline()
     # one thread, but two inter-op threads: a transfer need not wait for an op
     assert "(cpus 0, threads 1, inter-op threads 2)" in serving, good.stderr.read()[-2000:]
     assert os.sched_getaffinity(good.pid) == {0}
     good.send_signal(signal.SIGINT)
     assert good.wait(30) == 0 and "stopped" in good.stdout.read()
-    for flags, process in refused.items():
-        _, stderr = process.communicate(timeout=60)
+    for flags, (returncode, _, stderr) in refused.items():
         lines = [l for l in stderr.splitlines() if l.startswith("hmp.worker: error:")]
-        assert process.returncode == 2 and len(lines) == 1, stderr[-2000:]
+        assert returncode == 2 and len(lines) == 1, stderr[-2000:]
         assert BAD_WORKER_FLAGS[flags] in lines[0] and "Traceback" not in stderr
 
 
@@ -151,8 +151,8 @@ TRAIN = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
          "--train_fraction=0.05", "--speeds=2,1", "--mesh=model:2", "--checkpoint_every=3"]
 
 
-def _train(workers, *flags):
-    return [sys.executable, "-m", "hmp.train", "--cluster=" + workers.spec, *TRAIN, *flags]
+def _train_flags(workers, *flags):
+    return ["--cluster=" + workers.spec, *TRAIN, *flags]
 
 
 def test_train_refuses_a_bad_or_silent_cluster():
@@ -168,9 +168,11 @@ def test_train_refuses_a_bad_or_silent_cluster():
         assert expected[spec][1] in lines[0] and "Traceback" not in stderr
 
 
-def test_killed_worker_stops_training_and_resume_continues(workers, tmp_path):
-    process = subprocess.Popen(_train(workers, "--epochs=30", "--model_dir=%s" % tmp_path),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def test_killed_worker_stops_training_and_resume_continues(workers, tmp_path, small_scene):
+    process = subprocess.Popen(   # a process of its own: it runs while the worker dies
+        [sys.executable, "-m", "hmp.train",
+         *_train_flags(workers, *small_scene, "--epochs=30", "--model_dir=%s" % tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while (not (tmp_path / "ckpt-3.index").exists() and process.poll() is None
            and time.time() < deadline):
@@ -186,9 +188,8 @@ def test_killed_worker_stops_training_and_resume_continues(workers, tmp_path):
     assert int(last.rpartition("-")[2]) >= 3
 
     workers.start(1)   # on the same port
-    resumed = subprocess.run(_train(workers, "--epochs=1", "--resume",
-                                    "--model_dir=%s" % tmp_path),
-                             capture_output=True, text=True, timeout=300)
+    resumed, = run_batch("hmp.train", [{"args": _train_flags(
+        workers, *small_scene, "--epochs=1", "--resume", "--model_dir=%s" % tmp_path)}])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed from %s" % last in resumed.stdout
     assert "overall accuracy (OA)" in resumed.stdout

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from cli_batch import run_batch_with_out
+from cli_batch import Run, run_batch_with_out
 from hmp.planning import Plan
 from hmp.run.from_graph import model_spec
 from models import model_config
@@ -19,19 +19,27 @@ TINY = ["--model=cnn2d", "--width=4", "--patch_size=5", "--bands=8", "--classes=
 
 
 @pytest.fixture(scope="module")
-def plans(tmp_path_factory):
-    """{name: (Run, plan file)} of the runs that write a plan, in one interpreter
-    (tests/cli_batch.py)."""
-    return run_batch_with_out(
+def runs(tmp_path_factory):
+    """{name: (Run, its --out file)}: the runs that write a plan, in one interpreter
+    (tests/cli_batch.py), and "bad_flag", a process of its own (its whole stderr,
+    TensorFlow's start-up included, is under test) started beside them."""
+    folder = tmp_path_factory.mktemp("plans")
+    bad_out = folder / "bad_flag.json"
+    bad_flag = subprocess.Popen([sys.executable, SCRIPT, *TINY, "--mesh=model:x",
+                                 f"--out={bad_out}"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    plans = run_batch_with_out(
         "scripts/plan_layout.py",
         {"given": [*TINY, "--speeds=3,2,1", "--mesh=model:3"],
          "auto": [*TINY, "--speeds=auto", "--devices=/cpu:0,/cpu:2", "--warmup=1",
                   "--repeats=2", "--mesh=batch:2"]},
-        tmp_path_factory.mktemp("plans"))
+        folder)
+    stdout, stderr = bad_flag.communicate(timeout=120)
+    return {**plans, "bad_flag": (Run(bad_flag.returncode, stdout, stderr), bad_out)}
 
 
-def test_given_speeds_give_a_plan_file(plans):
-    run, out = plans["given"]
+def test_given_speeds_give_a_plan_file(runs):
+    run, out = runs["given"]
     assert run.returncode == 0, run.stderr
     plan = json.loads(out.read_text())
     assert plan["model"] == "cnn2d(width=4, input=5x5x8, classes=4)"
@@ -44,19 +52,17 @@ def test_given_speeds_give_a_plan_file(plans):
     Plan.from_json(out, model_spec=model_spec(model_config("cnn2d", 5, 8, 4, width=4)))
 
 
-def test_a_bad_flag_is_one_line_and_exit_code_2(tmp_path):
+def test_a_bad_flag_is_one_line_and_exit_code_2(runs):
     """A process of its own: its whole stderr, TensorFlow's start-up included, is one line."""
-    run = subprocess.run([sys.executable, SCRIPT, *TINY, "--mesh=model:x",
-                          f"--out={tmp_path / 'plan.json'}"],
-                         capture_output=True, text=True, timeout=120, check=False)
+    run, out = runs["bad_flag"]
     assert run.returncode == 2
     assert run.stderr.splitlines() == [run.stderr.strip()]
     assert run.stderr.startswith("plan_layout: error: --mesh=model:x: bad mesh 'model:x'")
-    assert "allowed" in run.stderr and not (tmp_path / "plan.json").exists()
+    assert "allowed" in run.stderr and not out.exists()
 
 
-def test_auto_speeds_are_measured(plans):
-    run, out = plans["auto"]
+def test_auto_speeds_are_measured(runs):
+    run, out = runs["auto"]
     assert run.returncode == 0, run.stderr
     plan = json.loads(out.read_text())
     assert plan["devices"] == ["/cpu:0", "/cpu:2"] and plan["time_unit"] == "s"

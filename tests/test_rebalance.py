@@ -42,10 +42,10 @@ def test_replan_moves_filters_from_slow_device_only_above_threshold():
     assert new_plan.mesh == plan.mesh
 
 
-def test_rebalancing_shifts_work_and_keeps_the_loss_trajectory(tmp_path):
+def test_rebalancing_shifts_work_and_keeps_the_loss_trajectory(tmp_path, small_scene):
     args = {"steady": [], "balanced": ["--rebalance=epoch", "--simulate_slowdown=/cpu:1=4"]}
     runs = run_batch("hmp.train", [   # one interpreter (tests/cli_batch.py)
-        {"args": [*FLAGS, *extra, "--model_dir=%s" % (tmp_path / name)]}
+        {"args": [*FLAGS, *small_scene, *extra, "--model_dir=%s" % (tmp_path / name)]}
         for name, extra in args.items()])
     for run in runs:
         assert run.returncode == 0, run.stderr[-2000:]

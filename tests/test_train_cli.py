@@ -45,10 +45,11 @@ def plan_file(path, config, devices, speeds, batch_size, mesh):
 
 
 @pytest.fixture(scope="module")
-def cli_runs(tmp_path_factory):
+def cli_runs(tmp_path_factory, small_scene):
     """({name: [Run, ...]}, {name: folder}) of every run of this module, in order in
     one interpreter (tests/cli_batch.py): one TensorFlow import, not one a run. Each
-    name's runs write in a folder of their own; a BAD_FLAGS run is named by its flags."""
+    name's runs write in a folder of their own; a BAD_FLAGS run is named by its flags.
+    The runs that train do so on conftest's ``small_scene``."""
     from models import model_config
     names = ("no_checkpoint", "other_model_plan", "nan", "readme_model",
              "auto_speeds", "relative_speeds", "virtual_cpus_plan")
@@ -56,28 +57,29 @@ def cli_runs(tmp_path_factory):
     other_plan = plan_file(folders["other_model_plan"] / "plan.json",
                            model_config("cnn3d", 9, 200, 16), ["/cpu:0", "/cpu:1"], [1, 1],
                            32, "model:2")
-    own_plan = plan_file(folders["virtual_cpus_plan"] / "p.json",   # TINY_AUTO's scene
+    own_plan = plan_file(folders["virtual_cpus_plan"] / "p.json",   # small_scene's model
                          model_config("cnn2d", 5, 100, 10, 4), ["/cpu:0", "/cpu:1"], [2, 1],
                          64, "model:2")
     cache = {"HMP_CACHE_DIR": str(folders["auto_speeds"] / "cache")}
-    two = [*TINY_AUTO, "--devices=/cpu:0,/cpu:1"]
+    tiny, tiny_auto = [*TINY, *small_scene], [*TINY_AUTO, *small_scene]
+    two = [*tiny_auto, "--devices=/cpu:0,/cpu:1"]
     runs = {
         "no_checkpoint": [train(*TINY, "--resume", model_dir=folders["no_checkpoint"])],
         "other_model_plan": [train(*TINY, "--plan=%s" % other_plan,
                                    model_dir=folders["other_model_plan"] / "run")],
-        "nan": [train(*TINY, "--optimizer=sgd", "--learning_rate=1e30", "--epochs=1",
+        "nan": [train(*tiny, "--optimizer=sgd", "--learning_rate=1e30", "--epochs=1",
                       model_dir=folders["nan"]),
-                train(*TINY, "--resume", "--epochs=1", "--optimizer=sgd",
+                train(*tiny, "--resume", "--epochs=1", "--optimizer=sgd",
                       "--learning_rate=1e-3", model_dir=folders["nan"]),
-                train(*TINY, "--resume", "--epochs=2", model_dir=folders["nan"])],
-        "readme_model": [train(*TINY, "--model=mymodels.small", "--epochs=1",
+                train(*tiny, "--resume", "--epochs=2", model_dir=folders["nan"])],
+        "readme_model": [train(*tiny, "--model=mymodels.small", "--epochs=1",
                                model_dir=folders["readme_model"] / "run",
                                pythonpath=readme_model_package(folders["readme_model"]))],
         "auto_speeds": [train(*two, model_dir=folders["auto_speeds"] / "a", env=cache),
                         train(*two, model_dir=folders["auto_speeds"] / "b", env=cache)],
-        "relative_speeds": [train(*TINY_AUTO, "--devices=/cpu:0,/cpu:1", "--speeds=2,1",
+        "relative_speeds": [train(*tiny_auto, "--devices=/cpu:0,/cpu:1", "--speeds=2,1",
                                   model_dir=folders["relative_speeds"])],
-        "virtual_cpus_plan": [train(*TINY_AUTO, "--plan=%s" % own_plan,
+        "virtual_cpus_plan": [train(*tiny_auto, "--plan=%s" % own_plan,
                                     model_dir=folders["virtual_cpus_plan"] / "run")],
     }
     bad_flags = tmp_path_factory.mktemp("bad_flags")   # their runs/<name> folders

@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -41,18 +42,36 @@ def interrupt_after_first_epoch(signum, *args, process=None):
     return process.returncode, "".join(out) + stdout, stderr
 
 
-def test_interrupted_and_killed_runs_resume_where_they_stopped(tmp_path):
+def kill_at_checkpoint(process, checkpoint, timeout_s=240):
+    """SIGKILLs ``process`` once ``checkpoint`` exists (or after ``timeout_s``)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and not checkpoint.exists():
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+def test_interrupted_and_killed_runs_resume_where_they_stopped(tmp_path, small_scene):
     """SIGINT after an epoch stops with a checkpoint and one line; a run SIGKILLed mid-epoch
     resumes from its last checkpoint and ends exactly where an uninterrupted run ends.
 
-    Every run on the default devices: this CPU-only machine's one, planned without
-    profiling. The two signalled runs are processes of their own; the rest share one
-    interpreter (tests/cli_batch.py).
+    Every run on the default devices (this CPU-only machine's one, planned without
+    profiling) and conftest's small scene. The two signalled runs are processes of
+    their own, run side by side (a thread kills one at its checkpoint while the other
+    is interrupted); the rest share one interpreter (tests/cli_batch.py).
     """
     interrupted, killed, straight = (tmp_path / name for name in
                                      ("interrupted", "killed", "straight"))
-    rc, _, stderr = interrupt_after_first_epoch(signal.SIGINT, *RESUMABLE,
+    resumable = [*RESUMABLE, *small_scene]
+    killer = threading.Thread(target=kill_at_checkpoint, args=(
+        subprocess.Popen(command(*resumable, "--model_dir=%s" % killed),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        killed / "ckpt-6.index"))
+    killer.start()
+    rc, _, stderr = interrupt_after_first_epoch(signal.SIGINT, *resumable,
                                                 "--model_dir=%s" % interrupted)
+    killer.join()
+    assert (killed / "ckpt-6.index").exists(), "no checkpoint before the kill"
     lines = [l for l in stderr.splitlines() if l.startswith("hmp.train: ")]
     assert rc == 130 and len(lines) == 1, stderr[-2000:]
     assert "Traceback" not in stderr
@@ -61,22 +80,14 @@ def test_interrupted_and_killed_runs_resume_where_they_stopped(tmp_path):
     step = int(lines[0].split(" step ")[1].split(";")[0])
     assert (interrupted / ("ckpt-%d.index" % step)).exists()
 
-    process = subprocess.Popen(command(*RESUMABLE, "--model_dir=%s" % killed),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while time.time() < deadline and not list(killed.glob("ckpt-6.index")):
-        time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert list(killed.glob("ckpt-6.index")), "no checkpoint before the kill"
 
     cache = {"HMP_CACHE_DIR": str(tmp_path / "cache")}
     again, done, finished, resumed, uninterrupted = run_batch("hmp.train", [
-        {"args": [*RESUMABLE, "--model_dir=%s" % interrupted]},
-        {"args": [*RESUMABLE, "--model_dir=%s" % interrupted, "--resume"]},
-        {"args": [*RESUMABLE, "--model_dir=%s" % interrupted, "--resume"]},
-        {"args": [*RESUMABLE, "--model_dir=%s" % killed, "--resume"]},
-        {"args": [*RESUMABLE, "--model_dir=%s" % straight], "env": cache}])
+        {"args": [*resumable, "--model_dir=%s" % interrupted]},
+        {"args": [*resumable, "--model_dir=%s" % interrupted, "--resume"]},
+        {"args": [*resumable, "--model_dir=%s" % interrupted, "--resume"]},
+        {"args": [*resumable, "--model_dir=%s" % killed, "--resume"]},
+        {"args": [*resumable, "--model_dir=%s" % straight], "env": cache}])
     assert again.returncode == 2 and "--resume" in again.stderr   # no silent start-over
 
     assert done.returncode == 0, done.stderr[-2000:]
@@ -160,11 +171,14 @@ def test_input_errors_name_file_and_flag_and_bugs_keep_their_traceback(tmp_path)
     }
     args = {name: [*TINY, *flags, "--model_dir=%s" % (tmp_path / name)]
             for name, (_, flags, _) in cases.items()}
-    # a custom .mat scene trains, and SIGTERM stops it: a process of its own
-    ran = {"nan_sigterm": interrupt_after_first_epoch(signal.SIGTERM, *args["nan_sigterm"])}
-    others = [name for name in cases if name != "nan_sigterm"]   # one interpreter
-    ran.update(zip(others, run_batch("hmp.train", [   # mymodels.bad from tmp_path
+    # a custom .mat scene trains, and SIGTERM stops it: a process of its own, which
+    # starts while the others run in one interpreter
+    training = subprocess.Popen(command(*args["nan_sigterm"]), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    others = [name for name in cases if name != "nan_sigterm"]
+    ran = dict(zip(others, run_batch("hmp.train", [   # mymodels.bad from tmp_path
         {"args": args[name], "pythonpath": str(tmp_path)} for name in others])))
+    ran["nan_sigterm"] = interrupt_after_first_epoch(signal.SIGTERM, process=training)
     for name, (returncode, stdout, stderr) in ran.items():
         code, _, expected = cases[name]
         assert returncode == code, (name, stderr[-2000:])
