@@ -64,7 +64,7 @@ FLOOR_OF_ROOM = {
     "hmp.compat": 0, "hmp.errors": 0, "hmp.files": 0, "hmp.layer_math": 0, "hmp.hosts": 0,
     "hmp.cli": 0,
     "hmp.data": 1, "hmp.evaluation": 1,
-    "hmp.mesh": 2, "hmp.cluster.runtime": 2,
+    "hmp.mesh": 2, "hmp.cluster": 2,
     "hmp.layers": 3, "hmp.planning": 3,
     "hmp.run": 4,
     "hmp.train": 5, "hmp.predict": 5, "hmp.worker": 5,
