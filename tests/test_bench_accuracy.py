@@ -63,6 +63,8 @@ def test_jobs_run_pinned_with_their_threads_and_queue_what_follows(tmp_path):
 def scored_tiny_run(tiny_run, tmp_path_factory):
     """conftest's real hmp.train run (cnn2d, 2 epochs) as a grid row, and the baselines
     on its saved split (5x5 windows only, to be quick)."""
+    pytest.importorskip("sklearn", reason="scikit-learn is an optional extra "
+                                          "(pip install -e .[baselines])")
     run, folder = tiny_run
     assert run.returncode == 0, run.stderr[-2000:]
     out = tmp_path_factory.mktemp("baselines") / "baselines.json"
@@ -72,8 +74,6 @@ def scored_tiny_run(tiny_run, tmp_path_factory):
 
 
 def test_rows_score_the_run_and_the_baselines_on_its_split(scored_tiny_run):
-    pytest.importorskip("sklearn", reason="scikit-learn is an optional extra "
-                                          "(pip install -e .[baselines])")
     folder, model, baselines, out = scored_tiny_run
     results = json.loads((folder / "results.json").read_text())
     confusion = np.array(results["test"]["confusion_matrix"])
@@ -92,7 +92,6 @@ def test_rows_score_the_run_and_the_baselines_on_its_split(scored_tiny_run):
 
 
 def test_margins_are_over_the_best_spectral_baseline_and_over_all(scored_tiny_run):
-    pytest.importorskip("sklearn")
     _, model, baselines, _ = scored_tiny_run
     again = dict(model, seed=1, oa=model["oa"] - 10.0, collapsed="99% of test pixels in class 1")
     rows = [model, again] + baselines + [dict(b, seed=1) for b in baselines]
