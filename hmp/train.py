@@ -430,15 +430,11 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
                 print("early stop: no better validation accuracy for %d epochs"
                       % FLAGS.patience, flush=True)
                 break
+            new_plan = None
             if trial is not None and not trial.done and epoch + 1 < FLAGS.epochs:
                 new_plan = trial.after_epoch(stats.steady_samples_per_second
                                                or stats.samples_per_second)
                 print(trial.message, flush=True)
-                if new_plan is not None:
-                    trainer.close()
-                    plan = new_plan
-                    record.add_plan(dataclasses.asdict(plan))
-                    trainer = start(plan, resume=True)
             elif FLAGS.rebalance == "epoch" and epoch + 1 < FLAGS.epochs:
                 new_plan = rebalance.replan(plan, spec, stats.busy_seconds,
                                             FLAGS.rebalance_threshold)
@@ -446,10 +442,11 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
                     print("re-balancing (busy time imbalance %.0f%%): %s -> %s"
                           % (100 * rebalance.imbalance(stats.busy_seconds), plan.splits,
                              new_plan.splits), flush=True)
-                    trainer.close()
-                    plan = new_plan
-                    record.add_plan(dataclasses.asdict(plan))
-                    trainer = start(plan, resume=True)
+            if new_plan is not None:   # the same weights (checkpoint) on the new plan
+                trainer.close()
+                plan = new_plan
+                record.add_plan(dataclasses.asdict(plan))
+                trainer = start(plan, resume=True)
         step = trainer.step
         if best.path is not None:
             print("the weights of epoch %d (best validation accuracy %.3f) classify"
