@@ -34,7 +34,8 @@ flags.DEFINE_string("model_dir", None, "The run's folder (hmp.train's --model_di
 flags.DEFINE_string("out", None, "Folder for class_map.npy, class_map.png and "
                     "probabilities.npy (default <model_dir>/prediction; none with only "
                     "--export).")
-flags.DEFINE_string("export", None, "Also write the model as a TensorFlow SavedModel here.")
+flags.DEFINE_string("export", None, "Write the model as a TensorFlow SavedModel here "
+                    "(instead of the class map, unless --out is given too).")
 flags.DEFINE_string("dataset", None, "The scene, as hmp.train's --dataset (default: the "
                     "run's scene, with its data flags unless given here); a cube file "
                     "needs no --labels.")
