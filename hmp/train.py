@@ -243,8 +243,9 @@ def _say(line):
 
 
 def _measured(model_config, spec, devices, session_config, target, model_dir, cluster):
-    """Per device FLOP/s, per-step overhead (s) and the link (a LinkSpec): from the speed
-    cache, or measured now (and stored there). See hmp.run.speedcache."""
+    """The speed-cache entry (per device: samples/s at --batch_size, FLOP/s, per-step
+    overhead) and the link (a LinkSpec): cached, or measured now (and stored there).
+    See hmp.run.speedcache."""
     key = speedcache.cache_key(model_config, FLAGS.batch_size, FLAGS.optimizer, devices,
                                cluster.addresses if cluster else None)
     paths = [os.path.join(model_dir, speedcache.FILE_NAME), speedcache.user_cache_path()]
@@ -265,11 +266,10 @@ def _measured(model_config, spec, devices, session_config, target, model_dir, cl
     link = entry.link_spec()
     if link is not None:
         _say("  link: " + "; ".join(
-            "%s%.3g us per hand-over, %.3g GB/s" % (what, 1e6 * l.latency_s,
-                                                   l.bandwidth_bytes_per_s / 1e9)
+            what + l.figures()
             for what, l in (("", link), ("while training ", link.loaded),
                             ("within a host ", link.local)) if l is not None))
-    return entry.flops_per_s, entry.overheads, link
+    return entry, link
 
 
 def _plan(model_config, devices, session_config, target, model_dir, cluster):
@@ -294,13 +294,13 @@ def _plan(model_config, devices, session_config, target, model_dir, cluster):
                 "communication not priced: --speeds=%s gives the speeds, so no link was "
                 "measured (--speeds=auto measures both)" % FLAGS.speeds))
         return spec, plan, devices[int(np.argmax(speeds))]
-    flops, overheads, link = _measured(model_config, spec, devices, session_config, target,
-                                       model_dir, cluster)
-    alone_s = [o + FLAGS.batch_size * planning.costmodel.train_flops_per_sample(spec) / f
-               for f, o in zip(flops, overheads)]
-    return (spec, planning.plan_layout(spec, linkprobe.platform_specs(devices, flops, overheads),
-                                       None, FLAGS.batch_size, FLAGS.mesh, link=link),
-            devices[int(np.argmin(alone_s))])
+    entry, link = _measured(model_config, spec, devices, session_config, target, model_dir,
+                            cluster)
+    platform = linkprobe.platform_specs(devices, entry.flops_per_s, entry.overheads)
+    alone = [s["samples_per_s"] for s in entry.speeds]   # each timed alone at --batch_size
+    return (spec, planning.plan_layout(spec, platform, None, FLAGS.batch_size, FLAGS.mesh,
+                                       link=link),
+            devices[int(np.argmax(alone))])
 
 
 def _alone_trial(spec, plan, fastest, first_epoch):

@@ -86,15 +86,15 @@ from hmp import cli, files  # noqa: E402
 from hmp.cluster.runtime import JOB, local_cluster, parse_cpus  # noqa: E402
 from hmp.cluster.subprocesses import die_with_parent  # noqa: E402
 from hmp.errors import InvalidInput  # noqa: E402
-from hmp.planning import parse_mesh, plan_layout, predict  # noqa: E402
+from hmp.planning import LinkSpec, parse_mesh, plan_layout, predict  # noqa: E402
 from hmp.planning.plan import aligned_columns  # noqa: E402
 from hmp.run import experiment  # noqa: E402
 from hmp.run.from_graph import model_spec  # noqa: E402
 from hmp.run.graph import Placement, TrainingGraph  # noqa: E402
 from hmp.run.linkprobe import platform_specs  # noqa: E402
 from hmp.run.profiler import busy_times, measure_platform  # noqa: E402
-from models import model_config  # noqa: E402
 from hmp.run.rebalance import replan  # noqa: E402
+from models import model_config  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["cnn3d", "cnn2d"], "Models to benchmark: "
@@ -504,11 +504,10 @@ def table(result):
 
 
 def link_figures(link):
-    """``152 us per hand-over, 1.94 GB/s`` from a LinkSpec's fields ("-" for None)."""
+    """A recorded LinkSpec's ``LinkSpec.figures`` ("-" for None)."""
     if link is None:
         return "-"
-    return "%.0f us per hand-over, %.3g GB/s" % (1e6 * link["latency_s"],
-                                                 link["bandwidth_bytes_per_s"] / 1e9)
+    return LinkSpec(link["bandwidth_bytes_per_s"], link["latency_s"]).figures()
 
 
 def where_the_time_goes(configs):

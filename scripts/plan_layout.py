@@ -175,8 +175,7 @@ def profile(config, spec, devices):
               f"{s.max_samples_per_s:.4g})  relative {s.relative:.3f}  "
               f"{s.flops_per_s:.4g} FLOP/s  {1e3 * s.overhead_s:.3g} ms of every step")
     if link is not None:
-        print(f"  link: {1e6 * link.latency_s:.3g} us per hand-over, "
-              f"{link.bandwidth_bytes_per_s / 1e9:.3g} GB/s")
+        print(f"  link: {link.figures()}")
     print()
     return speeds, link
 

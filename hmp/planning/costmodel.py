@@ -254,6 +254,11 @@ class LinkSpec:
                 raise InvalidInput(f"link {what} must be a LinkSpec, a dict or None, "
                                  f"got {value!r}")
 
+    def figures(self):
+        """``142 us per hand-over, 2.22 GB/s``: latency and bandwidth, as programs print them."""
+        return "%.3g us per hand-over, %.3g GB/s" % (1e6 * self.latency_s,
+                                                     self.bandwidth_bytes_per_s / 1e9)
+
     def between(self, hosts):
         """The link a collective among devices of ``hosts`` uses: ``local`` if one host."""
         if self.local is not None and len(set(hosts)) == 1 and None not in hosts:

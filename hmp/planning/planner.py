@@ -231,14 +231,19 @@ def _replication(model_spec, specs, mesh, batch_size, min_filters, link, replica
             options[faster] = priced(faster)
     dims = min(options, key=lambda d: (options[d][0].step, len(d)))
     prediction, splits = options[dims]
-    records = [{"dim": d, "saved_s": all_split.step - options[(d,)][0].step,
-                "reason": f"{d} replicated: every model column computes its layers whole, "
-                          f"no model-axis collectives for it; replicating it alone is "
-                          f"predicted {format_time(all_split.step - options[(d,)][0].step)} "
-                          f"faster than splitting it ({format_time(options[(d,)][0].step)} "
-                          f"against {format_time(all_split.step)} with every dim split)"}
-               for d in dims]
-    return dims, splits, prediction, records
+    return dims, splits, prediction, [_replicated_record(d, options[(d,)][0].step,
+                                                         all_split.step) for d in dims]
+
+
+def _replicated_record(dim, alone_step, all_split_step):
+    """The plan's record of a dim replicated by choice: its predicted saving and why."""
+    saved = all_split_step - alone_step
+    return {"dim": dim, "saved_s": saved,
+            "reason": f"{dim} replicated: every model column computes its layers whole, "
+                      f"no model-axis collectives for it; replicating it alone is "
+                      f"predicted {format_time(saved)} faster than splitting it "
+                      f"({format_time(alone_step)} against {format_time(all_split_step)} "
+                      "with every dim split)"}
 
 
 def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
