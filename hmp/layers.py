@@ -16,6 +16,7 @@ import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
 from hmp.mesh import ops
+from hmp.mesh.bucketing import reduce_together
 
 mtf = import_mesh_tensorflow()
 
@@ -137,13 +138,23 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
     """Batch normalisation over every dim but the last (the channels).
 
     Statistics are over the whole global batch: with the batch split across
-    devices, Mesh-TF all-reduces the partial sums, so an uneven batch split
-    gives the same result as one device. ``training``: True (batch
-    statistics), False (the moving averages), or an mtf scalar switching
-    between them at run time (``hmp.run.graph``'s ``training`` input). Returns
-    ``(y, update_ops)``: the update ops (moving averages for inference) are
-    also added to the TF collection ``UPDATE_OPS``; run them with the
-    training step.
+    devices, the partial sums are all-reduced, so an uneven batch split
+    gives the same result as one device. Each step all-reduces twice per
+    layer, however the batch is split: the sums of ``x`` and ``x**2`` in the
+    forward pass (one all-reduce, ``hmp.mesh.bucketing``; the variance is
+    their mean square minus the squared mean, as synchronised batch norm
+    computes it), and in the backward pass the sums of the output gradient
+    and of its product with the normalised input, which are also the
+    gradients of ``offset`` and ``scale`` (:func:`_normalise`). Mesh-TF's own
+    gradient of the same formula makes five: every all-reduce is a point where
+    the devices of a batch split wait for each other.
+
+    ``training``: True (batch statistics), False (the moving averages), or an
+    mtf scalar switching between them at run time (``hmp.run.graph``'s
+    ``training`` input; the gradient is that of the batch statistics, as
+    training steps feed 1.0). Returns ``(y, update_ops)``: the update ops
+    (moving averages for inference) are also added to the TF collection
+    ``UPDATE_OPS``; run them with the training step.
     """
     channels = x.shape.dims[-1:]
     with tf.variable_scope(name, default_name="batch_norm"):
@@ -160,23 +171,59 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
                                            initializer=tf.ones_initializer(),
                                            activation_dtype=x.dtype,
                                            trainable=False)
-        updates = []
         if training is False:
-            mean, variance = moving_mean, moving_variance
-        else:
-            batch_mean = mtf.reduce_mean(x, output_shape=channels)
-            batch_variance = mtf.reduce_mean(mtf.square(x - batch_mean), output_shape=channels)
-            updates = [
-                mtf.assign(moving_mean,
-                           momentum * moving_mean + (1 - momentum) * batch_mean),
-                mtf.assign(moving_variance,
-                           momentum * moving_variance + (1 - momentum) * batch_variance)]
-            for update in updates:
-                tf.add_to_collection(UPDATE_OPS, update)
+            return (x - moving_mean) * mtf.rsqrt(moving_variance + epsilon) * scale + offset, []
+
+        def normalise(x, scale, offset):
+            batch_mean, batch_variance = _moments(x, channels)
             mean = _blend(training, batch_mean, moving_mean)
             variance = _blend(training, batch_variance, moving_variance)
-        y = (x - mean) * mtf.rsqrt(variance + epsilon) * scale + offset
+            y = (x - mean) * mtf.rsqrt(variance + epsilon) * scale + offset
+            return y, batch_mean, batch_variance
+
+        def gradient(explicit_inputs, all_inputs, forward_operations, outputs, output_grads):
+            del forward_operations   # the gradient is computed from the statistics
+            x, scale, _ = explicit_inputs
+            _, batch_mean, batch_variance = outputs
+            dx, dscale, doffset = _normalise_gradient(
+                x, scale, batch_mean, batch_variance, epsilon, output_grads[0], channels)
+            return [dx, dscale, doffset] + [None] * (len(all_inputs) - 3)
+
+        y, batch_mean, batch_variance = mtf.custom_gradient(
+            normalise, gradient, [x, scale, offset])
+        updates = [
+            mtf.assign(moving_mean, momentum * moving_mean + (1 - momentum) * batch_mean),
+            mtf.assign(moving_variance,
+                       momentum * moving_variance + (1 - momentum) * batch_variance)]
+        for update in updates:
+            tf.add_to_collection(UPDATE_OPS, update)
         return y, updates
+
+
+def _moments(x, channels):
+    """Mean and variance of ``x`` per channel over all its other dims, from one
+    all-reduce of the sums of ``x`` and ``x**2``."""
+    count = x.shape.size // channels[0].size
+    sums, squares = reduce_together([mtf.reduce_sum(x, output_shape=channels),
+                                     mtf.reduce_sum(mtf.square(x), output_shape=channels)])
+    mean = sums / count
+    return mean, mtf.relu(squares / count - mtf.square(mean))
+
+
+def _normalise_gradient(x, scale, mean, variance, epsilon, dy, channels):
+    """Gradients of ``x``, ``scale`` and ``offset`` of batch norm with batch statistics,
+    from one all-reduce of the sums of ``dy`` and of ``dy`` times the normalised ``x``::
+
+        dx = scale / std * (dy - mean(dy) - x_hat * mean(dy * x_hat))
+
+    The two sums are the gradients of ``offset`` and ``scale`` themselves."""
+    count = x.shape.size // channels[0].size
+    inverse_std = mtf.rsqrt(variance + epsilon)
+    normalised = (x - mean) * inverse_std
+    doffset, dscale = reduce_together([mtf.reduce_sum(dy, output_shape=channels),
+                                       mtf.reduce_sum(dy * normalised, output_shape=channels)])
+    dx = (dy - doffset / count - normalised * (dscale / count)) * (scale * inverse_std)
+    return dx, dscale, doffset
 
 
 def dropout(x, training, rate, name=None):

@@ -174,6 +174,51 @@ def test_batch_norm_statistics_cover_the_whole_uneven_batch():
     assert harness.max_relative_error(grads[0], expected_grads[0]) <= 1e-4
 
 
+class CountingMeshImpl(hmp.HeteroMeshImpl):
+    """HeteroMeshImpl that records the mesh axes of every all-reduce it lowers."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.allreduces = []
+
+    def allreduce(self, x, mesh_axes, reduction_fn_string):
+        self.allreduces.append(list(mesh_axes))
+        return super().allreduce(x, mesh_axes, reduction_fn_string)
+
+
+def test_batch_norm_makes_two_allreduces_and_the_gradients_of_plain_tf():
+    """On an uneven batch split batch norm all-reduces once forward (its statistics) and
+    once backward; its input, scale and offset gradients are plain TF's."""
+    rng = np.random.RandomState(2)
+    x = (1 + 3 * rng.randn(6, 3, 4, 6)).astype(np.float32)
+    graph, mesh, (tx,) = harness.mesh_with_inputs(
+        [(x, dims(("batch", 6), ("h", 3), ("w", 4), ("cin", 6)))])
+    y = layers.batch_norm(tx, training=True, epsilon=1e-3)[0]
+    weight = rng.randn(*x.shape).astype(np.float32)
+    objective = mtf.reduce_sum(y * mtf.import_tf_tensor(mesh, tf.constant(weight), y.shape))
+    scale, offset = graph.trainable_variables
+    grads = mtf.gradients([objective], [tx, scale.outputs[0], offset.outputs[0]])
+    mesh_shape, rules, splits = LAYOUTS["batch_and_in"]
+    impl = CountingMeshImpl(mesh_shape, rules, CPUS, splits)
+    lowering = hmp.HeteroLowering(graph, {mesh: impl})
+    fetch = [lowering.export_to_tf_tensor(t) for t in [y] + grads]
+    with tf.Session(config=harness.session_config()) as session:
+        harness.initialise(session, graph, lowering, weights=None)
+        values = session.run(fetch)
+    assert impl.allreduces == [[0], [0]]   # over mesh axis a (the batch), forward and backward
+
+    tf.reset_default_graph()
+    tensors = [tf.constant(x), tf.ones([6]), tf.zeros([6])]
+    reference = tf.nn.batch_normalization(tensors[0], *tf.nn.moments(tensors[0], [0, 1, 2]),
+                                          tensors[2], tensors[1], 1e-3)
+    expected = tf.gradients(tf.reduce_sum(reference * weight), tensors)
+    with tf.Session() as session:
+        expected = session.run([reference] + expected)
+    for actual, wanted in zip(values, expected):
+        assert actual.shape == wanted.shape
+        assert harness.max_relative_error(actual, wanted) <= 1e-4
+
+
 def test_one_hot_constant_and_broadcast_on_uneven_dims():
     labels = np.array([0, 3, 6, 2, 5, 1], np.int32)
     label_dims = dims(("batch", 6))
