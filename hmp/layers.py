@@ -124,6 +124,9 @@ def avg_pool3d(x, window=(2, 2, 2), strides=None, padding="VALID", name=None):
 # statistics; ``hmp.run.graph`` runs them with each training step (the TF1
 # ``tf.GraphKeys.UPDATE_OPS`` idiom, for mtf operations).
 UPDATE_OPS = "hmp_update_ops"
+# TF collection of the output of every ``batch_norm`` that uses the batch's statistics:
+# what ``hmp.run.from_graph`` counts as the model's norm layers (all-reduces a step).
+BATCH_NORMS = "hmp_batch_norms"
 
 
 def _blend(training, when_training, otherwise):
@@ -197,6 +200,7 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
                        momentum * moving_variance + (1 - momentum) * batch_variance)]
         for update in updates:
             tf.add_to_collection(UPDATE_OPS, update)
+        tf.add_to_collection(BATCH_NORMS, y)
         return y, updates
 
 

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from hmp.errors import InvalidInput
 from hmp.planning import (DeviceSpec, LinkSpec, ModelSpec, apportion, conv_layer_spec,
                           dense_layer_spec, load_platform, memory_bytes, parse_mesh, predict,
                           ring_allgather_time, ring_allreduce_time)
@@ -355,6 +356,32 @@ def test_all_weight_gradients_are_one_allreduce(n):
     p = predict(spec, devices(*[1e9] * n), parse_mesh(f"batch:{n}"), 4 * n,
                 {"batch": [4] * n}, link)
     assert p.comm == pytest.approx(2 * (n - 1) * 1e-4, rel=1e-6)   # one ring, not six
+
+
+@pytest.mark.parametrize("mesh, splits, rings", [
+    ("batch:2", {"batch": [5, 3]}, [2]),
+    ("batch:2;model:2", {"batch": [5, 3], "filters1": [5, 3]}, [2, 2]),   # a ring per column
+])
+def test_norm_layers_add_two_allreduces_each_forward_idle_backward_loaded(mesh, splits, rings):
+    loaded = LinkSpec(1e15, 3e-4)
+    link = LinkSpec(1e15, 1e-4, loaded=loaded)   # latency only
+    plain = two_conv_model()
+    normed = dataclasses.replace(plain, norm_layers=3)
+    n = len(rings) * 2
+    base, more = (predict(spec, devices(*[1e9] * n), parse_mesh(mesh), 8, splits, link)
+                  for spec in (plain, normed))
+    # per column: 3 layers x (one forward all-reduce at 1e-4 + one backward at 3e-4 per
+    # hand-over), each 2 (M - 1) = 2 hand-overs; the columns run at once
+    assert more.comm - base.comm == pytest.approx(3 * 2 * (1e-4 + 3e-4))
+    assert more.compute == base.compute
+    single = [predict(spec, devices(1e9), parse_mesh("batch:1"), 8, {"batch": [8]}, link)
+              for spec in (plain, normed)]
+    assert single[0].step == single[1].step   # one device: no all-reduce
+
+
+def test_norm_layers_must_be_a_whole_number():
+    with pytest.raises(InvalidInput, match="norm_layers must be a whole number >= 0"):
+        dataclasses.replace(two_conv_model(), norm_layers=-1)
 
 
 def test_two_level_allreduce_across_hosts_by_hand():

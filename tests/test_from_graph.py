@@ -32,6 +32,7 @@ def test_cnn2d_layers_match_hand_computed_figures():
     got = [(l.name, l.kind, l.split_dim, l.split_size, l.split_role, l.flops_per_sample,
             l.params, l.output_elems_per_sample) for l in spec.layers]
     assert got == expected
+    assert spec.norm_layers == 4   # a batch norm after each of the four convolutions
     assert spec.input_shape == (7, 7, 5)
     assert spec.name == "cnn2d(width=4, input=7x7x5, classes=3)"
 

@@ -80,7 +80,11 @@ With uneven batch rows every row runs its own collectives; the slowest counts.
 On the batch axis: the sum of every weight gradient a model column holds,
 over the ``M`` devices of that column, as one all-reduce of all of them
 (``hmp.mesh.bucketing``: one set of hand-overs and their latency per step, not
-one per weight tensor). A group spanning several hosts
+one per weight tensor); and per norm layer (``ModelSpec.norm_layers``) two
+all-reduces of its statistics, priced by their latency (forward idle, backward
+under load). They matter: with five all-reduces a layer (Mesh-TF's own gradient),
+cnn2d's four batch-norm layers added 51 ms to the 72 ms step of its data split over
+two workers of the 2-vCPU VM, and 20 ms to the step of the fast worker alone. A group spanning several hosts
 with several devices on some of them uses the two-level all-reduce of
 ``hmp.mesh.collectives`` (``allreduce_time``). Collectives of groups that share a
 host (the rows' on the model axis, the columns' on the batch axis) overlap,
@@ -518,11 +522,14 @@ def _model_axis_time(model_spec, mesh, splits, batch_rows, link, hosts):
 
 
 def _batch_axis_time(model_spec, mesh, fractions, link, hosts):
-    """The gradient all-reduce over each model column's M devices, columns at once.
+    """The batch axis's all-reduces over each model column's M devices, columns at once.
 
     ``hmp.train_step`` sums all of a column's weight gradients in one
     all-reduce (``hmp.mesh.bucketing``): the bytes of every layer's weights the
-    column holds, one set of hand-overs.
+    column holds, one set of hand-overs. Every norm layer adds two all-reduces
+    of a few channels' statistics (``ModelSpec.norm_layers``), priced by their
+    hand-overs: the forward one at the idle link (the next layer waits for it),
+    the backward one under load (the weight gradients compute beside it).
     """
     if mesh.batch == 1:
         return 0.0
@@ -530,6 +537,8 @@ def _batch_axis_time(model_spec, mesh, fractions, link, hosts):
     groups = [list(hosts[:, c]) for c in range(mesh.model)]
     columns = [_allreduce_pricer(column_hosts, link)(
         BYTES_PER_ELEMENT * float(params @ fractions[:, c]))
+        + model_spec.norm_layers * (_allreduce_pricer(column_hosts, link)(0.0)
+                                    + _allreduce_pricer(column_hosts, link.under_load())(0.0))
                for c, column_hosts in enumerate(groups)]
     return concurrent_groups_time(columns, groups, link)
 

@@ -77,9 +77,15 @@ class ModelSpec:
     name: str
     layers: tuple
     input_shape: tuple
+    # Layers that normalise over the batch (batch norm). Each all-reduces over the
+    # batch axis twice per training step: its statistics in the forward pass and
+    # its gradient sums in the backward pass (``hmp.layers.batch_norm``); the
+    # devices of a batch split wait for each other there.
+    norm_layers: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "layers", tuple(self.layers))
+        whole_number(self.norm_layers, f"model {self.name!r}: norm_layers", 0)
         object.__setattr__(self, "input_shape", tuple(self.input_shape))
         if not isinstance(self.name, str) or not self.name:
             raise InvalidInput(f"model name must be a non-empty string, got {self.name!r}")

@@ -5,7 +5,7 @@ throwaway ``tf.Graph`` and turns every layer ``hmp.run.workload.layer_ops``
 finds into a ``LayerSpec``: FLOPs, parameters and outputs per sample from the
 graph's shapes, the split dim from the model's ``SPLIT_DIMS`` (``config.model``)
 and its role from where that dim occurs ("output" if the layer's output has it, "input" if
-only its inputs do).
+only its inputs do). Its batch norms are counted too (``ModelSpec.norm_layers``).
 
 Unlike the rest of ``hmp.planning`` this module needs TensorFlow and Mesh-TF;
 import it explicitly (``from hmp.run.from_graph import model_spec``).
@@ -15,6 +15,7 @@ import inspect
 
 import tensorflow.compat.v1 as tf
 
+from hmp.layers import BATCH_NORMS
 from hmp.planning.model_spec import LayerSpec, ModelSpec
 from hmp.run.graph import build_model_graph, imported
 from hmp.run.workload import layer_ops
@@ -63,4 +64,6 @@ def model_spec(config):
                 split_role=role, flops_per_sample=float(layer.flops()),
                 params=layer.params(),
                 output_elems_per_sample=layer.op.outputs[0].shape.size))
-    return ModelSpec(spec_name(config), layers, (config.patch, config.patch, config.bands))
+        norm_layers = len(tf.get_collection(BATCH_NORMS))
+    return ModelSpec(spec_name(config), layers, (config.patch, config.patch, config.bands),
+                     norm_layers)
