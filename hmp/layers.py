@@ -206,7 +206,8 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
 
 def _moments(x, channels):
     """Mean and variance of ``x`` per channel over all its other dims, from one
-    all-reduce of the sums of ``x`` and ``x**2``."""
+    all-reduce of the sums of ``x`` and ``x**2`` (the variance clipped at 0, where
+    rounding would make a constant channel's slightly negative)."""
     count = x.shape.size // channels[0].size
     sums, squares = reduce_together([mtf.reduce_sum(x, output_shape=channels),
                                      mtf.reduce_sum(mtf.square(x), output_shape=channels)])
