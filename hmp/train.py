@@ -242,12 +242,17 @@ def _say(line):
     print(line, flush=True)
 
 
+def _measurement_key(model_config, devices, cluster):
+    """What a speed measured on ``devices`` depends on (``speedcache.cache_key``)."""
+    return speedcache.cache_key(model_config, FLAGS.batch_size, FLAGS.optimizer, devices,
+                                cluster.addresses if cluster else None)
+
+
 def _measured(model_config, spec, devices, session_config, target, model_dir, cluster):
     """The speed-cache entry (per device: samples/s at --batch_size, FLOP/s, per-step
     overhead) and the link (a LinkSpec): cached, or measured now (and stored there).
     See hmp.run.speedcache."""
-    key = speedcache.cache_key(model_config, FLAGS.batch_size, FLAGS.optimizer, devices,
-                               cluster.addresses if cluster else None)
+    key = _measurement_key(model_config, devices, cluster)
     paths = [os.path.join(model_dir, speedcache.FILE_NAME), speedcache.user_cache_path()]
     warn = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
 
@@ -303,16 +308,26 @@ def _plan(model_config, devices, session_config, target, model_dir, cluster):
             devices[int(np.argmax(alone))])
 
 
-def _alone_trial(spec, plan, fastest, first_epoch):
-    """The trial of the fastest device alone (``--try_alone``), or None when it does not
-    apply: a mesh or plan given, a plan on one device, fewer than 3 epochs left."""
+def _alone_trial(spec, plan, fastest, model_config, cluster, first_epoch, recorded):
+    """The trial of the fastest device alone (``--try_alone``), with what ``recorded``
+    (its record before a resume) measured, or None when it does not apply: a mesh or
+    plan given, a plan on one device, fewer epochs left than it still needs (3 fresh)."""
     if (not FLAGS.try_alone or FLAGS.mesh != "auto" or fastest is None
-            or len(plan.devices) < 2 or FLAGS.epochs - first_epoch < 3):
+            or len(plan.devices) < 2):
         return None
     alone = planning.plan_layout(spec, [fastest], [1.0], FLAGS.batch_size, "auto")
     alone = dataclasses.replace(alone, reason="the fastest device alone (%s), on trial "
                                 "against the plan (--try_alone)" % fastest)
-    return rebalance.AloneTrial(plan, alone)
+    # what the rates depend on: what a speed measurement does, and the two layouts
+    key = {**_measurement_key(model_config, plan.devices, cluster), "mesh": plan.mesh,
+           "splits": plan.splits, "alone": fastest}
+    trial = rebalance.AloneTrial(plan, alone, key)
+    line = trial.take_up(recorded, first_epoch)
+    if FLAGS.epochs - first_epoch < trial.epochs_needed:
+        return None
+    if line:
+        print(line, flush=True)
+    return trial
 
 
 def _slowdown(devices):
@@ -379,7 +394,8 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
         print("%d pixels hold NaN or infinite values: masked as no-data (label 0)"
               % exp.nodata_pixels, flush=True)
     fitted_preprocessing.save(model_dir, exp.preprocessor)   # for hmp.predict
-    steps = FLAGS.epochs * exp.train.steps_per_epoch(FLAGS.batch_size, drop_remainder=True)
+    steps_per_epoch = exp.train.steps_per_epoch(FLAGS.batch_size, drop_remainder=True)
+    steps = FLAGS.epochs * steps_per_epoch
     if FLAGS.resume and runs.finished(model_dir, steps):
         print("the run in %s is finished (%d epochs, step %d); its results are in %s; "
               "to train longer, resume with a larger --epochs"
@@ -412,18 +428,29 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
         events.add_text(trainer.writer, trainer.step, "plan", plan.explain())
         return trainer
 
+    # The checkpoint's step and epoch (no steps per epoch: the trainer refuses the batch).
+    start_step = (runs.checkpoint_step(model_dir) or 0) if FLAGS.resume else 0
+    first_epoch = start_step // steps_per_epoch if steps_per_epoch else 0
+    # Every invocation's epochs: a resumed run keeps those before its checkpoint.
+    record = runs.History.open(model_dir, FLAGS.resume, first_epoch, start_step, sys.argv[1:])
+    trial = _alone_trial(spec, plan, fastest, model_config, cluster, first_epoch, record.trial)
+    if trial is not None:   # a trial taken up may start on the device alone or the winner
+        plan, record.trial = trial.plan, trial.record()
     trainer = start(plan, FLAGS.resume)
     signals.armed = True   # from now on a signal stops after the step, with a checkpoint
-    first_epoch = trainer.step // trainer.steps_per_epoch
-    # Every invocation's epochs: a resumed run keeps those before its checkpoint.
-    record = runs.History.open(model_dir, FLAGS.resume, first_epoch, trainer.step,
-                               sys.argv[1:])
     record.add_plan(dataclasses.asdict(plan))
     best = BestEpoch(model_dir, FLAGS.patience, record.epochs)
-    trial = _alone_trial(spec, plan, fastest, first_epoch)
+
+    def record_epoch(stats):   # the trial's rate goes with its epoch, before the checkpoint
+        if trial is not None and not trial.done:
+            trial.measure(stats.epoch, stats.steady_samples_per_second
+                          or stats.samples_per_second)
+            record.trial = trial.record()
+        record.add_epoch(stats)
+
     try:
         for epoch in range(first_epoch, FLAGS.epochs):
-            stats = trainer.train_epoch(epoch, FLAGS.epochs, before_save=record.add_epoch)
+            stats = trainer.train_epoch(epoch, FLAGS.epochs, before_save=record_epoch)
             best.update(trainer, stats)
             print(stats.line(FLAGS.epochs), flush=True)
             if best.should_stop(epoch):
@@ -431,10 +458,9 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
                       % FLAGS.patience, flush=True)
                 break
             new_plan = None
-            if trial is not None and not trial.done and epoch + 1 < FLAGS.epochs:
-                new_plan = trial.after_epoch(stats.steady_samples_per_second
-                                               or stats.samples_per_second)
+            if trial is not None and epoch in trial.epochs.values():   # a trial epoch
                 print(trial.message, flush=True)
+                new_plan = trial.plan if trial.plan is not plan else None
             elif FLAGS.rebalance == "epoch" and epoch + 1 < FLAGS.epochs:
                 new_plan = rebalance.replan(plan, spec, stats.busy_seconds,
                                             FLAGS.rebalance_threshold)
@@ -478,6 +504,7 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
                "plans": record.plans,
                "history": record.epochs,
                "invocations": record.invocations,
+               "trial": record.trial,
                "step": step,
                "best_epoch": None if best.epoch is None else best.epoch + 1,
                "nodata_pixels": exp.nodata_pixels,

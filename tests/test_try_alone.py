@@ -1,5 +1,6 @@
 """--try_alone: a plan over several devices races the fastest device alone for one
-epoch each, and the run keeps the faster; the weights carry over either way."""
+epoch each, and the run keeps the faster; the weights carry over either way, and a
+resumed run takes the trial up where it stopped (decided: not run again)."""
 
 import json
 
@@ -7,12 +8,14 @@ import pytest
 
 from cli_batch import run_batch
 from hmp.planning import plan_layout
-from hmp.run import rebalance
+from hmp.run import rebalance, runs
+from hmp.run.trainer import EpochStats
 from test_rebalance import spec
 
 FLAGS = ["--model=cnn2d", "--width=8", "--patch_size=5", "--batch_size=64",
-         "--devices=/cpu:0,/cpu:1", "--train_fraction=0.03", "--speeds=3,1", "--epochs=3",
+         "--devices=/cpu:0,/cpu:1", "--train_fraction=0.03", "--speeds=3,1",
          "--optimizer=momentum", "--learning_rate=0.01", "--val_fraction=0", "--noaugment"]
+KEY = {"batch_size": 8, "devices": ["/cpu:0", "/cpu:1"]}   # what AloneTrial compares
 
 
 def plans():
@@ -25,33 +28,106 @@ def plans():
     (100.0, 150.0, "alone"), (150.0, 100.0, "split"), (100.0, 100.0, "alone")])
 def test_the_trial_keeps_the_layout_that_ran_more_samples(split_rate, alone_rate, kept):
     split, alone = plans()
-    trial = rebalance.AloneTrial(split, alone)
-    assert not trial.done
-    assert trial.after_epoch(split_rate) is alone          # epoch 2 runs alone
-    back = trial.after_epoch(alone_rate)
-    assert trial.done
-    assert back is (None if kept == "alone" else split)   # None: stay where it is
-    assert trial.after_epoch(1e9) is None                  # decided once
+    trial = rebalance.AloneTrial(split, alone, KEY)
+    assert (trial.plan, trial.done, trial.epochs_needed) == (split, False, 3)
+    trial.measure(0, split_rate)
+    assert trial.plan is alone and trial.verdict is None      # epoch 2 runs alone
+    trial.measure(1, alone_rate)
+    assert trial.done and trial.verdict == kept
+    assert trial.plan is (alone if kept == "alone" else split)
     assert ("back to the plan" in trial.message) == (kept == "split")
+    assert trial.record() == {"key": KEY, "device": "/cpu:0", "verdict": kept,
+                              "rates": {"split": split_rate, "alone": alone_rate},
+                              "epochs": {"split": 0, "alone": 1}}
 
 
-def test_a_run_races_its_plan_against_the_fastest_device_alone(tmp_path):
+def test_a_resume_takes_up_the_rates_of_checkpointed_epochs_of_the_same_setting(tmp_path):
+    split, alone = plans()
+    first = rebalance.AloneTrial(split, alone, KEY)
+    record = runs.History.open(str(tmp_path), False, 0, 0, [])
+    for epoch, rate in enumerate([150.0, 100.0]):   # as hmp.train records them
+        first.measure(epoch, rate)
+        record.trial = first.record()
+        record.add_epoch(EpochStats(epoch, 1.0, 0.5, rate, 1.0))
+
+    def resumed(first_epoch, key=KEY):   # the checkpoint is in epoch first_epoch
+        trial = rebalance.AloneTrial(split, alone, key)
+        saved = runs.History.open(str(tmp_path), True, first_epoch, 0, []).trial
+        return trial, trial.take_up(saved, first_epoch)
+
+    decided, line = resumed(2)
+    assert (decided.rates, decided.verdict, decided.plan) == (first.rates, "split", split)
+    assert line == ("trial: decided before the resume: the plan (150 samples/s) against "
+                    "/cpu:0 alone (100); training on the plan")
+    halfway, line = resumed(1)   # stopped in the epoch alone: that epoch again, alone
+    assert (halfway.rates, halfway.plan, halfway.epochs_needed) == ({"split": 150.0}, alone, 2)
+    assert line == ("trial: the plan ran 150 samples/s before the resume; the next epoch "
+                    "runs on the fastest device alone (/cpu:0)")
+    fresh, line = resumed(0)     # epoch 1 recorded but not checkpointed: the trial again
+    assert (fresh.rates, fresh.plan, line) == ({}, split, None)
+    other, line = resumed(2, {**KEY, "batch_size": 16})
+    assert (other.rates, other.plan) == ({}, split)
+    assert line == ("trial: the one before the resume is not taken up: it was for "
+                    "batch_size 8, this run is for 16")
+
+
+@pytest.fixture(scope="module")
+def first_runs(tmp_path_factory):
+    """(folder, {name: (Run, results.json)}) of 3 epochs with the trial and without."""
+    folder = tmp_path_factory.mktemp("try_alone")
     args = {"trial": [], "no_trial": ["--notry_alone"]}
-    runs = run_batch("hmp.train", [
-        {"args": [*FLAGS, *extra, "--model_dir=%s" % (tmp_path / name)]}
+    done = run_batch("hmp.train", [
+        {"args": [*FLAGS, *extra, "--epochs=3", "--model_dir=%s" % (folder / name)]}
         for name, extra in args.items()])
-    for run in runs:
+    for run in done:
         assert run.returncode == 0, run.stderr[-2000:]
-    results = {name: json.loads((tmp_path / name / "results.json").read_text())
-               for name in args}
-    trial = results["trial"]
+    return folder, {name: (run, json.loads((folder / name / "results.json").read_text()))
+                    for name, run in zip(args, done)}
+
+
+def test_a_run_races_its_plan_against_the_fastest_device_alone(first_runs):
+    _, results = first_runs
+    run, trial = results["trial"]
     meshes = [plan["mesh"] for plan in trial["plans"]]
     split_rate, alone_rate = (e["steady_samples_per_second"] for e in trial["history"][:2])
     assert meshes[:2] == ["batch:2", "batch:1"]
     assert trial["plans"][1]["devices"] == ["/cpu:0"]     # the faster by --speeds
     assert meshes[2:] == ([] if alone_rate >= split_rate else ["batch:2"])
-    assert "trial: the plan ran %.0f samples/s" % split_rate in runs[0].stdout
-    assert [plan["mesh"] for plan in results["no_trial"]["plans"]] == ["batch:2"]
+    assert "trial: the plan ran %.0f samples/s" % split_rate in run.stdout
+    assert [plan["mesh"] for plan in results["no_trial"][1]["plans"]] == ["batch:2"]
+    assert results["no_trial"][1]["trial"] is None
     # The trial changes where the steps run, not what they compute.
-    losses = [[e["loss"] for e in results[name]["history"]] for name in ("trial", "no_trial")]
+    losses = [[e["loss"] for e in results[name][1]["history"]] for name in ("trial", "no_trial")]
     assert losses[0] == pytest.approx(losses[1], rel=1e-4)
+
+
+def test_a_resumed_run_trains_on_the_recorded_winner_without_a_second_trial(first_runs):
+    folder, results = first_runs
+    run, first = results["trial"]
+    record = first["trial"]
+    split_rate, alone_rate = (e["steady_samples_per_second"] for e in first["history"][:2])
+    # results.json records the rates the first run printed, and its verdict
+    assert record["rates"] == {"split": split_rate, "alone": alone_rate}
+    assert record["epochs"] == {"split": 0, "alone": 1}
+    alone_won = alone_rate >= split_rate
+    assert record["verdict"] == ("alone" if alone_won else "split")
+    printed = [line for line in run.stdout.splitlines() if line.startswith("trial:")]
+    assert printed[1] == (
+        "trial: /cpu:0 alone ran %.0f samples/s against %.0f for the plan; training goes "
+        "on there alone" % (alone_rate, split_rate) if alone_won else
+        "trial: the plan ran %.0f samples/s against %.0f for /cpu:0 alone; back to the "
+        "plan" % (split_rate, alone_rate))
+
+    # 3 epochs more: enough for a trial of its own, were the first run's not taken up
+    resumed, = run_batch("hmp.train", [{"args": [
+        *FLAGS, "--epochs=6", "--resume", "--model_dir=%s" % (folder / "trial")]}])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert [line for line in resumed.stdout.splitlines() if line.startswith("trial:")] == [
+        "trial: decided before the resume: the plan (%.0f samples/s) against /cpu:0 alone "
+        "(%.0f); training on %s"
+        % (split_rate, alone_rate, "/cpu:0 alone" if alone_won else "the plan")]
+    after = json.loads((folder / "trial" / "results.json").read_text())
+    winner = first["plans"][1 if alone_won else 0]
+    assert after["plans"] == first["plans"] + [winner]   # the resume's one plan: the winner
+    assert [e["epoch"] for e in after["history"]] == list(range(6))
+    assert after["trial"] == record

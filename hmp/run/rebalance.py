@@ -59,35 +59,92 @@ class AloneTrial:
     """Epoch ``e`` on ``plan``, epoch ``e + 1`` on ``alone`` (the fastest device's
     one-device plan), then the faster of the two for the rest of the run.
 
-    ``after_epoch(samples_per_s)`` is called after each epoch; it returns the
-    plan to switch to (``alone`` after the first, ``plan`` after the second if
-    that ran faster) or None to keep the current one, and sets ``message``.
+    ``plan`` is the layout the next epoch runs on; ``measure(epoch, samples_per_s)``
+    takes the rate of the epoch that just ran on it and sets ``message``. ``record()``
+    is the trial as the run folder keeps it (``history.json``, written with each epoch
+    before its checkpoint; ``results.json``), and ``take_up`` reads it back on a resume,
+    so that a decided trial is not run again and a measured epoch is not lost.
+    ``key``: what the rates depend on (model, batch, devices, the plan's layout, as
+    JSON values); a record made under another key is not taken up.
     """
 
-    def __init__(self, plan, alone):
+    def __init__(self, plan, alone, key):
         self.plans = {"split": plan, "alone": alone}
-        self.rates = {}
+        self.key = key
+        self.rates, self.epochs = {}, {}   # "split", "alone": samples/s, the epoch measured
         self.message = ""
+
+    @property
+    def device(self):
+        return self.plans["alone"].devices[0]
 
     @property
     def done(self):
         return len(self.rates) == 2
 
-    def after_epoch(self, samples_per_s):
-        if self.done:
+    @property
+    def verdict(self):
+        """"alone" (also on a tie: one device is the simpler layout) or "split" once
+        both have run, else None."""
+        if not self.done:
             return None
-        device = self.plans["alone"].devices[0]
-        if not self.rates:
-            self.rates["split"] = samples_per_s
+        return "alone" if self.rates["alone"] >= self.rates["split"] else "split"
+
+    @property
+    def plan(self):
+        """The plan the next epoch runs on: the plan, then the device alone, then the faster."""
+        return self.plans[self.verdict or ("alone" if self.rates else "split")]
+
+    def measure(self, epoch, samples_per_s):
+        """Takes the samples/s of ``epoch``, which ran on ``plan``."""
+        which = "alone" if self.rates else "split"
+        self.rates[which], self.epochs[which] = samples_per_s, epoch
+        if not self.done:
             self.message = ("trial: the plan ran %.0f samples/s; the next epoch runs on the "
-                            "fastest device alone (%s)" % (samples_per_s, device))
-            return self.plans["alone"]
-        self.rates["alone"] = samples_per_s
-        if samples_per_s >= self.rates["split"]:
+                            "fastest device alone (%s)" % (samples_per_s, self.device))
+        elif self.verdict == "alone":
             self.message = ("trial: %s alone ran %.0f samples/s against %.0f for the plan; "
                             "training goes on there alone"
-                            % (device, samples_per_s, self.rates["split"]))
+                            % (self.device, samples_per_s, self.rates["split"]))
+        else:
+            self.message = ("trial: the plan ran %.0f samples/s against %.0f for %s alone; "
+                            "back to the plan" % (self.rates["split"], samples_per_s,
+                                                  self.device))
+
+    def record(self):
+        """The trial as JSON values: its key, device, rates, their epochs and the verdict."""
+        return {"key": self.key, "device": self.device, "rates": dict(self.rates),
+                "epochs": dict(self.epochs), "verdict": self.verdict}
+
+    def take_up(self, record, first_epoch):
+        """Takes up the rates that ``record`` (a ``record()`` saved before a resume) holds
+        of epochs before ``first_epoch``, the resumed run's first (a later epoch was not
+        checkpointed, and runs again). Returns the line to print, or None when there
+        is nothing to take up."""
+        if not record:
             return None
-        self.message = ("trial: the plan ran %.0f samples/s against %.0f for %s alone; "
-                        "back to the plan" % (self.rates["split"], samples_per_s, device))
-        return self.plans["split"]
+        key = record.get("key") or {}
+        if key != self.key:
+            name = next(name for name in sorted({*key, *self.key})
+                        if key.get(name) != self.key.get(name))
+            return ("trial: the one before the resume is not taken up: it was for %s %s, "
+                    "this run is for %s" % (name, key.get(name), self.key.get(name)))
+        for which in ("split", "alone"):   # in the order they ran
+            if which not in record["rates"] or record["epochs"][which] >= first_epoch:
+                break
+            self.rates[which] = record["rates"][which]
+            self.epochs[which] = record["epochs"][which]
+        if self.done:
+            return ("trial: decided before the resume: the plan (%.0f samples/s) against %s "
+                    "alone (%.0f); training on %s"
+                    % (self.rates["split"], self.device, self.rates["alone"],
+                       "the plan" if self.verdict == "split" else self.device + " alone"))
+        if self.rates:
+            return ("trial: the plan ran %.0f samples/s before the resume; the next epoch "
+                    "runs on the fastest device alone (%s)" % (self.rates["split"], self.device))
+        return None
+
+    @property
+    def epochs_needed(self):
+        """Epochs the trial still needs: one per layout not yet measured, one on the faster."""
+        return 3 - len(self.rates)

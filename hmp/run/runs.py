@@ -106,29 +106,34 @@ def finished(model_dir, steps):
 
 
 class History:
-    """history.json: every epoch, plan and invocation of a run, across resumes.
+    """history.json: every epoch, plan and invocation of a run, across resumes, and the
+    record of ``--try_alone``'s trial (``trial``: ``AloneTrial.record()``, or None).
 
     ``open`` keeps, of a resumed run's record, the epochs before
     ``first_epoch`` (the one its checkpoint is in): an epoch recorded but
     not checkpointed (a kill between the two) is trained and recorded again.
-    Every change is written at once, atomically.
+    ``open`` writes nothing (a run that fails to start leaves no history);
+    every change after it is written at once, atomically.
     """
 
-    def __init__(self, path, epochs=(), plans=(), invocations=()):
+    def __init__(self, path, epochs=(), plans=(), invocations=(), trial=None):
         self.path = path
         self.epochs, self.plans, self.invocations = list(epochs), list(plans), list(invocations)
+        self.trial = trial
 
     @classmethod
     def open(cls, model_dir, resume, first_epoch, step, argv):
         path = os.path.join(model_dir, HISTORY)
         record = (read_json(path) if resume else None) or {}
         history = cls(path, [e for e in record.get("history", []) if e["epoch"] < first_epoch],
-                      record.get("plans", []), record.get("invocations", []))
+                      record.get("plans", []), record.get("invocations", []),
+                      record.get("trial"))
         history.invocations.append({"start_step": int(step), "argv": list(argv)})
-        history.write()
         return history
 
     def add_epoch(self, stats):
+        """Records an epoch (and ``trial`` as it is now: set it first to record the two
+        together, before the epoch's checkpoint)."""
         self.epochs.append(dict(vars(stats)))
         self.write()
 
@@ -138,7 +143,7 @@ class History:
 
     def write(self):
         files.write_json(self.path, {"history": self.epochs, "plans": self.plans,
-                                      "invocations": self.invocations})
+                                      "invocations": self.invocations, "trial": self.trial})
 
 
 class Signals:
