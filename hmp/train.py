@@ -62,9 +62,6 @@ flags.DEFINE_integer("runs", 1, "Train this many times, with seeds --seed, --see
 flags.DEFINE_float("val_fraction", 0.1, "Share of each class's training pixels held out for "
                    "validation: the weights of the epoch with the best validation accuracy "
                    "classify the test pixels (0: no validation, the last epoch's weights).")
-flags.DEFINE_string("val_split", None, "How --val_fraction is held out: random, or disjoint "
-                    "(a block at the far end of each class's training stripe, its guard band "
-                    "dropped from training); default: the kind of --split.")
 flags.DEFINE_integer("patience", 15, "Stop after this many epochs without a better validation "
                      "accuracy (0: never).")
 flags.DEFINE_string("schedule", "cosine", "Learning rate over the run: " + ", ".join(SCHEDULES)
@@ -170,9 +167,6 @@ def _check_flags():
                              % (FLAGS.schedule, ", ".join(SCHEDULES)))
     if not 0 <= FLAGS.val_fraction < 1:
         raise cli.UsageError("--val_fraction=%g: must lie in [0, 1)" % FLAGS.val_fraction)
-    if FLAGS.val_split is not None and FLAGS.val_split not in experiment.SPLITS:
-        raise cli.UsageError("--val_split=%s: choose one of %s"
-                             % (FLAGS.val_split, ", ".join(experiment.SPLITS)))
     for name in ("patience", "warmup_epochs", "weight_decay", "brightness", "noise",
                  "spectral_shift", "spectral_gain"):
         value = getattr(FLAGS, name)
@@ -366,20 +360,11 @@ def _summarise(model_dir, seeds, run_dirs):
     print("summary of %d runs in %s" % (len(seeds), os.path.join(model_dir, runs.SUMMARY)))
 
 
-def _validation_record(exp, data_config):
-    """How the validation share was held out (for results.json): its kind, its pixels
-    and the training pixels its guard band took (0 for a random share)."""
-    pixels = 0 if exp.val is None else len(exp.val)
-    return {"split": data_config.val_split, "fraction": data_config.val_fraction,
-            "pixels": pixels, "guard_dropped": len(exp.split.train) - len(exp.train) - pixels}
-
-
 def _train(model_dir, seed, devices, session_config, target, signals, cluster):
     started = time.time()
     print("loading %s ..." % FLAGS.dataset, flush=True)
     data_config = dataclasses.replace(scene_flags.data_config(seed), pca=_model_default("pca"),
-                                      val_fraction=FLAGS.val_fraction,
-                                      val_split=FLAGS.val_split or FLAGS.split)
+                                      val_fraction=FLAGS.val_fraction)
     with cli.blame(*scene_flags.blamed(), also=(OSError,)):
         exp = experiment.prepare(data_config)
     leakage = data.split_leakage(exp.split, FLAGS.patch_size)
@@ -389,11 +374,6 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
     print("split: %s; leakage %.1f%% (test pixels with a training pixel in their %dx%d patch)"
           % (exp.split.description, 100 * leakage, FLAGS.patch_size, FLAGS.patch_size),
           flush=True)
-    validation = _validation_record(exp, data_config)
-    if exp.val is not None:
-        print("validation: %d pixels (%s); %d training pixels dropped in its guard band"
-              % (validation["pixels"], validation["split"], validation["guard_dropped"]),
-              flush=True)
     experiment.save(model_dir, data_config, exp.split)
     if exp.nodata_pixels:
         print("%d pixels hold NaN or infinite values: masked as no-data (label 0)"
@@ -493,7 +473,7 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
     trainer.close()
     results = {"flags": {**{f.name: f.value for f in
                             FLAGS.get_key_flags_for_module(sys.modules[__name__])},
-                         "seed": seed, "val_split": data_config.val_split},
+                         "seed": seed},
                "plan": dataclasses.asdict(plan),
                "plans": record.plans,
                "history": record.epochs,
@@ -502,7 +482,6 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
                "best_epoch": None if best.epoch is None else best.epoch + 1,
                "nodata_pixels": exp.nodata_pixels,
                "split": exp.split.description,
-               "validation": validation,
                "leakage": leakage,
                "test": report.scores_dict(scores, exp.scene.class_names),
                "pictures": list(pictures),

@@ -1,11 +1,11 @@
-"""Stratified and spatially disjoint splits, their validation shares, saved and reloaded."""
+"""Stratified and spatially disjoint splits, saved and reloaded."""
 
 import numpy as np
 import pytest
 from scipy import ndimage
 
-from hmp.data import (disjoint_split, disjoint_validation_split, load_split, save_split,
-                      stratified_split, synthetic_scene)
+from hmp.data import (disjoint_split, load_split, save_split, stratified_split,
+                      synthetic_scene)
 
 
 @pytest.fixture(scope="module")
@@ -15,14 +15,6 @@ def labels():
 
 def class_counts(labels, indices):
     return np.bincount(labels.ravel()[indices], minlength=labels.max() + 1)[1:]
-
-
-def chebyshev(labels, first, second):
-    """[len(first), len(second)] Chebyshev distances between flat pixel indices."""
-    (rows_a, cols_a), (rows_b, cols_b) = (np.divmod(np.asarray(i), labels.shape[1])
-                                          for i in (first, second))
-    return np.maximum(np.abs(rows_a[:, None] - rows_b[None]),
-                      np.abs(cols_a[:, None] - cols_b[None]))
 
 
 def test_fraction_split_is_stratified_disjoint_and_covers_all_labelled(labels):
@@ -79,7 +71,12 @@ def test_fraction_and_count_are_exclusive(labels):
 @pytest.mark.parametrize("patch_size", [5, 9])
 def test_disjoint_split_puts_no_test_pixel_inside_any_training_patch(labels, patch_size):
     split = disjoint_split(labels, train_fraction=0.2, patch_size=patch_size, seed=1)
-    assert chebyshev(labels, split.test, split.train).min() > patch_size // 2
+    radius = patch_size // 2
+    train_rows, train_cols = np.divmod(split.train, labels.shape[1])
+    test_rows, test_cols = np.divmod(split.test, labels.shape[1])
+    chebyshev = np.maximum(np.abs(test_rows[:, None] - train_rows[None]),
+                           np.abs(test_cols[:, None] - train_cols[None]))
+    assert chebyshev.min() > radius
     assert np.all(class_counts(labels, split.test) > 0)
     assert np.all(class_counts(labels, split.train) > 0)
 
@@ -115,65 +112,3 @@ def test_saved_split_loads_identically(labels, tmp_path):
     np.savez(tmp_path / "other.npz", train=split.train)
     with pytest.raises(ValueError, match=r"missing \['description', 'image_shape', 'test'\]"):
         load_split(tmp_path / "other.npz")
-
-
-@pytest.fixture(scope="module")
-def disjoint_validation(labels):
-    """A disjoint split of ``labels`` (30%, 5 x 5 patches) and its disjoint validation
-    share (20%): (split, kept training pixels, validation pixels)."""
-    split = disjoint_split(labels, train_fraction=0.3, patch_size=5, seed=1)
-    return (split, *disjoint_validation_split(labels, split.train, 0.2, patch_size=5, seed=1))
-
-
-def test_disjoint_validation_is_guarded_from_the_training_pixels(labels, disjoint_validation):
-    split, train, validation = disjoint_validation
-    assert np.all(np.isin(validation, split.train)) and np.all(np.isin(train, split.train))
-    assert np.intersect1d(train, validation).size == 0
-    assert np.all(np.diff(train) > 0) and np.all(np.diff(validation) > 0)
-    assert chebyshev(labels, validation, train).min() > 2   # outside every training patch
-    dropped = np.setdiff1d(split.train, np.union1d(train, validation))
-    near = chebyshev(labels, np.setdiff1d(split.train, validation), validation).min(axis=1) <= 2
-    np.testing.assert_array_equal(dropped, np.setdiff1d(split.train, validation)[near])
-    per_class = class_counts(labels, split.train)
-    np.testing.assert_array_equal(class_counts(labels, validation), np.round(0.2 * per_class))
-    assert np.all(class_counts(labels, train) > 0)
-
-
-def test_disjoint_validation_lies_at_the_far_end_of_each_stripe(labels, disjoint_validation):
-    split, train, validation = disjoint_validation
-    flat = labels.ravel()
-    for label in range(1, labels.max() + 1):
-        rows, cols = np.divmod(np.flatnonzero(flat == label), labels.shape[1])
-        axis = 0 if np.ptp(rows) >= np.ptp(cols) else 1   # the class's longer side
-        along = [np.divmod(pixels[flat[pixels] == label], labels.shape[1])[axis]
-                 for pixels in (train, validation, split.test)]
-        kept, held, test = along
-        if test.mean() > kept.mean():   # the stripe starts at the low end
-            assert held.min() >= kept.max(), label
-        else:
-            assert held.max() <= kept.min(), label
-
-
-def test_disjoint_validation_depends_on_its_seed_only(labels, disjoint_validation):
-    split, train, validation = disjoint_validation
-    again = disjoint_validation_split(labels, split.train, 0.2, patch_size=5, seed=1)
-    np.testing.assert_array_equal(again[0], train)
-    np.testing.assert_array_equal(again[1], validation)
-    other = disjoint_validation_split(labels, split.train, 0.2, patch_size=5, seed=2)[1]
-    assert not np.array_equal(other, validation)
-    kept, none = disjoint_validation_split(labels, split.train, 0.0, patch_size=5)
-    np.testing.assert_array_equal(kept, split.train)
-    assert none.size == 0
-    with pytest.raises(ValueError, match=r"must lie in \[0, 1\), got 1.0"):
-        disjoint_validation_split(labels, split.train, 1.0, patch_size=5)
-
-
-def test_class_starved_by_the_validation_guard_band_keeps_its_training_pixels():
-    labels = np.zeros((5, 30), np.int32)
-    labels[4, :] = 1    # 30 pixels: 15 to validation, the 2 beside them to the guard band
-    labels[0, 14:17] = 2   # 3 pixels: 2 to validation would leave the third in their band
-    train = np.flatnonzero(labels)
-    kept, validation = disjoint_validation_split(labels, train, 0.5, patch_size=5, seed=0)
-    assert class_counts(labels, validation).tolist() == [15, 0]
-    assert class_counts(labels, kept).tolist() == [13, 3]
-    assert chebyshev(labels, validation, kept).min() > 2

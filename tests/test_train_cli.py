@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cli_batch import run_batch
-from hmp.data import load_scene, load_split, split_leakage, synthetic_scene
+from hmp.data import load_split, split_leakage, synthetic_scene
 
 TINY = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
         "--train_fraction=0.05", "--devices=/cpu:0,/cpu:1", "--speeds=2,1",
@@ -108,10 +108,6 @@ def test_trains_end_to_end_and_writes_everything(tiny_run):
     np.testing.assert_allclose(list(results["test"]["per_class_f1"].values()), f1)
     split = load_split(folder / "split.npz")
     assert results["leakage"] == pytest.approx(split_leakage(split, 5))
-    per_class = np.bincount(load_scene("synthetic", seed=0).labels.ravel()[split.train])[1:]
-    assert results["validation"] == {   # the default: 10%, random on the random split
-        "split": "random", "fraction": 0.1, "guard_dropped": 0,
-        "pixels": int(np.minimum(np.round(0.1 * per_class), per_class - 1).sum())}
     assert 0.5 < results["leakage"] <= 1.0 and "leakage" in run.stdout
     for name in ("classification_map.png", "confusion_matrix.png", "checkpoint", "data.json"):
         assert (folder / name).exists(), name
@@ -171,7 +167,6 @@ BAD_FLAGS = {
     "--optimizer=nope": "--optimizer=nope: choose one of",
     "--rebalance=always": "--rebalance=always: choose off or epoch",
     "--split=nope": "--split=nope: choose one of random, disjoint",
-    "--val_split=nope": "--val_split=nope: choose one of random, disjoint",
     "--train_fraction=1.5": "--train_fraction=1.5: train_fraction must lie strictly "
                              "between 0 and 1",
     "--spectral_gain=1.5": "--spectral_gain=1.5: must be at most 1",

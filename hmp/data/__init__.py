@@ -23,14 +23,13 @@ from hmp.data.loaders import load_benchmark_scene, load_scene, load_scene_files
 from hmp.data.preprocess import PCA, BandScaler, Preprocessor, pad_cube, training_pixels
 from hmp.data.scene import Scene
 from hmp.data.split_maps import split_from_label_maps
-from hmp.data.splits import (Split, disjoint_split, disjoint_validation_split, load_split,
-                             save_split, stratified_split, validation_split)
+from hmp.data.splits import (Split, disjoint_split, load_split, save_split, stratified_split,
+                             validation_split)
 from hmp.data.synthetic import synthetic_scene
 
 __all__ = [
     "BandScaler", "Batch", "PCA", "PatchDataset", "PatchExtractor", "Preprocessor", "SCENES",
     "Scene", "SceneFile", "SceneSpec", "Split", "check_patch_size", "disjoint_split",
-    "disjoint_validation_split",
     "find_file", "iterate_scene", "load_benchmark_scene", "load_ground_truth", "load_scene",
     "load_scene_files", "load_split", "pad_cube", "read_array", "save_split", "scene_spec",
     "split_batch", "split_from_label_maps", "split_leakage", "stratified_split",

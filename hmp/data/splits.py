@@ -9,11 +9,6 @@ A pixel index is ``row * W + column``. Two kinds of split:
   No test pixel then lies inside any training patch, so patch-based models
   cannot score well merely by having seen the test pixels during training.
 
-and two ways to hold a validation share out of the training pixels:
-:func:`validation_split` (a seeded random share of every class) and
-:func:`disjoint_validation_split` (a block at the far end of every class's
-training stripe, with a guard band).
-
 Splits are saved and loaded as ``.npz`` so that runs can share them.
 """
 
@@ -97,16 +92,23 @@ def disjoint_split(labels, *, train_fraction, patch_size, seed=0):
     labels = as_label_map(labels)
     check_train_fraction(train_fraction)
     check_patch_size(patch_size)
+    rng = np.random.default_rng(seed)
+    width = labels.shape[1]
     train = []
-    for label, ordered in _stripe_orders(labels, seed):
-        _require_pixels(label, len(ordered), 2, f"train_fraction={train_fraction}")
-        count = min(max(int(round(train_fraction * len(ordered))), 1), len(ordered) - 1)
-        train.append(ordered[:count])
+    for label, pixels in _pixels_by_class(labels):
+        _require_pixels(label, len(pixels), 2, f"train_fraction={train_fraction}")
+        rows, cols = np.divmod(pixels, width)
+        along, across = (rows, cols) if np.ptp(rows) >= np.ptp(cols) else (cols, rows)
+        order = np.lexsort((across, along * rng.choice([-1, 1])))
+        count = min(max(int(round(train_fraction * len(pixels))), 1), len(pixels) - 1)
+        train.append(pixels[order[:count]])
     train = np.concatenate(train)
     radius = patch_size // 2
+    guarded = ndimage.binary_dilation(_mask(train, labels.shape),
+                                      structure=np.ones((2 * radius + 1, 2 * radius + 1), bool))
     split = _split(labels, train, f"disjoint train_fraction={train_fraction} "
                                   f"patch_size={patch_size} seed={seed}",
-                   excluded=np.flatnonzero(_guard_band(train, labels.shape, radius)))
+                   excluded=np.flatnonzero(guarded))
     present = set(np.unique(labels[labels > 0]).tolist())
     starved = sorted(present - set(labels.flat[split.test].tolist()))
     if starved:
@@ -125,7 +127,8 @@ def validation_split(labels, train, fraction, seed=0):
     validation. Returns ``(train, validation)``: sorted flat indices that
     together are ``train``.
     """
-    _check_validation_fraction(fraction)
+    if not 0 <= fraction < 1:
+        raise InvalidInput(f"validation fraction must lie in [0, 1), got {fraction!r}")
     train = np.asarray(train, np.int64)
     if fraction == 0:
         return np.sort(train), np.zeros(0, np.int64)
@@ -134,57 +137,10 @@ def validation_split(labels, train, fraction, seed=0):
     validation = []
     for label in np.unique(held):
         pixels = np.sort(train[held == label])
-        validation.append(rng.permutation(pixels)[:_validation_count(fraction, len(pixels))])
+        count = min(int(round(fraction * len(pixels))), len(pixels) - 1)
+        validation.append(rng.permutation(pixels)[:count])
     validation = np.sort(np.concatenate(validation)).astype(np.int64)
     return np.setdiff1d(train, validation), validation
-
-
-def disjoint_validation_split(labels, train, fraction, patch_size, seed=0):
-    """Carves a spatially separate validation share out of the training pixels ``train``.
-
-    Every class's training pixels are taken in the order :func:`disjoint_split`
-    with ``seed`` takes its training stripe in (along the longer side of the
-    class's extent, from the same seeded end), and the last ``fraction`` of
-    them (rounded as :func:`validation_split` does: always leaving one for
-    training, none from a class with one) are the validation pixels: on a
-    disjoint split, a block at the far end of the class's training stripe.
-    Then every training pixel, of any class, closer than ``patch_size // 2 + 1``
-    pixels (Chebyshev distance) to a validation pixel is dropped from
-    training, so no validation pixel lies inside any training patch. A class
-    that would so lose all its training pixels keeps them: the validation
-    pixels that close to them (its own and its neighbours') go back to training.
-
-    The guard band is taken from training rather than from validation because
-    the validation block is usually thinner than the band: 10% of a 10%
-    stripe is about one row of the class, and a band of ``patch_size // 2``
-    rows cut from it leaves no validation pixel in most classes. Training
-    loses the band's rows instead (the run reports how many pixels).
-
-    Returns ``(train, validation)``: sorted flat indices, both within ``train``.
-    """
-    _check_validation_fraction(fraction)
-    check_patch_size(patch_size)
-    labels = as_label_map(labels)
-    train = np.asarray(train, np.int64)
-    if fraction == 0:
-        return np.sort(train), np.zeros(0, np.int64)
-    is_train = _mask(train, labels.shape).ravel()
-    validation = []
-    for _, ordered in _stripe_orders(labels, seed):
-        held = ordered[is_train[ordered]]
-        validation.append(held[len(held) - _validation_count(fraction, len(held)):])
-    validation = np.concatenate(validation).astype(np.int64)
-    radius = patch_size // 2
-    guarded = _guard_band(validation, labels.shape, radius).ravel()
-    flat = labels.ravel()
-    starved = np.setdiff1d(flat[train], flat[train[~guarded[train]]])
-    if len(starved):
-        near_starved = _guard_band(train[np.isin(flat[train], starved)], labels.shape,
-                                   radius).ravel()
-        validation = validation[~near_starved[validation]]
-        guarded = _guard_band(validation, labels.shape, radius).ravel()
-    kept = np.sort(train[~guarded[train]])
-    return kept, np.sort(validation)
 
 
 def save_split(path, split):
@@ -215,35 +171,6 @@ def _pixels_by_class(labels):
     for label, pixels in zip(present, np.split(order, starts[1:])):
         if label > 0:
             yield int(label), pixels
-
-
-def _stripe_orders(labels, seed):
-    """Yields (label, flat indices) for every class, its pixels ordered along the longer
-    side of their bounding box (then across it), from an end drawn with ``seed``: the
-    order :func:`disjoint_split` takes its training stripe in."""
-    rng = np.random.default_rng(seed)
-    width = labels.shape[1]
-    for label, pixels in _pixels_by_class(labels):
-        rows, cols = np.divmod(pixels, width)
-        along, across = (rows, cols) if np.ptp(rows) >= np.ptp(cols) else (cols, rows)
-        yield label, pixels[np.lexsort((across, along * rng.choice([-1, 1])))]
-
-
-def _guard_band(indices, shape, radius):
-    """Boolean [H, W] mask of the pixels within ``radius`` (Chebyshev distance) of any
-    pixel in ``indices``, those pixels included."""
-    return ndimage.binary_dilation(_mask(indices, shape),
-                                   structure=np.ones((2 * radius + 1, 2 * radius + 1), bool))
-
-
-def _check_validation_fraction(fraction):
-    if not 0 <= fraction < 1:
-        raise InvalidInput(f"validation fraction must lie in [0, 1), got {fraction!r}")
-
-
-def _validation_count(fraction, available):
-    """How many of a class's ``available`` training pixels go to validation."""
-    return max(min(int(round(fraction * available)), available - 1), 0)
 
 
 def _split(labels, train, description, excluded=()):

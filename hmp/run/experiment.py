@@ -34,7 +34,6 @@ class DataConfig:
     train_set: str = None   # label-map files of a given split (both, or neither)
     test_set: str = None
     val_fraction: float = 0.0   # share of each class's training pixels held out to validate
-    val_split: str = "random"   # how: random, or disjoint (a guarded block of each stripe)
 
 
 @dataclasses.dataclass
@@ -68,10 +67,9 @@ def prepare(config, split=None):
     ``split``: a saved :class:`hmp.data.Split` (e.g. from :func:`load`) to use
     instead of the one ``config`` describes; it must fit the scene's shape.
     """
-    for kind in (config.split, config.val_split):
-        if kind not in SPLITS:
-            raise InvalidInput("split %r is not known; choose one of %s"
-                               % (kind, ", ".join(SPLITS)))
+    if config.split not in SPLITS:
+        raise InvalidInput("split %r is not known; choose one of %s"
+                         % (config.split, ", ".join(SPLITS)))
     data.check_patch_size(config.patch_size)
     scene = load_scene(config)
     nodata = mask_nodata(scene)
@@ -86,7 +84,8 @@ def prepare(config, split=None):
     cube[nodata] = 0.0   # the training pixels' mean: no NaN reaches a neighbour's patch
     extractor = data.PatchExtractor(cube, config.patch_size)
     labelled = np.flatnonzero(scene.labels.ravel() > 0)
-    train, val = _validation(scene.labels, split.train, config)
+    train, val = data.validation_split(scene.labels, split.train, config.val_fraction,
+                                       seed=config.seed)
     return Experiment(scene, split,
                       data.PatchDataset(extractor, scene.labels, train),
                       data.PatchDataset(extractor, scene.labels, split.test),
@@ -139,15 +138,6 @@ def mask_nodata(scene):
         raise InvalidInput(f"scene {scene.name!r}: every pixel holds NaN or infinite values")
     scene.labels[nodata] = 0
     return nodata
-
-
-def _validation(labels, train, config):
-    """(training, validation) flat indices: ``config.val_fraction`` of ``train`` held out
-    as ``config.val_split`` says."""
-    if config.val_split == "disjoint":
-        return data.disjoint_validation_split(labels, train, config.val_fraction,
-                                              config.patch_size, seed=config.seed)
-    return data.validation_split(labels, train, config.val_fraction, seed=config.seed)
 
 
 def _split(labels, config):
