@@ -40,7 +40,7 @@ from hmp.run.progress import ProgressLine
 from hmp.run.trainer import BestEpoch, Stopped, Trainer
 
 flags.adopt_module_key_flags(scene_flags)   # --dataset, --split, --seed, ...: results.json
-flags.DEFINE_string("model", "cnn3d", "Model: " + ", ".join(models.MODEL_NAMES) +
+flags.DEFINE_string("model", "hybridsn", "Model: " + ", ".join(models.MODEL_NAMES) +
                     ", or a module path (mypackage.mymodel) with logits and SPLIT_DIMS.")
 flags.DEFINE_integer("width", 0, "Model width (filters of its first layer); 0: default.")
 flags.DEFINE_string("devices", None, "Comma-separated TensorFlow devices (default: /cpu:0 "

@@ -3,7 +3,7 @@
     python scripts/baselines.py                                  # hmp.train's defaults
     python scripts/baselines.py --synthetic_layout=indian_pines --data_dir=data \
         --split=disjoint --runs=3                                # seeds 0, 1, 2: mean, std
-    python scripts/baselines.py --model_dir=runs/synthetic-cnn3d # the split that run saved
+    python scripts/baselines.py --model_dir=runs/synthetic-hybridsn # the split that run saved
 
 It takes hmp.train's scene and split flags (``--dataset``, ``--synthetic_layout``,
 ``--split``, ``--train_fraction``, ``--train_set``/``--test_set``, ``--seed``, ...)
