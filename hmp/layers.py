@@ -148,7 +148,7 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
     their mean square minus the squared mean, as synchronised batch norm
     computes it), and in the backward pass the sums of the output gradient
     and of its product with the normalised input, which are also the
-    gradients of ``offset`` and ``scale`` (:func:`_normalise`). Mesh-TF's own
+    gradients of ``offset`` and ``scale`` (:func:`_normalise_gradient`). Mesh-TF's own
     gradient of the same formula makes five: every all-reduce is a point where
     the devices of a batch split wait for each other.
 
