@@ -535,11 +535,13 @@ def _batch_axis_time(model_spec, mesh, fractions, link, hosts):
         return 0.0
     _, params, _ = _layer_arrays(model_spec)
     groups = [list(hosts[:, c]) for c in range(mesh.model)]
-    columns = [_allreduce_pricer(column_hosts, link)(
-        BYTES_PER_ELEMENT * float(params @ fractions[:, c]))
-        + model_spec.norm_layers * (_allreduce_pricer(column_hosts, link)(0.0)
-                                    + _allreduce_pricer(column_hosts, link.under_load())(0.0))
-               for c, column_hosts in enumerate(groups)]
+    loaded = link.under_load()
+    columns = []
+    for c, column_hosts in enumerate(groups):
+        idle_sum = _allreduce_pricer(column_hosts, link)
+        norm_sums = idle_sum(0.0) + _allreduce_pricer(column_hosts, loaded)(0.0)
+        columns.append(idle_sum(BYTES_PER_ELEMENT * float(params @ fractions[:, c]))
+                       + model_spec.norm_layers * norm_sums)
     return concurrent_groups_time(columns, groups, link)
 
 
