@@ -160,6 +160,7 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
     ``UPDATE_OPS``; run them with the training step.
     """
     channels = x.shape.dims[-1:]
+    count = x.shape.size // channels[0].size   # values per channel the statistics cover
     with tf.variable_scope(name, default_name="batch_norm"):
         scale = mtf.get_variable(x.mesh, "scale", channels,
                                  initializer=tf.ones_initializer(),
@@ -178,7 +179,7 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
             return (x - moving_mean) * mtf.rsqrt(moving_variance + epsilon) * scale + offset, []
 
         def normalise(x, scale, offset):
-            batch_mean, batch_variance = _moments(x, channels)
+            batch_mean, batch_variance = _moments(x, channels, count)
             mean = _blend(training, batch_mean, moving_mean)
             variance = _blend(training, batch_variance, moving_variance)
             y = (x - mean) * mtf.rsqrt(variance + epsilon) * scale + offset
@@ -189,7 +190,7 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
             x, scale, _ = explicit_inputs
             _, batch_mean, batch_variance = outputs
             dx, dscale, doffset = _normalise_gradient(
-                x, scale, batch_mean, batch_variance, epsilon, output_grads[0], channels)
+                x, scale, batch_mean, batch_variance, epsilon, output_grads[0], channels, count)
             return [dx, dscale, doffset] + [None] * (len(all_inputs) - 3)
 
         y, batch_mean, batch_variance = mtf.custom_gradient(
@@ -204,25 +205,23 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
         return y, updates
 
 
-def _moments(x, channels):
-    """Mean and variance of ``x`` per channel over all its other dims, from one
-    all-reduce of the sums of ``x`` and ``x**2`` (the variance clipped at 0, where
-    rounding would make a constant channel's slightly negative)."""
-    count = x.shape.size // channels[0].size
+def _moments(x, channels, count):
+    """Mean and variance of ``x`` per channel over all its other dims (``count`` values a
+    channel), from one all-reduce of the sums of ``x`` and ``x**2`` (the variance
+    clipped at 0, where rounding would make a constant channel's slightly negative)."""
     sums, squares = reduce_together([mtf.reduce_sum(x, output_shape=channels),
                                      mtf.reduce_sum(mtf.square(x), output_shape=channels)])
     mean = sums / count
     return mean, mtf.relu(squares / count - mtf.square(mean))
 
 
-def _normalise_gradient(x, scale, mean, variance, epsilon, dy, channels):
+def _normalise_gradient(x, scale, mean, variance, epsilon, dy, channels, count):
     """Gradients of ``x``, ``scale`` and ``offset`` of batch norm with batch statistics,
     from one all-reduce of the sums of ``dy`` and of ``dy`` times the normalised ``x``::
 
         dx = scale / std * (dy - mean(dy) - x_hat * mean(dy * x_hat))
 
     The two sums are the gradients of ``offset`` and ``scale`` themselves."""
-    count = x.shape.size // channels[0].size
     inverse_std = mtf.rsqrt(variance + epsilon)
     normalised = (x - mean) * inverse_std
     doffset, dscale = reduce_together([mtf.reduce_sum(dy, output_shape=channels),

@@ -85,7 +85,6 @@ class ModelSpec:
 
     def __post_init__(self):
         object.__setattr__(self, "layers", tuple(self.layers))
-        whole_number(self.norm_layers, f"model {self.name!r}: norm_layers", 0)
         object.__setattr__(self, "input_shape", tuple(self.input_shape))
         if not isinstance(self.name, str) or not self.name:
             raise InvalidInput(f"model name must be a non-empty string, got {self.name!r}")
@@ -93,6 +92,7 @@ class ModelSpec:
             raise InvalidInput(f"model {self.name!r} has no layers")
         if not self.input_shape:
             raise InvalidInput(f"model {self.name!r}: input_shape is empty")
+        whole_number(self.norm_layers, f"model {self.name!r}: norm_layers", 0)
         for d in self.input_shape:
             whole_number(d, f"model {self.name!r}: input_shape {self.input_shape!r}: a size")
         seen = set()

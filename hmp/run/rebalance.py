@@ -100,8 +100,7 @@ class AloneTrial:
         which = "alone" if self.rates else "split"
         self.rates[which], self.epochs[which] = samples_per_s, epoch
         if not self.done:
-            self.message = ("trial: the plan ran %.0f samples/s; the next epoch runs on the "
-                            "fastest device alone (%s)" % (samples_per_s, self.device))
+            self.message = self._alone_next("")
         elif self.verdict == "alone":
             self.message = ("trial: %s alone ran %.0f samples/s against %.0f for the plan; "
                             "training goes on there alone"
@@ -140,9 +139,13 @@ class AloneTrial:
                     % (self.rates["split"], self.device, self.rates["alone"],
                        "the plan" if self.verdict == "split" else self.device + " alone"))
         if self.rates:
-            return ("trial: the plan ran %.0f samples/s before the resume; the next epoch "
-                    "runs on the fastest device alone (%s)" % (self.rates["split"], self.device))
+            return self._alone_next(" before the resume")
         return None
+
+    def _alone_next(self, when):
+        """The line after the plan's epoch (``when`` it ran: "" or " before the resume")."""
+        return ("trial: the plan ran %.0f samples/s%s; the next epoch runs on the fastest "
+                "device alone (%s)" % (self.rates["split"], when, self.device))
 
     @property
     def epochs_needed(self):
