@@ -74,11 +74,10 @@ from hmp.run.graph import Placement, TrainingGraph
 from models import model_config
 from hmp.hosts import group_by_host
 from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict
-from hmp.planning.costmodel import FED_BYTES_PER_SAMPLE
+from hmp.planning.costmodel import FED_BYTES_PER_SAMPLE, per_sample_totals
 from hmp.planning.plan import aligned_columns
 from hmp.run.from_graph import model_spec
-from hmp.run.calibration import (ElementwiseStep, elementwise_slope, fit_op_size,
-                                 half_width, spec_totals)
+from hmp.run.calibration import ElementwiseStep, elementwise_slope, fit_op_size, half_width
 from hmp.run.linkprobe import hop_chain, no_rewrites, running
 from hmp.run.profiler import DeviceStep, measure_speeds, random_batch, run_traced
 
@@ -306,7 +305,7 @@ def calibrate(plat, cfg, full_spec, devices):
     (specs, link)}) and the calibration's report lines."""
     half_cfg = half_width(cfg)
     half_spec = model_spec(half_cfg)
-    totals = [spec_totals(s) for s in (full_spec, half_spec)]
+    totals = [per_sample_totals(s) for s in (full_spec, half_spec)]
     sizes = (FLAGS.batch_size // SMALL_BATCH_DIVISOR, FLAGS.batch_size)
     step = {}  # (device, batch, width) -> seconds
     alone = {}

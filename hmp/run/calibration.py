@@ -8,8 +8,8 @@ prices both (``DeviceSpec.half_rate_flops`` ``h`` and ``elementwise_s_per_elemen
     3 (F(w) + L h) / peak + E(w) e
 
 at model width ``w`` (``F``: forward FLOPs, ``L``: layer ops with FLOPs, ``E``: the
-activation elements of every layer's output). Measured per device, never from split
-layouts:
+activation elements of every layer's output; ``costmodel.per_sample_totals``).
+Measured per device, never from split layouts:
 
 * ``e``: a bias add + ReLU and their gradients on a tensor shaped like the first
   layer's output (``ElementwiseStep``), at two batch sizes: the slope per element;
@@ -37,14 +37,6 @@ def half_width(config):
     return dataclasses.replace(config, width=width // 2) if width >= 2 else None
 
 
-def spec_totals(spec):
-    """``(forward FLOPs, activation elements, layer ops with FLOPs)`` per sample of a
-    ``ModelSpec``: the ``F``, ``E`` and ``L`` of the fit."""
-    return (sum(l.flops_per_sample for l in spec.layers),
-            sum(l.output_elems_per_sample for l in spec.layers),
-            sum(l.flops_per_sample > 0 for l in spec.layers))
-
-
 def fit_op_size(per_sample, half_per_sample, full_totals, half_totals, elementwise):
     """``(peak FLOP/s, half_rate_flops, elementwise_s_per_element)`` of one device.
 
@@ -52,7 +44,8 @@ def fit_op_size(per_sample, half_per_sample, full_totals, half_totals, elementwi
       per_sample: seconds per sample of the one-device step at full width, its
         fixed per-step overhead taken out.
       half_per_sample: the same at half width (same batch), or None (not measured).
-      full_totals, half_totals: ``spec_totals`` of the model at both widths
+      full_totals, half_totals: ``costmodel.per_sample_totals`` (F, E, L) of the model
+        at both widths
         (``half_totals`` unused without ``half_per_sample``).
       elementwise: the device's measured seconds per activation element (``e``).
 

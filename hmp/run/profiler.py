@@ -297,8 +297,8 @@ def _op_size_fit(step, config, batch_size, spec):
     batch too small for two sizes)."""
     small = small_batch(batch_size)
     half = calibration.half_width(config)
-    totals = calibration.spec_totals(spec)
-    half_totals = calibration.spec_totals(model_spec(half)) if half else None
+    totals = costmodel.per_sample_totals(spec)
+    half_totals = costmodel.per_sample_totals(model_spec(half)) if half else None
 
     def fit(device, per_sample, overhead):
         elementwise = (calibration.elementwise_slope(
