@@ -7,10 +7,10 @@
 ``--speeds=auto`` measures every device with ``hmp.run.profiler.measure_platform``
 (one device at a time) and the link between them with ``hmp.run.linkprobe``
 (unless ``--platform`` gives one), and plans with the measured FLOP rates and
-link, so ``--mesh=auto`` weighs communication; when ``--mesh`` may split the model
-(``auto``, ``model:N``) also each device's op-size figures (``hmp.run.calibration``). The plan's
-model name holds the model and its input shape, so ``Plan.from_json`` refuses
-it for another model or input. Every bad flag value ends the run with one
+link, so ``--mesh=auto`` weighs communication; when ``--mesh`` may split the
+model (``auto``, ``model:N``) and no ``--platform`` is given, also each device's
+op-size figures (``hmp.run.calibration``). The plan's model name holds the model
+and its input shape, so ``Plan.from_json`` refuses it for another model or input. Every bad flag value ends the run with one
 line ``plan_layout: error: ...`` on stderr and exit code 2.
 """
 
@@ -169,7 +169,8 @@ def profile(config, spec, devices):
         speeds, link = measure_platform(config, names, FLAGS.batch_size, FLAGS.warmup,
                                         FLAGS.repeats, FLAGS.target or None, session_config,
                                         progress=progress, spec=spec,
-                                        op_size=splits_the_model(FLAGS.mesh))
+                                        op_size=splits_the_model(FLAGS.mesh)
+                                        and not FLAGS.platform)
     except tf.errors.OpError as e:
         raise cli.UsageError(f"--devices: profiling failed: {e.message.splitlines()[0]}") from e
     print("Measured speeds (training step alone on each device, median of "
