@@ -29,8 +29,8 @@ from hmp.errors import InvalidInput, whole_number
 from hmp.evaluation import maps, report
 from hmp.evaluation.metrics import evaluate
 from hmp.mesh.optimizers import OPTIMIZERS, SCHEDULES
-from hmp.run import (events, experiment, fitted_preprocessing, linkprobe, rebalance, runs,
-                     scene_flags, speedcache)
+from hmp.run import (calibration, events, experiment, fitted_preprocessing, linkprobe,
+                     rebalance, runs, scene_flags, speedcache)
 from hmp.run.augment import Augmentation
 from hmp.run.devices import check_local, default_devices, session_config_for
 from hmp.run.from_graph import model_spec
@@ -250,24 +250,27 @@ def _measurement_key(model_config, devices, cluster):
 
 def _measured(model_config, spec, devices, session_config, target, model_dir, cluster):
     """The speed-cache entry (per device: samples/s at --batch_size, FLOP/s, per-step
-    overhead) and the link (a LinkSpec): cached, or measured now (and stored there).
-    See hmp.run.speedcache."""
+    overhead, and the op-size figures when --mesh may split the model) and the link (a
+    LinkSpec): cached, or measured now (and stored there). See hmp.run.speedcache."""
     key = _measurement_key(model_config, devices, cluster)
+    op_size = planning.splits_the_model(FLAGS.mesh)
     paths = [os.path.join(model_dir, speedcache.FILE_NAME), speedcache.user_cache_path()]
     warn = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
 
     def measure():
         return measure_platform(model_config, devices, FLAGS.batch_size, target=target,
                                 session_config=session_config, optimizer=FLAGS.optimizer,
-                                progress=_say, spec=spec)
+                                progress=_say, spec=spec, op_size=op_size)
 
     entry, _ = speedcache.measured_or_cached(key, paths, measure,
                                              force=FLAGS.speeds == "measure", say=_say,
-                                             warn=warn)
+                                             warn=warn, op_size=op_size)
     for s in entry.speeds:
-        _say("  %-28s %8.1f samples/s (%.1f - %.1f), %.3g ms of every step"
+        op_size_figures = calibration.describe(s)
+        _say("  %-28s %8.1f samples/s (%.1f - %.1f), %.3g ms of every step%s"
              % (s["device"], s["samples_per_s"], s["min_samples_per_s"],
-                s["max_samples_per_s"], 1e3 * s["overhead_s"]))
+                s["max_samples_per_s"], 1e3 * s["overhead_s"],
+                "; " + op_size_figures if op_size_figures else ""))
     link = entry.link_spec()
     if link is not None:
         _say("  link: " + "; ".join(
@@ -301,7 +304,7 @@ def _plan(model_config, devices, session_config, target, model_dir, cluster):
         return spec, plan, devices[int(np.argmax(speeds))]
     entry, link = _measured(model_config, spec, devices, session_config, target, model_dir,
                             cluster)
-    platform = linkprobe.platform_specs(devices, entry.flops_per_s, entry.overheads)
+    platform = linkprobe.platform_specs(devices, entry.speeds)
     alone = [s["samples_per_s"] for s in entry.speeds]   # each timed alone at --batch_size
     return (spec, planning.plan_layout(spec, platform, None, FLAGS.batch_size, FLAGS.mesh,
                                        link=link),

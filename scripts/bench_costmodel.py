@@ -74,12 +74,12 @@ from hmp.run.graph import Placement, TrainingGraph
 from models import model_config
 from hmp.hosts import group_by_host
 from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict
-from hmp.planning.costmodel import FED_BYTES_PER_SAMPLE, TRAIN_FLOPS_FACTOR
+from hmp.planning.costmodel import FED_BYTES_PER_SAMPLE, per_sample_totals
 from hmp.planning.plan import aligned_columns
 from hmp.run.from_graph import model_spec
+from hmp.run.calibration import ElementwiseStep, elementwise_slope, fit_op_size, half_width
 from hmp.run.linkprobe import hop_chain, no_rewrites, running
-from hmp.run.profiler import (DeviceStep, measure_speeds, random_batch, run_traced,
-                          train_flops_per_sample)
+from hmp.run.profiler import DeviceStep, measure_speeds, random_batch, run_traced
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("model", "cnn2d", ["cnn2d", "cnn3d", "hybrid", "spectral"], "The model.")
@@ -251,26 +251,15 @@ def feed_seconds(plat, device, batch_size, cfg):
 
 
 def elementwise_seconds(plat, device, batch_size, spec):
-    """Median seconds of a bias add + ReLU and their gradients on ``device``, on a
-    [batch, positions, channels] tensor shaped like the first layer's output."""
-    first = spec.layers[0]
-    channels = first.split_size if first.split_role == "output" else 0
-    if not channels or first.output_elems_per_sample % channels:
-        channels = first.output_elems_per_sample
-    shape = [batch_size, first.output_elems_per_sample // channels, channels]
-    with tf.Graph().as_default():
-        with tf.device(device):
-            x = tf.Variable(tf.random.normal(shape, seed=1))
-            upstream = tf.Variable(tf.random.normal(shape, seed=2))
-            bias = tf.Variable(tf.zeros([channels]))
-            y = tf.nn.relu(x + bias)
-            grad_x, grad_bias = tf.gradients(y, [x, bias], grad_ys=upstream)
-            # One element of each gradient (a tf.group of them is pruned and runs nothing).
-            fetch = [grad_x[0, 0, 0], grad_bias[0]]
-        with tf.Session(plat.target, config=plat.config) as session:
-            session.run(tf.global_variables_initializer())
-            median_seconds(session, fetch, 3)
-            return median_seconds(session, fetch, FLAGS.steps * FLAGS.repeats)
+    """Median seconds of ``hmp.run.calibration.ElementwiseStep`` (a bias add + ReLU and
+    their gradients on a tensor shaped like the first layer's output) on ``device``."""
+    step = ElementwiseStep(spec, device, batch_size, plat.target, plat.config)
+    try:
+        for _ in range(3):  # warm-up
+            step.run()
+        return statistics.median(step.run() for _ in range(FLAGS.steps * FLAGS.repeats))
+    finally:
+        step.close()
 
 
 def side_by_side_seconds(steps):
@@ -314,11 +303,9 @@ def calibrate(plat, cfg, full_spec, devices):
     """From calibration runs of ``cfg`` (its ``model_spec`` ``full_spec``): the full
     DeviceSpecs ({name: spec}), the full LinkSpec, the variants to compare ({name:
     (specs, link)}) and the calibration's report lines."""
-    train_flops = train_flops_per_sample(cfg, full_spec)
-    half_cfg = dataclasses.replace(cfg, width=max(cfg.width // 2, 1))
+    half_cfg = half_width(cfg)
     half_spec = model_spec(half_cfg)
-    forward = [sum(l.flops_per_sample for l in s.layers) for s in (full_spec, half_spec)]
-    ops = sum(l.flops_per_sample > 0 for l in full_spec.layers)
+    totals = [per_sample_totals(s) for s in (full_spec, half_spec)]
     sizes = (FLAGS.batch_size // SMALL_BATCH_DIVISOR, FLAGS.batch_size)
     step = {}  # (device, batch, width) -> seconds
     alone = {}
@@ -332,11 +319,9 @@ def calibrate(plat, cfg, full_spec, devices):
                 alone[s.device] = s
     feed = {(d, b): feed_seconds(plat, d, b, cfg) for d in devices for b in sizes}
     # Element-wise work per activation element: slope of the bias + ReLU step over the batch.
-    first_elems = full_spec.layers[0].output_elems_per_sample
-    elementwise = {d: max((elementwise_seconds(plat, d, sizes[1], full_spec)
-                           - elementwise_seconds(plat, d, sizes[0], full_spec))
-                          / (first_elems * (sizes[1] - sizes[0])), 0.0) for d in devices}
-    held = [sum(l.output_elems_per_sample for l in s.layers) for s in (full_spec, half_spec)]
+    elementwise = {d: elementwise_slope(elementwise_seconds(plat, d, sizes[1], full_spec),
+                                        elementwise_seconds(plat, d, sizes[0], full_spec),
+                                        sizes[1], sizes[0], full_spec) for d in devices}
     specs, rows, work_alone = [], [], {}
     for d in devices:
         work = [step[d, b, cfg.width] - feed[d, b] for b in sizes]  # the step without its feed
@@ -347,17 +332,8 @@ def calibrate(plat, cfg, full_spec, devices):
         # widths (E: activation elements of all layers, e: element-wise seconds per element).
         half_per_sample = (step[d, sizes[1], half_cfg.width] - feed[d, sizes[1]]
                            - overhead) / sizes[1]
-
-        # (peak, h) with the element-wise work taken out first.
-        full_work = per_sample - held[0] * elementwise[d]
-        half_work = half_per_sample - held[1] * elementwise[d]
-        if full_work > half_work > 0:
-            peak = TRAIN_FLOPS_FACTOR * (forward[0] - forward[1]) / (full_work - half_work)
-            half = max(full_work * peak / TRAIN_FLOPS_FACTOR - forward[0], 0.0) / ops
-            # The same peak unless h was clipped at 0.
-            peak = TRAIN_FLOPS_FACTOR * (forward[0] + ops * half) / full_work
-        else:  # noise: no op-size term
-            peak, half = train_flops / max(full_work, 1e-12), 0.0
+        peak, half, elementwise[d] = fit_op_size(per_sample, half_per_sample, *totals,
+                                                 elementwise[d])
         specs.append((d, peak, overhead, half, elementwise[d]))
         rows.append(f"  {d}: alone {alone[d].flops_per_s / 1e9:.3g} GFLOP/s effective "
                     f"({alone[d].samples_per_s:.4g} samples/s); step "
@@ -368,7 +344,7 @@ def calibrate(plat, cfg, full_spec, devices):
                     f"{peak / 1e9:.3g} GFLOP/s, half rate at {half / 1e6:.3g} MFLOP per "
                     f"sample and op, overhead {fmt(overhead)}, element-wise "
                     f"{elementwise[d] * 1e9:.3g} ns per element ("
-                    f"{fmt(held[0] * sizes[1] * elementwise[d])} of the step)")
+                    f"{fmt(totals[0][1] * sizes[1] * elementwise[d])} of the step)")
     feed_link = line_fit([FED_BYTES_PER_SAMPLE * b for b in sizes], [feed[devices[0], b] for b in sizes])
     loads = [DeviceStep(cfg, d, FLAGS.batch_size, plat.target, plat.config, FLAGS.optimizer)
              for d in plat.link_pairs["link"]]
@@ -431,6 +407,9 @@ def main(_):
     tf.logging.set_verbosity(tf.logging.ERROR)
     load_before = os.getloadavg()[0]
     cfg = model_config(FLAGS.model, FLAGS.patch_size, FLAGS.bands, FLAGS.classes, FLAGS.width)
+    if half_width(cfg) is None:
+        raise app.UsageError(f"--width={FLAGS.width}: the calibration also times the model at "
+                             "half width; allowed: 0 (the model's default) or >= 2")
     spec = model_spec(cfg)
     sizes = {layout: parse_mesh(layout).size for layout in FLAGS.layouts}
     with platform(max(sizes.values())) as plat:

@@ -261,10 +261,9 @@ def describe(plan):
 
 def measured_platform(workers, profiled):
     """One CPU device per worker as ``hmp.train --cluster`` sees them: DeviceSpecs with
-    the profiled speeds and per-step overheads."""
+    the profiled speeds, per-step overheads and op-size figures."""
     devices = [d[0] for d in worker_devices(workers.devices)]
-    return platform_specs(devices, [s.flops_per_s for s in profiled],
-                          [s.overhead_s for s in profiled])
+    return platform_specs(devices, [dataclasses.asdict(s) for s in profiled])
 
 
 def measured_plan(spec, platform, link, mesh):
@@ -409,7 +408,7 @@ def benchmark_model(name, exp, batch, workers):
     profiled, link = measure_platform(config, [d[0] for d in worker_devices(workers.devices)],
                                       FLAGS.batch_size, FLAGS.warmup, FLAGS.profile_steps,
                                       workers.target, workers.cluster.session_config(),
-                                      progress=progress)
+                                      progress=progress, op_size=True)
     progress("%s: building the configurations" % name)
     runs, auto, model_splits = build_runs(config, batch, workers, profiled, link)
     progress("%s: timing %d steps x %d interleaved repeats" % (name, FLAGS.steps,

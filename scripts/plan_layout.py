@@ -7,12 +7,14 @@
 ``--speeds=auto`` measures every device with ``hmp.run.profiler.measure_platform``
 (one device at a time) and the link between them with ``hmp.run.linkprobe``
 (unless ``--platform`` gives one), and plans with the measured FLOP rates and
-link, so ``--mesh=auto`` weighs communication. The plan's
-model name holds the model and its input shape, so ``Plan.from_json`` refuses
-it for another model or input. Every bad flag value ends the run with one
+link, so ``--mesh=auto`` weighs communication; when ``--mesh`` may split the
+model (``auto``, ``model:N``) and no ``--platform`` is given, also each device's
+op-size figures (``hmp.run.calibration``). The plan's model name holds the model
+and its input shape, so ``Plan.from_json`` refuses it for another model or input. Every bad flag value ends the run with one
 line ``plan_layout: error: ...`` on stderr and exit code 2.
 """
 
+import dataclasses
 import re
 import sys
 
@@ -27,7 +29,8 @@ import models  # noqa: E402
 from hmp import cli  # noqa: E402
 from hmp.errors import InvalidInput  # noqa: E402
 from hmp.planning import (DeviceSpec, check_speeds, load_platform, parse_mesh,  # noqa: E402
-                          plan_layout)
+                          plan_layout, splits_the_model)
+from hmp.run.calibration import describe  # noqa: E402
 from hmp.run.devices import LOCAL_JOBS, virtual_cpus  # noqa: E402
 from hmp.run.linkprobe import platform_specs  # noqa: E402
 from hmp.run.from_graph import model_spec  # noqa: E402
@@ -165,15 +168,19 @@ def profile(config, spec, devices):
     try:
         speeds, link = measure_platform(config, names, FLAGS.batch_size, FLAGS.warmup,
                                         FLAGS.repeats, FLAGS.target or None, session_config,
-                                        progress=progress, spec=spec)
+                                        progress=progress, spec=spec,
+                                        op_size=splits_the_model(FLAGS.mesh)
+                                        and not FLAGS.platform)
     except tf.errors.OpError as e:
         raise cli.UsageError(f"--devices: profiling failed: {e.message.splitlines()[0]}") from e
     print("Measured speeds (training step alone on each device, median of "
           f"{FLAGS.repeats}; min - max):")
     for s in speeds:
+        op_size = describe(dataclasses.asdict(s))
         print(f"  {s.device}  {s.samples_per_s:.4g} samples/s ({s.min_samples_per_s:.4g} - "
               f"{s.max_samples_per_s:.4g})  relative {s.relative:.3f}  "
-              f"{s.flops_per_s:.4g} FLOP/s  {1e3 * s.overhead_s:.3g} ms of every step")
+              f"{s.flops_per_s:.4g} FLOP/s  {1e3 * s.overhead_s:.3g} ms of every step"
+              + (f"  {op_size}" if op_size else ""))
     if link is not None:
         print(f"  link: {link.figures()}")
     print()
@@ -205,7 +212,7 @@ def run():
         if link is None and measured_link is not None and not FLAGS.platform:
             # measured absolute speeds, overheads and link: price communication, with
             # each device's host (virtual CPUs of this process share its cores)
-            devices = platform_specs(devices, speeds, [s.overhead_s for s in measured])
+            devices = platform_specs(devices, [dataclasses.asdict(s) for s in measured])
             speeds, link = None, measured_link
     with cli.blame("devices", "speeds", "mesh", "batch_size", "memory_caps", "min_filters"):
         plan = plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh, caps,

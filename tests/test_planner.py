@@ -433,6 +433,29 @@ def test_a_device_with_a_larger_step_overhead_gets_fewer_samples():
                        link=LINK).splits["batch"] == apportion(512, rates)
 
 
+def test_the_batch_split_uses_the_rate_alone_of_devices_with_op_size_figures():
+    # The same two devices as measured with op-size figures: a peak rate above the rate
+    # alone, a fixed cost per sample and op (h) and element-wise work (e). Each computes
+    # a sample alone in 3 (F + L h) / peak + E e = 1 / rate: the same split.
+    spec = hsi_model()
+    flops = sum(l.flops_per_sample for l in spec.layers)
+    ops = sum(l.flops_per_sample > 0 for l in spec.layers)
+    elements = sum(l.output_elems_per_sample for l in spec.layers)
+    rates, overheads = [11672.0, 4418.0], [0.004, 0.027]
+    half_rates, elementwise = [2e5, 5e4], [8e-10, 2e-9]
+    effective = [DeviceSpec(f"/job:worker/task:{i}/device:CPU:0", r * 3 * flops,
+                            overhead_s=o, host=f"task{i}")
+                 for i, (r, o) in enumerate(zip(rates, overheads))]
+    peaks = [3 * (flops + ops * h) / (1 / r - elements * e)
+             for r, h, e in zip(rates, half_rates, elementwise)]
+    calibrated = [DeviceSpec(d.name, p, overhead_s=d.overhead_s, host=d.host,
+                             half_rate_flops=h, elementwise_s_per_element=e)
+                  for d, p, h, e in zip(effective, peaks, half_rates, elementwise)]
+    assert all(p > d.flops_per_s for p, d in zip(peaks, effective))
+    assert plan_layout(spec, calibrated, None, 512, "batch:2", link=LINK).splits == \
+        plan_layout(spec, effective, None, 512, "batch:2", link=LINK).splits
+
+
 def test_a_split_must_beat_fewer_devices_by_the_margin():
     # Two devices of 1e9 FLOP/s, batch 64, fc_model (see above): one device 38.4 ms,
     # model:2 19.2 ms + one hand-over. A 17.3 ms hand-over makes it 5% faster than one

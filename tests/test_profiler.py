@@ -1,12 +1,16 @@
 """Profiler: measured speeds (structure only, no timing assertions) and busy times."""
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from hmp.planning.costmodel import alone_flops_per_s
 from hmp.run import profiler
+from hmp.run.from_graph import model_spec
+from hmp.run.linkprobe import platform_specs
 from hmp.run.graph import Placement, TrainingGraph
 from hmp.run.profiler import busy_times, measure_speeds, random_batch, run_traced
 from models import model_config
@@ -18,24 +22,33 @@ TINY_FLOPS = (2 * 25 * 9 * 4 * 4 + 2 * 25 * 9 * 4 * 2 + 4 * 9 * 2 + 2 * 9 * 9 * 
               + 2 * 9 * 9 * 4 * 2 + 2 * 18 * 8 + 2 * 8 * 3)
 
 
-def test_measure_speeds_reports_every_device():
+def test_measure_speeds_reports_every_device_and_its_op_size_figures():
     messages = []
     speeds = measure_speeds(TINY, ["/cpu:0", "/cpu:1"], 8, warmup=1, repeats=3,
                             session_config=tf.ConfigProto(device_count={"CPU": 2}),
-                            progress=messages.append)
+                            progress=messages.append, op_size=True)
     assert [s.device for s in speeds] == ["/cpu:0", "/cpu:1"]
-    for s in speeds:
+    specs = platform_specs(["/cpu:0", "/cpu:1"], [dataclasses.asdict(s) for s in speeds])
+    tiny_spec = model_spec(TINY)
+    for s, device in zip(speeds, specs):
         assert math.isfinite(s.samples_per_s) and s.samples_per_s > 0
         assert s.min_samples_per_s <= s.samples_per_s <= s.max_samples_per_s
-        # The rate of the slope and the overhead reproduce the median step:
-        # overhead + batch x 3 x forward FLOPs per sample / FLOP rate.
-        assert s.overhead_s >= 0
-        assert s.overhead_s + 8 * 3 * TINY_FLOPS / s.flops_per_s == pytest.approx(
-            8 / s.samples_per_s, rel=1e-9)
+        assert s.overhead_s >= 0 and s.half_rate_flops >= 0 and s.elementwise_s_per_element >= 0
+        # The planner's DeviceSpecs carry them.
+        assert (device.flops_per_s, device.overhead_s, device.half_rate_flops,
+                device.elementwise_s_per_element) == (s.flops_per_s, s.overhead_s,
+                                                      s.half_rate_flops,
+                                                      s.elementwise_s_per_element)
+        # The peak rate, op-size terms and overhead reproduce the median step: overhead
+        # + batch x (3 (F + L h) / peak + E e), F = 3 x forward FLOPs per sample.
+        assert s.overhead_s + 8 * 3 * TINY_FLOPS / alone_flops_per_s(tiny_spec, device) \
+            == pytest.approx(8 / s.samples_per_s, rel=1e-9)
     assert sum(s.relative for s in speeds) == pytest.approx(1.0)
     assert speeds[0].relative / speeds[1].relative == pytest.approx(
         speeds[0].samples_per_s / speeds[1].samples_per_s)
-    assert any("/cpu:1" in m for m in messages) and "timing 3 steps" in messages[-1]
+    assert any("/cpu:1" in m for m in messages)
+    assert messages[-1] == ("profiling: timing 3 steps per device and batch size, at half "
+                            "width (1 for 2), element-wise work (bias add + ReLU), round-robin")
 
 
 def test_measure_speeds_runs_on_a_session_target():
@@ -43,6 +56,10 @@ def test_measure_speeds_runs_on_a_session_target():
     device = "/job:localhost/task:0/device:CPU:0"
     (speed,) = measure_speeds(TINY, [device], 4, warmup=0, repeats=1, target=server.target)
     assert speed.device == device and speed.samples_per_s > 0 and speed.relative == 1.0
+    # Without op_size: the FLOP rate is the slope's, no op-size figures.
+    assert speed.half_rate_flops is speed.elementwise_s_per_element is None
+    assert 4 * 3 * TINY_FLOPS / speed.flops_per_s + speed.overhead_s == pytest.approx(
+        4 / speed.samples_per_s, rel=1e-9)
 
 
 @pytest.mark.parametrize("warmup, repeats", [(-1, 3), (1, 0)])

@@ -1,5 +1,6 @@
 """hmp.run.speedcache: measured speeds and link kept per setting; hit, miss, corrupt, key."""
 
+import dataclasses
 import json
 import os
 
@@ -7,6 +8,7 @@ import pytest
 
 from hmp.planning import LinkSpec
 from hmp.run import speedcache
+from hmp.run.linkprobe import platform_specs
 from hmp.run.profiler import DeviceSpeed
 from models import model_config
 
@@ -18,15 +20,20 @@ LINK = LinkSpec(2e9, 3e-5, local=LinkSpec(8e9, 1e-5))
 class Measurer:
     """A stand-in for profiling: fixed speeds and link, counting its calls."""
 
-    def __init__(self):
+    def __init__(self, op_size=()):
         self.calls = 0
         self.devices = DEVICES
+        self.op_size = op_size   # per device (half_rate_flops, elementwise_s_per_element)
 
     def __call__(self):
         self.calls += 1
-        return ([DeviceSpeed(self.devices[0], 100.0, 90.0, 110.0, 0.6, 3e9, 2e-3),
-                 DeviceSpeed(self.devices[1], 50.0 * self.calls, 40.0, 60.0 * self.calls, 0.4,
-                             1.5e9 * self.calls)], LINK)
+        speeds = [DeviceSpeed(self.devices[0], 100.0, 90.0, 110.0, 0.6, 3e9, 2e-3),
+                  DeviceSpeed(self.devices[1], 50.0 * self.calls, 40.0, 60.0 * self.calls, 0.4,
+                              1.5e9 * self.calls)]
+        if self.op_size:
+            speeds = [dataclasses.replace(s, half_rate_flops=h, elementwise_s_per_element=e)
+                      for s, (h, e) in zip(speeds, self.op_size)]
+        return speeds, LINK
 
 
 @pytest.fixture
@@ -40,22 +47,27 @@ def key(**changes):
     return speedcache.cache_key(**args)
 
 
-def get(key_, paths, measure, force=False):
+def get(key_, paths, measure, force=False, op_size=False):
     said, warned = [], []
     entry, path = speedcache.measured_or_cached(key_, paths, measure, force, said.append,
-                                                warned.append)
+                                                warned.append, op_size)
     return entry, path, said, warned
+
+
+def flops(entry):
+    return [s["flops_per_s"] for s in entry.speeds]
 
 
 def test_miss_measures_and_stores_everywhere_then_hits(paths):
     measure = Measurer()
     entry, path, said, warned = get(key(), paths, measure)
     assert (measure.calls, path, said, warned) == (1, None, [], [])
-    assert entry.flops_per_s == [3e9, 1.5e9] and entry.link_spec() == LINK
-    assert entry.overheads == [2e-3, 0.0]
+    assert flops(entry) == [3e9, 1.5e9] and entry.link_spec() == LINK
+    assert [s["overhead_s"] for s in entry.speeds] == [2e-3, 0.0]
+    assert not entry.has_op_size   # measured without them: None
     for p in paths:
         data = json.loads(open(p).read())
-        assert data["format"] == "hmp-speeds/2" and len(data["entries"]) == 1
+        assert data["format"] == "hmp-speeds/3" and len(data["entries"]) == 1
         assert data["entries"][0]["key"]["devices"] == DEVICES
         assert data["entries"][0]["link"]["local"]["latency_s"] == 1e-5
     again, path, said, warned = get(key(), paths, measure)
@@ -64,6 +76,22 @@ def test_miss_measures_and_stores_everywhere_then_hits(paths):
     assert said == ["speeds: reusing the measurement of %s from %s (--speeds=measure "
                     "measures again)" % (entry.measured_at, paths[0])]
     assert not [f for f in os.listdir(os.path.dirname(paths[0])) if f.endswith(".tmp")]
+
+
+def test_op_size_figures_round_trip_and_serve_both_kinds_of_run(paths):
+    get(key(), paths, Measurer())   # a batch-only run's entry: no op-size figures
+    measure = Measurer(op_size=[(2e5, 7e-10), (0.0, 1.5e-9)])
+    entry, path, _, _ = get(key(), paths, measure, op_size=True)   # it will not do
+    assert measure.calls == 1 and path is None and entry.has_op_size
+    for p in paths:   # it replaced the entry without them
+        assert speedcache.load(p, pytest.fail) == [entry]
+    again, path, _, _ = get(key(), paths, measure, op_size=True)
+    batch_only, _, _, _ = get(key(), paths, measure)   # one with them serves a run without
+    assert measure.calls == 1 and path == paths[0] and again == batch_only == entry
+    specs = platform_specs(DEVICES, again.speeds)
+    assert [(s.half_rate_flops, s.elementwise_s_per_element, s.overhead_s) for s in specs] \
+        == [(2e5, 7e-10, 2e-3), (0.0, 1.5e-9, 0.0)]
+    assert [s.flops_per_s for s in specs] == [3e9, 1.5e9]
 
 
 def test_user_cache_serves_a_new_run_folder_and_is_copied_there(paths):
@@ -79,8 +107,8 @@ def test_force_measures_again_and_replaces_the_entry(paths):
     get(key(), paths, measure)
     entry, path, said, _ = get(key(), paths, measure, force=True)
     assert measure.calls == 2 and path is None and said == []
-    assert entry.flops_per_s == [3e9, 3e9]
-    assert [e.flops_per_s for e in speedcache.load(paths[1], pytest.fail)] == [[3e9, 3e9]]
+    assert flops(entry) == [3e9, 3e9]
+    assert [flops(e) for e in speedcache.load(paths[1], pytest.fail)] == [[3e9, 3e9]]
 
 
 @pytest.mark.parametrize("change", [
@@ -108,17 +136,17 @@ def test_the_key_names_versions_and_setting():
 
 @pytest.mark.parametrize("content", [
     "{not json", "[]", '{"format": "other", "entries": []}',
-    '{"format": "hmp-speeds/2", "entries": {}}',
-    '{"format": "hmp-speeds/2", "entries": [{"key": {"devices": ["/cpu:0"]}, '
+    '{"format": "hmp-speeds/3", "entries": {}}',
+    '{"format": "hmp-speeds/3", "entries": [{"key": {"devices": ["/cpu:0"]}, '
     '"measured_at": "x", "speeds": [{"device": "/cpu:0", "samples_per_s": -1, '
-    '"min_samples_per_s": 1, "max_samples_per_s": 1, "flops_per_s": 1, "overhead_s": 0}], '
-    '"link": null}]}',
-    '{"format": "hmp-speeds/2", "entries": [{"key": {"devices": ["/cpu:0"]}, '
+    '"min_samples_per_s": 1, "max_samples_per_s": 1, "flops_per_s": 1, "overhead_s": 0, '
+    '"half_rate_flops": null, "elementwise_s_per_element": null}], "link": null}]}',
+    '{"format": "hmp-speeds/3", "entries": [{"key": {"devices": ["/cpu:0"]}, '
     '"measured_at": "x", "speeds": [{"device": "/cpu:0", "samples_per_s": 1, '
-    '"min_samples_per_s": 1, "max_samples_per_s": 1, "flops_per_s": 1, "overhead_s": -1}], '
-    '"link": null}]}',
-    '{"format": "hmp-speeds/1", "entries": []}',
-    '{"format": "hmp-speeds/2", "entries": [{"key": {"devices": []}, "measured_at": "x", '
+    '"min_samples_per_s": 1, "max_samples_per_s": 1, "flops_per_s": 1, "overhead_s": -1, '
+    '"half_rate_flops": null, "elementwise_s_per_element": null}], "link": null}]}',
+    '{"format": "hmp-speeds/2", "entries": []}',  # before op-size figures
+    '{"format": "hmp-speeds/3", "entries": [{"key": {"devices": []}, "measured_at": "x", '
     '"speeds": [], "link": {"bandwidth_bytes_per_s": 0}}]}',
     "\udcff",
 ])
@@ -140,7 +168,7 @@ def test_an_unwritable_cache_warns_and_the_run_goes_on(tmp_path):
     blocker.write_text("")
     measure = Measurer()
     entry, path, _, warned = get(key(), [str(blocker / "speeds.json")], measure)
-    assert measure.calls == 1 and entry.flops_per_s == [3e9, 1.5e9]
+    assert measure.calls == 1 and flops(entry) == [3e9, 1.5e9]
     assert len(warned) == 1 and warned[0].startswith("warning: cannot write the speed cache")
 
 

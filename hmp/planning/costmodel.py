@@ -131,6 +131,27 @@ def train_flops_per_sample(model_spec):
     return TRAIN_FLOPS_FACTOR * sum(l.flops_per_sample for l in model_spec.layers)
 
 
+def per_sample_totals(model_spec):
+    """``(F, E, L)`` of ``model_spec``: forward FLOPs and activation elements (every
+    layer's output) per sample, and the layer ops with FLOPs, which the op-size terms
+    count (``DeviceSpec.half_rate_flops``, ``elementwise_s_per_element``)."""
+    return (sum(l.flops_per_sample for l in model_spec.layers),
+            sum(l.output_elems_per_sample for l in model_spec.layers),
+            sum(l.flops_per_sample > 0 for l in model_spec.layers))
+
+
+def alone_flops_per_s(model_spec, device):
+    """The FLOP rate at which ``device`` (a DeviceSpec) computes ``model_spec`` alone, its
+    per-step overhead aside: ``flops_per_s`` slowed by the op-size terms, ``3 F / (3 (F +
+    L h) / flops_per_s + E e)`` (``per_sample_totals``), ``predict``'s compute of the
+    one-device layout without a memory bandwidth. Exactly ``flops_per_s`` without
+    op-size figures."""
+    flops, elements, ops = per_sample_totals(model_spec)
+    extra = (ops * device.half_rate_flops + elements * device.elementwise_s_per_element
+             * device.flops_per_s / TRAIN_FLOPS_FACTOR)
+    return device.flops_per_s / (1.0 + extra / flops)
+
+
 def _positive(value, what, allow_none=False, allow_zero=False):
     """ValueError unless ``value`` is a finite number > 0 (or >= 0, or None)."""
     if value is None and allow_none:

@@ -58,6 +58,12 @@ def parse_mesh(text):
     return Mesh(sizes.get("batch", 1), sizes.get("model", 1), tuple(sizes))
 
 
+def splits_the_model(mesh):
+    """True when a plan on ``mesh`` (a mesh string, or "auto": every candidate mesh) may
+    have a model axis: then it needs the op-size figures (``DeviceSpec.half_rate_flops``)."""
+    return mesh == "auto" or parse_mesh(mesh).model > 1
+
+
 def candidate_meshes(device_count):
     """Every mesh with ``device_count`` positions: data-, hybrid, then model-parallel."""
     meshes = []

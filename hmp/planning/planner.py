@@ -23,7 +23,7 @@ import numpy as np
 
 from hmp.errors import InvalidInput, whole_number
 from hmp.planning.apportion import apportion, check_speeds
-from hmp.planning.costmodel import (DeviceSpec, memory_bytes, predict,
+from hmp.planning.costmodel import (DeviceSpec, alone_flops_per_s, memory_bytes, predict,
                                     train_flops_per_sample, weight_fractions)
 from hmp.planning.layout import candidate_meshes, layout_rules, parse_mesh
 from hmp.planning.plan import Candidate, Plan, format_time, layer_entries
@@ -97,11 +97,13 @@ def _units_cap(headroom, size, minimum):
 
 
 def _row_rates(model_spec, specs, mesh):
-    """Per batch row: samples/s (its devices' FLOP rates over the training FLOPs
-    of a sample) and per-step overhead (the largest of its devices': each pays
-    its own in full), or None when no device has one (shares by speed alone)."""
+    """Per batch row: samples/s (its devices' FLOP rates alone, ``alone_flops_per_s``,
+    over the training FLOPs of a sample) and per-step overhead (the largest of its
+    devices': each pays its own in full), or None when no device has one (shares by
+    speed alone)."""
     overhead = np.array([d.overhead_s for d in specs]).reshape(mesh.batch, mesh.model)
-    flops = np.array([d.flops_per_s for d in specs]).reshape(mesh.batch, mesh.model)
+    flops = np.array([alone_flops_per_s(model_spec, d)
+                      for d in specs]).reshape(mesh.batch, mesh.model)
     if not overhead.any():
         return flops.sum(axis=1), None
     return flops.sum(axis=1) / train_flops_per_sample(model_spec), overhead.max(axis=1)

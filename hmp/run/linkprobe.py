@@ -18,10 +18,11 @@ several hosts the pair is one device of the first host and one of another
 one host (``local``); with one host only the local pair is measured and is
 the link itself.
 
-``platform_specs`` turns measured speeds into the planner's DeviceSpecs with
-those hosts, and ``host_cores=1`` for CPU devices that share a host with
-another CPU device: each was measured alone with all of its process's cores,
-so together they compute no faster than one of them alone.
+``platform_specs`` turns measured speeds (FLOP rate, overhead, op-size figures)
+into the planner's DeviceSpecs with those hosts, and ``host_cores=1`` for CPU
+devices that share a host with another CPU device: each was measured alone with
+all of its process's cores, so together they compute no faster than one of them
+alone.
 """
 
 import contextlib
@@ -39,18 +40,23 @@ from hmp.planning import DeviceSpec, LinkSpec
 HANDOVER_BYTES = (256, 1 << 20)  # small: latency; large: bandwidth
 HOPS = 16
 MIN_SECONDS = 1e-9  # floor of a per-hop time (a LinkSpec needs positive figures)
+# The measured DeviceSpec figures beside flops_per_s (0 when not measured).
+OPTIONAL_FIGURES = ("overhead_s", "half_rate_flops", "elementwise_s_per_element")
 
 
-def platform_specs(devices, flops_per_s, overheads=None):
-    """DeviceSpecs with each device's host and, for CPUs sharing a host, host_cores=1;
-    ``overheads``: each device's per-step ``overhead_s`` (None: 0)."""
+def platform_specs(devices, measured):
+    """DeviceSpecs with each device's host and, for CPUs sharing a host, host_cores=1.
+
+    ``measured``: per device a mapping of its figures -- ``flops_per_s``, and optional
+    ``overhead_s``, ``half_rate_flops``, ``elementwise_s_per_element`` (missing or None:
+    0), e.g. a ``profiler.DeviceSpeed`` as a dict or a speed-cache entry's speed."""
     hosts = [host_of(d) for d in devices]
     cpus = [is_cpu(d) for d in devices]
     shared = {h for h in hosts if sum(c for c, g in zip(cpus, hosts) if g == h) > 1}
-    return [DeviceSpec(name, float(rate), host=host, overhead_s=float(overhead),
-                       host_cores=1 if cpu and host in shared else None)
-            for name, rate, host, cpu, overhead
-            in zip(devices, flops_per_s, hosts, cpus, overheads or [0.0] * len(devices))]
+    return [DeviceSpec(name, float(figures["flops_per_s"]), host=host,
+                       host_cores=1 if cpu and host in shared else None,
+                       **{f: float(figures.get(f) or 0.0) for f in OPTIONAL_FIGURES})
+            for name, figures, host, cpu in zip(devices, measured, hosts, cpus)]
 
 
 def link_pairs(devices):

@@ -15,8 +15,12 @@ of its step, so a batch split by speed alone gives it too many samples
 rate from the slope: ``rate`` x the training FLOPs of one sample
 (``TRAIN_FLOPS_FACTOR`` x the forward FLOPs ``model_spec`` counts), so the cost
 model, adding ``overhead_s``, reproduces the measured one-device step time.
-``DeviceStep`` is that one-device step, for other measurements (the cost-model
-benchmark runs several side by side).
+With ``op_size=True`` (for plans that may split the model) each device is also
+timed, in the same turns, at half the model's width and on element-wise work
+(``hmp.run.calibration``): ``flops_per_s`` is then the peak rate, beside
+``half_rate_flops`` and ``elementwise_s_per_element``, and the cost model still
+reproduces the one-device step. ``DeviceStep`` is that one-device step, for other
+measurements (the cost-model benchmark runs several side by side).
 
 ``busy_times`` reads TensorFlow's step statistics of one traced step
 (``tf.RunOptions(trace_level=FULL_TRACE)``) and returns, per mesh device, the
@@ -36,7 +40,8 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from hmp.planning import costmodel
-from hmp.run.from_graph import model_spec
+from hmp.run import calibration
+from hmp.run.from_graph import model_spec, model_width
 from hmp.run.graph import Placement, TrainingGraph
 from hmp.run.linkprobe import measure_link
 
@@ -56,8 +61,12 @@ class DeviceSpeed:
     min_samples_per_s: float  # slowest repeat
     max_samples_per_s: float  # fastest repeat
     relative: float  # samples_per_s / the sum over all devices (relative speeds sum to 1)
-    flops_per_s: float  # training FLOPs per sample / seconds per extra sample (the slope)
+    # training FLOPs per sample / seconds per extra sample (the slope); the peak rate
+    # when half_rate_flops is measured
+    flops_per_s: float
     overhead_s: float = 0.0  # seconds of every step, whatever the batch (the intercept)
+    half_rate_flops: float | None = None  # op-size efficiency (op_size=True), else None
+    elementwise_s_per_element: float | None = None  # element-wise work (op_size=True)
 
 
 def train_flops_per_sample(config, spec=None):
@@ -120,7 +129,8 @@ class DeviceStep:
 
 
 def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None,
-                   session_config=None, optimizer="adam", progress=None, spec=None):
+                   session_config=None, optimizer="adam", progress=None, spec=None,
+                   op_size=False):
     """Times the model's training step alone on each device.
 
     Args:
@@ -136,21 +146,25 @@ def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None
       optimizer: the optimizer of the step (its update is part of the work).
       progress: optional ``callable(str)`` told what is happening.
       spec: the config's ``model_spec``, if the caller has it (else built here).
+      op_size: also time the step at half width and the element-wise work, for
+        ``half_rate_flops`` and ``elementwise_s_per_element`` (what model splits
+        need; ``hmp.run.calibration``).
 
     Returns:
       A ``DeviceSpeed`` per device, in the order given.
     """
     steps = _warmed_steps(config, devices, batch_size, warmup, repeats, target,
-                          session_config, optimizer, progress)
+                          session_config, optimizer, progress, spec, op_size)
     try:
-        return _timed(steps, config, devices, batch_size, repeats, progress, spec)
+        return _timed(steps, config, devices, batch_size, repeats, progress, spec, op_size)
     finally:
         for step in steps.values():
             step.close()
 
 
 def measure_platform(config, devices, batch_size, warmup=2, repeats=5, target=None,
-                     session_config=None, optimizer="adam", progress=None, spec=None):
+                     session_config=None, optimizer="adam", progress=None, spec=None,
+                     op_size=False):
     """``measure_speeds``, then the link between the devices (``hmp.run.linkprobe``), idle
     and while every device runs its training step, as in a split step (the same
     steps that were timed).
@@ -159,11 +173,12 @@ def measure_platform(config, devices, batch_size, warmup=2, repeats=5, target=No
     ``measure_speeds``.
     """
     steps = _warmed_steps(config, devices, batch_size, warmup, repeats, target,
-                          session_config, optimizer, progress)
+                          session_config, optimizer, progress, spec, op_size)
     try:
-        speeds = _timed(steps, config, devices, batch_size, repeats, progress, spec)
+        speeds = _timed(steps, config, devices, batch_size, repeats, progress, spec,
+                        op_size)
         return speeds, measure_link(devices, target, session_config, progress=progress,
-                                    busy=[steps[d, batch_size].run for d in devices])
+                                    busy=[steps[d, STEP, batch_size].run for d in devices])
     finally:
         for step in steps.values():
             step.close()
@@ -174,10 +189,17 @@ def small_batch(batch_size):
     return batch_size // 4 if batch_size >= 4 else None
 
 
+# What a profiled device runs (the keys of ``_warmed_steps``): the training step, the
+# training step at half width, the element-wise work (``hmp.run.calibration``).
+STEP, HALF_WIDTH, ELEMENTWISE = "step", "half width", "element-wise"
+
+
 def _warmed_steps(config, devices, batch_size, warmup, repeats, target, session_config,
-                  optimizer, progress):
-    """``{(device, batch): warmed-up DeviceStep}`` at ``batch_size`` and its
-    ``small_batch`` (the caller closes them)."""
+                  optimizer, progress, spec, op_size):
+    """``{(device, what, batch): warmed-up step}``: the ``DeviceStep`` at ``batch_size``
+    and its ``small_batch``; with ``op_size`` also the step at half width (if the
+    model's width can be halved) and the ``ElementwiseStep`` at both batch sizes.
+    The caller closes them."""
     if not devices:
         raise ValueError("measure_speeds: no devices given")
     if warmup < 0 or repeats < 1:
@@ -185,15 +207,29 @@ def _warmed_steps(config, devices, batch_size, warmup, repeats, target, session_
                          f"got {warmup} and {repeats}")
     say = progress or (lambda message: None)
     batches = [b for b in (batch_size, small_batch(batch_size)) if b]
+    half = calibration.half_width(config) if op_size else None
+    if op_size:
+        spec = spec or model_spec(config)
     steps = {}
+
+    def warmed(key, step):
+        steps[key] = step
+        for _ in range(warmup):
+            step.run()
+
     try:
         for i, device in enumerate(devices):
             say(f"profiling {device} ({i + 1}/{len(devices)}): building and warming up")
             for batch in batches:
-                step = steps[device, batch] = DeviceStep(config, device, batch, target,
-                                                         session_config, optimizer)
-                for _ in range(warmup):
-                    step.run()
+                warmed((device, STEP, batch), DeviceStep(config, device, batch, target,
+                                                         session_config, optimizer))
+            if half is not None:
+                warmed((device, HALF_WIDTH, batch_size), DeviceStep(
+                    half, device, batch_size, target, session_config, optimizer))
+            if op_size and len(batches) > 1:
+                for batch in batches:
+                    warmed((device, ELEMENTWISE, batch), calibration.ElementwiseStep(
+                        spec, device, batch, target, session_config))
     except BaseException:
         for step in steps.values():
             step.close()
@@ -214,26 +250,67 @@ def affine_fit(batch_size, seconds, small, small_seconds):
     return seconds / batch_size, 0.0
 
 
-def _timed(steps, config, devices, batch_size, repeats, progress, spec):
-    """DeviceSpeeds from ``repeats`` steps of each of ``steps``, round-robin."""
+def _timing_line(steps, config, repeats):
+    """The progress line saying what ``_timed`` times."""
+    what = {key[1] for key in steps}
+    extra = []
+    if HALF_WIDTH in what:
+        width = model_width(config)
+        extra.append(f"at half width ({width // 2} for {width})")
+    if ELEMENTWISE in what:
+        extra.append("element-wise work (bias add + ReLU)")
+    return (f"profiling: timing {repeats} steps per device and batch size"
+            + "".join(f", {e}" for e in extra) + ", round-robin")
+
+
+def _timed(steps, config, devices, batch_size, repeats, progress, spec, op_size):
+    """DeviceSpeeds from ``repeats`` steps of each of ``steps``, round-robin; with
+    ``op_size``, their op-size figures too (``_op_size_fit``)."""
     if progress:
-        progress(f"profiling: timing {repeats} steps per device and batch size, round-robin")
+        progress(_timing_line(steps, config, repeats))
     seconds = {key: [] for key in steps}
     for _ in range(repeats):
         for key, step in steps.items():
             seconds[key].append(step.run())
+    spec = spec or model_spec(config)
     train_flops = train_flops_per_sample(config, spec)
     small = small_batch(batch_size)
     step = {key: statistics.median(times) for key, times in seconds.items()}
-    rates = [batch_size / step[d, batch_size] for d in devices]
+    rates = [batch_size / step[d, STEP, batch_size] for d in devices]
+    fit = _op_size_fit(step, config, batch_size, spec) if op_size else None
     speeds = []
     for device, rate in zip(devices, rates):
-        full = seconds[device, batch_size]
-        per_sample, overhead = affine_fit(batch_size, step[device, batch_size], small,
-                                          step[device, small] if small else None)
+        full = seconds[device, STEP, batch_size]
+        per_sample, overhead = affine_fit(batch_size, step[device, STEP, batch_size], small,
+                                          step[device, STEP, small] if small else None)
+        figures = (fit(device, per_sample, overhead) if fit
+                   else {"flops_per_s": train_flops / per_sample})
         speeds.append(DeviceSpeed(device, rate, batch_size / max(full), batch_size / min(full),
-                                  rate / sum(rates), train_flops / per_sample, overhead))
+                                  rate / sum(rates), overhead_s=overhead, **figures))
     return speeds
+
+
+def _op_size_fit(step, config, batch_size, spec):
+    """``fit(device, per_sample, overhead)`` -> the DeviceSpeed figures ``flops_per_s``
+    (the peak), ``half_rate_flops`` and ``elementwise_s_per_element`` from the median
+    seconds ``step`` of ``_timed``: 0 for what was not timed (a width below 2, a
+    batch too small for two sizes)."""
+    small = small_batch(batch_size)
+    half = calibration.half_width(config)
+    totals = costmodel.per_sample_totals(spec)
+    half_totals = costmodel.per_sample_totals(model_spec(half)) if half else None
+
+    def fit(device, per_sample, overhead):
+        elementwise = (calibration.elementwise_slope(
+            step[device, ELEMENTWISE, batch_size], step[device, ELEMENTWISE, small],
+            batch_size, small, spec) if (device, ELEMENTWISE, batch_size) in step else 0.0)
+        half_step = step.get((device, HALF_WIDTH, batch_size))
+        half_per_sample = (half_step - overhead) / batch_size if half_step else None
+        figures = calibration.fit_op_size(per_sample, half_per_sample, totals, half_totals,
+                                          elementwise)
+        return dict(zip(("flops_per_s", "half_rate_flops", "elementwise_s_per_element"),
+                        figures))
+    return fit
 
 
 _DEVICE_PART = re.compile(r"^(.*?/device:[^/:]+:\d+)", re.IGNORECASE)

@@ -4,10 +4,14 @@ An entry is the measurement of one setting -- ``cache_key``: the model
 (name, width, patch, bands, classes), batch size, optimizer, device names,
 the cluster's worker addresses (None outside ``--cluster`` mode), and the
 hmp and TensorFlow versions -- with per device its samples/s (median, min,
-max) and FLOP/s, the link (a ``LinkSpec`` as a dict, or None) and when it was
-measured. ``hmp.train`` keeps entries in the run folder
-(``<model_dir>/speeds.json``) and in a user cache (``user_cache_path``:
-``$HMP_CACHE_DIR/speeds.json`` or ``~/.cache/hmp/speeds.json``).
+max), FLOP/s, per-step overhead and op-size figures (``half_rate_flops`` and
+``elementwise_s_per_element``, None when not measured: profiling for a plan that
+cannot split the model skips them), the link (a ``LinkSpec`` as a dict, or None)
+and when it was measured. An entry with op-size figures also serves a run that
+needs none; one without them does not serve a run that needs them.
+``hmp.train`` keeps entries in the run folder (``<model_dir>/speeds.json``) and
+in a user cache (``user_cache_path``: ``$HMP_CACHE_DIR/speeds.json`` or
+``~/.cache/hmp/speeds.json``).
 
 A file that cannot be read or does not have the expected structure is
 ignored with a one-line warning (and replaced at the next write); writes go
@@ -27,8 +31,11 @@ import tensorflow as tf_module
 from hmp import files
 from hmp.planning import LinkSpec
 
-FORMAT = "hmp-speeds/2"  # /2: each speed has its per-step overhead_s
+FORMAT = "hmp-speeds/3"  # /2: each speed has its overhead_s; /3: and its op-size figures
 FILE_NAME = "speeds.json"
+OP_SIZE_FIGURES = ("half_rate_flops", "elementwise_s_per_element")
+SPEED_FIELDS = {"device", "samples_per_s", "min_samples_per_s", "max_samples_per_s",
+                "flops_per_s", "overhead_s", *OP_SIZE_FIGURES}
 MAX_ENTRIES = 64
 
 
@@ -63,16 +70,15 @@ class Entry:
     key: dict
     measured_at: str  # ISO 8601, UTC
     speeds: list  # [{"device", "samples_per_s", "min_samples_per_s", "max_samples_per_s",
-                  #   "flops_per_s", "overhead_s"}, ...] in the key's device order
+                  #   "flops_per_s", "overhead_s", "half_rate_flops" (None: not measured),
+                  #   "elementwise_s_per_element" (None: not measured)}, ...]
+                  # in the key's device order
     link: dict | None  # LinkSpec fields, or None
 
     @property
-    def flops_per_s(self):
-        return [s["flops_per_s"] for s in self.speeds]
-
-    @property
-    def overheads(self):
-        return [s["overhead_s"] for s in self.speeds]
+    def has_op_size(self):
+        """True when every device's op-size figures were measured."""
+        return all(s[f] is not None for s in self.speeds for f in OP_SIZE_FIGURES)
 
     def link_spec(self):
         return LinkSpec(**self.link) if self.link is not None else None
@@ -85,7 +91,8 @@ def new_entry(key, measured, link):
                  [{"device": m.device, "samples_per_s": m.samples_per_s,
                    "min_samples_per_s": m.min_samples_per_s,
                    "max_samples_per_s": m.max_samples_per_s, "flops_per_s": m.flops_per_s,
-                   "overhead_s": m.overhead_s}
+                   "overhead_s": m.overhead_s, "half_rate_flops": m.half_rate_flops,
+                   "elementwise_s_per_element": m.elementwise_s_per_element}
                   for m in measured],
                  dataclasses.asdict(link) if link is not None else None)
 
@@ -93,6 +100,17 @@ def new_entry(key, measured, link):
 def _positive_number(value):
     return (isinstance(value, (int, float)) and not isinstance(value, bool)
             and math.isfinite(value) and value > 0)
+
+
+def _speed_is_valid(speed, device):
+    """True if ``speed`` is the JSON of ``device``'s measured figures."""
+    return (isinstance(speed, dict) and set(speed) == SPEED_FIELDS
+            and speed["device"] == device
+            and all(_positive_number(speed[k]) for k in
+                    ("samples_per_s", "min_samples_per_s", "max_samples_per_s", "flops_per_s"))
+            and (_positive_number(speed["overhead_s"]) or speed["overhead_s"] == 0)
+            and all(speed[k] is None or _positive_number(speed[k]) or speed[k] == 0
+                    for k in OP_SIZE_FIGURES))
 
 
 def _parse_entry(data):
@@ -107,11 +125,7 @@ def _parse_entry(data):
     if not isinstance(speeds, list) or len(speeds) != len(key["devices"]):
         raise ValueError("an entry has not one speed per device")
     for speed, device in zip(speeds, key["devices"]):
-        if (not isinstance(speed, dict) or speed.get("device") != device
-                or not all(_positive_number(speed.get(k)) for k in
-                           ("samples_per_s", "min_samples_per_s", "max_samples_per_s",
-                            "flops_per_s"))
-                or not (_positive_number(speed.get("overhead_s")) or speed.get("overhead_s") == 0)):
+        if not _speed_is_valid(speed, device):
             raise ValueError("an entry's speed of %r is not positive numbers" % device)
     entry = Entry(**data)
     if entry.link is not None:
@@ -140,11 +154,12 @@ def load(path, warn):
         return []
 
 
-def lookup(paths, key, warn):
-    """``(entry, path)`` of the first file of ``paths`` with an entry for ``key``, or None."""
+def lookup(paths, key, warn, op_size=False):
+    """``(entry, path)`` of the first file of ``paths`` with an entry for ``key`` (with
+    op-size figures if ``op_size``), or None."""
     for path in paths:
         for entry in reversed(load(path, warn)):
-            if entry.key == key:
+            if entry.key == key and (entry.has_op_size or not op_size):
                 return entry, path
     return None
 
@@ -164,17 +179,19 @@ def store(paths, entry, warn):
             warn("warning: cannot write the speed cache %s (%s)" % (path, error.strerror))
 
 
-def measured_or_cached(key, paths, measure, force=False, say=print, warn=print):
+def measured_or_cached(key, paths, measure, force=False, say=print, warn=print,
+                       op_size=False):
     """The entry for ``key``: from the first of ``paths`` that has it, else ``measure()``.
 
     ``measure()`` returns ``(DeviceSpeeds, LinkSpec or None)``; a new
     measurement is stored in every file of ``paths``, and one found in a later
     file is copied to the first (the run folder records what its plan used).
     ``force``: measure even when cached. ``say`` gets one line on reuse,
-    ``warn`` one per unreadable or unwritable file. Returns ``(entry, path)``,
+    ``warn`` one per unreadable or unwritable file. ``op_size``: only an entry with
+    op-size figures will do (``measure`` then measures them). Returns ``(entry, path)``,
     path None when measured now.
     """
-    found = None if force else lookup(paths, key, warn)
+    found = None if force else lookup(paths, key, warn, op_size)
     if found is None:
         measured, link = measure()
         entry = new_entry(key, measured, link)
