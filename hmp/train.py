@@ -79,6 +79,9 @@ flags.DEFINE_float("spectral_shift", 4.0, "Augmentation (field look): shift each
                    "patch's raw spectrum by up to this many bands (needs --pca=0).")
 flags.DEFINE_float("spectral_gain", 0.5, "Augmentation (field look): multiply each training "
                    "patch's raw spectrum by a smooth random gain in [1 - g, 1 + g] (g <= 1).")
+flags.DEFINE_bool("tta", False, "Test-time augmentation: classify each test patch in the 8 "
+                  "symmetries of the square and average the class probabilities (8 times "
+                  "the classification's work; results.json also holds the scores without).")
 flags.DEFINE_bool("class_balanced", False, "Weight the loss of each class by the inverse of "
                   "its share of the training pixels.")
 flags.DEFINE_string("model_dir", None, "Checkpoints, results and event files "
@@ -478,10 +481,13 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
             print("the weights of epoch %d (best validation accuracy %.3f) classify"
                   % (best.epoch + 1, best.accuracy), flush=True)
             trainer.restore(best.path)
-        print("classifying the %d labelled pixels (%d test pixels) ..."
-              % (len(exp.labelled), len(exp.test)), flush=True)
+        print("classifying the %d labelled pixels (%d test pixels)%s ..."
+              % (len(exp.labelled), len(exp.test),
+                 ", each in the 8 symmetries of the square (--tta)" if FLAGS.tta else ""),
+              flush=True)
+        variants = trainer.probabilities(exp.labelled, FLAGS.tta)   # [variants, pixels, K]
         predicted_map = report.prediction_map(exp.scene.labels.shape, exp.labelled.indices,
-                                              trainer.predict(exp.labelled))
+                                              variants.mean(axis=0).argmax(axis=1))
     except Stopped as stopped:
         trainer.close()
         where = ("while classifying (training had finished at step %d)" % stopped.step
@@ -492,6 +498,15 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
     test_predictions = predicted_map.ravel()[exp.test.indices] - 1
     scores = evaluate(exp.test.class_ids, test_predictions, exp.n_classes)
     print(report.score_table(scores, exp.scene.class_names, leakage))
+    paired = {}
+    if FLAGS.tta:   # the same weights on the patches as they are: what the TTA changed
+        plain_map = report.prediction_map(exp.scene.labels.shape, exp.labelled.indices,
+                                          variants[0].argmax(axis=1))
+        plain = evaluate(exp.test.class_ids, plain_map.ravel()[exp.test.indices] - 1,
+                         exp.n_classes)
+        print("without --tta (the patches as they are): OA %.2f, AA %.2f, kappa %.4f"
+              % (100 * plain.overall_accuracy, 100 * plain.average_accuracy, plain.kappa))
+        paired["test_without_tta"] = report.scores_dict(plain, exp.scene.class_names)
     pictures = report.save_pictures(model_dir, exp.scene, predicted_map, scores)
     events.add_scalars(trainer.writer, step, events.test_scalars(scores))
     events.add_image(trainer.writer, step, "classification_map",
@@ -511,6 +526,7 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
                "split": exp.split.description,
                "leakage": leakage,
                "test": report.scores_dict(scores, exp.scene.class_names),
+               **paired,
                "pictures": list(pictures),
                "seconds": time.time() - started}
     files.write_json(os.path.join(model_dir, "results.json"), results)
