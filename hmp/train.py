@@ -36,6 +36,7 @@ from hmp.run.devices import check_local, default_devices, session_config_for
 from hmp.run.from_graph import model_spec
 from hmp.run.graph import Placement, Recipe, TrainingGraph
 from hmp.run.profiler import measure_platform
+from hmp.run.projection import Projection
 from hmp.run.progress import ProgressLine
 from hmp.run.trainer import BestEpoch, Stopped, Trainer
 
@@ -79,6 +80,10 @@ flags.DEFINE_float("spectral_shift", 4.0, "Augmentation (field look): shift each
                    "patch's raw spectrum by up to this many bands (needs --pca=0).")
 flags.DEFINE_float("spectral_gain", 0.5, "Augmentation (field look): multiply each training "
                    "patch's raw spectrum by a smooth random gain in [1 - g, 1 + g] (g <= 1).")
+flags.DEFINE_bool("pca_in_graph", False, "For a model on PCA components: cut the patches "
+                  "on all scaled bands and project them onto the components on the devices, "
+                  "after augmentation, so that the field look (--spectral_shift, "
+                  "--spectral_gain) reaches them too.")
 flags.DEFINE_bool("tta", False, "Test-time augmentation: classify each test patch in the 8 "
                   "symmetries of the square and average the class probabilities (8 times "
                   "the classification's work; results.json also holds the scores without).")
@@ -218,22 +223,30 @@ def _recipe(exp):
                   total_steps=FLAGS.epochs * steps_per_epoch,
                   augmentation=Augmentation(FLAGS.augment, FLAGS.brightness, FLAGS.noise,
                                             **_field_look(exp)),
-                  class_weights=weights)
+                  class_weights=weights, projection=_projection(exp))
+
+
+def _projection(exp):
+    """The PCA done in the graph (--pca_in_graph), or None."""
+    if FLAGS.pca_in_graph and exp.preprocessor.pca is not None:
+        return Projection.of(exp.preprocessor.pca)
+    return None
 
 
 def _field_look(exp):
     """The field-look augmentation's settings (on with --augment); it works on the raw
-    bands, so not after PCA."""
+    bands, so after PCA only with --pca_in_graph."""
     if not FLAGS.augment or not (FLAGS.spectral_shift or FLAGS.spectral_gain):
         return {}
-    if exp.preprocessor.pca is not None:
+    if exp.preprocessor.pca is not None and not FLAGS.pca_in_graph:
         given = [name for name in ("spectral_shift", "spectral_gain") if FLAGS[name].present]
         if given:
             raise cli.UsageError("--%s=%g: the field-look augmentation needs all bands, but "
-                                 "this run keeps %d PCA components (give --pca=0)"
+                                 "this run keeps %d PCA components (give --pca=0 or "
+                                 "--pca_in_graph)"
                                  % (given[0], FLAGS[given[0]].value, exp.bands))
         print("field-look augmentation off: it needs all bands, and this model keeps %d "
-              "PCA components" % exp.bands, flush=True)
+              "PCA components (--pca_in_graph projects after it)" % exp.bands, flush=True)
         return {}
     scaler = exp.preprocessor.scaler
     return {"spectral_shift": FLAGS.spectral_shift, "spectral_gain": FLAGS.spectral_gain,

@@ -23,6 +23,7 @@ from hmp.mesh.mesh_impl import HeteroMeshImpl
 from hmp.mesh.optimizers import learning_rate_at, make_optimizer
 from hmp.mesh.train_step import train_step
 from hmp.run.augment import Augmentation, augment, in_symmetry
+from hmp.run.projection import Projection, project
 from hmp.run.scene_input import SceneCubes, patches_around
 
 mtf = import_mesh_tensorflow()
@@ -77,7 +78,9 @@ class Recipe:
     and ``total_steps``: the learning rate over the steps
     (``hmp.mesh.optimizers.learning_rate_at``); ``augmentation``: per-sample patch
     augmentation (``hmp.run.augment``); ``class_weights``: one loss weight per
-    class (None: all 1).
+    class (None: all 1); ``projection``: the PCA done in the graph, after the
+    augmentation, on patches cut from the scaled cube's bands
+    (``hmp.run.projection``), or None (the scene is the model's input cube).
     """
 
     weight_decay: float = None
@@ -86,6 +89,7 @@ class Recipe:
     total_steps: int = 1
     augmentation: Augmentation = Augmentation(flips=False)
     class_weights: tuple = None
+    projection: Projection = None
 
 
 def imported(x):
@@ -94,7 +98,7 @@ def imported(x):
 
 
 def build_logits_graph(config, batch_size, inputs, training=False, augmentation=None,
-                       symmetry=None):
+                       symmetry=None, projection=None):
     """Builds the model's mtf graph up to its logits; returns (mtf graph, mesh, logits).
 
     ``inputs(mesh, shape)`` makes the mtf patches of ``shape`` [batch, h, w,
@@ -104,19 +108,25 @@ def build_logits_graph(config, batch_size, inputs, training=False, augmentation=
     time (1.0 training, 0.0 inference); ``augmentation``: an
     ``hmp.run.augment.Augmentation`` of the patches while training, or None;
     ``symmetry``: a TensorFlow int32 scalar turning every patch into that symmetry of
-    the square (``hmp.run.augment.in_symmetry``; test-time augmentation), or None.
+    the square (``hmp.run.augment.in_symmetry``; test-time augmentation), or None;
+    ``projection``: an ``hmp.run.projection.Projection``: ``inputs`` then makes
+    patches of its raw bands, projected onto ``config.bands`` after augmentation.
     """
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
+    bands = mtf.Dimension("bands", config.bands)
     mtf_x = inputs(mesh, mtf.Shape(
         [mtf.Dimension("batch", batch_size), mtf.Dimension("h", config.patch),
-         mtf.Dimension("w", config.patch), mtf.Dimension("bands", config.bands)]))
+         mtf.Dimension("w", config.patch),
+         bands if projection is None else mtf.Dimension("raw_bands", projection.raw_bands)]))
     mode = (training if isinstance(training, bool)
             else mtf.import_tf_tensor(mesh, training, mtf.Shape([])))
     if symmetry is not None:
         mtf_x = in_symmetry(mtf_x, mtf.import_tf_tensor(mesh, symmetry, mtf.Shape([])))
     if augmentation is not None and augmentation.active and mode is not False:
         mtf_x = augment(mtf_x, 1.0 if mode is True else mode, augmentation)
+    if projection is not None:
+        mtf_x = project(mtf_x, projection, bands)
     return graph, mesh, config.logits(mtf_x, mtf.Dimension("classes", config.n_classes), mode)
 
 
@@ -133,7 +143,7 @@ def build_model_graph(config, batch_size, inputs, y, training=None, recipe=Recip
     """
     graph, mesh, logits = build_logits_graph(
         config, batch_size, inputs, True if training is None else training, recipe.augmentation,
-        symmetry)
+        symmetry, recipe.projection)
     batch = mtf.Dimension("batch", batch_size)
     classes = mtf.Dimension("classes", config.n_classes)
     mtf_y = mtf.import_tf_tensor(mesh, y, mtf.Shape([batch]))
@@ -161,9 +171,11 @@ class TrainingGraph:
         self.config = config
         self.placement = placement
         self.batch_size = batch_size
+        self.projection = recipe.projection   # the scene: the scaled cube of all bands
         self.tf_graph = tf.Graph()
         with self.tf_graph.as_default():
-            self.scene = SceneCubes(image_shape, config.patch, config.bands)
+            self.scene = SceneCubes(image_shape, config.patch, config.bands
+                                    if recipe.projection is None else recipe.projection.raw_bands)
             tf.set_random_seed(seed)   # the same seed gives the same initial weights
             self.global_step = tf.train.get_or_create_global_step()
             self.indices = tf.placeholder(tf.int32, [batch_size], name="pixel_indices")
