@@ -80,11 +80,11 @@ flags.DEFINE_float("spectral_shift", 4.0, "Augmentation (field look): shift each
                    "patch's raw spectrum by up to this many bands (needs --pca=0).")
 flags.DEFINE_float("spectral_gain", 0.5, "Augmentation (field look): multiply each training "
                    "patch's raw spectrum by a smooth random gain in [1 - g, 1 + g] (g <= 1).")
-flags.DEFINE_bool("pca_in_graph", False, "For a model on PCA components: cut the patches "
+flags.DEFINE_bool("pca_in_graph", True, "For a model on PCA components: cut the patches "
                   "on all scaled bands and project them onto the components on the devices, "
                   "after augmentation, so that the field look (--spectral_shift, "
                   "--spectral_gain) reaches them too.")
-flags.DEFINE_bool("tta", False, "Test-time augmentation: classify each test patch in the 8 "
+flags.DEFINE_bool("tta", True, "Test-time augmentation: classify each test patch in the 8 "
                   "symmetries of the square and average the class probabilities (8 times "
                   "the classification's work; results.json also holds the scores without).")
 flags.DEFINE_bool("class_balanced", False, "Weight the loss of each class by the inverse of "
