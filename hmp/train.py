@@ -77,7 +77,8 @@ flags.DEFINE_float("brightness", 0.1, "Augmentation: scale each training patch b
 flags.DEFINE_float("noise", 0.0, "Augmentation: standard deviation of Gaussian noise added to "
                    "the standardised training patches.")
 flags.DEFINE_float("spectral_shift", 4.0, "Augmentation (field look): shift each training "
-                   "patch's raw spectrum by up to this many bands (needs --pca=0).")
+                   "patch's raw spectrum by up to this many bands (a PCA model needs "
+                   "--pca_in_graph).")
 flags.DEFINE_float("spectral_gain", 0.5, "Augmentation (field look): multiply each training "
                    "patch's raw spectrum by a smooth random gain in [1 - g, 1 + g] (g <= 1).")
 flags.DEFINE_bool("pca_in_graph", True, "For a model on PCA components: cut the patches "

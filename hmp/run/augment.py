@@ -11,6 +11,10 @@ condition the levels). Every draw is a Mesh-TF random tensor, drawn whole and sl
 device (``HeteroMeshImpl.random``), so an uneven batch split augments
 exactly as one device does, and a graph seed (``--seed``) repeats it.
 ``training`` (hmp.run.graph's switch, 0.0 at inference) turns it all off.
+
+At inference, ``in_symmetry`` turns every patch into one symmetry, fed at run
+time; ``symmetry_probabilities`` runs the class probabilities in each of the 8
+(test-time augmentation, ``--tta``), for both hmp.train and hmp.predict.
 """
 
 import dataclasses
