@@ -48,6 +48,8 @@ flags.DEFINE_integer("seed", None, "Seed of the synthetic scene.")
 flags.DEFINE_string("devices", None, "Comma-separated TensorFlow devices; the batch is "
                     "split evenly over them (default /gpu:0 if there is one, else /cpu:0).")
 flags.DEFINE_integer("batch_size", 1024, "Pixels classified per step.")
+flags.DEFINE_bool("tta", None, "Test-time augmentation: average the class probabilities of "
+                  "each patch's 8 symmetries of the square (default: as the run's --tta).")
 flags.mark_flag_as_required("model_dir")
 FLAGS = flags.FLAGS
 
@@ -108,7 +110,9 @@ def main(argv):
              ", ".join(devices)), flush=True)
     with cli.blame("model_dir"):
         probabilities = classify(run, cube, devices, FLAGS.batch_size,
-                                 session_config_for(devices), ProgressLine())
+                                 session_config_for(devices), ProgressLine(),
+                                 tta=run.flags.get("tta", False) if FLAGS.tta is None
+                                 else FLAGS.tta)
     with cli.blame("out", also=(OSError,)):
         save_outputs(out_dir, probabilities, nodata, run.class_names)
     print("class map (.npy, .png) and probabilities of %d pixels in %s"

@@ -36,6 +36,7 @@ from hmp.run.devices import check_local, default_devices, session_config_for
 from hmp.run.from_graph import model_spec
 from hmp.run.graph import Placement, Recipe, TrainingGraph
 from hmp.run.profiler import measure_platform
+from hmp.run.projection import Projection
 from hmp.run.progress import ProgressLine
 from hmp.run.trainer import BestEpoch, Stopped, Trainer
 
@@ -76,9 +77,17 @@ flags.DEFINE_float("brightness", 0.1, "Augmentation: scale each training patch b
 flags.DEFINE_float("noise", 0.0, "Augmentation: standard deviation of Gaussian noise added to "
                    "the standardised training patches.")
 flags.DEFINE_float("spectral_shift", 4.0, "Augmentation (field look): shift each training "
-                   "patch's raw spectrum by up to this many bands (needs --pca=0).")
+                   "patch's raw spectrum by up to this many bands (a PCA model needs "
+                   "--pca_in_graph).")
 flags.DEFINE_float("spectral_gain", 0.5, "Augmentation (field look): multiply each training "
                    "patch's raw spectrum by a smooth random gain in [1 - g, 1 + g] (g <= 1).")
+flags.DEFINE_bool("pca_in_graph", True, "For a model on PCA components: cut the patches "
+                  "on all scaled bands and project them onto the components on the devices, "
+                  "after augmentation, so that the field look (--spectral_shift, "
+                  "--spectral_gain) reaches them too.")
+flags.DEFINE_bool("tta", True, "Test-time augmentation: classify each test patch in the 8 "
+                  "symmetries of the square and average the class probabilities (8 times "
+                  "the classification's work; results.json also holds the scores without).")
 flags.DEFINE_bool("class_balanced", False, "Weight the loss of each class by the inverse of "
                   "its share of the training pixels.")
 flags.DEFINE_string("model_dir", None, "Checkpoints, results and event files "
@@ -215,22 +224,30 @@ def _recipe(exp):
                   total_steps=FLAGS.epochs * steps_per_epoch,
                   augmentation=Augmentation(FLAGS.augment, FLAGS.brightness, FLAGS.noise,
                                             **_field_look(exp)),
-                  class_weights=weights)
+                  class_weights=weights, projection=_projection(exp))
+
+
+def _projection(exp):
+    """The PCA done in the graph (--pca_in_graph), or None."""
+    if FLAGS.pca_in_graph and exp.preprocessor.pca is not None:
+        return Projection.of(exp.preprocessor.pca)
+    return None
 
 
 def _field_look(exp):
     """The field-look augmentation's settings (on with --augment); it works on the raw
-    bands, so not after PCA."""
+    bands, so after PCA only with --pca_in_graph."""
     if not FLAGS.augment or not (FLAGS.spectral_shift or FLAGS.spectral_gain):
         return {}
-    if exp.preprocessor.pca is not None:
+    if exp.preprocessor.pca is not None and not FLAGS.pca_in_graph:
         given = [name for name in ("spectral_shift", "spectral_gain") if FLAGS[name].present]
         if given:
             raise cli.UsageError("--%s=%g: the field-look augmentation needs all bands, but "
-                                 "this run keeps %d PCA components (give --pca=0)"
+                                 "this run keeps %d PCA components (give --pca=0 or "
+                                 "--pca_in_graph)"
                                  % (given[0], FLAGS[given[0]].value, exp.bands))
         print("field-look augmentation off: it needs all bands, and this model keeps %d "
-              "PCA components" % exp.bands, flush=True)
+              "PCA components (--pca_in_graph projects after it)" % exp.bands, flush=True)
         return {}
     scaler = exp.preprocessor.scaler
     return {"spectral_shift": FLAGS.spectral_shift, "spectral_gain": FLAGS.spectral_gain,
@@ -481,10 +498,13 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
             print("the weights of epoch %d (best validation accuracy %.3f) classify"
                   % (best.epoch + 1, best.accuracy), flush=True)
             trainer.restore(best.path)
-        print("classifying the %d labelled pixels (%d test pixels) ..."
-              % (len(exp.labelled), len(exp.test)), flush=True)
+        print("classifying the %d labelled pixels (%d test pixels)%s ..."
+              % (len(exp.labelled), len(exp.test),
+                 ", each in the 8 symmetries of the square (--tta)" if FLAGS.tta else ""),
+              flush=True)
+        variants = trainer.probabilities(exp.labelled, FLAGS.tta)   # [variants, pixels, K]
         predicted_map = report.prediction_map(exp.scene.labels.shape, exp.labelled.indices,
-                                              trainer.predict(exp.labelled))
+                                              variants.mean(axis=0).argmax(axis=1))
     except Stopped as stopped:
         trainer.close()
         where = ("while classifying (training had finished at step %d)" % stopped.step
@@ -495,6 +515,15 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
     test_predictions = predicted_map.ravel()[exp.test.indices] - 1
     scores = evaluate(exp.test.class_ids, test_predictions, exp.n_classes)
     print(report.score_table(scores, exp.scene.class_names, leakage))
+    paired = {}
+    if FLAGS.tta:   # the same weights on the patches as they are: what the TTA changed
+        plain_map = report.prediction_map(exp.scene.labels.shape, exp.labelled.indices,
+                                          variants[0].argmax(axis=1))
+        plain = evaluate(exp.test.class_ids, plain_map.ravel()[exp.test.indices] - 1,
+                         exp.n_classes)
+        print("without --tta (the patches as they are): OA %.2f, AA %.2f, kappa %.4f"
+              % (100 * plain.overall_accuracy, 100 * plain.average_accuracy, plain.kappa))
+        paired["test_without_tta"] = report.scores_dict(plain, exp.scene.class_names)
     pictures = report.save_pictures(model_dir, exp.scene, predicted_map, scores)
     events.add_scalars(trainer.writer, step, events.test_scalars(scores))
     events.add_image(trainer.writer, step, "classification_map",
@@ -514,6 +543,7 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
                "split": exp.split.description,
                "leakage": leakage,
                "test": report.scores_dict(scores, exp.scene.class_names),
+               **paired,
                "pictures": list(pictures),
                "seconds": time.time() - started}
     files.write_json(os.path.join(model_dir, "results.json"), results)

@@ -145,6 +145,8 @@ def model_row(run, folder):
         return {**row, "error": last_line(folder + ".log")}
     results = _read_json(path)
     test = results["test"]
+    if "test_without_tta" in results:   # the same weights, the patches as they are (--tta)
+        row["oa_without_tta"] = 100 * results["test_without_tta"]["overall_accuracy"]
     return {**row, **_percent(test), "seconds": results["seconds"],
             "best_epoch": results["best_epoch"], "leakage": 100 * results["leakage"],
             "collapsed": collapse(test["confusion_matrix"])}
@@ -205,6 +207,8 @@ def summaries(rows):
                 entry["spectral"] = row["spectral"]
                 continue
             entry.setdefault("seconds", []).append(row["seconds"])
+            if "oa_without_tta" in row:
+                entry.setdefault("oa_without_tta", []).append(row["oa_without_tta"])
             if row["collapsed"]:
                 entry["collapsed"].append(row["seed"])
     summary = []
@@ -255,6 +259,11 @@ def table(rows, summary):
             lines.append("%-16s %-26s %7.1f %6.1f %s %s %s  %s" % (
                 entry["name"], " ".join("%.1f" % oa for oa in entry["oa"]), entry["mean_oa"],
                 entry["std_oa"], *margins, seconds, note))
+            if len(entry.get("oa_without_tta", [])) == len(entry["oa"]):
+                lines.append("%-16s %-26s %7.1f %6s   TTA's paired change %+.1f" % (
+                    "  without TTA", " ".join("%.1f" % oa for oa in entry["oa_without_tta"]),
+                    np.mean(entry["oa_without_tta"]), "",
+                    entry["mean_oa"] - np.mean(entry["oa_without_tta"])))
     return "\n".join(lines)
 
 

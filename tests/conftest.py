@@ -16,7 +16,7 @@ tf.logging.set_verbosity(tf.logging.ERROR)
 # synthetic scene (its end-to-end test and tests/test_predict.py read this run).
 TINY_RUN = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
             "--train_fraction=0.05", "--devices=/cpu:0,/cpu:1", "--speeds=2,1",
-            "--mesh=model:2", "--epochs=2"]
+            "--mesh=model:2", "--epochs=2", "--notta"]
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,8 @@ def test_3d_cnn_learns_the_scene_and_beats_spectral_baseline(tmp_path):
              "--train_fraction=0.1", "--patch_size=9", "--devices=/cpu:0", "--speeds=1",
              "--mesh=model:1",
              # A short run: the whole training set, a constant rate, no augmentation.
-             "--val_fraction=0", "--schedule=constant", "--warmup_epochs=0", "--noaugment"]
+             "--val_fraction=0", "--schedule=constant", "--warmup_epochs=0", "--noaugment",
+             "--notta"]
     models = ("cnn3d", "spectral")
     runs = run_batch("hmp.train", [   # one interpreter (tests/cli_batch.py)
         {"args": ["--model=%s" % model, *flags, "--model_dir=%s" % (tmp_path / model)]}

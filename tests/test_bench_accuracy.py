@@ -93,7 +93,9 @@ def test_rows_score_the_run_and_the_baselines_on_its_split(scored_tiny_run):
 
 def test_margins_are_over_the_best_spectral_baseline_and_over_all(scored_tiny_run):
     _, model, baselines, _ = scored_tiny_run
-    again = dict(model, seed=1, oa=model["oa"] - 10.0, collapsed="99% of test pixels in class 1")
+    again = dict(model, seed=1, oa=model["oa"] - 10.0, collapsed="99% of test pixels in class 1",
+                 oa_without_tta=model["oa"] - 11.0)
+    model = dict(model, oa_without_tta=model["oa"] - 2.0)   # as a --tta run records them
     rows = [model, again] + baselines + [dict(b, seed=1) for b in baselines]
     summary = {(s["kind"], s["name"]): s for s in grid.summaries(rows)}
     entry = summary["model", "cnn2d"]
@@ -110,6 +112,10 @@ def test_margins_are_over_the_best_spectral_baseline_and_over_all(scored_tiny_ru
     assert line.split()[1:5] == ["%.1f" % model["oa"], "%.1f" % (model["oa"] - 10),
                                  "%.1f" % entry["mean_oa"], "%.1f" % entry["std_oa"]]
     assert "%+.1f" % entry["margin_over_best_spectral"] in line and "collapsed: seed 1" in line
+    (line,) = [l for l in lines if l.startswith("  without TTA ")]
+    assert line.split()[2:] == ["%.1f" % (model["oa"] - 2), "%.1f" % (model["oa"] - 11),
+                                "%.1f" % (model["oa"] - 6.5), "TTA's", "paired", "change",
+                                "+1.5"]
 
 
 def test_missing_scikit_learn_is_one_line(monkeypatch):

@@ -19,12 +19,13 @@ import tensorflow.compat.v1 as tf
 from matplotlib import image as mpimage
 
 import harness
-from hmp.data import PatchExtractor
+from hmp.data import PatchDataset, PatchExtractor
 from hmp.errors import InvalidInput
 from hmp.evaluation.maps import LEGEND_ROW, class_colors
 from hmp.evaluation.metrics import evaluate
 from hmp.run import experiment, export, inference
 from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.trainer import Trainer
 from models import get_model, model_config
 
 
@@ -73,7 +74,7 @@ def run_graph_predictions(model_dir, results, exp, indices):
             chunk = indices[start:start + batch]
             feed = graph.feed(np.resize(chunk, batch), np.zeros(batch, np.int32),
                               training=False)
-            predictions.append(session.run(graph.predicted, feed)[:len(chunk)])
+            predictions.append(session.run(graph.probabilities, feed)[:len(chunk)].argmax(1))
     return np.concatenate(predictions)
 
 
@@ -156,6 +157,72 @@ def test_a_batch_split_over_two_devices_gives_the_same_probabilities(run, predic
                                        harness.session_config())   # 4 batches and 24 pixels
     inner = (slice(2, 14), slice(2, 12))   # whose patches lie inside the 16 x 14 crop
     np.testing.assert_allclose(probabilities[inner], predicted[1][inner], atol=1e-5)
+
+
+def _in_symmetry(image, k):
+    """``image`` [H, W, ...] flipped left-right when k >= 4, then turned k % 4 quarter turns
+    counter-clockwise: each pixel's patch turns with it (reflect padding turns too)."""
+    return np.rot90(np.flip(image, 1) if k >= 4 else image, k % 4)
+
+
+def _back_from_symmetry(image, k):
+    turned = np.rot90(image, -(k % 4))
+    return np.flip(turned, 1) if k >= 4 else turned
+
+
+@pytest.fixture(scope="module")
+def tta(run):
+    """(the run, its model's input cube cropped to 14 x 14, the mean class probabilities
+    of the 8 symmetries (with --tta) on one device and on an uneven batch split (26, 25),
+    and the reference: the mean of the probabilities of the 8 turned crops, each turned
+    back, from one device without TTA [8, 14, 14, classes])."""
+    model_dir, _, exp = run
+    trained = inference.Run.open(str(model_dir), get_model)
+    crop = trained.preprocess(exp.scene)[0][:14, :14]
+    one, two = (inference.classify(trained, crop, devices, 51, harness.session_config(),
+                                   tta=True)
+                for devices in (["/cpu:0"], ["/cpu:0", "/cpu:1"]))   # 4 batches, 196 pixels
+    graph = inference.InferenceGraph(trained.model_config,
+                                     inference.batch_placement(["/cpu:0"], 196), 196, (14, 14))
+    variants = []
+    with tf.Session(graph=graph.tf_graph, config=harness.session_config()) as session:
+        graph.restore(session, trained.checkpoint)
+        for k in range(8):
+            graph.scene.load(session, PatchExtractor(np.ascontiguousarray(
+                _in_symmetry(crop, k)), 5).padded)
+            turned = session.run(graph.probabilities, {graph.indices: np.arange(196)})
+            variants.append(_back_from_symmetry(turned.reshape(14, 14, -1), k))
+    return trained, crop, one, two, np.array(variants)
+
+
+def test_tta_is_the_mean_over_the_turned_scenes_and_exact_on_an_uneven_batch_split(tta):
+    _, _, one, two, variants = tta
+    assert inference.batch_placement(["/cpu:0", "/cpu:1"], 51).splits["batch"] == [26, 25]
+    assert one.shape == two.shape == (14, 14, 10) and two.dtype == np.float32
+    np.testing.assert_allclose(two, one, atol=1e-6)
+    np.testing.assert_allclose(two, variants.mean(axis=0), atol=1e-5)
+    assert np.abs(two - variants[0]).max() > 1e-3   # the symmetries do change the mean
+
+
+def test_training_runs_tta_on_its_own_plan_as_inference_does(run, tta, tmp_path):
+    """``Trainer.probabilities`` (hmp.train's path) on the run's 2-device filter split."""
+    model_dir, results, exp = run
+    trained, _, one, _, variants = tta
+    flags, plan = results["flags"], results["plan"]
+    graph = TrainingGraph(trained.model_config, Placement(
+        plan["mesh"], plan["layout_rules"], tuple(plan["devices"]), plan["splits"]),
+        flags["batch_size"], exp.scene.labels.shape)
+    trainer = Trainer(graph, exp, str(tmp_path), session_config=harness.session_config())
+    trainer.restore(trained.checkpoint)
+    rows, cols = np.divmod(exp.labelled.indices, exp.scene.labels.shape[1])
+    inner = exp.labelled.indices[(rows >= 2) & (rows < 12) & (cols >= 2) & (cols < 12)]
+    probabilities = trainer.probabilities(
+        PatchDataset(exp.train.extractor, exp.scene.labels, inner), tta=True)
+    trainer.close()
+    assert probabilities.shape == (8, len(inner), 10) and len(inner) > 50
+    rows, cols = np.divmod(inner, exp.scene.labels.shape[1])
+    np.testing.assert_allclose(probabilities.mean(axis=0), one[rows, cols], atol=1e-5)
+    np.testing.assert_allclose(probabilities[0], variants[0][rows, cols], atol=1e-5)
 
 
 # -- TensorBoard events --------------------------------------------------------------------

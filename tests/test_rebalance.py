@@ -14,7 +14,7 @@ FLAGS = ["--model=cnn2d", "--width=8", "--patch_size=5", "--batch_size=64",
          "--devices=/cpu:0,/cpu:1,/cpu:2",
          "--train_fraction=0.05", "--speeds=1,1,1", "--mesh=model:3", "--epochs=3",
          "--optimizer=momentum", "--learning_rate=0.01",
-         "--val_fraction=0", "--noaugment"]   # the recipe is not under test here
+         "--val_fraction=0", "--noaugment", "--notta"]   # the recipe is not under test here
 
 
 def spec():

@@ -11,7 +11,8 @@ from hmp.compat import import_mesh_tensorflow
 from hmp.mesh.optimizers import learning_rate_at
 from hmp.run import experiment
 from hmp.run.augment import Augmentation, augment, field_look
-from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.graph import Placement, Recipe, TrainingGraph
+from hmp.run.projection import Projection
 from hmp.run.trainer import BestEpoch, Trainer
 from models import model_config
 
@@ -154,3 +155,37 @@ def test_best_epoch_checkpoint_restores_the_best_weights(small_experiment, tmp_p
                                            {"epoch": 1, "val_accuracy": 0.5}])
     assert (resumed.epoch, resumed.path) == (0, best.path)
     trainer.close()
+
+
+def test_pca_in_the_graph_classifies_as_the_projected_cube_on_an_uneven_split(
+        small_experiment, tmp_path):
+    """A graph cutting patches of all scaled bands and projecting them (``Projection``) on a
+    batch split (40, 24), restored from a one-device graph on the PCA cube: the same class
+    probabilities; while training, the field look reaches its patches before the PCA."""
+    exp = small_experiment
+    config = model_config("cnn2d", 3, exp.bands, exp.n_classes, width=4)
+    look = Augmentation(spectral_shift=4.0, spectral_gain=0.5,
+                        band_offset=tuple(exp.preprocessor.scaler.offset),
+                        band_scale=tuple(exp.preprocessor.scaler.scale))
+    plain = Trainer(TrainingGraph(config, Placement(), 64, exp.scene.labels.shape, seed=1),
+                    exp, str(tmp_path / "plain"), log=lambda line: None)
+    plain.initialise(resume=False)
+    projected = Trainer(TrainingGraph(
+        config, Placement("batch:2", "batch:batch", ("/cpu:0", "/cpu:1"), {"batch": [40, 24]}),
+        64, exp.scene.labels.shape, seed=1,
+        recipe=Recipe(augmentation=look, projection=Projection.of(exp.preprocessor.pca))),
+        exp, str(tmp_path / "projected"), session_config=harness.session_config())
+    projected.restore(tf.train.latest_checkpoint(str(tmp_path / "plain")))
+    assert projected.graph.scene.bands == exp.scene.cube.shape[2] == 100 and exp.bands == 4
+    pixels = data.PatchDataset(exp.train.extractor, exp.scene.labels, exp.test.indices[:150])
+    expected = plain.probabilities(pixels)
+    np.testing.assert_allclose(projected.probabilities(pixels), expected, atol=1e-5)
+    assert expected.shape == (1, 150, exp.n_classes) and expected.std() > 0.01
+    batch = exp.train.indices[:64]
+    feed = projected.graph.feed(batch, exp.train.class_ids[:64])
+    losses = [trainer.session.run(trainer.graph.loss, trainer.graph.feed(
+        batch, exp.train.class_ids[:64], training=False)) for trainer in (plain, projected)]
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+    assert abs(projected.session.run(projected.graph.loss, feed) - losses[1]) > 1e-3
+    plain.close()
+    projected.close()

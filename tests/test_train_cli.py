@@ -8,10 +8,13 @@ import pytest
 
 from cli_batch import run_batch
 from hmp.data import load_split, split_leakage, synthetic_scene
+from hmp.evaluation.metrics import evaluate
+from hmp.run import inference
+from models import get_model
 
 TINY = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
         "--train_fraction=0.05", "--devices=/cpu:0,/cpu:1", "--speeds=2,1",
-        "--mesh=model:2"]
+        "--mesh=model:2", "--notta"]
 
 
 THREE = "--devices=/cpu:0,/cpu:1,/cpu:2"
@@ -78,7 +81,7 @@ def cli_runs(tmp_path_factory, small_scene):
         "auto_speeds": [train(*two, model_dir=folders["auto_speeds"] / "a", env=cache),
                         train(*two, model_dir=folders["auto_speeds"] / "b", env=cache)],
         "relative_speeds": [train(*tiny_auto, "--devices=/cpu:0,/cpu:1", "--speeds=2,1",
-                                  model_dir=folders["relative_speeds"])],
+                                  "--tta", model_dir=folders["relative_speeds"])],
         "virtual_cpus_plan": [train(*tiny_auto, "--plan=%s" % own_plan,
                                     model_dir=folders["virtual_cpus_plan"] / "run")],
     }
@@ -170,8 +173,9 @@ BAD_FLAGS = {
     "--train_fraction=1.5": "--train_fraction=1.5: train_fraction must lie strictly "
                              "between 0 and 1",
     "--spectral_gain=1.5": "--spectral_gain=1.5: must be at most 1",
-    "--model=hybridsn --spectral_shift=4": "--spectral_shift=4: the field-look augmentation "
-                                           "needs all bands, but this run keeps 30 PCA",
+    "--model=hybridsn --spectral_shift=4 --nopca_in_graph":
+        "--spectral_shift=4: the field-look augmentation needs all bands, but this run keeps "
+        "30 PCA components (give --pca=0 or --pca_in_graph)",
 }
 
 
@@ -240,7 +244,7 @@ def test_virtual_cpus_are_the_highest_local_cpu_named():
 
 
 TINY_AUTO = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
-             "--train_fraction=0.05", "--epochs=1"]
+             "--train_fraction=0.05", "--epochs=1", "--notta"]
 
 
 def test_auto_speeds_measure_speeds_and_link_once_then_reuse_them(cli_runs):
@@ -276,6 +280,26 @@ def test_relative_speeds_say_communication_is_not_priced(cli_runs):
     assert ("communication not priced: --speeds=2,1 gives the speeds, so no link was "
             "measured (--speeds=auto measures both)") in run.stdout
     assert not [line for line in run.stdout.splitlines() if line.startswith("profiling")]
+
+
+def test_tta_scores_as_inference_and_keeps_the_scores_without(cli_runs):
+    """--tta: the test scores are those of hmp.predict's path with and without TTA (one
+    device, the run's checkpoint) on the run's test pixels."""
+    (run,), folder = cli_runs[0]["relative_speeds"], cli_runs[1]["relative_speeds"]
+    assert run.returncode == 0, run.stderr[-2000:]
+    results = json.loads((folder / "results.json").read_text())
+    trained = inference.Run.open(str(folder), get_model)
+    scene = inference.load_scene(trained.data_config())
+    cube, _ = trained.preprocess(scene)
+    test = load_split(folder / "split.npz").test
+    for tta, scores in ((True, results["test"]), (False, results["test_without_tta"])):
+        classes = inference.classify(trained, cube, ["/cpu:0"], 256, tta=tta).argmax(axis=2)
+        confusion = evaluate(scene.labels.ravel()[test] - 1, classes.ravel()[test],
+                             len(trained.class_names)).confusion
+        np.testing.assert_array_equal(confusion, scores["confusion_matrix"])
+    assert results["test"]["confusion_matrix"] != results["test_without_tta"]["confusion_matrix"]
+    assert "without --tta (the patches as they are): OA %.2f" % (
+        100 * results["test_without_tta"]["overall_accuracy"]) in run.stdout
 
 
 def test_a_plan_on_virtual_cpus_runs_without_naming_them(cli_runs):

@@ -21,7 +21,8 @@ TINY = ["--model=cnn2d", "--width=2", "--patch_size=5", "--batch_size=16", "--pc
         "--devices=/cpu:0", "--speeds=1", "--mesh=model:1"]
 EPOCHS = 3
 RESUMABLE = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
-             "--train_fraction=0.05", "--epochs=%d" % EPOCHS, "--checkpoint_every=3"]
+             "--train_fraction=0.05", "--epochs=%d" % EPOCHS, "--checkpoint_every=3",
+             "--notta"]
 
 
 def command(*args):

@@ -14,7 +14,8 @@ from test_rebalance import spec
 
 FLAGS = ["--model=cnn2d", "--width=8", "--patch_size=5", "--batch_size=64",
          "--devices=/cpu:0,/cpu:1", "--train_fraction=0.03", "--speeds=3,1",
-         "--optimizer=momentum", "--learning_rate=0.01", "--val_fraction=0", "--noaugment"]
+         "--optimizer=momentum", "--learning_rate=0.01", "--val_fraction=0", "--noaugment",
+         "--notta"]
 KEY = {"batch_size": 8, "devices": ["/cpu:0", "/cpu:1"]}   # what AloneTrial compares
 
 

@@ -11,6 +11,10 @@ condition the levels). Every draw is a Mesh-TF random tensor, drawn whole and sl
 device (``HeteroMeshImpl.random``), so an uneven batch split augments
 exactly as one device does, and a graph seed (``--seed``) repeats it.
 ``training`` (hmp.run.graph's switch, 0.0 at inference) turns it all off.
+
+At inference, ``in_symmetry`` turns every patch into one symmetry, fed at run
+time; ``symmetry_probabilities`` runs the class probabilities in each of the 8
+(test-time augmentation, ``--tta``), for both hmp.train and hmp.predict.
 """
 
 import dataclasses
@@ -92,12 +96,35 @@ def symmetries(patches):
     return tf.stack(variants)
 
 
+def _in_symmetries(patches, k):
+    """Sample i of ``patches`` [n, p, p, bands] in symmetry ``k[i]`` (int32 [n])."""
+    return tf.gather_nd(symmetries(patches),
+                        tf.stack([k, tf.range(tf.shape(patches)[0])], axis=1))
+
+
 def _apply_symmetries(patches, draw, training):
     """Sample i of ``patches`` [n, p, p, bands] in symmetry floor(draw[i] * 8) (0 unless training)."""
     k = tf.cast(tf.floor(draw * SYMMETRIES * training), tf.int32)
-    k = tf.minimum(k, SYMMETRIES - 1)
-    return tf.gather_nd(symmetries(patches),
-                        tf.stack([k, tf.range(tf.shape(patches)[0])], axis=1))
+    return _in_symmetries(patches, tf.minimum(k, SYMMETRIES - 1))
+
+
+def in_symmetry(x, symmetry):
+    """The mtf patches ``x`` [batch, h, w, bands], every sample in symmetry ``symmetry``
+    (an int32 mtf scalar, 0: as they are; see ``symmetries``), on any split of the batch."""
+    return mtf.slicewise(
+        lambda patches, k: _in_symmetries(patches, tf.fill(tf.shape(patches)[:1], k)),
+        [x, symmetry], output_shape=x.shape, output_dtype=x.dtype,
+        splittable_dims=[x.shape.dims[0]], name="test_symmetry")
+
+
+def symmetry_probabilities(session, probabilities, symmetry, feed, tta):
+    """Test-time augmentation: [variants, batch, classes], the values of the class
+    ``probabilities`` with ``feed`` for the patches as they are (variant 0) and, with
+    ``tta``, in the other 7 symmetries of the square (1..7), fed to the int32 scalar
+    placeholder ``symmetry`` that ``in_symmetry`` turns the patches by. Their mean over
+    the variants is the TTA prediction."""
+    return np.stack([session.run(probabilities, {**feed, symmetry: k})
+                     for k in range(SYMMETRIES if tta else 1)])
 
 
 def augment(x, training, augmentation):

@@ -57,6 +57,13 @@ class Experiment:
     def bands(self):
         return self.train.extractor.n_bands
 
+    def all_bands(self):
+        """The scaled cube with all its bands, before the PCA (a ``PatchExtractor``): the
+        scene of a graph that projects the patches itself (``hmp.run.projection``)."""
+        cube = self.preprocessor.scaler.transform(self.scene.cube)
+        cube[mask_nodata(self.scene)] = 0.0   # as in prepare
+        return data.PatchExtractor(cube, self.train.extractor.patch_size)
+
 
 SPLITS = ("random", "disjoint")
 

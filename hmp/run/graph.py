@@ -3,7 +3,7 @@
 ``TrainingGraph`` is what the trainer, the profiler and the benchmarks run: it
 builds the model's Mesh-TF graph for a global batch, lowers it on a
 ``HeteroMeshImpl`` with the given splits, and exposes the TensorFlow pieces
-(the pixel-index and label placeholders, loss, predictions, the ordered
+(the pixel-index, label and symmetry placeholders, loss, class probabilities, the ordered
 training step, the master/slice copy ops, a saver of whole tensors). Its
 input is the scene on the devices (``hmp.run.scene_input``): load the padded
 cube once with ``load_scene``, then feed pixel indices every step.
@@ -22,7 +22,8 @@ from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
 from hmp.mesh.optimizers import learning_rate_at, make_optimizer
 from hmp.mesh.train_step import train_step
-from hmp.run.augment import Augmentation, augment
+from hmp.run.augment import Augmentation, augment, in_symmetry
+from hmp.run.projection import Projection, project
 from hmp.run.scene_input import SceneCubes, patches_around
 
 mtf = import_mesh_tensorflow()
@@ -77,7 +78,9 @@ class Recipe:
     and ``total_steps``: the learning rate over the steps
     (``hmp.mesh.optimizers.learning_rate_at``); ``augmentation``: per-sample patch
     augmentation (``hmp.run.augment``); ``class_weights``: one loss weight per
-    class (None: all 1).
+    class (None: all 1); ``projection``: the PCA done in the graph, after the
+    augmentation, on patches cut from the scaled cube's bands
+    (``hmp.run.projection``), or None (the scene is the model's input cube).
     """
 
     weight_decay: float = None
@@ -86,6 +89,7 @@ class Recipe:
     total_steps: int = 1
     augmentation: Augmentation = Augmentation(flips=False)
     class_weights: tuple = None
+    projection: Projection = None
 
 
 def imported(x):
@@ -93,7 +97,8 @@ def imported(x):
     return lambda mesh, shape: mtf.import_tf_tensor(mesh, x, shape)
 
 
-def build_logits_graph(config, batch_size, inputs, training=False, augmentation=None):
+def build_logits_graph(config, batch_size, inputs, training=False, augmentation=None,
+                       symmetry=None, projection=None):
     """Builds the model's mtf graph up to its logits; returns (mtf graph, mesh, logits).
 
     ``inputs(mesh, shape)`` makes the mtf patches of ``shape`` [batch, h, w,
@@ -101,32 +106,44 @@ def build_logits_graph(config, batch_size, inputs, training=False, augmentation=
     [batch, classes]. ``training``: False (inference: batch norm's moving
     averages, no dropout), True, or a TensorFlow float scalar switching at run
     time (1.0 training, 0.0 inference); ``augmentation``: an
-    ``hmp.run.augment.Augmentation`` of the patches while training, or None.
+    ``hmp.run.augment.Augmentation`` of the patches while training, or None;
+    ``symmetry``: a TensorFlow int32 scalar turning every patch into that symmetry of
+    the square (``hmp.run.augment.in_symmetry``; test-time augmentation), or None;
+    ``projection``: an ``hmp.run.projection.Projection``: ``inputs`` then makes
+    patches of its raw bands, projected onto ``config.bands`` after augmentation.
     """
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
+    bands = mtf.Dimension("bands", config.bands)
     mtf_x = inputs(mesh, mtf.Shape(
         [mtf.Dimension("batch", batch_size), mtf.Dimension("h", config.patch),
-         mtf.Dimension("w", config.patch), mtf.Dimension("bands", config.bands)]))
+         mtf.Dimension("w", config.patch),
+         bands if projection is None else mtf.Dimension("raw_bands", projection.raw_bands)]))
     mode = (training if isinstance(training, bool)
             else mtf.import_tf_tensor(mesh, training, mtf.Shape([])))
+    if symmetry is not None:
+        mtf_x = in_symmetry(mtf_x, mtf.import_tf_tensor(mesh, symmetry, mtf.Shape([])))
     if augmentation is not None and augmentation.active and mode is not False:
         mtf_x = augment(mtf_x, 1.0 if mode is True else mode, augmentation)
+    if projection is not None:
+        mtf_x = project(mtf_x, projection, bands)
     return graph, mesh, config.logits(mtf_x, mtf.Dimension("classes", config.n_classes), mode)
 
 
-def build_model_graph(config, batch_size, inputs, y, training=None, recipe=Recipe()):
+def build_model_graph(config, batch_size, inputs, y, training=None, recipe=Recipe(),
+                      symmetry=None):
     """Builds the model's mtf graph; returns
-    (mtf graph, mesh, loss, predicted class, number correct).
+    (mtf graph, mesh, loss, logits, number correct).
 
-    ``inputs`` as for :func:`build_logits_graph`; ``y`` is the TensorFlow
+    ``inputs`` and ``symmetry`` as for :func:`build_logits_graph`; ``y`` is the TensorFlow
     tensor of labels [batch]; ``training`` a TensorFlow float scalar, 1.0
     while training and 0.0 at inference (None: always training), which
     switches batch norm, dropout and the augmentation of ``recipe``. The loss
     is the mean cross-entropy, weighted by ``recipe.class_weights``.
     """
     graph, mesh, logits = build_logits_graph(
-        config, batch_size, inputs, True if training is None else training, recipe.augmentation)
+        config, batch_size, inputs, True if training is None else training, recipe.augmentation,
+        symmetry, recipe.projection)
     batch = mtf.Dimension("batch", batch_size)
     classes = mtf.Dimension("classes", config.n_classes)
     mtf_y = mtf.import_tf_tensor(mesh, y, mtf.Shape([batch]))
@@ -139,7 +156,7 @@ def build_model_graph(config, batch_size, inputs, y, training=None, recipe=Recip
     loss = mtf.reduce_mean(cross_entropy)
     predicted = ops.argmax(logits, classes)
     correct = mtf.reduce_sum(mtf.to_float(mtf.equal(predicted, mtf_y)))
-    return graph, mesh, loss, predicted, correct
+    return graph, mesh, loss, logits, correct
 
 
 class TrainingGraph:
@@ -154,21 +171,25 @@ class TrainingGraph:
         self.config = config
         self.placement = placement
         self.batch_size = batch_size
+        self.projection = recipe.projection   # the scene: the scaled cube of all bands
         self.tf_graph = tf.Graph()
         with self.tf_graph.as_default():
-            self.scene = SceneCubes(image_shape, config.patch, config.bands)
+            self.scene = SceneCubes(image_shape, config.patch, config.bands
+                                    if recipe.projection is None else recipe.projection.raw_bands)
             tf.set_random_seed(seed)   # the same seed gives the same initial weights
             self.global_step = tf.train.get_or_create_global_step()
             self.indices = tf.placeholder(tf.int32, [batch_size], name="pixel_indices")
             self.y = tf.placeholder(tf.int32, [batch_size], name="labels")
             # 1.0 while training; ``feed(..., training=False)`` feeds 0.0 (inference).
             self.training = tf.placeholder_with_default(1.0, [], name="training")
+            # Feed k to classify the patches in symmetry k (hmp.run.augment.symmetries).
+            self.symmetry = tf.placeholder_with_default(0, [], name="symmetry")
             self.learning_rate = learning_rate_at(
                 self.global_step, learning_rate, recipe.schedule, recipe.total_steps,
                 recipe.warmup_steps)
-            graph, mesh, loss, predicted, correct = build_model_graph(
+            graph, mesh, loss, logits, correct = build_model_graph(
                 config, batch_size, patches_around(self.scene, self.indices), self.y,
-                self.training, recipe)
+                self.training, recipe, self.symmetry)
             rate = mtf.import_tf_tensor(mesh, self.learning_rate, mtf.Shape([]))
             updates = train_step(loss, make_optimizer(optimizer, rate, recipe.weight_decay))
             updates += tf.get_collection(layers.UPDATE_OPS)   # batch norm's moving averages
@@ -177,7 +198,7 @@ class TrainingGraph:
             self.lowering = HeteroLowering(graph, {mesh: self.mesh_impl})
             self.mtf_graph = graph
             self.loss = self.lowering.export_to_tf_tensor(loss)
-            self.predicted = self.lowering.export_to_tf_tensor(predicted)
+            self.probabilities = tf.nn.softmax(self.lowering.export_to_tf_tensor(logits))
             self.correct = self.lowering.export_to_tf_tensor(correct)
             with tf.control_dependencies(
                     [self.lowering.lowered_operation(u) for u in updates]):

@@ -23,6 +23,7 @@ from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
 from hmp.planning import apportion
 from hmp.run import experiment, fitted_preprocessing, runs
+from hmp.run.augment import symmetry_probabilities
 from hmp.run.graph import Placement, ModelConfig, build_logits_graph
 from hmp.run.progress import rate_and_eta
 from hmp.run.scene_input import SceneCubes, patches_around
@@ -119,7 +120,8 @@ class InferenceGraph:
     """The model's logits and class probabilities for a batch of a scene's pixels.
 
     Feed flat pixel indices (``indices``, ``batch_size`` of them); each device
-    cuts its patches from its copy of the scene (``load_scene``).
+    cuts its patches from its copy of the scene (``load_scene``), turned into the
+    symmetry fed to ``symmetry`` (default 0: as they are).
     """
 
     def __init__(self, config, placement, batch_size, image_shape):
@@ -128,8 +130,10 @@ class InferenceGraph:
         with self.tf_graph.as_default():
             self.scene = SceneCubes(image_shape, config.patch, config.bands)
             self.indices = tf.placeholder(tf.int32, [batch_size], name="pixel_indices")
+            self.symmetry = tf.placeholder_with_default(0, [], name="symmetry")
             graph, mesh, logits = build_logits_graph(
-                config, batch_size, patches_around(self.scene, self.indices))
+                config, batch_size, patches_around(self.scene, self.indices),
+                symmetry=self.symmetry)
             mesh_impl = HeteroMeshImpl(placement.mesh_shape, placement.layout_rules,
                                        list(placement.devices), placement.splits)
             lowering = HeteroLowering(graph, {mesh: mesh_impl})
@@ -153,9 +157,10 @@ def restore_weights(saver, session, checkpoint):
                            % (checkpoint, error.message.splitlines()[0])) from None
 
 
-def classify(run, cube, devices, batch_size, session_config=None, progress=None):
+def classify(run, cube, devices, batch_size, session_config=None, progress=None, tta=False):
     """Class probabilities (float32 [H, W, classes]) of every pixel of the model's input
-    ``cube`` (``Run.preprocess``), by ``run``'s model on ``devices``.
+    ``cube`` (``Run.preprocess``), by ``run``'s model on ``devices``; with ``tta``, their
+    mean over the 8 symmetries of each patch (``hmp.run.augment.symmetry_probabilities``).
 
     ``progress`` receives a text after every batch and None at the end.
     """
@@ -172,7 +177,8 @@ def classify(run, cube, devices, batch_size, session_config=None, progress=None)
         for done, start in enumerate(range(0, pixels, batch_size), start=1):
             indices = np.arange(start, start + batch_size, dtype=np.int32)
             indices[indices >= pixels] = 0   # pixel 0 fills the last short batch
-            values = session.run(graph.probabilities, {graph.indices: indices})
+            values = symmetry_probabilities(session, graph.probabilities, graph.symmetry,
+                                            {graph.indices: indices}, tta).mean(axis=0)
             probabilities[start:start + batch_size] = values[:pixels - start]
             progress("classifying  batch %d/%d  %s" % (done, batches, rate_and_eta(
                 done, batches, time.perf_counter() - started, batch_size)))

@@ -18,6 +18,7 @@ import tensorflow.compat.v1 as tf
 from hmp.cli import TrainingError   # defined in cli; callers may use hmp.run.trainer.TrainingError
 from hmp.errors import InvalidInput
 from hmp.run import events
+from hmp.run.augment import SYMMETRIES, symmetry_probabilities
 from hmp.run.profiler import run_traced
 from hmp.run.progress import rate_and_eta
 
@@ -144,7 +145,8 @@ class Trainer:
                              % (self.batch_size, len(experiment.train)))
         self.session = tf.Session(target, graph=graph.tf_graph, config=session_config)
         self._savers = {}   # latest_filename -> tf.train.Saver, for other checkpoint series
-        graph.load_scene(self.session, experiment.train.extractor.padded)
+        graph.load_scene(self.session, (experiment.all_bands() if graph.projection is not None
+                                         else experiment.train.extractor).padded)
         with graph.tf_graph.as_default():
             self.writer = tf.summary.FileWriter(model_dir, graph.tf_graph)
 
@@ -278,8 +280,15 @@ class Trainer:
 
     # -- inference -----------------------------------------------------------
     def predict(self, dataset):
-        """Predicted 0-based class of every pixel of ``dataset``, in its order."""
-        predictions = []
+        """Predicted 0-based class of every pixel of ``dataset``, in its order (its patches
+        as they are)."""
+        return self.probabilities(dataset)[0].argmax(axis=1)
+
+    def probabilities(self, dataset, tta=False):
+        """Class probabilities [variants, pixels, classes] of every pixel of ``dataset``, in
+        its order: of its patch as it is and, with ``tta``, in each other symmetry of the
+        square (``hmp.run.augment.symmetry_probabilities``)."""
+        variants = []
         labels = np.zeros(self.batch_size, np.int32)
         batches, started = -(-len(dataset) // self.batch_size), time.perf_counter()
         for start in range(0, len(dataset), self.batch_size):
@@ -289,15 +298,17 @@ class Trainer:
             indices = dataset.indices[start:start + self.batch_size]
             padded = np.zeros(self.batch_size, np.int64)   # pixel 0 fills a last short batch
             padded[:len(indices)] = indices
-            predictions.append(self.session.run(
-                self.graph.predicted,
-                self.graph.feed(padded, labels, training=False))[:len(indices)])
+            variants.append(symmetry_probabilities(
+                self.session, self.graph.probabilities, self.graph.symmetry,
+                self.graph.feed(padded, labels, training=False), tta)[:, :len(indices)])
             done = start // self.batch_size + 1
             self.progress("classifying  batch %d/%d  %s" % (
                 done, batches, rate_and_eta(done, batches, time.perf_counter() - started,
                                             self.batch_size)))
         self.progress(None)
-        return np.concatenate(predictions) if predictions else np.zeros(0, np.int32)
+        if not variants:
+            return np.zeros((SYMMETRIES if tta else 1, 0, self.experiment.n_classes), np.float32)
+        return np.concatenate(variants, axis=1)
 
     def close(self):
         self.writer.close()

@@ -1,0 +1,48 @@
+"""The run's PCA inside the graph: patches cut on all the scaled bands, projected on the devices.
+
+The field look (``hmp.run.augment.field_look``) works on the raw bands, which a
+model on PCA components never sees when the cube is projected before training
+(``hmp.data.PCA``). With a :class:`Projection` the devices hold the scaled cube
+with all its bands instead (``Experiment.all_bands``), cut and augment the
+patches on them, and project each patch's spectra onto the components fitted on
+the training pixels, per sample and so on any split of the batch. The
+projection is per pixel, so without augmentation the model sees the patches of
+the projected cube (to float32 rounding).
+"""
+
+import dataclasses
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+from hmp.compat import import_mesh_tensorflow
+
+mtf = import_mesh_tensorflow()
+
+
+@dataclasses.dataclass(frozen=True)
+class Projection:
+    """A fitted PCA: ``mean`` [raw bands] and ``components`` [raw bands, k]."""
+
+    mean: np.ndarray = dataclasses.field(compare=False)
+    components: np.ndarray = dataclasses.field(compare=False)
+
+    @classmethod
+    def of(cls, pca):
+        """The projection of a fitted ``hmp.data.PCA``."""
+        return cls(np.asarray(pca.mean, np.float32), np.asarray(pca.components, np.float32))
+
+    @property
+    def raw_bands(self):
+        return self.components.shape[0]
+
+
+def project(x, projection, bands):
+    """The mtf patches ``x`` [batch, h, w, raw bands] projected: [batch, h, w, ``bands``]."""
+    def on_slice(patches):
+        flat = tf.reshape(patches - projection.mean, [-1, projection.raw_bands])
+        projected = tf.matmul(flat, tf.constant(projection.components))
+        return tf.reshape(projected, tf.concat([tf.shape(patches)[:-1], [bands.size]], 0))
+    return mtf.slicewise(on_slice, [x], output_shape=mtf.Shape(x.shape.dims[:-1] + [bands]),
+                         output_dtype=x.dtype, splittable_dims=[x.shape.dims[0]],
+                         name="pca_projection")
