@@ -18,6 +18,7 @@ time; ``symmetry_probabilities`` runs the class probabilities in each of the 8
 """
 
 import dataclasses
+import functools
 
 import numpy as np
 import tensorflow.compat.v1 as tf
@@ -80,20 +81,23 @@ def field_look(patches, shift_draw, gain_draw, augmentation):
     return (shifted * gain[:, None, None, :] - offset) / scale
 
 
+def _turned(patches, k):
+    """``patches`` [n, p, p, bands] in symmetry ``k`` (a Python int; see ``symmetries``)."""
+    turned = tf.reverse(patches, [2]) if k >= 4 else patches
+    for _ in range(k % 4):
+        # A quarter turn counter-clockwise (tf.image.rot90 would colocate an assert
+        # with the patches' gather, which sits with the host's shared cube).
+        turned = tf.reverse(tf.transpose(turned, [0, 2, 1, 3]), [1])
+    return turned
+
+
 def symmetries(patches):
     """The 8 symmetries of ``patches`` [n, p, p, bands], stacked: [8, n, p, p, bands].
 
     Symmetry ``k`` rotates by ``k % 4`` quarter turns counter-clockwise, after a
     left-right flip when ``k >= 4`` (``numpy.rot90(numpy.flip(patch, 1), k % 4)``).
     """
-    variants = []
-    for turned in (patches, tf.reverse(patches, [2])):
-        for _ in range(4):
-            variants.append(turned)
-            # A quarter turn counter-clockwise (tf.image.rot90 would colocate an assert
-            # with the patches' gather, which sits with the host's shared cube).
-            turned = tf.reverse(tf.transpose(turned, [0, 2, 1, 3]), [1])
-    return tf.stack(variants)
+    return tf.stack([_turned(patches, k) for k in range(SYMMETRIES)])
 
 
 def _in_symmetries(patches, k):
@@ -110,9 +114,12 @@ def _apply_symmetries(patches, draw, training):
 
 def in_symmetry(x, symmetry):
     """The mtf patches ``x`` [batch, h, w, bands], every sample in symmetry ``symmetry``
-    (an int32 mtf scalar, 0: as they are; see ``symmetries``), on any split of the batch."""
+    (an int32 mtf scalar, 0: as they are; see ``symmetries``), on any split of the batch.
+    Only the symmetry asked for is computed (a training step feeds 0 and pays nothing
+    but the branch)."""
     return mtf.slicewise(
-        lambda patches, k: _in_symmetries(patches, tf.fill(tf.shape(patches)[:1], k)),
+        lambda patches, k: tf.switch_case(
+            k, [functools.partial(_turned, patches, j) for j in range(SYMMETRIES)]),
         [x, symmetry], output_shape=x.shape, output_dtype=x.dtype,
         splittable_dims=[x.shape.dims[0]], name="test_symmetry")
 
