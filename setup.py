@@ -17,7 +17,7 @@ setup(
     version="0.1.0",
     description="Heterogeneous model/data parallel CNN training for hyperspectral images",
     packages=find_packages(include=["hmp", "hmp.*", "models", "models.*"]),
-    python_requires=">=3.9",
+    python_requires=">=3.10",
     install_requires=[
         TENSORFLOW + TF_VERSIONS,
         "mesh-tensorflow==0.1.21",
