@@ -5,6 +5,7 @@ rebuilds exactly the same training and test sets.
 """
 
 import dataclasses
+import functools
 import json
 import os
 
@@ -57,6 +58,7 @@ class Experiment:
     def bands(self):
         return self.train.extractor.n_bands
 
+    @functools.cached_property
     def all_bands(self):
         """The scaled cube with all its bands, before the PCA (a ``PatchExtractor``): the
         scene of a graph that projects the patches itself (``hmp.run.projection``)."""
