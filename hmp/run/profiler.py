@@ -153,6 +153,7 @@ def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None
     Returns:
       A ``DeviceSpeed`` per device, in the order given.
     """
+    spec = spec or model_spec(config)   # once: building it builds the model's graph
     steps = _warmed_steps(config, devices, batch_size, warmup, repeats, target,
                           session_config, optimizer, progress, spec, op_size)
     try:
@@ -172,6 +173,7 @@ def measure_platform(config, devices, batch_size, warmup=2, repeats=5, target=No
     Returns ``(DeviceSpeeds, LinkSpec or None)``; the arguments are those of
     ``measure_speeds``.
     """
+    spec = spec or model_spec(config)
     steps = _warmed_steps(config, devices, batch_size, warmup, repeats, target,
                           session_config, optimizer, progress, spec, op_size)
     try:
@@ -208,8 +210,6 @@ def _warmed_steps(config, devices, batch_size, warmup, repeats, target, session_
     say = progress or (lambda message: None)
     batches = [b for b in (batch_size, small_batch(batch_size)) if b]
     half = calibration.half_width(config) if op_size else None
-    if op_size:
-        spec = spec or model_spec(config)
     steps = {}
 
     def warmed(key, step):
@@ -272,7 +272,6 @@ def _timed(steps, config, devices, batch_size, repeats, progress, spec, op_size)
     for _ in range(repeats):
         for key, step in steps.items():
             seconds[key].append(step.run())
-    spec = spec or model_spec(config)
     train_flops = train_flops_per_sample(config, spec)
     small = small_batch(batch_size)
     step = {key: statistics.median(times) for key, times in seconds.items()}
