@@ -49,7 +49,8 @@ flags.DEFINE_string("devices", None, "Comma-separated TensorFlow devices; the ba
                     "split evenly over them (default /gpu:0 if there is one, else /cpu:0).")
 flags.DEFINE_integer("batch_size", 1024, "Pixels classified per step.")
 flags.DEFINE_bool("tta", None, "Test-time augmentation: average the class probabilities of "
-                  "each patch's 8 symmetries of the square (default: as the run's --tta).")
+                  "each patch's 8 symmetries of the square (default: as the run's --tta); with "
+                  "--export, the SavedModel's probabilities do so.")
 flags.mark_flag_as_required("model_dir")
 FLAGS = flags.FLAGS
 
@@ -90,11 +91,13 @@ def main(argv):
     if FLAGS.batch_size < 1:
         raise cli.UsageError("--batch_size=%d: must be at least 1" % FLAGS.batch_size)
     devices = _devices()
+    tta = run.flags.get("tta", False) if FLAGS.tta is None else FLAGS.tta
     if FLAGS.export:
         with cli.blame("export", also=(OSError,)):
-            export.export_saved_model(run, FLAGS.export)
-        print("SavedModel in %s (signature %r: patches -> logits)"
-              % (FLAGS.export, export.SIGNATURE), flush=True)
+            export.export_saved_model(run, FLAGS.export, tta=tta)
+        print("SavedModel in %s (signature %r: patches -> logits, probabilities%s)"
+              % (FLAGS.export, export.SIGNATURE,
+                 " averaged over the 8 symmetries" if tta else ""), flush=True)
         if FLAGS.out is None:
             return
     out_dir = FLAGS.out or os.path.join(FLAGS.model_dir, "prediction")
@@ -110,9 +113,7 @@ def main(argv):
              ", ".join(devices)), flush=True)
     with cli.blame("model_dir"):
         probabilities = classify(run, cube, devices, FLAGS.batch_size,
-                                 session_config_for(devices), ProgressLine(),
-                                 tta=run.flags.get("tta", False) if FLAGS.tta is None
-                                 else FLAGS.tta)
+                                 session_config_for(devices), ProgressLine(), tta=tta)
     with cli.blame("out", also=(OSError,)):
         save_outputs(out_dir, probabilities, nodata, run.class_names)
     print("class map (.npy, .png) and probabilities of %d pixels in %s"

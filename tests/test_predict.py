@@ -110,22 +110,36 @@ def test_png_has_one_pixel_per_scene_pixel_and_a_legend(run, predicted):
         assert (legend == color).all(axis=1).sum() >= 50
 
 
-def test_saved_model_in_plain_tensorflow_gives_the_same_classes(run, predicted, tmp_path):
+def _softmax(logits):
+    exp = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+def test_saved_model_in_plain_tensorflow_gives_the_same_classes_and_tta(
+        run, predicted, tmp_path):
+    """Exported with TTA: ``logits`` of the patches as given match hmp.predict (no TTA),
+    ``probabilities`` the mean softmax of the 8 symmetries turned in numpy."""
     model_dir, _, exp = run
     class_map, probabilities, _, _ = predicted
     export.export_saved_model(inference.Run.open(str(model_dir), get_model),
-                              str(tmp_path / "model"))
+                              str(tmp_path / "model"), tta=True)
     pixels = exp.labelled.indices[::31][:300]   # more than one chunk of 256
     patches = PatchExtractor(exp.scene.cube, 5)(pixels).astype(np.float32)   # raw values
+    turned = [np.ascontiguousarray(np.rot90(np.flip(patches, 2) if k >= 4 else patches,
+                                            k % 4, axes=(1, 2))) for k in range(8)]
     with tf.Graph().as_default(), tf.Session() as session:
-        model = tf2.saved_model.load(str(tmp_path / "model"))
-        logits = session.run(model.signatures["serving_default"](
-            patches=tf.constant(patches))["logits"])
-    assert logits.shape == (300, 10) and logits.dtype == np.float32
-    softmax = np.exp(logits - logits.max(axis=1, keepdims=True))
-    softmax /= softmax.sum(axis=1, keepdims=True)
-    np.testing.assert_allclose(softmax, probabilities.reshape(-1, 10)[pixels], atol=1e-5)
+        serve = tf2.saved_model.load(str(tmp_path / "model")).signatures["serving_default"]
+        outputs = session.run([serve(patches=tf.constant(p)) for p in turned])
+    logits, tta = outputs[0]["logits"], outputs[0]["probabilities"]
+    assert logits.shape == tta.shape == (300, 10) and tta.dtype == np.float32
+    np.testing.assert_allclose(_softmax(logits), probabilities.reshape(-1, 10)[pixels],
+                               atol=1e-5)
     np.testing.assert_array_equal(logits.argmax(axis=1) + 1, class_map.ravel()[pixels])
+    reference = np.mean([_softmax(o["logits"]) for o in outputs], axis=0)
+    np.testing.assert_allclose(tta, reference, atol=1e-6)
+    assert np.abs(tta - _softmax(logits)).max() > 1e-3   # the symmetries do change it
+    for other in outputs[1:]:   # TTA's mean is the same for every symmetry of the input
+        np.testing.assert_allclose(other["probabilities"], tta, atol=1e-6)
 
 
 def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refused(

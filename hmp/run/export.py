@@ -2,15 +2,19 @@
 
 The signature ``serving_default`` takes ``patches``, float32 [N, p, p, bands]
 of the scene's raw values (any N; the run's band scaling and PCA are part of
-the model) and returns ``logits``, float32 [N, classes]; class k+1 of the
-label map is logit column k. The model is the one-device lowering of the
-run's Mesh-TF graph for a fixed chunk of patches, with its weights frozen to
-constants; the signature pads the patches to whole chunks and maps over them.
+the model) and returns ``logits``, float32 [N, classes], of the patches as
+given, and ``probabilities``, float32 [N, classes]: their softmax or, exported
+with ``tta``, the mean softmax of the patches' 8 symmetries of the square (what
+``hmp.predict --tta`` computes). Class k+1 of the label map is column k. The
+model is the one-device lowering of the run's Mesh-TF graph for a fixed chunk
+of patches, with its weights frozen to constants; the signature pads the
+patches (all symmetries of them with ``tta``) to whole chunks and maps over them.
 
 Load it with::
 
     model = tf.saved_model.load(path)
-    logits = model.signatures["serving_default"](patches=patches)["logits"]
+    outputs = model.signatures["serving_default"](patches=patches)
+    classes = tf.argmax(outputs["probabilities"], axis=1) + 1
 """
 
 import contextlib
@@ -23,6 +27,7 @@ import tensorflow.compat.v1 as tf
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
 from hmp.run import fitted_preprocessing
+from hmp.run.augment import SYMMETRIES, symmetries
 from hmp.run.graph import build_logits_graph, imported
 from hmp.run.inference import restore_weights
 
@@ -59,8 +64,9 @@ def _preprocess(patches, preprocessor):
     return tf.cast(x, tf.float32)
 
 
-def export_saved_model(run, path, chunk=CHUNK):
-    """Writes ``run``'s model as a SavedModel folder ``path`` (replaced whole, atomically)."""
+def export_saved_model(run, path, chunk=CHUNK, tta=False):
+    """Writes ``run``'s model as a SavedModel folder ``path`` (replaced whole, atomically);
+    with ``tta``, its ``probabilities`` average the patches' 8 symmetries."""
     config = run.model_config
     frozen, input_name, output_name = frozen_logits(run, chunk)
     raw_bands = fitted_preprocessing.input_bands(run.preprocessor)
@@ -68,10 +74,13 @@ def export_saved_model(run, path, chunk=CHUNK):
     with graph.as_default():
         patches = tf.placeholder(tf.float32, [None, config.patch, config.patch, raw_bands],
                                  name="patches")
-        n = tf.shape(patches)[0]
+        x = _preprocess(patches, run.preprocessor)
+        variants = SYMMETRIES if tta else 1
+        if tta:   # [8 * N, p, p, bands]: the patches in each symmetry, symmetry-major
+            x = tf.reshape(symmetries(x), [-1, *x.shape[1:]])
+        n = tf.shape(x)[0]
         chunks = (n + chunk - 1) // chunk
-        padded = tf.pad(_preprocess(patches, run.preprocessor),
-                        [[0, chunks * chunk - n], [0, 0], [0, 0], [0, 0]])
+        padded = tf.pad(x, [[0, chunks * chunk - n], [0, 0], [0, 0], [0, 0]])
 
         def model(x):
             return tf.import_graph_def(frozen, input_map={input_name: x},
@@ -79,13 +88,16 @@ def export_saved_model(run, path, chunk=CHUNK):
 
         logits = tf.map_fn(model, tf.reshape(padded, [chunks, chunk, *padded.shape[1:]]),
                            fn_output_signature=tf.float32)
-        logits = tf.reshape(logits, [-1, config.n_classes])[:n]
+        logits = tf.reshape(tf.reshape(logits, [-1, config.n_classes])[:n],
+                            [variants, -1, config.n_classes])
+        probabilities = tf.reduce_mean(tf.nn.softmax(logits), axis=0)
         with tf.Session(graph=graph) as session, _replacing_folder(path) as temporary:
             builder = tf.saved_model.Builder(temporary)
             builder.add_meta_graph_and_variables(
                 session, [tf.saved_model.tag_constants.SERVING],
                 signature_def_map={SIGNATURE: tf.saved_model.predict_signature_def(
-                    {"patches": patches}, {"logits": logits})})
+                    {"patches": patches},
+                    {"logits": logits[0], "probabilities": probabilities})})
             builder.save()
 
 
