@@ -1,6 +1,6 @@
 """Train an HSI classifier on heterogeneous devices: ``python -m hmp.train``.
 
-With no flags it trains the 3-D CNN on the built-in synthetic scene on this
+With no flags it trains HybridSN on the built-in synthetic scene on this
 machine's real devices (the CPU, plus every GPU TensorFlow sees), with filter
 and batch splits planned from their measured speeds and link (on one device:
 no profiling, the one-device layout), and prints the test scores. See
@@ -400,7 +400,8 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
     print("loading %s ..." % FLAGS.dataset, flush=True)
     data_config = dataclasses.replace(scene_flags.data_config(seed), pca=_model_default("pca"),
                                       val_fraction=FLAGS.val_fraction)
-    with cli.blame(*scene_flags.blamed(), also=(OSError,)):
+    with cli.blame(*scene_flags.blamed(), *(("pca",) if FLAGS["pca"].present else ()),
+                   also=(OSError,)):
         exp = experiment.prepare(data_config)
     leakage = data.split_leakage(exp.split, FLAGS.patch_size)
     print("%s: %dx%d pixels, %d bands, %d classes; %d training / %d test pixels"

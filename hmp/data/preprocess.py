@@ -86,7 +86,8 @@ class PCA:
         bands = cube.shape[2]
         if self.n_components > bands:
             raise InvalidInput(
-                f"n_components={self.n_components} exceeds the number of bands ({bands})")
+                f"{self.n_components} PCA components asked for, but the scene has only "
+                f"{bands} bands")
         pixels = training_pixels(cube, train)
         self.mean = pixels.mean(axis=0)
         centred = pixels - self.mean
