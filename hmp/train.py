@@ -370,6 +370,9 @@ def run(cluster=None):
     seeds = [FLAGS.seed + i for i in range(FLAGS.runs)]
     run_dirs = _run_dirs(model_dir, seeds)
     devices = _devices(cluster)
+    if FLAGS.mesh != "auto" and not FLAGS.plan:   # before any profiling
+        with cli.blame("mesh", "devices"):
+            planning.check_mesh_size(planning.parse_mesh(FLAGS.mesh), len(devices))
     session_config = session_config_for(devices)
     target = ""
     if cluster:

@@ -274,7 +274,7 @@ def test_fewer_filters_than_devices():
 
 
 @pytest.mark.parametrize("mesh, message", [
-    ("model:2", "mesh 'model:2' has 2 positions but 3 devices were given"),
+    ("model:2", "mesh model:2 has 2 positions but 3 devices were given"),
     ("batch:2;model:2", "has 4 positions but 3 devices"),
     ("model", r"bad mesh 'model': axis 'model' is unknown; allowed: "),
     ("model:0", "size '0' of axis 'model' is not a whole number >= 1"),

@@ -159,7 +159,7 @@ BAD_FLAGS = {
     THREE + " --speeds=1,2": "--speeds=1,2: got 2 speeds for 3 devices",
     THREE + " --speeds=1,0,1": "--speeds=1,0,1: /cpu:1 has speed 0.0: speeds must be finite "
                                "and greater than 0",
-    THREE + " --mesh=model:5 --speeds=1,1,1": "mesh 'model:5' has 5 positions but 3 devices",
+    THREE + " --mesh=model:5 --speeds=1,1,1": "mesh model:5 has 5 positions but 3 devices",
     "--mesh=foo": "--mesh=foo: bad mesh 'foo'",
     "--patch_size=4": "--patch_size=4: patch_size must be an odd positive integer",
     THREE + " --batch_size=2 --mesh=batch:3 --speeds=1,1,1": "2 samples cannot give 3 devices",

@@ -13,8 +13,8 @@ from hmp.planning.apportion import apportion, check_speeds
 from hmp.planning.costmodel import (DeviceSpec, LinkSpec, Prediction, load_platform,
                                     memory_bytes, predict, ring_allgather_time,
                                     ring_allreduce_time)
-from hmp.planning.layout import (Mesh, candidate_meshes, layout_rules, parse_mesh,
-                                 splits_the_model)
+from hmp.planning.layout import (Mesh, candidate_meshes, check_mesh_size, layout_rules,
+                                 parse_mesh, splits_the_model)
 from hmp.planning.model_spec import (LayerSpec, ModelSpec, conv_layer_spec,
                                      conv_output_spatial, dense_layer_spec, pool_layer_spec)
 from hmp.planning.plan import Candidate, Plan
@@ -22,7 +22,7 @@ from hmp.planning.planner import plan_layout
 
 __all__ = [
     "Candidate", "DeviceSpec", "LayerSpec", "LinkSpec", "Mesh", "ModelSpec", "Plan",
-    "Prediction", "apportion", "candidate_meshes", "check_speeds", "conv_layer_spec",
+    "Prediction", "apportion", "candidate_meshes", "check_mesh_size", "check_speeds", "conv_layer_spec",
     "conv_output_spatial", "dense_layer_spec", "layout_rules", "load_platform",
     "memory_bytes", "parse_mesh", "plan_layout", "pool_layer_spec", "predict",
     "ring_allgather_time", "ring_allreduce_time", "splits_the_model",

@@ -117,7 +117,7 @@ import numpy as np
 
 from hmp.errors import InvalidInput
 from hmp.hosts import group_by_host, is_hierarchical
-from hmp.planning.layout import check_splits
+from hmp.planning.layout import check_mesh_size, check_splits
 
 BYTES_PER_ELEMENT = 4  # float32
 TRAIN_FLOPS_FACTOR = 3  # forward + backward ~= 3 x forward
@@ -623,9 +623,7 @@ def predict(model_spec, devices, mesh, batch_size, splits, link=None):
     Returns:
       A Prediction.
     """
-    if len(devices) != mesh.size:
-        raise InvalidInput(f"mesh {mesh} has {mesh.size} positions but {len(devices)} "
-                         "devices were given")
+    check_mesh_size(mesh, len(devices))
     splits = check_splits(model_spec, mesh, batch_size, splits)
     flops, params, outputs = _layer_arrays(model_spec)
     fractions = weight_fractions(model_spec, mesh, splits)

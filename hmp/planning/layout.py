@@ -58,6 +58,13 @@ def parse_mesh(text):
     return Mesh(sizes.get("batch", 1), sizes.get("model", 1), tuple(sizes))
 
 
+def check_mesh_size(mesh, device_count):
+    """``mesh`` (a Mesh) has one position per device, or InvalidInput says it has not."""
+    if mesh.size != device_count:
+        raise InvalidInput(f"mesh {mesh} has {mesh.size} positions but {device_count} "
+                           "devices were given")
+
+
 def splits_the_model(mesh):
     """True when a plan on ``mesh`` (a mesh string, or "auto": every candidate mesh) may
     have a model axis: then it needs the op-size figures (``DeviceSpec.half_rate_flops``)."""

@@ -25,7 +25,7 @@ from hmp.errors import InvalidInput, whole_number
 from hmp.planning.apportion import apportion, check_speeds
 from hmp.planning.costmodel import (DeviceSpec, alone_flops_per_s, memory_bytes, predict,
                                     train_flops_per_sample, weight_fractions)
-from hmp.planning.layout import candidate_meshes, layout_rules, parse_mesh
+from hmp.planning.layout import candidate_meshes, check_mesh_size, layout_rules, parse_mesh
 from hmp.planning.plan import Candidate, Plan, format_time, layer_entries
 
 # Speeds whose largest is below this are taken as relative (70, 25, 5), not FLOP/s:
@@ -292,9 +292,7 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
         trials = [(k, sorted(order[:k]), subset_meshes(k, n)) for k in subset_sizes(n)]
     else:
         given = parse_mesh(mesh)
-        if given.size != n:
-            raise InvalidInput(f"mesh {mesh!r} has {given.size} positions but "
-                             f"{n} devices were given")
+        check_mesh_size(given, n)
         trials = [(n, list(range(n)), [given])]
     single = sum(len(meshes) for _, _, meshes in trials) == 1
 
