@@ -259,17 +259,19 @@ def _say(line):
     print(line, flush=True)
 
 
-def _measurement_key(model_config, devices, cluster):
+def _measurement_key(model_config, devices, cluster, recipe):
     """What a speed measured on ``devices`` depends on (``speedcache.cache_key``)."""
     return speedcache.cache_key(model_config, FLAGS.batch_size, FLAGS.optimizer, devices,
-                                cluster.addresses if cluster else None)
+                                cluster.addresses if cluster else None,
+                                recipe.input_work(model_config))
 
 
-def _measured(model_config, spec, devices, session_config, target, model_dir, cluster):
+def _measured(model_config, spec, devices, session_config, target, model_dir, cluster,
+              recipe):
     """The speed-cache entry (per device: samples/s at --batch_size, FLOP/s, per-step
     overhead, and the op-size figures when --mesh may split the model) and the link (a
     LinkSpec): cached, or measured now (and stored there). See hmp.run.speedcache."""
-    key = _measurement_key(model_config, devices, cluster)
+    key = _measurement_key(model_config, devices, cluster, recipe)
     op_size = planning.splits_the_model(FLAGS.mesh)
     paths = [os.path.join(model_dir, speedcache.FILE_NAME), speedcache.user_cache_path()]
     warn = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
@@ -277,7 +279,7 @@ def _measured(model_config, spec, devices, session_config, target, model_dir, cl
     def measure():
         return measure_platform(model_config, devices, FLAGS.batch_size, target=target,
                                 session_config=session_config, optimizer=FLAGS.optimizer,
-                                progress=_say, spec=spec, op_size=op_size)
+                                progress=_say, spec=spec, op_size=op_size, recipe=recipe)
 
     entry, _ = speedcache.measured_or_cached(key, paths, measure,
                                              force=FLAGS.speeds == "measure", say=_say,
@@ -297,9 +299,10 @@ def _measured(model_config, spec, devices, session_config, target, model_dir, cl
     return entry, link
 
 
-def _plan(model_config, devices, session_config, target, model_dir, cluster):
+def _plan(model_config, devices, session_config, target, model_dir, cluster, recipe):
     """(model spec, the plan from --plan or planned now from the (measured) speeds and
-    link, the device that is fastest alone at --batch_size or None when unknown)."""
+    link, the device that is fastest alone at --batch_size or None when unknown);
+    the speeds are measured on the step of ``recipe``."""
     spec = model_spec(model_config)
     if FLAGS.plan:
         return spec, planning.Plan.from_json(FLAGS.plan, model_spec=spec), None
@@ -320,7 +323,7 @@ def _plan(model_config, devices, session_config, target, model_dir, cluster):
                 "measured (--speeds=auto measures both)" % FLAGS.speeds))
         return spec, plan, devices[int(np.argmax(speeds))]
     entry, link = _measured(model_config, spec, devices, session_config, target, model_dir,
-                            cluster)
+                            cluster, recipe)
     platform = linkprobe.platform_specs(devices, entry.speeds)
     alone = [s["samples_per_s"] for s in entry.speeds]   # each timed alone at --batch_size
     return (spec, planning.plan_layout(spec, platform, None, FLAGS.batch_size, FLAGS.mesh,
@@ -328,7 +331,7 @@ def _plan(model_config, devices, session_config, target, model_dir, cluster):
             devices[int(np.argmax(alone))])
 
 
-def _alone_trial(spec, plan, fastest, model_config, cluster, first_epoch, recorded):
+def _alone_trial(spec, plan, fastest, model_config, cluster, recipe, first_epoch, recorded):
     """The trial of the fastest device alone (``--try_alone``), with what ``recorded``
     (its record before a resume) measured, or None when it does not apply: a mesh or
     plan given, a plan on one device, fewer epochs left than it still needs (3 fresh)."""
@@ -339,7 +342,7 @@ def _alone_trial(spec, plan, fastest, model_config, cluster, first_epoch, record
     alone = dataclasses.replace(alone, reason="the fastest device alone (%s), on trial "
                                 "against the plan (--try_alone)" % fastest)
     # what the rates depend on: what a speed measurement does, and the two layouts
-    key = {**_measurement_key(model_config, plan.devices, cluster), "mesh": plan.mesh,
+    key = {**_measurement_key(model_config, plan.devices, cluster, recipe), "mesh": plan.mesh,
            "splits": plan.splits, "alone": fastest}
     trial = rebalance.AloneTrial(plan, alone, key)
     line = trial.take_up(recorded, first_epoch)
@@ -428,17 +431,16 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
         return
     model_config = models.model_config(FLAGS.model, FLAGS.patch_size, exp.bands,
                                        exp.n_classes, FLAGS.width)
+    recipe = _recipe(exp)
     with cli.blame(*(("plan",) if FLAGS.plan else ("devices", "speeds", "mesh"))):
         spec, plan, fastest = _plan(model_config, devices, session_config, target,
-                                    model_dir, cluster)
+                                    model_dir, cluster, recipe)
     if FLAGS.plan and not cluster:   # the plan's devices, not (only) --devices' default
         session_config = session_config_for(devices + plan.devices)
     print(plan.explain(), flush=True)
     with cli.blame("simulate_slowdown"):
         slowdown = _slowdown(devices)
     progress = ProgressLine()
-
-    recipe = _recipe(exp)
 
     def start(plan, resume):
         graph = TrainingGraph(model_config, Placement.from_plan(plan), FLAGS.batch_size,
@@ -457,7 +459,8 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
     first_epoch = start_step // steps_per_epoch if steps_per_epoch else 0
     # Every invocation's epochs: a resumed run keeps those before its checkpoint.
     record = runs.History.open(model_dir, FLAGS.resume, first_epoch, start_step, sys.argv[1:])
-    trial = _alone_trial(spec, plan, fastest, model_config, cluster, first_epoch, record.trial)
+    trial = _alone_trial(spec, plan, fastest, model_config, cluster, recipe, first_epoch,
+                         record.trial)
     if trial is not None:   # a trial taken up may start on the device alone or the winner
         plan, record.trial = trial.plan, trial.record()
     trainer = start(plan, FLAGS.resume)

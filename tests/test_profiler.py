@@ -10,8 +10,10 @@ import tensorflow.compat.v1 as tf
 from hmp.planning.costmodel import alone_flops_per_s
 from hmp.run import profiler
 from hmp.run.from_graph import model_spec
+from hmp.run.augment import Augmentation
+from hmp.run.graph import Placement, Recipe, TrainingGraph
 from hmp.run.linkprobe import platform_specs
-from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.projection import Projection
 from hmp.run.profiler import busy_times, measure_speeds, random_batch, run_traced
 from models import model_config
 
@@ -49,6 +51,35 @@ def test_measure_speeds_reports_every_device_and_its_op_size_figures():
     assert any("/cpu:1" in m for m in messages)
     assert messages[-1] == ("profiling: timing 3 steps per device and batch size, at half "
                             "width (1 for 2), element-wise work (bias add + ReLU), round-robin")
+
+
+def test_the_profiled_step_is_the_runs_step_with_its_augmentation_and_projection():
+    """A run's recipe reaches the profiled step: with an in-graph projection of 6 raw
+    bands onto TINY's 4, the scene holds the raw bands and the step projects and looks."""
+    rng = np.random.RandomState(0)
+    projection = Projection(rng.randn(6).astype(np.float32),
+                            rng.randn(6, 4).astype(np.float32))
+    look = Augmentation(noise=0.1, spectral_shift=1.0, band_offset=(0.0,) * 6,
+                        band_scale=(1.0,) * 6)
+    recipe = Recipe(augmentation=look, projection=projection)
+    assert recipe.input_work(TINY) == {
+        "scene_bands": 6, "projection": True,
+        "augmentation": {"flips": True, "brightness": False, "noise": True,
+                         "field_look": True}}
+    assert Recipe().input_work(TINY)["scene_bands"] == 4
+    step = profiler.DeviceStep(TINY, "/cpu:0", 8, recipe=recipe)
+    try:
+        assert step.run() > 0
+        names = {op.name.partition("/")[0] for op in step.session.graph.get_operations()}
+        assert {"pca_projection", "field_look"} <= names
+        cube = step.session.graph.get_tensor_by_name("scene_cube:0")   # padded 32 x 32
+        assert cube.shape.as_list() == [36, 36, 6]
+    finally:
+        step.close()
+    plain = profiler.DeviceStep(TINY, "/cpu:0", 8)
+    names = {op.name.partition("/")[0] for op in plain.session.graph.get_operations()}
+    plain.close()
+    assert not {"pca_projection", "field_look"} & names
 
 
 def test_measure_speeds_runs_on_a_session_target():

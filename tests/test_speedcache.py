@@ -179,3 +179,15 @@ def test_user_cache_path_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert speedcache.user_cache_path() == str(tmp_path / "home" / ".cache" / "hmp" /
                                                "speeds.json")
+
+
+def test_a_measurement_serves_only_a_step_with_the_same_work_before_the_model(paths):
+    """The in-graph projection and the augmentation change the step: no shared entry."""
+    measure = Measurer()
+    plain = {"scene_bands": 4, "projection": False, "augmentation": {"flips": False}}
+    projected = {**plain, "scene_bands": 6, "projection": True}
+    get(key(input_work=plain), paths, measure)
+    entry, path, _, _ = get(key(input_work=projected), paths, measure)
+    assert measure.calls == 2 and path is None and entry.key["input"] == projected
+    get(key(input_work=plain), paths, measure)
+    assert measure.calls == 2

@@ -91,6 +91,21 @@ class Recipe:
     class_weights: tuple = None
     projection: Projection = None
 
+    def scene_bands(self, config):
+        """Bands of the scene cube a graph of ``config`` cuts its patches from."""
+        return config.bands if self.projection is None else self.projection.raw_bands
+
+    def input_work(self, config):
+        """What this recipe adds to a training step's work before the model (a JSON-able
+        dict): the scene's bands, the PCA projection and the augmentation drawn."""
+        augmentation = self.augmentation
+        return {"scene_bands": self.scene_bands(config),
+                "projection": self.projection is not None,
+                "augmentation": {"flips": augmentation.flips,
+                                 "brightness": augmentation.brightness > 0,
+                                 "noise": augmentation.noise > 0,
+                                 "field_look": augmentation.field_look}}
+
 
 def imported(x):
     """Model input from ``x``, a TensorFlow tensor of patches (for ``build_model_graph``)."""
@@ -174,8 +189,7 @@ class TrainingGraph:
         self.projection = recipe.projection   # the scene: the scaled cube of all bands
         self.tf_graph = tf.Graph()
         with self.tf_graph.as_default():
-            self.scene = SceneCubes(image_shape, config.patch, config.bands
-                                    if recipe.projection is None else recipe.projection.raw_bands)
+            self.scene = SceneCubes(image_shape, config.patch, recipe.scene_bands(config))
             tf.set_random_seed(seed)   # the same seed gives the same initial weights
             self.global_step = tf.train.get_or_create_global_step()
             self.indices = tf.placeholder(tf.int32, [batch_size], name="pixel_indices")

@@ -1,7 +1,8 @@
 """Measured device speeds and per-device busy times, for the planner and re-balancing.
 
-``measure_speeds`` runs the model's whole training step (forward, backward,
-optimizer update) on one device at a time: a ``TrainingGraph`` with the
+``measure_speeds`` runs the model's whole training step (the run's augmentation
+and in-graph PCA projection, forward, backward, optimizer update) on one device
+at a time: a ``TrainingGraph`` with the
 one-device layout per device, warm-up steps, then timed steps. Devices take
 turns step by step (round-robin), never two at once, so on a shared machine
 every device sees the same background load and none competes with another
@@ -42,7 +43,7 @@ import tensorflow.compat.v1 as tf
 from hmp.planning import costmodel
 from hmp.run import calibration
 from hmp.run.from_graph import model_spec, model_width
-from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.graph import Placement, Recipe, TrainingGraph
 from hmp.run.linkprobe import measure_link
 
 # Op types whose recorded interval includes waiting for another device.
@@ -91,11 +92,12 @@ class RandomBatch:
         return graph.feed(self.indices, self.labels)
 
 
-def random_batch(config, batch_size, seed=0, image_side=32):
-    """A ``RandomBatch`` for ``config``: a random ``image_side`` square scene, random pixels."""
+def random_batch(config, batch_size, seed=0, image_side=32, bands=None):
+    """A ``RandomBatch`` for ``config``: a random ``image_side`` square scene of ``bands``
+    (default: the model's input bands), random pixels."""
     rng = np.random.RandomState(seed)
     border = config.patch - 1
-    cube = rng.randn(image_side + border, image_side + border, config.bands)
+    cube = rng.randn(image_side + border, image_side + border, bands or config.bands)
     return RandomBatch((image_side, image_side), cube.astype(np.float32),
                        rng.randint(0, image_side * image_side, batch_size),
                        rng.randint(0, config.n_classes, batch_size).astype(np.int32))
@@ -106,14 +108,16 @@ class DeviceStep:
 
     A ``TrainingGraph`` on the one-device layout, fresh weights, a fixed
     random scene on the device and a fixed random batch of its pixels fed
-    every step.
+    every step. ``recipe``: the run's, so that its augmentation and in-graph PCA
+    projection (``Recipe.projection``: the scene then has the raw bands) are timed
+    with the model.
     """
 
     def __init__(self, config, device, batch_size, target=None, session_config=None,
-                 optimizer="adam"):
-        batch = random_batch(config, batch_size)
+                 optimizer="adam", recipe=Recipe()):
+        batch = random_batch(config, batch_size, bands=recipe.scene_bands(config))
         graph = TrainingGraph(config, Placement("", "", (device,), {}), batch_size,
-                              batch.image_shape, optimizer)
+                              batch.image_shape, optimizer, recipe=recipe)
         self.session = graph.session(batch.padded_cube, session_config, target)
         self._feed = batch.feed(graph)
         self._train_op = graph.train_op
@@ -130,7 +134,7 @@ class DeviceStep:
 
 def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None,
                    session_config=None, optimizer="adam", progress=None, spec=None,
-                   op_size=False):
+                   op_size=False, recipe=Recipe()):
     """Times the model's training step alone on each device.
 
     Args:
@@ -149,13 +153,15 @@ def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None
       op_size: also time the step at half width and the element-wise work, for
         ``half_rate_flops`` and ``elementwise_s_per_element`` (what model splits
         need; ``hmp.run.calibration``).
+      recipe: the run's ``hmp.run.graph.Recipe`` (its augmentation and in-graph
+        projection are part of the step); default: the model alone.
 
     Returns:
       A ``DeviceSpeed`` per device, in the order given.
     """
     spec = spec or model_spec(config)   # once: building it builds the model's graph
     steps = _warmed_steps(config, devices, batch_size, warmup, repeats, target,
-                          session_config, optimizer, progress, spec, op_size)
+                          session_config, optimizer, progress, spec, op_size, recipe)
     try:
         return _timed(steps, config, devices, batch_size, repeats, progress, spec, op_size)
     finally:
@@ -165,7 +171,7 @@ def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None
 
 def measure_platform(config, devices, batch_size, warmup=2, repeats=5, target=None,
                      session_config=None, optimizer="adam", progress=None, spec=None,
-                     op_size=False):
+                     op_size=False, recipe=Recipe()):
     """``measure_speeds``, then the link between the devices (``hmp.run.linkprobe``), idle
     and while every device runs its training step, as in a split step (the same
     steps that were timed).
@@ -175,7 +181,7 @@ def measure_platform(config, devices, batch_size, warmup=2, repeats=5, target=No
     """
     spec = spec or model_spec(config)
     steps = _warmed_steps(config, devices, batch_size, warmup, repeats, target,
-                          session_config, optimizer, progress, spec, op_size)
+                          session_config, optimizer, progress, spec, op_size, recipe)
     try:
         speeds = _timed(steps, config, devices, batch_size, repeats, progress, spec,
                         op_size)
@@ -197,7 +203,7 @@ STEP, HALF_WIDTH, ELEMENTWISE = "step", "half width", "element-wise"
 
 
 def _warmed_steps(config, devices, batch_size, warmup, repeats, target, session_config,
-                  optimizer, progress, spec, op_size):
+                  optimizer, progress, spec, op_size, recipe):
     """``{(device, what, batch): warmed-up step}``: the ``DeviceStep`` at ``batch_size``
     and its ``small_batch``; with ``op_size`` also the step at half width (if the
     model's width can be halved) and the ``ElementwiseStep`` at both batch sizes.
@@ -222,10 +228,10 @@ def _warmed_steps(config, devices, batch_size, warmup, repeats, target, session_
             say(f"profiling {device} ({i + 1}/{len(devices)}): building and warming up")
             for batch in batches:
                 warmed((device, STEP, batch), DeviceStep(config, device, batch, target,
-                                                         session_config, optimizer))
+                                                         session_config, optimizer, recipe))
             if half is not None:
                 warmed((device, HALF_WIDTH, batch_size), DeviceStep(
-                    half, device, batch_size, target, session_config, optimizer))
+                    half, device, batch_size, target, session_config, optimizer, recipe))
             if op_size and len(batches) > 1:
                 for batch in batches:
                     warmed((device, ELEMENTWISE, batch), calibration.ElementwiseStep(

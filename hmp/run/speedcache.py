@@ -1,7 +1,8 @@
 """Measured device speeds and link figures, kept so that the next run need not profile.
 
 An entry is the measurement of one setting -- ``cache_key``: the model
-(name, width, patch, bands, classes), batch size, optimizer, device names,
+(name, width, patch, bands, classes), the work before it (``Recipe.input_work``:
+the scene's bands, in-graph projection, augmentation), batch size, optimizer, device names,
 the cluster's worker addresses (None outside ``--cluster`` mode), and the
 hmp and TensorFlow versions -- with per device its samples/s (median, min,
 max), FLOP/s, per-step overhead and op-size figures (``half_rate_flops`` and
@@ -47,10 +48,12 @@ def _hmp_version():
         return "unknown"
 
 
-def cache_key(config, batch_size, optimizer, devices, workers=None):
-    """What a measurement depends on, as a JSON-able dict (entries match it exactly)."""
+def cache_key(config, batch_size, optimizer, devices, workers=None, input_work=None):
+    """What a measurement depends on, as a JSON-able dict (entries match it exactly);
+    ``input_work``: the step's work before the model (``Recipe.input_work``)."""
     return {"model": config.name, "width": config.width, "patch": config.patch,
-            "bands": config.bands, "classes": config.n_classes, "batch_size": batch_size,
+            "bands": config.bands, "classes": config.n_classes, "input": input_work,
+            "batch_size": batch_size,
             "optimizer": optimizer, "devices": list(devices),
             "workers": list(workers) if workers is not None else None,
             "hmp": _hmp_version(), "tensorflow": tf_module.__version__}
