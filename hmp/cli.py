@@ -8,6 +8,7 @@ and keeps its traceback (exit code 1).
 """
 
 import contextlib
+import importlib
 import os
 import signal
 import sys
@@ -40,6 +41,31 @@ class TrainingError(RuntimeError):
     subclassing it (``hmp.cluster.runtime``, imported by every ``hmp.worker``) does not
     import the trainer; ``hmp.run.trainer.TrainingError`` is the same class.
     """
+
+
+def import_tensorflow_quietly():
+    """Imports TensorFlow without its C++ start-up and log lines; call it first thing.
+
+    TensorFlow prints "oneDNN custom operations are on" (4 lines) at import, before
+    its log level applies, and later one line per traced step ("Profiler session
+    started"): they would bury a program's own lines and its one-line errors. So
+    TF_CPP_MIN_LOG_LEVEL defaults to 2 (errors only) and stderr is closed while
+    TensorFlow loads. TF_CPP_MIN_LOG_LEVEL=0 shows everything.
+    """
+    if "tensorflow" in sys.modules:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if os.environ["TF_CPP_MIN_LOG_LEVEL"] == "0":
+        importlib.import_module("tensorflow")
+        return
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        importlib.import_module("tensorflow")
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 @contextlib.contextmanager

@@ -15,15 +15,15 @@ import time
 
 import numpy as np
 
-# TensorFlow's C++ start-up and per-trace lines ("oneDNN custom operations are on",
-# "Profiler session started" at every traced step) would bury the program's own lines;
-# set TF_CPP_MIN_LOG_LEVEL=0 to see them.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from hmp import cli
+
+cli.import_tensorflow_quietly()   # before anything imports TensorFlow
+
 import tensorflow.compat.v1 as tf  # noqa: E402
 from absl import flags
 
 import models
-from hmp import cli, data, files, planning
+from hmp import data, files, planning
 from hmp.cluster.runtime import Cluster
 from hmp.errors import InvalidInput, whole_number
 from hmp.evaluation import maps, report

@@ -15,10 +15,13 @@ import signal
 import sys
 import threading
 
-import tensorflow.compat.v1 as tf
+from hmp import cli
+
+cli.import_tensorflow_quietly()   # before anything imports TensorFlow
+
+import tensorflow.compat.v1 as tf  # noqa: E402
 from absl import flags
 
-from hmp import cli
 from hmp.cluster.runtime import JOB, Cluster, parse_cpus
 
 flags.DEFINE_string("cluster", None, "Comma-separated host:port of every task, in task order.")

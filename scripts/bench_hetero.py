@@ -74,15 +74,16 @@ import sys
 import time
 
 from absl import flags
-from quiet_tf import import_tensorflow_quietly
 
-import_tensorflow_quietly()
+from hmp import cli
+
+cli.import_tensorflow_quietly()   # before anything imports TensorFlow
 
 import numpy as np  # noqa: E402
 import tensorflow.compat.v1 as tf  # noqa: E402
 
 import plain_tf_models  # noqa: E402
-from hmp import cli, files  # noqa: E402
+from hmp import files  # noqa: E402
 from hmp.cluster.runtime import JOB, local_cluster, parse_cpus  # noqa: E402
 from hmp.cluster.subprocesses import die_with_parent  # noqa: E402
 from hmp.errors import InvalidInput  # noqa: E402

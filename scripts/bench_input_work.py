@@ -14,16 +14,17 @@ and prints the median step and its ratio to the model alone:
 The scene and the projection are random (the work does not depend on the values).
 """
 
-import os
 import statistics
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from hmp import cli
+
+cli.import_tensorflow_quietly()   # before anything imports TensorFlow
+
 import numpy as np  # noqa: E402
 import tensorflow.compat.v1 as tf  # noqa: E402
 from absl import flags  # noqa: E402
 
 import models  # noqa: E402
-from hmp import cli  # noqa: E402
 from hmp.run.augment import Augmentation  # noqa: E402
 from hmp.run.graph import Recipe  # noqa: E402
 from hmp.run.profiler import DeviceStep  # noqa: E402

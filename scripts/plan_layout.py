@@ -19,14 +19,14 @@ import re
 import sys
 
 from absl import flags
-from quiet_tf import import_tensorflow_quietly
 
-import_tensorflow_quietly()
+from hmp import cli
+
+cli.import_tensorflow_quietly()   # before anything imports TensorFlow
 
 import tensorflow.compat.v1 as tf  # noqa: E402
 
 import models  # noqa: E402
-from hmp import cli  # noqa: E402
 from hmp.errors import InvalidInput  # noqa: E402
 from hmp.planning import (DeviceSpec, check_speeds, load_platform, parse_mesh,  # noqa: E402
                           plan_layout, splits_the_model)

@@ -1,6 +1,6 @@
 """The programs of scripts/ as modules, for tests of their functions.
 
-A script imports its siblings (``quiet_tf``, ``plain_tf_models``) as top-level
+A script imports its siblings (``plain_tf_models``) as top-level
 modules, which ``python scripts/x.py`` allows because Python puts the script's
 folder first on ``sys.path``. ``import_script`` does the same, only while it
 imports the script.

@@ -190,3 +190,6 @@ def test_input_errors_name_file_and_flag_and_bugs_keep_their_traceback(tmp_path)
             assert len(errors) == 1 and "Traceback" not in stderr, (name, stderr[-2000:])
         else:
             assert not errors and "--devices=" not in stderr, (name, stderr[-2000:])
+    # a process of its own prints its lines only: none of TensorFlow's start-up lines
+    own_lines = ran["nan_sigterm"][2].splitlines()
+    assert own_lines and own_lines == [l for l in own_lines if l.startswith("hmp.train: ")]
