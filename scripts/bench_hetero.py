@@ -37,7 +37,8 @@ run:
    workers, the other spans each worker's two devices), ``worker 0 alone`` and
    ``worker 1 alone`` (the model on one worker), ``plain TF`` (the same
    model written in plain TensorFlow, ``plain_tf_models.py``, on worker 0;
-   it is fed its batch of patches every step, as plain TensorFlow code is),
+   it is fed its batch of patches every step, as plain TensorFlow code is;
+   cnn2d and cnn3d only),
    and ``auto``: the plan ``hmp.train --cluster`` makes with its defaults
    (one device per worker, the profiled speeds and the measured link,
    ``--mesh=auto``, which may leave the slow worker out).
@@ -95,11 +96,12 @@ from hmp.run.graph import Placement, TrainingGraph  # noqa: E402
 from hmp.run.linkprobe import platform_specs  # noqa: E402
 from hmp.run.profiler import busy_times, measure_platform  # noqa: E402
 from hmp.run.rebalance import replan  # noqa: E402
-from models import model_config  # noqa: E402
+from models import MODEL_NAMES, model_config  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["cnn3d", "cnn2d"], "Models to benchmark: "
-                  + ", ".join(plain_tf_models.MODELS) + ".")
+                  + ", ".join(MODEL_NAMES) + " (the 'plain TF' row: "
+                  + ", ".join(plain_tf_models.MODELS) + ").")
 flags.DEFINE_integer("width", 0, "Model width (0: each model's default).")
 flags.DEFINE_integer("batch_size", 512, "Global batch (samples per step).")
 flags.DEFINE_integer("steps", 5, "Timed steps per configuration and repeat.")
@@ -313,10 +315,11 @@ def build_runs(config, batch, workers, profiled, link):
     for task, worker in enumerate(devices):
         runs.append(hmp_run("worker %d alone" % task, Placement("", "", (worker[0],), {}),
                             "one device", [float(t == task) for t in range(WORKERS)]))
-    plain = plain_tf_models.PlainTrainingGraph(config, devices[0][0], FLAGS.batch_size)
-    runs.append(warmed(Run("plain TF", "worker 0 alone, plain TensorFlow", [1.0, 0.0],
-                           plain.session(session_config, workers.target), plain.train_op,
-                           {plain.x: batch.patches, plain.y: batch.labels})))
+    if config.name in plain_tf_models.MODELS:
+        plain = plain_tf_models.PlainTrainingGraph(config, devices[0][0], FLAGS.batch_size)
+        runs.append(warmed(Run("plain TF", "worker 0 alone, plain TensorFlow", [1.0, 0.0],
+                               plain.session(session_config, workers.target), plain.train_op,
+                               {plain.x: batch.patches, plain.y: batch.labels})))
     predicted = {"planned": predict(spec, platform, parse_mesh("model:2"), FLAGS.batch_size,
                                     plans["planned"].splits, link).step,
                  "per layer": per_layer.prediction.step}
@@ -441,7 +444,8 @@ def benchmark_model(name, exp, batch, workers):
                       for split, even in (("planned", "even"), ("per layer", "even"),
                                           ("data", "data even"),
                                           ("auto", "data even"))},
-            "hmp_over_plain_tf": step["plain TF"] / step["worker 0 alone"],
+            "hmp_over_plain_tf": (step["plain TF"] / step["worker 0 alone"]
+                                  if "plain TF" in step else None),
             "cost_model": cost_model_check(auto, step, profiled, model_splits)}
 
 
@@ -487,8 +491,9 @@ def table(result):
                goal["theoretical_speedup"],
                verdict(goal["speedup_met"], 100 * goal["speedup_short_by"], " points"),
                goal["over_fastest_alone"]))
-    lines.append("hmp / plain TF on worker 0 alone (throughput): %.2f"
-                 % result["hmp_over_plain_tf"])
+    if result["hmp_over_plain_tf"] is not None:
+        lines.append("hmp / plain TF on worker 0 alone (throughput): %.2f"
+                     % result["hmp_over_plain_tf"])
     check = result["cost_model"]
     lines.append("cost model, the auto plan's candidates (predicted / measured step): "
                  + "; ".join("%s on %d (%s) %s / %s ms (%+.0f%%)"
@@ -566,10 +571,10 @@ def worker_placement():
 
 def check_flags():
     """One-line errors for values the flag parser cannot judge."""
-    unknown = [m for m in FLAGS.models if m not in plain_tf_models.MODELS]
+    unknown = [m for m in FLAGS.models if m not in MODEL_NAMES]
     if unknown or not FLAGS.models:
         raise cli.UsageError("--models=%s: choose from %s" % (",".join(FLAGS.models),
-                                                              ",".join(plain_tf_models.MODELS)))
+                                                              ",".join(MODEL_NAMES)))
     for name, least in (("width", 0), ("batch_size", 2), ("inter_op_threads", 1), ("steps", 1), ("repeats", 1),
                         ("warmup", 0), ("profile_steps", 1), ("trace_steps", 1),
                         ("slowdown", 0)):

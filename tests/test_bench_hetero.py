@@ -139,7 +139,8 @@ def test_a_bad_flag_is_one_line_and_exit_code_2(runs):
     run, out = runs["bad_flag"]
     assert run.returncode == 2
     assert run.stderr.strip().splitlines()[-1] == (
-        "bench_hetero: error: --models=cnn2d,resnet: choose from cnn2d,cnn3d")
+        "bench_hetero: error: --models=cnn2d,resnet: choose from "
+        "cnn2d,cnn3d,hybrid,hybridsn,spectral,ssrn")
     assert not out.exists()
 
 
