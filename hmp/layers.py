@@ -260,10 +260,7 @@ def filter_split_block(x, hidden_dim, output_dim, conv=conv2d,
         return conv(hidden, output_dim, activation=activation, name="split_in", **conv_kwargs)
 
 
-def softmax_cross_entropy(logits, labels, classes_dim, label_smoothing=0.0):
-    """Per-example cross-entropy of ``logits`` against integer ``labels``; with
-    ``label_smoothing`` s, against targets 1 - s + s/K on the label and s/K elsewhere."""
+def softmax_cross_entropy(logits, labels, classes_dim):
+    """Per-example cross-entropy of ``logits`` against integer ``labels``."""
     targets = ops.one_hot(labels, classes_dim, dtype=logits.dtype)
-    if label_smoothing:
-        targets = targets * (1.0 - label_smoothing) + label_smoothing / classes_dim.size
     return mtf.layers.softmax_cross_entropy_with_logits(logits, targets, classes_dim)

@@ -90,8 +90,6 @@ flags.DEFINE_bool("tta", True, "Test-time augmentation: classify each test patch
                   "the classification's work; results.json also holds the scores without).")
 flags.DEFINE_bool("class_balanced", False, "Weight the loss of each class by the inverse of "
                   "its share of the training pixels.")
-flags.DEFINE_float("label_smoothing", 0.0, "Cross-entropy against targets that spread this "
-                   "share evenly over the classes (0: one-hot targets).")
 flags.DEFINE_string("model_dir", None, "Checkpoints, results and event files "
                     "(default runs/<dataset>-<model>).")
 flags.DEFINE_bool("resume", False, "Continue from the latest checkpoint in --model_dir.")
@@ -185,8 +183,6 @@ def _check_flags():
             raise cli.UsageError("--%s=%g: must not be negative" % (name, value))
     if FLAGS.brightness >= 1:
         raise cli.UsageError("--brightness=%g: must be below 1" % FLAGS.brightness)
-    if not 0 <= FLAGS.label_smoothing < 1:
-        raise cli.UsageError("--label_smoothing=%g: must lie in [0, 1)" % FLAGS.label_smoothing)
     if FLAGS.spectral_gain > 1:
         raise cli.UsageError("--spectral_gain=%g: must be at most 1 (a gain stays >= 0)"
                              % FLAGS.spectral_gain)
@@ -228,8 +224,7 @@ def _recipe(exp):
                   total_steps=FLAGS.epochs * steps_per_epoch,
                   augmentation=Augmentation(FLAGS.augment, FLAGS.brightness, FLAGS.noise,
                                             **_field_look(exp)),
-                  class_weights=weights, label_smoothing=FLAGS.label_smoothing,
-                  projection=_projection(exp))
+                  class_weights=weights, projection=_projection(exp))
 
 
 def _projection(exp):

@@ -189,28 +189,3 @@ def test_pca_in_the_graph_classifies_as_the_projected_cube_on_an_uneven_split(
     assert abs(projected.session.run(projected.graph.loss, feed) - losses[1]) > 1e-3
     plain.close()
     projected.close()
-
-
-def test_label_smoothing_is_the_cross_entropy_of_smoothed_targets_on_an_uneven_split(
-        small_experiment, tmp_path):
-    """The loss of a batch split (40, 24) with ``label_smoothing`` 0.3 is numpy's
-    cross-entropy of its class probabilities against targets 0.7 + 0.3/K and 0.3/K."""
-    exp = small_experiment
-    config = model_config("spectral", 3, exp.bands, exp.n_classes, width=4)
-    trainer = Trainer(TrainingGraph(
-        config, Placement("batch:2", "batch:batch", ("/cpu:0", "/cpu:1"), {"batch": [40, 24]}),
-        64, exp.scene.labels.shape, seed=1, recipe=Recipe(label_smoothing=0.3)),
-        exp, str(tmp_path), log=lambda line: None, session_config=harness.session_config())
-    trainer.initialise(resume=False)
-    labels = exp.train.class_ids[:64]
-    loss, probabilities = trainer.session.run(
-        (trainer.graph.loss, trainer.graph.probabilities),
-        trainer.graph.feed(exp.train.indices[:64], labels, training=False))
-    targets = np.full((64, exp.n_classes), 0.3 / exp.n_classes)
-    targets[np.arange(64), labels] += 0.7
-    expected = -np.mean(np.sum(targets * np.log(probabilities), axis=1))
-    plain = -np.mean(np.log(probabilities[np.arange(64), labels]))
-    assert probabilities.shape == (64, exp.n_classes) and len(set(labels)) > 1
-    np.testing.assert_allclose(loss, expected, rtol=1e-5)
-    assert abs(expected - plain) > 1e-2
-    trainer.close()

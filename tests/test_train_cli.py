@@ -173,7 +173,6 @@ BAD_FLAGS = {
     "--train_fraction=1.5": "--train_fraction=1.5: train_fraction must lie strictly "
                              "between 0 and 1",
     "--spectral_gain=1.5": "--spectral_gain=1.5: must be at most 1",
-    "--label_smoothing=1": "--label_smoothing=1: must lie in [0, 1)",
     "--model=hybridsn --spectral_shift=4 --nopca_in_graph":
         "--spectral_shift=4: the field-look augmentation needs all bands, but this run keeps "
         "30 PCA components (give --pca=0 or --pca_in_graph)",

@@ -78,8 +78,7 @@ class Recipe:
     and ``total_steps``: the learning rate over the steps
     (``hmp.mesh.optimizers.learning_rate_at``); ``augmentation``: per-sample patch
     augmentation (``hmp.run.augment``); ``class_weights``: one loss weight per
-    class (None: all 1); ``label_smoothing``: the share of each target spread evenly over
-    the classes (``hmp.layers.softmax_cross_entropy``); ``projection``: the PCA done in the graph, after the
+    class (None: all 1); ``projection``: the PCA done in the graph, after the
     augmentation, on patches cut from the scaled cube's bands
     (``hmp.run.projection``), or None (the scene is the model's input cube).
     """
@@ -90,7 +89,6 @@ class Recipe:
     total_steps: int = 1
     augmentation: Augmentation = Augmentation(flips=False)
     class_weights: tuple = None
-    label_smoothing: float = 0.0
     projection: Projection = None
 
 
@@ -149,7 +147,7 @@ def build_model_graph(config, batch_size, inputs, y, training=None, recipe=Recip
     batch = mtf.Dimension("batch", batch_size)
     classes = mtf.Dimension("classes", config.n_classes)
     mtf_y = mtf.import_tf_tensor(mesh, y, mtf.Shape([batch]))
-    cross_entropy = layers.softmax_cross_entropy(logits, mtf_y, classes, recipe.label_smoothing)
+    cross_entropy = layers.softmax_cross_entropy(logits, mtf_y, classes)
     if recipe.class_weights is not None:
         weights = mtf.import_tf_tensor(
             mesh, tf.constant(recipe.class_weights, tf.float32), mtf.Shape([classes]))
