@@ -22,8 +22,8 @@ from hmp.planning.planner import plan_layout
 
 __all__ = [
     "Candidate", "DeviceSpec", "LayerSpec", "LinkSpec", "Mesh", "ModelSpec", "Plan",
-    "Prediction", "apportion", "candidate_meshes", "check_mesh_size", "check_speeds", "conv_layer_spec",
-    "conv_output_spatial", "dense_layer_spec", "layout_rules", "load_platform",
-    "memory_bytes", "parse_mesh", "plan_layout", "pool_layer_spec", "predict",
-    "ring_allgather_time", "ring_allreduce_time", "splits_the_model",
+    "Prediction", "apportion", "candidate_meshes", "check_mesh_size", "check_speeds",
+    "conv_layer_spec", "conv_output_spatial", "dense_layer_spec", "layout_rules",
+    "load_platform", "memory_bytes", "parse_mesh", "plan_layout", "pool_layer_spec",
+    "predict", "ring_allgather_time", "ring_allreduce_time", "splits_the_model",
 ]
