@@ -61,9 +61,9 @@ def field_look(patches, shift_draw, gain_draw, augmentation):
     ``s_i = spectral_shift * (2 shift_draw[i] - 1)``, and multiplied by the gain
     ``1 + spectral_gain * (u0 + u1 cos(pi t) + u2 cos(2 pi t)) / 3`` over the band
     position t in [0, 1], with ``u_k = 2 gain_draw[i, k] - 1``; then standardised again.
-    The bands are read as rows of [n, bands, p * p] (gathering single values along the
-    last axis took 2.7 times as long: 42 against 15.6 ms for 256 patches of 9 x 9 x 200
-    on one core, the same values).
+    The bands are read as rows of [n, bands, p * p]: gathering single values along the
+    last axis gives the same values, slower (docs/benchmarks.md, "The work before the
+    model").
     """
     bands = patches.shape[-1]
     offset = tf.constant(augmentation.band_offset, tf.float32)
@@ -110,8 +110,7 @@ def _in_symmetries(patches, k):
 
     Each symmetry permutes a patch's pixels, so each sample's spectra are gathered
     in its symmetry's pixel order (the orders: ``_turned`` applied to the pixel
-    numbers), one pass over the patches; stacking all 8 symmetries first took
-    8 copies of them.
+    numbers): one pass over the patches, not 8 copies of them (``symmetries``).
     """
     side = patches.shape[1]
     pixels = tf.reshape(tf.range(side * side), [1, side, side, 1])
