@@ -169,6 +169,8 @@ def _check_flags():
     for name in ("batch_size", "epochs", "runs"):
         with cli.blame(name):
             whole_number(getattr(FLAGS, name), name)
+    with cli.blame("width"):
+        whole_number(FLAGS.width, "width", minimum=0)
     if not FLAGS.learning_rate > 0:
         raise cli.UsageError("--learning_rate=%g: must be positive" % FLAGS.learning_rate)
     if FLAGS.schedule not in SCHEDULES:

@@ -153,7 +153,21 @@ def test_runs_on_given_train_and_test_sets_and_summarises_the_seeds(tmp_path):
 BAD_FLAGS = {
     "--model=nope": "--model=nope: model 'nope' is not known; choose one of cnn2d, cnn3d",
     "--model=no.such.module": "--model=no.such.module: model module 'no.such.module' cannot",
-    "--dataset=nope": "--dataset=nope",
+    "--dataset=nope": "--dataset=nope, --data_dir=None: unknown scene 'nope'; allowed: "
+                      "indian_pines, paviau, salinas, synthetic, or the path of a cube file "
+                      "(.mat, .npy) and its label map",
+    "--dataset=cube.mat": "--dataset=cube.mat: a cube file needs its label map: give --labels",
+    "--labels=gt.mat": "--labels=gt.mat: only for a --dataset given as a cube file "
+                       "(.mat/.npy), not --dataset=synthetic",
+    "--dataset=paviau --cube_key=x": "--cube_key=x: only for a --dataset given as a cube file",
+    "--dataset=paviau --synthetic_layout=salinas": "--synthetic_layout=salinas: only for "
+                                                   "--dataset=synthetic, not --dataset=paviau",
+    "--synthetic_layout=nope": "--synthetic_layout=nope: choose one of generated, "
+                               "indian_pines, paviau, salinas",
+    "--synthetic_layout=salinas --data_dir=/nonexistent":
+        "--dataset=synthetic, --synthetic_layout=salinas, --data_dir=/nonexistent: "
+        "Salinas_gt.mat",
+    "--width=-3": "--width=-3: width must be a whole number >= 0, got -3",
     "--dataset=indian_pines --data_dir=/nonexistent": "Indian_pines_corrected.mat",
     "--speeds=1,x": "--speeds='1,x': give auto, measure or one number per device",
     THREE + " --speeds=1,2": "--speeds=1,2: got 2 speeds for 3 devices",

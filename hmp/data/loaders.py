@@ -46,7 +46,7 @@ def load_scene(name_or_path, data_dir=None, *, labels_path=None, cube_key=None,
                                 labels_key=labels_key, class_names=class_names)
     raise InvalidInput(
         f"unknown scene {name_or_path!r}; allowed: {', '.join([*SCENES, SYNTHETIC])}, "
-        f"or the path of a cube file ({', '.join(SUPPORTED_SUFFIXES)}) with labels_path")
+        f"or the path of a cube file ({', '.join(SUPPORTED_SUFFIXES)}) and its label map")
 
 
 def load_benchmark_scene(name, data_dir=None):

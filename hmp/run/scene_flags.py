@@ -11,6 +11,8 @@ from absl import flags
 
 from hmp import cli
 from hmp.data import check_patch_size
+from hmp.data.catalog import SCENES
+from hmp.data.synthetic import GENERATED_LAYOUT
 from hmp.data.splits import check_train_fraction
 from hmp.run import experiment
 
@@ -41,8 +43,35 @@ flags.DEFINE_integer("seed", 0, "Seed of the split, the data order and the synth
 FLAGS = flags.FLAGS
 
 
+def _is_file(dataset):
+    """Whether --dataset names a cube file (it has an extension) rather than a scene."""
+    return os.path.splitext(dataset)[1] != ""
+
+
+def _check_scene():
+    """Flags that only apply to some --dataset: given for another, they would be ignored."""
+    if _is_file(FLAGS.dataset):
+        if not FLAGS.labels:
+            raise cli.UsageError("--dataset=%s: a cube file needs its label map: give --labels"
+                                 % FLAGS.dataset)
+    else:
+        for name in ("labels", "cube_key", "labels_key"):
+            if FLAGS[name].value is not None:
+                raise cli.UsageError("--%s=%s: only for a --dataset given as a cube file "
+                                     "(.mat/.npy), not --dataset=%s"
+                                     % (name, FLAGS[name].value, FLAGS.dataset))
+    if FLAGS.dataset != "synthetic" and FLAGS["synthetic_layout"].present:
+        raise cli.UsageError("--synthetic_layout=%s: only for --dataset=synthetic, not "
+                             "--dataset=%s" % (FLAGS.synthetic_layout, FLAGS.dataset))
+    layouts = (GENERATED_LAYOUT,) + tuple(SCENES)
+    if FLAGS.synthetic_layout not in layouts:
+        raise cli.UsageError("--synthetic_layout=%s: choose one of %s"
+                             % (FLAGS.synthetic_layout, ", ".join(layouts)))
+
+
 def check():
     """One-line errors for values of these flags the flag parser cannot judge."""
+    _check_scene()
     if FLAGS.split not in experiment.SPLITS:
         raise cli.UsageError("--split=%s: choose one of %s"
                              % (FLAGS.split, ", ".join(experiment.SPLITS)))
@@ -65,8 +94,10 @@ def data_config(seed):
 def blamed():
     """The flags that name the scene's files (blamed when they cannot be read)."""
     given_split = tuple(key for key in ("train_set", "test_set") if FLAGS[key].value)
-    if os.path.splitext(FLAGS.dataset)[1] == "":   # synthetic or a benchmark scene
-        return ("dataset", "data_dir") + given_split
+    if not _is_file(FLAGS.dataset):   # synthetic or a benchmark scene
+        layout = ("synthetic_layout",) if FLAGS.dataset == "synthetic" and \
+            FLAGS.synthetic_layout != GENERATED_LAYOUT else ()
+        return ("dataset",) + layout + ("data_dir",) + given_split
     mat = [FLAGS[key].present or str(path).lower().endswith(".mat") for key, path in
            (("cube_key", FLAGS.dataset), ("labels_key", FLAGS.labels))]
     return (("dataset", "labels")
