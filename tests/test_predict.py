@@ -160,6 +160,10 @@ def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refus
     with pytest.raises(InvalidInput, match="the cube has 90 bands; the run in .* was "
                                            "trained on 100$"):
         trained.preprocess(scene)
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(OSError, match="^cannot write in .*a_file: File exists$"):
+        export.export_saved_model(trained, str(tmp_path / "a_file" / "model"))
+    assert (tmp_path / "a_file").read_text() == ""
 
 
 def test_a_batch_split_over_two_devices_gives_the_same_probabilities(run, predicted):

@@ -106,8 +106,12 @@ def _replacing_folder(path):
     """Yields a path (not yet made) beside ``path``; the folder made there replaces ``path``
     on success and is removed on failure, so ``path`` is never half written."""
     parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=parent)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=os.path.basename(path) + ".", suffix=".tmp",
+                                   dir=parent)
+    except OSError as error:
+        raise OSError("cannot write in %s: %s" % (parent, error.strerror)) from None
     try:
         yield os.path.join(staging, "saved_model")
         if os.path.isdir(path):
