@@ -27,6 +27,7 @@ cli.import_tensorflow_quietly()   # before anything imports TensorFlow
 import tensorflow.compat.v1 as tf  # noqa: E402
 
 import models  # noqa: E402
+from hmp.data import check_patch_size  # noqa: E402
 from hmp.errors import InvalidInput  # noqa: E402
 from hmp.planning import (DeviceSpec, check_speeds, load_platform, parse_mesh,  # noqa: E402
                           plan_layout, splits_the_model)
@@ -40,7 +41,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_enum("model", "cnn2d", models.MODEL_NAMES, "The model.")
 flags.DEFINE_integer("width", 0, "Model width (filters of its first layer scale with it); "
                      "0: the model's default.", lower_bound=0)
-flags.DEFINE_integer("patch_size", 9, "Spatial patch size (pixels per side).", lower_bound=1)
+flags.DEFINE_integer("patch_size", 9, "Spatial patch size (odd, pixels per side).")
 flags.DEFINE_integer("bands", 200, "Spectral bands (or PCA components) per pixel.",
                      lower_bound=1)
 flags.DEFINE_integer("classes", 16, "Number of classes.", lower_bound=2)
@@ -189,6 +190,8 @@ def profile(config, spec, devices):
 
 def run():
     """Reads the flags, plans, prints and writes the plan."""
+    with cli.blame("patch_size"):
+        check_patch_size(FLAGS.patch_size)
     devices, link = parse_devices(FLAGS.devices), None
     if FLAGS.platform:
         with cli.blame("platform", also=(OSError,)):

@@ -32,7 +32,8 @@ def runs(tmp_path_factory):
         "scripts/plan_layout.py",
         {"given": [*TINY, "--speeds=3,2,1", "--mesh=model:3"],
          "auto": [*TINY, "--speeds=auto", "--devices=/cpu:0,/cpu:2", "--warmup=1",
-                  "--repeats=2", "--mesh=batch:2"]},
+                  "--repeats=2", "--mesh=batch:2"],
+         "even_patch": [*TINY, "--patch_size=4", "--speeds=1,1", "--devices=/cpu:0,/cpu:1"]},
         folder)
     stdout, stderr = bad_flag.communicate(timeout=120)
     return {**plans, "bad_flag": (Run(bad_flag.returncode, stdout, stderr), bad_out)}
@@ -59,6 +60,13 @@ def test_a_bad_flag_is_one_line_and_exit_code_2(runs):
     assert run.stderr.splitlines() == [run.stderr.strip()]
     assert run.stderr.startswith("plan_layout: error: --mesh=model:x: bad mesh 'model:x'")
     assert "allowed" in run.stderr and not out.exists()
+
+
+def test_an_even_patch_size_is_refused_before_planning(runs):
+    run, out = runs["even_patch"]
+    assert run.returncode == 2 and not out.exists()
+    assert run.stderr.strip() == ("plan_layout: error: --patch_size=4: patch_size must be an "
+                                  "odd positive integer (e.g. 5, 7, 9), got 4")
 
 
 def test_auto_speeds_are_measured(runs):
