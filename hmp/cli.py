@@ -81,8 +81,14 @@ def blame(*flag_names, also=()):
     except UsageError:
         raise
     except (InvalidInput, *also) as error:
-        values = ", ".join("--%s=%s" % (name, flags.FLAGS[name].value) for name in flag_names)
+        values = ", ".join("--%s=%s" % (name, _as_given(flags.FLAGS[name].value))
+                           for name in flag_names)
         raise UsageError("%s: %s" % (values, error)) from error
+
+
+def _as_given(value):
+    """A flag's value as on the command line: a list flag's items joined by commas."""
+    return ",".join(map(str, value)) if isinstance(value, list) else value
 
 
 def _parse_flags(prog):

@@ -27,7 +27,10 @@ from absl import flags
 
 from accuracy_grid import Run, core_groups, run_grid, table
 from hmp import cli
+from hmp.data import SCENES
+from hmp.data.synthetic import GENERATED_LAYOUT
 from hmp.run.experiment import SPLITS
+from models import get_model
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["ssrn", "hybridsn", "cnn3d", "cnn2d", "hybrid", "spectral"],
@@ -53,10 +56,15 @@ def _grid():
     for name in ("models", "layouts", "splits", "seeds"):
         if not FLAGS[name].value:
             raise cli.UsageError("--%s is empty: give at least one" % name)
-    unknown = [split for split in FLAGS.splits if split not in SPLITS]
-    if unknown:
-        raise cli.UsageError("--splits=%s: %s is no split; choose from %s"
-                             % (",".join(FLAGS.splits), unknown[0], ", ".join(SPLITS)))
+    for name, allowed in (("splits", SPLITS), ("layouts", (GENERATED_LAYOUT, *SCENES))):
+        unknown = [value for value in FLAGS[name].value if value not in allowed]
+        if unknown:
+            raise cli.UsageError("--%s=%s: %r is not a %s; choose from %s"
+                                 % (name, ",".join(FLAGS[name].value), unknown[0], name[:-1],
+                                    ", ".join(allowed)))
+    with cli.blame("models"):
+        for model in FLAGS.models:
+            get_model(model)
     try:
         seeds = [int(seed) for seed in FLAGS.seeds]
         windows = [int(side) for side in FLAGS.windows]

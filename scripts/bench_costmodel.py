@@ -67,8 +67,9 @@ import threading
 import time
 
 import tensorflow.compat.v1 as tf
-from absl import app, flags
+from absl import flags
 
+from hmp import cli
 from hmp.cluster.runtime import local_cluster
 from hmp.run.graph import Placement, TrainingGraph
 from models import model_config
@@ -408,10 +409,11 @@ def main(_):
     load_before = os.getloadavg()[0]
     cfg = model_config(FLAGS.model, FLAGS.patch_size, FLAGS.bands, FLAGS.classes, FLAGS.width)
     if half_width(cfg) is None:
-        raise app.UsageError(f"--width={FLAGS.width}: the calibration also times the model at "
+        raise cli.UsageError(f"--width={FLAGS.width}: the calibration also times the model at "
                              "half width; allowed: 0 (the model's default) or >= 2")
     spec = model_spec(cfg)
-    sizes = {layout: parse_mesh(layout).size for layout in FLAGS.layouts}
+    with cli.blame("layouts"):
+        sizes = {layout: parse_mesh(layout).size for layout in FLAGS.layouts}
     with platform(max(sizes.values())) as plat:
         start = time.perf_counter(), machine_busy_seconds(), own_cpu_seconds(plat.pids)
         used = list(dict.fromkeys(d for n in sizes.values() for d in plat.layout_devices(n)))
@@ -466,4 +468,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main, "bench_costmodel")

@@ -15,8 +15,9 @@ tracemalloc.
 import time
 import tracemalloc
 
-from absl import app, flags
+from absl import flags
 
+from hmp import cli
 from hmp.data import PatchDataset, PatchExtractor, synthetic_scene
 
 FLAGS = flags.FLAGS
@@ -64,4 +65,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main, "bench_data")

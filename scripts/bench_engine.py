@@ -14,10 +14,11 @@ import time
 
 import numpy as np
 import tensorflow.compat.v1 as tf
-from absl import app, flags
+from absl import flags
 
 import hmp
 import models.cnn2d
+from hmp import cli
 from hmp.compat import import_mesh_tensorflow
 from hmp.run.graph import build_model_graph, imported
 from models import model_config
@@ -95,4 +96,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main, "bench_engine")

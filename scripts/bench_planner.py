@@ -6,8 +6,9 @@
 import time
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
+from hmp import cli
 from hmp.planning import LinkSpec, ModelSpec, conv_layer_spec, plan_layout
 
 FLAGS = flags.FLAGS
@@ -45,4 +46,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main, "bench_planner")

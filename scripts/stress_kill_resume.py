@@ -62,6 +62,8 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="/tmp/hmp-stress")
     args = parser.parse_args()
+    if args.kills < 1:
+        parser.error("--kills=%d: give at least 1" % args.kills)
     rng = random.Random(args.seed)
     straight, killed = os.path.join(args.out, "straight"), os.path.join(args.out, "killed")
     for folder in (straight, killed):

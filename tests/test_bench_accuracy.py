@@ -124,3 +124,17 @@ def test_missing_scikit_learn_is_one_line(monkeypatch):
     assert not available
     assert line.startswith('the baselines need scikit-learn: pip install -e ".[baselines]"')
     assert line.endswith("; printing the models only")
+
+
+def test_unknown_models_layouts_and_splits_are_refused_before_any_run():
+    from cli_batch import run_batch
+    bad = {"--models=nope": "--models=nope: model 'nope' is not known; choose one of cnn2d",
+           "--layouts=generated,nope": "--layouts=generated,nope: 'nope' is not a layout; "
+                                       "choose from generated, indian_pines, paviau, salinas",
+           "--splits=nope": "--splits=nope: 'nope' is not a split; choose from random, "
+                            "disjoint"}
+    runs = run_batch("scripts/bench_accuracy.py", [{"args": [flag]} for flag in bad])
+    for (flag, expected), run in zip(bad.items(), runs):
+        assert run.returncode == 2 and run.stdout == "", (flag, run)
+        assert run.stderr.splitlines() == [run.stderr.strip()], (flag, run.stderr)
+        assert run.stderr.startswith("bench_accuracy: error: " + expected), (flag, run.stderr)

@@ -142,6 +142,13 @@ def test_unknown_dataset_flag_is_refused(tmp_path, capsys):
     assert "houston" in capsys.readouterr().err
 
 
+def test_a_data_dir_that_cannot_be_made_is_refused_in_one_line(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("")
+    assert main(["download", "--dataset=paviau", f"--data_dir={tmp_path / 'a_file' / 'd'}"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: --data_dir={tmp_path / 'a_file' / 'd'}: cannot make the folder: Not a directory"]
+
+
 def test_command_downloads_a_scene_that_then_loads(server, tmp_path, monkeypatch, capsys):
     spec = catalog.SCENES["indian_pines"]
     files = {}

@@ -205,6 +205,12 @@ def test_blame_turns_only_invalid_input_into_a_flag_error():
     with pytest.raises(cli.UsageError, match="no such file"):
         with cli.blame(name, also=(OSError,)):
             raise FileNotFoundError("no such file")
+    listed = "runs_test_list_flag"
+    if listed not in flags.FLAGS:
+        flags.DEFINE_list(listed, ["model:2", "foo"], "for this test")
+    with pytest.raises(cli.UsageError, match="^--runs_test_list_flag=model:2,foo: bad mesh$"):
+        with cli.blame(listed):   # a list flag as typed, not as a Python list
+            raise InvalidInput("bad mesh")
 
 
 def test_auto_mesh_does_not_record_a_bug_as_an_infeasible_mesh(monkeypatch):

@@ -195,6 +195,12 @@ def main(argv=None):
         return 2
     names = list(SCENES) if options.dataset == ALL_SCENES else [options.dataset]
     try:
+        pathlib.Path(options.data_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        print(f"error: --data_dir={options.data_dir}: cannot make the folder: "
+              f"{error.strerror}", file=sys.stderr)
+        return 2
+    try:
         for name in names:
             download_scene(name, options.data_dir, options.base_url, timeout=options.timeout)
     except DownloadError as error:
