@@ -403,8 +403,9 @@ def _summarise(model_dir, seeds, run_dirs):
     print("summary of %d runs in %s" % (len(seeds), os.path.join(model_dir, runs.SUMMARY)))
 
 
-def _train(model_dir, seed, devices, session_config, target, signals, cluster):
-    started = time.time()
+def _load_experiment(model_dir, seed):
+    """The scene loaded, split and preprocessed for seed ``seed`` (saved in ``model_dir``
+    for hmp.predict and baselines.py), and its split's leakage; says what it holds."""
     print("loading %s ..." % FLAGS.dataset, flush=True)
     data_config = dataclasses.replace(scene_flags.data_config(seed), pca=_model_default("pca"),
                                       val_fraction=FLAGS.val_fraction)
@@ -423,6 +424,50 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
         print("%d pixels hold NaN or infinite values: masked as no-data (label 0)"
               % exp.nodata_pixels, flush=True)
     fitted_preprocessing.save(model_dir, exp.preprocessor)   # for hmp.predict
+    return exp, leakage
+
+
+def _next_plan(plan, spec, trial, epoch, stats):
+    """The plan to go on with after ``epoch`` when it changes: the alone trial's choice
+    after one of its epochs, or (--rebalance=epoch) a re-balanced plan; else None."""
+    if trial is not None and epoch in trial.epochs.values():   # a trial epoch
+        print(trial.message, flush=True)
+        return trial.plan if trial.plan is not plan else None
+    if FLAGS.rebalance == "epoch" and epoch + 1 < FLAGS.epochs:
+        new_plan = rebalance.replan(plan, spec, stats.busy_seconds, FLAGS.rebalance_threshold)
+        if new_plan is not None:
+            print("re-balancing (busy time imbalance %.0f%%): %s -> %s"
+                  % (100 * rebalance.imbalance(stats.busy_seconds), plan.splits,
+                     new_plan.splits), flush=True)
+        return new_plan
+    return None
+
+
+def _scores(exp, variants, leakage):
+    """The test pixels' scores from the labelled pixels' class probabilities ``variants``
+    [variants, pixels, K] (their mean: the class map) and, with --tta, those of the
+    patches as they are ({"test_without_tta": ...}); prints both. Returns (class map,
+    scores, that dict)."""
+    predicted_map = report.prediction_map(exp.scene.labels.shape, exp.labelled.indices,
+                                          variants.mean(axis=0).argmax(axis=1))
+    scores = evaluate(exp.test.class_ids, predicted_map.ravel()[exp.test.indices] - 1,
+                      exp.n_classes)
+    print(report.score_table(scores, exp.scene.class_names, leakage))
+    if not FLAGS.tta:
+        return predicted_map, scores, {}
+    plain_map = report.prediction_map(exp.scene.labels.shape, exp.labelled.indices,
+                                      variants[0].argmax(axis=1))
+    plain = evaluate(exp.test.class_ids, plain_map.ravel()[exp.test.indices] - 1,
+                     exp.n_classes)
+    print("without --tta (the patches as they are): OA %.2f, AA %.2f, kappa %.4f"
+          % (100 * plain.overall_accuracy, 100 * plain.average_accuracy, plain.kappa))
+    return predicted_map, scores, {
+        "test_without_tta": report.scores_dict(plain, exp.scene.class_names)}
+
+
+def _train(model_dir, seed, devices, session_config, target, signals, cluster):
+    started = time.time()
+    exp, leakage = _load_experiment(model_dir, seed)
     steps_per_epoch = exp.train.steps_per_epoch(FLAGS.batch_size, drop_remainder=True)
     steps = FLAGS.epochs * steps_per_epoch
     if FLAGS.resume and runs.finished(model_dir, steps):
@@ -486,17 +531,7 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
                 print("early stop: no better validation accuracy for %d epochs"
                       % FLAGS.patience, flush=True)
                 break
-            new_plan = None
-            if trial is not None and epoch in trial.epochs.values():   # a trial epoch
-                print(trial.message, flush=True)
-                new_plan = trial.plan if trial.plan is not plan else None
-            elif FLAGS.rebalance == "epoch" and epoch + 1 < FLAGS.epochs:
-                new_plan = rebalance.replan(plan, spec, stats.busy_seconds,
-                                            FLAGS.rebalance_threshold)
-                if new_plan is not None:
-                    print("re-balancing (busy time imbalance %.0f%%): %s -> %s"
-                          % (100 * rebalance.imbalance(stats.busy_seconds), plan.splits,
-                             new_plan.splits), flush=True)
+            new_plan = _next_plan(plan, spec, trial, epoch, stats)
             if new_plan is not None:   # the same weights (checkpoint) on the new plan
                 trainer.close()
                 plan = new_plan
@@ -512,8 +547,6 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
                  ", each in the 8 symmetries of the square (--tta)" if FLAGS.tta else ""),
               flush=True)
         variants = trainer.probabilities(exp.labelled, FLAGS.tta)   # [variants, pixels, K]
-        predicted_map = report.prediction_map(exp.scene.labels.shape, exp.labelled.indices,
-                                              variants.mean(axis=0).argmax(axis=1))
     except Stopped as stopped:
         trainer.close()
         where = ("while classifying (training had finished at step %d)" % stopped.step
@@ -521,18 +554,7 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
                  "at epoch %d step %d" % (stopped.epoch + 1, stopped.step))
         raise cli.Interrupted("interrupted %s; continue with --resume --model_dir=%s"
                               % (where, model_dir), signals.signum) from None
-    test_predictions = predicted_map.ravel()[exp.test.indices] - 1
-    scores = evaluate(exp.test.class_ids, test_predictions, exp.n_classes)
-    print(report.score_table(scores, exp.scene.class_names, leakage))
-    paired = {}
-    if FLAGS.tta:   # the same weights on the patches as they are: what the TTA changed
-        plain_map = report.prediction_map(exp.scene.labels.shape, exp.labelled.indices,
-                                          variants[0].argmax(axis=1))
-        plain = evaluate(exp.test.class_ids, plain_map.ravel()[exp.test.indices] - 1,
-                         exp.n_classes)
-        print("without --tta (the patches as they are): OA %.2f, AA %.2f, kappa %.4f"
-              % (100 * plain.overall_accuracy, 100 * plain.average_accuracy, plain.kappa))
-        paired["test_without_tta"] = report.scores_dict(plain, exp.scene.class_names)
+    predicted_map, scores, paired = _scores(exp, variants, leakage)
     pictures = report.save_pictures(model_dir, exp.scene, predicted_map, scores)
     events.add_scalars(trainer.writer, step, events.test_scalars(scores))
     events.add_image(trainer.writer, step, "classification_map",
