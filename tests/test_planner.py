@@ -472,3 +472,27 @@ def test_a_split_must_beat_fewer_devices_by_the_margin():
                 "left out /gpu:1: with it the best layout (all devices, model:2) is predicted "
                 "36.5 ms, not faster by the 10% the cost model's error asks of a layout on "
                 "more devices, without it 38.4 ms")
+
+
+def test_a_plan_that_leaves_devices_out_says_at_which_larger_batch_they_pay():
+    spec = hsi_model()
+    devices = [DeviceSpec(f"/job:w/task:{t}/device:CPU:0", rate, overhead_s=1e-3, host=f"h{t}")
+               for t, rate in enumerate((1e10, 5e9))]
+    link = LinkSpec(1e9, 8e-3)   # a slow link: the batch split pays only on large batches
+    used = {b: len(plan_layout(spec, devices, None, b, "auto", link=link).devices)
+            for b in (16, 32, 64, 128)}
+    assert used == {16: 1, 32: 1, 64: 1, 128: 2}
+    # at 16 and 64 the hint names 128, the first multiple (x2, x4, x8, x16) that uses both
+    alone = predict(spec, devices[:1], parse_mesh("batch:1"), 128, {"batch": [128]}, link).step
+    split = plan_layout(spec, devices, None, 128, "auto", link=link)
+    hint = ("; at a batch of 128 the plan would use 2 devices (batch:2), predicted "
+            f"{alone / split.prediction.step:.2f}x the samples/s of 1 device at that batch")
+    for batch in (16, 64):
+        plan = plan_layout(spec, devices, None, batch, "auto", link=link)
+        assert plan.reason.endswith("1 device left out" + hint), plan.reason
+    # no hint when no larger batch uses the slow device (x16 of 4 is 64), nor without a link
+    assert plan_layout(spec, devices, None, 4, "auto", link=link).reason.endswith(
+        "1 device left out")
+    unpriced = plan_layout(spec, [DeviceSpec("a", 1e10), DeviceSpec("b", 1e3)], None, 16,
+                           "auto").reason
+    assert "1 device left out" in unpriced and "batch of" not in unpriced

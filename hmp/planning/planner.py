@@ -42,6 +42,10 @@ EXHAUSTIVE_DEVICES = 8
 # replicated="auto" weighs splitting against replicating each split dim of models with at
 # most this many (k + 2 predictions per mesh with a model axis); larger models split all.
 REPLICATION_MAX_DIMS = 8
+# mesh="auto" on a measured platform of at most EXHAUSTIVE_DEVICES devices, leaving some
+# out: the multiples of the batch at which the plan looks for a layout that would use
+# them, to say so in its reason (up to 4 more plans: cheap on few devices).
+HINT_BATCH_FACTORS = (2, 4, 8, 16)
 
 
 def _device_specs(devices, speeds, memory_caps):
@@ -274,9 +278,21 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
         split dims to replicate (``()``: split every one). A replicated dim is left out
         of the layout rules: every model column computes its layers whole.
 
+    With ``mesh="auto"``, a link and at most ``EXHAUSTIVE_DEVICES`` devices, a plan that
+    leaves devices out also says at which larger batch (``HINT_BATCH_FACTORS``) a
+    layout would use them, if any.
+
     Raises:
       ValueError: on bad speeds, devices, caps or mesh, or when no layout fits.
     """
+    return _plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps,
+                        min_filters, link, replicated, hint=True)
+
+
+def _plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps, min_filters,
+                 link, replicated, hint):
+    """``plan_layout``; with ``hint``, the larger-batch hint of a plan that leaves
+    devices out (``_larger_batch_hint``)."""
     specs = _device_specs(devices, speeds, memory_caps)
     whole_number(batch_size, "batch_size")
     relative = max(d.flops_per_s for d in specs) < MIN_ABSOLUTE_FLOPS
@@ -330,6 +346,9 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
                   + ("" if link is not None else "; communication not priced (no link given)"))
         if left_out:
             reason += f"; {len(left_out)} device{'s' if len(left_out) > 1 else ''} left out"
+            if hint and link is not None and n <= EXHAUSTIVE_DEVICES:
+                reason += _larger_batch_hint(model_spec, specs, batch_size, min_filters,
+                                             link, replicated, k)
     return Plan(
         model=model_spec.name, mesh=str(chosen),
         layout_rules=layout_rules(model_spec.replicating(dims), chosen),
@@ -339,6 +358,30 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
         memory_caps=([d.mem_bytes for d in kept]
                      if any(d.mem_bytes is not None for d in kept) else None),
         candidates=candidates, reason=reason, left_out=left_out, replicated=records)
+
+
+def _larger_batch_hint(model_spec, specs, batch_size, min_filters, link, replicated, kept):
+    """For the smallest batch of ``HINT_BATCH_FACTORS`` x ``batch_size`` at which the
+    auto plan would use more than ``kept`` devices: "; at a batch of B the plan would
+    use N devices (mesh), predicted F x the samples/s of the best layout on ``kept``
+    at that batch"; "" when none does (or none fits)."""
+    for factor in HINT_BATCH_FACTORS:
+        larger = batch_size * factor
+        try:
+            plan = _plan_layout(model_spec, specs, None, larger, "auto", None, min_filters,
+                                link, replicated, hint=False)
+        except InvalidInput:   # e.g. over a memory cap: larger batches fit no better
+            return ""
+        if len(plan.devices) > kept:
+            hint = (f"; at a batch of {larger} the plan would use {len(plan.devices)} "
+                    f"devices ({plan.mesh})")
+            on_kept = min((c.step for c in plan.candidates
+                           if c.devices == kept and c.step is not None), default=None)
+            if on_kept is None:
+                return hint
+            return (hint + f", predicted {on_kept / plan.prediction.step:.2f}x the "
+                    f"samples/s of {kept} device{'s' if kept > 1 else ''} at that batch")
+    return ""
 
 
 def _fastest(layouts, margin):
