@@ -27,8 +27,7 @@ from absl import flags
 
 from accuracy_grid import Run, core_groups, run_grid, table
 from hmp import cli
-from hmp.data import SCENES
-from hmp.data.synthetic import GENERATED_LAYOUT
+from hmp.data.synthetic import LAYOUTS
 from hmp.run.experiment import SPLITS
 from models import get_model
 
@@ -56,7 +55,7 @@ def _grid():
     for name in ("models", "layouts", "splits", "seeds"):
         if not FLAGS[name].value:
             raise cli.UsageError("--%s is empty: give at least one" % name)
-    for name, allowed in (("splits", SPLITS), ("layouts", (GENERATED_LAYOUT, *SCENES))):
+    for name, allowed in (("splits", SPLITS), ("layouts", LAYOUTS)):
         unknown = [value for value in FLAGS[name].value if value not in allowed]
         if unknown:
             raise cli.UsageError("--%s=%s: %r is not a %s; choose from %s"

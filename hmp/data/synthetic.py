@@ -24,12 +24,13 @@ any label map, e.g. a real ground-truth map (``layout="indian_pines"``).
 import numpy as np
 from scipy import ndimage, spatial
 
-from hmp.data.catalog import load_ground_truth, scene_spec
+from hmp.data.catalog import SCENES, load_ground_truth, scene_spec
 from hmp.data.scene import Scene, as_label_map
 from hmp.errors import InvalidInput
 
 WAVELENGTH_RANGE_NM = (400.0, 2500.0)
 GENERATED_LAYOUT = "generated"
+LAYOUTS = (GENERATED_LAYOUT, *SCENES)   # the named layouts (a label map may be given too)
 UNLABELLED_MATERIALS = 3
 MAX_PROTOTYPE_DRAWS = 10000
 FIELD_SCALE_RANGE = (0.4, 1.6)   # a field's spectra are at most this much darker / brighter

@@ -11,8 +11,7 @@ from absl import flags
 
 from hmp import cli
 from hmp.data import check_patch_size
-from hmp.data.catalog import SCENES
-from hmp.data.synthetic import GENERATED_LAYOUT
+from hmp.data.synthetic import GENERATED_LAYOUT, LAYOUTS
 from hmp.data.splits import check_train_fraction
 from hmp.run import experiment
 
@@ -63,10 +62,9 @@ def _check_scene():
     if FLAGS.dataset != "synthetic" and FLAGS["synthetic_layout"].present:
         raise cli.UsageError("--synthetic_layout=%s: only for --dataset=synthetic, not "
                              "--dataset=%s" % (FLAGS.synthetic_layout, FLAGS.dataset))
-    layouts = (GENERATED_LAYOUT,) + tuple(SCENES)
-    if FLAGS.synthetic_layout not in layouts:
+    if FLAGS.synthetic_layout not in LAYOUTS:
         raise cli.UsageError("--synthetic_layout=%s: choose one of %s"
-                             % (FLAGS.synthetic_layout, ", ".join(layouts)))
+                             % (FLAGS.synthetic_layout, ", ".join(LAYOUTS)))
 
 
 def check():
