@@ -39,7 +39,7 @@ def load_scene(name_or_path, data_dir=None, *, labels_path=None, cube_key=None,
             f"not to {name_or_path!r}")
     if _is_benchmark_name(name_or_path):
         return load_benchmark_scene(name_or_path, data_dir)
-    if pathlib.Path(name_or_path).suffix.lower() in SUPPORTED_SUFFIXES:
+    if is_cube_file(name_or_path):
         if labels_path is None:
             raise InvalidInput(f"cube file {name_or_path} given without labels_path")
         return load_scene_files(name_or_path, labels_path, cube_key=cube_key,
@@ -91,6 +91,12 @@ def _read(path, key, role, key_name):
         return read_array(path, key, key_name=key_name)
     except InvalidInput as error:
         raise InvalidInput(f"{role} file {error}") from error
+
+
+def is_cube_file(name_or_path):
+    """Whether a scene given by name or path is a cube file (``SUPPORTED_SUFFIXES``)
+    rather than the name of a scene."""
+    return pathlib.Path(name_or_path).suffix.lower() in SUPPORTED_SUFFIXES
 
 
 def _is_benchmark_name(name):

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
-from hmp.data import PatchExtractor, Scene, read_array
+from hmp.data import PatchExtractor, Scene, is_cube_file, read_array
 from hmp.errors import InvalidInput
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
@@ -100,7 +100,7 @@ class Run:
 def load_scene(config):
     """The scene of an ``experiment.DataConfig``; a cube file may come without labels
     (its label map is then all 0: unlabelled)."""
-    if config.labels_path is None and os.path.splitext(config.dataset)[1]:
+    if config.labels_path is None and is_cube_file(config.dataset):
         cube = read_array(config.dataset, config.cube_key, key_name="cube_key")
         return Scene(os.path.splitext(os.path.basename(config.dataset))[0], cube,
                      np.zeros(np.shape(cube)[:2], np.int32))

@@ -5,12 +5,11 @@ baseline given the same flags scores on exactly the pixels a training run
 uses (both build the split with :func:`hmp.run.experiment.prepare`).
 """
 
-import os
 
 from absl import flags
 
 from hmp import cli
-from hmp.data import check_patch_size
+from hmp.data import check_patch_size, is_cube_file
 from hmp.data.synthetic import GENERATED_LAYOUT, LAYOUTS
 from hmp.data.splits import check_train_fraction
 from hmp.run import experiment
@@ -42,14 +41,9 @@ flags.DEFINE_integer("seed", 0, "Seed of the split, the data order and the synth
 FLAGS = flags.FLAGS
 
 
-def _is_file(dataset):
-    """Whether --dataset names a cube file (it has an extension) rather than a scene."""
-    return os.path.splitext(dataset)[1] != ""
-
-
 def _check_scene():
     """Flags that only apply to some --dataset: given for another, they would be ignored."""
-    if _is_file(FLAGS.dataset):
+    if is_cube_file(FLAGS.dataset):
         if not FLAGS.labels:
             raise cli.UsageError("--dataset=%s: a cube file needs its label map: give --labels"
                                  % FLAGS.dataset)
@@ -92,7 +86,7 @@ def data_config(seed):
 def blamed():
     """The flags that name the scene's files (blamed when they cannot be read)."""
     given_split = tuple(key for key in ("train_set", "test_set") if FLAGS[key].value)
-    if not _is_file(FLAGS.dataset):   # synthetic or a benchmark scene
+    if not is_cube_file(FLAGS.dataset):   # synthetic or a benchmark scene
         layout = ("synthetic_layout",) if FLAGS.dataset == "synthetic" and \
             FLAGS.synthetic_layout != GENERATED_LAYOUT else ()
         return ("dataset",) + layout + ("data_dir",) + given_split
