@@ -29,7 +29,7 @@ setup(
         "tensorboard",   # tensorflow-cpu does not bring it
     ],
     extras_require={
-        "test": ["pytest"],
+        "test": ["pytest", "pytest-xdist"],   # the tests on every core: half the time on 2
         "baselines": ["scikit-learn"],
         "gpu": ["tensorflow[and-cuda]" + TF_VERSIONS],
     },

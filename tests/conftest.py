@@ -4,7 +4,11 @@ hmp.train interpreter, tests/cli_batch.py)."""
 
 import numpy as np
 import pytest
-import tensorflow.compat.v1 as tf
+
+from hmp.cli import import_tensorflow_quietly
+
+import_tensorflow_quietly()   # no C++ start-up lines from each xdist worker
+import tensorflow.compat.v1 as tf  # pylint: disable=wrong-import-position
 
 from cli_batch import run_batch
 from hmp.data import synthetic_scene
