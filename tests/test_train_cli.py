@@ -189,7 +189,7 @@ BAD_FLAGS = {
     "--spectral_gain=1.5": "--spectral_gain=1.5: must be at most 1",
     "--model=hybridsn --spectral_shift=4 --nopca_in_graph":
         "--spectral_shift=4: the field-look augmentation needs all bands, but this run keeps "
-        "30 PCA components (give --pca=0 or --pca_in_graph)",
+        "45 PCA components (give --pca=0 or --pca_in_graph)",
 }
 
 
