@@ -210,7 +210,7 @@ def _model_default(name):
     """Flag ``name``: as given, else the model's ``RECIPE`` value, else the flag's default."""
     if FLAGS[name].present:
         return FLAGS[name].value
-    return getattr(models.get_model(FLAGS.model), "RECIPE", {}).get(name, FLAGS[name].value)
+    return models.recipe(FLAGS.model).get(name, FLAGS[name].value)
 
 
 def _recipe(exp):

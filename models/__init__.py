@@ -32,6 +32,12 @@ def get_model(name):
                      % (name, ", ".join(MODEL_NAMES)))
 
 
+def recipe(name):
+    """Model ``name``'s own defaults of ``hmp.train`` flags: its ``RECIPE`` dict (flag
+    name: value, e.g. ``{"pca": 45}``), or {} if it has none."""
+    return dict(getattr(get_model(name), "RECIPE", {}))
+
+
 def model_config(name, patch, bands, n_classes, width=0):
     """The ``hmp.run.graph.ModelConfig`` of model ``name`` (``get_model``) for
     ``patch x patch x bands`` patches and ``n_classes`` classes."""

@@ -48,3 +48,11 @@ def test_too_small_input_names_layer_and_dimension():
     with pytest.raises(ValueError, match=r"conv2/conv: dimension 'bands' has size 1, "
                                          r"smaller than the VALID window 3"):
         first_two_losses(config, Placement())
+
+
+
+def test_recipe_is_a_copy_of_the_models_own_defaults():
+    hybridsn = models.get_model("hybridsn")
+    own = models.recipe("hybridsn")
+    assert own == hybridsn.RECIPE and own is not hybridsn.RECIPE
+    assert models.recipe("cnn2d") == {}   # no RECIPE: every flag keeps its own default
