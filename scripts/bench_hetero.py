@@ -69,6 +69,7 @@ split >= 90% of the theoretical one; the report says by how much ``planned``
 
 import contextlib
 import dataclasses
+import functools
 import os
 import statistics
 import subprocess
@@ -591,11 +592,12 @@ def check_flags():
                                                           sorted(os.sched_getaffinity(0))))
 
 
-def model_scene(name):
-    """(experiment, batch) of the built-in scene as ``hmp.train`` prepares it for model
-    ``name``: with its own ``--pca`` default (hybridsn: the model on 45 components; the
-    projection is done once here, not in the graph as the trainer's default does)."""
-    exp = experiment.prepare(experiment.DataConfig(pca=recipe(name).get("pca", 0)))
+@functools.lru_cache(maxsize=None)
+def prepared_scene(pca):
+    """(experiment, batch) of the built-in scene on ``pca`` components (0: all bands), as
+    ``hmp.train`` prepares it for a model whose own ``--pca`` default that is (hybridsn:
+    45; the projection is done once here, not in the graph as the trainer's default does)."""
+    exp = experiment.prepare(experiment.DataConfig(pca=pca))
     if FLAGS.batch_size > len(exp.train):
         raise cli.UsageError("--batch_size=%d: the scene has %d training pixels"
                              % (FLAGS.batch_size, len(exp.train)))
@@ -608,7 +610,7 @@ def main(argv):
     check_flags()
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)
-    scenes = {name: model_scene(name) for name in FLAGS.models}
+    scenes = {name: prepared_scene(recipe(name).get("pca", 0)) for name in FLAGS.models}
     before = machine()
     cpus, threads, slowed_cpu = worker_placement()
     progress("starting %d competing process(es) on CPU %d and 2 workers: CPUs %s, %s threads"
