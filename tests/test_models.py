@@ -50,7 +50,6 @@ def test_too_small_input_names_layer_and_dimension():
         first_two_losses(config, Placement())
 
 
-
 def test_recipe_is_a_copy_of_the_models_own_defaults():
     hybridsn = models.get_model("hybridsn")
     own = models.recipe("hybridsn")
