@@ -443,22 +443,24 @@ def _next_plan(plan, spec, trial, epoch, stats):
     return None
 
 
+def _classified(exp, probabilities):
+    """(class map, test scores) of the labelled pixels' class ``probabilities`` [pixels, K]."""
+    class_map = report.prediction_map(exp.scene.labels.shape, exp.labelled.indices,
+                                      probabilities.argmax(axis=1))
+    return class_map, evaluate(exp.test.class_ids, class_map.ravel()[exp.test.indices] - 1,
+                               exp.n_classes)
+
+
 def _scores(exp, variants, leakage):
     """The test pixels' scores from the labelled pixels' class probabilities ``variants``
     [variants, pixels, K] (their mean: the class map) and, with --tta, those of the
     patches as they are ({"test_without_tta": ...}); prints both. Returns (class map,
     scores, that dict)."""
-    predicted_map = report.prediction_map(exp.scene.labels.shape, exp.labelled.indices,
-                                          variants.mean(axis=0).argmax(axis=1))
-    scores = evaluate(exp.test.class_ids, predicted_map.ravel()[exp.test.indices] - 1,
-                      exp.n_classes)
+    predicted_map, scores = _classified(exp, variants.mean(axis=0))
     print(report.score_table(scores, exp.scene.class_names, leakage))
     if not FLAGS.tta:
         return predicted_map, scores, {}
-    plain_map = report.prediction_map(exp.scene.labels.shape, exp.labelled.indices,
-                                      variants[0].argmax(axis=1))
-    plain = evaluate(exp.test.class_ids, plain_map.ravel()[exp.test.indices] - 1,
-                     exp.n_classes)
+    _, plain = _classified(exp, variants[0])
     print("without --tta (the patches as they are): OA %.2f, AA %.2f, kappa %.4f"
           % (100 * plain.overall_accuracy, 100 * plain.average_accuracy, plain.kappa))
     return predicted_map, scores, {

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from cli_batch import run_batch
 from hmp import data
 from hmp.errors import InvalidInput
 from script_modules import import_script
@@ -127,7 +128,6 @@ def test_missing_scikit_learn_is_one_line(monkeypatch):
 
 
 def test_unknown_models_layouts_and_splits_are_refused_before_any_run():
-    from cli_batch import run_batch
     bad = {"--models=nope": "--models=nope: model 'nope' is not known; choose one of cnn2d",
            "--layouts=generated,nope": "--layouts=generated,nope: 'nope' is not a layout; "
                                        "choose from generated, indian_pines, paviau, salinas",

@@ -5,11 +5,11 @@ baseline given the same flags scores on exactly the pixels a training run
 uses (both build the split with :func:`hmp.run.experiment.prepare`).
 """
 
-
 from absl import flags
 
 from hmp import cli
 from hmp.data import check_patch_size, is_cube_file
+from hmp.data.loaders import SYNTHETIC
 from hmp.data.synthetic import GENERATED_LAYOUT, LAYOUTS
 from hmp.data.splits import check_train_fraction
 from hmp.run import experiment
@@ -53,7 +53,7 @@ def _check_scene():
                 raise cli.UsageError("--%s=%s: only for a --dataset given as a cube file "
                                      "(.mat/.npy), not --dataset=%s"
                                      % (name, FLAGS[name].value, FLAGS.dataset))
-    if FLAGS.dataset != "synthetic" and FLAGS["synthetic_layout"].present:
+    if FLAGS.dataset != SYNTHETIC and FLAGS["synthetic_layout"].present:
         raise cli.UsageError("--synthetic_layout=%s: only for --dataset=synthetic, not "
                              "--dataset=%s" % (FLAGS.synthetic_layout, FLAGS.dataset))
     if FLAGS.synthetic_layout not in LAYOUTS:
@@ -87,7 +87,7 @@ def blamed():
     """The flags that name the scene's files (blamed when they cannot be read)."""
     given_split = tuple(key for key in ("train_set", "test_set") if FLAGS[key].value)
     if not is_cube_file(FLAGS.dataset):   # synthetic or a benchmark scene
-        layout = ("synthetic_layout",) if FLAGS.dataset == "synthetic" and \
+        layout = ("synthetic_layout",) if FLAGS.dataset == SYNTHETIC and \
             FLAGS.synthetic_layout != GENERATED_LAYOUT else ()
         return ("dataset",) + layout + ("data_dir",) + given_split
     mat = [FLAGS[key].present or str(path).lower().endswith(".mat") for key, path in
