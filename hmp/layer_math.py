@@ -9,8 +9,6 @@ FLOPs count a multiply-add as 2.
 
 from hmp.errors import InvalidInput
 
-PADDINGS = ("same", "valid")
-
 
 def output_size(size, window, stride, padding, what="the input"):
     """Output size along one axis of a convolution or pool, as TensorFlow computes it.

@@ -27,7 +27,6 @@ COLLAPSE_SHARE = 0.9   # a run that puts more of the test pixels into one class 
 COLLAPSE_CHANCE_FACTOR = 2   # ... and so did one below this many times chance (1 / classes)
 THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
 RESULTS = "results.json"
-BASELINES = "baselines.json"
 
 
 @dataclasses.dataclass(frozen=True)
