@@ -10,7 +10,7 @@ from hmp.errors import InvalidInput
 from hmp.planning import (DeviceSpec, LinkSpec, ModelSpec, apportion, conv_layer_spec,
                           dense_layer_spec, load_platform, memory_bytes, parse_mesh, predict,
                           ring_allgather_time, ring_allreduce_time)
-from hmp.planning.costmodel import (allreduce_time, concurrent_groups_time,
+from hmp.planning.costmodel import (allreduce_time, barriers, concurrent_groups_time,
                                     model_axis_collectives)
 
 LINK = LinkSpec(bandwidth_bytes_per_s=1e9, latency_s=1e-5)
@@ -377,6 +377,38 @@ def test_norm_layers_add_two_allreduces_each_forward_idle_backward_loaded(mesh, 
     single = [predict(spec, devices(1e9), parse_mesh("batch:1"), 8, {"batch": [8]}, link)
               for spec in (plain, normed)]
     assert single[0].step == single[1].step   # one device: no all-reduce
+
+
+@pytest.mark.parametrize("mesh, splits, per_step", [
+    ("batch:2", {"batch": [5, 3]}, 2 * 3 + 1),   # two per norm layer, the gradient sum
+    ("model:2", {"filters1": [5, 3]}, 1),   # conv2's all-reduce (conv1 has no input grad)
+    ("batch:2;model:2", {"batch": [5, 3], "filters1": [5, 3]}, 1 + 2 * 3 + 1),
+    ("batch:1", {"batch": [8]}, 0),
+])
+def test_every_barrier_waits_the_links_barrier_s(mesh, splits, per_step):
+    spec = dataclasses.replace(two_conv_model(), norm_layers=3)
+    parsed = parse_mesh(mesh)
+    assert sum(barriers(spec, parsed)) == per_step
+    assert barriers(spec, parsed)[0] == len(model_axis_collectives(spec)) * (parsed.model > 1)
+    link = LinkSpec(1e9, 1e-4, loaded=LinkSpec(5e8, 3e-4))
+    n = parsed.batch * parsed.model
+    base, waiting = (predict(spec, devices(*[1e9] * n), parsed, 8, splits, l)
+                     for l in (link, dataclasses.replace(link, barrier_s=2e-3)))
+    assert waiting.comm - base.comm == pytest.approx(per_step * 2e-3)
+    assert waiting.compute == base.compute
+    with pytest.raises(ValueError, match="link barrier_s is -1"):
+        LinkSpec(1e9, barrier_s=-1)
+
+
+def test_a_barrier_within_one_host_waits_the_local_links():
+    spec = dataclasses.replace(two_conv_model(), norm_layers=1)
+    specs = [DeviceSpec("/cpu:0", 1e9, host="h0"), DeviceSpec("/cpu:1", 1e9, host="h0")]
+    local = LinkSpec(1e10, 1e-6, barrier_s=1e-4)
+    link = LinkSpec(1e9, 1e-4, local=local, barrier_s=5e-3)
+    base = predict(spec, specs, parse_mesh("batch:2"), 8, {"batch": [4, 4]},
+                   dataclasses.replace(link, local=dataclasses.replace(local, barrier_s=0.0)))
+    p = predict(spec, specs, parse_mesh("batch:2"), 8, {"batch": [4, 4]}, link)
+    assert p.comm - base.comm == pytest.approx(3 * 1e-4)   # the local figure, not 5e-3
 
 
 def test_norm_layers_must_be_a_whole_number():

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from hmp.planning import plan_layout
 from hmp.planning.costmodel import alone_flops_per_s
 from hmp.run import profiler
 from hmp.run.from_graph import model_spec
@@ -80,6 +81,30 @@ def test_the_profiled_step_is_the_runs_step_with_its_augmentation_and_projection
     names = {op.name.partition("/")[0] for op in plain.session.graph.get_operations()}
     plain.close()
     assert not {"pca_projection", "field_look"} & names
+
+
+def test_barrier_seconds_spreads_the_excess_over_the_barriers():
+    assert profiler.barrier_seconds(0.010, 0.004, 3) == pytest.approx(0.002)
+    assert profiler.barrier_seconds(0.003, 0.004, 3) == 0.0   # faster than predicted
+    assert profiler.barrier_seconds(0.010, 0.004, 0) == 0.0   # no barrier
+
+
+def test_measure_platform_prices_the_batch_splits_excess_per_barrier(monkeypatch):
+    monkeypatch.setattr(profiler.SplitStep, "run", lambda self: 0.25)   # every split step
+    messages = []
+    devices = ["/cpu:0", "/cpu:1"]
+    speeds, link = profiler.measure_platform(
+        TINY, devices, 8, warmup=1, repeats=2, progress=messages.append,
+        session_config=tf.ConfigProto(device_count={"CPU": 2}))
+    spec = model_spec(TINY)
+    plan = plan_layout(spec, platform_specs(devices, [dataclasses.asdict(s) for s in speeds]),
+                       None, 8, "batch:2", link=dataclasses.replace(link, barrier_s=0.0))
+    assert spec.norm_layers == 4   # two blocks of two convolutions, each normalised
+    assert link.barrier_s == pytest.approx((0.25 - plan.prediction.step) / (2 * 4 + 1))
+    assert any("barrier: 2 steps of the batch split %s" % plan.splits["batch"] in m
+               for m in messages)
+    alone, no_link = profiler.measure_platform(TINY, ["/cpu:0"], 8, warmup=1, repeats=1)
+    assert len(alone) == 1 and no_link is None
 
 
 def test_measure_speeds_runs_on_a_session_target():

@@ -67,7 +67,7 @@ def test_miss_measures_and_stores_everywhere_then_hits(paths):
     assert not entry.has_op_size   # measured without them: None
     for p in paths:
         data = json.loads(open(p).read())
-        assert data["format"] == "hmp-speeds/3" and len(data["entries"]) == 1
+        assert data["format"] == "hmp-speeds/4" and len(data["entries"]) == 1
         assert data["entries"][0]["key"]["devices"] == DEVICES
         assert data["entries"][0]["link"]["local"]["latency_s"] == 1e-5
     again, path, said, warned = get(key(), paths, measure)
@@ -136,17 +136,17 @@ def test_the_key_names_versions_and_setting():
 
 @pytest.mark.parametrize("content", [
     "{not json", "[]", '{"format": "other", "entries": []}',
-    '{"format": "hmp-speeds/3", "entries": {}}',
-    '{"format": "hmp-speeds/3", "entries": [{"key": {"devices": ["/cpu:0"]}, '
+    '{"format": "hmp-speeds/4", "entries": {}}',
+    '{"format": "hmp-speeds/4", "entries": [{"key": {"devices": ["/cpu:0"]}, '
     '"measured_at": "x", "speeds": [{"device": "/cpu:0", "samples_per_s": -1, '
     '"min_samples_per_s": 1, "max_samples_per_s": 1, "flops_per_s": 1, "overhead_s": 0, '
     '"half_rate_flops": null, "elementwise_s_per_element": null}], "link": null}]}',
-    '{"format": "hmp-speeds/3", "entries": [{"key": {"devices": ["/cpu:0"]}, '
+    '{"format": "hmp-speeds/4", "entries": [{"key": {"devices": ["/cpu:0"]}, '
     '"measured_at": "x", "speeds": [{"device": "/cpu:0", "samples_per_s": 1, '
     '"min_samples_per_s": 1, "max_samples_per_s": 1, "flops_per_s": 1, "overhead_s": -1, '
     '"half_rate_flops": null, "elementwise_s_per_element": null}], "link": null}]}',
     '{"format": "hmp-speeds/2", "entries": []}',  # before op-size figures
-    '{"format": "hmp-speeds/3", "entries": [{"key": {"devices": []}, "measured_at": "x", '
+    '{"format": "hmp-speeds/4", "entries": [{"key": {"devices": []}, "measured_at": "x", '
     '"speeds": [], "link": {"bandwidth_bytes_per_s": 0}}]}',
     "\udcff",
 ])

@@ -91,6 +91,15 @@ host (the rows' on the model axis, the columns' on the batch axis) overlap,
 except for the ``LinkSpec.cpu_share`` of them that is CPU work of that host
 (``concurrent_groups_time``).
 
+Barriers. Each of those collectives whose result the next op needs on every device
+is a barrier: a batch norm's statistics (forward and backward), the gradient sum
+before the update, every model-axis collective. Devices whose shares balance the
+whole step still reach each barrier at different times (their speeds differ from
+layer to layer and from moment to moment; a worker on a time-shared core runs in
+bursts), and whoever comes first waits. ``LinkSpec.barrier_s`` prices that wait per
+barrier (``barriers``); the profiler measures it in a data split of the model's own
+step (``hmp.run.profiler.measure_platform``).
+
 Input. The scene is loaded onto the devices once (``hmp.run.scene_input``); with
 ``link.feed`` (the client's link to the first device's host) a step feeds
 every sample's pixel index and label there (``FED_BYTES_PER_SAMPLE``), and
@@ -256,6 +265,8 @@ class LinkSpec:
       run beside the step's compute (module docstring). Measured as the
       hand-over chains while both devices run the model's one-device training
       step in the background. None: the idle figures everywhere.
+    * ``barrier_s`` (default 0): the wait at each barrier of a step split over the
+      link's devices (module docstring, ``barriers``), beside its hand-overs.
     """
 
     bandwidth_bytes_per_s: float
@@ -264,11 +275,13 @@ class LinkSpec:
     feed: "LinkSpec | None" = None
     cpu_share: float = 0.0
     loaded: "LinkSpec | None" = None
+    barrier_s: float = 0.0
 
     def __post_init__(self):
         _positive(self.bandwidth_bytes_per_s, "link bandwidth_bytes_per_s")
         _positive(self.latency_s, "link latency_s", allow_zero=True)
         _positive(self.cpu_share, "link cpu_share", allow_zero=True)
+        _positive(self.barrier_s, "link barrier_s", allow_zero=True)
         if self.cpu_share > 1:
             raise InvalidInput(f"link cpu_share is {self.cpu_share!r}; must be between 0 and 1")
         for what in ("local", "feed", "loaded"):
@@ -280,9 +293,11 @@ class LinkSpec:
                                  f"got {value!r}")
 
     def figures(self):
-        """``142 us per hand-over, 2.22 GB/s``: latency and bandwidth, as programs print them."""
-        return "%.3g us per hand-over, %.3g GB/s" % (1e6 * self.latency_s,
-                                                     self.bandwidth_bytes_per_s / 1e9)
+        """``142 us per hand-over, 2.22 GB/s``: latency and bandwidth, as programs print them
+        (and ``, 2.1 ms per barrier`` when ``barrier_s`` is known)."""
+        return ("%.3g us per hand-over, %.3g GB/s" % (1e6 * self.latency_s,
+                                                      self.bandwidth_bytes_per_s / 1e9)
+                + (", %.3g ms per barrier" % (1e3 * self.barrier_s) if self.barrier_s else ""))
 
     def between(self, hosts):
         """The link a collective among devices of ``hosts`` uses: ``local`` if one host."""
@@ -419,6 +434,16 @@ def model_axis_collectives(model_spec):
     return collectives
 
 
+def barriers(model_spec, mesh):
+    """The barriers of one step laid out as ``mesh`` (module docstring), as each batch
+    row and model column meets them: ``(model axis, batch axis)`` -- every model-axis
+    collective; two per norm layer and the gradient sum on the batch axis; 0 on an
+    axis of one device."""
+    model = len(model_axis_collectives(model_spec)) if mesh.model > 1 else 0
+    batch = 2 * model_spec.norm_layers + 1 if mesh.batch > 1 else 0
+    return model, batch
+
+
 @dataclass
 class Prediction:
     """Predicted times (seconds, or relative units for relative speeds) of one layout."""
@@ -532,7 +557,7 @@ def _model_axis_time(model_spec, mesh, splits, batch_rows, link, hosts):
         reduce = {b: _allreduce_pricer(row_hosts, f) for b, f in figures.items()}
         gather_link = {b: f.between(row_hosts) for b, f in figures.items()}
         per_sample = BYTES_PER_ELEMENT * samples
-        total = 0.0
+        total = len(collectives) * link.between(row_hosts).barrier_s
         for kind, elems, pieces, backward in collectives:
             if kind == "allreduce":
                 total += reduce[backward](per_sample * elems)
@@ -551,18 +576,21 @@ def _batch_axis_time(model_spec, mesh, fractions, link, hosts):
     of a few channels' statistics (``ModelSpec.norm_layers``), priced by their
     hand-overs: the forward one at the idle link (the next layer waits for it),
     the backward one under load (the weight gradients compute beside it).
+    Each of these all-reduces is a barrier (``barriers``, ``LinkSpec.barrier_s``).
     """
     if mesh.batch == 1:
         return 0.0
     _, params, _ = _layer_arrays(model_spec)
     groups = [list(hosts[:, c]) for c in range(mesh.model)]
     loaded = link.under_load()
+    _, batch_barriers = barriers(model_spec, mesh)
     columns = []
     for c, column_hosts in enumerate(groups):
         idle_sum = _allreduce_pricer(column_hosts, link)
         norm_sums = idle_sum(0.0) + _allreduce_pricer(column_hosts, loaded)(0.0)
         columns.append(idle_sum(BYTES_PER_ELEMENT * float(params @ fractions[:, c]))
-                       + model_spec.norm_layers * norm_sums)
+                       + model_spec.norm_layers * norm_sums
+                       + batch_barriers * link.between(column_hosts).barrier_s)
     return concurrent_groups_time(columns, groups, link)
 
 

@@ -23,6 +23,12 @@ timed, in the same turns, at half the model's width and on element-wise work
 reproduces the one-device step. ``DeviceStep`` is that one-device step, for other
 measurements (the cost-model benchmark runs several side by side).
 
+``measure_platform`` adds the link between the devices (``hmp.run.linkprobe``) and
+the wait at a barrier (``LinkSpec.barrier_s``, the cost model's docstring): the
+model's step split over all devices by batch, as planned from the speeds just
+measured, is timed (``SplitStep``), and what it takes beyond the cost model's
+prediction without barriers is spread over its barriers (``barrier_seconds``).
+
 ``busy_times`` reads TensorFlow's step statistics of one traced step
 (``tf.RunOptions(trace_level=FULL_TRACE)``) and returns, per mesh device, the
 union of the execution intervals of the operations that ran on it: the time
@@ -40,11 +46,11 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from hmp.planning import costmodel
+from hmp.planning import costmodel, parse_mesh, plan_layout
 from hmp.run import calibration
 from hmp.run.from_graph import model_spec, model_width
 from hmp.run.graph import Placement, Recipe, TrainingGraph
-from hmp.run.linkprobe import measure_link
+from hmp.run.linkprobe import measure_link, platform_specs
 
 # Op types whose recorded interval includes waiting for another device.
 TRANSFER_OPS = ("_Send", "_Recv", "_HostSend", "_HostRecv")
@@ -115,9 +121,14 @@ class DeviceStep:
 
     def __init__(self, config, device, batch_size, target=None, session_config=None,
                  optimizer="adam", recipe=Recipe()):
+        self._build(config, Placement("", "", (device,), {}), batch_size, target,
+                    session_config, optimizer, recipe)
+
+    def _build(self, config, placement, batch_size, target, session_config, optimizer,
+               recipe):
         batch = random_batch(config, batch_size, bands=recipe.scene_bands(config))
-        graph = TrainingGraph(config, Placement("", "", (device,), {}), batch_size,
-                              batch.image_shape, optimizer, recipe=recipe)
+        graph = TrainingGraph(config, placement, batch_size, batch.image_shape, optimizer,
+                              recipe=recipe)
         self.session = graph.session(batch.padded_cube, session_config, target)
         self._feed = batch.feed(graph)
         self._train_op = graph.train_op
@@ -130,6 +141,16 @@ class DeviceStep:
 
     def close(self):
         self.session.close()
+
+
+class SplitStep(DeviceStep):
+    """The model's whole training step laid out as ``plan`` (an ``hmp.planning.Plan``),
+    as ``DeviceStep`` builds it on one device."""
+
+    def __init__(self, config, plan, target=None, session_config=None, optimizer="adam",
+                 recipe=Recipe()):
+        self._build(config, Placement.from_plan(plan), plan.batch_size, target,
+                    session_config, optimizer, recipe)
 
 
 def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None,
@@ -174,7 +195,7 @@ def measure_platform(config, devices, batch_size, warmup=2, repeats=5, target=No
                      op_size=False, recipe=Recipe()):
     """``measure_speeds``, then the link between the devices (``hmp.run.linkprobe``), idle
     and while every device runs its training step, as in a split step (the same
-    steps that were timed).
+    steps that were timed), and its wait per barrier (``measure_barrier``).
 
     Returns ``(DeviceSpeeds, LinkSpec or None)``; the arguments are those of
     ``measure_speeds``.
@@ -185,11 +206,50 @@ def measure_platform(config, devices, batch_size, warmup=2, repeats=5, target=No
     try:
         speeds = _timed(steps, config, devices, batch_size, repeats, progress, spec,
                         op_size)
-        return speeds, measure_link(devices, target, session_config, progress=progress,
-                                    busy=[steps[d, STEP, batch_size].run for d in devices])
+        link = measure_link(devices, target, session_config, progress=progress,
+                            busy=[steps[d, STEP, batch_size].run for d in devices])
     finally:
         for step in steps.values():
             step.close()
+    if link is None or batch_size < len(devices):   # nothing to split
+        return speeds, link
+    return speeds, measure_barrier(config, spec, devices, speeds, link, batch_size, warmup,
+                                   repeats, target, session_config, optimizer, progress,
+                                   recipe)
+
+
+def barrier_seconds(measured_s, predicted_s, count):
+    """The wait per barrier: what a split step measured at ``measured_s`` takes beyond
+    its prediction without barriers ``predicted_s``, over its ``count`` barriers; 0
+    when it has none or takes no longer."""
+    if count < 1:
+        return 0.0
+    return max(0.0, (measured_s - predicted_s) / count)
+
+
+def measure_barrier(config, spec, devices, speeds, link, batch_size, warmup=2, repeats=5,
+                    target=None, session_config=None, optimizer="adam", progress=None,
+                    recipe=Recipe()):
+    """``link`` with its ``barrier_s`` measured: the model's step split by batch over
+    ``devices`` as ``plan_layout`` plans it from ``speeds`` (``DeviceSpeed``) and
+    ``link``, ``warmup`` untimed steps, then the median of ``repeats``; its wait per
+    barrier is ``barrier_seconds`` of that and the plan's predicted step."""
+    platform = platform_specs(devices, [dataclasses.asdict(s) for s in speeds])
+    plan = plan_layout(spec, platform, None, batch_size, "batch:%d" % len(devices),
+                       link=link)
+    if progress:
+        progress("profiling the wait at a barrier: %d steps of the batch split %s"
+                 % (repeats, plan.splits["batch"]))
+    step = SplitStep(config, plan, target, session_config, optimizer, recipe)
+    try:
+        for _ in range(warmup):
+            step.run()
+        seconds = statistics.median(step.run() for _ in range(repeats))
+    finally:
+        step.close()
+    _, count = costmodel.barriers(spec, parse_mesh(plan.mesh))
+    return dataclasses.replace(link, barrier_s=barrier_seconds(seconds, plan.prediction.step,
+                                                               count))
 
 
 def small_batch(batch_size):

@@ -32,7 +32,8 @@ import tensorflow as tf_module
 from hmp import files
 from hmp.planning import LinkSpec
 
-FORMAT = "hmp-speeds/3"  # /2: each speed has its overhead_s; /3: and its op-size figures
+FORMAT = "hmp-speeds/4"  # /2: each speed has its overhead_s; /3: and its op-size figures;
+# /4: the link has its wait per barrier (LinkSpec.barrier_s)
 FILE_NAME = "speeds.json"
 OP_SIZE_FIGURES = ("half_rate_flops", "elementwise_s_per_element")
 SPEED_FIELDS = {"device", "samples_per_s", "min_samples_per_s", "max_samples_per_s",
