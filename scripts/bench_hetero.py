@@ -288,8 +288,8 @@ def rebalanced(plan, spec, run):
 
 def build_runs(config, batch, workers, profiled, link):
     """Every configuration's warmed-up ``Run``, in the order they are timed; the
-    ``auto`` plan; the cost model's step of the model splits ``planned`` (every dim
-    split) and ``per layer`` on the profiled platform and measured link."""
+    ``auto`` plan; the cost model's step of the splits ``planned`` (every dim split),
+    ``per layer`` and ``data`` on the profiled platform and measured link."""
     speeds = [s.samples_per_s for s in profiled]
     spec = model_spec(config)
     devices = worker_devices(workers.devices)
@@ -324,13 +324,15 @@ def build_runs(config, batch, workers, profiled, link):
                                {plain.x: batch.patches, plain.y: batch.labels})))
     predicted = {"planned": predict(spec, platform, parse_mesh("model:2"), FLAGS.batch_size,
                                     plans["planned"].splits, link).step,
-                 "per layer": per_layer.prediction.step}
+                 "per layer": per_layer.prediction.step,
+                 "data": predict(spec, platform, parse_mesh("batch:2"), FLAGS.batch_size,
+                                 plans["data"].splits, link).step}
     return runs, auto, predicted
 
 
-def cost_model_check(plan, step, profiled, model_splits):
-    """The auto plan's candidates that were also timed, and the model splits
-    (``model_splits``: {configuration: predicted step}): predicted against measured step.
+def cost_model_check(plan, step, profiled, splits):
+    """The auto plan's candidates that were also timed, and the splits (``splits``:
+    {configuration: predicted step}): predicted against measured step.
 
     ``batch:2`` on both workers is the ``data`` layout (the same speeds give the same
     splits), ``model:2`` the ``per layer`` plan; ``batch:1`` is the fastest worker alone.
@@ -346,9 +348,9 @@ def cost_model_check(plan, step, profiled, model_splits):
     for row in rows:
         row["error"] = row["predicted_s"] / row["measured_s"] - 1
     ranked = [sorted(rows, key=lambda r: r[key]) for key in ("predicted_s", "measured_s")]
-    splits = [{"configuration": name, "predicted_s": predicted, "measured_s": step[name],
-               "error": predicted / step[name] - 1} for name, predicted in model_splits.items()]
-    return {"candidates": rows, "same_ranking": ranked[0] == ranked[1], "model_splits": splits}
+    split_rows = [{"configuration": name, "predicted_s": predicted, "measured_s": step[name],
+                   "error": predicted / step[name] - 1} for name, predicted in splits.items()]
+    return {"candidates": rows, "same_ranking": ranked[0] == ranked[1], "splits": split_rows}
 
 
 # -- measuring -----------------------------------------------------------------
@@ -416,7 +418,7 @@ def benchmark_model(name, exp, batch, workers):
                                       workers.target, workers.cluster.session_config(),
                                       progress=progress, op_size=True)
     progress("%s: building the configurations" % name)
-    runs, auto, model_splits = build_runs(config, batch, workers, profiled, link)
+    runs, auto, split_steps = build_runs(config, batch, workers, profiled, link)
     progress("%s: timing %d steps x %d interleaved repeats" % (name, FLAGS.steps,
                                                                FLAGS.repeats))
     time_interleaved(runs)
@@ -448,7 +450,7 @@ def benchmark_model(name, exp, batch, workers):
                                           ("auto", "data even"))},
             "hmp_over_plain_tf": (step["plain TF"] / step["worker 0 alone"]
                                   if "plain TF" in step else None),
-            "cost_model": cost_model_check(auto, step, profiled, model_splits)}
+            "cost_model": cost_model_check(auto, step, profiled, split_steps)}
 
 
 # -- reporting -----------------------------------------------------------------
@@ -503,10 +505,10 @@ def table(result):
                                 ms(r["predicted_s"]), ms(r["measured_s"]), 100 * r["error"])
                              for r in check["candidates"])
                  + "; same ranking: %s" % ("yes" if check["same_ranking"] else "no"))
-    lines.append("cost model, the model splits (predicted / measured step): " + "; ".join(
+    lines.append("cost model, the splits (predicted / measured step): " + "; ".join(
         "%s %s / %s ms (%+.0f%%)" % (r["configuration"], ms(r["predicted_s"]),
                                      ms(r["measured_s"]), 100 * r["error"])
-        for r in check["model_splits"]))
+        for r in check["splits"]))
     return "\n".join(lines + where_the_time_goes(result["configs"]))
 
 

@@ -122,13 +122,13 @@ def test_a_tiny_run_writes_every_figure(runs):
         assert r["measured_s"] == configs[r["configuration"]]["step_s"]
         assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1)
     assert "same ranking: " in run.stdout
-    assert [r["configuration"] for r in check["model_splits"]] == ["planned", "per layer"]
-    for r in check["model_splits"]:
+    assert [r["configuration"] for r in check["splits"]] == ["planned", "per layer", "data"]
+    for r in check["splits"]:
         assert r["measured_s"] == configs[r["configuration"]]["step_s"]
         assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1)
     # the per-layer plan is auto's model:2 candidate: the same prediction
     assert [r["predicted_s"] for r in check["candidates"] if r["mesh"] == "model:2"] == [
-        r["predicted_s"] for r in check["model_splits"] if r["configuration"] == "per layer"]
+        r["predicted_s"] for r in check["splits"] if r["configuration"] == "per layer"]
     assert "per layer: efficiency" in run.stdout
     link = result["link"]   # measured idle and while both workers train
     assert link["bandwidth_bytes_per_s"] > 0 and link["loaded"]["bandwidth_bytes_per_s"] > 0
