@@ -134,6 +134,15 @@ def test_the_key_names_versions_and_setting():
     assert k["tensorflow"] and k["hmp"]
 
 
+def test_a_file_of_another_hmp_version_says_so(paths):
+    os.makedirs(os.path.dirname(paths[0]))
+    with open(paths[0], "w", encoding="utf-8") as f:
+        f.write('{"format": "hmp-speeds/3", "entries": []}')
+    _, _, _, warned = get(key(), paths, Measurer())
+    assert warned == ["warning: ignoring the speed cache %s (hmp-speeds/3, written by another "
+                      "version of hmp; this one reads hmp-speeds/4)" % paths[0]]
+
+
 @pytest.mark.parametrize("content", [
     "{not json", "[]", '{"format": "other", "entries": []}',
     '{"format": "hmp-speeds/4", "entries": {}}',

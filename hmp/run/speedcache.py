@@ -145,7 +145,11 @@ def load(path, warn):
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else None
+        if isinstance(found, str) and found.startswith("hmp-speeds/") and found != FORMAT:
+            raise ValueError("%s, written by another version of hmp; this one reads %s"
+                             % (found, FORMAT))
+        if found != FORMAT:
             raise ValueError("not a %s file" % FORMAT)
         if not isinstance(data.get("entries"), list):
             raise ValueError("no list of entries")
