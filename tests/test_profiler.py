@@ -84,13 +84,16 @@ def test_the_profiled_step_is_the_runs_step_with_its_augmentation_and_projection
 
 
 def test_barrier_seconds_spreads_the_excess_over_the_barriers():
-    assert profiler.barrier_seconds(0.010, 0.004, 3) == pytest.approx(0.002)
-    assert profiler.barrier_seconds(0.003, 0.004, 3) == 0.0   # faster than predicted
-    assert profiler.barrier_seconds(0.010, 0.004, 0) == 0.0   # no barrier
+    # 10 ms split, shares 4 and 6 ms alone, 1 ms of hand-overs: 3 ms over 3 barriers
+    assert profiler.barrier_seconds(0.010, [0.004, 0.006], 0.001, 3) == pytest.approx(0.001)
+    assert profiler.barrier_seconds(0.006, [0.004, 0.006], 0.001, 3) == 0.0   # no longer
+    assert profiler.barrier_seconds(0.010, [0.004, 0.006], 0.001, 0) == 0.0   # no barrier
 
 
-def test_measure_platform_prices_the_batch_splits_excess_per_barrier(monkeypatch):
-    monkeypatch.setattr(profiler.SplitStep, "run", lambda self: 0.25)   # every split step
+def test_measure_platform_prices_the_split_steps_excess_per_barrier(monkeypatch):
+    # every split step takes 0.25 s, every one-device step 0.1 s (also each share's)
+    monkeypatch.setattr(profiler.SplitStep, "run", lambda self: 0.25)
+    monkeypatch.setattr(profiler.DeviceStep, "run", lambda self: 0.1)
     messages = []
     devices = ["/cpu:0", "/cpu:1"]
     speeds, link = profiler.measure_platform(
@@ -99,10 +102,10 @@ def test_measure_platform_prices_the_batch_splits_excess_per_barrier(monkeypatch
     spec = model_spec(TINY)
     plan = plan_layout(spec, platform_specs(devices, [dataclasses.asdict(s) for s in speeds]),
                        None, 8, "batch:2", link=dataclasses.replace(link, barrier_s=0.0))
+    assert plan.splits["batch"] == [4, 4]   # equal speeds
     assert spec.norm_layers == 4   # two blocks of two convolutions, each normalised
-    assert link.barrier_s == pytest.approx((0.25 - plan.prediction.step) / (2 * 4 + 1))
-    assert any("barrier: 2 steps of the batch split %s" % plan.splits["batch"] in m
-               for m in messages)
+    assert link.barrier_s == pytest.approx((0.25 - 0.1 - plan.prediction.comm) / (2 * 4 + 1))
+    assert "the batch split [4, 4] and each device on its share, 2 steps each" in messages[-1]
     alone, no_link = profiler.measure_platform(TINY, ["/cpu:0"], 8, warmup=1, repeats=1)
     assert len(alone) == 1 and no_link is None
 

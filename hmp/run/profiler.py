@@ -25,9 +25,10 @@ measurements (the cost-model benchmark runs several side by side).
 
 ``measure_platform`` adds the link between the devices (``hmp.run.linkprobe``) and
 the wait at a barrier (``LinkSpec.barrier_s``, the cost model's docstring): the
-model's step split over all devices by batch, as planned from the speeds just
-measured, is timed (``SplitStep``), and what it takes beyond the cost model's
-prediction without barriers is spread over its barriers (``barrier_seconds``).
+model's step split by batch over all devices, as planned from the speeds just
+measured (``SplitStep``), and each device alone on its share of that batch are timed
+in turns; what the split takes beyond its slowest share and the priced hand-overs is
+spread over its barriers (``barrier_seconds``).
 
 ``busy_times`` reads TensorFlow's step statistics of one traced step
 (``tf.RunOptions(trace_level=FULL_TRACE)``) and returns, per mesh device, the
@@ -218,13 +219,14 @@ def measure_platform(config, devices, batch_size, warmup=2, repeats=5, target=No
                                    recipe)
 
 
-def barrier_seconds(measured_s, predicted_s, count):
-    """The wait per barrier: what a split step measured at ``measured_s`` takes beyond
-    its prediction without barriers ``predicted_s``, over its ``count`` barriers; 0
-    when it has none or takes no longer."""
+def barrier_seconds(split_s, shares_s, comm_s, count):
+    """The wait per barrier: what a split step of ``split_s`` seconds takes beyond its
+    slowest device alone on its share (``shares_s``: each device's step on its share of
+    the batch) and the hand-overs the cost model prices (``comm_s``), over its ``count``
+    barriers; 0 when it has none or takes no longer."""
     if count < 1:
         return 0.0
-    return max(0.0, (measured_s - predicted_s) / count)
+    return max(0.0, (split_s - max(shares_s) - comm_s) / count)
 
 
 def measure_barrier(config, spec, devices, speeds, link, batch_size, warmup=2, repeats=5,
@@ -232,24 +234,39 @@ def measure_barrier(config, spec, devices, speeds, link, batch_size, warmup=2, r
                     recipe=Recipe()):
     """``link`` with its ``barrier_s`` measured: the model's step split by batch over
     ``devices`` as ``plan_layout`` plans it from ``speeds`` (``DeviceSpeed``) and
-    ``link``, ``warmup`` untimed steps, then the median of ``repeats``; its wait per
-    barrier is ``barrier_seconds`` of that and the plan's predicted step."""
+    ``link``, and each device's one-device step on its share of that batch, in turns
+    (``warmup`` untimed rounds, then the medians of ``repeats``): ``barrier_seconds``
+    of those and the plan's predicted communication. Timing the shares in the same
+    turns keeps the compute model's errors and the machine's changing load out of
+    the wait."""
     platform = platform_specs(devices, [dataclasses.asdict(s) for s in speeds])
     plan = plan_layout(spec, platform, None, batch_size, "batch:%d" % len(devices),
                        link=link)
+    shares = plan.splits["batch"]
     if progress:
-        progress("profiling the wait at a barrier: %d steps of the batch split %s"
-                 % (repeats, plan.splits["batch"]))
-    step = SplitStep(config, plan, target, session_config, optimizer, recipe)
+        progress("profiling the wait at a barrier: the batch split %s and each device on "
+                 "its share, %d steps each, in turns" % (shares, repeats))
+    steps = {}
     try:
-        for _ in range(warmup):
-            step.run()
-        seconds = statistics.median(step.run() for _ in range(repeats))
+        steps["split"] = SplitStep(config, plan, target, session_config, optimizer, recipe)
+        for device, share in zip(devices, shares):
+            if share:
+                steps[device] = DeviceStep(config, device, share, target, session_config,
+                                           optimizer, recipe)
+        seconds = {key: [] for key in steps}
+        for turn in range(warmup + repeats):
+            for key, step in steps.items():
+                elapsed = step.run()
+                if turn >= warmup:
+                    seconds[key].append(elapsed)
     finally:
-        step.close()
+        for step in steps.values():
+            step.close()
+    median = {key: statistics.median(times) for key, times in seconds.items()}
     _, count = costmodel.barriers(spec, parse_mesh(plan.mesh))
-    return dataclasses.replace(link, barrier_s=barrier_seconds(seconds, plan.prediction.step,
-                                                               count))
+    wait = barrier_seconds(median.pop("split"), list(median.values()), plan.prediction.comm,
+                           count)
+    return dataclasses.replace(link, barrier_s=wait)
 
 
 def small_batch(batch_size):
