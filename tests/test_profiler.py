@@ -83,11 +83,11 @@ def test_the_profiled_step_is_the_runs_step_with_its_augmentation_and_projection
     assert not {"pca_projection", "field_look"} & names
 
 
-def test_barrier_seconds_spreads_the_excess_over_the_barriers():
+def test_barrier_wait_spreads_the_excess_over_the_barriers():
     # 10 ms split, shares 4 and 6 ms alone, 1 ms of hand-overs: 3 ms over 3 barriers
-    assert profiler.barrier_seconds(0.010, [0.004, 0.006], 0.001, 3) == pytest.approx(0.001)
-    assert profiler.barrier_seconds(0.006, [0.004, 0.006], 0.001, 3) == 0.0   # no longer
-    assert profiler.barrier_seconds(0.010, [0.004, 0.006], 0.001, 0) == 0.0   # no barrier
+    assert profiler.barrier_wait(0.010, [0.004, 0.006], 0.001, 3) == pytest.approx(0.001)
+    assert profiler.barrier_wait(0.006, [0.004, 0.006], 0.001, 3) == 0.0   # no longer
+    assert profiler.barrier_wait(0.010, [0.004, 0.006], 0.001, 0) == 0.0   # no barrier
 
 
 def test_measure_platform_prices_the_split_steps_excess_per_barrier(monkeypatch):

@@ -28,7 +28,7 @@ the wait at a barrier (``LinkSpec.barrier_s``, the cost model's docstring): the
 model's step split by batch over all devices, as planned from the speeds just
 measured (``SplitStep``), and each device alone on its share of that batch are timed
 in turns; what the split takes beyond its slowest share and the priced hand-overs is
-spread over its barriers (``barrier_seconds``).
+spread over its barriers (``barrier_wait``).
 
 ``busy_times`` reads TensorFlow's step statistics of one traced step
 (``tf.RunOptions(trace_level=FULL_TRACE)``) and returns, per mesh device, the
@@ -219,7 +219,7 @@ def measure_platform(config, devices, batch_size, warmup=2, repeats=5, target=No
                                    recipe)
 
 
-def barrier_seconds(split_s, shares_s, comm_s, count):
+def barrier_wait(split_s, shares_s, comm_s, count):
     """The wait per barrier: what a split step of ``split_s`` seconds takes beyond its
     slowest device alone on its share (``shares_s``: each device's step on its share of
     the batch) and the hand-overs the cost model prices (``comm_s``), over its ``count``
@@ -235,7 +235,7 @@ def measure_barrier(config, spec, devices, speeds, link, batch_size, warmup=2, r
     """``link`` with its ``barrier_s`` measured: the model's step split by batch over
     ``devices`` as ``plan_layout`` plans it from ``speeds`` (``DeviceSpeed``) and
     ``link``, and each device's one-device step on its share of that batch, in turns
-    (``warmup`` untimed rounds, then the medians of ``repeats``): ``barrier_seconds``
+    (``warmup`` untimed rounds, then the medians of ``repeats``): ``barrier_wait``
     of those and the plan's predicted communication. Timing the shares in the same
     turns keeps the compute model's errors and the machine's changing load out of
     the wait."""
@@ -264,7 +264,7 @@ def measure_barrier(config, spec, devices, speeds, link, batch_size, warmup=2, r
             step.close()
     median = {key: statistics.median(times) for key, times in seconds.items()}
     _, count = costmodel.barriers(spec, parse_mesh(plan.mesh))
-    wait = barrier_seconds(median.pop("split"), list(median.values()), plan.prediction.comm,
+    wait = barrier_wait(median.pop("split"), list(median.values()), plan.prediction.comm,
                            count)
     return dataclasses.replace(link, barrier_s=wait)
 
