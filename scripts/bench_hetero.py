@@ -516,8 +516,7 @@ def link_figures(link):
     """A recorded LinkSpec's ``LinkSpec.figures`` ("-" for None)."""
     if link is None:
         return "-"
-    return LinkSpec(link["bandwidth_bytes_per_s"], link["latency_s"],
-                    barrier_s=link.get("barrier_s", 0.0)).figures()
+    return LinkSpec(**link).figures()
 
 
 def where_the_time_goes(configs):

@@ -551,13 +551,14 @@ def _model_axis_time(model_spec, mesh, splits, batch_rows, link, hosts):
                     backward)
                    for kind, elems, dim, backward in model_axis_collectives(model_spec)]
     figures = {backward: model_axis_link(link, backward) for backward in (False, True)}
+    model_barriers, _ = barriers(model_spec, mesh)
     groups = [list(hosts[r]) for r in range(mesh.batch)]
     rows = []
     for row_hosts, samples in zip(groups, batch_rows):
         reduce = {b: _allreduce_pricer(row_hosts, f) for b, f in figures.items()}
         gather_link = {b: f.between(row_hosts) for b, f in figures.items()}
         per_sample = BYTES_PER_ELEMENT * samples
-        total = len(collectives) * link.between(row_hosts).barrier_s
+        total = model_barriers * link.between(row_hosts).barrier_s
         for kind, elems, pieces, backward in collectives:
             if kind == "allreduce":
                 total += reduce[backward](per_sample * elems)

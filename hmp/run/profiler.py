@@ -253,16 +253,12 @@ def measure_barrier(config, spec, devices, speeds, link, batch_size, warmup=2, r
             if share:
                 steps[device] = DeviceStep(config, device, share, target, session_config,
                                            optimizer, recipe)
-        seconds = {key: [] for key in steps}
-        for turn in range(warmup + repeats):
-            for key, step in steps.items():
-                elapsed = step.run()
-                if turn >= warmup:
-                    seconds[key].append(elapsed)
+        _in_turns(steps, warmup)
+        median = {key: statistics.median(times)
+                  for key, times in _in_turns(steps, repeats).items()}
     finally:
         for step in steps.values():
             step.close()
-    median = {key: statistics.median(times) for key, times in seconds.items()}
     _, count = costmodel.barriers(spec, parse_mesh(plan.mesh))
     wait = barrier_wait(median.pop("split"), list(median.values()), plan.prediction.comm,
                            count)
@@ -346,15 +342,23 @@ def _timing_line(steps, config, repeats):
             + "".join(f", {e}" for e in extra) + ", round-robin")
 
 
+def _in_turns(steps, repeats):
+    """``{key: [seconds of each of its repeats]}``: ``repeats`` steps of each of
+    ``steps`` ({key: a step with ``run()``}), taking turns step by step, so that a
+    change in the machine's load hits every one of them alike."""
+    seconds = {key: [] for key in steps}
+    for _ in range(repeats):
+        for key, step in steps.items():
+            seconds[key].append(step.run())
+    return seconds
+
+
 def _timed(steps, config, devices, batch_size, repeats, progress, spec, op_size):
     """DeviceSpeeds from ``repeats`` steps of each of ``steps``, round-robin; with
     ``op_size``, their op-size figures too (``_op_size_fit``)."""
     if progress:
         progress(_timing_line(steps, config, repeats))
-    seconds = {key: [] for key in steps}
-    for _ in range(repeats):
-        for key, step in steps.items():
-            seconds[key].append(step.run())
+    seconds = _in_turns(steps, repeats)
     train_flops = train_flops_per_sample(config, spec)
     small = small_batch(batch_size)
     step = {key: statistics.median(times) for key, times in seconds.items()}
