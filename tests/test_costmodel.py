@@ -389,7 +389,6 @@ def test_every_barrier_waits_the_links_barrier_s(mesh, splits, per_step):
     spec = dataclasses.replace(two_conv_model(), norm_layers=3)
     parsed = parse_mesh(mesh)
     assert sum(barriers(spec, parsed)) == per_step
-    assert barriers(spec, parsed)[0] == len(model_axis_collectives(spec)) * (parsed.model > 1)
     link = LinkSpec(1e9, 1e-4, loaded=LinkSpec(5e8, 3e-4))
     n = parsed.batch * parsed.model
     base, waiting = (predict(spec, devices(*[1e9] * n), parsed, 8, splits, l)

@@ -90,6 +90,8 @@ def test_file_names_match_ignoring_case(tmp_path, cube_name, labels_name):
     scipy.io.savemat(tmp_path / labels_name, {"indian_pines_gt": labels})
     scene = load_benchmark_scene("Indian Pines", tmp_path)
     assert scene.name == "indian_pines" and scene.class_names[-1] == "Stone-Steel-Towers"
+    np.testing.assert_array_equal(scene.cube, cube)
+    np.testing.assert_array_equal(scene.labels, labels)
 
 
 def test_generic_loader_reads_npy_and_single_array_mat_without_key(tmp_path):

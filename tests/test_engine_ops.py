@@ -158,22 +158,6 @@ def test_dense_reducing_split_feature_map_matches_numpy():
     assert harness.max_relative_error(grads[0], expected_grad) <= TOLERANCE
 
 
-def test_batch_norm_statistics_cover_the_whole_uneven_batch():
-    rng = np.random.RandomState(0)
-    x = (3 + 2 * rng.randn(6, 4, 4, 6)).astype(np.float32)
-    x_dims = dims(("batch", 6), ("h", 4), ("w", 4), ("cin", 6))
-
-    def build(mesh, tx):
-        return layers.batch_norm(tx, training=True, epsilon=1e-3)[0]
-    out, grads, weight, _ = run_on_mesh(build, LAYOUTS["batch_and_in"], [(x, x_dims)])
-    mean, var = x.mean(axis=(0, 1, 2)), x.var(axis=(0, 1, 2))
-    assert harness.max_relative_error(out, (x - mean) / np.sqrt(var + 1e-3)) <= TOLERANCE
-    _, expected_grads = tf_reference(
-        lambda a: tf.nn.batch_normalization(a, *tf.nn.moments(a, [0, 1, 2]), None, None, 1e-3),
-        [x], weight)
-    assert harness.max_relative_error(grads[0], expected_grads[0]) <= 1e-4
-
-
 class CountingMeshImpl(hmp.HeteroMeshImpl):
     """HeteroMeshImpl that records the mesh axes of every all-reduce it lowers."""
 

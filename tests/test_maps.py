@@ -1,5 +1,6 @@
 """Classification-map and confusion-matrix PNGs."""
 
+import matplotlib
 import numpy as np
 import pytest
 from matplotlib import image as mpimg
@@ -54,6 +55,12 @@ def test_confusion_matrix_png(tmp_path):
     path = tmp_path / "confusion.png"
     save_confusion_matrix_plot(path, np.array([[5, 1], [2, 7]]), ["a", "b"])
     assert path.read_bytes()[:8] == PNG_SIGNATURE
-    assert len(colours_in(path)) > 10
+    # the cells' colours: row shares [[5/6, 1/6], [2/9, 7/9]] on the Blues map, scaled
+    # from the smallest share to the largest
+    shares = np.array([5 / 6, 1 / 6, 2 / 9, 7 / 9])
+    scaled = (shares - shares.min()) / (shares.max() - shares.min())
+    present = np.array(sorted(colours_in(path)))
+    for colour in (matplotlib.colormaps["Blues"](scaled)[:, :3] * 255).round():
+        assert np.abs(present - colour).max(axis=1).min() <= 1, colour
     with pytest.raises(ValueError, match=r"shape \(2, 2\) does not match 3 class names"):
         save_confusion_matrix_plot(path, np.eye(2, dtype=int), ["a", "b", "c"])

@@ -1,10 +1,12 @@
 """hmp.run.speedcache: measured speeds and link kept per setting; hit, miss, corrupt, key."""
 
 import dataclasses
+import importlib.metadata
 import json
 import os
 
 import pytest
+import tensorflow as tf
 
 from hmp.planning import LinkSpec
 from hmp.run import speedcache
@@ -131,7 +133,8 @@ def test_the_key_names_versions_and_setting():
                                  "optimizer", "devices", "workers")} == {
         "model": "cnn2d", "width": 2, "patch": 5, "bands": 4, "classes": 3, "batch_size": 8,
         "optimizer": "adam", "devices": DEVICES, "workers": ["h:1"]}
-    assert k["tensorflow"] and k["hmp"]
+    assert k["tensorflow"] == tf.__version__
+    assert k["hmp"] == importlib.metadata.version("hmp")
 
 
 def test_a_file_of_another_hmp_version_says_so(paths):
