@@ -5,11 +5,11 @@
   python scripts/plan_layout.py --platform=platform.json --batch_size=128 --out=plan.json
 
 ``--speeds=auto`` measures every device with ``hmp.run.profiler.measure_platform``
-(one device at a time) and the link between them with ``hmp.run.linkprobe``
-(unless ``--platform`` gives one), and plans with the measured FLOP rates and
-link, so ``--mesh=auto`` weighs communication; when ``--mesh`` may split the
-model (``auto``, ``model:N``) and no ``--platform`` is given, also each device's
-op-size figures (``hmp.run.calibration``). The plan's model name holds the model
+(one device at a time) and the link between them with ``hmp.run.linkprobe``, and
+plans with the measured figures (and the link of ``--platform`` where it gives one;
+its memory figures and hosts stay too), so ``--mesh=auto`` weighs communication; when
+``--mesh`` may split the model (``auto``, ``model:N``), also each device's op-size
+figures (``hmp.run.calibration``). The plan's model name holds the model
 and its input shape, so ``Plan.from_json`` refuses it for another model or input. Every bad flag value ends the run with one
 line ``plan_layout: error: ...`` on stderr and exit code 2.
 """
@@ -29,8 +29,8 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 import models  # noqa: E402
 from hmp.data import check_patch_size  # noqa: E402
 from hmp.errors import InvalidInput  # noqa: E402
-from hmp.planning import (DeviceSpec, check_speeds, load_platform, parse_mesh,  # noqa: E402
-                          plan_layout, splits_the_model)
+from hmp.planning import (DeviceSpec, check_mesh_size, check_speeds,  # noqa: E402
+                          load_platform, parse_mesh, plan_layout, splits_the_model)
 from hmp.run.calibration import describe  # noqa: E402
 from hmp.run.devices import LOCAL_JOBS, virtual_cpus  # noqa: E402
 from hmp.run.linkprobe import platform_specs  # noqa: E402
@@ -106,7 +106,8 @@ def parse_speeds(text, devices):
 
 def parse_bytes(text):
     """``"2GB"``, ``"512MiB"``, ``"1e9"`` -> bytes (float)."""
-    match = re.fullmatch(r"\s*([0-9.]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*", text, re.IGNORECASE)
+    match = re.fullmatch(r"\s*((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*",
+                         text, re.IGNORECASE)
     if not match or match.group(2).lower() not in UNIT_OF:
         raise cli.UsageError(f"{text!r} is not a number of bytes")
     value = float(match.group(1)) * UNIT_OF[match.group(2).lower()]
@@ -136,22 +137,7 @@ def check_mesh(text, count):
     if text == "auto":
         return
     with cli.blame("mesh"):
-        mesh = parse_mesh(text)
-    if mesh.size != count:
-        raise cli.UsageError(f"--mesh={text!r} has {mesh.size} positions but there are "
-                             f"{count} devices; allowed: a mesh of {count} positions or auto")
-
-
-def check_min_filters(spec, mesh):
-    """UsageError unless every split dim gives each model column --min_filters filters."""
-    if mesh == "auto":  # a batch-parallel candidate needs no filters split
-        return
-    columns = parse_mesh(mesh).model
-    for dim, size in spec.split_dims().items():
-        if FLAGS.min_filters * columns > size:
-            raise cli.UsageError(f"--min_filters={FLAGS.min_filters}: split dim {dim!r} has "
-                                 f"{size} filters, too few for {columns} model columns; "
-                                 f"allowed: at most {size // columns}")
+        check_mesh_size(parse_mesh(text), count)
 
 
 def profile(config, spec, devices):
@@ -170,8 +156,7 @@ def profile(config, spec, devices):
         speeds, link = measure_platform(config, names, FLAGS.batch_size, FLAGS.warmup,
                                         FLAGS.repeats, FLAGS.target or None, session_config,
                                         progress=progress, spec=spec,
-                                        op_size=splits_the_model(FLAGS.mesh)
-                                        and not FLAGS.platform)
+                                        op_size=splits_the_model(FLAGS.mesh))
     except tf.errors.OpError as e:
         raise cli.UsageError(f"--devices: profiling failed: {e.message.splitlines()[0]}") from e
     print("Measured speeds (training step alone on each device, median of "
@@ -186,6 +171,19 @@ def profile(config, spec, devices):
         print(f"  link: {link.figures()}")
     print()
     return speeds, link
+
+
+def measured_specs(devices, measured):
+    """DeviceSpecs of the measured figures (``DeviceSpeed`` per device), each device on
+    its host (virtual CPUs of this process share its cores); a ``--platform`` device
+    (a DeviceSpec) keeps its memory figures and any host it names."""
+    names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
+    specs = platform_specs(names, [dataclasses.asdict(s) for s in measured])
+    return [dataclasses.replace(spec, mem_bytes=given.mem_bytes, mem_bw=given.mem_bw,
+                                host=given.host or spec.host,
+                                host_cores=given.host_cores or spec.host_cores)
+            if isinstance(given, DeviceSpec) else spec
+            for spec, given in zip(specs, devices)]
 
 
 def run():
@@ -208,15 +206,10 @@ def run():
                                  FLAGS.width)
     with cli.blame("model", "patch_size", "bands", "width", also=(ValueError,)):
         spec = model_spec(config)
-    check_min_filters(spec, FLAGS.mesh)
     if speeds == "auto":
         measured, measured_link = profile(config, spec, devices)
-        speeds = [s.flops_per_s for s in measured]
-        if link is None and measured_link is not None and not FLAGS.platform:
-            # measured absolute speeds, overheads and link: price communication, with
-            # each device's host (virtual CPUs of this process share its cores)
-            devices = platform_specs(devices, [dataclasses.asdict(s) for s in measured])
-            speeds, link = None, measured_link
+        devices = measured_specs(devices, measured)
+        speeds, link = None, link or measured_link
     with cli.blame("devices", "speeds", "mesh", "batch_size", "memory_caps", "min_filters"):
         plan = plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh, caps,
                            FLAGS.min_filters, link)

@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -11,7 +12,8 @@ from cli_batch import Run, run_batch_with_out
 from hmp.planning import Plan
 from hmp.run.from_graph import model_spec
 from models import model_config
-from script_modules import SCRIPTS
+from hmp.cli import UsageError
+from script_modules import SCRIPTS, import_script
 
 SCRIPT = str(SCRIPTS / "plan_layout.py")
 TINY = ["--model=cnn2d", "--width=4", "--patch_size=5", "--bands=8", "--classes=4",
@@ -24,6 +26,11 @@ def runs(tmp_path_factory):
     (tests/cli_batch.py), and "bad_flag", a process of its own (its whole stderr,
     TensorFlow's start-up included, is under test) started beside them."""
     folder = tmp_path_factory.mktemp("plans")
+    platform = folder / "platform.json"
+    platform.write_text(json.dumps({   # a link no split can afford; absurd speed figures
+        "devices": [{"name": d, "flops_per_s": 1e15, "half_rate_flops": 1e12}
+                    for d in ("/cpu:0", "/cpu:2")],
+        "link": {"bandwidth_bytes_per_s": 1e9, "latency_s": 10.0}}))
     bad_out = folder / "bad_flag.json"
     bad_flag = subprocess.Popen([sys.executable, SCRIPT, *TINY, "--mesh=model:x",
                                  f"--out={bad_out}"], stdout=subprocess.PIPE,
@@ -33,6 +40,8 @@ def runs(tmp_path_factory):
         {"given": [*TINY, "--speeds=3,2,1", "--mesh=model:3"],
          "auto": [*TINY, "--speeds=auto", "--devices=/cpu:0,/cpu:2", "--warmup=1",
                   "--repeats=2", "--mesh=batch:2"],
+         "platform_auto": [*TINY, "--speeds=auto", f"--platform={platform}", "--warmup=1",
+                           "--repeats=2", "--mesh=auto"],
          "even_patch": [*TINY, "--patch_size=4", "--speeds=1,1", "--devices=/cpu:0,/cpu:1"]},
         folder)
     stdout, stderr = bad_flag.communicate(timeout=120)
@@ -77,3 +86,30 @@ def test_auto_speeds_are_measured(runs):
     assert all(math.isfinite(s) and s > 0 for s in plan["speeds"])
     assert sum(plan["splits"]["batch"]) == 12
     assert "profiling /cpu:2 (2/2)" in run.stderr and "Measured speeds" in run.stdout
+
+
+def test_auto_speeds_replace_the_platforms_and_keep_its_link(runs):
+    run, out = runs["platform_auto"]
+    assert run.returncode == 0, run.stderr
+    plan = json.loads(out.read_text())
+    assert plan["time_unit"] == "s"
+    assert all(s < 1e14 for s in plan["speeds"])   # measured, not the platform's 1e15
+    # the platform's half_rate_flops (1e12 against a measured rate of at most 1e14) would
+    # add seconds to every layer op; the measured op-size figures do not
+    assert plan["prediction"]["step"] < 1.0
+    # the platform's link (10 s a hand-over) leaves one device alone
+    assert plan["mesh"] == "batch:1"
+    assert sorted(plan["devices"] + [d["device"] for d in plan["left_out"]]) == [
+        "/cpu:0", "/cpu:2"]
+
+
+@pytest.mark.parametrize("text, size", [
+    ("2GB", 2e9), ("512MiB", 512 * 2 ** 20), ("1e9", 1e9), (".5 kb", 500.0), ("3.", 3.0)])
+def test_byte_counts_are_read_with_their_units(text, size):
+    assert import_script("plan_layout").parse_bytes(text) == size
+
+
+@pytest.mark.parametrize("text", ["1.2.3", ".", "e9", "2 GiBs", "0MB"])
+def test_a_malformed_byte_count_is_a_usage_error(text):
+    with pytest.raises(UsageError, match="^" + re.escape(repr(text)) + " is not "):
+        import_script("plan_layout").parse_bytes(text)

@@ -279,6 +279,7 @@ def test_fewer_filters_than_devices():
     ("model", r"bad mesh 'model': axis 'model' is unknown; allowed: "),
     ("model:0", "size '0' of axis 'model' is not a whole number >= 1"),
     ("model:x", "size 'x' of axis 'model'"),
+    ("model:\u00b3", "size '\u00b3' of axis 'model'"),   # a superscript 3: no size
     ("gpu:3", "axis 'gpu:3' is unknown"),
     ("model:3;model:1", "axis 'model' appears twice"),
     ("model:3;batch:1", "write the batch axis first"),

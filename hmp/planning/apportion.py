@@ -177,7 +177,8 @@ def apportion(total, speeds, minimum=1, caps=None, *, names=None, unit="units",
     n = len(speeds)
     if total < minimum * n:
         raise InvalidInput(
-            f"{total} {unit} cannot give {n} devices at least {minimum} each")
+            f"{total} {unit} cannot give {n} devices at least {minimum} each "
+            f"(at most {total // n} each)")
     upper = _upper_bounds(caps, n, minimum, names)
     if upper.sum() < total:
         capped = ", ".join(

@@ -48,7 +48,7 @@ def parse_mesh(text):
             raise InvalidInput(f"bad mesh {text!r}: axis {part.strip()!r} is unknown; {ALLOWED}")
         if axis in sizes:
             raise InvalidInput(f"bad mesh {text!r}: axis {axis!r} appears twice; {ALLOWED}")
-        if not size.isdigit() or int(size) < 1:
+        if not (size.isascii() and size.isdigit()) or int(size) < 1:
             raise InvalidInput(f"bad mesh {text!r}: size {size!r} of axis {axis!r} "
                              f"is not a whole number >= 1; {ALLOWED}")
         sizes[axis] = int(size)
