@@ -135,9 +135,9 @@ def test_memory_estimate_by_hand():
     spec = two_conv_model()
     conv1, conv2 = spec.layers
     mem = memory_bytes(spec, [10], np.array([[0.75, 0.25], [0.75, 0.25]]))
-    # 3 copies of the weights held + per sample: input, conv1's outputs held, conv2's whole
-    # output (partial sums).
-    expected = [4 * (3 * f * (conv1.params + conv2.params)
+    # 4 copies of the weights held (weights, gradients, Adam's two moments) + per sample:
+    # input, conv1's outputs held, conv2's whole output (partial sums).
+    expected = [4 * (4 * f * (conv1.params + conv2.params)
                      + 10 * (48 + f * conv1.output_elems_per_sample
                              + conv2.output_elems_per_sample)) for f in (0.75, 0.25)]
     assert mem[0] == pytest.approx(expected)

@@ -111,9 +111,9 @@ Step time = compute + all communication (not overlapped with compute: on a
 CPU link, e.g. loopback between workers of one machine, sending and
 receiving is work of the same cores that compute).
 
-Memory per device = 4 bytes * (3 copies of its weights (weights, gradients,
-one optimizer slot) + its batch share * (input sample + every layer output
-it holds)).
+Memory per device = 4 bytes * (4 copies of its weights (weights, gradients,
+Adam's two moments; an upper bound for optimizers with fewer slots) + its
+batch share * (input sample + every layer output it holds)).
 """
 
 import dataclasses
@@ -130,7 +130,7 @@ from hmp.planning.layout import check_mesh_size, check_splits
 
 BYTES_PER_ELEMENT = 4  # float32
 TRAIN_FLOPS_FACTOR = 3  # forward + backward ~= 3 x forward
-PARAM_COPIES = 3  # weights, gradients, one optimizer slot
+PARAM_COPIES = 4  # weights, gradients, Adam's two moments (the default optimizer)
 FED_BYTES_PER_SAMPLE = 8  # an int32 pixel index and an int32 label (patches are cut on devices)
 
 
