@@ -10,7 +10,7 @@ from hmp.errors import InvalidInput
 from hmp.planning import (DeviceSpec, LinkSpec, ModelSpec, apportion, conv_layer_spec,
                           dense_layer_spec, load_platform, memory_bytes, parse_mesh, predict,
                           ring_allgather_time, ring_allreduce_time)
-from hmp.planning.costmodel import (allreduce_time, barriers, concurrent_groups_time,
+from hmp.planning.costmodel import (allreduce_pricer, barriers, concurrent_groups_time,
                                     model_axis_collectives)
 
 LINK = LinkSpec(bandwidth_bytes_per_s=1e9, latency_s=1e-5)
@@ -422,22 +422,22 @@ def test_two_level_allreduce_across_hosts_by_hand():
     # 2 hosts x 2 devices: reduce onto each leader and copy back (2 hand-overs of the
     # whole tensor on the local link), a ring of the 2 leaders over the link.
     two_level = 2 * (1e-6 + size / 1e10) + (2 * 1 / 2 * size / 1e9 + 2 * 1e-4)
-    assert allreduce_time(size, ["h0", "h0", "h1", "h1"], link) == pytest.approx(two_level)
+    assert allreduce_pricer(["h0", "h0", "h1", "h1"], link)(size) == pytest.approx(two_level)
     # 3 devices on h0, 1 on h1: the larger host counts
-    assert allreduce_time(size, ["h0", "h0", "h0", "h1"], link) == pytest.approx(
+    assert allreduce_pricer(["h0", "h0", "h0", "h1"], link)(size) == pytest.approx(
         4 * (1e-6 + size / 1e10) + (size / 1e9 + 2 * 1e-4))
     # one host: a ring on the local link; all on different hosts: a ring on the link
-    assert allreduce_time(size, ["h0"] * 4, link) == pytest.approx(
+    assert allreduce_pricer(["h0"] * 4, link)(size) == pytest.approx(
         ring_allreduce_time(size, 4, local))
-    assert allreduce_time(size, ["a", "b", "c", "d"], link) == pytest.approx(
+    assert allreduce_pricer(["a", "b", "c", "d"], link)(size) == pytest.approx(
         ring_allreduce_time(size, 4, link))
-    assert allreduce_time(size, ["h0"], link) == 0
+    assert allreduce_pricer(["h0"], link)(size) == 0
     # in predict: batch:4 over 2 hosts of 2 devices
     spec = two_conv_model()
     specs = [DeviceSpec(f"/cpu:{i}", 1e9, host=f"h{i // 2}") for i in range(4)]
     p = predict(spec, specs, parse_mesh("batch:4"), 8, {"batch": [2] * 4}, link)
     hosts = ["h0", "h0", "h1", "h1"]
-    expected = allreduce_time(4 * sum(l.params for l in spec.layers), hosts, link)
+    expected = allreduce_pricer(hosts, link)(4 * sum(l.params for l in spec.layers))
     assert p.comm == pytest.approx(expected)
 
 

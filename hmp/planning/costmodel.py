@@ -86,7 +86,7 @@ under load). They matter: with five all-reduces a layer (Mesh-TF's own gradient)
 cnn2d's four batch-norm layers added 51 ms to the 72 ms step of its data split over
 two workers of the 2-vCPU VM, and 20 ms to the step of the fast worker alone. A group spanning several hosts
 with several devices on some of them uses the two-level all-reduce of
-``hmp.mesh.collectives`` (``allreduce_time``). Collectives of groups that share a
+``hmp.mesh.collectives`` (``allreduce_pricer``). Collectives of groups that share a
 host (the rows' on the model axis, the columns' on the batch axis) overlap,
 except for the ``LinkSpec.cpu_share`` of them that is CPU work of that host
 (``concurrent_groups_time``).
@@ -468,8 +468,10 @@ def _hosts(devices, shape):
     return np.array(labels, dtype=object).reshape(shape)
 
 
-def allreduce_time(nbytes, hosts, link):
-    """One all-reduce of ``nbytes`` among devices on ``hosts`` (one label per device).
+def allreduce_pricer(hosts, link):
+    """The time of one all-reduce among devices on ``hosts`` (one label per device), as a
+    function of its bytes (the group's hosts looked at once, not per tensor: a plan
+    prices many tensors per group).
 
     As ``hmp.HeteroMeshImpl`` lowers it: devices of one host use
     ``link.local``; devices all on different hosts a ring over ``link``; a
@@ -479,12 +481,6 @@ def allreduce_time(nbytes, hosts, link):
     tensor on the local link, ``k`` the most devices on one host), and the
     leaders run a ring over ``link``.
     """
-    return _allreduce_pricer(hosts, link)(nbytes)
-
-
-def _allreduce_pricer(hosts, link):
-    """``allreduce_time`` of one group as a function of the bytes (the group's hosts
-    looked at once, not per tensor: a plan prices many tensors per group)."""
     hosts = list(hosts)
     if len(hosts) <= 1:
         return lambda nbytes: 0.0
@@ -555,7 +551,7 @@ def _model_axis_time(model_spec, mesh, splits, batch_rows, link, hosts):
     groups = [list(hosts[r]) for r in range(mesh.batch)]
     rows = []
     for row_hosts, samples in zip(groups, batch_rows):
-        reduce = {b: _allreduce_pricer(row_hosts, f) for b, f in figures.items()}
+        reduce = {b: allreduce_pricer(row_hosts, f) for b, f in figures.items()}
         gather_link = {b: f.between(row_hosts) for b, f in figures.items()}
         per_sample = BYTES_PER_ELEMENT * samples
         total = model_barriers * link.between(row_hosts).barrier_s
@@ -587,15 +583,15 @@ def _batch_axis_time(model_spec, mesh, fractions, link, hosts):
     _, batch_barriers = barriers(model_spec, mesh)
     columns = []
     for c, column_hosts in enumerate(groups):
-        idle_sum = _allreduce_pricer(column_hosts, link)
-        norm_sums = idle_sum(0.0) + _allreduce_pricer(column_hosts, loaded)(0.0)
+        idle_sum = allreduce_pricer(column_hosts, link)
+        norm_sums = idle_sum(0.0) + allreduce_pricer(column_hosts, loaded)(0.0)
         columns.append(idle_sum(BYTES_PER_ELEMENT * float(params @ fractions[:, c]))
                        + model_spec.norm_layers * norm_sums
                        + batch_barriers * link.between(column_hosts).barrier_s)
     return concurrent_groups_time(columns, groups, link)
 
 
-def feed_time(model_spec, batch_rows, hosts, link):
+def feed_time(batch_rows, hosts, link):
     """Feeding the batch: to the first device's host over ``link.feed``, then to the others.
 
     The scene lives on the devices (``hmp.run.scene_input``): a step feeds every
@@ -687,7 +683,7 @@ def predict(model_spec, devices, mesh, batch_size, splits, link=None):
         hosts = _hosts(devices, shape)
         comm = (_model_axis_time(model_spec, mesh, splits, batch_rows, link, hosts)
                 + _batch_axis_time(model_spec, mesh, fractions, link, hosts)
-                + feed_time(model_spec, batch_rows, hosts, link))
+                + feed_time(batch_rows, hosts, link))
     compute = gated_compute(seconds.reshape(len(model_spec.layers), -1), devices)
     total_flops = device_flops.sum()
     return Prediction(

@@ -11,8 +11,9 @@ over the ``model`` axis and how:
   computes a partial sum over its channels, and an all-reduce over the model
   axis adds them up.
 
-The helpers build specs from shapes so that models and tests need not count
-FLOPs by hand; the sizes and FLOPs are ``hmp.layer_math``'s, the rules the
+The helpers build specs from shapes so that users (a platform of their own
+model, ``scripts/bench_planner.py``) and tests need not count FLOPs by hand (the
+trainer reads its specs off the model's graph, ``hmp.run.from_graph``); the sizes and FLOPs are ``hmp.layer_math``'s, the rules the
 engine and ``hmp.run.workload`` use. FLOPs count a multiply-add as 2.
 """
 

@@ -39,7 +39,7 @@ class Candidate:
 
 @dataclass
 class Plan:
-    """A chosen layout with its predictions. See README "Layout planner" for the JSON."""
+    """A chosen layout with its predictions. The JSON: docs/planner.md, "The plan file"."""
 
     model: str
     mesh: str
@@ -65,7 +65,7 @@ class Plan:
         return [record["dim"] for record in self.replicated]
 
     def to_json(self, path):
-        """Writes the plan as JSON, atomically (see README for the format)."""
+        """Writes the plan as JSON, atomically (docs/planner.md, "The plan file")."""
         write_json(path, {"format": FORMAT, **asdict(self)})
 
     @classmethod

@@ -2,8 +2,9 @@
 
 For a given mesh the layout follows from the speeds: every split dim (filter
 dimension) is apportioned over the model columns in proportion to the summed
-speed of each column's devices, and the batch over the batch rows in
-proportion to each row's summed speed. Memory caps turn into caps on filters
+speed of each column's devices, and the batch over the batch rows so that
+each row's step (its per-step overhead + its samples at its summed speed)
+takes as long as the others' (``_row_rates``). Memory caps turn into caps on filters
 and samples (the cost model's memory estimate is affine in both), so work
 moves from a device that would not fit to devices with room. With
 ``mesh="auto"`` every data-, hybrid and model-parallel mesh of the right size
@@ -101,10 +102,11 @@ def _units_cap(headroom, size, minimum):
 
 
 def _row_rates(model_spec, specs, mesh):
-    """Per batch row: samples/s (its devices' FLOP rates alone, ``alone_flops_per_s``,
-    over the training FLOPs of a sample) and per-step overhead (the largest of its
-    devices': each pays its own in full), or None when no device has one (shares by
-    speed alone)."""
+    """Per batch row: its speed and per-step overhead (the largest of its devices': each
+    pays its own in full). With overheads, the speed is in samples/s (its devices'
+    FLOP rates alone, ``alone_flops_per_s``, over the training FLOPs of a sample);
+    when no device has one, the overhead is None and the speed its summed FLOP/s
+    (shares by speed alone, for which the unit does not matter)."""
     overhead = np.array([d.overhead_s for d in specs]).reshape(mesh.batch, mesh.model)
     flops = np.array([alone_flops_per_s(model_spec, d)
                       for d in specs]).reshape(mesh.batch, mesh.model)

@@ -77,15 +77,6 @@ class DeviceSpeed:
     elementwise_s_per_element: float | None = None  # element-wise work (op_size=True)
 
 
-def train_flops_per_sample(config, spec=None):
-    """The cost model's training FLOPs of one sample: ``TRAIN_FLOPS_FACTOR`` x forward.
-
-    ``spec``: the config's ``model_spec`` if the caller has it (building one
-    builds the model's graph).
-    """
-    return costmodel.train_flops_per_sample(spec or model_spec(config))
-
-
 @dataclasses.dataclass(frozen=True)
 class RandomBatch:
     """A fixed random scene and batch: what a ``TrainingGraph`` loads and is fed."""
@@ -249,10 +240,9 @@ def measure_barrier(config, spec, devices, speeds, link, batch_size, warmup=2, r
     steps = {}
     try:
         steps["split"] = SplitStep(config, plan, target, session_config, optimizer, recipe)
-        for device, share in zip(devices, shares):
-            if share:
-                steps[device] = DeviceStep(config, device, share, target, session_config,
-                                           optimizer, recipe)
+        for device, share in zip(devices, shares):   # each share >= 1 (the planner's minimum)
+            steps[device] = DeviceStep(config, device, share, target, session_config,
+                                       optimizer, recipe)
         _in_turns(steps, warmup)
         median = {key: statistics.median(times)
                   for key, times in _in_turns(steps, repeats).items()}
@@ -359,7 +349,7 @@ def _timed(steps, config, devices, batch_size, repeats, progress, spec, op_size)
     if progress:
         progress(_timing_line(steps, config, repeats))
     seconds = _in_turns(steps, repeats)
-    train_flops = train_flops_per_sample(config, spec)
+    train_flops = costmodel.train_flops_per_sample(spec)
     small = small_batch(batch_size)
     step = {key: statistics.median(times) for key, times in seconds.items()}
     rates = [batch_size / step[d, STEP, batch_size] for d in devices]
