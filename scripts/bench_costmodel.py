@@ -20,9 +20,11 @@ that are none of the validated layouts:
   tensors) at the same sizes: the slope of step minus feed gives the
   device's FLOP rate, the intercept its fixed per-step overhead;
 * the feed link (client to the first device) from the feed times;
-* the link (and the local link), from a tensor handed back and forth between
-  two devices and added there, a chain of 16 hand-overs minus one, for
-  256 B and 4 MiB: latency and bandwidth; the link again under load
+* the link (and the local link) as the trainer's profiler measures it
+  (``hmp.run.linkprobe``): a tensor handed back and forth between two
+  devices and added there, a chain of 16 hand-overs minus one, for 256 B
+  and 1 MiB: latency and bandwidth; two such chains at once against one:
+  ``cpu_share`` (which the profiler does not measure); the link again under load
   (``LinkSpec.loaded``): the same chains while both of its devices run the
   model's one-device step in background threads;
 * per device, the one-device step at half the width (``--width / 2``,
@@ -79,7 +81,8 @@ from hmp.planning.costmodel import FED_BYTES_PER_SAMPLE, per_sample_totals
 from hmp.planning.plan import aligned_columns
 from hmp.run.from_graph import model_spec
 from hmp.run.calibration import ElementwiseStep, elementwise_slope, fit_op_size, half_width
-from hmp.run.linkprobe import hop_chain, no_rewrites, running
+from hmp.run.linkprobe import (HANDOVER_BYTES, HOPS, handover_seconds, hop_chain,
+                              link_from_handovers, no_rewrites)
 from hmp.run.profiler import DeviceStep, measure_speeds, random_batch, run_traced
 
 FLAGS = flags.FLAGS
@@ -104,8 +107,6 @@ flags.DEFINE_integer("workers", 0, "0: virtual CPU devices in this process; N: N
                      "processes, worker i pinned to core i mod cores.")
 flags.DEFINE_integer("virtual_cpus", 2, "CPU devices per worker (with --workers).")
 
-HANDOVER_BYTES = (256, 4 << 20)  # small: latency; large: bandwidth
-HOPS = 16
 LOADED_REPEATS = 40  # hand-over chains timed while the link's devices compute
 SMALL_BATCH_DIVISOR = 8  # the overhead's second batch size: batch_size / 8
 
@@ -186,51 +187,37 @@ def median_seconds(session, fetch, repeats=20, feed=None):
 
 
 def measure_link(plat, pair, load=()):
-    """LinkSpecs (idle, under load or None) from handing a tensor between the devices ``pair``.
+    """LinkSpecs (idle, under load or None) between the devices ``pair``, as the trainer's
+    profiler measures them (``hmp.run.linkprobe``: hand-over chains of a small and a
+    large tensor), under load while ``load`` (the model's one-device ``DeviceStep``s on
+    the pair's devices) keeps running, as in a split step; idle also with ``cpu_share``
+    (``handovers_side_by_side``), which the profiler does not measure."""
+    idle = link_from_handovers(handover_seconds(pair, plat.target, plat.config, repeats=20))
+    loaded = (link_from_handovers(handover_seconds(
+        pair, plat.target, plat.config, LOADED_REPEATS, busy=[step.run for step in load]))
+        if load else None)
+    return dataclasses.replace(idle, cpu_share=handovers_side_by_side(plat, pair)), loaded
 
-    A chain of ``HOPS + 1`` adds alternating between the two devices, minus a
-    chain of one, gives the time per hand-over; a small and a large tensor
-    give latency and bandwidth. Timed idle, and, given ``load`` (the model's
-    one-device ``DeviceStep``s on the pair's devices), again while those keep
-    running in background threads, as in a split step, where hand-overs share
-    the hosts' cores with the layers' compute. Two small chains run at once
-    against one (idle) give ``cpu_share``: 0 if they overlap fully, 1 if they
-    take turns.
-    """
+
+def handovers_side_by_side(plat, pair):
+    """``cpu_share``: two chains of small hand-overs between ``pair`` at once against
+    one; 0 if they overlap fully, 1 if they take turns."""
     with tf.Graph().as_default():
-        chains = []
-        for nbytes in HANDOVER_BYTES:
-            with tf.device(pair[0]):
-                x = tf.Variable(tf.zeros([nbytes // 4]))
-                x2 = tf.Variable(tf.zeros([nbytes // 4]))
-            chains.append([hop_chain(start, pair, hops)
-                           for start, hops in ((x, 1), (x, HOPS + 1), (x2, HOPS + 1))])
+        with tf.device(pair[0]):
+            starts = [tf.Variable(tf.zeros([HANDOVER_BYTES[0] // 4])) for _ in range(2)]
+        short = hop_chain(starts[0], pair, 1)
+        long, other = (hop_chain(start, pair, HOPS + 1) for start in starts)
         with tf.Session(plat.target, config=no_rewrites(plat.config)) as session:
             session.run(tf.global_variables_initializer())
-            for short, long, other in chains:
-                median_seconds(session, long, 3)  # warm-up
-                median_seconds(session, [long, other], 3)
-            short, long, other = chains[0]
+            median_seconds(session, [long, other], 3)  # warm-up
             one = median_seconds(session, long) - median_seconds(session, short)
             two = median_seconds(session, [long, other]) - median_seconds(session, short)
-
-            def per_hop(repeats):
-                return [(median_seconds(session, long, repeats)
-                         - median_seconds(session, short, repeats)) / HOPS
-                        for short, long, _ in chains]
-
-            idle = per_hop(20)
-            if load:
-                with running([step.run for step in load]):
-                    loaded = line_fit(HANDOVER_BYTES, per_hop(LOADED_REPEATS))
-            else:
-                loaded = None
-    share = min(max(two / max(one, 1e-12) - 1.0, 0.0), 1.0)
-    return dataclasses.replace(line_fit(HANDOVER_BYTES, idle), cpu_share=share), loaded
+    return min(max(two / max(one, 1e-12) - 1.0, 0.0), 1.0)
 
 
 def line_fit(sizes, seconds):
-    """A LinkSpec through two (bytes, seconds) points: 1 / slope and intercept (>= 0)."""
+    """A LinkSpec through two (bytes, seconds) points: 1 / slope and intercept (>= 0);
+    the feed's (two batch sizes, so its fixed cost is the intercept)."""
     (small_bytes, large_bytes), (small, large) = sizes, seconds
     bandwidth = (large_bytes - small_bytes) / max(large - small, 1e-12)
     return LinkSpec(bandwidth, max(small - small_bytes / bandwidth, 0.0))

@@ -136,8 +136,9 @@ def handover_seconds(pair, target=None, session_config=None, repeats=9, busy=())
                     for short, long in chains]
 
 
-def _fit(seconds):
-    """A LinkSpec from per-hop seconds of the small and large tensor."""
+def link_from_handovers(seconds):
+    """A LinkSpec from per-hop seconds of the small and the large tensor
+    (``handover_seconds``): the small one's is the latency, the slope the bandwidth."""
     (small_bytes, large_bytes), (small, large) = HANDOVER_BYTES, seconds
     bandwidth = (large_bytes - small_bytes) / max(large - small, MIN_SECONDS)
     return LinkSpec(bandwidth, small)
@@ -169,10 +170,10 @@ def measure_link(devices, target=None, session_config=None, repeats=9, progress=
     for kind in ("link", "local"):
         if pairs[kind] is not None:
             say("profiling the link between %s and %s" % pairs[kind])
-            idle = _fit(handover_seconds(pairs[kind], target, session_config, repeats))
+            idle = link_from_handovers(handover_seconds(pairs[kind], target, session_config, repeats))
             if busy:
                 say("profiling the same link while the devices train")
-                idle = dataclasses.replace(idle, loaded=_fit(handover_seconds(
+                idle = dataclasses.replace(idle, loaded=link_from_handovers(handover_seconds(
                     pairs[kind], target, session_config, repeats, busy)))
             figures[kind] = idle
     if "link" not in figures:  # one host: its local link is the only one
