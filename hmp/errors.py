@@ -1,5 +1,5 @@
-"""The one exception class hmp raises for input it refuses, and the count check
-its validators share.
+"""The one exception class hmp raises for input it refuses, and the count and
+amount checks its validators share.
 
 Validators (of flags, files, scenes, meshes, plans, speeds, ...) raise
 :class:`InvalidInput`, a ``ValueError``; the command-line programs turn it,
@@ -8,6 +8,7 @@ Any other exception is a bug or a failure of the system, and keeps its
 traceback.
 """
 
+import math
 import numbers
 
 
@@ -24,3 +25,13 @@ def whole_number(value, what, minimum=1):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise InvalidInput(f"{what} must be a whole number >= {minimum}, got {value!r}")
     return int(value)
+
+
+def is_positive_number(value, allow_zero=False):
+    """Whether ``value`` is a finite real number > 0 (>= 0 with ``allow_zero``), not a bool.
+
+    The one test of amounts (speeds, seconds, bytes, rates); each validator words its
+    own error.
+    """
+    return bool(not isinstance(value, bool) and isinstance(value, numbers.Real)
+                and math.isfinite(value) and (value > 0 or (allow_zero and value == 0)))

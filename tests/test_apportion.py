@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from hmp.errors import is_positive_number
 from hmp.planning import apportion
 
 
@@ -212,3 +213,13 @@ def test_a_larger_overhead_gets_fewer_units_than_its_speed_share():
 def test_bad_offsets_are_named(offsets, message):
     with pytest.raises(ValueError, match=message):
         apportion(10, [1.0, 1.0], offsets=offsets)
+
+
+@pytest.mark.parametrize("value, positive, non_negative", [
+    (1, True, True), (2.5, True, True), (np.float32(3.0), True, True), (0, False, True),
+    (0.0, False, True), (-1e-9, False, False), (float("inf"), False, False),
+    (float("nan"), False, False), (True, False, False), ("1", False, False),
+    (None, False, False)])
+def test_the_one_test_of_amounts(value, positive, non_negative):
+    assert is_positive_number(value) is positive
+    assert is_positive_number(value, allow_zero=True) is non_negative

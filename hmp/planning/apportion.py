@@ -30,7 +30,7 @@ from numbers import Real
 
 import numpy as np
 
-from hmp.errors import InvalidInput, whole_number
+from hmp.errors import InvalidInput, is_positive_number, whole_number
 
 
 def describe_device(index, names=None):
@@ -59,7 +59,7 @@ def check_speeds(speeds, names=None):
             raise InvalidInput(
                 f"{describe_device(i, names)} has speed {speed!r}, "
                 "which is not a number")
-        if not math.isfinite(speed) or speed <= 0:
+        if not is_positive_number(speed):
             raise InvalidInput(
                 f"{describe_device(i, names)} has speed {speed!r}: "
                 "speeds must be finite and greater than 0")

@@ -120,11 +120,10 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
-from numbers import Real
 
 import numpy as np
 
-from hmp.errors import InvalidInput
+from hmp.errors import InvalidInput, is_positive_number
 from hmp.hosts import group_by_host, is_hierarchical
 from hmp.planning.layout import check_mesh_size, check_splits
 
@@ -165,8 +164,7 @@ def _positive(value, what, allow_none=False, allow_zero=False):
     """ValueError unless ``value`` is a finite number > 0 (or >= 0, or None)."""
     if value is None and allow_none:
         return
-    if (isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value)
-            or value < 0 or (value == 0 and not allow_zero)):
+    if not is_positive_number(value, allow_zero):
         raise InvalidInput(f"{what} is {value!r}; must be a finite number "
                          f"{'>= 0' if allow_zero else '> 0'}")
 

@@ -18,11 +18,10 @@ recorded with why.
 import contextlib
 import dataclasses
 import math
-from numbers import Real
 
 import numpy as np
 
-from hmp.errors import InvalidInput, whole_number
+from hmp.errors import InvalidInput, is_positive_number, whole_number
 from hmp.planning.apportion import apportion, check_speeds
 from hmp.planning.costmodel import (DeviceSpec, alone_flops_per_s, memory_bytes, predict,
                                     train_flops_per_sample, weight_fractions)
@@ -71,8 +70,7 @@ def _device_specs(devices, speeds, memory_caps):
     if len(memory_caps) != len(names):
         raise InvalidInput(f"got {len(memory_caps)} memory caps for {len(names)} devices")
     for label, cap in zip(labels, memory_caps):
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, Real)
-                                or not cap > 0 or math.isinf(cap)):
+        if cap is not None and not is_positive_number(cap):
             raise InvalidInput(f"{label} has memory cap {cap!r}; must be a number of bytes > 0 "
                              "or None")
     # A DeviceSpec keeps its other figures (mem_bw, overhead_s, host, host_cores).

@@ -24,12 +24,12 @@ entries.
 import dataclasses
 import datetime
 import json
-import math
 import os
 
 import tensorflow as tf_module
 
 from hmp import files
+from hmp.errors import is_positive_number
 from hmp.planning import LinkSpec
 
 FORMAT = "hmp-speeds/4"  # /2: each speed has its overhead_s; /3: and its op-size figures;
@@ -101,19 +101,14 @@ def new_entry(key, measured, link):
                  dataclasses.asdict(link) if link is not None else None)
 
 
-def _positive_number(value):
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value) and value > 0)
-
-
 def _speed_is_valid(speed, device):
     """True if ``speed`` is the JSON of ``device``'s measured figures."""
     return (isinstance(speed, dict) and set(speed) == SPEED_FIELDS
             and speed["device"] == device
-            and all(_positive_number(speed[k]) for k in
+            and all(is_positive_number(speed[k]) for k in
                     ("samples_per_s", "min_samples_per_s", "max_samples_per_s", "flops_per_s"))
-            and (_positive_number(speed["overhead_s"]) or speed["overhead_s"] == 0)
-            and all(speed[k] is None or _positive_number(speed[k]) or speed[k] == 0
+            and is_positive_number(speed["overhead_s"], allow_zero=True)
+            and all(speed[k] is None or is_positive_number(speed[k], allow_zero=True)
                     for k in OP_SIZE_FIGURES))
 
 
