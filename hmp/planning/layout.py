@@ -97,6 +97,12 @@ def layout_rules(model_spec, mesh):
     return ";".join(f"{dim}:{axis}" for dim, (axis, _) in laid_out_dims(model_spec, mesh).items())
 
 
+def are_sizes(sizes):
+    """Whether ``sizes`` is a list (or tuple) of whole numbers >= 0: one dim's split."""
+    return isinstance(sizes, (list, tuple)) and all(
+        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in sizes)
+
+
 def check_splits(model_spec, mesh, batch_size, splits, source="splits"):
     """Checks that ``splits`` is a layout of ``model_spec`` on ``mesh``; returns it as ints.
 
@@ -118,9 +124,7 @@ def check_splits(model_spec, mesh, batch_size, splits, source="splits"):
         sizes = splits.get(dim)
         if sizes is None:
             raise InvalidInput(f"{source}: no sizes for dimension {dim!r} (split on {axis!r})")
-        if (not isinstance(sizes, (list, tuple))
-                or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
-                           for s in sizes)):
+        if not are_sizes(sizes):
             raise InvalidInput(f"{source}: sizes of {dim!r} must be a list of whole numbers "
                              f">= 0, got {sizes!r}")
         length = getattr(mesh, axis)

@@ -15,7 +15,7 @@ from hmp.errors import InvalidInput, whole_number
 from hmp.files import write_json
 from hmp.planning.apportion import check_speeds
 from hmp.planning.costmodel import DeviceSpec, Prediction
-from hmp.planning.layout import check_splits, parse_mesh
+from hmp.planning.layout import are_sizes, check_splits, parse_mesh
 
 FORMAT = "hmp-plan/1"
 TIME_UNITS = ("s", "relative")
@@ -268,10 +268,7 @@ def _parse(data, where):
         raise InvalidInput(f"{where}: {e}") from e
     batch_size = whole_number(data["batch_size"], f"{where}: batch_size")
     splits = data["splits"]
-    if not isinstance(splits, dict) or not all(
-            isinstance(sizes, list) and all(isinstance(s, int) and not isinstance(s, bool)
-                                            and s >= 0 for s in sizes)
-            for sizes in splits.values()):
+    if not isinstance(splits, dict) or not all(map(are_sizes, splits.values())):
         _fail(where, "splits", "an object of dimension -> list of whole numbers >= 0", splits)
     for dim, sizes in splits.items():
         length = mesh.batch if dim == "batch" else mesh.model
