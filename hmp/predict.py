@@ -44,7 +44,7 @@ flags.DEFINE_string("cube_key", None, "MATLAB variable of the cube.")
 flags.DEFINE_string("labels_key", None, "MATLAB variable of the label map.")
 flags.DEFINE_string("data_dir", None, "Folder with the scene files.")
 flags.DEFINE_string("synthetic_layout", None, "Class layout of the synthetic scene.")
-flags.DEFINE_integer("seed", None, "Seed of the synthetic scene.")
+flags.DEFINE_integer("seed", None, "Seed of the synthetic scene.", lower_bound=0)
 flags.DEFINE_string("devices", None, "Comma-separated TensorFlow devices; the batch is "
                     "split evenly over them (default /gpu:0 if there is one, else /cpu:0).")
 flags.DEFINE_integer("batch_size", 1024, "Pixels classified per step.")

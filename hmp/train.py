@@ -95,7 +95,8 @@ flags.DEFINE_string("model_dir", None, "Checkpoints, results and event files "
 flags.DEFINE_bool("resume", False, "Continue from the latest checkpoint in --model_dir.")
 flags.DEFINE_bool("overwrite", False, "Start over in a --model_dir that holds a run: first "
                   "delete its checkpoints, results, maps and event files.")
-flags.DEFINE_integer("checkpoint_every", 0, "Also checkpoint every N steps (0: every epoch).")
+flags.DEFINE_integer("checkpoint_every", 0, "Also checkpoint every N steps (0: every epoch).",
+                     lower_bound=0)
 flags.DEFINE_string("rebalance", "off", "off, or epoch: re-plan from measured busy times.")
 flags.DEFINE_bool("try_alone", True, "With --mesh=auto, when the plan spreads over several "
                   "devices: train the second epoch on the fastest device alone and keep "
@@ -179,10 +180,10 @@ def _check_flags():
     if not 0 <= FLAGS.val_fraction < 1:
         raise cli.UsageError("--val_fraction=%g: must lie in [0, 1)" % FLAGS.val_fraction)
     for name in ("patience", "warmup_epochs", "weight_decay", "brightness", "noise",
-                 "spectral_shift", "spectral_gain"):
+                 "spectral_shift", "spectral_gain", "rebalance_threshold"):
         value = getattr(FLAGS, name)
-        if value is not None and value < 0:
-            raise cli.UsageError("--%s=%g: must not be negative" % (name, value))
+        if value is not None and not value >= 0:   # nan too
+            raise cli.UsageError("--%s=%g: must be a number >= 0" % (name, value))
     if FLAGS.brightness >= 1:
         raise cli.UsageError("--brightness=%g: must be below 1" % FLAGS.brightness)
     if FLAGS.spectral_gain > 1:
@@ -197,12 +198,16 @@ def _model_dir():
 
 
 def _run_dirs(model_dir, seeds):
-    """The folder of each seed's run, made and checked writable; a used one needs --resume
-    or --overwrite. One run: ``model_dir`` itself; several: its ``seed-<seed>`` folders."""
+    """The folder of each seed's run, checked (a used one needs --resume or --overwrite;
+    nothing is made or deleted yet). One run: ``model_dir`` itself; several: its
+    ``seed-<seed>`` folders."""
     folders = ([model_dir] if len(seeds) == 1 else
                [os.path.join(model_dir, "seed-%d" % seed) for seed in seeds])
     for folder in folders:
-        runs.prepare_model_dir(folder, FLAGS.resume, FLAGS.overwrite)
+        runs.check_model_dir(folder, FLAGS.resume, FLAGS.overwrite)
+    if FLAGS.resume and len(folders) == 1 and runs.checkpoint_step(model_dir) is None:
+        raise cli.UsageError("--resume: %s holds no checkpoint to resume from; start the "
+                             "run without --resume" % model_dir)
     return folders
 
 
@@ -301,13 +306,12 @@ def _measured(model_config, spec, devices, session_config, target, model_dir, cl
     return entry, link
 
 
-def _plan(model_config, devices, session_config, target, model_dir, cluster, recipe):
-    """(model spec, the plan from --plan or planned now from the (measured) speeds and
-    link, the device that is fastest alone at --batch_size or None when unknown);
-    the speeds are measured on the step of ``recipe``."""
-    spec = model_spec(model_config)
+def _plan(spec, model_config, devices, session_config, target, model_dir, cluster, recipe):
+    """(the plan from --plan or planned now from the (measured) speeds and link, the
+    device that is fastest alone at --batch_size or None when unknown); ``spec``: the
+    model's; the speeds are measured on the step of ``recipe``."""
     if FLAGS.plan:
-        return spec, planning.Plan.from_json(FLAGS.plan, model_spec=spec), None
+        return planning.Plan.from_json(FLAGS.plan, model_spec=spec), None
     speeds = _speeds(devices)
     if len(devices) == 1:   # nothing to split: no profiling
         plan = planning.plan_layout(spec, devices, speeds or [1.0], FLAGS.batch_size,
@@ -315,7 +319,7 @@ def _plan(model_config, devices, session_config, target, model_dir, cluster, rec
         if FLAGS.mesh == "auto":
             plan = dataclasses.replace(plan, reason="one device (%s): the one-device layout, "
                                        "no profiling needed" % devices[0])
-        return spec, plan, devices[0]
+        return plan, devices[0]
     if speeds is not None:
         plan = planning.plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh)
         if FLAGS.mesh == "auto":
@@ -323,13 +327,13 @@ def _plan(model_config, devices, session_config, target, model_dir, cluster, rec
                 "communication not priced (no link given)",
                 "communication not priced: --speeds=%s gives the speeds, so no link was "
                 "measured (--speeds=auto measures both)" % FLAGS.speeds))
-        return spec, plan, devices[int(np.argmax(speeds))]
+        return plan, devices[int(np.argmax(speeds))]
     entry, link = _measured(model_config, spec, devices, session_config, target, model_dir,
                             cluster, recipe)
     platform = linkprobe.platform_specs(devices, entry.speeds)
     alone = [s["samples_per_s"] for s in entry.speeds]   # each timed alone at --batch_size
-    return (spec, planning.plan_layout(spec, platform, None, FLAGS.batch_size, FLAGS.mesh,
-                                       link=link),
+    return (planning.plan_layout(spec, platform, None, FLAGS.batch_size, FLAGS.mesh,
+                                 link=link),
             devices[int(np.argmax(alone))])
 
 
@@ -360,7 +364,8 @@ def _slowdown(devices):
     slowdown = {}
     for item in filter(None, FLAGS.simulate_slowdown.split(",")):
         device, _, factor = item.rpartition("=")
-        if device not in devices or not factor.replace(".", "", 1).isdigit():
+        if (device not in devices or not factor.replace(".", "", 1).isdigit()
+                or not float(factor) > 0):
             raise InvalidInput("use DEVICE=FACTOR with a device of --devices and a "
                                "positive number, got %r" % item)
         slowdown[device] = float(factor)
@@ -369,15 +374,22 @@ def _slowdown(devices):
 
 def run(cluster=None):
     _check_flags()
+    devices = _devices(cluster)
+    if FLAGS.plan:
+        with cli.blame("plan"):
+            planning.Plan.from_json(FLAGS.plan)   # its model is checked once it is built
+    else:
+        if FLAGS.mesh != "auto":   # before any profiling
+            with cli.blame("mesh", "devices"):
+                planning.check_mesh_size(planning.parse_mesh(FLAGS.mesh), len(devices))
+        _speeds(devices)
+    with cli.blame("simulate_slowdown"):
+        slowdown = _slowdown(devices)
     model_dir = _model_dir()
     if cluster:   # task 0 writes the checkpoints: no path relative to its folder
         model_dir = os.path.abspath(model_dir)
     seeds = [FLAGS.seed + i for i in range(FLAGS.runs)]
     run_dirs = _run_dirs(model_dir, seeds)
-    devices = _devices(cluster)
-    if FLAGS.mesh != "auto" and not FLAGS.plan:   # before any profiling
-        with cli.blame("mesh", "devices"):
-            planning.check_mesh_size(planning.parse_mesh(FLAGS.mesh), len(devices))
     session_config = session_config_for(devices)
     target = ""
     if cluster:
@@ -387,7 +399,8 @@ def run(cluster=None):
             if len(seeds) > 1:
                 print("run %d/%d: seed %d in %s" % (number, len(seeds), seed, run_dir),
                       flush=True)
-            _train(run_dir, seed, devices, session_config, target, signals, cluster)
+            _train(run_dir, seed, devices, session_config, target, signals, cluster,
+                   slowdown)
     if len(seeds) > 1:
         _summarise(model_dir, seeds, run_dirs)
 
@@ -403,9 +416,9 @@ def _summarise(model_dir, seeds, run_dirs):
     print("summary of %d runs in %s" % (len(seeds), os.path.join(model_dir, runs.SUMMARY)))
 
 
-def _load_experiment(model_dir, seed):
-    """The scene loaded, split and preprocessed for seed ``seed`` (saved in ``model_dir``
-    for hmp.predict and baselines.py), and its split's leakage; says what it holds."""
+def _load_experiment(seed):
+    """The scene loaded, split and preprocessed for seed ``seed``, its split's leakage and
+    its DataConfig; says what it holds (and writes nothing)."""
     print("loading %s ..." % FLAGS.dataset, flush=True)
     data_config = dataclasses.replace(scene_flags.data_config(seed), pca=_model_default("pca"),
                                       val_fraction=FLAGS.val_fraction)
@@ -419,12 +432,32 @@ def _load_experiment(model_dir, seed):
     print("split: %s; leakage %.1f%% (test pixels with a training pixel in their %dx%d patch)"
           % (exp.split.description, 100 * leakage, FLAGS.patch_size, FLAGS.patch_size),
           flush=True)
-    experiment.save(model_dir, data_config, exp.split)
     if exp.nodata_pixels:
         print("%d pixels hold NaN or infinite values: masked as no-data (label 0)"
               % exp.nodata_pixels, flush=True)
-    fitted_preprocessing.save(model_dir, exp.preprocessor)   # for hmp.predict
-    return exp, leakage
+    return exp, leakage, data_config
+
+
+# The data settings a resumed run must share with its first invocation (data.json).
+RESUMED_DATA = ("dataset", "synthetic_layout", "patch_size", "pca", "train_fraction",
+                "train_per_class", "split", "seed", "val_fraction")
+
+
+def _check_same_data(model_dir, data_config):
+    """UsageError when --resume would go on with other pixels or patches than the run's
+    first invocation used (its data.json); a folder without one has nothing to compare."""
+    try:
+        saved, _ = experiment.load(model_dir)
+    except InvalidInput:
+        return
+    changed = [name for name in RESUMED_DATA
+               if getattr(saved, name) != getattr(data_config, name)]
+    if changed:
+        raise cli.UsageError(
+            "--resume: the run in %s was trained with %s, not %s; resume it with the same "
+            "data flags, or start over with --overwrite"
+            % (model_dir, ", ".join("%s=%s" % (n, getattr(saved, n)) for n in changed),
+               ", ".join("%s=%s" % (n, getattr(data_config, n)) for n in changed)))
 
 
 def _next_plan(plan, spec, trial, epoch, stats):
@@ -467,10 +500,15 @@ def _scores(exp, variants, leakage):
         "test_without_tta": report.scores_dict(plain, exp.scene.class_names)}
 
 
-def _train(model_dir, seed, devices, session_config, target, signals, cluster):
+def _train(model_dir, seed, devices, session_config, target, signals, cluster, slowdown):
     started = time.time()
-    exp, leakage = _load_experiment(model_dir, seed)
+    exp, leakage, data_config = _load_experiment(seed)
+    if FLAGS.resume:
+        _check_same_data(model_dir, data_config)
     steps_per_epoch = exp.train.steps_per_epoch(FLAGS.batch_size, drop_remainder=True)
+    if not steps_per_epoch:
+        raise cli.UsageError("--batch_size=%d: larger than the %d training pixels; allowed: "
+                             "at most %d" % (FLAGS.batch_size, len(exp.train), len(exp.train)))
     steps = FLAGS.epochs * steps_per_epoch
     if FLAGS.resume and runs.finished(model_dir, steps):
         print("the run in %s is finished (%d epochs, step %d); its results are in %s; "
@@ -481,14 +519,18 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster):
     model_config = models.model_config(FLAGS.model, FLAGS.patch_size, exp.bands,
                                        exp.n_classes, FLAGS.width)
     recipe = _recipe(exp)
+    with cli.blame("model", "patch_size", "width"):
+        spec = model_spec(model_config)
+    # the input is good: now the folder is made (an old run deleted with --overwrite)
+    runs.prepare_model_dir(model_dir, FLAGS.overwrite)
+    experiment.save(model_dir, data_config, exp.split)   # for hmp.predict and baselines.py
+    fitted_preprocessing.save(model_dir, exp.preprocessor)
     with cli.blame(*(("plan",) if FLAGS.plan else ("devices", "speeds", "mesh"))):
-        spec, plan, fastest = _plan(model_config, devices, session_config, target,
-                                    model_dir, cluster, recipe)
+        plan, fastest = _plan(spec, model_config, devices, session_config, target,
+                              model_dir, cluster, recipe)
     if FLAGS.plan and not cluster:   # the plan's devices, not (only) --devices' default
         session_config = session_config_for(devices + plan.devices)
     print(plan.explain(), flush=True)
-    with cli.blame("simulate_slowdown"):
-        slowdown = _slowdown(devices)
     progress = ProgressLine()
 
     def start(plan, resume):

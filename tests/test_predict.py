@@ -9,6 +9,8 @@ run's results.json for the events.
 import glob
 import io
 import json
+import re
+import shutil
 import subprocess
 import sys
 
@@ -42,10 +44,12 @@ def run(tiny_run):
 
 
 @pytest.fixture(scope="module")
-def predicted(run):
-    """``python -m hmp.predict --model_dir=RUN`` (on this machine's one default device);
+def predicted(run, tmp_path_factory):
+    """``python -m hmp.predict --model_dir=COPY`` (on this machine's one default device),
+    COPY a copy of the run's folder elsewhere (its checkpoints name no folder);
     returns (class map, probabilities, PNG pixels, stdout)."""
-    model_dir = run[0]
+    model_dir = tmp_path_factory.mktemp("moved") / "run"
+    shutil.copytree(run[0], model_dir)
     process = subprocess.run([sys.executable, "-m", "hmp.predict",
                               "--model_dir=%s" % model_dir],
                              capture_output=True, text=True, timeout=300)
@@ -282,3 +286,10 @@ def test_events_hold_what_results_json_says(run, predicted):
     labelled_prediction = np.where(exp.scene.labels > 0, predicted[0], 0)
     assert step == results["step"]
     np.testing.assert_array_equal(image[:height, :width], class_colors(10)[labelled_prediction])
+
+
+def test_the_checkpoint_lists_name_no_folder_so_a_run_can_move(run):
+    for name in ("checkpoint", "best_checkpoint"):
+        paths = [line.split(": ")[1].strip('"') for line in
+                 (run[0] / name).read_text().splitlines()]
+        assert paths and all(re.fullmatch(r"(best-)?ckpt-\d+", p) for p in paths), paths

@@ -9,6 +9,7 @@ tests/test_train_runs.py.
 import io
 import json
 import os
+import re
 import signal
 
 import numpy as np
@@ -73,27 +74,41 @@ def test_signals_ask_to_stop_once_armed_and_interrupt_before(tmp_path):
 # -- 2. a used --model_dir needs --resume or --overwrite ---------------------------------
 
 def test_a_used_model_dir_is_refused_without_resume_or_overwrite(tmp_path):
-    runs.prepare_model_dir(str(tmp_path))            # empty: fine
+    runs.check_model_dir(str(tmp_path))            # empty: fine
     (tmp_path / "events.out.tfevents.1.x").write_text("")
-    runs.prepare_model_dir(str(tmp_path))            # event files alone: not a run
+    runs.check_model_dir(str(tmp_path))            # event files alone: not a run
     (tmp_path / "ckpt-7.data-00000-of-00001").write_text("")   # a save killed half-way
-    runs.prepare_model_dir(str(tmp_path))
+    runs.check_model_dir(str(tmp_path))
     (tmp_path / "ckpt-7.index").write_text("")
     (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-7"\n')
     with pytest.raises(cli.UsageError, match=r"holds a run \(a checkpoint at step 7\); "
                                              r"continue it with --resume, start over with "
                                              r"--overwrite"):
-        runs.prepare_model_dir(str(tmp_path))
+        runs.check_model_dir(str(tmp_path))
     (tmp_path / "ckpt-8_temp").mkdir()
     for name in ("results.json", "history.json", "classification_map.png", "notes.txt"):
         (tmp_path / name).write_text("{}")
     with pytest.raises(cli.UsageError, match="step 7, results.json, history.json"):
-        runs.prepare_model_dir(str(tmp_path))
+        runs.check_model_dir(str(tmp_path))
     with pytest.raises(cli.UsageError, match="--resume, --overwrite: give one"):
-        runs.prepare_model_dir(str(tmp_path), resume=True, overwrite=True)
-    runs.prepare_model_dir(str(tmp_path), resume=True)
+        runs.check_model_dir(str(tmp_path), resume=True, overwrite=True)
+    runs.check_model_dir(str(tmp_path), resume=True)
+    runs.check_model_dir(str(tmp_path), overwrite=True)
+    assert len(list(tmp_path.iterdir())) == 9   # checking deletes nothing
     runs.prepare_model_dir(str(tmp_path), overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]   # only hmp's files go
+
+
+def test_a_model_dir_under_a_file_is_refused_before_anything_is_made(tmp_path):
+    (tmp_path / "afile").write_text("")
+    for model_dir in (tmp_path / "afile", tmp_path / "afile" / "run"):
+        with pytest.raises(cli.UsageError, match="^--model_dir=%s: %s is not a folder$"
+                           % (re.escape(str(model_dir)), re.escape(str(tmp_path / "afile")))):
+            runs.check_model_dir(str(model_dir))
+    runs.check_model_dir(str(tmp_path / "new" / "run"))
+    assert not (tmp_path / "new").exists()
+    runs.prepare_model_dir(str(tmp_path / "new" / "run"))
+    assert (tmp_path / "new" / "run").is_dir()
 
 
 # -- 3. the history of every invocation --------------------------------------------------

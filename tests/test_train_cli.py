@@ -54,7 +54,7 @@ def cli_runs(tmp_path_factory, small_scene):
     name's runs write in a folder of their own; a BAD_FLAGS run is named by its flags.
     The runs that train do so on conftest's ``small_scene``."""
     from models import model_config
-    names = ("no_checkpoint", "other_model_plan", "nan", "readme_model",
+    names = ("no_checkpoint", "kept", "other_model_plan", "nan", "readme_model",
              "auto_speeds", "relative_speeds", "virtual_cpus_plan")
     folders = {name: tmp_path_factory.mktemp(name) for name in names}
     other_plan = plan_file(folders["other_model_plan"] / "plan.json",
@@ -68,6 +68,10 @@ def cli_runs(tmp_path_factory, small_scene):
     two = [*tiny_auto, "--devices=/cpu:0,/cpu:1"]
     runs = {
         "no_checkpoint": [train(*TINY, "--resume", model_dir=folders["no_checkpoint"])],
+        "kept": [train(*tiny, "--epochs=1", model_dir=folders["kept"]),
+                 train(*tiny, "--overwrite", "--batch_size=100000", model_dir=folders["kept"]),
+                 train(*tiny, "--resume", "--epochs=2", "--train_fraction=0.3",
+                       model_dir=folders["kept"])],
         "other_model_plan": [train(*TINY, "--plan=%s" % other_plan,
                                    model_dir=folders["other_model_plan"] / "run")],
         "nan": [train(*tiny, "--optimizer=sgd", "--learning_rate=1e30", "--epochs=1",
@@ -179,6 +183,13 @@ BAD_FLAGS = {
     THREE + " --batch_size=2 --mesh=batch:3 --speeds=1,1,1": "2 samples cannot give 3 devices",
     "--devices=/gpu:7": "--devices=/gpu:7: /gpu:7 is not a device of this machine, which has",
     "--devices=/cpu:0,/cpu:0": "--devices=/cpu:0,/cpu:0: a device is named twice",
+    "--devices=/bogus:0": "--devices=/bogus:0: '/bogus:0' is not a TensorFlow device string",
+    "--devices=/cpu:-1": "--devices=/cpu:-1: '/cpu:-1' names no device type and index >= 0",
+    "--seed=-1": "--seed=-1: -1 is not a non-negative integer",
+    "--batch_size=100000": "--batch_size=100000: larger than the 1444 training pixels; "
+                           "allowed: at most 1444",
+    "--rebalance_threshold=nan": "--rebalance_threshold=nan: must be a number >= 0",
+    "--simulate_slowdown=/cpu:0=0": "--simulate_slowdown=/cpu:0=0: use DEVICE=FACTOR",
     "--model_dir=/proc/x": "--model_dir=/proc/x: not writable",
     "--epochs=abc": "--epochs=abc",
     "--optimizer=nope": "--optimizer=nope: choose one of",
@@ -209,10 +220,30 @@ def test_bad_flag_gives_one_line_error(flags, bad_flag_runs):
     assert BAD_FLAGS[flags] in lines[0], lines[0]
 
 
-def test_resume_without_checkpoint_is_refused(cli_runs):
+def test_resume_without_checkpoint_is_refused_before_anything_is_written(cli_runs):
     (run,), folders = cli_runs[0]["no_checkpoint"], cli_runs[1]
     assert run.returncode == 2
-    assert "no checkpoint in %s to resume from" % folders["no_checkpoint"] in run.stderr
+    assert run.stderr.strip() == ("hmp.train: error: --resume: %s holds no checkpoint to "
+                                  "resume from; start the run without --resume"
+                                  % folders["no_checkpoint"])
+    assert list(folders["no_checkpoint"].iterdir()) == []
+
+
+def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
+    """--overwrite deletes the old run only once the new run's input is good; --resume
+    refuses other data than the run's."""
+    (first, overwrite, resume), folders = cli_runs[0]["kept"], cli_runs[1]
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert overwrite.returncode == 2   # known once the scene is loaded
+    assert "--batch_size=100000: larger than the" in overwrite.stderr
+    assert resume.returncode == 2
+    assert resume.stderr.strip() == (
+        "hmp.train: error: --resume: the run in %s was trained with train_fraction=0.5, not "
+        "train_fraction=0.3; resume it with the same data flags, or start over with "
+        "--overwrite" % folders["kept"])
+    results = json.loads((folders["kept"] / "results.json").read_text())
+    assert len(results["history"]) == 1 and (folders["kept"] / "checkpoint").exists()
+    assert json.loads((folders["kept"] / "data.json").read_text())["train_fraction"] == 0.5
 
 
 def test_plan_for_another_model_is_refused(cli_runs):

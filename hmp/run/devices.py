@@ -33,10 +33,12 @@ def virtual_cpus(devices):
 
 
 def check_local(devices):
-    """Raises InvalidInput for a device list naming a device twice, or a GPU this
-    machine does not have."""
+    """Raises InvalidInput for a device list naming a device twice, a string that is no
+    TensorFlow device, or a GPU this machine does not have."""
     if len(set(devices)) != len(devices):
         raise InvalidInput("a device is named twice")
+    for name in devices:
+        check_device_string(name)
     gpus = gpu_count()
     for name in devices:
         match = LOCAL_GPU.match(name)
@@ -46,6 +48,19 @@ def check_local(devices):
                 "(N >= 1: virtual CPUs)%s" % (name, gpus, "" if gpus == 1 else "s",
                                              " and /gpu:0 to /gpu:%d" % (gpus - 1) if gpus
                                              else ""))
+
+
+def check_device_string(name):
+    """InvalidInput unless ``name`` is a TensorFlow device string with a type and an
+    index >= 0 (``/cpu:0``, ``/gpu:1``, ``/job:worker/task:1/device:CPU:0``)."""
+    allowed = "allowed: e.g. /cpu:0, /gpu:1, /job:worker/task:1/device:CPU:0"
+    try:
+        spec = tf.DeviceSpec.from_string(name)
+    except ValueError as error:
+        raise InvalidInput("%r is not a TensorFlow device string (%s); %s"
+                           % (name, error, allowed)) from None
+    if spec.device_type is None or (spec.device_index or 0) < 0:
+        raise InvalidInput("%r names no device type and index >= 0; %s" % (name, allowed))
 
 
 def session_config_for(devices):

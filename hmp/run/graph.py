@@ -221,7 +221,7 @@ class TrainingGraph:
             self.copy_masters_to_slices = self.lowering.copy_masters_to_slices()
             self.copy_slices_to_masters = self.lowering.copy_slices_to_masters()
             self.init = tf.global_variables_initializer()
-            self.saver = tf.train.Saver(max_to_keep=3)
+            self.saver = tf.train.Saver(max_to_keep=3, save_relative_paths=True)   # movable
 
     def feed(self, indices, labels, training=True):
         """The feed of one step: flat pixel indices and 0-based labels, ``batch_size``

@@ -37,21 +37,33 @@ def run_files(model_dir, patterns=RUN_FILES):
                    for path in glob.glob(os.path.join(glob.escape(model_dir), pattern))})
 
 
-def prepare_model_dir(model_dir, resume=False, overwrite=False):
-    """Makes ``model_dir`` and checks it is writable; refuses to reuse a run's folder.
+def check_model_dir(model_dir, resume=False, overwrite=False):
+    """Refuses, before anything is written or deleted, a folder that cannot take the run.
 
     Raises :class:`hmp.cli.UsageError` (naming --model_dir, --resume and
-    --overwrite) when the folder holds a run and neither ``resume`` nor
-    ``overwrite`` is given; with ``overwrite``, deletes the run's files first.
+    --overwrite) when ``model_dir`` is not a folder that can be made or written,
+    or holds a run and neither ``resume`` nor ``overwrite`` is given. Deletes
+    nothing: :func:`prepare_model_dir` does, once the run's input is known good.
     """
     if resume and overwrite:
         raise cli.UsageError("--resume, --overwrite: give one of them (continue the run in "
                              "--model_dir, or delete it and start over)")
+    existing = os.path.abspath(model_dir)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+        why = "not a folder" if not os.path.isdir(existing) else "not writable"
+        raise cli.UsageError("--model_dir=%s: %s is %s" % (model_dir, existing, why))
     held = _held(model_dir)
     if held and not resume and not overwrite:
         raise cli.UsageError(
             "--model_dir=%s holds a run (%s); continue it with --resume, start over with "
             "--overwrite, or give another --model_dir" % (model_dir, ", ".join(held)))
+
+
+def prepare_model_dir(model_dir, overwrite=False):
+    """Makes ``model_dir`` (checked by :func:`check_model_dir`) and checks it is writable;
+    with ``overwrite``, deletes the run's files first (and nothing else)."""
     try:
         if overwrite:
             for path in run_files(model_dir):   # ckpt-N_temp: a folder of a killed save

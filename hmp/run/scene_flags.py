@@ -37,7 +37,8 @@ flags.DEFINE_string("test_set", None, "Label-map file of the test pixels (see --
 flags.DEFINE_integer("patch_size", 9, "Odd patch size (pixels).")
 flags.DEFINE_integer("pca", 0, "Reduce the bands to this many PCA components (0: keep all); "
                      "hmp.train: when not given, the model's default (hybridsn: 45).")
-flags.DEFINE_integer("seed", 0, "Seed of the split, the data order and the synthetic scene.")
+flags.DEFINE_integer("seed", 0, "Seed of the split, the data order and the synthetic scene.",
+                     lower_bound=0)
 FLAGS = flags.FLAGS
 
 

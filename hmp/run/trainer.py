@@ -190,7 +190,8 @@ class Trainer:
         if latest_filename is not None:
             if latest_filename not in self._savers:
                 with self.graph.tf_graph.as_default():
-                    self._savers[latest_filename] = tf.train.Saver(max_to_keep=max_to_keep)
+                    self._savers[latest_filename] = tf.train.Saver(
+                        max_to_keep=max_to_keep, save_relative_paths=True)
             saver = self._savers[latest_filename]
         return saver.save(self.session, os.path.join(self.model_dir, prefix),
                           global_step=self.step if step is None else int(step),
