@@ -11,6 +11,7 @@ import pathlib
 import h5py
 import numpy as np
 import scipy.io
+from scipy.io.matlab import MatReadError
 
 from hmp.errors import InvalidInput
 
@@ -58,7 +59,7 @@ def _readable(path, read):
     """``read()``, with a file that cannot be parsed (truncated, not of its type) refused."""
     try:
         return read()
-    except (ValueError, OSError, EOFError, TypeError) as error:
+    except (ValueError, OSError, EOFError, TypeError, MatReadError) as error:
         raise InvalidInput(f"{path}: cannot be read as a {path.suffix} file "
                            f"(truncated or not of this type?): {error}") from error
 
