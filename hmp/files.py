@@ -1,4 +1,5 @@
-"""Writing a file atomically: a reader never sees half a file.
+"""Writing a file atomically: a reader never sees half a file; and checking, before
+any work, that an output folder can be made.
 
 Used by every writer of a run's files (JSON reports, saved splits), so a kill
 in the middle of a write leaves the old file or none, never a broken one.
@@ -10,6 +11,11 @@ import os
 import tempfile
 
 import numpy as np
+
+from hmp.errors import InvalidInput
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)   # read once: new files get the mode any file of this process gets
 
 
 @contextlib.contextmanager
@@ -28,6 +34,7 @@ def atomic_path(path, suffix=".tmp"):
     os.close(fd)
     try:
         yield temporary
+        os.chmod(temporary, 0o666 & ~_UMASK)   # mkstemp's file is private (0600)
         os.replace(temporary, path)
     except BaseException:
         if os.path.exists(temporary):
@@ -47,3 +54,15 @@ def _plain(value):
     if isinstance(value, np.ndarray):
         return value.tolist()
     return str(value)
+
+
+def check_folder_can_be_made(path):
+    """InvalidInput unless ``path`` is a folder or can be made one: its nearest existing
+    ancestor is a folder this process may write. Makes nothing."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise InvalidInput("%s is not a folder" % existing)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InvalidInput("%s is not writable" % existing)

@@ -101,8 +101,8 @@ def main(argv):
         if FLAGS.out is None:
             return
     out_dir = FLAGS.out or os.path.join(FLAGS.model_dir, "prediction")
-    with cli.blame("out", also=(OSError,)):
-        os.makedirs(out_dir, exist_ok=True)   # a folder we cannot make fails before the work
+    with cli.blame("out"):
+        files.check_folder_can_be_made(out_dir)   # before the work; made when it is done
     changed = {name: FLAGS[name].value for name in DATA_FLAGS if FLAGS[name].present}
     print("loading %s ..." % changed.get("dataset", run.flags["dataset"]), flush=True)
     with cli.blame(*(changed or ["model_dir"]), also=(OSError,)):

@@ -17,7 +17,7 @@ import pytest
 import scipy.io
 
 import harness
-from hmp import cli
+from hmp import cli, files
 from hmp.data import load_scene_files, read_array
 from hmp.errors import InvalidInput
 from hmp.run import experiment, runs
@@ -242,3 +242,9 @@ def test_auto_mesh_does_not_record_a_bug_as_an_infeasible_mesh(monkeypatch):
     monkeypatch.setattr(planner, "_speed_splits", broken)
     with pytest.raises(ValueError, match="^operands could not be broadcast together$"):
         planner.plan_layout(hsi_model(), ["/cpu:0", "/cpu:1"], [1, 1], 8, "auto")
+
+
+def test_files_written_atomically_are_readable_as_any_new_file(tmp_path):
+    files.write_json(tmp_path / "a.json", {"x": 1})
+    (tmp_path / "b.txt").write_text("")   # the mode this process gives a new file
+    assert (tmp_path / "a.json").stat().st_mode == (tmp_path / "b.txt").stat().st_mode

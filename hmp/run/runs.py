@@ -19,6 +19,7 @@ import signal
 import tensorflow.compat.v1 as tf
 
 from hmp import cli, files
+from hmp.errors import InvalidInput
 from hmp.run import experiment
 
 # The files a run writes in its folder (--overwrite deletes these and nothing else).
@@ -48,12 +49,10 @@ def check_model_dir(model_dir, resume=False, overwrite=False):
     if resume and overwrite:
         raise cli.UsageError("--resume, --overwrite: give one of them (continue the run in "
                              "--model_dir, or delete it and start over)")
-    existing = os.path.abspath(model_dir)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
-        why = "not a folder" if not os.path.isdir(existing) else "not writable"
-        raise cli.UsageError("--model_dir=%s: %s is %s" % (model_dir, existing, why))
+    try:
+        files.check_folder_can_be_made(model_dir)
+    except InvalidInput as error:
+        raise cli.UsageError("--model_dir=%s: %s" % (model_dir, error)) from None
     held = _held(model_dir)
     if held and not resume and not overwrite:
         raise cli.UsageError(
