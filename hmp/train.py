@@ -424,7 +424,14 @@ def _load_experiment(seed):
                                       val_fraction=FLAGS.val_fraction)
     with cli.blame(*scene_flags.blamed(), *(("pca",) if FLAGS["pca"].present else ()),
                    also=(OSError,)):
-        exp = experiment.prepare(data_config)
+        try:
+            exp = experiment.prepare(data_config)
+        except data.TooFewBands as error:
+            if FLAGS["pca"].present:
+                raise
+            raise data.TooFewBands("%s (%d: the default of --model=%s; give --pca=N with "
+                                   "fewer components, or --pca=0 for all bands)"
+                                   % (error, data_config.pca, FLAGS.model)) from None
     leakage = data.split_leakage(exp.split, FLAGS.patch_size)
     print("%s: %dx%d pixels, %d bands, %d classes; %d training / %d test pixels"
           % (exp.scene.name, *exp.scene.labels.shape, exp.bands, exp.n_classes,

@@ -54,7 +54,7 @@ def cli_runs(tmp_path_factory, small_scene):
     name's runs write in a folder of their own; a BAD_FLAGS run is named by its flags.
     The runs that train do so on conftest's ``small_scene``."""
     from models import model_config
-    names = ("no_checkpoint", "kept", "other_model_plan", "nan", "readme_model",
+    names = ("no_checkpoint", "kept", "few_bands", "other_model_plan", "nan", "readme_model",
              "auto_speeds", "relative_speeds", "virtual_cpus_plan")
     folders = {name: tmp_path_factory.mktemp(name) for name in names}
     other_plan = plan_file(folders["other_model_plan"] / "plan.json",
@@ -64,10 +64,17 @@ def cli_runs(tmp_path_factory, small_scene):
                          model_config("cnn2d", 5, 100, 10, 4), ["/cpu:0", "/cpu:1"], [2, 1],
                          64, "model:2")
     cache = {"HMP_CACHE_DIR": str(folders["auto_speeds"] / "cache")}
+    rng = np.random.default_rng(0)
+    few_bands = folders["few_bands"]
+    np.save(few_bands / "cube.npy", rng.normal(size=(12, 12, 8)).astype(np.float32))
+    np.save(few_bands / "gt.npy", rng.integers(1, 4, (12, 12)).astype(np.int32))
     tiny, tiny_auto = [*TINY, *small_scene], [*TINY_AUTO, *small_scene]
     two = [*tiny_auto, "--devices=/cpu:0,/cpu:1"]
     runs = {
         "no_checkpoint": [train(*TINY, "--resume", model_dir=folders["no_checkpoint"])],
+        "few_bands": [train("--dataset=%s" % (few_bands / "cube.npy"),
+                            "--labels=%s" % (few_bands / "gt.npy"), "--model=hybridsn",
+                            model_dir=few_bands / "run")],
         "kept": [train(*tiny, "--epochs=1", model_dir=folders["kept"]),
                  train(*tiny, "--overwrite", "--batch_size=100000", model_dir=folders["kept"]),
                  train(*tiny, "--resume", "--epochs=2", "--train_fraction=0.3",
@@ -186,6 +193,8 @@ BAD_FLAGS = {
     "--devices=/bogus:0": "--devices=/bogus:0: '/bogus:0' is not a TensorFlow device string",
     "--devices=/cpu:-1": "--devices=/cpu:-1: '/cpu:-1' names no device type and index >= 0",
     "--seed=-1": "--seed=-1: -1 is not a non-negative integer",
+    "--pca=-1": "--pca=-1: -1 is not a non-negative integer",
+    "--train_per_class=-1": "--train_per_class=-1: -1 is not a non-negative integer",
     "--batch_size=100000": "--batch_size=100000: larger than the 1444 training pixels; "
                            "allowed: at most 1444",
     "--rebalance_threshold=nan": "--rebalance_threshold=nan: must be a number >= 0",
@@ -227,6 +236,15 @@ def test_resume_without_checkpoint_is_refused_before_anything_is_written(cli_run
                                   "resume from; start the run without --resume"
                                   % folders["no_checkpoint"])
     assert list(folders["no_checkpoint"].iterdir()) == []
+
+
+def test_a_models_default_pca_beyond_the_bands_says_how_to_change_it(cli_runs):
+    (run,), folders = cli_runs[0]["few_bands"], cli_runs[1]
+    assert run.returncode == 2
+    assert run.stderr.strip().endswith(
+        ": 45 PCA components asked for, but the scene has only 8 bands (45: the default of "
+        "--model=hybridsn; give --pca=N with fewer components, or --pca=0 for all bands)")
+    assert not (folders["few_bands"] / "run").exists()
 
 
 def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):

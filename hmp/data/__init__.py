@@ -20,7 +20,8 @@ from hmp.data.patches import (Batch, PatchDataset, PatchExtractor, check_patch_s
                               iterate_scene, split_batch)
 from hmp.data.leakage import split_leakage, window_counts
 from hmp.data.loaders import is_cube_file, load_benchmark_scene, load_scene, load_scene_files
-from hmp.data.preprocess import PCA, BandScaler, Preprocessor, pad_cube, training_pixels
+from hmp.data.preprocess import (PCA, BandScaler, Preprocessor, TooFewBands, pad_cube,
+                                 training_pixels)
 from hmp.data.scene import Scene
 from hmp.data.split_maps import split_from_label_maps
 from hmp.data.splits import (Split, disjoint_split, load_split, save_split, stratified_split,
@@ -33,6 +34,6 @@ __all__ = [
     "disjoint_split", "find_file", "is_cube_file", "iterate_scene", "load_benchmark_scene",
     "load_ground_truth", "load_scene", "load_scene_files", "load_split", "pad_cube",
     "read_array", "save_split", "scene_spec", "split_batch", "split_from_label_maps",
-    "split_leakage", "stratified_split", "synthetic_scene", "training_pixels",
+    "split_leakage", "stratified_split", "synthetic_scene", "TooFewBands", "training_pixels",
     "validation_split", "window_counts",
 ]

@@ -72,6 +72,10 @@ class BandScaler:
         return ((cube - self.offset) / self.scale).astype(np.float32)
 
 
+class TooFewBands(InvalidInput):
+    """More PCA components asked for than the scene has bands."""
+
+
 class PCA:
     """Projects each pixel's spectrum onto the training pixels' top principal components."""
 
@@ -85,7 +89,7 @@ class PCA:
         """Learns the mean and principal axes [B, k] from the training pixels of ``cube``."""
         bands = cube.shape[2]
         if self.n_components > bands:
-            raise InvalidInput(
+            raise TooFewBands(
                 f"{self.n_components} PCA components asked for, but the scene has only "
                 f"{bands} bands")
         pixels = training_pixels(cube, train)

@@ -27,7 +27,7 @@ flags.DEFINE_string("synthetic_layout", "generated", "Class layout of the synthe
                     "generated, or indian_pines/paviau/salinas (ground truth in --data_dir).")
 flags.DEFINE_float("train_fraction", 0.1, "Share of each class's pixels used for training.")
 flags.DEFINE_integer("train_per_class", 0, "Training pixels per class (overrides "
-                     "--train_fraction when > 0).")
+                     "--train_fraction when > 0).", lower_bound=0)
 flags.DEFINE_string("split", "random", "random (stratified) or disjoint (spatially "
                     "separate train and test regions).")
 flags.DEFINE_string("train_set", None, "Label-map file (.mat/.npy, the scene's shape, "
@@ -36,7 +36,8 @@ flags.DEFINE_string("train_set", None, "Label-map file (.mat/.npy, the scene's s
 flags.DEFINE_string("test_set", None, "Label-map file of the test pixels (see --train_set).")
 flags.DEFINE_integer("patch_size", 9, "Odd patch size (pixels).")
 flags.DEFINE_integer("pca", 0, "Reduce the bands to this many PCA components (0: keep all); "
-                     "hmp.train: when not given, the model's default (hybridsn: 45).")
+                     "hmp.train: when not given, the model's default (hybridsn: 45).",
+                     lower_bound=0)
 flags.DEFINE_integer("seed", 0, "Seed of the split, the data order and the synthetic scene.",
                      lower_bound=0)
 FLAGS = flags.FLAGS
