@@ -133,7 +133,8 @@ def test_unreachable_server_gives_one_clear_line_and_exit_status_1(tmp_path, cap
                    f"--base_url={base_url}", "--timeout=5"])
     assert status == 1
     errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert errors[-1].startswith(f"error: cannot reach {base_url}/e/ee/PaviaU.mat")
+    assert errors[-1].startswith(
+        f"hmp.data.download: error: cannot reach {base_url}/e/ee/PaviaU.mat")
     assert not (tmp_path / "PaviaU.mat").exists()
 
 
@@ -146,7 +147,8 @@ def test_a_data_dir_that_cannot_be_made_is_refused_in_one_line(tmp_path, capsys)
     (tmp_path / "a_file").write_text("")
     assert main(["download", "--dataset=paviau", f"--data_dir={tmp_path / 'a_file' / 'd'}"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"error: --data_dir={tmp_path / 'a_file' / 'd'}: cannot make the folder: Not a directory"]
+        f"hmp.data.download: error: --data_dir={tmp_path / 'a_file' / 'd'}: cannot make the "
+        "folder: Not a directory"]
 
 
 def test_command_downloads_a_scene_that_then_loads(server, tmp_path, monkeypatch, capsys):
@@ -169,3 +171,28 @@ def test_command_downloads_a_scene_that_then_loads(server, tmp_path, monkeypatch
     assert load_scene("indian_pines", tmp_path / "data").cube.shape == (4, 3, 2)
     assert main(argv) == 0
     assert "already present" in capsys.readouterr().err
+
+
+def test_help_is_printed_with_status_0(capsys):
+    assert main(["download", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("python -m hmp.data.download --dataset=NAME") and "--base_url" in out
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--base_url=notaurl", "--base_url=notaurl: not a URL; allowed: one starting with "
+                           "http://, https://, file://"),
+    ("--timeout=-1", "--timeout=-1: must be a number of seconds > 0"),
+    ("--timeout=0", "--timeout=0: must be a number of seconds > 0"),
+])
+def test_bad_url_or_timeout_is_one_line_and_makes_no_folder(tmp_path, capsys, flag, message):
+    assert main(["download", "--dataset=paviau", f"--data_dir={tmp_path / 'd'}", flag]) == 2
+    assert capsys.readouterr().err.splitlines() == ["hmp.data.download: error: " + message]
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_failed_download_leaves_no_empty_folder(tmp_path, capsys):
+    base_url = f"http://127.0.0.1:{closed_loopback_port()}"
+    assert main(["download", "--dataset=paviau", f"--data_dir={tmp_path / 'new'}",
+                 f"--base_url={base_url}", "--timeout=5"]) == 1
+    assert not (tmp_path / "new").exists()

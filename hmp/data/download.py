@@ -4,8 +4,8 @@ Each file is fetched into ``<name>.part`` next to its final place, resuming
 an interrupted ``.part`` with an HTTP Range request, then checked against its
 SHA-256 and only then renamed to its final name, so a file under the final
 name is always complete and verified. Any failure prints one line starting
-with ``error:`` and exits with status 1. Only the standard library's urllib
-is used.
+with ``hmp.data.download: error:`` and exits with status 1 (2 for bad flags).
+Only the standard library's urllib is used.
 """
 
 import hashlib
@@ -15,6 +15,7 @@ import pathlib
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from absl import flags
@@ -169,8 +170,13 @@ def _progress_printer(label, out, interval_seconds=0.5):
     return report
 
 
-def _parse_flags(argv):
-    """Parses command-line flags into a private FlagValues (no global flag clashes)."""
+PROG = "hmp.data.download"
+HELP_FLAGS = ("-h", "--help", "--helpshort", "--helpfull", "-help")
+URL_SCHEMES = ("http", "https", "file")
+
+
+def _flag_values():
+    """This command's flags, in a private FlagValues (no global flag clashes)."""
     values = flags.FlagValues()
     flags.DEFINE_enum("dataset", None, [*SCENES, ALL_SCENES], "Scene to download.",
                       flag_values=values)
@@ -179,33 +185,59 @@ def _parse_flags(argv):
     flags.DEFINE_string("base_url", EHU_BASE_URL,
                         "Folder URL the files are fetched from (default: the EHU GIC wiki).",
                         flag_values=values)
-    flags.DEFINE_float("timeout", 30.0, "Seconds to wait for the server.", flag_values=values)
+    flags.DEFINE_float("timeout", 30.0, "Seconds to wait for the server (> 0).",
+                       flag_values=values)
     flags.mark_flag_as_required("dataset", flag_values=values)
-    values(argv)
     return values
+
+
+def _checked(values):
+    """Errors of flag values the parser cannot judge, as one line (None if fine)."""
+    scheme = urllib.parse.urlsplit(values.base_url).scheme
+    if scheme not in URL_SCHEMES:
+        return (f"--base_url={values.base_url}: not a URL; allowed: one starting with "
+                + ", ".join(f"{s}://" for s in URL_SCHEMES))
+    if not values.timeout > 0 or values.timeout == float("inf"):
+        return f"--timeout={values.timeout:g}: must be a number of seconds > 0"
+    return None
+
+
+def _fail(message, status):
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return status
 
 
 def main(argv=None):
     """Runs the download command; returns the process exit status."""
     argv = list(sys.argv if argv is None else argv)
+    values = _flag_values()
+    if any(arg in HELP_FLAGS for arg in argv[1:]):
+        print(f"python -m {PROG} --dataset=NAME [--data_dir=DIR]\n\n{__doc__}\n"
+              + values.get_help())
+        return 0
     try:
-        options = _parse_flags(argv)
+        values(argv)
     except flags.Error as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    names = list(SCENES) if options.dataset == ALL_SCENES else [options.dataset]
+        return _fail(error, 2)
+    problem = _checked(values)
+    if problem:
+        return _fail(problem, 2)
+    names = list(SCENES) if values.dataset == ALL_SCENES else [values.dataset]
+    folder = pathlib.Path(values.data_dir)
+    made = not folder.exists()
     try:
-        pathlib.Path(options.data_dir).mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        print(f"error: --data_dir={options.data_dir}: cannot make the folder: "
-              f"{error.strerror}", file=sys.stderr)
-        return 2
+        return _fail(f"--data_dir={values.data_dir}: cannot make the folder: "
+                     f"{error.strerror}", 2)
     try:
         for name in names:
-            download_scene(name, options.data_dir, options.base_url, timeout=options.timeout)
+            download_scene(name, values.data_dir, values.base_url, timeout=values.timeout)
     except DownloadError as error:
-        print(f"\nerror: {error}", file=sys.stderr)
-        return 1
+        if made and not any(folder.iterdir()):   # leave no empty folder behind
+            folder.rmdir()
+        print(file=sys.stderr)   # end the progress line
+        return _fail(error, 1)
     return 0
 
 
