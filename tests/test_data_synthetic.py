@@ -127,3 +127,9 @@ def test_layout_given_as_label_map_is_kept():
 def test_options_of_the_synthetic_scene_are_refused_for_real_scenes(tmp_path):
     with pytest.raises(ValueError, match=r"options \['noise_std'\] only apply to the synthetic"):
         load_scene("paviau", tmp_path, noise_std=0.1)
+
+
+def test_an_unknown_layout_lists_the_named_ones():
+    with pytest.raises(ValueError, match="^unknown synthetic layout 'nope'; allowed: generated, "
+                                         "indian_pines, paviau, salinas, or a label map$"):
+        synthetic_scene("nope")

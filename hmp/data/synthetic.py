@@ -121,6 +121,9 @@ def _layout(layout, data_dir, rng, height, width, n_classes, region_smoothness):
         materials, labels = _generated_regions(rng, height, width, n_classes, region_smoothness)
         return labels, materials, [f"material {k}" for k in range(1, n_classes + 1)], "synthetic"
     if isinstance(layout, str):
+        if layout not in LAYOUTS:
+            raise InvalidInput(f"unknown synthetic layout {layout!r}; allowed: "
+                               f"{', '.join(LAYOUTS)}, or a label map")
         spec = scene_spec(layout)
         labels = load_ground_truth(spec.name, data_dir)
         class_names, name = list(spec.class_names), f"synthetic_{spec.name}"

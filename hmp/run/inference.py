@@ -53,7 +53,8 @@ class Run:
         """Reads the run in ``model_dir``; InvalidInput if it is not a finished run.
         ``get_model(name)`` is the application's model lookup (``models.get_model``)."""
         if not os.path.isdir(model_dir):
-            raise InvalidInput("no such folder")
+            raise InvalidInput("not a folder" if os.path.exists(model_dir) else
+                               "no such folder")
         results = runs.read_json(os.path.join(model_dir, "results.json"))
         if results is None or "test" not in results:
             raise InvalidInput("%s holds no finished run (no readable results.json)"
