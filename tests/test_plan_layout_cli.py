@@ -2,7 +2,6 @@
 
 import json
 import math
-import re
 import subprocess
 import sys
 
@@ -12,8 +11,7 @@ from cli_batch import Run, run_batch_with_out
 from hmp.planning import Plan
 from hmp.run.from_graph import model_spec
 from models import model_config
-from hmp.cli import UsageError
-from script_modules import SCRIPTS, import_script
+from script_modules import SCRIPTS
 
 SCRIPT = str(SCRIPTS / "plan_layout.py")
 TINY = ["--model=cnn2d", "--width=4", "--patch_size=5", "--bands=8", "--classes=4",
@@ -42,6 +40,9 @@ def runs(tmp_path_factory):
                   "--repeats=2", "--mesh=batch:2"],
          "platform_auto": [*TINY, "--speeds=auto", f"--platform={platform}", "--warmup=1",
                            "--repeats=2", "--mesh=auto"],
+         "caps": [*TINY, "--speeds=3,2,1", "--mesh=model:3",
+                  "--memory_caps=.5GB,512MiB,1e9"],
+         "bad_caps": [*TINY, "--speeds=3,2,1", "--memory_caps=1.2.3,1GB,1GB"],
          "even_patch": [*TINY, "--patch_size=4", "--speeds=1,1", "--devices=/cpu:0,/cpu:1"]},
         folder)
     stdout, stderr = bad_flag.communicate(timeout=120)
@@ -103,13 +104,15 @@ def test_auto_speeds_replace_the_platforms_and_keep_its_link(runs):
         "/cpu:0", "/cpu:2"]
 
 
-@pytest.mark.parametrize("text, size", [
-    ("2GB", 2e9), ("512MiB", 512 * 2 ** 20), ("1e9", 1e9), (".5 kb", 500.0), ("3.", 3.0)])
-def test_byte_counts_are_read_with_their_units(text, size):
-    assert import_script("plan_layout").parse_bytes(text) == size
+
+def test_memory_caps_are_read_with_their_units(runs):
+    run, out = runs["caps"]
+    assert run.returncode == 0, run.stderr
+    assert json.loads(out.read_text())["memory_caps"] == [5e8, 512 * 2 ** 20, 1e9]
 
 
-@pytest.mark.parametrize("text", ["1.2.3", ".", "e9", "2 GiBs", "0MB"])
-def test_a_malformed_byte_count_is_a_usage_error(text):
-    with pytest.raises(UsageError, match="^" + re.escape(repr(text)) + " is not "):
-        import_script("plan_layout").parse_bytes(text)
+def test_a_malformed_byte_count_is_one_line(runs):
+    run, out = runs["bad_caps"]
+    assert run.returncode == 2 and not out.exists()
+    assert run.stderr.startswith("plan_layout: error: --memory_caps: '1.2.3' is not a number "
+                                 "of bytes; allowed: 3 sizes")
