@@ -5,7 +5,7 @@ import math
 import tensorflow.compat.v1 as tf
 
 from hmp.planning import DeviceSpec, LinkSpec
-from hmp.run.linkprobe import link_pairs, measure_link, platform_specs
+from hmp.run.linkprobe import link_pairs, measure_link, no_faster_than, platform_specs
 
 
 def test_link_between_two_virtual_cpus_is_a_positive_linkspec():
@@ -64,3 +64,12 @@ def test_link_under_load_is_measured_while_the_busy_functions_run():
         assert math.isfinite(figure) and figure > 0
     assert calls   # the busy function ran (in a thread of its own) during the timing
     assert link.under_load().latency_s == link.loaded.latency_s
+    assert link.loaded.latency_s >= link.latency_s
+    assert link.loaded.bandwidth_bytes_per_s <= link.bandwidth_bytes_per_s
+
+
+def test_a_loaded_figure_faster_than_idle_is_taken_as_idle():
+    idle = LinkSpec(2e9, 1e-4)
+    assert no_faster_than(LinkSpec(1e15, 1e-9), idle) == idle   # the fit's floors: noise
+    assert no_faster_than(LinkSpec(1e9, 3e-4), idle) == LinkSpec(1e9, 3e-4)
+    assert no_faster_than(LinkSpec(5e9, 3e-4), idle) == LinkSpec(2e9, 3e-4)

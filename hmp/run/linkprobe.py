@@ -144,6 +144,14 @@ def link_from_handovers(seconds):
     return LinkSpec(bandwidth, small)
 
 
+def no_faster_than(loaded, idle):
+    """The link under load, no faster than ``idle`` in latency or bandwidth: a loaded
+    figure that comes out faster is noise of the difference of two timings (a link
+    whose ends also compute does not hand over sooner)."""
+    return LinkSpec(min(loaded.bandwidth_bytes_per_s, idle.bandwidth_bytes_per_s),
+                    max(loaded.latency_s, idle.latency_s))
+
+
 def measure_link(devices, target=None, session_config=None, repeats=9, progress=None,
                  busy=()):
     """The link between ``devices`` as a LinkSpec, or None for fewer than two devices.
@@ -173,8 +181,9 @@ def measure_link(devices, target=None, session_config=None, repeats=9, progress=
             idle = link_from_handovers(handover_seconds(pairs[kind], target, session_config, repeats))
             if busy:
                 say("profiling the same link while the devices train")
-                idle = dataclasses.replace(idle, loaded=link_from_handovers(handover_seconds(
-                    pairs[kind], target, session_config, repeats, busy)))
+                loaded = link_from_handovers(handover_seconds(
+                    pairs[kind], target, session_config, repeats, busy))
+                idle = dataclasses.replace(idle, loaded=no_faster_than(loaded, idle))
             figures[kind] = idle
     if "link" not in figures:  # one host: its local link is the only one
         return figures["local"]
