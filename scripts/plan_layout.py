@@ -32,7 +32,7 @@ from hmp.errors import InvalidInput  # noqa: E402
 from hmp.planning import (DeviceSpec, check_mesh_size, check_speeds,  # noqa: E402
                           load_platform, parse_mesh, plan_layout, splits_the_model)
 from hmp.run.calibration import describe  # noqa: E402
-from hmp.run.devices import LOCAL_JOBS, virtual_cpus  # noqa: E402
+from hmp.run.devices import LOCAL_JOBS, check_device_string, virtual_cpus  # noqa: E402
 from hmp.run.linkprobe import platform_specs  # noqa: E402
 from hmp.run.from_graph import model_spec  # noqa: E402
 from hmp.run.profiler import measure_platform  # noqa: E402
@@ -77,12 +77,8 @@ def parse_devices(text):
         if not device:
             raise cli.UsageError(f"--devices={text!r} has an empty entry; allowed: a comma "
                                  "list such as /cpu:0,/cpu:1,/gpu:0")
-        try:
-            tf.DeviceSpec.from_string(device)
-        except ValueError as e:
-            raise cli.UsageError(f"--devices: {device!r} is not a TensorFlow device string "
-                                 f"({e}); allowed: e.g. /cpu:0,/gpu:1,"
-                                 "/job:worker/task:1/device:CPU:0") from None
+        with cli.blame("devices"):
+            check_device_string(device)
     if len(set(devices)) != len(devices):
         raise cli.UsageError(f"--devices={text!r} names a device twice")
     return devices

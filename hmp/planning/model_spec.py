@@ -13,8 +13,9 @@ over the ``model`` axis and how:
 
 The helpers build specs from shapes so that users (a platform of their own
 model, ``scripts/bench_planner.py``) and tests need not count FLOPs by hand (the
-trainer reads its specs off the model's graph, ``hmp.run.from_graph``); the sizes and FLOPs are ``hmp.layer_math``'s, the rules the
-engine and ``hmp.run.workload`` use. FLOPs count a multiply-add as 2.
+trainer reads its specs off the model's graph, ``hmp.run.from_graph``); the
+sizes and FLOPs are ``hmp.layer_math``'s, the rules the engine and
+``hmp.run.workload`` use. FLOPs count a multiply-add as 2.
 """
 
 import dataclasses

@@ -4,8 +4,8 @@ For a given mesh the layout follows from the speeds: every split dim (filter
 dimension) is apportioned over the model columns in proportion to the summed
 speed of each column's devices, and the batch over the batch rows so that
 each row's step (its per-step overhead + its samples at its summed speed)
-takes as long as the others' (``_row_rates``). Memory caps turn into caps on filters
-and samples (the cost model's memory estimate is affine in both), so work
+takes as long as the others' (``_row_rates``). Memory caps turn into caps on
+filters and samples (the cost model's memory estimate is affine in both), so work
 moves from a device that would not fit to devices with room. With
 ``mesh="auto"`` every data-, hybrid and model-parallel mesh of the right size
 is laid out and priced by the cost model, on all devices and on the k fastest

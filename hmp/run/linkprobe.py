@@ -178,7 +178,8 @@ def measure_link(devices, target=None, session_config=None, repeats=9, progress=
     for kind in ("link", "local"):
         if pairs[kind] is not None:
             say("profiling the link between %s and %s" % pairs[kind])
-            idle = link_from_handovers(handover_seconds(pairs[kind], target, session_config, repeats))
+            idle = link_from_handovers(handover_seconds(pairs[kind], target, session_config,
+                                                        repeats))
             if busy:
                 say("profiling the same link while the devices train")
                 loaded = link_from_handovers(handover_seconds(
