@@ -307,11 +307,9 @@ def _measured(model_config, spec, devices, session_config, target, model_dir, cl
 
 
 def _plan(spec, model_config, devices, session_config, target, model_dir, cluster, recipe):
-    """(the plan from --plan or planned now from the (measured) speeds and link, the
-    device that is fastest alone at --batch_size or None when unknown); ``spec``: the
-    model's; the speeds are measured on the step of ``recipe``."""
-    if FLAGS.plan:
-        return planning.Plan.from_json(FLAGS.plan, model_spec=spec), None
+    """(the plan made now from the (measured) speeds and link, the device that is fastest
+    alone at --batch_size); ``spec``: the model's; the speeds are measured on the step
+    of ``recipe``."""
     speeds = _speeds(devices)
     if len(devices) == 1:   # nothing to split: no profiling
         plan = planning.plan_layout(spec, devices, speeds or [1.0], FLAGS.batch_size,
@@ -528,15 +526,19 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster, s
     recipe = _recipe(exp)
     with cli.blame("model", "patch_size", "width"):
         spec = model_spec(model_config)
+    if FLAGS.plan:   # the device fastest alone is not known
+        with cli.blame("plan"):
+            plan, fastest = planning.Plan.from_json(FLAGS.plan, model_spec=spec), None
+        if not cluster:   # the plan's devices, not (only) --devices' default
+            session_config = session_config_for(devices + plan.devices)
     # the input is good: now the folder is made (an old run deleted with --overwrite)
     runs.prepare_model_dir(model_dir, FLAGS.overwrite)
     experiment.save(model_dir, data_config, exp.split)   # for hmp.predict and baselines.py
     fitted_preprocessing.save(model_dir, exp.preprocessor)
-    with cli.blame(*(("plan",) if FLAGS.plan else ("devices", "speeds", "mesh"))):
-        plan, fastest = _plan(spec, model_config, devices, session_config, target,
-                              model_dir, cluster, recipe)
-    if FLAGS.plan and not cluster:   # the plan's devices, not (only) --devices' default
-        session_config = session_config_for(devices + plan.devices)
+    if not FLAGS.plan:
+        with cli.blame("devices", "speeds", "mesh"):
+            plan, fastest = _plan(spec, model_config, devices, session_config, target,
+                                  model_dir, cluster, recipe)
     print(plan.explain(), flush=True)
     progress = ProgressLine()
 
