@@ -94,6 +94,7 @@ def main(argv):
     tta = run.flags.get("tta", False) if FLAGS.tta is None else FLAGS.tta
     if FLAGS.export:
         with cli.blame("export", also=(OSError,)):
+            files.check_folder_can_be_made(FLAGS.export)
             export.export_saved_model(run, FLAGS.export, tta=tta)
         print("SavedModel in %s (signature %r: patches -> logits, probabilities%s)"
               % (FLAGS.export, export.SIGNATURE,

@@ -165,6 +165,8 @@ def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refus
                                            "trained on 100$"):
         trained.preprocess(scene)
     (tmp_path / "a_file").write_text("")
+    with pytest.raises(InvalidInput, match="^not a folder$"):
+        inference.Run.open(str(tmp_path / "a_file"), get_model)
     with pytest.raises(OSError, match="^cannot write in .*a_file: File exists$"):
         export.export_saved_model(trained, str(tmp_path / "a_file" / "model"))
     assert (tmp_path / "a_file").read_text() == ""
