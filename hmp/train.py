@@ -508,14 +508,18 @@ def _scores(exp, variants, leakage):
 def _train(model_dir, seed, devices, session_config, target, signals, cluster, slowdown):
     started = time.time()
     exp, leakage, data_config = _load_experiment(seed)
-    if FLAGS.resume:
+    # --runs with --resume: a seed the series had not reached yet starts afresh
+    resume = FLAGS.resume and runs.checkpoint_step(model_dir) is not None
+    if FLAGS.resume and not resume:
+        print("%s holds no checkpoint yet: this seed's run starts" % model_dir, flush=True)
+    if resume:
         _check_same_data(model_dir, data_config)
     steps_per_epoch = exp.train.steps_per_epoch(FLAGS.batch_size, drop_remainder=True)
     if not steps_per_epoch:
         raise cli.UsageError("--batch_size=%d: larger than the %d training pixels; allowed: "
                              "at most %d" % (FLAGS.batch_size, len(exp.train), len(exp.train)))
     steps = FLAGS.epochs * steps_per_epoch
-    if FLAGS.resume and runs.finished(model_dir, steps):
+    if resume and runs.finished(model_dir, steps):
         print("the run in %s is finished (%d epochs, step %d); its results are in %s; "
               "to train longer, resume with a larger --epochs"
               % (model_dir, FLAGS.epochs, runs.checkpoint_step(model_dir),
@@ -555,15 +559,15 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster, s
         return trainer
 
     # The checkpoint's step and epoch (no steps per epoch: the trainer refuses the batch).
-    start_step = (runs.checkpoint_step(model_dir) or 0) if FLAGS.resume else 0
+    start_step = (runs.checkpoint_step(model_dir) or 0) if resume else 0
     first_epoch = start_step // steps_per_epoch if steps_per_epoch else 0
     # Every invocation's epochs: a resumed run keeps those before its checkpoint.
-    record = runs.History.open(model_dir, FLAGS.resume, first_epoch, start_step, sys.argv[1:])
+    record = runs.History.open(model_dir, resume, first_epoch, start_step, sys.argv[1:])
     trial = _alone_trial(spec, plan, fastest, model_config, cluster, recipe, first_epoch,
                          record.trial)
     if trial is not None:   # a trial taken up may start on the device alone or the winner
         plan, record.trial = trial.plan, trial.record()
-    trainer = start(plan, FLAGS.resume)
+    trainer = start(plan, resume)
     signals.armed = True   # from now on a signal stops after the step, with a checkpoint
     record.add_plan(dataclasses.asdict(plan))
     best = BestEpoch(model_dir, FLAGS.patience, record.epochs)

@@ -2,6 +2,7 @@
 
 import json
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -136,12 +137,25 @@ def test_runs_on_given_train_and_test_sets_and_summarises_the_seeds(tmp_path):
         np.save(tmp_path / ("%s.npy" % name), np.where(part, scene.labels, 0))
     np.save(tmp_path / "cube.npy", scene.cube)
     np.save(tmp_path / "labels.npy", scene.labels)
-    run, = run_batch("hmp.train", [train(
-        "--dataset=%s" % (tmp_path / "cube.npy"), "--labels=%s" % (tmp_path / "labels.npy"),
-        "--train_set=%s" % (tmp_path / "train.npy"), "--test_set=%s" % (tmp_path / "test.npy"),
-        "--runs=2", "--seed=3", "--epochs=1", "--model=cnn2d", "--width=2", "--patch_size=5",
-        "--batch_size=16", "--devices=/cpu:0", model_dir=tmp_path / "runs")])
+    flags = ["--dataset=%s" % (tmp_path / "cube.npy"), "--labels=%s" % (tmp_path / "labels.npy"),
+             "--train_set=%s" % (tmp_path / "train.npy"),
+             "--test_set=%s" % (tmp_path / "test.npy"), "--runs=2", "--seed=3", "--epochs=1",
+             "--model=cnn2d", "--width=2", "--patch_size=5", "--batch_size=16",
+             "--devices=/cpu:0"]
+    run, = run_batch("hmp.train", [train(*flags, model_dir=tmp_path / "runs")])
     assert run.returncode == 0, run.stderr[-2000:]
+    # a series stopped before its second seed: --resume finishes it
+    summary_path = tmp_path / "runs" / "summary.json"
+    shutil.rmtree(tmp_path / "runs" / "seed-4")
+    summary_path.unlink()
+    resumed, = run_batch("hmp.train", [train(*flags, "--resume", model_dir=tmp_path / "runs")])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "the run in %s is finished" % (tmp_path / "runs" / "seed-3") in resumed.stdout
+    assert ("%s holds no checkpoint yet: this seed's run starts" % (tmp_path / "runs" / "seed-4")
+            in resumed.stdout)
+    assert json.loads(summary_path.read_text())["seeds"] == [3, 4]
+    retrained = json.loads((tmp_path / "runs" / "seed-4" / "results.json").read_text())
+    assert len(retrained["history"]) == 1 and retrained["flags"]["seed"] == 4
     summary = json.loads((tmp_path / "runs" / "summary.json").read_text())
     assert summary["seeds"] == [3, 4]
     accuracies = []
