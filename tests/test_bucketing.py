@@ -69,3 +69,29 @@ def test_training_step_sums_every_gradient_in_one_bucket():
     norms = ["allreduce_bucket/[0]/2 tensors"] * 2 * 4
     assert sorted(buckets) == sorted(norms + ["allreduce_bucket/[0]/%d tensors"
                                               % (n_variables - 2 * 4)])
+
+
+def bucket_length(n, hosts=None, allreduce="hierarchical"):
+    """Elements of the one bucket that carries a 3-value gradient over ``batch:n``."""
+    with tf.Graph().as_default():
+        graph = mtf.Graph()
+        mesh = mtf.Mesh(graph, "mesh")
+        batch, f = mtf.Dimension("batch", n), mtf.Dimension("f", 3)
+        x = mtf.import_tf_tensor(mesh, tf.ones([n, 3]), mtf.Shape([batch, f]))
+        weights = mtf.get_variable(mesh, "w", [f])
+        summed, = reduce_together([mtf.reduce_sum(x * weights, output_shape=[f])])
+        impl = HeteroMeshImpl("batch:%d" % n, "batch:batch", ["/cpu:%d" % i for i in range(n)],
+                              None, hosts, allreduce)
+        HeteroLowering(graph, {mesh: impl})
+        concats = [op for op in tf.get_default_graph().get_operations()
+                   if op.type == "ConcatV2" and "reduce_together" in op.name]
+        return concats[0].outputs[0].shape.as_list()[0], impl.ring_lengths([0])
+
+
+def test_a_bucket_is_padded_to_its_rings_lengths_only():
+    # one ring over all 16 devices: 16 elements (padding to every length up to 16 took 720720)
+    assert bucket_length(16) == (16, [16])
+    # two-level over 2 hosts of 4 devices: the leaders' ring of 2
+    assert bucket_length(8, hosts=["a"] * 4 + ["b"] * 4) == (4, [2])
+    assert bucket_length(8, hosts=["a"] * 4 + ["b"] * 4, allreduce="flat") == (8, [8])
+    assert bucket_length(6, hosts=["a"] * 3 + ["b"] * 2 + ["c"]) == (3, [3])

@@ -54,10 +54,12 @@ class _ReduceTogether(mtf.Operation):
 def _allreduce_as_one(mesh_impl, laid_out, mesh_axes):
     """Sums of the ``laid_out`` tensors over ``mesh_axes`` by one all-reduce; returns
     one LaidOutTensor per input."""
-    group = math.prod(mesh_impl.shape[a].size for a in mesh_axes)
-    # Mesh-TF's ring splits a tensor into equal chunks only if their count divides
-    # its size (else it sends the whole tensor around); pad so any ring of the group does.
-    multiple = math.lcm(*range(1, group + 1))
+    # Mesh-TF's ring splits a tensor into equal chunks only if their count divides its
+    # size (else it sends the whole tensor around): pad to a multiple of every ring's
+    # length (a stock mesh runs one ring over each group of the axes).
+    rings = (mesh_impl.ring_lengths(mesh_axes) if hasattr(mesh_impl, "ring_lengths")
+             else [math.prod(mesh_impl.shape[a].size for a in mesh_axes)])
+    multiple = math.lcm(*rings)
     slices = [lo.to_laid_out_tensor().tensor_list for lo in laid_out]
     flat = []
     for pnum, device in enumerate(mesh_impl.devices):

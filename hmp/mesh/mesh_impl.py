@@ -27,6 +27,7 @@ import zlib
 
 import tensorflow.compat.v1 as tf
 
+from hmp.hosts import group_by_host, is_hierarchical
 from hmp.mesh.collectives import hierarchical_allreduce, host_of
 from hmp.compat import import_mesh_tensorflow
 
@@ -372,6 +373,17 @@ class HeteroMeshImpl(PlacementMeshImpl):
             hosts = [self._host_of_device[device] for device in devices]
             return hierarchical_allreduce(xs, devices, hosts, reduction_fn_string)
         return self._collective_with_groups(x, mesh_axes, two_level)
+
+    def ring_lengths(self, mesh_axes):
+        """How many devices each ring of an all-reduce over ``mesh_axes`` passes through:
+        every device of a group, or (two-level, ``hierarchical_allreduce``) one leader
+        per host of the group."""
+        lengths = set()
+        for group in mtf.processor_groups(self.shape, mesh_axes):
+            hosts = [self._host_of_device[self.devices[p]] for p in group]
+            two_level = self.allreduce_kind != "flat" and is_hierarchical(hosts)
+            lengths.add(len(group_by_host(hosts)) if two_level else len(group))
+        return sorted(lengths)
 
     def keep_own_parts(self, x, mesh_axis, split_axis, sizes):
         """Each processor keeps its part, of ``sizes`` along ``mesh_axis``,
