@@ -232,9 +232,11 @@ def test_malformed_json_is_refused(plan_file):
     (lambda d: d["speeds"].__setitem__(1, 0), r"/gpu:1 has speed 0"),
     (lambda d: d["splits"].__setitem__("filters1", [17, 6]), r"splits\['filters1'\] must be 3"),
     (lambda d: d["splits"].__setitem__("filters1", [17, -1, 8]),
-     "splits must be an object of dimension -> list of whole numbers >= 0"),
+     "splits must be an object of dimension -> list of whole numbers >= 1"),
+    (lambda d: d["splits"].__setitem__("filters1", [18, 6, 0]),   # no device without a share
+     "splits must be an object of dimension -> list of whole numbers >= 1"),
     (lambda d: d["splits"].__setitem__("filters1", [17.0, 6, 1]),
-     "splits must be an object of dimension -> list of whole numbers >= 0"),
+     "splits must be an object of dimension -> list of whole numbers >= 1"),
     (lambda d: d.update(layout_rules="filters1:model"), "layout_rules must be one rule"),
     (lambda d: d["prediction"].update(busy=[1, 2]), r"prediction.busy must be a list of 3"),
     (lambda d: d.update(time_unit="hours"), "time_unit must be one of"),

@@ -98,9 +98,10 @@ def layout_rules(model_spec, mesh):
 
 
 def are_sizes(sizes):
-    """Whether ``sizes`` is a list (or tuple) of whole numbers >= 0: one dim's split."""
+    """Whether ``sizes`` is a list (or tuple) of whole numbers >= 1: one dim's split (the
+    engine runs no device with a zero share: ``HeteroMeshImpl``)."""
     return isinstance(sizes, (list, tuple)) and all(
-        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in sizes)
+        isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes)
 
 
 def check_splits(model_spec, mesh, batch_size, splits, source="splits"):
@@ -126,7 +127,7 @@ def check_splits(model_spec, mesh, batch_size, splits, source="splits"):
             raise InvalidInput(f"{source}: no sizes for dimension {dim!r} (split on {axis!r})")
         if not are_sizes(sizes):
             raise InvalidInput(f"{source}: sizes of {dim!r} must be a list of whole numbers "
-                             f">= 0, got {sizes!r}")
+                             f">= 1, got {sizes!r}")
         length = getattr(mesh, axis)
         if len(sizes) != length or sum(sizes) != size:
             raise InvalidInput(f"{source}: sizes of {dim!r} are {list(sizes)}; need {length} "

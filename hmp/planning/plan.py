@@ -269,7 +269,7 @@ def _parse(data, where):
     batch_size = whole_number(data["batch_size"], f"{where}: batch_size")
     splits = data["splits"]
     if not isinstance(splits, dict) or not all(map(are_sizes, splits.values())):
-        _fail(where, "splits", "an object of dimension -> list of whole numbers >= 0", splits)
+        _fail(where, "splits", "an object of dimension -> list of whole numbers >= 1", splits)
     for dim, sizes in splits.items():
         length = mesh.batch if dim == "batch" else mesh.model
         if len(sizes) != length:
