@@ -15,13 +15,14 @@ TARGET = np.random.RandomState(0).randn(6, 4).astype(np.float32)
 START = np.random.RandomState(1).randn(6, 4).astype(np.float32)
 
 
-def mtf_steps(optimizer):
-    """Minimises 0.5 |w - TARGET|^2 (gradient w - TARGET) with w split [4, 2] over 2 devices."""
+def mtf_steps(optimizer, name="w"):
+    """Minimises 0.5 |w - TARGET|^2 (gradient w - TARGET) with w (a variable called
+    ``name``) split [4, 2] over 2 devices."""
     tf.reset_default_graph()
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     shape = mtf.Shape([mtf.Dimension("rows", 6), mtf.Dimension("cols", 4)])
-    w = mtf.get_variable(mesh, "w", shape, initializer=tf.constant_initializer(START))
+    w = mtf.get_variable(mesh, name, shape, initializer=tf.constant_initializer(START))
     target = mtf.import_tf_tensor(mesh, tf.constant(TARGET), shape)
     loss = 0.5 * mtf.reduce_sum(mtf.square(w - target))
     updates = hmp.train_step(loss, optimizer)
@@ -32,7 +33,7 @@ def mtf_steps(optimizer):
         harness.initialise(session, graph, lowering, None)
         for _ in range(STEPS):
             session.run(step)
-        return harness.masters(session, graph, lowering)["w"]
+        return harness.masters(session, graph, lowering)[name]
 
 
 def numpy_momentum(lr, momentum):
@@ -62,6 +63,12 @@ def test_momentum_matches_numpy():
 def test_lars_matches_numpy():
     np.testing.assert_allclose(mtf_steps(Lars(5.0, 0.9, 1e-2, 1e-2)),
                                numpy_lars(5.0, 0.9, 1e-2, 1e-2), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["conv1/bias", "block/batch_norm/scale", "bn/offset"])
+def test_lars_leaves_biases_and_norms_to_plain_momentum(name):
+    np.testing.assert_allclose(mtf_steps(Lars(0.1, 0.9, 1e-2, 1e-2), name),
+                               numpy_momentum(0.1, 0.9), rtol=1e-5, atol=1e-6)
 
 
 def numpy_adamw(lr, weight_decay, beta1=0.9, beta2=0.999, epsilon=1e-6):

@@ -42,6 +42,9 @@ class Lars(Momentum):
 
     step = lr local_lr (g + weight_decay w), with
     local_lr = trust * |w| / (|g| + weight_decay |w|)  (1 where a norm is 0)
+
+    Biases and batch-norm scales and offsets (``NOT_DECAYED``) take plain momentum
+    steps, with neither decay nor trust ratio, as LARS's authors leave them out.
     """
 
     def __init__(self, learning_rate, momentum=0.9, weight_decay=1e-4, trust=1e-3):
@@ -50,6 +53,8 @@ class Lars(Momentum):
         self.trust = trust
 
     def step(self, grad, var):
+        if not decays(var.name):   # biases, batch-norm scales and offsets: plain momentum
+            return super().step(grad, var)
         weights = var.value
         weight_norm = mtf.sqrt(mtf.reduce_sum(mtf.square(weights)))
         grad_norm = mtf.sqrt(mtf.reduce_sum(mtf.square(grad)))
