@@ -51,14 +51,16 @@ def test_learning_rate_schedule_matches_numpy(schedule):
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-8)   # float32 cos
 
 
-def _augmented(x, layout, training, augmentation=Augmentation(flips=True)):
-    """``augment`` (flips and rotations unless told) of the patches ``x`` on ``layout``."""
+def _augmented(x, layout, training, augmentation=Augmentation(flips=True), as_tensor=True):
+    """``augment`` (flips and rotations unless told) of the patches ``x`` on ``layout``;
+    ``training`` given as an mtf scalar, or (``as_tensor=False``) as a Python number."""
     harness.reset_graph()
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     dims = [mtf.Dimension(n, s) for n, s in zip(("batch", "h", "w", "bands"), x.shape)]
     patches = mtf.import_tf_tensor(mesh, tf.constant(x), mtf.Shape(dims))
-    mode = mtf.import_tf_tensor(mesh, tf.constant(training), mtf.Shape([]))
+    mode = (mtf.import_tf_tensor(mesh, tf.constant(training), mtf.Shape([])) if as_tensor
+            else training)
     out = augment(patches, mode, augmentation)
     impl, lowering = harness.lower(graph, mesh, layout)
     with tf.Session(config=harness.session_config()) as session:
@@ -79,6 +81,9 @@ def test_augmentation_is_numpy_symmetries_and_exact_on_an_uneven_split():
         chosen.append(matches[0])
     assert len(set(chosen)) >= 4        # 12 draws of 8 symmetries
     np.testing.assert_array_equal(_augmented(x, harness.BATCH_SPLIT, 0.0), x)
+    # a graph that only trains may say so with a number: the same draws
+    np.testing.assert_array_equal(_augmented(x, harness.BATCH_SPLIT, 1.0, as_tensor=False),
+                                  one)
 
 
 def _field_look_numpy(raw, shift, gain_terms, augmentation):

@@ -151,8 +151,11 @@ def symmetry_probabilities(session, probabilities, symmetry, feed, tta):
 def augment(x, training, augmentation):
     """``x`` [batch, h, w, bands] (mtf patches) augmented per sample while training.
 
-    ``training``: an mtf scalar, 1.0 while training and 0.0 at inference.
+    ``training``: an mtf scalar, 1.0 while training and 0.0 at inference, or a Python
+    number for a graph that only trains (or only classifies).
     """
+    if not isinstance(training, mtf.Tensor):   # the symmetry's slicewise needs a tensor
+        training = mtf.constant(x.mesh, float(training))
     batch = x.shape.dims[0]
     if augmentation.flips:
         draw = mtf.random_uniform(x.mesh, mtf.Shape([batch]), name="symmetry_draw")
