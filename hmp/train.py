@@ -553,8 +553,12 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster, s
         trainer = Trainer(graph, exp, model_dir, seed, session_config, target,
                           checkpoint_every=FLAGS.checkpoint_every, slowdown=slowdown,
                           stop=signals, progress=progress)
-        with cli.blame("resume", "model_dir"):
-            trainer.initialise(resume)
+        try:
+            with cli.blame("resume", "model_dir"):
+                trainer.initialise(resume)
+        except BaseException:   # e.g. a checkpoint of another model: no session left open
+            trainer.close()
+            raise
         events.add_text(trainer.writer, trainer.step, "plan", plan.explain())
         return trainer
 

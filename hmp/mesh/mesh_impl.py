@@ -69,8 +69,9 @@ class HeteroMeshImpl(PlacementMeshImpl):
     Raises:
       ValueError: a split names a dimension the layout does not lay out, has
         the wrong number of sizes for its mesh axis, or a size that is not a
-        positive integer. Sizes that do not add up to the dimension are
-        reported as soon as a tensor with that dimension is lowered.
+        positive integer. Sizes that do not add up to the dimension, and splits
+        of dimensions the graph does not have, are reported by ``HeteroLowering``
+        before anything is lowered.
     """
 
     def __init__(self, shape, layout, devices, splits=None, hosts=None,
