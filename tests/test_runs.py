@@ -43,6 +43,19 @@ def make_trainer(exp, model_dir, **options):
 
 # -- 1. a signal stops after the step, with a checkpoint ---------------------------------
 
+def test_each_step_is_checkpointed_once(tiny_experiment, tmp_path, monkeypatch):
+    saved = []
+    original = Trainer.save
+    monkeypatch.setattr(Trainer, "save", lambda self, step=None, **kw: (
+        saved.append((step, kw.get("prefix", "ckpt"))), original(self, step, **kw))[1])
+    # every step, the epoch's last one too: it is saved at the epoch's end, once
+    trainer = make_trainer(tiny_experiment, tmp_path, checkpoint_every=1)
+    trainer.initialise(resume=False)
+    trainer.train_epoch(0, 1)
+    trainer.close()
+    steps = [step for step, prefix in saved if prefix == "ckpt" and step]
+    assert steps == list(range(1, trainer.steps_per_epoch + 1))
+
 def test_trainer_stops_after_the_running_step_with_a_checkpoint(tiny_experiment, tmp_path):
     steps = []
     trainer = make_trainer(tiny_experiment, tmp_path, stop=lambda: len(steps) >= 3,

@@ -238,11 +238,15 @@ class Trainer:
             correct += n_correct
             if i == 1:
                 steady_started = time.perf_counter()
-            if self.checkpoint_every and step % self.checkpoint_every == 0:
+            saved = False
+            last = start_step + i + 1 == self.steps_per_epoch   # the epoch's end saves it
+            if self.checkpoint_every and step % self.checkpoint_every == 0 and not last:
                 self.save(step)
+                saved = True
             if self.stop():
                 self.progress(None)
-                self.save(step)
+                if not saved:
+                    self.save(step)
                 raise Stopped(epoch, int(step))
             self.progress("epoch %d/%d  step %d/%d  loss %.4f  %s"
                           % (epoch + 1, epochs, start_step + i + 1, self.steps_per_epoch,
