@@ -306,11 +306,11 @@ def _measured(model_config, spec, devices, session_config, target, model_dir, cl
     return entry, link
 
 
-def _plan(spec, model_config, devices, session_config, target, model_dir, cluster, recipe):
-    """(the plan made now from the (measured) speeds and link, the device that is fastest
-    alone at --batch_size); ``spec``: the model's; the speeds are measured on the step
-    of ``recipe``."""
-    speeds = _speeds(devices)
+def _plan(spec, speeds, model_config, devices, session_config, target, model_dir, cluster,
+          recipe):
+    """(the plan made now from ``speeds`` (--speeds's numbers; None: measured on the step
+    of ``recipe``, with the link), the device that is fastest alone at --batch_size);
+    ``spec``: the model's."""
     if len(devices) == 1:   # nothing to split: no profiling
         plan = planning.plan_layout(spec, devices, speeds or [1.0], FLAGS.batch_size,
                                     FLAGS.mesh)
@@ -373,14 +373,15 @@ def _slowdown(devices):
 def run(cluster=None):
     _check_flags()
     devices = _devices(cluster)
+    given_plan, speeds = None, None
     if FLAGS.plan:
         with cli.blame("plan"):
-            planning.Plan.from_json(FLAGS.plan)   # its model is checked once it is built
+            given_plan = planning.Plan.from_json(FLAGS.plan)   # its model: once it is built
     else:
         if FLAGS.mesh != "auto":   # before any profiling
             with cli.blame("mesh", "devices"):
                 planning.check_mesh_size(planning.parse_mesh(FLAGS.mesh), len(devices))
-        _speeds(devices)
+        speeds = _speeds(devices)
     with cli.blame("simulate_slowdown"):
         slowdown = _slowdown(devices)
     model_dir = _model_dir()
@@ -388,7 +389,8 @@ def run(cluster=None):
         model_dir = os.path.abspath(model_dir)
     seeds = [FLAGS.seed + i for i in range(FLAGS.runs)]
     run_dirs = _run_dirs(model_dir, seeds)
-    session_config = session_config_for(devices)
+    # the plan's devices, not (only) --devices' default
+    session_config = session_config_for(devices + (given_plan.devices if given_plan else []))
     target = ""
     if cluster:
         session_config, target = cluster.session_config(), cluster.target
@@ -398,7 +400,7 @@ def run(cluster=None):
                 print("run %d/%d: seed %d in %s" % (number, len(seeds), seed, run_dir),
                       flush=True)
             _train(run_dir, seed, devices, session_config, target, signals, cluster,
-                   slowdown)
+                   slowdown, given_plan, speeds)
     if len(seeds) > 1:
         _summarise(model_dir, seeds, run_dirs)
 
@@ -505,7 +507,10 @@ def _scores(exp, variants, leakage):
         "test_without_tta": report.scores_dict(plain, exp.scene.class_names)}
 
 
-def _train(model_dir, seed, devices, session_config, target, signals, cluster, slowdown):
+def _train(model_dir, seed, devices, session_config, target, signals, cluster, slowdown,
+           given_plan, speeds):
+    """One seed's run in ``model_dir``; ``given_plan``: --plan's (checked against the model
+    here), else planned from ``speeds`` (--speeds as numbers, or None: measured)."""
     started = time.time()
     exp, leakage, data_config = _load_experiment(seed)
     # --runs with --resume: a seed the series had not reached yet starts afresh
@@ -530,19 +535,18 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster, s
     recipe = _recipe(exp)
     with cli.blame("model", "patch_size", "width"):
         spec = model_spec(model_config)
-    if FLAGS.plan:   # the device fastest alone is not known
+    if given_plan is not None:   # the device fastest alone is not known
         with cli.blame("plan"):
-            plan, fastest = planning.Plan.from_json(FLAGS.plan, model_spec=spec), None
-        if not cluster:   # the plan's devices, not (only) --devices' default
-            session_config = session_config_for(devices + plan.devices)
+            given_plan.check_model(spec, "plan file %s" % FLAGS.plan)
+        plan, fastest = given_plan, None
     # the input is good: now the folder is made (an old run deleted with --overwrite)
     runs.prepare_model_dir(model_dir, FLAGS.overwrite)
     experiment.save(model_dir, data_config, exp.split)   # for hmp.predict and baselines.py
     fitted_preprocessing.save(model_dir, exp.preprocessor)
-    if not FLAGS.plan:
+    if given_plan is None:
         with cli.blame("devices", "speeds", "mesh"):
-            plan, fastest = _plan(spec, model_config, devices, session_config, target,
-                                  model_dir, cluster, recipe)
+            plan, fastest = _plan(spec, speeds, model_config, devices, session_config,
+                                  target, model_dir, cluster, recipe)
     print(plan.explain(), flush=True)
     progress = ProgressLine()
 

@@ -379,9 +379,9 @@ class HeteroMeshImpl(PlacementMeshImpl):
         """How many devices each ring of an all-reduce over ``mesh_axes`` passes through:
         every device of a group, or (two-level, ``hierarchical_allreduce``) one leader
         per host of the group."""
-        lengths = set()
+        lengths, mesh_hosts = set(), self.hosts
         for group in mtf.processor_groups(self.shape, mesh_axes):
-            hosts = [self._host_of_device[self.devices[p]] for p in group]
+            hosts = [mesh_hosts[p] for p in group]
             two_level = self.allreduce_kind != "flat" and is_hierarchical(hosts)
             lengths.add(len(group_by_host(hosts)) if two_level else len(group))
         return sorted(lengths)
