@@ -12,6 +12,8 @@ that splits its *input* channels (each device computes a partial sum over its
 filters, and Mesh-TF all-reduces them): :func:`filter_split_block`.
 """
 
+import contextlib
+
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
@@ -124,9 +126,36 @@ def avg_pool3d(x, window=(2, 2, 2), strides=None, padding="VALID", name=None):
 # statistics; ``hmp.run.graph`` runs them with each training step (the TF1
 # ``tf.GraphKeys.UPDATE_OPS`` idiom, for mtf operations).
 UPDATE_OPS = "hmp_update_ops"
-# TF collection of the output of every ``batch_norm`` that uses the batch's statistics:
-# what ``hmp.run.from_graph`` counts as the model's norm layers (all-reduces a step).
+# TF collection of the output of every ``batch_norm`` that uses the global batch's
+# statistics: what ``hmp.run.from_graph`` counts as the model's norm layers (all-reduces
+# a step).
 BATCH_NORMS = "hmp_batch_norms"
+# TF collection of the moving statistics of every ``batch_norm`` with ``local``
+# statistics: each replica of a batch split updates its own copy, and
+# ``hmp.run.graph`` averages them (``HeteroLowering.average_over_replicas``) before they
+# are saved or classify.
+REPLICA_STATISTICS = "hmp_replica_statistics"
+
+# The statistics ``batch_norm`` normalises with while training: "sync", those of the
+# whole global batch (exact under any split: an all-reduce per layer and pass), or
+# "local", each replica's own samples' (no collective; what data-parallel
+# frameworks do by default). The same on one device and on a model split.
+BATCH_STATISTICS = ("sync", "local")
+_statistics = ["sync"]
+
+
+@contextlib.contextmanager
+def batch_statistics(mode):
+    """Within it, :func:`batch_norm` layers built take ``mode`` statistics
+    (:data:`BATCH_STATISTICS`); ``hmp.run.graph.ModelConfig`` builds its model in one."""
+    if mode not in BATCH_STATISTICS:
+        raise ValueError("batch statistics must be one of %s, got %r"
+                         % (", ".join(BATCH_STATISTICS), mode))
+    _statistics.append(mode)
+    try:
+        yield
+    finally:
+        _statistics.pop()
 
 
 def _blend(training, when_training, otherwise):
@@ -140,17 +169,25 @@ def _blend(training, when_training, otherwise):
 def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
     """Batch normalisation over every dim but the last (the channels).
 
-    Statistics are over the whole global batch: with the batch split across
-    devices, the partial sums are all-reduced, so an uneven batch split
-    gives the same result as one device. Each step all-reduces twice per
-    layer, however the batch is split: the sums of ``x`` and ``x**2`` in the
-    forward pass (one all-reduce, ``hmp.mesh.bucketing``; the variance is
-    their mean square minus the squared mean, as synchronised batch norm
-    computes it), and in the backward pass the sums of the output gradient
-    and of its product with the normalised input, which are also the
-    gradients of ``offset`` and ``scale`` (:func:`_normalise_gradient`). Mesh-TF's own
-    gradient of the same formula makes five: every all-reduce is a point where
-    the devices of a batch split wait for each other.
+    With "sync" statistics (the default; :func:`batch_statistics`) they are over the
+    whole global batch: with the batch split across devices, the partial sums are
+    all-reduced, so an uneven batch split gives the same result as one device. Each
+    step all-reduces twice per layer, however the batch is split: the sums of ``x``
+    and ``x**2`` in the forward pass (one all-reduce, ``hmp.mesh.bucketing``; the
+    variance is their mean square minus the squared mean, as synchronised batch norm
+    computes it), and in the backward pass the sums of the output gradient and of
+    its product with the normalised input, which are also the gradients of
+    ``offset`` and ``scale`` (:func:`_normalise_gradient`). Mesh-TF's own gradient of
+    the same formula makes five: every all-reduce is a point where the devices of a
+    batch split wait for each other.
+
+    With "local" statistics each replica of a batch split normalises with the mean
+    and variance of its own samples, and its input gradient is that of its own
+    normalisation: no collective of its own. The gradients of ``scale`` and
+    ``offset`` are summed over the replicas with every other weight gradient, in the
+    step's one gradient all-reduce. Each replica updates its own copy of the moving
+    statistics; ``hmp.run.graph`` averages the copies (weighted by the replicas'
+    samples) before they are saved or used to classify.
 
     ``training``: True (batch statistics), False (the moving averages), or an
     mtf scalar switching between them at run time (``hmp.run.graph``'s
@@ -161,6 +198,7 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
     """
     channels = x.shape.dims[-1:]
     count = x.shape.size // channels[0].size   # values per channel the statistics cover
+    local = _statistics[-1] == "local"
     with tf.variable_scope(name, default_name="batch_norm"):
         scale = mtf.get_variable(x.mesh, "scale", channels,
                                  initializer=tf.ones_initializer(),
@@ -179,7 +217,8 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
             return (x - moving_mean) * mtf.rsqrt(moving_variance + epsilon) * scale + offset, []
 
         def normalise(x, scale, offset):
-            batch_mean, batch_variance = _moments(x, channels, count)
+            batch_mean, batch_variance = (_replica_moments(x, channels) if local
+                                          else _moments(x, channels, count))
             mean = _blend(training, batch_mean, moving_mean)
             variance = _blend(training, batch_variance, moving_variance)
             y = (x - mean) * mtf.rsqrt(variance + epsilon) * scale + offset
@@ -189,8 +228,10 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
             del forward_operations   # the gradient is computed from the statistics
             x, scale, _ = explicit_inputs
             _, batch_mean, batch_variance = outputs
-            dx, dscale, doffset = _normalise_gradient(
-                x, scale, batch_mean, batch_variance, epsilon, output_grads[0], channels, count)
+            dx, dscale, doffset = (_replica_normalise_gradient if local
+                                   else _normalise_gradient)(
+                x, scale, batch_mean, batch_variance, epsilon, output_grads[0], channels,
+                count)
             return [dx, dscale, doffset] + [None] * (len(all_inputs) - 3)
 
         y, batch_mean, batch_variance = mtf.custom_gradient(
@@ -201,7 +242,11 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
                        momentum * moving_variance + (1 - momentum) * batch_variance)]
         for update in updates:
             tf.add_to_collection(UPDATE_OPS, update)
-        tf.add_to_collection(BATCH_NORMS, y)
+        if local:
+            tf.add_to_collection(REPLICA_STATISTICS, moving_mean)
+            tf.add_to_collection(REPLICA_STATISTICS, moving_variance)
+        else:
+            tf.add_to_collection(BATCH_NORMS, y)
         return y, updates
 
 
@@ -213,6 +258,12 @@ def _moments(x, channels, count):
                                      mtf.reduce_sum(mtf.square(x), output_shape=channels)])
     mean = sums / count
     return mean, mtf.relu(squares / count - mtf.square(mean))
+
+
+def _replica_moments(x, channels):
+    """:func:`_moments` of each replica's own samples (``hmp.mesh.ops.replica_mean``)."""
+    mean = ops.replica_mean(x, channels)
+    return mean, mtf.relu(ops.replica_mean(mtf.square(x), channels) - mtf.square(mean))
 
 
 def _normalise_gradient(x, scale, mean, variance, epsilon, dy, channels, count):
@@ -228,6 +279,21 @@ def _normalise_gradient(x, scale, mean, variance, epsilon, dy, channels, count):
                                        mtf.reduce_sum(dy * normalised, output_shape=channels)])
     dx = (dy - doffset / count - normalised * (dscale / count)) * (scale * inverse_std)
     return dx, dscale, doffset
+
+
+def _replica_normalise_gradient(x, scale, mean, variance, epsilon, dy, channels, count):
+    """:func:`_normalise_gradient` with each replica's own statistics: ``dx`` from its
+    own means of ``dy`` and ``dy * x_hat``; the gradients of ``scale`` and ``offset``
+    left as pending sums over the replicas, which the step's gradient all-reduce
+    does (``hmp.mesh.train_step``)."""
+    del count   # each replica's own
+    inverse_std = mtf.rsqrt(variance + epsilon)
+    normalised = (x - mean) * inverse_std
+    product = dy * normalised
+    dx = (dy - ops.replica_mean(dy, channels)
+          - normalised * ops.replica_mean(product, channels)) * (scale * inverse_std)
+    return (dx, mtf.reduce_sum(product, output_shape=channels),
+            mtf.reduce_sum(dy, output_shape=channels))
 
 
 def dropout(x, training, rate, name=None):

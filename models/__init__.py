@@ -38,7 +38,9 @@ def recipe(name):
     return dict(getattr(get_model(name), "RECIPE", {}))
 
 
-def model_config(name, patch, bands, n_classes, width=0):
+def model_config(name, patch, bands, n_classes, width=0, batch_norm="sync"):
     """The ``hmp.run.graph.ModelConfig`` of model ``name`` (``get_model``) for
-    ``patch x patch x bands`` patches and ``n_classes`` classes."""
-    return ModelConfig(name, patch, bands, n_classes, width, model=get_model(name))
+    ``patch x patch x bands`` patches and ``n_classes`` classes, its batch norms
+    training with ``batch_norm`` statistics (``hmp.layers.BATCH_STATISTICS``)."""
+    return ModelConfig(name, patch, bands, n_classes, width, batch_norm,
+                       model=get_model(name))

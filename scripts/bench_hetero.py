@@ -97,6 +97,7 @@ from hmp.run.from_graph import model_spec  # noqa: E402
 from hmp.run.graph import Placement, TrainingGraph  # noqa: E402
 from hmp.run.linkprobe import platform_specs  # noqa: E402
 from hmp.run.profiler import busy_times, measure_platform  # noqa: E402
+from hmp.layers import BATCH_STATISTICS  # noqa: E402
 from hmp.run.rebalance import replan  # noqa: E402
 from models import MODEL_NAMES, model_config, recipe  # noqa: E402
 
@@ -106,6 +107,8 @@ flags.DEFINE_list("models", ["cnn3d", "cnn2d"], "Models to benchmark: "
                   + ", ".join(plain_tf_models.MODELS) + ").")
 flags.DEFINE_integer("width", 0, "Model width (0: each model's default).")
 flags.DEFINE_integer("batch_size", 512, "Global batch (samples per step).")
+flags.DEFINE_enum("batch_norm", "sync", BATCH_STATISTICS, "Batch norm's statistics while "
+                  "training (hmp.train --batch_norm).")
 flags.DEFINE_integer("steps", 5, "Timed steps per configuration and repeat.")
 flags.DEFINE_integer("repeats", 5, "Interleaved repeats of every configuration.")
 flags.DEFINE_integer("warmup", 3, "Untimed steps per configuration first.")
@@ -411,7 +414,7 @@ def benchmark_model(name, exp, batch, workers):
     interleaved with the others, so that all figures see the same machine load.
     """
     config = model_config(name, exp.train.extractor.patch_size, exp.bands, exp.n_classes,
-                         FLAGS.width)
+                         FLAGS.width, FLAGS.batch_norm)
     progress("%s: profiling each worker alone, for the plans" % name)
     profiled, link = measure_platform(config, [d[0] for d in worker_devices(workers.devices)],
                                       FLAGS.batch_size, FLAGS.warmup, FLAGS.profile_steps,

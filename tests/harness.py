@@ -35,6 +35,18 @@ HYBRID_SPLIT = MeshConfig("batch:2;model:2", "batch:batch;filters1:model", CPUS,
 UNEVEN_CONFIGS = {"model": MODEL_SPLIT, "batch": BATCH_SPLIT, "hybrid": HYBRID_SPLIT}
 
 
+class CountingMeshImpl(hmp.HeteroMeshImpl):
+    """HeteroMeshImpl that records the mesh axes of every all-reduce it lowers."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.allreduces = []
+
+    def allreduce(self, x, mesh_axes, reduction_fn_string):
+        self.allreduces.append(list(mesh_axes))
+        return super().allreduce(x, mesh_axes, reduction_fn_string)
+
+
 def reset_graph():
     """A new default TF graph with the tests' graph-level seed."""
     tf.reset_default_graph()

@@ -158,18 +158,6 @@ def test_dense_reducing_split_feature_map_matches_numpy():
     assert harness.max_relative_error(grads[0], expected_grad) <= TOLERANCE
 
 
-class CountingMeshImpl(hmp.HeteroMeshImpl):
-    """HeteroMeshImpl that records the mesh axes of every all-reduce it lowers."""
-
-    def __init__(self, *args):
-        super().__init__(*args)
-        self.allreduces = []
-
-    def allreduce(self, x, mesh_axes, reduction_fn_string):
-        self.allreduces.append(list(mesh_axes))
-        return super().allreduce(x, mesh_axes, reduction_fn_string)
-
-
 def test_batch_norm_makes_two_allreduces_and_the_gradients_of_plain_tf():
     """On an uneven batch split batch norm all-reduces once forward (its statistics) and
     once backward; its input, scale and offset gradients are plain TF's."""
@@ -183,7 +171,7 @@ def test_batch_norm_makes_two_allreduces_and_the_gradients_of_plain_tf():
     scale, offset = graph.trainable_variables
     grads = mtf.gradients([objective], [tx, scale.outputs[0], offset.outputs[0]])
     mesh_shape, rules, splits = LAYOUTS["batch_and_in"]
-    impl = CountingMeshImpl(mesh_shape, rules, CPUS, splits)
+    impl = harness.CountingMeshImpl(mesh_shape, rules, CPUS, splits)
     lowering = hmp.HeteroLowering(graph, {mesh: impl})
     fetch = [lowering.export_to_tf_tensor(t) for t in [y] + grads]
     with tf.Session(config=harness.session_config()) as session:

@@ -37,6 +37,14 @@ def test_cnn2d_layers_match_hand_computed_figures():
     assert spec.name == "cnn2d(width=4, input=7x7x5, classes=3)"
 
 
+def test_local_batch_statistics_make_no_norm_layers_to_price():
+    """The same layers, none of whose batch norms all-reduce (``hmp.layers.batch_norm``)."""
+    sync, local = (model_spec(model_config("cnn2d", 7, 5, 3, 4, batch_norm=mode))
+                   for mode in ("sync", "local"))
+    assert (sync.norm_layers, local.norm_layers) == (4, 0)
+    assert local.layers == sync.layers
+
+
 def test_hybrid_conv2d_contracts_spectrum_and_filters():
     # patch 5, 8 bands, width 8: conv3d_1 (7,3,3) -> 8 filters on an 8x5x5 volume,
     # conv3d_2 (5,3,3) stride 2 -> spectrum 4 x 16 channels, conv2d contracts both.

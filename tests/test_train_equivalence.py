@@ -46,13 +46,17 @@ def run(exp, layout, model_dir, resume):
     trainer = Trainer(graph, exp, str(model_dir), seed=7, session_config=SESSION,
                       log=lambda line: None)
     trainer.initialise(resume)
-    losses = []
+    losses, correct = [], 0.0
     for batch in exp.train.batches(64, seed=7, epoch=0, drop_remainder=True):
         if len(losses) == STEPS:
             break
-        loss, _ = trainer.session.run([graph.loss, graph.train_op],
-                                      graph.feed(batch.indices, batch.labels))
+        loss, n_correct, _ = trainer.session.run([graph.loss, graph.correct, graph.train_op],
+                                                 graph.feed(batch.indices, batch.labels))
         losses.append(loss)
+        correct += n_correct
+    # the sums the devices kept, each its own part, equal the all-reduced values' sums
+    np.testing.assert_allclose(graph.metrics.read(trainer.session), [sum(losses), correct],
+                               rtol=1e-6)
     accuracy = evaluate(exp.test.class_ids, trainer.predict(exp.test),
                         exp.n_classes).overall_accuracy
     trainer.close()

@@ -77,6 +77,34 @@ class HeteroLowering(mtf.Lowering):
         else:
             log()
 
+    def average_over_replicas(self, variables, batch_dim):
+        """An op that sets every device's copy of each mtf variable of ``variables`` to
+        the mean of its copies across the replicas of a batch split, each weighted by
+        its replica's part of ``batch_dim`` (one all-reduce per variable over the mesh
+        axis ``batch_dim`` lies on; nothing where it lies on none).
+
+        For state that each replica updates from its own samples and that must agree
+        before it is saved or used to classify (``hmp.layers.batch_norm``'s moving
+        statistics with ``local`` statistics).
+        """
+        assigns = []
+        for variable in variables:
+            mesh_impl = self.mesh_impl(variable)
+            axis = mesh_impl.tensor_dimension_to_mesh_axis(batch_dim)
+            if axis is None:
+                continue
+            copies = self.variables[variable.operation].laid_out_tensor.tensor_list
+            weighted = []
+            for pnum, (device, copy) in enumerate(zip(mesh_impl.devices, copies)):
+                share = mesh_impl.slice_shape(mtf.Shape([batch_dim]), pnum)[0]
+                with tf.device(device):
+                    weighted.append(tf.identity(copy) * (share / batch_dim.size))
+            means = mesh_impl.allreduce(mesh_impl.LaidOutTensor(weighted), [axis], "SUM")
+            for device, copy, mean in zip(mesh_impl.devices, copies, means.tensor_list):
+                with tf.device(device):
+                    assigns.append(tf.assign(copy, mean))
+        return tf.group(assigns)
+
     def verify_slice_shapes(self, tensor, laid_out_tensor):
         mesh_impl = self.mesh_impl(tensor)
         if not isinstance(mesh_impl, HeteroMeshImpl):

@@ -269,3 +269,37 @@ class _Barrier(mtf.Operation):
 def barrier(xs, name=None):
     """Returns copies of ``xs`` that are computed only after all of ``xs``."""
     return _Barrier(list(xs), name=name).outputs
+
+
+class _ReplicaMean(mtf.Operation):
+    """Each device's mean of its own slice of ``x`` over the dims ``output_shape`` lacks.
+
+    The devices that hold different parts of a reduced dimension (the replicas of a
+    batch split) get different values of the same output: deliberately, for
+    :func:`replica_mean`'s callers only, which use them on the device that computed them.
+    """
+
+    def __init__(self, x, output_shape, name=None):
+        super().__init__([x], name=name or "replica_mean")
+        missing = [d for d in output_shape.dims if d not in x.shape.dims]
+        kept = [d for d in x.shape.dims if d in output_shape.dims]
+        if missing or kept != output_shape.dims:
+            raise ValueError("replica_mean: output %s must be dims of input %s, in its order"
+                             % (output_shape, x.shape))
+        self._outputs = [mtf.Tensor(self, output_shape, x.dtype)]
+
+    def lower(self, lowering):
+        mesh_impl = lowering.mesh_impl(self)
+        x = self.inputs[0]
+        kept = self.outputs[0].shape.dims
+        axes = [i for i, d in enumerate(x.shape.dims) if d not in kept]
+        lowering.set_tensor_lowering(self.outputs[0], mesh_impl.slicewise(
+            lambda t: tf.reduce_mean(t, axis=axes), lowering.tensors[x]))
+
+
+def replica_mean(x, output_shape, name=None):
+    """The mean of ``x`` over its dims not in ``output_shape``, on each device over its
+    own slice only: no all-reduce. On a batch split each replica gets the mean of its
+    own samples; where a reduced dim is not split it is the plain mean. Not
+    differentiable: for use inside a ``custom_gradient`` (``hmp.layers.batch_norm``)."""
+    return _ReplicaMean(x, mtf.Shape(output_shape), name=name).outputs[0]

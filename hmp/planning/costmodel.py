@@ -80,11 +80,12 @@ With uneven batch rows every row runs its own collectives; the slowest counts.
 On the batch axis: the sum of every weight gradient a model column holds,
 over the ``M`` devices of that column, as one all-reduce of all of them
 (``hmp.mesh.bucketing``: one set of hand-overs and their latency per step, not
-one per weight tensor); and per norm layer (``ModelSpec.norm_layers``) two
-all-reduces of its statistics, priced by their latency (forward idle, backward
-under load). They matter: with five all-reduces a layer (Mesh-TF's own gradient),
-cnn2d's four batch-norm layers added 51 ms to the 72 ms step of its data split over
-two workers of the 2-vCPU VM, and 20 ms to the step of the fast worker alone. A group spanning several hosts
+one per weight tensor); and per norm layer with sync statistics
+(``ModelSpec.norm_layers``; local ones have none) two all-reduces of its
+statistics, priced by their latency (forward idle, backward under load). They
+matter: with five all-reduces a layer (Mesh-TF's own gradient), cnn2d's four
+batch-norm layers added 51 ms to the 72 ms step of its data split over two workers
+of the 2-vCPU VM, and 20 ms to the step of the fast worker alone. A group spanning several hosts
 with several devices on some of them uses the two-level all-reduce of
 ``hmp.mesh.collectives`` (``allreduce_pricer``). Collectives of groups that share a
 host (the rows' on the model axis, the columns' on the batch axis) overlap,

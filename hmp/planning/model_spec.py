@@ -79,10 +79,11 @@ class ModelSpec:
     name: str
     layers: tuple
     input_shape: tuple
-    # Layers that normalise over the batch (batch norm). Each all-reduces over the
-    # batch axis twice per training step: its statistics in the forward pass and
-    # its gradient sums in the backward pass (``hmp.layers.batch_norm``); the
-    # devices of a batch split wait for each other there.
+    # Layers that normalise over the global batch (batch norm with sync statistics).
+    # Each all-reduces over the batch axis twice per training step: its statistics in
+    # the forward pass and its gradient sums in the backward pass
+    # (``hmp.layers.batch_norm``); the devices of a batch split wait for each other
+    # there. Local statistics make no such all-reduce and are not counted.
     norm_layers: int = 0
 
     def __post_init__(self):

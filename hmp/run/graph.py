@@ -11,6 +11,9 @@ cube once with ``load_scene``, then feed pixel indices every step.
 
 import dataclasses
 import inspect
+import math
+
+import numpy as np
 
 import tensorflow.compat.v1 as tf
 
@@ -58,6 +61,8 @@ class ModelConfig:
     bands: int
     n_classes: int
     width: int = 0   # 0: the model's default width
+    # the statistics its batch norms train with (``hmp.layers.BATCH_STATISTICS``)
+    batch_norm: str = "sync"
     model: object = dataclasses.field(kw_only=True)
 
     def logits(self, x, classes, training=True):
@@ -66,7 +71,8 @@ class ModelConfig:
         kwargs = {"width": self.width} if self.width else {}
         if "training" in inspect.signature(self.model.logits).parameters:
             kwargs["training"] = training
-        return self.model.logits(x, classes, **kwargs)
+        with layers.batch_statistics(self.batch_norm):
+            return self.model.logits(x, classes, **kwargs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,10 +174,55 @@ def build_model_graph(config, batch_size, inputs, y, training=None, recipe=Recip
             mesh, tf.constant(recipe.class_weights, tf.float32), mtf.Shape([classes]))
         cross_entropy *= mtf.einsum([ops.one_hot(mtf_y, classes, dtype=logits.dtype), weights],
                                     output_shape=mtf.Shape([batch]))
-    loss = mtf.reduce_mean(cross_entropy)
+    # the mean as a sum of shares: its pending all-reduce stays lazy (``DeviceMetrics``)
+    loss = mtf.reduce_sum(cross_entropy * (1.0 / batch_size))
     predicted = ops.argmax(logits, classes)
     correct = mtf.reduce_sum(mtf.to_float(mtf.equal(predicted, mtf_y)))
     return graph, mesh, loss, logits, correct
+
+
+class DeviceMetrics:
+    """Sums of mtf scalars over the steps, kept on the devices: no collective a step.
+
+    A scalar that sums over a split dimension (the loss of a batch split) is an
+    all-reduce of per-device partial sums; ``accumulate`` (run with each step) adds
+    each device's partial sum to a variable of its own instead, and ``read`` sums
+    those on the client when the totals are wanted (every few steps, not every step).
+    A device that holds a copy of another's partial sum (the replicas of a model split)
+    counts its share of it.
+    """
+
+    def __init__(self, lowering, mesh_impl, scalars):
+        parts = [_device_parts(lowering, mesh_impl, scalar) for scalar in scalars]
+        self._totals, accumulate = [], []
+        for pnum, device in enumerate(mesh_impl.devices):
+            with tf.device(device):
+                total = tf.Variable(tf.zeros([len(scalars)]), trainable=False,
+                                    name="metric_sums_%d" % pnum,
+                                    collections=[tf.GraphKeys.LOCAL_VARIABLES])
+                accumulate.append(tf.assign_add(total, tf.stack(
+                    [tf.cast(p[pnum], tf.float32) for p in parts])))
+            self._totals.append(total)
+        self.accumulate = tf.group(accumulate)
+        # zeroes the sums (their initialiser: also where a restored session has not run it)
+        self.reset = tf.group([total.initializer for total in self._totals])
+
+    def read(self, session):
+        """Each scalar's sum over the steps since the last ``reset``, as a numpy array."""
+        return np.sum(session.run(self._totals), axis=0)
+
+
+def _device_parts(lowering, mesh_impl, scalar):
+    """Per-device TensorFlow scalars that add up to the mtf ``scalar``, with no all-reduce:
+    the partial sums of its pending one (``mtf.LazyAllreduceSum``), each divided by the
+    number of devices that hold the same partial sum."""
+    lowered = lowering.tensors[scalar]
+    if isinstance(lowered, mtf.LazyAllreduceSum):
+        parts, summed_over = lowered.laid_out_input.tensor_list, lowered.mesh_axes
+    else:
+        parts, summed_over = lowered.to_laid_out_tensor().tensor_list, []
+    copies = mesh_impl.size // math.prod(mesh_impl.shape[a].size for a in summed_over)
+    return [p / copies for p in parts]
 
 
 class TrainingGraph:
@@ -214,13 +265,20 @@ class TrainingGraph:
             self.loss = self.lowering.export_to_tf_tensor(loss)
             self.probabilities = tf.nn.softmax(self.lowering.export_to_tf_tensor(logits))
             self.correct = self.lowering.export_to_tf_tensor(correct)
+            self.metrics = DeviceMetrics(self.lowering, self.mesh_impl, [loss, correct])
             with tf.control_dependencies(
-                    [self.lowering.lowered_operation(u) for u in updates]):
+                    [self.lowering.lowered_operation(u) for u in updates]
+                    + [self.metrics.accumulate]):
                 # Runs one step; its value is the global step after it.
                 self.train_op = tf.assign_add(self.global_step, 1)
             self.copy_masters_to_slices = self.lowering.copy_masters_to_slices()
             self.copy_slices_to_masters = self.lowering.copy_slices_to_masters()
-            self.init = tf.global_variables_initializer()
+            # Local batch statistics: each replica's moving statistics, to be averaged
+            # before they are saved or classify (``agree``); a no-op without them.
+            self.average_replica_statistics = self.lowering.average_over_replicas(
+                tf.get_collection(layers.REPLICA_STATISTICS),
+                mtf.Dimension("batch", batch_size))
+            self.init = tf.group(tf.global_variables_initializer(), self.metrics.reset)
             self.saver = tf.train.Saver(max_to_keep=3, save_relative_paths=True)   # movable
 
     def feed(self, indices, labels, training=True):

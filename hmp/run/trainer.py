@@ -23,6 +23,11 @@ from hmp.run.profiler import run_traced
 from hmp.run.progress import rate_and_eta
 
 
+# Steps between two reads of the loss and accuracy, which the devices keep summing
+# (``hmp.run.graph.DeviceMetrics``); also read at the epoch's end and before a checkpoint.
+METRICS_EVERY = 20
+
+
 class Stopped(Exception):
     """Training stopped because ``stop()`` asked for it; a checkpoint at ``step`` is saved.
 
@@ -166,6 +171,7 @@ class Trainer:
                         "resume with the same --model, --width and --optimizer"
                         % (checkpoint, error.message.splitlines()[0])) from None
                 self.log("resumed from %s" % checkpoint)
+                self.session.run(self.graph.metrics.reset)
             else:
                 self.session.run(self.graph.init)
         self.session.run(self.graph.copy_masters_to_slices)
@@ -185,6 +191,7 @@ class Trainer:
         ``max_to_keep``: another series of checkpoints than the run's own
         (:class:`BestEpoch`'s), with its own saver.
         """
+        self.session.run(self.graph.average_replica_statistics)
         self.session.run(self.graph.copy_slices_to_masters)
         saver = self.graph.saver
         if latest_filename is not None:
@@ -217,51 +224,48 @@ class Trainer:
         batches = self.experiment.train.batches(
             self.batch_size, seed=self.seed, epoch=epoch, drop_remainder=True,
             start_step=start_step)
-        fetches = [self.graph.loss, self.graph.correct, self.graph.train_op]
-        losses, correct, busy, step = [], 0.0, None, None
-        loss_sum = 0.0   # of ``losses``, kept as they come (the progress line's mean)
+        self.session.run(self.graph.metrics.reset)
+        busy, step, steps = None, None, 0
+        loss_sum, correct, read_at = 0.0, 0.0, 0   # the metrics as last read, at a step
         started = time.perf_counter()
         total = self.steps_per_epoch - start_step
         for i, batch in enumerate(batches):
             feed = self.graph.feed(batch.indices, batch.labels)
             if i == 1:
-                (loss, n_correct, step), busy = self._traced_step(fetches, feed)
+                step, busy = self._traced_step(self.graph.train_op, feed)
             else:
-                loss, n_correct, step = self.session.run(fetches, feed)
-            if not math.isfinite(loss):
-                raise TrainingError(
-                    "loss became %s at step %d (epoch %d); the last good checkpoint in %s "
-                    "is kept: lower --learning_rate or change --optimizer"
-                    % (loss, step, epoch + 1, self.model_dir))
-            losses.append(loss)
-            loss_sum += loss
-            correct += n_correct
+                step = self.session.run(self.graph.train_op, feed)
+            steps = i + 1
             if i == 1:
                 steady_started = time.perf_counter()
-            saved = False
-            last = start_step + i + 1 == self.steps_per_epoch   # the epoch's end saves it
-            if self.checkpoint_every and step % self.checkpoint_every == 0 and not last:
+            last = start_step + steps == self.steps_per_epoch   # the epoch's end saves it
+            checkpoint = (bool(self.checkpoint_every) and step % self.checkpoint_every == 0
+                          and not last)
+            stopping = self.stop()
+            if steps % METRICS_EVERY == 0 or last or checkpoint or stopping:
+                loss_sum, correct = self._read_metrics(step, epoch)   # before any save
+                read_at = steps
+            if checkpoint:
                 self.save(step)
-                saved = True
-            if self.stop():
+            if stopping:
                 self.progress(None)
-                if not saved:
+                if not checkpoint:
                     self.save(step)
                 raise Stopped(epoch, int(step))
-            self.progress("epoch %d/%d  step %d/%d  loss %.4f  %s"
-                          % (epoch + 1, epochs, start_step + i + 1, self.steps_per_epoch,
-                             loss_sum / len(losses), rate_and_eta(
-                                 i + 1, total, time.perf_counter() - started,
-                                 self.batch_size)))
+            self.progress("epoch %d/%d  step %d/%d  loss %s  %s"
+                          % (epoch + 1, epochs, start_step + steps, self.steps_per_epoch,
+                             "%.4f" % (loss_sum / read_at) if read_at else "-",
+                             rate_and_eta(steps, total, time.perf_counter() - started,
+                                          self.batch_size)))
         self.progress(None)
         ended = time.perf_counter()
         seconds = ended - started
-        samples = len(losses) * self.batch_size
-        stats = EpochStats(epoch, float(np.mean(losses)) if losses else float("nan"),
+        samples = steps * self.batch_size
+        stats = EpochStats(epoch, loss_sum / steps if steps else float("nan"),
                            correct / samples if samples else float("nan"),
-                           samples / seconds if seconds else 0.0, seconds, busy, len(losses))
-        if len(losses) > 2:
-            stats.steady_samples_per_second = ((len(losses) - 2) * self.batch_size
+                           samples / seconds if seconds else 0.0, seconds, busy, steps)
+        if steps > 2:
+            stats.steady_samples_per_second = ((steps - 2) * self.batch_size
                                                / (ended - steady_started))
         step = self.step if step is None else int(step)   # None: no step ran
         if self.experiment.val is not None:
@@ -272,6 +276,18 @@ class Trainer:
         self.save(step)
         self._summaries(stats, step)
         return stats
+
+    def _read_metrics(self, step, epoch):
+        """(sum of the steps' mean losses, samples classified right) over the epoch's
+        steps so far, read off the devices (``hmp.run.graph.DeviceMetrics``); a
+        loss that is no longer finite stops the run before anything is saved."""
+        loss_sum, correct = self.graph.metrics.read(self.session)
+        if not math.isfinite(loss_sum):
+            raise TrainingError(
+                "loss became %s by step %d (epoch %d); the last good checkpoint in %s "
+                "is kept: lower --learning_rate or change --optimizer"
+                % (loss_sum, step, epoch + 1, self.model_dir))
+        return float(loss_sum), float(correct)
 
     def _traced_step(self, fetches, feed):
         """One step with TensorFlow tracing; returns its values and per-device busy seconds."""
@@ -293,6 +309,7 @@ class Trainer:
         """Class probabilities [variants, pixels, classes] of every pixel of ``dataset``, in
         its order: of its patch as it is and, with ``tta``, in each other symmetry of the
         square (``hmp.run.augment.symmetry_probabilities``)."""
+        self.session.run(self.graph.average_replica_statistics)
         variants = []
         labels = np.zeros(self.batch_size, np.int32)
         batches, started = -(-len(dataset) // self.batch_size), time.perf_counter()

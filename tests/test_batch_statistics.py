@@ -1,0 +1,137 @@
+"""Batch norm with each replica's own statistics (``hmp.layers.batch_statistics("local")``)
+against plain TensorFlow and numpy, replica by replica."""
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import harness
+import hmp
+from hmp import layers
+from hmp.compat import import_mesh_tensorflow
+
+mtf = import_mesh_tensorflow()
+CPUS = harness.CPUS
+# batch on mesh axis a as [4, 2]; the channels on axis b as [1, 5]
+MESH, RULES, SPLITS = "a:2;b:2", "batch:a;cin:b", {"batch": [4, 2], "cin": [1, 5]}
+REPLICAS = [slice(0, 4), slice(4, 6)]
+
+
+def _data():
+    rng = np.random.RandomState(3)
+    x = (2 + 3 * rng.randn(6, 3, 4, 6)).astype(np.float32)
+    x[4:] += 5.0   # the second replica's samples are far off the first's
+    return x, rng.randn(*x.shape).astype(np.float32)
+
+
+def _dims():
+    return [mtf.Dimension(n, s) for n, s in (("batch", 6), ("h", 3), ("w", 4), ("cin", 6))]
+
+
+def _reference(x, weight):
+    """Per replica, plain TF batch norm of its own samples and the gradients of
+    sum(y * weight): y and dx per replica, dscale and doffset summed over them."""
+    tf.reset_default_graph()
+    ys, dxs, dscale, doffset = [], [], 0.0, 0.0
+    with tf.Session() as session:
+        for rows in REPLICAS:
+            tensors = [tf.constant(x[rows]), tf.ones([6]), tf.zeros([6])]
+            y = tf.nn.batch_normalization(tensors[0], *tf.nn.moments(tensors[0], [0, 1, 2]),
+                                          tensors[2], tensors[1], 1e-3)
+            values = session.run([y] + tf.gradients(tf.reduce_sum(y * weight[rows]), tensors))
+            ys.append(values[0])
+            dxs.append(values[1])
+            dscale, doffset = dscale + values[2], doffset + values[3]
+    return [np.concatenate(ys), np.concatenate(dxs), dscale, doffset]
+
+
+def test_local_statistics_are_each_replicas_own_and_need_no_allreduce_of_their_own():
+    x, weight = _data()
+    graph, mesh, (tx,) = harness.mesh_with_inputs([(x, _dims())])
+    with layers.batch_statistics("local"):
+        y = layers.batch_norm(tx, training=True, epsilon=1e-3)[0]
+    objective = mtf.reduce_sum(y * mtf.import_tf_tensor(mesh, tf.constant(weight), y.shape))
+    scale, offset = graph.trainable_variables
+    dx, dscale, doffset = mtf.gradients([objective], [tx, scale.outputs[0], offset.outputs[0]])
+    impl = harness.CountingMeshImpl(MESH, RULES, CPUS, SPLITS)
+    lowering = hmp.HeteroLowering(graph, {mesh: impl})
+    fetch = [lowering.export_to_tf_tensor(t) for t in (y, dx)]
+    assert impl.allreduces == []   # normalising and the input gradient: each replica alone
+    fetch += [lowering.export_to_tf_tensor(t) for t in (dscale, doffset)]
+    assert impl.allreduces == [[0], [0]]   # the weight gradients: summed over the replicas
+    assert tf.get_collection(layers.BATCH_NORMS) == []   # no norm layer's all-reduces to price
+    with tf.Session(config=harness.session_config()) as session:
+        harness.initialise(session, graph, lowering, weights=None)
+        values = session.run(fetch)
+    expected = _reference(x, weight)
+    for actual, wanted in zip(values, expected):
+        assert actual.shape == wanted.shape
+        assert harness.max_relative_error(actual, wanted) <= 1e-4
+
+
+def test_replicas_moving_statistics_are_averaged_by_their_samples():
+    """One update of the moving statistics, each replica from its own samples, then
+    ``average_over_replicas``: every device's copy holds the numpy mean of the replicas'
+    updates, weighted 4:2 by their samples."""
+    x, _ = _data()
+    graph, mesh, (tx,) = harness.mesh_with_inputs([(x, _dims())])
+    with layers.batch_statistics("local"):
+        _, updates = layers.batch_norm(tx, training=True, momentum=0.9, name="bn")
+    impl = hmp.HeteroMeshImpl(MESH, RULES, CPUS, SPLITS)
+    lowering = hmp.HeteroLowering(graph, {mesh: impl})
+    update = tf.group([lowering.lowered_operation(u) for u in updates])
+    average = lowering.average_over_replicas(tf.get_collection(layers.REPLICA_STATISTICS),
+                                             mtf.Dimension("batch", 6))
+    moving = {v.name: v for v in graph.all_variables if "moving" in v.name}
+    copies = {name: lowering.variables[v].laid_out_tensor.tensor_list
+              for name, v in moving.items()}
+    with tf.Session(config=harness.session_config()) as session:
+        harness.initialise(session, graph, lowering, weights=None)
+        session.run(update)
+        before = session.run(copies)
+        session.run(average)
+        after = session.run(copies)
+    means = [x[rows].mean(axis=(0, 1, 2)) for rows in REPLICAS]
+    variances = [x[rows].var(axis=(0, 1, 2)) for rows in REPLICAS]
+    channels = [slice(0, 1), slice(1, 6), slice(0, 1), slice(1, 6)]   # devices (a, b)
+    replica = [0, 0, 1, 1]
+    for name, stats, start in (("bn/moving_mean", means, 0.0),
+                               ("bn/moving_variance", variances, 1.0)):
+        own = [0.9 * start + 0.1 * s for s in stats]
+        for device in range(4):
+            np.testing.assert_allclose(before[name][device],
+                                       own[replica[device]][channels[device]], rtol=1e-5)
+            np.testing.assert_allclose(after[name][device],
+                                       ((4 * own[0] + 2 * own[1]) / 6)[channels[device]],
+                                       rtol=1e-5)
+
+
+@pytest.mark.parametrize("config", ["model", "single"])
+def test_local_statistics_without_a_batch_split_are_the_global_ones(config):
+    """Where no device holds part of the batch, local and sync batch norm agree: a model
+    split and one device give the one-device sync result and gradients."""
+    x, weight = _data()
+    results = {}
+    for mode in ("sync", "local"):
+        graph, mesh, (tx,) = harness.mesh_with_inputs([(x, _dims())])
+        with layers.batch_statistics(mode):
+            y = layers.batch_norm(tx, training=True)[0]
+        objective = mtf.reduce_sum(y * mtf.import_tf_tensor(mesh, tf.constant(weight),
+                                                            y.shape))
+        grads = mtf.gradients([objective], [tx] + [v.outputs[0]
+                                                   for v in graph.trainable_variables])
+        mesh_config = (harness.MeshConfig("m:2", "cin:m", CPUS[:2], {"cin": [5, 1]})
+                       if config == "model" and mode == "local" else harness.SINGLE_DEVICE)
+        _, lowering = harness.lower(graph, mesh, mesh_config)
+        fetch = [lowering.export_to_tf_tensor(t) for t in [y] + grads]
+        with tf.Session(config=harness.session_config()) as session:
+            harness.initialise(session, graph, lowering, weights=None)
+            results[mode] = session.run(fetch)
+    for local, sync in zip(results["local"], results["sync"]):
+        assert harness.max_relative_error(local, sync) <= 1e-5
+
+
+def test_an_unknown_mode_is_refused():
+    with pytest.raises(ValueError, match="sync, local"):
+        with layers.batch_statistics("global"):
+            pass
