@@ -315,11 +315,12 @@ def test_large_plan_is_consistent():
     devices = [f"/job:worker/task:{i}/device:GPU:0" for i in range(256)]
     speeds = np.random.default_rng(3).uniform(1e11, 1e13, 256).tolist()
     plan = plan_layout(hsi_model(filters=(512, 256)), devices, speeds, 1024, "auto", link=LINK)
-    # 9 meshes on all 256; every mesh on 1 to 8 devices (20); batch:k and model:k on 16,
-    # 32, 64 and 128 (8)
-    assert len(plan.candidates) == 37
-    assert sorted({c.devices for c in plan.candidates}) == [1, 2, 3, 4, 5, 6, 7, 8, 16, 32,
-                                                            64, 128, 256]
+    # 9 meshes on all 256; every mesh on 1 to 16 devices (50: the divisors of 1 to 16);
+    # batch:k and model:k on 32, 64 and 128 (6). Without overheads the k fastest alone are
+    # the k of highest rate: one subset a size.
+    assert len(plan.candidates) == 65
+    assert sorted({c.devices for c in plan.candidates}) == [*range(1, 17), 32, 64, 128, 256]
+    assert {c.ranking for c in plan.candidates} == {"alone"}
     assert len(plan.devices) + len(plan.left_out) == 256
     # the chosen layout beats every one on fewer devices, and none on more devices beats
     # it by the margin
@@ -381,7 +382,10 @@ def test_a_much_slower_device_is_left_out_with_its_reason():
                               "model:3) is predicted 384 us, without it 19.2 us"}]
     text = plan.explain()
     assert "left out /cpu:0: with it" in text and "1 device left out" in text
-    assert "Candidates on k devices use the k fastest: /gpu:0, /gpu:1, /cpu:0" in text
+    # each alone: 3 * 2e5 * 64 FLOPs at 1e12 and at 1e9 FLOP/s
+    assert "Each device alone, fastest first: /gpu:0 38.4 us, /gpu:1 38.4 us, /cpu:0 38.4 ms" \
+        in text
+    assert plan.fastest_alone() == "/gpu:0"
     # a given mesh keeps all devices
     given = plan_layout(fc_model(), ["/gpu:0", "/cpu:0", "/gpu:1"], [1e12, 1e9, 1e12], 64,
                         "model:3", link=LinkSpec(1e12, 0.0))
@@ -396,27 +400,33 @@ def test_left_out_devices_round_trip_and_old_plans_still_load(tmp_path):
     plan.to_json(path)
     data = json.loads(path.read_text())
     assert data["left_out"] == plan.left_out and data["candidates"][0]["devices"] == 3
+    assert data["alone"] == plan.alone and data["candidates"][0]["ranking"] == "alone"
     loaded = Plan.from_json(path, model_spec=fc_model(), devices=devices)  # planned from
     assert loaded == plan
     Plan.from_json(path, devices=["/gpu:0", "/gpu:1"])  # or only the devices it uses
     with pytest.raises(ValueError, match=r"is for devices \['/gpu:0', '/gpu:1'\] \(left "
                                          r"out: /cpu:0\), not \['/gpu:1', '/gpu:0'\]"):
         Plan.from_json(path, devices=["/gpu:1", "/gpu:0"])
-    # a plan written before left_out, replicated and Candidate.devices existed
-    del data["left_out"], data["replicated"]
+    # a plan written before left_out, replicated, alone and Candidate.devices existed
+    del data["left_out"], data["replicated"], data["alone"]
     for c in data["candidates"]:
-        del c["devices"]
+        del c["devices"], c["ranking"]
     old = tmp_path / "old.json"
     old.write_text(json.dumps(data))
     loaded = Plan.from_json(old, model_spec=fc_model())
     assert loaded.left_out == [] and all(c.devices is None for c in loaded.candidates)
-    assert loaded.replicated == []
+    assert loaded.replicated == [] and loaded.alone == [] and loaded.fastest_alone() is None
     assert "mesh model:2" in loaded.explain()
     # a bad record names the field
     data["left_out"] = [{"device": "/gpu:0", "speed": 1.0, "reason": "x"}]
     old.write_text(json.dumps(data))
     with pytest.raises(ValueError, match=r"left_out\[0\].device must be a device name not "
                                          "among the plan's devices"):
+        Plan.from_json(old)
+    data["left_out"] = []
+    data["alone"] = [{"device": "/gpu:0", "step": "fast", "rate": 1e12}]
+    old.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"alone\[0\].step must be a finite number or null"):
         Plan.from_json(old)
 
 
@@ -503,3 +513,93 @@ def test_a_plan_that_leaves_devices_out_says_at_which_larger_batch_they_pay():
     unpriced = plan_layout(spec, [DeviceSpec("a", 1e10), DeviceSpec("b", 1e3)], None, 16,
                            "auto").reason
     assert "1 device left out" in unpriced and "batch of" not in unpriced
+
+
+# --- ranked by the whole step alone: overheads, not only FLOP rates ----------------------
+
+def alone_step(spec, device, batch, link=None):
+    """The cost model's step of ``device`` alone at ``batch``, priced here directly."""
+    return predict(spec, [device], parse_mesh("batch:1"), batch, {"batch": [batch]}, link).step
+
+
+def test_a_cpu_faster_alone_than_a_gpu_at_a_small_batch_is_the_plan():
+    # Issue 28: a "GPU" of 5e12 FLOP/s with 20 ms of every step beside a "CPU" of 5e10
+    # with 1 ms, batch 32. The GPU has the higher rate, the CPU the shorter step:
+    # 1 ms + 32 x 3F / 5e10 against 20 ms + 32 x 3F / 5e12.
+    spec = hsi_model()
+    flops = 32 * 3 * sum(l.flops_per_sample for l in spec.layers)
+    gpu = DeviceSpec("/gpu:0", 5e12, overhead_s=0.020)
+    cpu = DeviceSpec("/cpu:0", 5e10, overhead_s=0.001)
+    plan = plan_layout(spec, [gpu, cpu], None, 32, "auto")
+    assert plan.mesh == "batch:1" and plan.devices == ["/cpu:0"]
+    assert plan.prediction.step == pytest.approx(0.001 + flops / 5e10, rel=1e-12)
+    assert plan.alone == [
+        {"device": "/cpu:0", "step": pytest.approx(0.001 + flops / 5e10, rel=1e-12),
+         "rate": 5e10},
+        {"device": "/gpu:0", "step": pytest.approx(0.020 + flops / 5e12, rel=1e-12),
+         "rate": 5e12}]
+    assert plan.fastest_alone() == "/cpu:0"
+    assert plan.left_out[0]["device"] == "/gpu:0"
+    # at a large batch the rate wins: 4096 samples take the CPU 1 ms + 128 x the above
+    big = plan_layout(spec, [gpu, cpu], None, 4096, "auto")
+    assert big.fastest_alone() == "/gpu:0" and "/gpu:0" in big.devices
+
+
+def test_the_k_of_highest_rate_are_priced_beside_the_k_fastest_alone():
+    # Two GPUs and two CPUs (as above) at batch 32: the two fastest alone are the CPUs,
+    # the two of highest rate the GPUs; both pairs are priced, each with its meshes.
+    spec = hsi_model()
+    devices = [DeviceSpec("/gpu:0", 5e12, overhead_s=0.020), DeviceSpec("/cpu:0", 5e10,
+                                                                        overhead_s=0.001),
+               DeviceSpec("/gpu:1", 4e12, overhead_s=0.020), DeviceSpec("/cpu:1", 4e10,
+                                                                        overhead_s=0.001)]
+    plan = plan_layout(spec, devices, None, 32, "auto")
+    assert [r["device"] for r in plan.alone] == ["/cpu:0", "/cpu:1", "/gpu:0", "/gpu:1"]
+    pairs = {(c.mesh, c.ranking) for c in plan.candidates if c.devices == 2}
+    assert pairs == {(m, r) for m in ("batch:2", "model:2") for r in ("alone", "rate")}
+    gpus = predict(spec, [devices[0], devices[2]], parse_mesh("batch:2"), 32,
+                   plan_layout(spec, [devices[0], devices[2]], None, 32, "batch:2").splits)
+    steps = {(c.mesh, c.devices, c.ranking): c.step for c in plan.candidates}
+    assert steps[("batch:2", 2, "rate")] == pytest.approx(gpus.step, rel=1e-12)
+    assert sum(c.devices == 1 for c in plan.candidates) == 1   # the CPU fastest alone
+    assert "highest rate" in plan.explain()
+
+
+def random_platform(rng):
+    """2-16 devices, each GPU-like (1e12-1e13 FLOP/s, 5-30 ms of every step) or CPU-like
+    (2e10-2e11 FLOP/s, 0.5-1.5 ms); some GPU-like ones with op-size figures."""
+    devices = []
+    for i in range(rng.integers(2, 17)):
+        if rng.random() < 0.5:
+            devices.append(DeviceSpec(f"/gpu:{i}", rng.uniform(1e12, 1e13),
+                                      overhead_s=rng.uniform(0.005, 0.030),
+                                      half_rate_flops=rng.choice([0.0, 1e5])))
+        else:
+            devices.append(DeviceSpec(f"/cpu:{i}", rng.uniform(2e10, 2e11),
+                                      overhead_s=rng.uniform(0.0005, 0.0015)))
+    return devices
+
+
+@pytest.mark.parametrize("link, platforms", [(None, 40), (LinkSpec(1.2e10, 1e-5), 20)],
+                         ids=["free", "linked"])
+def test_auto_is_never_predicted_slower_than_any_device_alone(link, platforms):
+    # The search that ranked by FLOP rate alone broke the first assertion on 34 of these
+    # 40 free platforms.
+    rng = np.random.default_rng(28)
+    spec = hsi_model()
+    margin = 0.0 if link is None else SPLIT_MARGIN
+    for _ in range(platforms):
+        devices = random_platform(rng)
+        batch = int(rng.choice([8, 16, 32, 64, 128, 256, 512]))
+        plan = plan_layout(spec, devices, None, batch, "auto", link=link)
+        step = plan.prediction.step
+        # every device alone, priced here device by device
+        alone = [alone_step(spec, d, batch, link) for d in devices]
+        assert step <= min(alone) * (1 + 1e-12), (batch, devices)
+        assert plan.fastest_alone() == devices[int(np.argmin(alone))].name
+        # nor slower than any candidate the plan lists as priced: than those on fewer
+        # devices at all, than those on more by the margin the plan states
+        for c in plan.candidates:
+            if c.step is not None:
+                bound = c.step if c.devices <= len(plan.devices) else c.step / (1 - margin)
+                assert step <= bound * (1 + 1e-12), (c, batch, devices)

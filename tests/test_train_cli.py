@@ -56,7 +56,7 @@ def cli_runs(tmp_path_factory, small_scene):
     The runs that train do so on conftest's ``small_scene``."""
     from models import model_config
     names = ("no_checkpoint", "kept", "few_bands", "other_model_plan", "nan", "readme_model",
-             "auto_speeds", "relative_speeds", "virtual_cpus_plan")
+             "auto_speeds", "relative_speeds", "virtual_cpus_plan", "too_large")
     folders = {name: tmp_path_factory.mktemp(name) for name in names}
     other_plan = plan_file(folders["other_model_plan"] / "plan.json",
                            model_config("cnn3d", 9, 200, 16), ["/cpu:0", "/cpu:1"], [1, 1],
@@ -96,6 +96,8 @@ def cli_runs(tmp_path_factory, small_scene):
                                   "--tta", model_dir=folders["relative_speeds"])],
         "virtual_cpus_plan": [train(*tiny_auto, "--plan=%s" % own_plan,
                                     model_dir=folders["virtual_cpus_plan"] / "run")],
+        "too_large": [train("--width=1000000", model_dir=folders["too_large"] / "wide"),
+                      train("--batch_size=10000000", model_dir=folders["too_large"] / "big")],
     }
     bad_flags = tmp_path_factory.mktemp("bad_flags")   # their runs/<name> folders
     runs.update({flags: [{"args": flags.split(), "cwd": str(bad_flags)}]
@@ -250,6 +252,32 @@ def test_resume_without_checkpoint_is_refused_before_anything_is_written(cli_run
                                   "resume from; start the run without --resume"
                                   % folders["no_checkpoint"])
     assert list(folders["no_checkpoint"].iterdir()) == []
+
+
+def test_a_model_that_fits_no_memory_is_refused_before_anything_is_written(cli_runs):
+    (wide, big), folders = cli_runs[0]["too_large"], cli_runs[1]
+    # hybridsn at width 1e6 on the synthetic scene's 45 PCA components, one device: its
+    # weights alone (x4: gradients and Adam's two moments) are far beyond any machine
+    spec = wide_hybridsn_spec()
+    weights = 4 * 4 * sum(layer.params for layer in spec.layers)
+    assert weights > 1e17
+    for run in (wide, big):
+        assert run.returncode == 2 and len(run.stderr.splitlines()) == 1, run.stderr[-2000:]
+    assert wide.stderr.startswith("hmp.train: error: --width=1000000: the model needs ")
+    assert "PB for its weights, their gradients and optimizer slots" in wide.stderr
+    assert "%.3g PB for its weights" % (weights / 1e15) in wide.stderr
+    assert "fits no layout of --mesh=auto on /cpu:0 (" in wide.stderr
+    # a batch beyond the training pixels is refused before memory is even asked
+    assert big.stderr.startswith("hmp.train: error: --batch_size=10000000: larger than the "
+                                 "1444 training pixels")
+    assert list(folders["too_large"].iterdir()) == []
+
+
+def wide_hybridsn_spec():
+    """The ModelSpec of hybridsn at width 1e6 on 9x9 patches of 45 bands, 10 classes."""
+    from hmp.run.from_graph import model_spec
+    from models import model_config
+    return model_spec(model_config("hybridsn", 9, 45, 10, 1000000))
 
 
 def test_a_models_default_pca_beyond_the_bands_says_how_to_change_it(cli_runs):

@@ -25,8 +25,10 @@ TIME_UNITS = ("s", "relative")
 class Candidate:
     """One layout the planner weighed; ``step`` is None when it was infeasible.
 
-    ``devices``: on how many of the fastest devices (``mesh="auto"`` also tries
-    subsets); None in plans written before subsets were tried (all devices).
+    ``devices``: on how many devices (``mesh="auto"`` also tries subsets); None in
+    plans written before subsets were tried (all devices). ``ranking``: which
+    ``devices`` devices, with ``mesh="auto"``: the fastest alone ("alone") or those of
+    highest FLOP rate ("rate"); None for a given mesh and in older plans.
     """
 
     mesh: str
@@ -35,8 +37,10 @@ class Candidate:
     comm: float | None
     note: str  # why it is infeasible; empty otherwise
     devices: int | None = None
+    ranking: str | None = None
 
 
+RANKINGS = {"alone": "fastest alone", "rate": "highest rate"}
 @dataclass
 class Plan:
     """A chosen layout with its predictions. The JSON: docs/planner.md, "The plan file"."""
@@ -60,9 +64,18 @@ class Plan:
     # Split dims left out of the layout rules (every model column computes them whole):
     # [{"dim": "hidden", "saved_s": 1.2e-3 (predicted, or None when given), "reason": ...}]
     replicated: list = field(default_factory=list)
+    # With mesh="auto": every device given, priced alone, fastest first:
+    # [{"device": "/cpu:0", "step": 6.7e-3 (None: it fits no one-device layout),
+    #   "rate": 5e10 (FLOP/s at which it computes the model alone)}]
+    alone: list = field(default_factory=list)
 
     def replicated_dims(self):
         return [record["dim"] for record in self.replicated]
+
+    def fastest_alone(self):
+        """The device whose one-device layout is predicted fastest (``alone``), or None
+        (a given mesh, an older plan, or no device fits alone)."""
+        return next((r["device"] for r in self.alone if r["step"] is not None), None)
 
     def to_json(self, path):
         """Writes the plan as JSON, atomically (docs/planner.md, "The plan file")."""
@@ -135,18 +148,24 @@ class Plan:
         lines += [f"  {record['reason']}" for record in self.left_out + self.replicated]
         lines += [""]
         subsets = any(c.devices is not None for c in self.candidates)
-        if subsets:
-            by_speed = [d for _, d in sorted(enumerate(self.devices),
-                                             key=lambda item: -self.speeds[item[0]])]
-            by_speed += [record["device"] for record in self.left_out]
-            lines.append(f"Candidates on k devices use the k fastest: {', '.join(by_speed)}")
-        rows = [["mesh", *(["devices"] if subsets else []), "step", "compute", "comm", "note"]]
+        rankings = any(c.ranking is not None for c in self.candidates)
+        if self.alone:
+            lines.append("Each device alone, fastest first: " + _shortened(
+                [f"{r['device']} {'does not fit' if r['step'] is None else fmt(r['step'])}"
+                 for r in self.alone]))
+            lines.append("Candidates on k devices use the k fastest alone or the k of highest "
+                         "FLOP rate (rate alone, FLOP/s: " + _shortened(
+                             [f"{r['device']} {r['rate']:.3g}" for r in
+                              sorted(self.alone, key=lambda r: -r["rate"])]) + ")")
+        rows = [["mesh", *(["devices"] if subsets else []), *(["of"] if rankings else []),
+                 "step", "compute", "comm", "note"]]
         for c in self.candidates:
             times = ["-"] * 3 if c.step is None else [fmt(c.step), fmt(c.compute), fmt(c.comm)]
             count = ([] if not subsets else
                      [str(len(self.devices) + len(self.left_out)
                           if c.devices is None else c.devices)])
-            rows.append([c.mesh, *count, *times, c.note])
+            ranking = [RANKINGS.get(c.ranking, "given")] if rankings else []
+            rows.append([c.mesh, *count, *ranking, *times, c.note])
         lines += aligned_columns(rows) + [""]
 
         batch = self.splits.get("batch")
@@ -156,8 +175,8 @@ class Plan:
             cap = self.memory_caps[i] if self.memory_caps else None
             rows.append([str(i), name, f"{self.speeds[i]:.4g}",
                          str(batch[i // model_size] if batch else self.batch_size),
-                         f"{100 * p.load[i]:.1f}%", fmt(p.busy[i]), _format_bytes(p.memory[i]),
-                         "-" if cap is None else _format_bytes(cap)])
+                         f"{100 * p.load[i]:.1f}%", fmt(p.busy[i]), format_bytes(p.memory[i]),
+                         "-" if cap is None else format_bytes(cap)])
         lines += aligned_columns(rows) + [""]
 
         rows = [["layer", "split dim", "size"] + [f"#{i}" for i in range(len(self.devices))]]
@@ -173,6 +192,12 @@ class Plan:
         lines += ["Filters per device (\"all\": not split, every device holds the whole layer)"]
         lines += aligned_columns(rows)
         return "\n".join(lines)
+
+
+def _shortened(items, shown=8):
+    """``items`` joined by commas; beyond ``shown``, the first ones and how many more."""
+    more = len(items) - shown
+    return ", ".join(items[:shown]) + (f", ... ({more} more)" if more > 0 else "")
 
 
 def layer_entries(model_spec):
@@ -199,8 +224,9 @@ def _format_time(seconds):
     return f"{seconds / 1e-9:.3g} ns"
 
 
-def _format_bytes(nbytes):
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+def format_bytes(nbytes):
+    """Bytes for people: ``1.32 MB``, ``169 PB``."""
+    for unit, scale in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if nbytes >= scale:
             return f"{nbytes / scale:.3g} {unit}"
     return f"{nbytes:.0f} B"
@@ -247,7 +273,7 @@ def _dict(value, where, field, keys):
 def _parse(data, where):
     """Builds a Plan from parsed JSON, checking every field."""
     fields = [f for f in Plan.__dataclass_fields__
-              if f not in ("left_out", "replicated")]  # optional (newer)
+              if f not in ("left_out", "replicated", "alone")]  # optional (newer)
     data = _dict(data, where, "the top level", ["format"] + fields)
     if data["format"] != FORMAT:
         _fail(where, "format", repr(FORMAT), data["format"])
@@ -302,13 +328,18 @@ def _parse(data, where):
     candidates = []
     for i, c in enumerate(_list(data["candidates"], where, "candidates")):
         c = _dict(c, where, f"candidates[{i}]",
-                  [k for k in Candidate.__dataclass_fields__ if k != "devices"])
+                  [k for k in Candidate.__dataclass_fields__ if k not in ("devices", "ranking")])
         count = c.get("devices")
         if count is not None:
             count = whole_number(count, f"{where}: candidates[{i}].devices")
+        ranking = c.get("ranking")
+        if ranking is not None and ranking not in RANKINGS:
+            _fail(where, f"candidates[{i}].ranking", f"null or one of {list(RANKINGS)}",
+                  ranking)
         candidates.append(Candidate(
             mesh=_string(c["mesh"], where, f"candidates[{i}].mesh"),
             note=_string(c["note"], where, f"candidates[{i}].note"), devices=count,
+            ranking=ranking,
             **{k: _number(c[k], where, f"candidates[{i}].{k}", optional=True)
                for k in ("step", "compute", "comm")}))
     return Plan(
@@ -321,7 +352,19 @@ def _parse(data, where):
         left_out=_records(data, where, "left_out", "device", "speed", devices,
                           "a device name not among the plan's devices"),
         replicated=_records(data, where, "replicated", "dim", "saved_s", splits,
-                            "a split dim the plan does not split", nullable=True))
+                            "a split dim the plan does not split", nullable=True),
+        alone=_alone(data, where))
+
+
+def _alone(data, where):
+    """The plan's optional list ``alone`` (absent in older plans: none), checked."""
+    records = _list(data.get("alone", []), where, "alone")
+    for i, record in enumerate(records):
+        _dict(record, where, f"alone[{i}]", ["device", "step", "rate"])
+        _string(record["device"], where, f"alone[{i}].device")
+        _number(record["step"], where, f"alone[{i}].step", optional=True)
+        _number(record["rate"], where, f"alone[{i}].rate")
+    return records
 
 
 def _records(data, where, field, key, number, taken, expected, nullable=False):

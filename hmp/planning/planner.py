@@ -7,17 +7,20 @@ each row's step (its per-step overhead + its samples at its summed speed)
 takes as long as the others' (``_row_rates``). Memory caps turn into caps on
 filters and samples (the cost model's memory estimate is affine in both), so work
 moves from a device that would not fit to devices with room. With
-``mesh="auto"`` every data-, hybrid and model-parallel mesh of the right size
-is laid out and priced by the cost model, on all devices and on the k fastest
-of them for smaller k (down to the fastest alone, so the plan is never
-predicted slower than the fastest device by itself); the fastest wins, every
-candidate's prediction is kept as the reason, and every device left out is
+``mesh="auto"`` every device is first priced alone (the cost model's step of its
+one-device layout at the batch: overhead, op-size terms and FLOPs), which ranks
+them; then every data-, hybrid and model-parallel mesh of the right size is laid
+out and priced, on all devices and, for smaller k, on the k fastest alone and on
+the k of highest FLOP rate (``subsets``), down to the device fastest alone, so
+the plan is never predicted slower than any device by itself; the fastest wins,
+every candidate's prediction is kept as the reason, and every device left out is
 recorded with why.
 """
 
 import contextlib
 import dataclasses
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,14 +41,30 @@ MIN_ABSOLUTE_FLOPS = 1e6
 # 2% faster (docs/benchmarks.md).
 SPLIT_MARGIN = 0.10
 # mesh="auto" tries every subset size and every mesh up to this many devices (see subset_sizes).
-EXHAUSTIVE_DEVICES = 8
+EXHAUSTIVE_DEVICES = 16
 # replicated="auto" weighs splitting against replicating each split dim of models with at
 # most this many (k + 2 predictions per mesh with a model axis); larger models split all.
 REPLICATION_MAX_DIMS = 8
-# mesh="auto" on a measured platform of at most EXHAUSTIVE_DEVICES devices, leaving some
+# mesh="auto" on a measured platform of at most HINT_MAX_DEVICES devices, leaving some
 # out: the multiples of the batch at which the plan looks for a layout that would use
 # them, to say so in its reason (up to 4 more plans: cheap on few devices).
 HINT_BATCH_FACTORS = (2, 4, 8, 16)
+HINT_MAX_DEVICES = 8
+
+
+class _Layout(NamedTuple):
+    """A feasible candidate: its predicted step, subset size, mesh, device indices (in
+    the given order), splits, Prediction, replicated dims and their records, and the
+    ranking its subset came from ("alone", "rate"; None for a given mesh)."""
+    step: float
+    size: int
+    mesh: object
+    indices: list
+    splits: dict
+    prediction: object
+    dims: tuple
+    records: list
+    ranking: str | None
 
 
 def _device_specs(devices, speeds, memory_caps):
@@ -162,9 +181,9 @@ def _speed_splits(model_spec, specs, mesh, batch_size, min_filters):
 
 
 def subset_sizes(device_count):
-    """How many of the fastest devices ``mesh="auto"`` tries, largest first.
+    """The subset sizes ``mesh="auto"`` tries, largest first.
 
-    Every count up to ``EXHAUSTIVE_DEVICES``; beyond that 1 to
+    Every size up to ``EXHAUSTIVE_DEVICES`` devices; beyond that 1 to
     ``EXHAUSTIVE_DEVICES``, the powers of two below ``device_count``, and all.
     """
     if device_count <= EXHAUSTIVE_DEVICES:
@@ -178,7 +197,7 @@ def subset_sizes(device_count):
 
 
 def subset_meshes(size, device_count):
-    """The meshes ``mesh="auto"`` tries on the ``size`` fastest of ``device_count`` devices.
+    """The meshes ``mesh="auto"`` tries on a subset of ``size`` of ``device_count`` devices.
 
     Every mesh (``candidate_meshes``) for all devices and for up to
     ``EXHAUSTIVE_DEVICES``; only the two 1-D meshes (``batch:k``, ``model:k``)
@@ -190,9 +209,35 @@ def subset_meshes(size, device_count):
     return [m for m in meshes if m.batch == 1 or m.model == 1]
 
 
-def speed_order(specs):
-    """Device indices fastest first; equal speeds keep the given order."""
-    return sorted(range(len(specs)), key=lambda i: -specs[i].flops_per_s)
+def rate_order(model_spec, specs):
+    """Device indices of highest FLOP rate first: the rate at which each computes the
+    model alone (``alone_flops_per_s``, the slope of its one-device step over the
+    batch); equal rates keep the given order."""
+    rates = [alone_flops_per_s(model_spec, d) for d in specs]
+    return sorted(range(len(specs)), key=lambda i: -rates[i])
+
+
+def alone_order(alone_steps):
+    """Device indices fastest alone first, from each device's predicted step alone (its
+    one-device layout at the batch: overhead, op-size terms and FLOPs; None where that
+    layout does not fit, ranked last); equal steps keep the given order."""
+    return sorted(range(len(alone_steps)),
+                  key=lambda i: (alone_steps[i] is None, alone_steps[i] or 0.0))
+
+
+def subsets(alone, rate, device_count):
+    """The device subsets ``mesh="auto"`` prices, largest first: ``(size, indices in the
+    given order, ranking)`` for the ``size`` devices fastest alone (``ranking`` "alone")
+    and, where they differ, the ``size`` of highest rate ("rate"), for every size of
+    ``subset_sizes``. Size 1 is the device fastest alone: every device was priced alone
+    to rank them, so no one-device layout is faster."""
+    found = []
+    for size in subset_sizes(device_count):
+        first = sorted(alone[:size])
+        found.append((size, first, "alone"))
+        if size > 1 and sorted(rate[:size]) != first:
+            found.append((size, sorted(rate[:size]), "rate"))
+    return found
 
 
 def _replication(model_spec, specs, mesh, batch_size, min_filters, link, replicated):
@@ -266,10 +311,11 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
         relative units and no link may be given).
       batch_size: the global batch.
       mesh: "model:N", "batch:M", "batch:M;model:N" (all devices) or "auto":
-        every mesh on the k fastest devices for k = N, ..., 1 (``subset_sizes``,
+        every device priced alone (``Plan.alone``), then every mesh on the k
+        devices fastest alone and on the k of highest FLOP rate (``subsets``,
         ``subset_meshes``); the fastest prediction wins, so the one-device
-        layout on the fastest device is always a candidate. Devices left out
-        are recorded in ``Plan.left_out`` with the reason.
+        layout of the device fastest alone is always a candidate. Devices left
+        out are recorded in ``Plan.left_out`` with the reason.
       memory_caps: None or bytes per device (None entries: no cap).
       min_filters: the fewest filters of every split dim any model column gets.
       link: a LinkSpec to price communication, or None to leave it out.
@@ -278,7 +324,7 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
         split dims to replicate (``()``: split every one). A replicated dim is left out
         of the layout rules: every model column computes its layers whole.
 
-    With ``mesh="auto"``, a link and at most ``EXHAUSTIVE_DEVICES`` devices, a plan that
+    With ``mesh="auto"``, a link and at most ``HINT_MAX_DEVICES`` devices, a plan that
     leaves devices out also says at which larger batch (``HINT_BATCH_FACTORS``) a
     layout would use them, if any.
 
@@ -302,62 +348,85 @@ def _plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps, min
             f"{MIN_ABSOLUTE_FLOPS:g} FLOP/s); a link's cost can only be weighed against "
             "absolute speeds in FLOP/s")
     n = len(specs)
-    order = speed_order(specs)
+    price = lambda indices, m: _layout_of(  # noqa: E731
+        model_spec, [specs[i] for i in indices], m, batch_size, min_filters, link, replicated)
+    alone = []
     if mesh == "auto":
-        # (size, indices of the ``size`` fastest devices in the given order, meshes)
-        trials = [(k, sorted(order[:k]), subset_meshes(k, n)) for k in subset_sizes(n)]
+        one = candidate_meshes(1)[0]
+        priced = {((i,), str(one)): price([i], one) for i in range(n)}   # every device alone
+        steps = [None if isinstance(r, InvalidInput) else r[2].step for r in priced.values()]
+        order = alone_order(steps)
+        rates = [alone_flops_per_s(model_spec, d) for d in specs]
+        alone = [{"device": specs[i].name, "step": steps[i], "rate": rates[i]} for i in order]
+        trials = [(k, indices, subset_meshes(k, n), ranking)
+                  for k, indices, ranking in subsets(order, rate_order(model_spec, specs), n)]
     else:
         given = parse_mesh(mesh)
         check_mesh_size(given, n)
-        trials = [(n, list(range(n)), [given])]
-    single = sum(len(meshes) for _, _, meshes in trials) == 1
+        priced, order = {}, list(range(n))
+        trials = [(n, list(range(n)), [given], None)]
+    single = sum(len(meshes) for _, _, meshes, _ in trials) == 1
 
     candidates, layouts = [], []
-    for k, indices, meshes in trials:
-        subset = [specs[i] for i in indices]
+    for k, indices, meshes, ranking in trials:
         for m in meshes:
-            try:
-                dims, splits, prediction, records = _replication(
-                    model_spec, subset, m, batch_size, min_filters, link, replicated)
-            except InvalidInput as e:   # an infeasible mesh; any other error is a bug
+            key = (tuple(indices), str(m))
+            result = priced[key] if key in priced else price(indices, m)
+            if isinstance(result, InvalidInput):   # an infeasible mesh
                 if single:
-                    raise
-                candidates.append(Candidate(str(m), None, None, None, f"infeasible: {e}", k))
+                    raise result
+                candidates.append(Candidate(str(m), None, None, None, f"infeasible: {result}",
+                                            k, ranking))
                 continue
-            layouts.append((prediction.step, k, m, indices, splits, prediction, dims, records))
+            dims, splits, prediction, records = result
+            layouts.append(_Layout(prediction.step, k, m, indices, splits, prediction, dims,
+                                   records, ranking))
             candidates.append(Candidate(str(m), prediction.step, prediction.compute,
                                         prediction.comm,
-                                        f"replicated: {', '.join(dims)}" if dims else "", k))
+                                        f"replicated: {', '.join(dims)}" if dims else "", k,
+                                        ranking))
     if not layouts:
         raise InvalidInput("no mesh fits: " + "; ".join(
             f"{c.mesh}" + (f" on {c.devices} devices" if c.devices != n else "")
             + f": {c.note}" for c in candidates))
     margin = SPLIT_MARGIN if mesh == "auto" and link is not None else 0.0
-    step, k, chosen, indices, splits, prediction, dims, records = _fastest(layouts, margin)
-    kept = [specs[i] for i in indices]
-    left_out = _left_out(specs, order, k, layouts, step, relative, margin)
+    best = _fastest(layouts, margin)
+    kept = [specs[i] for i in best.indices]
+    left_out = _left_out(specs, order, best, layouts, relative, margin)
     if mesh != "auto":
         reason = "mesh given by the caller"
     else:
-        sizes = [size for size, _, _ in trials]
+        sizes = subset_sizes(n)
         reason = (f"lowest predicted step time of {len(candidates)} candidate meshes "
-                  f"({len(layouts)} feasible) on the fastest "
-                  f"{_counts(sizes)} of {n} devices"
+                  f"({len(layouts)} feasible) on the k of {n} devices fastest alone and the k "
+                  f"of highest FLOP rate, k = {_counts(sizes)}, every device priced alone"
                   + ("" if link is not None else "; communication not priced (no link given)"))
         if left_out:
             reason += f"; {len(left_out)} device{'s' if len(left_out) > 1 else ''} left out"
-            if hint and link is not None and n <= EXHAUSTIVE_DEVICES:
+            if hint and link is not None and n <= HINT_MAX_DEVICES:
                 reason += _larger_batch_hint(model_spec, specs, batch_size, min_filters,
-                                             link, replicated, k)
+                                             link, replicated, best.size)
     return Plan(
-        model=model_spec.name, mesh=str(chosen),
-        layout_rules=layout_rules(model_spec.replicating(dims), chosen),
+        model=model_spec.name, mesh=str(best.mesh),
+        layout_rules=layout_rules(model_spec.replicating(best.dims), best.mesh),
         batch_size=batch_size, devices=[d.name for d in kept],
-        speeds=[d.flops_per_s for d in kept], splits=splits, layers=layer_entries(model_spec),
-        time_unit="relative" if relative else "s", prediction=prediction,
+        speeds=[d.flops_per_s for d in kept], splits=best.splits,
+        layers=layer_entries(model_spec), time_unit="relative" if relative else "s",
+        prediction=best.prediction,
         memory_caps=([d.mem_bytes for d in kept]
                      if any(d.mem_bytes is not None for d in kept) else None),
-        candidates=candidates, reason=reason, left_out=left_out, replicated=records)
+        candidates=candidates, reason=reason, left_out=left_out, replicated=best.records,
+        alone=alone)
+
+
+def _layout_of(model_spec, subset, mesh, batch_size, min_filters, link, replicated):
+    """``_replication`` of one candidate (``subset``: its DeviceSpecs), or the
+    InvalidInput that says why it does not fit; any other error is a bug."""
+    try:
+        return _replication(model_spec, subset, mesh, batch_size, min_filters, link,
+                            replicated)
+    except InvalidInput as e:
+        return e
 
 
 def _larger_batch_hint(model_spec, specs, batch_size, min_filters, link, replicated, kept):
@@ -387,11 +456,11 @@ def _larger_batch_hint(model_spec, specs, batch_size, min_filters, link, replica
 def _fastest(layouts, margin):
     """The layout of lowest predicted step; one on more devices only when it is
     predicted faster by more than ``margin`` (a share) than the best on fewer. On a
-    tie the one with fewer devices (less that can go wrong)."""
+    tie the one with fewer devices (less that can go wrong), then the one found first."""
     best = None
-    for size in sorted({l[1] for l in layouts}):
-        layout = min((l for l in layouts if l[1] == size), key=lambda l: l[0])
-        if best is None or layout[0] < best[0] * (1 - margin):
+    for size in sorted({l.size for l in layouts}):
+        layout = min((l for l in layouts if l.size == size), key=lambda l: l.step)
+        if best is None or layout.step < best.step * (1 - margin):
             best = layout
     return best
 
@@ -404,30 +473,35 @@ def _counts(sizes):
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
-def _left_out(specs, order, kept, layouts, best_step, relative, margin):
-    """A record per device the chosen layout leaves out, slowest last, with the reason:
-    the best prediction of the smallest subset tried that includes it, against the
-    chosen one (and ``margin`` when that subset was predicted faster, but not by it)."""
-    best_by_size = {}
-    for step, size, m, *_ in layouts:
-        if size not in best_by_size or step < best_by_size[size][0]:
-            best_by_size[size] = (step, m)
+def _group(size, device_count, ranking):
+    """How the reasons name a subset: "all devices", "the 2 fastest alone", ..."""
+    if size == device_count:
+        return "all devices"
+    return f"the {size} {'fastest alone' if ranking == 'alone' else 'of highest FLOP rate'}"
+
+
+def _left_out(specs, order, best, layouts, relative, margin):
+    """A record per device the chosen layout ``best`` leaves out, in ``order`` (fastest
+    alone first), with the reason: the best prediction of the smallest subset tried that
+    includes it, against the chosen one (and ``margin`` when that subset was predicted
+    faster, but not by it)."""
+    smallest = {}   # device index -> the best layout of the smallest subset holding it
+    for layout in sorted(layouts, key=lambda l: (l.size, l.step)):
+        for i in layout.indices:
+            smallest.setdefault(i, layout)
+    chosen = set(best.indices)
     records = []
-    for rank in range(kept, len(specs)):
-        spec = specs[order[rank]]
-        larger = sorted(size for size in best_by_size if size > rank)
-        if larger:
-            size = larger[0]
-            step, m = best_by_size[size]
-            group = "all devices" if size == len(specs) else f"the {size} fastest devices"
-            with_it = (f"with it the best layout ({group}, {m}) is predicted "
-                       f"{format_time(step, relative)}")
-            if step < best_step:
+    for i in (i for i in order if i not in chosen):
+        spec, layout = specs[i], smallest.get(i)
+        if layout is not None:
+            with_it = (f"with it the best layout ({_group(layout.size, len(specs), layout.ranking)}"
+                       f", {layout.mesh}) is predicted {format_time(layout.step, relative)}")
+            if layout.step < best.step:
                 with_it += (f", not faster by the {margin:.0%} the cost model's error "
                             "asks of a layout on more devices")
         else:
             with_it = "with it no layout fits"
         records.append({"device": spec.name, "speed": spec.flops_per_s,
                         "reason": f"left out {spec.name}: {with_it}, without it "
-                                  f"{format_time(best_step, relative)}"})
+                                  f"{format_time(best.step, relative)}"})
     return records

@@ -1,5 +1,6 @@
 """This machine's TensorFlow devices: the real ones, and the virtual CPUs a list names."""
 
+import os
 import re
 
 import tensorflow as tf
@@ -67,3 +68,30 @@ def session_config_for(devices):
     """A TF1 session config with enough virtual CPU devices for every /cpu:N named."""
     return tf.compat.v1.ConfigProto(device_count={"CPU": max(virtual_cpus(devices), 1)},
                                     allow_soft_placement=False)
+
+
+def host_memory_bytes():
+    """This machine's physical memory in bytes (what its CPU devices share)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def memory_bytes(devices):
+    """Each device's memory in bytes, or None where it is not known: a local GPU's as
+    TensorFlow reports it (``memory_limit``), a local CPU's the machine's memory (virtual
+    CPUs share it: each is given all of it, an upper bound), a cluster task's None."""
+    gpus = {}
+    if any(LOCAL_GPU.match(name) for name in devices):
+        from tensorflow.python.client import device_lib   # creates the GPU devices
+        gpus = {int(d.name.rpartition(":")[2]): float(d.memory_limit)
+                for d in device_lib.list_local_devices() if d.device_type == "GPU"}
+    found = []
+    for name in devices:
+        spec = tf.DeviceSpec.from_string(name)
+        kind = (spec.device_type or "").upper()
+        if spec.job not in LOCAL_JOBS:
+            found.append(None)
+        elif kind == "GPU":
+            found.append(gpus.get(spec.device_index or 0))
+        else:
+            found.append(float(host_memory_bytes()) if kind == "CPU" else None)
+    return found
