@@ -28,11 +28,13 @@ from hmp.cluster.runtime import Cluster
 from hmp.errors import InvalidInput, whole_number
 from hmp.evaluation import maps, report
 from hmp.evaluation.metrics import evaluate
+from hmp.layers import BATCH_STATISTICS
 from hmp.mesh.optimizers import OPTIMIZERS, SCHEDULES
+from hmp.planning.plan import format_bytes
 from hmp.run import (calibration, events, experiment, fitted_preprocessing, linkprobe,
                      rebalance, runs, scene_flags, speedcache)
 from hmp.run.augment import Augmentation
-from hmp.run.devices import check_local, default_devices, session_config_for
+from hmp.run.devices import check_local, default_devices, memory_bytes, session_config_for
 from hmp.run.from_graph import model_spec
 from hmp.run.graph import Placement, Recipe, TrainingGraph
 from hmp.run.profiler import measure_platform
@@ -44,6 +46,10 @@ flags.adopt_module_key_flags(scene_flags)   # --dataset, --split, --seed, ...: r
 flags.DEFINE_string("model", "hybridsn", "Model: " + ", ".join(models.MODEL_NAMES) +
                     ", or a module path (mypackage.mymodel) with logits and SPLIT_DIMS.")
 flags.DEFINE_integer("width", 0, "Model width (filters of its first layer); 0: default.")
+flags.DEFINE_enum("batch_norm", "sync", BATCH_STATISTICS, "Batch norm's statistics while "
+                  "training: sync (the whole batch's: every split equals one device, at an "
+                  "all-reduce per layer) or local (each replica of a batch split its own "
+                  "samples': no synchronisation of its own).")
 flags.DEFINE_string("devices", None, "Comma-separated TensorFlow devices (default: /cpu:0 "
                     "and every GPU TensorFlow sees; with --cluster one CPU per task); "
                     "/cpu:N with N >= 1 are virtual devices of the local CPU.")
@@ -97,12 +103,15 @@ flags.DEFINE_bool("overwrite", False, "Start over in a --model_dir that holds a 
                   "delete its checkpoints, results, maps and event files.")
 flags.DEFINE_integer("checkpoint_every", 0, "Also checkpoint every N steps (0: every epoch).",
                      lower_bound=0)
-flags.DEFINE_string("rebalance", "off", "off, or epoch: re-plan from measured busy times.")
+flags.DEFINE_string("rebalance", "off", "off, or epoch: after each epoch, re-plan from "
+                    "measured busy times, and switch when that is predicted to pay back.")
 flags.DEFINE_bool("try_alone", True, "With --mesh=auto, when the plan spreads over several "
                   "devices: train the second epoch on the fastest device alone and keep "
                   "whichever ran more samples/s (a measured guard against a mispriced plan).")
-flags.DEFINE_float("rebalance_threshold", 0.1, "Re-plan when max/min device busy time "
-                   "exceeds 1 + this.")
+flags.DEFINE_float("rebalance_threshold", 0.1, "Re-balancing's noise level: re-plan when "
+                   "max/min device busy time exceeds 1 + this, switch only to a plan "
+                   "predicted this much faster; a plan's samples/s moving by more is a "
+                   "changed machine.")
 flags.DEFINE_string("cluster", None, "Cluster mode: host:port of every hmp.worker task "
                     "(python -m hmp.worker), task 0 first; --devices default to one CPU per task.")
 flags.DEFINE_float("cluster_timeout", 60, "Cluster mode: seconds a worker may take to answer.")
@@ -309,30 +318,72 @@ def _measured(model_config, spec, devices, session_config, target, model_dir, cl
 def _plan(spec, speeds, model_config, devices, session_config, target, model_dir, cluster,
           recipe):
     """(the plan made now from ``speeds`` (--speeds's numbers; None: measured on the step
-    of ``recipe``, with the link), the device that is fastest alone at --batch_size);
-    ``spec``: the model's."""
+    of ``recipe``, with the link), the device fastest alone at --batch_size as the plan
+    priced each alone (``Plan.fastest_alone``)); ``spec``: the model's. Each device's
+    memory (``memory_bytes``) bounds the plan."""
+    caps = memory_bytes(devices)
     if len(devices) == 1:   # nothing to split: no profiling
         plan = planning.plan_layout(spec, devices, speeds or [1.0], FLAGS.batch_size,
-                                    FLAGS.mesh)
+                                    FLAGS.mesh, caps)
         if FLAGS.mesh == "auto":
             plan = dataclasses.replace(plan, reason="one device (%s): the one-device layout, "
                                        "no profiling needed" % devices[0])
         return plan, devices[0]
     if speeds is not None:
-        plan = planning.plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh)
+        plan = planning.plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh, caps)
         if FLAGS.mesh == "auto":
             plan = dataclasses.replace(plan, reason=plan.reason.replace(
                 "communication not priced (no link given)",
                 "communication not priced: --speeds=%s gives the speeds, so no link was "
                 "measured (--speeds=auto measures both)" % FLAGS.speeds))
-        return plan, devices[int(np.argmax(speeds))]
+        return plan, plan.fastest_alone()
     entry, link = _measured(model_config, spec, devices, session_config, target, model_dir,
                             cluster, recipe)
     platform = linkprobe.platform_specs(devices, entry.speeds)
-    alone = [s["samples_per_s"] for s in entry.speeds]   # each timed alone at --batch_size
-    return (planning.plan_layout(spec, platform, None, FLAGS.batch_size, FLAGS.mesh,
-                                 link=link),
-            devices[int(np.argmax(alone))])
+    plan = planning.plan_layout(spec, platform, None, FLAGS.batch_size, FLAGS.mesh, caps,
+                                link=link)
+    return plan, plan.fastest_alone()
+
+
+def _fits(spec, devices, caps, batch_size):
+    """Whether the planner finds a layout of --mesh for ``batch_size`` samples on
+    ``devices`` within the memory ``caps`` (at equal speeds: memory moves work between
+    devices, speeds do not make room). True too when it refuses for another reason
+    than memory: that is said where the plan is made, as before."""
+    def plan(memory_caps):
+        planning.plan_layout(spec, devices, [1.0] * len(devices), batch_size, FLAGS.mesh,
+                             memory_caps)
+    for memory_caps in (caps, None):
+        try:
+            plan(memory_caps)
+            return memory_caps is caps
+        except InvalidInput:
+            pass
+    return True
+
+
+def _check_memory(spec, devices):
+    """UsageError, before any folder is made, when the model at --batch_size fits no
+    layout of --mesh on ``devices`` within each one's memory (``memory_bytes``): naming
+    --batch_size when fewer samples would fit, else --width, and the memory a device
+    alone needs (``planning.memory_bytes``: weights with their gradients and optimizer
+    slots, and the activations of the batch)."""
+    caps = memory_bytes(devices)
+    if all(cap is None for cap in caps) or _fits(spec, devices, caps, FLAGS.batch_size):
+        return
+    fewest = 1 if FLAGS.mesh == "auto" else planning.parse_mesh(FLAGS.mesh).batch
+    flag = "batch_size" if _fits(spec, devices, caps, fewest) else "width"
+    whole = np.ones((len(spec.layers), 1))
+    need, weights = (float(planning.memory_bytes(spec, [batch], whole)[0, 0])
+                     for batch in (FLAGS.batch_size, 0))
+    raise cli.UsageError(
+        "--%s=%d: the model needs %s on one device (%s for its weights, their gradients and "
+        "optimizer slots, %s for the activations of %d samples) and fits no layout of "
+        "--mesh=%s on %s; allowed: a smaller --width or --batch_size, or devices with more "
+        "memory" % (flag, getattr(FLAGS, flag), format_bytes(need), format_bytes(weights),
+                    format_bytes(need - weights), FLAGS.batch_size, FLAGS.mesh,
+                    ", ".join("%s (%s)" % (d, "?" if c is None else format_bytes(c))
+                              for d, c in zip(devices, caps))))
 
 
 def _alone_trial(spec, plan, fastest, model_config, cluster, recipe, first_epoch, recorded):
@@ -467,18 +518,18 @@ def _check_same_data(model_dir, data_config):
                ", ".join("%s=%s" % (n, getattr(data_config, n)) for n in changed)))
 
 
-def _next_plan(plan, spec, trial, epoch, stats):
+def _next_plan(plan, trial, epoch, rebalancer, steps, kept):
     """The plan to go on with after ``epoch`` when it changes: the alone trial's choice
-    after one of its epochs, or (--rebalance=epoch) a re-balanced plan; else None."""
+    after one of its epochs, or (--rebalance=epoch: ``rebalancer``) a plan whose switch
+    is predicted to pay back (epochs of ``steps`` steps; ``kept``: the plan keys whose
+    graphs are open); else None."""
     if trial is not None and epoch in trial.epochs.values():   # a trial epoch
         print(trial.message, flush=True)
         return trial.plan if trial.plan is not plan else None
-    if FLAGS.rebalance == "epoch" and epoch + 1 < FLAGS.epochs:
-        new_plan = rebalance.replan(plan, spec, stats.busy_seconds, FLAGS.rebalance_threshold)
-        if new_plan is not None:
-            print("re-balancing (busy time imbalance %.0f%%): %s -> %s"
-                  % (100 * rebalance.imbalance(stats.busy_seconds), plan.splits,
-                     new_plan.splits), flush=True)
+    if rebalancer is not None and epoch + 1 < FLAGS.epochs:
+        new_plan = rebalancer.choose(plan, steps, FLAGS.epochs - epoch - 1, kept)
+        if rebalancer.message:
+            print(rebalancer.message, flush=True)
         return new_plan
     return None
 
@@ -531,10 +582,12 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster, s
                  os.path.join(model_dir, "results.json")), flush=True)
         return
     model_config = models.model_config(FLAGS.model, FLAGS.patch_size, exp.bands,
-                                       exp.n_classes, FLAGS.width)
+                                       exp.n_classes, FLAGS.width, FLAGS.batch_norm)
     recipe = _recipe(exp)
     with cli.blame("model", "patch_size", "width"):
         spec = model_spec(model_config)
+    if given_plan is None:   # memory before work: before any folder or profiling
+        _check_memory(spec, devices)
     if given_plan is not None:   # the device fastest alone is not known
         with cli.blame("plan"):
             given_plan.check_model(spec, "plan file %s" % FLAGS.plan)
@@ -575,7 +628,13 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster, s
                          record.trial)
     if trial is not None:   # a trial taken up may start on the device alone or the winner
         plan, record.trial = trial.plan, trial.record()
+    started_at = time.perf_counter()
     trainer = start(plan, resume)
+    # The switch into the next epoch and its seconds: the first start is a new graph's.
+    switched = ("build", time.perf_counter() - started_at)
+    kept = {}   # plan_key -> the open trainer of the plan before: a switch back reuses it
+    rebalancer = (rebalance.Rebalancer(spec, FLAGS.rebalance_threshold)
+                  if FLAGS.rebalance == "epoch" else None)
     signals.armed = True   # from now on a signal stops after the step, with a checkpoint
     record.add_plan(dataclasses.asdict(plan))
     best = BestEpoch(model_dir, FLAGS.patience, record.epochs)
@@ -596,12 +655,28 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster, s
                 print("early stop: no better validation accuracy for %d epochs"
                       % FLAGS.patience, flush=True)
                 break
-            new_plan = _next_plan(plan, spec, trial, epoch, stats)
+            if rebalancer is not None:
+                rebalancer.measure(plan, stats, switched)
+            switched = None
+            new_plan = _next_plan(plan, trial, epoch, rebalancer, steps_per_epoch, kept)
             if new_plan is not None:   # the same weights (checkpoint) on the new plan
-                trainer.close()
+                started_at = time.perf_counter()
+                previous = kept.pop(rebalance.plan_key(new_plan), None)
+                for other in kept.values():   # one plan's graph is kept besides the one used
+                    other.close()
+                kept = {rebalance.plan_key(plan): trainer}
                 plan = new_plan
                 record.add_plan(dataclasses.asdict(plan))
-                trainer = start(plan, resume=True)
+                if previous is None:
+                    trainer = start(plan, resume=True)
+                else:
+                    previous.restore(tf.train.latest_checkpoint(model_dir))
+                    trainer = previous
+                switched = ("build" if previous is None else "reuse",
+                            time.perf_counter() - started_at)
+        for other in kept.values():   # classifying needs only the trainer in use
+            other.close()
+        kept = {}
         step = trainer.step
         if best.path is not None:
             print("the weights of epoch %d (best validation accuracy %.3f) classify"
@@ -613,7 +688,8 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster, s
               flush=True)
         variants = trainer.probabilities(exp.labelled, FLAGS.tta)   # [variants, pixels, K]
     except Stopped as stopped:
-        trainer.close()
+        for other in [trainer, *kept.values()]:
+            other.close()
         where = ("while classifying (training had finished at step %d)" % stopped.step
                  if stopped.classifying else
                  "at epoch %d step %d" % (stopped.epoch + 1, stopped.step))

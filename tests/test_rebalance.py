@@ -1,12 +1,15 @@
-"""--rebalance=epoch: the split moves away from a slow device, the loss does not change."""
+"""--rebalance=epoch: the split moves away from a slow device when that pays back its
+switch, a switch that lost is undone, and the loss does not change."""
 
 import json
+import re
 
 import pytest
 
 from cli_batch import run_batch
 from hmp.planning import ModelSpec, conv_layer_spec, plan_layout
 from hmp.run import rebalance
+from hmp.run.trainer import EpochStats
 
 # Momentum, not Adam: a new split sums in another order, and Adam's division
 # by sqrt(v) magnifies those rounding differences of near-zero gradients.
@@ -42,7 +45,100 @@ def test_replan_moves_filters_from_slow_device_only_above_threshold():
     assert new_plan.mesh == plan.mesh
 
 
-def test_rebalancing_shifts_work_and_keeps_the_loss_trajectory(tmp_path, small_scene):
+DEVICES = ["/cpu:0", "/cpu:1"]
+
+
+def batch_plan(speeds):
+    return plan_layout(spec(), DEVICES, speeds, 64, "batch:2")
+
+
+def epoch(busy_seconds, seconds=1.0, startup=0.0):
+    """The EpochStats of an epoch of 10 steps of 64 samples whose first two steps took
+    ``startup`` seconds beyond its steady rate."""
+    return EpochStats(0, 1.0, 0.5, 640 / (seconds + startup), seconds + startup,
+                      busy_seconds, steps=10, steady_samples_per_second=640 / seconds)
+
+
+def measured(rebalancer, plan, busy_seconds, samples_per_second):
+    rebalancer.measure(plan, epoch(busy_seconds, seconds=640 / samples_per_second))
+
+
+def test_a_regime_averages_speeds_until_a_plan_runs_at_another_rate():
+    even = batch_plan([1, 1])   # loads 0.5, 0.5
+    rebalancer = rebalance.Rebalancer(spec(), threshold=0.1)
+    measured(rebalancer, even, [1.0, 1.0], 100.0)
+    measured(rebalancer, even, [1.0, 1.5], 105.0)   # 5% faster: the same machine
+    regime = rebalancer.regime
+    assert regime.epochs == 2
+    assert regime.speeds == pytest.approx([0.5, (0.5 + 0.5 / 1.5) / 2])
+    measured(rebalancer, even, [1.0, 3.0], 80.0)    # 24% slower than 105: it changed
+    regime = rebalancer.regime
+    assert regime.epochs == 1
+    assert regime.rates == {rebalance.plan_key(even): (even, pytest.approx(80.0))}
+    assert regime.speeds == pytest.approx([0.5, 0.5 / 3])
+    measured(rebalancer, even, None, 50.0)          # no traced step: nothing taken
+    assert rebalancer.regime.rates[rebalance.plan_key(even)][1] == pytest.approx(80.0)
+
+
+def test_a_switch_costs_its_seconds_and_the_extra_start_of_the_epoch_after_it():
+    even = batch_plan([1, 1])
+    rebalancer = rebalance.Rebalancer(spec(), threshold=0.1)
+    rebalancer.measure(even, epoch([1.0, 1.0], startup=0.5), ("build", 4.0))
+    assert rebalancer.cost == {"build": pytest.approx(4.5)}   # the run's first start
+    rebalancer.measure(even, epoch([1.0, 1.0], startup=0.25))   # a traced step's
+    rebalancer.measure(even, epoch([1.0, 1.0], startup=1.0), ("reuse", 0.5))
+    assert rebalancer.cost == {"build": pytest.approx(4.5), "reuse": pytest.approx(1.25)}
+    stats = epoch([1.0, 1.0])
+    stats.steady_samples_per_second = None   # too few steps to tell
+    assert rebalance.startup_seconds(stats, 64) == 0.0
+
+
+def test_a_new_plan_is_chosen_only_when_it_pays_back_its_switch():
+    even = batch_plan([1, 1])
+    rebalancer = rebalance.Rebalancer(spec(), threshold=0.1)
+    measured(rebalancer, even, [1.0, 3.0], 64.0)    # 1 s a step: 10 s an epoch of 10 steps
+    # Device 1 is a third as fast: [48, 16], loads 0.75, 0.25; the busiest device's
+    # time goes from 3 s to max(0.75 / 0.5, 0.25 / (0.5 / 3)) = 1.5 s: an epoch of 5 s.
+    saved = 10.0 - 10.0 * 1.5 / 3.0
+    rebalancer.cost["build"] = saved + 0.01
+    assert rebalancer.choose(even, 10, epochs_left=5) is None
+    assert rebalancer.message == (
+        "re-balancing: batch [48, 16] predicted 5.00 s an epoch against 10.00 s on "
+        "batch [32, 32]; switch 5.01 s (new graph), saved over 1 epoch: staying")
+    rebalancer.cost["build"] = saved - 0.01
+    assert rebalancer.choose(even, 10, epochs_left=5).splits == {"batch": [48, 16]}
+    # A switch that costs more waits until the slowdown has lost as much (ski rental),
+    # and never beyond the epochs left.
+    rebalancer.cost["build"] = 2 * saved - 0.01
+    assert rebalancer.choose(even, 10, epochs_left=5) is None
+    measured(rebalancer, even, [1.0, 3.0], 64.0)
+    assert rebalancer.choose(even, 10, epochs_left=1) is None
+    assert rebalancer.choose(even, 10, epochs_left=5).splits == {"batch": [48, 16]}
+
+
+def test_a_plan_that_ran_slower_is_undone_cheaply_and_noise_flips_nothing():
+    even, skewed = batch_plan([1, 1]), batch_plan([3, 1])   # [32, 32], [48, 16]
+    rebalancer = rebalance.Rebalancer(spec(), threshold=0.1)
+    measured(rebalancer, even, [1.0, 1.0], 100.0)
+    measured(rebalancer, skewed, [1.5, 0.5], 80.0)   # equal speeds again: the even plan
+    kept = {rebalance.plan_key(even)}
+    # ... as measured (10 x 64 / 100 = 6.4 s against 8 s), over the regime's 2 epochs
+    rebalancer.cost.update(build=3.3, reuse=3.1)
+    assert rebalancer.choose(skewed, 10, epochs_left=5, kept=kept) is even
+    assert rebalancer.message.endswith("6.40 s an epoch against 8.00 s on batch [48, 16]; "
+                                       "switch 3.10 s (kept graph), saved over 2 epochs: "
+                                       "switching")
+    assert rebalancer.choose(skewed, 10, epochs_left=5) is None   # a new graph: 3.3 s
+    rebalancer = rebalance.Rebalancer(spec(), threshold=0.1)
+    measured(rebalancer, even, [1.0, 1.0], 100.0)
+    measured(rebalancer, skewed, [1.5, 0.5], 95.0)   # 5% slower: under the threshold
+    assert rebalancer.choose(skewed, 10, epochs_left=5, kept=kept) is None
+    assert rebalancer.message.endswith("switch 0.00 s (kept graph), saved over 2 epochs: "
+                                       "staying")
+
+
+def test_rebalancing_weighs_a_plan_off_the_slow_device_and_keeps_the_losses(tmp_path,
+                                                                             small_scene):
     args = {"steady": [], "balanced": ["--rebalance=epoch", "--simulate_slowdown=/cpu:1=4"]}
     runs = run_batch("hmp.train", [   # one interpreter (tests/cli_batch.py)
         {"args": [*FLAGS, *small_scene, *extra, "--model_dir=%s" % (tmp_path / name)]}
@@ -51,8 +147,15 @@ def test_rebalancing_shifts_work_and_keeps_the_loss_trajectory(tmp_path, small_s
         assert run.returncode == 0, run.stderr[-2000:]
     steady, balanced = (json.loads((tmp_path / name / "results.json").read_text())
                         for name in args)
+    # Whether a switch pays back depends on the measured seconds; what was weighed moves
+    # filters off the slowed device, and the plans are those the lines chose.
+    lines = [line for line in runs[1].stdout.splitlines() if line.startswith("re-balancing")]
+    weighed = [int(re.match(r"re-balancing: filters1 \[\d+, (\d+),", line).group(1))
+               for line in lines]
     shares = [p["splits"]["filters1"][1] for p in balanced["plans"]]
-    assert len(shares) >= 2 and shares[-1] < shares[0]
+    assert len(lines) == 2 and weighed[0] < shares[0]
+    assert shares[1:] == [share for share, line in zip(weighed, lines)
+                          if line.endswith("switching")]
     assert [p["splits"]["filters1"][1] for p in steady["plans"]] == [shares[0]]
     steady_losses = [h["loss"] for h in steady["history"]]
     balanced_losses = [h["loss"] for h in balanced["history"]]

@@ -6,9 +6,11 @@ After an epoch the trainer knows how long each device was busy in a real
 step (from TensorFlow's step statistics). A device's effective speed is the
 work it was given (its predicted share of the step's FLOPs under the current
 plan) divided by that busy time. If the busiest device took clearly longer
-than the least busy one, the same mesh is planned again from those speeds;
-the trainer then rebuilds its graph and carries the weights over through the
-checkpoint (whole tensors), so only the splits change.
+than the least busy one, the same mesh is planned again from those speeds
+(``replan``). ``Rebalancer`` decides whether to switch to that plan: from the
+mean speeds of the epochs since the machine last changed (``Regime``), the
+samples/s each plan ran at, and what a switch cost (docs/planner.md,
+"Re-balancing while training").
 
 The trial of the fastest device alone. A plan over several devices is chosen
 from a cost model, which can be wrong; the one-device layout of the fastest
@@ -18,6 +20,7 @@ that loses to the fastest device alone costs one epoch, not the run.
 """
 
 import dataclasses
+import json
 
 from hmp.planning import plan_layout
 
@@ -53,6 +56,134 @@ def replan(plan, model_spec, busy_seconds, threshold=DEFAULT_THRESHOLD):
         return None
     # still left out, still replicated
     return dataclasses.replace(new_plan, left_out=plan.left_out, replicated=plan.replicated)
+
+
+def plan_key(plan):
+    """What makes two plans one graph: mesh, layout rules, devices and splits."""
+    return (plan.mesh, plan.layout_rules, tuple(plan.devices),
+            json.dumps(plan.splits, sort_keys=True))
+
+
+def startup_seconds(stats, batch_size):
+    """Seconds the epoch's first two steps took beyond its steady rate (``stats``: an
+    ``EpochStats``): a new graph's one-off optimisation, and the traced step. 0 when
+    the epoch ran too few steps to have a steady rate."""
+    if not stats.steady_samples_per_second:
+        return 0.0
+    return max(0.0, stats.seconds
+               - stats.steps * batch_size / stats.steady_samples_per_second)
+
+
+@dataclasses.dataclass
+class Regime:
+    """The epochs since the machine last changed under the run (a plan's samples/s
+    moved by more than the threshold): their devices, the mean of their measured
+    speeds (``measured_speeds``), and {plan_key: (plan, samples/s)} of the plans
+    that ran in them (each plan's latest epoch)."""
+
+    devices: tuple
+    speeds: list
+    epochs: int = 1
+    rates: dict = dataclasses.field(default_factory=dict)
+
+    def add(self, speeds):
+        self.speeds = [(mean * self.epochs + new) / (self.epochs + 1)
+                       for mean, new in zip(self.speeds, speeds)]
+        self.epochs += 1
+
+
+class Rebalancer:
+    """--rebalance=epoch: after each epoch, whether to switch plans for the next.
+
+    ``measure`` takes each epoch and the switch before it. The epoch's traced busy times
+    join the regime's mean speeds; its samples/s is its plan's rate in the regime, and a
+    rate more than ``threshold`` away from the plan's last one there starts a new regime
+    (the machine changed: a worker got busy or free). ``choose`` weighs the plans in
+    play: the current one at its measured rate, the others measured in this regime at
+    theirs (a re-plan that ran slower than the plan before it is undone), and the plan
+    made afresh from the mean speeds, its epoch predicted as the current one scaled by
+    the busiest device's busy time. A switch must save at least ``threshold`` of the
+    next epoch (noise does not flip plans) and pay back its cost (``cost``: what the
+    last switch of its kind took) within as many epochs as the regime has lasted and
+    as are left: after one slow epoch, within the next one; a new graph that costs more
+    waits until the slowdown has lost as much time as the switch costs (ski rental).
+    """
+
+    def __init__(self, spec, threshold=DEFAULT_THRESHOLD):
+        self.spec, self.threshold = spec, threshold
+        self.regime = None
+        self.cost = {}        # "build" (a new graph), "reuse" (a kept one): seconds
+        self.startup = 0.0    # startup_seconds of the last epoch after no switch
+        self.message = ""
+
+    def measure(self, plan, stats, switch=None):
+        """Takes an epoch that ran on ``plan`` (``stats``: its ``EpochStats``; its busy
+        times and samples/s: nothing from an epoch too short to trace a step) and the
+        ``switch`` before it: None, or (kind, seconds), whose cost is those seconds and
+        what the epoch's start took beyond that of an epoch after no switch."""
+        startup = startup_seconds(stats, plan.batch_size)
+        if switch is None:
+            self.startup = startup
+        else:
+            kind, seconds = switch
+            self.cost[kind] = seconds + max(0.0, startup - self.startup)
+        busy, rate = stats.busy_seconds, (stats.steady_samples_per_second
+                                          or stats.samples_per_second)
+        if len(busy or ()) != len(plan.devices) or min(busy) <= 0:
+            return
+        speeds, key, regime = measured_speeds(plan, busy), plan_key(plan), self.regime
+        if (regime is None or regime.devices != tuple(plan.devices)
+                or (key in regime.rates
+                    and abs(rate / regime.rates[key][1] - 1) > self.threshold)):
+            self.regime = regime = Regime(tuple(plan.devices), speeds)
+        else:
+            regime.add(speeds)
+        regime.rates[key] = (plan, rate)
+
+    def choose(self, plan, steps, epochs_left, kept=()):
+        """The plan for the next epoch (``steps`` steps; ``epochs_left``: those still to
+        run, the next included) when switching to it pays back, else None. ``kept``: the
+        plan_keys whose graphs are open (a switch to them costs ``cost["reuse"]``, to
+        another ``cost["build"]``). Sets ``message`` (empty when nothing was weighed)."""
+        self.message = ""
+        regime = self.regime
+        if regime is None or plan_key(plan) not in regime.rates:
+            return None
+        current = steps * plan.batch_size / regime.rates[plan_key(plan)][1]
+        candidates = {key: (other, steps * other.batch_size / rate)
+                      for key, (other, rate) in regime.rates.items() if key != plan_key(plan)}
+        busy = [load / speed for load, speed in zip(plan.prediction.load, regime.speeds)]
+        fresh = replan(plan, self.spec, busy, self.threshold)
+        if fresh is not None and plan_key(fresh) not in candidates:
+            new_busy = max(load / speed for load, speed
+                           in zip(fresh.prediction.load, regime.speeds))
+            candidates[plan_key(fresh)] = (fresh, current * new_busy / max(busy))
+        if not candidates:
+            return None
+        epochs = min(regime.epochs, epochs_left)
+        net, seconds, key, best = max(   # the most saved; of equals, the fastest
+            (((current - seconds) * epochs - self._cost(key, kept), seconds, key, other)
+             for key, (other, seconds) in candidates.items()),
+            key=lambda row: (row[0], -row[1]))
+        pays = net > 0 and seconds <= (1 - self.threshold) * current
+        self.message = ("re-balancing: %s predicted %.2f s an epoch against %.2f s on %s; "
+                        "switch %.2f s (%s), saved over %d epoch%s: %s"
+                        % (describe_splits(best), seconds, current, describe_splits(plan),
+                           self._cost(key, kept), "kept graph" if key in kept else "new graph",
+                           epochs, "" if epochs == 1 else "s",
+                           "switching" if pays else "staying"))
+        return best if pays else None
+
+    def _cost(self, key, kept):
+        """A switch to the plan of ``key``: its kept graph's, or a new one's (a kept
+        graph's until one is measured: at most a new one's)."""
+        build = self.cost.get("build", 0.0)
+        return self.cost.get("reuse", build) if key in kept else build
+
+
+def describe_splits(plan):
+    """The plan's splits as a line: ``batch [150, 106]``."""
+    return " ".join("%s %s" % (dim, sizes) for dim, sizes in plan.splits.items())
 
 
 class AloneTrial:

@@ -1,0 +1,156 @@
+"""Dynamic load: a worker disturbed in the middle of a run, with and without re-balancing.
+
+Two ``hmp.worker`` processes as ``bench_hetero.py`` starts them (each pinned to a core
+of its own with one intra-op thread; ``--workers`` to place them otherwise), equal at
+the start. For each model of ``--models``, ``hmp.train --cluster`` trains ``--epochs``
+epochs on ``--mesh=batch:2`` (``--notry_alone``, ``--notta``) twice on them: with
+``--rebalance=off`` and with ``--rebalance=epoch``. Once epoch ``--disturb_after`` has
+ended, ``--slowdown`` CPU-bound processes start on the second worker's core
+(``bench_hetero.competing_load``) and spin until that run ends. The speeds are profiled
+by the first run before any disturbance (a speed cache of this benchmark's own), so both
+runs start from the same plan.
+
+Per run: the samples/s of the last ``LAST`` epochs by the wall clock (from the end of
+the epoch before them to the end of the last: switches, checkpoints and validation
+count), hmp's own samples/s of those epochs (their steps only), each epoch's wall
+seconds and the plan it ran on. The goal: with re-balancing, the last epochs at 1.25x
+or more the run without.
+
+  python scripts/bench_rebalance.py --models=cnn2d --epochs=8
+"""
+
+import contextlib
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import flags
+
+from bench_hetero import FLAGS, check_flags, competing_load, machine, worker_placement
+from hmp import cli, files
+from hmp.cluster.runtime import local_cluster
+from hmp.cluster.subprocesses import die_with_parent
+from hmp.planning.plan import aligned_columns
+
+flags.DEFINE_integer("epochs", 8, "Epochs of each run.")
+flags.DEFINE_integer("disturb_after", 3, "The competing processes start once this epoch "
+                     "has ended.")
+flags.DEFINE_float("train_fraction", 0.6, "Training share of each class's pixels (of the "
+                   "built-in scene).")
+FLAGS.set_default("models", ["cnn2d"])
+FLAGS.set_default("batch_size", 256)
+FLAGS.set_default("out", "bench_rebalance.json")
+
+LAST = 3   # the epochs compared
+GOAL = 1.25
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EPOCH_LINE = re.compile(r"epoch (\d+)/\d+ ")
+
+
+def train(model, spec, rebalance, folder, slowed_cpu):
+    """One ``hmp.train`` run on the cluster ``spec``: (the time each epoch's line came
+    {epoch: perf_counter seconds}, the epochs after which it switched plans, results.json).
+    The competing load starts after epoch ``--disturb_after``."""
+    command = [sys.executable, "-m", "hmp.train", "--cluster=" + spec, "--model=" + model,
+               "--batch_size=%d" % FLAGS.batch_size, "--epochs=%d" % FLAGS.epochs,
+               "--train_fraction=%g" % FLAGS.train_fraction, "--mesh=batch:2",
+               "--notry_alone", "--notta", "--rebalance=" + rebalance,
+               "--model_dir=" + os.path.join(folder, rebalance)]
+    ended, switched = {}, []
+    os.makedirs(folder, exist_ok=True)
+    env = {**os.environ, "HMP_CACHE_DIR": folder}   # both runs: the first run's speeds
+    with contextlib.ExitStack() as stack:
+        process = stack.enter_context(subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True,
+            preexec_fn=die_with_parent))
+        for line in process.stdout:
+            print("  " + line, end="", flush=True)
+            match = EPOCH_LINE.match(line)
+            if match:
+                ended[int(match.group(1))] = time.perf_counter()
+                if int(match.group(1)) == FLAGS.disturb_after:
+                    stack.enter_context(competing_load(slowed_cpu, FLAGS.slowdown))
+            elif line.startswith("re-balancing") and line.rstrip().endswith("switching"):
+                switched.append(max(ended))
+    if process.returncode:
+        raise RuntimeError("%s ended with exit code %d" % (" ".join(command),
+                                                           process.returncode))
+    with open(os.path.join(folder, rebalance, "results.json"), encoding="utf-8") as f:
+        return ended, switched, json.load(f)
+
+
+def summary(ended, switched, results):
+    """A run's figures: the last epochs' samples/s (wall clock, and hmp's), each epoch's
+    wall seconds and plan (its splits)."""
+    history, plans = results["history"], results["plans"]
+    epochs = sorted(ended)
+    last = epochs[-LAST:]
+    samples = sum(history[e - 1]["steps"] for e in last) * FLAGS.batch_size
+    splits, plan = [], 0
+    for epoch in epochs:
+        splits.append(" ".join(str(v) for v in plans[plan]["splits"].values()))
+        if epoch in switched:
+            plan += 1
+    return {"last_samples_per_s": samples / (ended[last[-1]] - ended[last[0] - 1]),
+            "last_hmp_samples_per_s": statistics.mean(history[e - 1]["samples_per_second"]
+                                                      for e in last),
+            "epoch_seconds": [ended[e] - ended[e - 1] if e - 1 in ended else None
+                              for e in epochs],
+            "plans": splits, "switched_after": switched}
+
+
+def table(model, runs):
+    lines = ["", "%s, batch %d, %d epochs, %d busy loop(s) beside worker 1 after epoch %d"
+             % (model, FLAGS.batch_size, FLAGS.epochs, FLAGS.slowdown, FLAGS.disturb_after)]
+    rows = [["--rebalance", "last %d samples/s (wall)" % LAST, "(hmp)", "epoch seconds",
+             "plan of each epoch"]]
+    for name, run in runs.items():
+        rows.append([name, "%.0f" % run["last_samples_per_s"],
+                     "%.0f" % run["last_hmp_samples_per_s"],
+                     " ".join("-" if s is None else "%.1f" % s for s in run["epoch_seconds"]),
+                     " | ".join(run["plans"])])
+    lines += aligned_columns(rows)
+    ratio = runs["epoch"]["last_samples_per_s"] / runs["off"]["last_samples_per_s"]
+    lines.append("with / without re-balancing, last %d epochs: %.2fx (goal >= %.2f: %s)"
+                 % (LAST, ratio, GOAL, "met" if ratio >= GOAL else "missed"))
+    return "\n".join(lines), ratio
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
+    check_flags()
+    if not 1 <= FLAGS.disturb_after < FLAGS.epochs - LAST + 1:
+        raise cli.UsageError("--disturb_after=%d: must lie in [1, --epochs - %d] = [1, %d]"
+                             % (FLAGS.disturb_after, LAST, FLAGS.epochs - LAST))
+    cpus, threads, slowed_cpu = worker_placement()
+    before, results = machine(), {}
+    with local_cluster(2, cpus=cpus, threads=threads,
+                       inter_op_threads=FLAGS.inter_op_threads) as workers, \
+            tempfile.TemporaryDirectory(prefix="bench-rebalance-") as folder:
+        for model in FLAGS.models:
+            runs = {}
+            for rebalance in ("off", "epoch"):
+                print("%s, --rebalance=%s" % (model, rebalance), flush=True)
+                runs[rebalance] = summary(*train(model, workers.spec, rebalance,
+                                                 os.path.join(folder, model), slowed_cpu))
+            text, ratio = table(model, runs)
+            print(text, flush=True)
+            results[model] = {"runs": runs, "ratio": ratio}
+    files.write_json(FLAGS.out, {
+        "date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(sys.argv),
+        "machine": before, "workers": {"cpus": cpus, "threads": threads},
+        "flags": {name: FLAGS[name].value for name in (
+            "models", "batch_size", "epochs", "disturb_after", "train_fraction",
+            "slowdown", "inter_op_threads", "workers")},
+        "models": results})
+    print("wrote %s" % FLAGS.out, flush=True)
+
+
+if __name__ == "__main__":
+    cli.run(main, "bench_rebalance")
