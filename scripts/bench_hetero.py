@@ -33,7 +33,8 @@ run:
    its traced steps, as ``hmp.train --rebalance=epoch`` does), ``per layer``
    (``model:2`` planned from the profiled speeds and the measured link, each split
    dim split or replicated as the cost model predicts faster), ``data even``
-   (``batch:2``, batch split evenly), ``data`` (batch split by speed), ``hybrid`` (``batch:2;model:2`` on the
+   (``batch:2``, batch split evenly), ``data`` (batch split by speed), ``data local bn``
+   or ``data sync bn`` (the same split with the other ``--batch_norm``), ``hybrid`` (``batch:2;model:2`` on the
    four virtual devices; ``--hybrid_across`` says which mesh axis spans the two
    workers, the other spans each worker's two devices), ``worker 0 alone`` and
    ``worker 1 alone`` (the model on one worker), ``plain TF`` (the same
@@ -299,8 +300,8 @@ def build_runs(config, batch, workers, profiled, link):
     session_config = workers.cluster.session_config()
     image_shape = batch.extractor.image_shape
 
-    def hmp_run(name, layout, description, load):
-        graph = TrainingGraph(config, layout, FLAGS.batch_size, image_shape)
+    def hmp_run(name, layout, description, load, model_config=config):
+        graph = TrainingGraph(model_config, layout, FLAGS.batch_size, image_shape)
         progress("  building %-14s %s" % (name, description))
         session = graph.session(batch.extractor.padded, session_config, workers.target)
         return warmed(Run(name, description, load, session, graph.train_op,
@@ -315,6 +316,11 @@ def build_runs(config, batch, workers, profiled, link):
     platform = measured_platform(workers, profiled)
     per_layer = measured_plan(spec, platform, link, "model:2")
     runs.insert(3, plan_run("per layer", per_layer))
+    other = next(mode for mode in BATCH_STATISTICS if mode != config.batch_norm)
+    data = plans["data"]
+    runs.insert([r.name for r in runs].index("data") + 1, hmp_run(
+        "data %s bn" % other, Placement.from_plan(data), describe(data), worker_loads(data),
+        dataclasses.replace(config, batch_norm=other)))
     auto = measured_plan(spec, platform, link, "auto")
     runs.append(plan_run("auto", auto))
     for task, worker in enumerate(devices):

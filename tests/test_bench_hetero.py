@@ -88,8 +88,9 @@ def test_a_tiny_run_writes_every_figure(runs):
     result = json.loads(out.read_text())["models"]["cnn2d"]
     configs = result["configs"]
     assert list(configs) == ["even", "planned", "re-balanced", "per layer", "data even",
-                             "data", "hybrid", "auto", "worker 0 alone", "worker 1 alone",
+                             "data", "data local bn", "hybrid", "auto", "worker 0 alone", "worker 1 alone",
                              "plain TF"]
+    assert configs["data local bn"]["layout"] == configs["data"]["layout"]
     goal = result["goals"]["data"]
     assert goal["baseline"] == "data even" and goal["speedup"] == pytest.approx(
         configs["data even"]["step_s"] / configs["data"]["step_s"])

@@ -23,7 +23,7 @@ from hmp.errors import InvalidInput
 from hmp.run import experiment, runs
 from hmp.run.graph import Placement, TrainingGraph
 from hmp.run.progress import ProgressLine
-from hmp.run.trainer import EpochStats, Stopped, Trainer
+from hmp.run.trainer import EpochStats, Stopped, Trainer, traced_steps
 from models import model_config
 
 
@@ -55,6 +55,29 @@ def test_each_step_is_checkpointed_once(tiny_experiment, tmp_path, monkeypatch):
     trainer.close()
     steps = [step for step, prefix in saved if prefix == "ckpt" and step]
     assert steps == list(range(1, trainer.steps_per_epoch + 1))
+
+@pytest.mark.parametrize("start, steps, expected", [
+    (0, 100, {1, 50, 99}), (0, 4, {1, 2, 3}), (0, 3, {1, 2}), (0, 2, {1}), (0, 1, set()),
+    (95, 100, {1, 2, 4})])
+def test_traced_steps_spread_from_the_second_to_the_last(start, steps, expected):
+    assert traced_steps(start, steps) == expected
+
+
+def test_an_epochs_busy_times_are_the_median_of_its_traced_steps(tiny_experiment, tmp_path,
+                                                                  monkeypatch):
+    traced, original = [], Trainer._traced_step
+    def fake_busy(self, fetches, feed):   # a real step, made-up busy seconds
+        traced.append(self.step)
+        return original(self, fetches, feed)[0], [float(len(traced)), 10.0 - len(traced)]
+    monkeypatch.setattr(Trainer, "_traced_step", fake_busy)
+    trainer = make_trainer(tiny_experiment, tmp_path)
+    trainer.initialise(resume=False)
+    stats = trainer.train_epoch(0, 1)
+    trainer.close()
+    assert traced == sorted(traced_steps(0, trainer.steps_per_epoch))   # steps before each
+    assert stats.busy_seconds == [2.0, 8.0]   # medians of 1, 2, 3 and of 9, 8, 7
+    assert stats.steps == trainer.steps_per_epoch
+
 
 def test_trainer_stops_after_the_running_step_with_a_checkpoint(tiny_experiment, tmp_path):
     steps = []

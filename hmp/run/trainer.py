@@ -23,9 +23,21 @@ from hmp.run.profiler import run_traced
 from hmp.run.progress import rate_and_eta
 
 
+# Steps of an epoch traced for the devices' busy times (``traced_steps``).
+TRACED_STEPS = 3
 # Steps between two reads of the loss and accuracy, which the devices keep summing
 # (``hmp.run.graph.DeviceMetrics``); also read at the epoch's end and before a checkpoint.
 METRICS_EVERY = 20
+
+
+def traced_steps(start_step, steps_per_epoch):
+    """The 0-based indices, among the steps an epoch runs from ``start_step`` on, of those
+    to trace: the second, then up to ``TRACED_STEPS - 1`` more evenly spread to its
+    last (fewer on a short epoch)."""
+    total = steps_per_epoch - start_step
+    if total < 2:
+        return set()
+    return {1 + (total - 2) * k // max(1, TRACED_STEPS - 1) for k in range(TRACED_STEPS)}
 
 
 class Stopped(Exception):
@@ -47,10 +59,11 @@ class EpochStats:
     train_accuracy: float
     samples_per_second: float
     seconds: float
-    busy_seconds: list = None   # per device, in one traced step of the epoch
+    busy_seconds: list = None   # per device: the median of the epoch's traced steps
     steps: int = None           # steps run (fewer than the epoch's when it was resumed)
     val_accuracy: float = None  # overall accuracy on the validation pixels, if any
-    # samples/s after the first two steps (one-off graph optimisation, the traced step):
+    # samples/s after the first two steps (one-off graph optimisation, the first traced
+    # step), the later traced steps left out:
     # what the epoch's layout sustains; None when the epoch ran fewer than 3 steps
     steady_samples_per_second: float = None
 
@@ -213,8 +226,9 @@ class Trainer:
     def train_epoch(self, epoch, epochs, before_save=None):
         """Runs the rest of epoch ``epoch``; returns its :class:`EpochStats`.
 
-        The epoch's second step is traced to measure each device's busy time
-        (the first may still include one-off graph optimisation).
+        Up to ``TRACED_STEPS`` steps spread over the epoch, from its second on, are
+        traced to measure each device's busy time (the median of each device's; the
+        first step may still include one-off graph optimisation).
         ``before_save(stats)`` is called before the epoch's checkpoint is
         written (a record of the epoch then never lags its checkpoint).
         Raises :class:`Stopped` after the step during which ``stop()`` became
@@ -225,14 +239,19 @@ class Trainer:
             self.batch_size, seed=self.seed, epoch=epoch, drop_remainder=True,
             start_step=start_step)
         self.session.run(self.graph.metrics.reset)
-        busy, step, steps = None, None, 0
+        step, steps, busy_steps, traced_seconds = None, 0, [], 0.0
+        traced = traced_steps(start_step, self.steps_per_epoch)
         loss_sum, correct, read_at = 0.0, 0.0, 0   # the metrics as last read, at a step
         started = time.perf_counter()
         total = self.steps_per_epoch - start_step
         for i, batch in enumerate(batches):
             feed = self.graph.feed(batch.indices, batch.labels)
-            if i == 1:
-                step, busy = self._traced_step(self.graph.train_op, feed)
+            if i in traced:
+                traced_started = time.perf_counter()
+                step, step_busy = self._traced_step(self.graph.train_op, feed)
+                busy_steps.append(step_busy)
+                if i > 1:
+                    traced_seconds += time.perf_counter() - traced_started
             else:
                 step = self.session.run(self.graph.train_op, feed)
             steps = i + 1
@@ -261,12 +280,15 @@ class Trainer:
         ended = time.perf_counter()
         seconds = ended - started
         samples = steps * self.batch_size
+        busy = [float(np.median(b)) for b in zip(*busy_steps)] if busy_steps else None
         stats = EpochStats(epoch, loss_sum / steps if steps else float("nan"),
                            correct / samples if samples else float("nan"),
                            samples / seconds if seconds else 0.0, seconds, busy, steps)
-        if steps > 2:
-            stats.steady_samples_per_second = ((steps - 2) * self.batch_size
-                                               / (ended - steady_started))
+        steady_steps = steps - 2 - (len(busy_steps) - 1)
+        if steady_steps > 0:
+            stats.steady_samples_per_second = (
+                steady_steps * self.batch_size
+                / (ended - steady_started - traced_seconds))
         step = self.step if step is None else int(step)   # None: no step ran
         if self.experiment.val is not None:
             stats.val_accuracy = float(np.mean(self.predict(self.experiment.val)
