@@ -350,16 +350,14 @@ def _fits(spec, devices, caps, batch_size):
     ``devices`` within the memory ``caps`` (at equal speeds: memory moves work between
     devices, speeds do not make room). True too when it refuses for another reason
     than memory: that is said where the plan is made, as before."""
-    def plan(memory_caps):
-        planning.plan_layout(spec, devices, [1.0] * len(devices), batch_size, FLAGS.mesh,
-                             memory_caps)
-    for memory_caps in (caps, None):
+    def plans(memory_caps):
         try:
-            plan(memory_caps)
-            return memory_caps is caps
+            planning.plan_layout(spec, devices, [1.0] * len(devices), batch_size,
+                                 FLAGS.mesh, memory_caps)
+            return True
         except InvalidInput:
-            pass
-    return True
+            return False
+    return plans(caps) or not plans(None)
 
 
 def _check_memory(spec, devices):

@@ -135,3 +135,34 @@ def test_an_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="sync, local"):
         with layers.batch_statistics("global"):
             pass
+
+
+def test_a_trainers_replicas_agree_on_their_moving_statistics_once_saved(tmp_path):
+    """A training epoch with local statistics on an uneven batch split: the replicas'
+    copies of the moving statistics differ while training and agree after the epoch's
+    checkpoint, each at the samples-weighted mean of the copies before."""
+    from hmp.run import experiment
+    from hmp.run.graph import Placement, TrainingGraph
+    from hmp.run.trainer import Trainer
+    from models import model_config
+    exp = experiment.prepare(experiment.DataConfig(patch_size=5, train_fraction=0.05, pca=8,
+                                                   seed=1))
+    config = model_config("cnn2d", 5, exp.bands, exp.n_classes, width=2, batch_norm="local")
+    graph = TrainingGraph(config, Placement("batch:2", "batch:batch", tuple(CPUS[:2]),
+                                            {"batch": [40, 24]}),
+                          64, exp.scene.labels.shape, "adam", 1e-3, seed=1)
+    trainer = Trainer(graph, exp, str(tmp_path), seed=1,
+                      session_config=harness.session_config(), log=lambda line: None)
+    trainer.initialise(resume=False)
+    moving_mean = next(v for v in graph.mtf_graph.all_variables if "moving_mean" in v.name)
+    copies = graph.lowering.variables[moving_mean].laid_out_tensor.tensor_list
+    batch = next(iter(exp.train.batches(64, seed=1, epoch=0, drop_remainder=True)))
+    trainer.session.run(graph.train_op, graph.feed(batch.indices, batch.labels))
+    before = trainer.session.run(copies)
+    assert np.abs(before[0] - before[1]).max() > 1e-6   # each replica its own
+    trainer.save()
+    after = trainer.session.run(copies)
+    trainer.close()
+    expected = (40 * before[0] + 24 * before[1]) / 64
+    for copy in after:
+        np.testing.assert_allclose(copy, expected, rtol=1e-6)

@@ -147,13 +147,14 @@ def test_rebalancing_weighs_a_plan_off_the_slow_device_and_keeps_the_losses(tmp_
         assert run.returncode == 0, run.stderr[-2000:]
     steady, balanced = (json.loads((tmp_path / name / "results.json").read_text())
                         for name in args)
-    # Whether a switch pays back depends on the measured seconds; what was weighed moves
-    # filters off the slowed device, and the plans are those the lines chose.
+    # Whether a switch pays back, and so whether a later epoch weighs a plan at all,
+    # depends on measured seconds: nothing here does. The first epoch's slowed device
+    # makes a plan with fewer filters on it weighed; the plans run are those the lines chose.
     lines = [line for line in runs[1].stdout.splitlines() if line.startswith("re-balancing")]
     weighed = [int(re.match(r"re-balancing: filters1 \[\d+, (\d+),", line).group(1))
                for line in lines]
     shares = [p["splits"]["filters1"][1] for p in balanced["plans"]]
-    assert len(lines) == 2 and weighed[0] < shares[0]
+    assert lines and weighed[0] < shares[0]
     assert shares[1:] == [share for share, line in zip(weighed, lines)
                           if line.endswith("switching")]
     assert [p["splits"]["filters1"][1] for p in steady["plans"]] == [shares[0]]

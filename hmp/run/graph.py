@@ -273,11 +273,12 @@ class TrainingGraph:
                 self.train_op = tf.assign_add(self.global_step, 1)
             self.copy_masters_to_slices = self.lowering.copy_masters_to_slices()
             self.copy_slices_to_masters = self.lowering.copy_slices_to_masters()
-            # Local batch statistics: each replica's moving statistics, to be averaged
-            # before they are saved or classify (``agree``); a no-op without them.
-            self.average_replica_statistics = self.lowering.average_over_replicas(
-                tf.get_collection(layers.REPLICA_STATISTICS),
-                mtf.Dimension("batch", batch_size))
+            # Local batch statistics: each replica's moving statistics, averaged before
+            # they are saved or classify (``average_replicas``); None without them.
+            replica_statistics = tf.get_collection(layers.REPLICA_STATISTICS)
+            self._average_replica_statistics = (self.lowering.average_over_replicas(
+                replica_statistics, mtf.Dimension("batch", batch_size))
+                if replica_statistics else None)
             self.init = tf.group(tf.global_variables_initializer(), self.metrics.reset)
             self.saver = tf.train.Saver(max_to_keep=3, save_relative_paths=True)   # movable
 
@@ -289,6 +290,12 @@ class TrainingGraph:
         if not training:
             feed[self.training] = 0.0
         return feed
+
+    def average_replicas(self, session):
+        """Averages the replicas' copies of local batch statistics (``hmp.layers``) in
+        ``session``; nothing (no round trip) for a graph without them."""
+        if self._average_replica_statistics is not None:
+            session.run(self._average_replica_statistics)
 
     def load_scene(self, session, padded_cube):
         """Loads the padded, preprocessed cube into every device's copy (once per session)."""

@@ -204,7 +204,7 @@ class Trainer:
         ``max_to_keep``: another series of checkpoints than the run's own
         (:class:`BestEpoch`'s), with its own saver.
         """
-        self.session.run(self.graph.average_replica_statistics)
+        self.graph.average_replicas(self.session)
         self.session.run(self.graph.copy_slices_to_masters)
         saver = self.graph.saver
         if latest_filename is not None:
@@ -331,7 +331,7 @@ class Trainer:
         """Class probabilities [variants, pixels, classes] of every pixel of ``dataset``, in
         its order: of its patch as it is and, with ``tta``, in each other symmetry of the
         square (``hmp.run.augment.symmetry_probabilities``)."""
-        self.session.run(self.graph.average_replica_statistics)
+        self.graph.average_replicas(self.session)
         variants = []
         labels = np.zeros(self.batch_size, np.int32)
         batches, started = -(-len(dataset) // self.batch_size), time.perf_counter()
