@@ -26,10 +26,13 @@ setup(
         "scipy",
         "matplotlib",
         "h5py",
+        "spectral",      # ENVI files (pure Python)
         "tensorboard",   # tensorflow-cpu does not bring it
     ],
     extras_require={
-        "test": ["pytest", "pytest-xdist"],   # the tests on every core: half the time on 2
+        # the tests on every core (half the time on 2); the format tests need rasterio
+        "test": ["pytest", "pytest-xdist", "rasterio"],
+        "formats": ["rasterio"],   # GeoTIFF and other GDAL rasters (brings GDAL's wheels)
         "baselines": ["scikit-learn"],
         "gpu": ["tensorflow[and-cuda]" + TF_VERSIONS],
     },

@@ -3,12 +3,17 @@
 Classifies every pixel of a scene with the run's model, on any devices (the
 run's plan does not matter), and writes to ``--out``: ``class_map.npy``
 (int32 [H, W], classes 1..K, 0 for no-data pixels), ``class_map.png`` (one
-image pixel per scene pixel, legend to the right) and ``probabilities.npy``
-(float32 [H, W, K]; all zero for no-data pixels). The scene defaults to the
-run's own (its data flags, from results.json); ``--dataset`` (with hmp.train's
-data flags) names another one with the same bands, e.g. a cube file without
-``--labels``. ``--export`` writes the model as a
-TensorFlow SavedModel (``hmp.run.export``).
+image pixel per scene pixel, legend to the right), ``probabilities.npy``
+(float32 [H, W, K]; all zero for no-data pixels) and, for a scene read from
+an ENVI or GDAL file, the class map in that format on the scene's map
+(``hmp.data.raster_writer``: ``class_map.hdr``/``.img`` or ``class_map.tif``).
+The scene is read and classified a tile at a time
+(``hmp.run.inference.classify_tiles``), tiles as large as ``--memory_mb``
+allows, with the same result as the whole scene at once. The scene defaults to
+the run's own (its data flags, from results.json); ``--dataset`` (with
+hmp.train's data flags) names another one with the same bands, e.g. a cube
+file without ``--labels``.
+``--export`` writes the model as a TensorFlow SavedModel (``hmp.run.export``).
 """
 
 import os
@@ -24,10 +29,11 @@ from absl import flags
 
 import models
 from hmp import files
+from hmp.data.raster_writer import write_class_map
 from hmp.evaluation import maps
-from hmp.run import export
+from hmp.run import experiment, export
 from hmp.run.devices import check_local, gpu_count, session_config_for
-from hmp.run.inference import DATA_FLAGS, Run, classify, load_scene
+from hmp.run.inference import DATA_FLAGS, Classifier, Run, classify_tiles, open_cube, tiling
 from hmp.run.progress import ProgressLine
 
 flags.DEFINE_string("model_dir", None, "The run's folder (hmp.train's --model_dir).")
@@ -39,7 +45,8 @@ flags.DEFINE_string("export", None, "Write the model as a TensorFlow SavedModel 
 flags.DEFINE_string("dataset", None, "The scene, as hmp.train's --dataset (default: the "
                     "run's scene, with its data flags unless given here); a cube file "
                     "needs no --labels.")
-flags.DEFINE_string("labels", None, "Label map file of a --dataset given as a path (optional).")
+flags.DEFINE_string("labels", None, "Label map file of a --dataset given as a path "
+                    "(optional, not read: prediction needs only the cube).")
 flags.DEFINE_string("cube_key", None, "MATLAB variable of the cube.")
 flags.DEFINE_string("labels_key", None, "MATLAB variable of the label map.")
 flags.DEFINE_string("data_dir", None, "Folder with the scene files.")
@@ -48,13 +55,18 @@ flags.DEFINE_integer("seed", None, "Seed of the synthetic scene.", lower_bound=0
 flags.DEFINE_string("devices", None, "Comma-separated TensorFlow devices; the batch is "
                     "split evenly over them (default /gpu:0 if there is one, else /cpu:0).")
 flags.DEFINE_integer("batch_size", 1024, "Pixels classified per step.")
+flags.DEFINE_integer("memory_mb", 512, "Memory in MB for the scene's tiles: the scene is "
+                     "read and classified a tile at a time, tiles as large as this allows "
+                     "(TensorFlow, the model and one batch of patches come on top).",
+                     lower_bound=1)
 flags.DEFINE_bool("tta", None, "Test-time augmentation: average the class probabilities of "
                   "each patch's 8 symmetries of the square (default: as the run's --tta); with "
                   "--export, the SavedModel's probabilities do so.")
 flags.mark_flag_as_required("model_dir")
 FLAGS = flags.FLAGS
 
-OUTPUTS = ("class_map.npy", "class_map.png", "probabilities.npy")
+PROBABILITIES = "probabilities.npy"   # written first, a row of tiles at a time
+OUTPUTS = ("class_map.npy", "class_map.png")
 
 
 def _devices():
@@ -68,17 +80,34 @@ def _devices():
     return devices
 
 
-def save_outputs(out_dir, probabilities, nodata, class_names):
-    """Writes the class map (.npy and .png) and the probabilities, each file atomically."""
-    probabilities = np.where(nodata[..., None], np.float32(0), probabilities)
-    class_map = np.where(nodata, 0, probabilities.argmax(axis=2) + 1).astype(np.int32)
+def predict_into(out_dir, run, raster, rows_of_tiles, model, progress):
+    """Classifies ``raster`` a row of tiles at a time (``classify_tiles``), writing the
+    probabilities as they come, then the class maps; each file atomically. Returns
+    (the number of no-data pixels, the names of the files written)."""
+    height, width = raster.shape[:2]
+    class_map = np.zeros((height, width), np.int32)
+    nodata_pixels = 0
+    with files.atomic_path(os.path.join(out_dir, PROBABILITIES)) as temporary, \
+            open(temporary, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {
+            "descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+            "fortran_order": False, "shape": (height, width, len(run.class_names))})
+        for rows, probabilities, nodata in classify_tiles(run, raster, rows_of_tiles, model,
+                                                          progress):
+            probabilities[nodata] = 0.0
+            class_map[rows] = np.where(nodata, 0, probabilities.argmax(axis=2) + 1)
+            probabilities.tofile(f)
+            nodata_pixels += int(nodata.sum())
     contents = (lambda f: np.save(f, class_map),
-                lambda f: f.write(maps.png_bytes(maps.map_with_legend(class_map, class_names))),
-                lambda f: np.save(f, probabilities))
+                lambda f: f.write(maps.png_bytes(maps.map_with_legend(class_map,
+                                                                      run.class_names))))
     for name, write in zip(OUTPUTS, contents):
         with files.atomic_path(os.path.join(out_dir, name)) as temporary:
             with open(temporary, "wb") as f:
                 write(f)
+    return nodata_pixels, [PROBABILITIES, *OUTPUTS, *write_class_map(
+        out_dir, class_map, run.class_names, maps.class_colors(len(run.class_names)),
+        raster.info)]
 
 
 def main(argv):
@@ -103,22 +132,37 @@ def main(argv):
             return
     out_dir = FLAGS.out or os.path.join(FLAGS.model_dir, "prediction")
     with cli.blame("out"):
-        files.check_folder_can_be_made(out_dir)   # before the work; made when it is done
+        files.check_folder_can_be_made(out_dir)   # before the work; made by its first file
     changed = {name: FLAGS[name].value for name in DATA_FLAGS if FLAGS[name].present}
-    print("loading %s ..." % changed.get("dataset", run.flags["dataset"]), flush=True)
-    with cli.blame(*(changed or ["model_dir"]), also=(OSError,)):
-        scene = load_scene(run.data_config(**changed))
-        cube, nodata = run.preprocess(scene)
-    print("%s: %dx%d pixels; %s model of %s on %s"
-          % (scene.name, *cube.shape[:2], run.flags["model"], run.checkpoint,
-             ", ".join(devices)), flush=True)
+    scene_flags = changed or ["model_dir"]
+    dataset = changed.get("dataset", run.flags["dataset"])
+    print("loading %s ..." % dataset, flush=True)
+    with cli.blame(*scene_flags, also=(OSError,)):
+        raster = open_cube(run.data_config(**changed))
+        run.check_bands(raster.shape[2], raster.info.wavelengths)
+    with cli.blame("memory_mb"):
+        rows_of_tiles = tiling(run, raster, FLAGS.memory_mb * 2**20)
+    tile = rows_of_tiles[0][0].shape
+    tiles = sum(map(len, rows_of_tiles))
+    print("%s: %dx%d pixels in %d tile%s of up to %dx%d; %s model of %s on %s"
+          % (dataset, *raster.shape[:2], tiles, "s"[:tiles > 1], *tile, run.flags["model"],
+             run.checkpoint, ", ".join(devices)), flush=True)
     with cli.blame("model_dir"):
-        probabilities = classify(run, cube, devices, FLAGS.batch_size,
-                                 session_config_for(devices), ProgressLine(), tta=tta)
-    with cli.blame("out", also=(OSError,)):
-        save_outputs(out_dir, probabilities, nodata, run.class_names)
-    print("class map (.npy, .png) and probabilities of %d pixels in %s"
-          % (nodata.size, out_dir))
+        model = Classifier(run, devices, FLAGS.batch_size, tile, session_config_for(devices),
+                           tta)
+    made = not os.path.isdir(out_dir)
+    try:
+        with model, cli.blame("out", also=(OSError,)), cli.blame(*scene_flags):
+            nodata, written = predict_into(out_dir, run, raster, rows_of_tiles, model,
+                                           ProgressLine())
+    except BaseException:
+        if made and os.path.isdir(out_dir) and not os.listdir(out_dir):
+            os.rmdir(out_dir)   # nothing written: no empty folder left either
+        raise
+    if nodata:
+        print(experiment.nodata_summary(nodata, raster.info), flush=True)
+    print("%s of %d pixels in %s" % (", ".join(written), raster.shape[0] * raster.shape[1],
+                                     out_dir))
 
 
 if __name__ == "__main__":

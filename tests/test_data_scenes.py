@@ -11,7 +11,7 @@ import scipy.io
 from scipy import ndimage
 
 from hmp.data import (disjoint_split, load_benchmark_scene, load_ground_truth, load_scene,
-                      read_array)
+                      read_array, scene_spec)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = pathlib.Path(os.environ.get("HMP_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -141,7 +141,8 @@ def test_several_arrays_without_key_is_refused(tmp_path):
 def test_label_map_of_other_shape_than_cube_is_refused(tmp_path):
     np.save(tmp_path / "cube.npy", np.zeros((6, 5, 4)))
     np.save(tmp_path / "gt.npy", np.zeros((5, 6), np.uint8))
-    with pytest.raises(ValueError, match=r"label map shape \(5, 6\) does not match.*\(6, 5\)"):
+    with pytest.raises(ValueError, match=r"^labels file .*gt.npy: the label map is 5 x 6 "
+                                         r"\(rows x columns\), but the cube .*cube.npy is 6 x 5$"):
         load_scene(tmp_path / "cube.npy", labels_path=tmp_path / "gt.npy")
 
 
@@ -187,3 +188,39 @@ def test_real_ground_truth_splits_disjointly_for_9x9_patches(name):
     distance_to_training = ndimage.distance_transform_cdt(~split.train_mask, metric="chessboard")
     assert distance_to_training.flat[split.test].min() > 4
     assert len(np.unique(labels.flat[split.test])) == len(PUBLISHED_COUNTS[name])
+
+
+# Scenes added from DeepHyperX's list (issue 32): name, MATLAB keys, upload paths, classes.
+MORE_SCENES = {
+    "pavia_centre": ("Pavia.mat", "pavia", "e/e3/Pavia.mat", "Pavia_gt.mat", "pavia_gt",
+                     "5/53/Pavia_gt.mat", 9, "Water", "Bare Soil"),
+    "ksc": ("KSC.mat", "KSC", "2/26/KSC.mat", "KSC_gt.mat", "KSC_gt", "a/a6/KSC_gt.mat", 13,
+            "Scrub", "Water"),
+    "botswana": ("Botswana.mat", "Botswana", "7/72/Botswana.mat", "Botswana_gt.mat",
+                 "Botswana_gt", "5/58/Botswana_gt.mat", 14, "Water", "Exposed soils"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MORE_SCENES))
+def test_more_scenes_load_by_name_from_their_mat_files(tmp_path, name):
+    (cube_file, cube_key, cube_url, gt_file, gt_key, gt_url, classes, first,
+     last) = MORE_SCENES[name]
+    spec = scene_spec(name)
+    assert (spec.cube.file_name, spec.cube.key, spec.cube.url_path) == (cube_file, cube_key,
+                                                                        cube_url)
+    assert (spec.labels.file_name, spec.labels.key, spec.labels.url_path) == (gt_file, gt_key,
+                                                                              gt_url)
+    assert spec.cube.sha256 is None and spec.labels.sha256 is None   # not verified: unknown
+    cube, labels = small_scene_arrays()
+    labels.flat[3] = classes
+    scipy.io.savemat(tmp_path / cube_file, {cube_key: cube})
+    scipy.io.savemat(tmp_path / gt_file, {gt_key: labels})
+    scene = load_scene(name, tmp_path)
+    assert scene.n_classes == classes and scene.class_names[0] == first
+    assert scene.class_names[-1] == last
+    np.testing.assert_array_equal(scene.labels, labels)
+
+
+def test_deephyperx_names_of_the_scenes_are_understood():
+    assert [scene_spec(name).name for name in ("PaviaC", "Pavia Centre", "KSC", "Botswana")] \
+        == ["pavia_centre", "pavia_centre", "ksc", "botswana"]

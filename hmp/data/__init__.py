@@ -15,6 +15,7 @@ patches (``batch.patches``) are cut when asked for.
 """
 
 from hmp.data.catalog import SCENES, SceneFile, SceneSpec, find_file, load_ground_truth, scene_spec
+from hmp.data.formats import open_raster, read_label_map
 from hmp.data.matfile import read_array
 from hmp.data.patches import (Batch, PatchDataset, PatchExtractor, check_patch_size,
                               iterate_scene, split_batch)
@@ -22,6 +23,7 @@ from hmp.data.leakage import split_leakage, window_counts
 from hmp.data.loaders import is_cube_file, load_benchmark_scene, load_scene, load_scene_files
 from hmp.data.preprocess import (PCA, BandScaler, Preprocessor, TooFewBands, pad_cube,
                                  training_pixels)
+from hmp.data.raster import ArrayRaster, Raster, RasterInfo
 from hmp.data.scene import Scene
 from hmp.data.split_maps import split_from_label_maps
 from hmp.data.splits import (Split, disjoint_split, load_split, save_split, stratified_split,
@@ -29,11 +31,13 @@ from hmp.data.splits import (Split, disjoint_split, load_split, save_split, stra
 from hmp.data.synthetic import synthetic_scene
 
 __all__ = [
-    "BandScaler", "Batch", "PCA", "PatchDataset", "PatchExtractor", "Preprocessor",
-    "SCENES", "Scene", "SceneFile", "SceneSpec", "Split", "check_patch_size",
+    "ArrayRaster", "BandScaler", "Batch", "PCA", "PatchDataset", "PatchExtractor",
+    "Preprocessor", "Raster", "RasterInfo", "SCENES", "Scene", "SceneFile", "SceneSpec",
+    "Split", "check_patch_size",
     "disjoint_split", "find_file", "is_cube_file", "iterate_scene", "load_benchmark_scene",
-    "load_ground_truth", "load_scene", "load_scene_files", "load_split", "pad_cube",
-    "read_array", "save_split", "scene_spec", "split_batch", "split_from_label_maps",
+    "load_ground_truth", "load_scene", "load_scene_files", "load_split", "open_raster",
+    "pad_cube", "read_array", "read_label_map", "save_split", "scene_spec", "split_batch",
+    "split_from_label_maps",
     "split_leakage", "stratified_split", "synthetic_scene", "TooFewBands", "training_pixels",
     "validation_split", "window_counts",
 ]

@@ -1,4 +1,4 @@
-"""The three standard HSI benchmark scenes: file names, MATLAB keys, classes, sources.
+"""The standard HSI benchmark scenes: file names, MATLAB keys, classes, sources.
 
 One table serves both the loader (which file and variable to read, how to
 name the classes) and the download command (where to fetch each file and
@@ -10,6 +10,11 @@ Checksums: the ground-truth digests equal those of the original 2011 MATLAB
 files kept in the project's shared data folder; the cube digests are the ones
 independently published for the same EHU files by several public projects.
 A ``None`` digest means "unknown": the download is kept and its digest printed.
+
+Pavia Centre, Kennedy Space Center and Botswana: file names, upload paths, MATLAB
+keys and class names as DeepHyperX's ``datasets.py`` lists them (KSC's class 13,
+misspelt "Wate" there, is "Water" as on the EHU wiki). Their digests are not
+known here (no copy of the files could be checked), so they are None.
 """
 
 import os
@@ -93,16 +98,51 @@ SCENES = {
             "Lettuce_romaine_6wk", "Lettuce_romaine_7wk", "Vinyard_untrained",
             "Vinyard_vertical_trellis"),
     ),
+    "pavia_centre": SceneSpec(
+        name="pavia_centre",
+        title="Pavia Centre (ROSIS)",
+        cube=SceneFile("Pavia.mat", "pavia", "e/e3/Pavia.mat"),
+        labels=SceneFile("Pavia_gt.mat", "pavia_gt", "5/53/Pavia_gt.mat"),
+        class_names=(
+            "Water", "Trees", "Asphalt", "Self-Blocking Bricks", "Bitumen", "Tiles", "Shadows",
+            "Meadows", "Bare Soil"),
+    ),
+    "ksc": SceneSpec(
+        name="ksc",
+        title="Kennedy Space Center (AVIRIS)",
+        cube=SceneFile("KSC.mat", "KSC", "2/26/KSC.mat"),
+        labels=SceneFile("KSC_gt.mat", "KSC_gt", "a/a6/KSC_gt.mat"),
+        class_names=(
+            "Scrub", "Willow swamp", "Cabbage palm hammock", "Cabbage palm/oak hammock",
+            "Slash pine", "Oak/broadleaf hammock", "Hardwood swamp", "Graminoid marsh",
+            "Spartina marsh", "Cattail marsh", "Salt marsh", "Mud flats", "Water"),
+    ),
+    "botswana": SceneSpec(
+        name="botswana",
+        title="Botswana (Hyperion)",
+        cube=SceneFile("Botswana.mat", "Botswana", "7/72/Botswana.mat"),
+        labels=SceneFile("Botswana_gt.mat", "Botswana_gt", "5/58/Botswana_gt.mat"),
+        class_names=(
+            "Water", "Hippo grass", "Floodplain grasses 1", "Floodplain grasses 2", "Reeds",
+            "Riparian", "Firescar", "Island interior", "Acacia woodlands", "Acacia shrublands",
+            "Acacia grasslands", "Short mopane", "Mixed mopane", "Exposed soils"),
+    ),
 }
+
+
+ALIASES = {"paviac": "paviacentre", "paviacenter": "paviacentre",
+           "kennedyspacecenter": "ksc"}
 
 
 def scene_spec(name):
     """Returns the :class:`SceneSpec` of a benchmark scene, accepting common spellings.
 
     ``"Indian Pines"``, ``"indian-pines"`` and ``"IndianPines"`` all name
-    ``indian_pines``; ``"PaviaU"`` and ``"pavia_u"`` name ``paviau``.
+    ``indian_pines``; ``"PaviaU"`` and ``"pavia_u"`` name ``paviau``; ``"PaviaC"``
+    (DeepHyperX's name) names ``pavia_centre``.
     """
     normalised = str(name).lower().replace("-", "").replace("_", "").replace(" ", "")
+    normalised = ALIASES.get(normalised, normalised)
     for spec in SCENES.values():
         if spec.name.replace("_", "") == normalised:
             return spec

@@ -2,13 +2,15 @@
 
 ``load_scene`` is the single entry point used by training and evaluation
 scripts: ``load_scene("indian_pines", "data")``, ``load_scene("synthetic")``,
-or ``load_scene("my_cube.mat", labels_path="my_gt.mat")``.
+or ``load_scene("my_cube.hdr", labels_path="my_gt.tif")`` (any file type of
+``hmp.data.formats``).
 """
 
 import pathlib
 
 from hmp.data.catalog import SCENES, default_data_dir, find_file, scene_spec
-from hmp.data.matfile import SUPPORTED_SUFFIXES, read_array
+from hmp.data.formats import SUPPORTED_SUFFIXES, is_raster_path, open_raster, read_label_map
+from hmp.data.matfile import read_array
 from hmp.data.scene import Scene
 from hmp.data.synthetic import synthetic_scene
 from hmp.errors import InvalidInput
@@ -24,7 +26,7 @@ def load_scene(name_or_path, data_dir=None, *, labels_path=None, cube_key=None,
       name_or_path: ``"indian_pines"``, ``"paviau"``, ``"salinas"`` (files read
         from ``data_dir``), ``"synthetic"`` (generated; ``synthetic_options`` are
         passed to :func:`hmp.data.synthetic_scene`), or the path of a cube file
-        (``.mat`` or ``.npy``), which then needs ``labels_path``.
+        (``.mat``, ``.npy``, ENVI, GeoTIFF...), which then needs ``labels_path``.
       data_dir: folder holding the benchmark files (default ``$HMP_DATA_DIR`` or
         ``./data``); for ``"synthetic"`` it is where a named layout's ground
         truth is read from.
@@ -67,36 +69,51 @@ def load_benchmark_scene(name, data_dir=None):
 
 def load_scene_files(cube_path, labels_path, *, cube_key=None, labels_key=None,
                      class_names=None, name=None):
-    """Reads a scene from any cube file and label-map file.
+    """Reads a scene from any cube file and label-map file (``hmp.data.formats``).
 
     Args:
-      cube_path: ``.mat`` or ``.npy`` file holding the cube [H, W, B].
-      labels_path: ``.mat`` or ``.npy`` file holding the label map [H, W]
-        (0 = unlabelled, 1..K = classes).
+      cube_path: the file holding the cube [H, W, B]: ``.mat``, ``.npy``, an ENVI
+        header (or its data file), a GeoTIFF or another GDAL raster. Its
+        data-ignore value reads as NaN: a no-data pixel.
+      labels_path: the file holding the label map [H, W] (0 = unlabelled, 1..K
+        = classes), of any of these types (an ENVI classification file too).
       cube_key, labels_key: MATLAB variable names; may be left out when the
         ``.mat`` file holds exactly one array.
-      class_names: names of classes 1..K (default ``"class 1"``...).
+      class_names: names of classes 1..K (default: the names an ENVI
+        classification file gives, else ``"class 1"``...).
       name: scene name (default: the cube file's stem).
+
+    Raises:
+      FileNotFoundError: a file is missing.
+      InvalidInput: a file that cannot be read, or a label map of another shape
+        than the cube; the message names the file.
     """
     cube_path = pathlib.Path(cube_path)
-    return Scene(name=name or cube_path.stem,
-                 cube=_read(cube_path, cube_key, "cube", "cube_key"),
-                 labels=_read(labels_path, labels_key, "labels", "labels_key"),
-                 class_names=list(class_names or []))
+    raster = _read("cube", lambda: open_raster(cube_path, cube_key, key_name="cube_key"))
+    given = _read("labels", lambda: read_label_map(labels_path, labels_key,
+                                                   key_name="labels_key"))
+    if given.labels.shape != raster.shape[:2]:
+        raise InvalidInput(
+            f"labels file {labels_path}: the label map is {given.labels.shape[0]} x "
+            f"{given.labels.shape[1]} (rows x columns), but the cube {cube_path} is "
+            f"{raster.shape[0]} x {raster.shape[1]}")
+    return Scene(name=name or cube_path.stem, cube=_read("cube", raster.read_all),
+                 labels=given.labels, class_names=list(class_names or given.class_names or []),
+                 raster=raster.info)
 
 
-def _read(path, key, role, key_name):
-    """read_array, its errors saying which of the scene's files (cube, labels) failed."""
+def _read(role, read):
+    """``read()``, its errors saying which of the scene's files (cube, labels) failed."""
     try:
-        return read_array(path, key, key_name=key_name)
+        return read()
     except InvalidInput as error:
         raise InvalidInput(f"{role} file {error}") from error
 
 
 def is_cube_file(name_or_path):
-    """Whether a scene given by name or path is a cube file (``SUPPORTED_SUFFIXES``)
-    rather than the name of a scene."""
-    return pathlib.Path(name_or_path).suffix.lower() in SUPPORTED_SUFFIXES
+    """Whether a scene given by name or path is a cube file (``SUPPORTED_SUFFIXES`` of
+    ``hmp.data.formats``) rather than the name of a scene."""
+    return is_raster_path(name_or_path)
 
 
 def _is_benchmark_name(name):

@@ -18,7 +18,7 @@ from hmp.errors import InvalidInput
 SUPPORTED_SUFFIXES = (".mat", ".npy")
 
 
-def read_array(path, key=None, key_name="a key"):
+def read_array(path, key=None, key_name="a key", memory_map=False):
     """Returns the array stored under ``key`` in ``path`` as a numpy array.
 
     Args:
@@ -27,25 +27,31 @@ def read_array(path, key=None, key_name="a key"):
         array, which is returned. Not allowed for ``.npy`` files.
       key_name: how the error for a file with several arrays calls the key
         (e.g. ``"labels_key"``).
+      memory_map: a ``.npy`` file is memory-mapped (read when its values are
+        used) instead of read; ``.mat`` files are always read whole.
 
     Raises:
       FileNotFoundError: ``path`` does not exist.
-      InvalidInput (a ValueError): unsupported suffix, a file that cannot be
-        read (truncated, or not of its type), unknown key (the message lists
-        the keys that exist) or no key given for a file with several arrays.
+      InvalidInput (a ValueError): unsupported suffix, an empty file, a file
+        that cannot be read (truncated, or not of its type), unknown key (the
+        message lists the keys that exist) or no key given for a file with
+        several arrays.
     """
     path = pathlib.Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {path}")
     suffix = path.suffix.lower()
-    if suffix == ".npy":
-        if key is not None:
-            raise InvalidInput(f"{path}: a .npy file holds one unnamed array; got key {key!r}")
-        return _readable(path, lambda: np.load(path, allow_pickle=False))
-    if suffix != ".mat":
+    if suffix not in SUPPORTED_SUFFIXES:
         raise InvalidInput(
             f"{path}: unsupported file type {path.suffix!r}; "
             f"allowed: {', '.join(SUPPORTED_SUFFIXES)}")
+    if path.stat().st_size == 0:
+        raise InvalidInput(f"{path}: empty file (0 bytes)")
+    if suffix == ".npy":
+        if key is not None:
+            raise InvalidInput(f"{path}: a .npy file holds one unnamed array; got key {key!r}")
+        return _readable(path, lambda: np.load(path, mmap_mode="r" if memory_map else None,
+                                               allow_pickle=False))
     if h5py.is_hdf5(path):
         arrays = _readable(path, lambda: _read_mat_v73(path))
     else:
@@ -56,12 +62,19 @@ def read_array(path, key=None, key_name="a key"):
 
 
 def _readable(path, read):
-    """``read()``, with a file that cannot be parsed (truncated, not of its type) refused."""
+    """``read()``, with a file that cannot be parsed (truncated, not of its type) refused.
+
+    scipy reads a v5 file cut short as far as it goes and then fails in several ways
+    (IndexError among them); a v7.3 file cut inside its HDF5 part is taken for a v5
+    file and answers NotImplementedError.
+    """
     try:
         return read()
-    except (ValueError, OSError, EOFError, TypeError, MatReadError) as error:
+    except (ValueError, OSError, EOFError, TypeError, IndexError, NotImplementedError,
+            MatReadError) as error:
+        reason = " ".join(str(error).split()) or type(error).__name__
         raise InvalidInput(f"{path}: cannot be read as a {path.suffix} file "
-                           f"(truncated or not of this type?): {error}") from error
+                           f"(truncated or not of this type?): {reason}") from error
 
 
 def _read_mat_v73(path):
@@ -74,6 +87,8 @@ def _read_mat_v73(path):
 def _pick(arrays, key, path, key_name="a key"):
     """Selects ``key`` from ``arrays`` (or the only array when ``key`` is None)."""
     names = sorted(arrays)
+    if not arrays:
+        raise InvalidInput(f"{path}: holds no array (truncated, or saved empty?)")
     if key is None:
         if len(arrays) != 1:
             raise InvalidInput(

@@ -139,7 +139,9 @@ class Preprocessor:
 
 
 def pad_cube(cube, margin, mode="reflect"):
-    """Pads the two spatial axes of ``cube`` by ``margin`` pixels on every side.
+    """Pads the two spatial axes of ``cube`` by ``margin`` pixels on every side, or by
+    ``((top, bottom), (left, right))`` pixels (a tile pads only the sides where the
+    scene ends: ``hmp.data.tiles``).
 
     ``"reflect"`` mirrors the image at its border (without repeating the edge
     pixel), ``"zero"`` fills with zeros. Patches centred on border pixels then
@@ -147,9 +149,10 @@ def pad_cube(cube, margin, mode="reflect"):
     """
     if mode not in PAD_MODES:
         raise InvalidInput(f"unknown pad mode {mode!r}; allowed: {', '.join(PAD_MODES)}")
-    if margin < 0:
+    sides = ((margin, margin), (margin, margin)) if np.ndim(margin) == 0 else margin
+    if np.min(sides) < 0:
         raise InvalidInput(f"margin must be >= 0, got {margin}")
-    widths = ((margin, margin), (margin, margin), (0, 0))
+    widths = (*(tuple(map(int, pair)) for pair in sides), (0, 0))
     if mode == "zero":
         return np.pad(cube, widths, mode="constant")
     return np.pad(cube, widths, mode="reflect")

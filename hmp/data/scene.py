@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hmp.data.raster import RasterInfo
 from hmp.errors import InvalidInput
 
 
@@ -23,12 +24,15 @@ class Scene:
       labels: int32 array [H, W]; 0 means unlabelled, 1..K are classes.
       class_names: K names, ``class_names[k - 1]`` names label ``k``. When
         empty, generic names ``"class 1"``..``"class K"`` are filled in.
+      raster: what the cube's file says beyond its values (georeference,
+        wavelengths, data-ignore value; :class:`hmp.data.raster.RasterInfo`).
     """
 
     name: str
     cube: np.ndarray
     labels: np.ndarray
     class_names: list = field(default_factory=list)
+    raster: RasterInfo = field(default_factory=RasterInfo)
 
     def __post_init__(self):
         self.cube = np.asarray(self.cube, dtype=np.float32)

@@ -1,6 +1,7 @@
 """A split given as two label-map files (``--train_set``, ``--test_set``), as DeepHyperX takes.
 
-Each file holds a label map of the scene's shape [H, W]: 0 = not in this set,
+Each file (``.mat``, ``.npy``, ENVI, GeoTIFF...: ``hmp.data.formats``) holds a
+label map of the scene's shape [H, W]: 0 = not in this set,
 1..K = the pixel's class. The two sets must not share a pixel, and every pixel
 they label must carry the same class in the scene's own ground truth, so that
 the training labels are the ones scored.
@@ -8,7 +9,7 @@ the training labels are the ones scored.
 
 import numpy as np
 
-from hmp.data.matfile import read_array
+from hmp.data.formats import read_label_map
 from hmp.data.scene import as_label_map
 from hmp.data.splits import Split
 from hmp.errors import InvalidInput
@@ -35,8 +36,12 @@ def split_from_label_maps(labels, train_path, test_path):
 
 
 def _labelled_pixels(path, labels, role):
-    """Sorted flat indices of the pixels labelled in the label-map file ``path``."""
-    given = as_label_map(read_array(path), what=f"{role} {path}")
+    """Sorted flat indices of the pixels labelled in the label-map file ``path`` (any type
+    of ``hmp.data.formats``)."""
+    try:
+        given = read_label_map(path).labels
+    except InvalidInput as error:
+        raise InvalidInput(f"{role} {error}") from error
     if given.shape != labels.shape:
         raise InvalidInput(f"{role} {path} has shape {given.shape}, but the scene is "
                            f"{labels.shape} (H, W)")

@@ -2,7 +2,9 @@
 
 The statistics come from the run's training pixels; a trained model only
 makes sense on a cube transformed by exactly these, so ``hmp.predict`` reads
-them from here instead of fitting them again on the scene it classifies.
+them from here instead of fitting them again on the scene it classifies. The
+bands' wavelengths, when the training scene's file named them, are kept beside
+them: a scene of other bands is refused (``hmp.data.raster.check_wavelengths``).
 """
 
 import os
@@ -16,9 +18,10 @@ from hmp.errors import InvalidInput
 FILE_NAME = "preprocessing.npz"
 
 
-def save(model_dir, preprocessor):
-    """Writes ``preprocessor``'s statistics to ``model_dir``/preprocessing.npz, atomically."""
-    arrays = {}
+def save(model_dir, preprocessor, wavelengths=()):
+    """Writes ``preprocessor``'s statistics and the scene's band ``wavelengths`` (if any)
+    to ``model_dir``/preprocessing.npz, atomically."""
+    arrays = {"wavelengths": np.asarray(wavelengths, np.float64)} if len(wavelengths) else {}
     if preprocessor.scaler is not None:
         arrays.update(scaling=np.array(preprocessor.scaler.method),
                       offset=preprocessor.scaler.offset, scale=preprocessor.scaler.scale)
@@ -47,6 +50,12 @@ def load(model_dir):
             preprocessor.pca.mean, preprocessor.pca.components = (arrays["pca_mean"],
                                                                   arrays["pca_components"])
     return preprocessor
+
+
+def wavelengths(model_dir):
+    """The band wavelengths of the run's training scene, or () when its file named none."""
+    with np.load(os.path.join(model_dir, FILE_NAME)) as arrays:
+        return tuple(arrays["wavelengths"].tolist()) if "wavelengths" in arrays else ()
 
 
 def input_bands(preprocessor):

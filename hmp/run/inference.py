@@ -7,6 +7,11 @@ model with the batch split evenly over the devices it is given (one device:
 no split) and restores only the model's weights, not the optimizer's. The
 scene is transformed with the run's own preprocessing statistics
 (``hmp.run.fitted_preprocessing``), never fitted again on the scene classified.
+
+A scene of any size is classified in tiles (:func:`classify_tiles`): read from
+its file a tile at a time with the patch radius around it (``hmp.data.tiles``),
+so memory follows the tile, not the scene, and every pixel gets the
+probabilities the whole scene's graph would give it (:func:`classify`).
 """
 
 import dataclasses
@@ -17,7 +22,10 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
-from hmp.data import PatchExtractor, Scene, is_cube_file, read_array
+from hmp.data import PatchExtractor, Scene, is_cube_file
+from hmp.data.formats import open_raster
+from hmp.data.raster import ArrayRaster, check_wavelengths
+from hmp.data.tiles import padded_tile, tile_rows, tile_shape
 from hmp.errors import InvalidInput
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
@@ -47,6 +55,7 @@ class Run:
     preprocessor: object   # hmp.data.Preprocessor, fitted on the run's training pixels
     checkpoint: str
     model: object          # the model (a module with logits), from the application
+    wavelengths: tuple = ()   # of the training scene's bands, when its file named them
 
     @classmethod
     def open(cls, model_dir, get_model):
@@ -66,13 +75,16 @@ class Run:
             raise InvalidInput("%s holds no checkpoint" % model_dir)
         return cls(model_dir, results["flags"], list(results["test"]["per_class_accuracy"]),
                    fitted_preprocessing.load(model_dir), checkpoint,
-                   get_model(results["flags"]["model"]))
+                   get_model(results["flags"]["model"]),
+                   fitted_preprocessing.wavelengths(model_dir))
 
     @property
     def model_config(self):
         return ModelConfig(self.flags["model"], self.flags["patch_size"],
                            fitted_preprocessing.output_bands(self.preprocessor),
-                           len(self.class_names), self.flags["width"], model=self.model)
+                           len(self.class_names), self.flags["width"],
+                           precision=self.flags.get("precision", "float32"),
+                           model=self.model)
 
     def data_config(self, **given):
         """The scene to classify (an ``experiment.DataConfig``): the run's own, with the
@@ -83,29 +95,52 @@ class Run:
         fields.update({DATA_FLAGS[name]: value for name, value in given.items()})
         return experiment.DataConfig(**fields)
 
+    def check_bands(self, bands, wavelengths=()):
+        """InvalidInput unless a cube of ``bands`` bands (at ``wavelengths``, when its file
+        names them) is what the run was trained on."""
+        trained = fitted_preprocessing.input_bands(self.preprocessor)
+        if bands != trained:
+            raise InvalidInput("the cube has %d bands; the run in %s was trained on %d"
+                               % (bands, self.model_dir, trained))
+        check_wavelengths(self.wavelengths, wavelengths, "the cube")
+
     def preprocess(self, scene):
         """The model's input cube of ``scene`` and its no-data mask [H, W].
 
         No-data pixels (NaN or inf in the spectrum) are set to 0, as in training.
         """
-        bands = fitted_preprocessing.input_bands(self.preprocessor)
-        if scene.cube.shape[2] != bands:
-            raise InvalidInput("the cube has %d bands; the run in %s was trained on %d"
-                               % (scene.cube.shape[2], self.model_dir, bands))
-        nodata = experiment.mask_nodata(scene)
-        cube = self.preprocessor.transform(scene.cube)
-        cube[nodata] = 0.0   # as in training (hmp.run.experiment.prepare)
-        return cube, nodata
+        self.check_bands(scene.cube.shape[2], scene.raster.wavelengths)
+        experiment.mask_nodata(scene)   # refuses a scene without a finite pixel
+        return self.prepare(scene.cube)
+
+    def prepare(self, cube):
+        """(the model's input, the no-data mask) of a cube or a window of one, pixel by
+        pixel: no-data pixels (NaN or inf in the spectrum) set to 0, as in training
+        (``hmp.run.experiment.prepare``)."""
+        nodata = experiment.nodata_mask(cube)
+        prepared = self.preprocessor.transform(cube)
+        prepared[nodata] = 0.0
+        return prepared, nodata
 
 
 def load_scene(config):
     """The scene of an ``experiment.DataConfig``; a cube file may come without labels
     (its label map is then all 0: unlabelled)."""
     if config.labels_path is None and is_cube_file(config.dataset):
-        cube = read_array(config.dataset, config.cube_key, key_name="cube_key")
-        return Scene(os.path.splitext(os.path.basename(config.dataset))[0], cube,
-                     np.zeros(np.shape(cube)[:2], np.int32))
+        raster = open_raster(config.dataset, config.cube_key, key_name="cube_key")
+        return Scene(os.path.splitext(os.path.basename(config.dataset))[0], raster.read_all(),
+                     np.zeros(raster.shape[:2], np.int32), raster=raster.info)
     return experiment.load_scene(config)
+
+
+def open_cube(config):
+    """The cube of an ``experiment.DataConfig`` as an ``hmp.data.raster.Raster``: a cube
+    file opened, to be read a tile at a time (its labels are not read); a scene given
+    by name loaded."""
+    if is_cube_file(config.dataset):
+        return open_raster(config.dataset, config.cube_key, key_name="cube_key")
+    scene = experiment.load_scene(config)
+    return ArrayRaster(scene.cube, info=scene.raster)
 
 
 def batch_placement(devices, batch_size):
@@ -158,30 +193,137 @@ def restore_weights(saver, session, checkpoint):
                            % (checkpoint, error.message.splitlines()[0])) from None
 
 
+class Classifier:
+    """``run``'s model restored on ``devices`` in a session of its own, for padded cubes of
+    one image shape (a scene's, or a tile's): ``with Classifier(...) as c:
+    c.probabilities(padded)``. With ``tta``, probabilities are the mean over the 8
+    symmetries of each patch (``hmp.run.augment.symmetry_probabilities``)."""
+
+    def __init__(self, run, devices, batch_size, image_shape, session_config=None, tta=False):
+        self.batch_size, self.tta = batch_size, tta
+        self.image_shape = tuple(image_shape)
+        self.classes = len(run.class_names)
+        self.graph = InferenceGraph(run.model_config, batch_placement(devices, batch_size),
+                                    batch_size, self.image_shape)
+        self.session = tf.Session(graph=self.graph.tf_graph, config=session_config)
+        try:
+            self.graph.restore(self.session, run.checkpoint)
+        except BaseException:
+            self.session.close()
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.session.close()
+
+    def probabilities(self, padded, shape=None, progress=None):
+        """Class probabilities (float32 [rows, cols, classes]) of the top-left ``shape``
+        (default: all) of the image whose cube, padded by the patch radius, is
+        ``padded``; a smaller image than the graph's fills the top-left of its cube.
+
+        ``progress`` receives the number of pixels done after every batch.
+        """
+        progress = progress or (lambda pixels: None)
+        rows, cols = shape or self.image_shape
+        padding = np.subtract(self.graph.scene.padded_shape[:2], self.image_shape)
+        if tuple(padded.shape[:2]) != (rows + padding[0], cols + padding[1]):
+            raise ValueError("padded cube %s does not pad a %dx%d image"
+                             % (padded.shape, rows, cols))
+        if (rows, cols) != self.image_shape:   # a tile at the scene's end: top-left
+            full = np.zeros(self.graph.scene.padded_shape, np.float32)
+            full[:padded.shape[0], :padded.shape[1]] = padded
+            padded = full
+        self.graph.scene.load(self.session, padded)
+        pixels = (np.arange(rows)[:, None] * self.image_shape[1]
+                  + np.arange(cols)[None, :]).ravel().astype(np.int32)
+        probabilities = np.zeros((len(pixels), self.classes), np.float32)
+        for start in range(0, len(pixels), self.batch_size):
+            indices = np.zeros(self.batch_size, np.int32)   # pixel 0 fills a last short batch
+            chunk = pixels[start:start + self.batch_size]
+            indices[:len(chunk)] = chunk
+            values = symmetry_probabilities(self.session, self.graph.probabilities,
+                                            self.graph.symmetry, {self.graph.indices: indices},
+                                            self.tta).mean(axis=0)
+            probabilities[start:start + len(chunk)] = values[:len(chunk)]
+            progress(start + len(chunk))
+        return probabilities.reshape(rows, cols, -1)
+
+
 def classify(run, cube, devices, batch_size, session_config=None, progress=None, tta=False):
     """Class probabilities (float32 [H, W, classes]) of every pixel of the model's input
-    ``cube`` (``Run.preprocess``), by ``run``'s model on ``devices``; with ``tta``, their
-    mean over the 8 symmetries of each patch (``hmp.run.augment.symmetry_probabilities``).
+    ``cube`` (``Run.preprocess``), by ``run``'s model on ``devices``, the whole scene in
+    one graph; with ``tta``, their mean over the 8 symmetries of each patch.
 
     ``progress`` receives a text after every batch and None at the end.
     """
     progress = progress or (lambda text: None)
-    height, width = cube.shape[:2]
-    graph = InferenceGraph(run.model_config, batch_placement(devices, batch_size), batch_size,
-                           (height, width))
-    pixels = height * width
-    probabilities = np.zeros((pixels, len(run.class_names)), np.float32)
-    batches, started = -(-pixels // batch_size), time.perf_counter()
-    with tf.Session(graph=graph.tf_graph, config=session_config) as session:
-        graph.restore(session, run.checkpoint)
-        graph.scene.load(session, PatchExtractor(cube, run.model_config.patch).padded)
-        for done, start in enumerate(range(0, pixels, batch_size), start=1):
-            indices = np.arange(start, start + batch_size, dtype=np.int32)
-            indices[indices >= pixels] = 0   # pixel 0 fills the last short batch
-            values = symmetry_probabilities(session, graph.probabilities, graph.symmetry,
-                                            {graph.indices: indices}, tta).mean(axis=0)
-            probabilities[start:start + batch_size] = values[:pixels - start]
-            progress("classifying  batch %d/%d  %s" % (done, batches, rate_and_eta(
-                done, batches, time.perf_counter() - started, batch_size)))
+    pixels, started = cube.shape[0] * cube.shape[1], time.perf_counter()
+    with Classifier(run, devices, batch_size, cube.shape[:2], session_config, tta) as model:
+        probabilities = model.probabilities(
+            PatchExtractor(cube, run.model_config.patch).padded,
+            progress=lambda done: progress("classifying  %s" % _progress(done, pixels, started)))
     progress(None)
-    return probabilities.reshape(height, width, -1)
+    return probabilities
+
+
+def _progress(done, pixels, started):
+    """'D/N pixels  R samples/s  ETA T' after ``done`` of ``pixels`` since ``started``."""
+    return "%d/%d pixels  %s" % (done, pixels,
+                                 rate_and_eta(done, pixels, time.perf_counter() - started))
+
+
+# Bytes a pixel of a tile's window costs while it is read, preprocessed and loaded
+# into the graph, per band of the file and per band of the model's input (float32
+# copies and numpy's float64 temporaries of the scaling and the PCA), and a pixel's
+# results until its row of tiles is written: per class, and for its no-data flag and
+# its class as numpy computes it (int64).
+WINDOW_BYTES_PER_INPUT_BAND = 24
+WINDOW_BYTES_PER_MODEL_BAND = 24
+RESULT_BYTES_PER_CLASS = 4
+RESULT_BYTES_PER_PIXEL = 17
+
+
+def tiling(run, raster, memory_bytes):
+    """The rows of tiles (``hmp.data.tiles.tile_rows``) of ``raster``'s scene whose
+    windows and results fit ``memory_bytes``; their shape is the first tile's."""
+    bands_in = fitted_preprocessing.input_bands(run.preprocessor)
+    bands_out = fitted_preprocessing.output_bands(run.preprocessor)
+    shape = tile_shape(memory_bytes, raster.shape[:2], run.model_config.patch // 2,
+                       WINDOW_BYTES_PER_INPUT_BAND * bands_in
+                       + WINDOW_BYTES_PER_MODEL_BAND * bands_out,
+                       RESULT_BYTES_PER_CLASS * len(run.class_names) + RESULT_BYTES_PER_PIXEL)
+    return tile_rows(raster.shape[:2], shape)
+
+
+def classify_tiles(run, raster, rows_of_tiles, model, progress=None):
+    """Yields, for each row of tiles (top to bottom), its pixel rows (a slice), the class
+    probabilities of its pixels (float32 [rows, W, classes]) and their no-data mask
+    [rows, W]: ``raster`` (an ``hmp.data.raster.Raster``) classified by ``model`` (a
+    :class:`Classifier` of the tiles' shape) a tile at a time, each read with the patch
+    radius around it. The probabilities equal :func:`classify`'s of the whole scene.
+
+    ``progress`` receives a text after every batch and None at the end.
+    """
+    progress = progress or (lambda text: None)
+    margin = run.model_config.patch // 2
+    height, width = raster.shape[:2]
+    count = sum(len(row) for row in rows_of_tiles)
+    done, pixels_done, started = 0, 0, time.perf_counter()
+    for row in rows_of_tiles:
+        rows = row[0].rows
+        probabilities = np.zeros((rows.stop - rows.start, width, model.classes), np.float32)
+        nodata = np.zeros((rows.stop - rows.start, width), bool)
+        for tile in row:
+            done += 1
+            padded, nodata[:, tile.cols] = padded_tile(raster, tile, margin, run.prepare)
+
+            def say(pixels):   # of this tile, done so far
+                progress("tile %d/%d  %s" % (done, count, _progress(
+                    pixels_done + pixels, height * width, started)))
+
+            probabilities[:, tile.cols] = model.probabilities(padded, tile.shape, say)
+            pixels_done += tile.shape[0] * tile.shape[1]
+        yield rows, probabilities, nodata
+    progress(None)

@@ -13,15 +13,38 @@ cut the same patches side by side instead of receiving them.
 Copies: the CPU devices of one host (a process or ``hmp.worker`` task) share
 one cube in host memory; every other device (a GPU) holds its own, so no step
 copies the cube between host and accelerator. The cube variables are local:
-not trained, not checkpointed, not in ``tf.global_variables()``.
+not trained, not checkpointed, not in ``tf.global_variables()``. So a scene
+must fit each device's memory: :func:`check_cube_fits` refuses one that does
+not (the cube is not kept on the host for a GPU to cut patches there).
 """
 
+import numpy as np
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
+from hmp.errors import InvalidInput
 from hmp.mesh.collectives import is_cpu
+from hmp.planning.plan import format_bytes
 
 mtf = import_mesh_tensorflow()
+
+
+def check_cube_fits(image_shape, patch_size, bands, devices, caps):
+    """InvalidInput, naming the memory needed, when the padded float32 cube of an
+    ``image_shape`` scene of ``bands`` bands does not fit the memory of a device in
+    ``devices`` (``caps``: bytes each, None where unknown;
+    ``hmp.run.devices.memory_bytes``), each of which holds a copy."""
+    rows, cols = (int(n) + int(patch_size) - 1 for n in image_shape)
+    need = rows * cols * int(bands) * np.dtype(np.float32).itemsize
+    short = [(device, cap) for device, cap in zip(devices, caps)
+             if cap is not None and need > cap]
+    if short:
+        raise InvalidInput(
+            "the scene's padded cube (%d x %d pixels x %d bands, float32) needs %s on every "
+            "device, more than %s; allowed: fewer bands (--pca), a smaller scene, or devices "
+            "with more memory"
+            % (rows, cols, bands, format_bytes(need),
+               ", ".join("%s has (%s)" % (d, format_bytes(c)) for d, c in short)))
 
 
 class SceneCubes:

@@ -1,0 +1,123 @@
+"""GeoTIFF and any other raster GDAL reads, through ``rasterio`` (the ``formats`` extra).
+
+rasterio brings GDAL's wheels, so it is optional: without it, reading or
+writing such a file is refused in one line that says how to install it.
+A class map of such a scene is written as a GeoTIFF with the input's transform
+and CRS, one colour per class and 0 (unclassified) as no-data, so QGIS and
+ENVI lay it on the map.
+"""
+
+import contextlib
+import pathlib
+import warnings
+
+import numpy as np
+
+from hmp.data.raster import Raster, RasterInfo, check_numeric
+from hmp.errors import InvalidInput
+
+SUFFIXES = (".tif", ".tiff", ".vrt", ".img", ".jp2")
+INSTALL = 'pip install "hmp[formats]"'
+# GDAL's cache of the blocks it read (by default 5% of the machine's memory), bounded
+# so that reading a large raster a tile at a time keeps its memory bounded too
+CACHE_BYTES = 64 * 2**20
+
+
+def rasterio_module():
+    """rasterio, or InvalidInput saying how to install it."""
+    try:
+        import rasterio   # pylint: disable=import-outside-toplevel
+    except ImportError:
+        raise InvalidInput(f"GeoTIFF and other GDAL rasters need rasterio, which is not "
+                           f"installed: {INSTALL}") from None
+    return rasterio
+
+
+@contextlib.contextmanager
+def _reading(rasterio):
+    """GDAL's block cache bounded (``CACHE_BYTES``), and no rasterio warning on stderr
+    (e.g. NotGeoreferencedWarning for a plain TIFF)."""
+    with rasterio.Env(GDAL_CACHEMAX=CACHE_BYTES), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+class GdalRaster(Raster):
+    """A raster file GDAL opens; its bands are the cube's bands. The file stays open."""
+
+    def __init__(self, path):
+        rasterio = rasterio_module()
+        self.path = pathlib.Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"no such file: {self.path}")
+        if self.path.stat().st_size == 0:
+            raise InvalidInput(f"{self.path}: empty file (0 bytes)")
+        self._rasterio = rasterio
+        try:
+            with _reading(rasterio):
+                self._dataset = rasterio.open(self.path)
+        except rasterio.errors.RasterioError as error:
+            raise InvalidInput(f"{self.path}: cannot be read as a GDAL raster (truncated, "
+                               f"or not of this type?): {_one_line(error)}") from None
+        dataset = self._dataset
+        if len(set(dataset.dtypes)) != 1:
+            raise InvalidInput(f"{self.path}: bands of different types {dataset.dtypes}")
+        check_numeric(dataset.dtypes[0], str(self.path))
+        self.shape = (dataset.height, dataset.width, dataset.count)
+        georeferenced = dataset.crs is not None or not dataset.transform.is_identity
+        self.info = RasterInfo(
+            format="geotiff",
+            transform=tuple(dataset.transform)[:6] if georeferenced else None,
+            crs=dataset.crs.to_wkt() if dataset.crs is not None else None,
+            wavelengths=_wavelengths(dataset),
+            wavelength_units=dataset.tags(1).get("wavelength_units"),
+            ignore_value=dataset.nodata)
+        # a file cut short reads its header but not its last pixels: fail now, not mid-way
+        self.read(slice(self.shape[0] - 1, self.shape[0]), slice(0, self.shape[1]))
+
+    def _read(self, rows, cols):
+        window = ((rows.start, rows.stop), (cols.start, cols.stop))
+        try:
+            with _reading(self._rasterio):
+                values = self._dataset.read(window=window)   # [bands, rows, cols]
+        except self._rasterio.errors.RasterioError as error:
+            raise InvalidInput(f"{self.path}: cannot read rows {rows.start}..{rows.stop - 1}, "
+                               f"columns {cols.start}..{cols.stop - 1} (truncated?): "
+                               f"{_one_line(error)}") from None
+        return values.transpose(1, 2, 0)
+
+
+def _wavelengths(dataset):
+    """Band centres from GDAL's per-band ``wavelength`` metadata (ENVI-style), if every
+    band has one; else empty."""
+    found = [dataset.tags(band).get("wavelength") for band in range(1, dataset.count + 1)]
+    try:
+        return tuple(float(value) for value in found) if all(found) else ()
+    except ValueError:
+        return ()
+
+
+def _one_line(error):
+    """The error's text on one line; GDAL's own reason when rasterio only points to it."""
+    cause = error.__cause__
+    if cause is not None and "previous exception" in str(error):
+        error = cause
+    return " ".join(str(error).split())
+
+
+def write_classification(path, class_map, colors, info):
+    """Writes ``class_map`` [H, W] (0 unclassified, 1..K) to ``path`` as a GeoTIFF: the
+    transform and CRS of ``info`` (a RasterInfo), a colour table (``colors``: uint8 RGB
+    [K + 1, 3], row 0 for unclassified) and 0 as no-data."""
+    rasterio = rasterio_module()
+    classes = len(colors)
+    dtype = np.uint8 if classes <= 256 else np.uint16
+    profile = {"driver": "GTiff", "height": class_map.shape[0], "width": class_map.shape[1],
+               "count": 1, "dtype": np.dtype(dtype).name, "nodata": 0, "compress": "deflate"}
+    if info is not None and info.transform is not None:
+        profile["transform"] = rasterio.Affine(*info.transform)
+    if info is not None and info.crs is not None:
+        profile["crs"] = rasterio.crs.CRS.from_wkt(info.crs)
+    with _reading(rasterio), rasterio.open(path, "w", **profile) as dataset:
+        dataset.write(np.asarray(class_map, dtype=dtype), 1)
+        dataset.write_colormap(1, {k: (*map(int, colors[k]), 255) for k in range(classes)})
