@@ -88,7 +88,8 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 
 import plain_tf_models  # noqa: E402
 from hmp import files  # noqa: E402
-from hmp.cluster.runtime import JOB, local_cluster, parse_cpus  # noqa: E402
+from hmp.cluster.launch import parse_worker_list  # noqa: E402
+from hmp.cluster.runtime import JOB, local_cluster  # noqa: E402
 from hmp.cluster.subprocesses import die_with_parent  # noqa: E402
 from hmp.errors import InvalidInput  # noqa: E402
 from hmp.planning import LinkSpec, parse_mesh, plan_layout, predict  # noqa: E402
@@ -97,7 +98,7 @@ from hmp.run import experiment  # noqa: E402
 from hmp.run.from_graph import model_spec  # noqa: E402
 from hmp.run.graph import Placement, TrainingGraph  # noqa: E402
 from hmp.run.linkprobe import platform_specs  # noqa: E402
-from hmp.run.profiler import busy_times, measure_platform  # noqa: E402
+from hmp.run.profiler import busy_times, measure_platform, trace_step  # noqa: E402
 from hmp.layers import BATCH_STATISTICS  # noqa: E402
 from hmp.run.rebalance import replan  # noqa: E402
 from models import MODEL_NAMES, model_config, recipe  # noqa: E402
@@ -213,13 +214,9 @@ class Run:
 
     def traced(self):
         """One traced step: (its wall seconds, each worker's busy seconds)."""
-        metadata = tf.RunMetadata()
-        start = time.perf_counter()
-        self.session.run(self.train_op, self.feed, run_metadata=metadata,
-                         options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE))
-        wall = time.perf_counter() - start
+        _, metadata, wall = trace_step(self.session, self.train_op, self.feed)
         tasks = ["/job:%s/task:%d" % (JOB, task) for task in range(WORKERS)]
-        return wall, busy_times(metadata, tasks)   # a task: all its devices, one thread
+        return wall, busy_times(metadata, tasks, wall)   # a task: all its devices, one thread
 
 
 def warmed(run):
@@ -555,20 +552,14 @@ def machine():
 
 # -- the program -----------------------------------------------------------------
 def parse_workers(text):
-    """``--workers``: [(cpus, threads)] of the two workers, or None when empty."""
+    """``--workers``: [(cpus, threads)] of the two workers (``hmp.train --local_workers``'s
+    list), or None when empty."""
     if not text:
         return None
-    parsed = []
-    for item in text.split(","):
-        cpus, _, threads = item.partition(":")
-        try:
-            cpus = parse_cpus(cpus)
-        except InvalidInput:
-            cpus = None
-        if not (cpus and threads.isdigit() and int(threads) >= 1):
-            raise cli.UsageError("--workers=%s: give CPUS:THREADS per worker, CPUS as a-b or "
-                                 "one CPU, e.g. 0-7:8,8-9:2" % text)
-        parsed.append((cpus, int(threads)))
+    try:
+        parsed = parse_worker_list(text)
+    except InvalidInput as error:
+        raise cli.UsageError("--workers=%s: %s" % (text, error)) from None
     if len(parsed) != WORKERS:
         raise cli.UsageError("--workers=%s: give exactly %d workers" % (text, WORKERS))
     return parsed

@@ -158,11 +158,13 @@ def _train_flags(workers, *flags):
 
 def test_train_refuses_a_bad_or_silent_cluster():
     silent = "127.0.0.1:%d" % free_loopback_ports(1)[0]
-    expected = {"127.0.0.1:1,x": (2, "--cluster=127.0.0.1:1,x, --cluster_timeout=60.0: "
+    expected = {"127.0.0.1:1,x": (2, "--cluster=127.0.0.1:1,x, --cluster_timeout=1.0: "
                                      "'x' is not host:port"),
                 silent: (1, "worker 0 (%s) does not answer: start it with python -m "
                             "hmp.worker --cluster=%s --task=0" % (silent, silent))}
-    runs = run_batch("hmp.train", [{"args": ["--cluster=" + spec]} for spec in expected])
+    # a silent worker is waited for --cluster_timeout seconds
+    runs = run_batch("hmp.train", [{"args": ["--cluster=" + spec, "--cluster_timeout=1"]}
+                                   for spec in expected])
     for spec, (returncode, _, stderr) in zip(expected, runs):
         lines = [l for l in stderr.splitlines() if l.startswith("hmp.train: error:")]
         assert (returncode, len(lines)) == (expected[spec][0], 1), stderr[-2000:]

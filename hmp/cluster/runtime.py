@@ -2,16 +2,18 @@
 
 A cluster is a list of ``host:port`` addresses, one ``python -m hmp.worker``
 process each: a ``tf.distribute.Server`` of the job "worker", task N at the
-N-th address. Nothing here speaks its own protocol: the trainer's session
-connects to task 0 over gRPC (``grpc://<task 0>``), which acts as TensorFlow's
-master and runs each mesh device's part of the graph on the task that owns it
+N-th address. The list comes from ``--cluster``, TF_CONFIG or Slurm
+(``hmp.cluster.sources``) or from workers started here (``local_cluster``).
+Nothing here speaks its own protocol: the trainer's session connects to task 0
+over gRPC (``grpc://<task 0>``), which acts as TensorFlow's master and runs
+each mesh device's part of the graph on the task that owns it
 (``/job:worker/task:N/device:CPU:0``).
 
 ``Cluster`` parses and checks a cluster string, names its devices, session
 target and session configuration, finds the worker that stopped answering
 when a step fails, and turns that failure into one ``WorkerUnavailable``
 naming it. ``local_cluster`` starts worker processes on free loopback ports
-for tests and benchmarks and stops them again.
+(for ``hmp.train --local_workers``, tests and benchmarks) and stops them again.
 """
 
 import contextlib
@@ -33,6 +35,7 @@ from hmp.errors import InvalidInput
 
 JOB = "worker"
 DEFAULT_TIMEOUT_S = 60.0
+LISTED = "--cluster"   # a Cluster's origin when its addresses were listed (Cluster.parse)
 # The errors TensorFlow raises when a task is gone (Unavailable), does not
 # answer in time (DeadlineExceeded) or lost its state by restarting (Aborted).
 WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
@@ -58,29 +61,49 @@ def _address(text):
     return "%s:%d" % (host, int(port))
 
 
+def check_timeout(timeout_s):
+    """``timeout_s`` as a float; ``InvalidInput`` unless it is positive."""
+    if not timeout_s > 0:
+        raise InvalidInput("the timeout must be positive, got %r" % timeout_s)
+    return float(timeout_s)
+
+
 @dataclasses.dataclass(frozen=True)
 class Cluster:
     """The worker tasks of a cluster, task N at ``addresses[N]``.
 
     ``timeout_s`` bounds every operation of a session on the cluster, so a
     worker that hangs ends a step with an error instead of blocking it forever.
+    ``origin`` says where the addresses came from (``--cluster``, TF_CONFIG,
+    Slurm), for messages that say how to start a task. ``local_workers``: for
+    workers this process started (``local_cluster``), each one's ``hmp.worker``
+    flags beyond ``--cluster`` and ``--task``: they name the workers when their
+    ports change from run to run (``identity``).
     """
 
     addresses: tuple
     timeout_s: float = DEFAULT_TIMEOUT_S
+    origin: str = LISTED
+    local_workers: tuple = None
+
+    @classmethod
+    def of(cls, addresses, timeout_s=DEFAULT_TIMEOUT_S, origin=LISTED):
+        """From ``host:port`` strings in task order; ``InvalidInput`` names a bad entry
+        or the tasks that share an address."""
+        addresses = tuple(_address(a) for a in addresses)
+        if not addresses:
+            raise InvalidInput("give the workers' addresses, e.g. 127.0.0.1:2222,127.0.0.1:2223")
+        for address in dict.fromkeys(addresses):
+            tasks = [t for t, a in enumerate(addresses) if a == address]
+            if len(tasks) > 1:
+                raise InvalidInput("%s is given more than once (tasks %s): every task needs "
+                                   "a port of its own" % (address, ", ".join(map(str, tasks))))
+        return cls(addresses, check_timeout(timeout_s), origin)
 
     @classmethod
     def parse(cls, text, timeout_s=DEFAULT_TIMEOUT_S):
-        """From ``"host:port,host:port,..."``; ``ValueError`` names a bad entry."""
-        addresses = tuple(_address(a) for a in text.split(",") if a.strip())
-        if not addresses:
-            raise InvalidInput("give the workers' addresses, e.g. 127.0.0.1:2222,127.0.0.1:2223")
-        repeated = sorted({a for a in addresses if addresses.count(a) > 1})
-        if repeated:
-            raise InvalidInput("%s is given more than once" % ", ".join(repeated))
-        if not timeout_s > 0:
-            raise InvalidInput("the timeout must be positive, got %r" % timeout_s)
-        return cls(addresses, float(timeout_s))
+        """From ``"host:port,host:port,..."``; ``InvalidInput`` names a bad entry."""
+        return cls.of([a for a in text.split(",") if a.strip()], timeout_s)
 
     @property
     def spec(self):
@@ -100,8 +123,20 @@ class Cluster:
         """The session target: task 0, TensorFlow's master for the cluster."""
         return "grpc://" + self.addresses[0]
 
+    @property
+    def identity(self):
+        """What names the workers, e.g. for the speed cache: their addresses, or the
+        flags of workers started here (their ports change from run to run)."""
+        return self.local_workers if self.local_workers is not None else self.addresses
+
     def describe(self, task):
         return "worker %d (%s)" % (task, self.addresses[task])
+
+    def how_to_start(self, task):
+        """What starts task ``task``, in words, as its cluster's origin has it."""
+        if self.origin == LISTED:
+            return "python -m hmp.worker --cluster=%s --task=%d" % (self.spec, task)
+        return "python -m hmp.worker as task %d of %s" % (task, self.origin)
 
     def session_config(self):
         """The trainer's and profiler's session configuration on this cluster.
@@ -144,18 +179,52 @@ class Cluster:
             except tf.errors.OpError:
                 return False
 
-    def check_answers(self):
-        """Raises ``WorkerUnavailable`` naming a task that does not answer
-        (with how to start it), or if task 0 cannot reach every task."""
+    def check_answers(self, say=None):
+        """Raises ``WorkerUnavailable`` naming a task whose host is unknown here, two
+        tasks at one port of one machine, a task that does not answer within
+        ``timeout_s`` (with how to start it), or task 0 if it cannot reach every task.
+
+        Waits for silent tasks (telling ``say`` once): workers started beside the
+        trainer (``srun ... &``, a pod each) take seconds to import TensorFlow.
+        """
+        self._check_addresses()
+        deadline = time.monotonic() + self.timeout_s
         task = self._silent_task()
+        if task is not None and say is not None:
+            say("waiting up to %g s for %s to answer ..." % (self.timeout_s, self.describe(task)))
+        while task is not None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            task = self._silent_task()
         if task is not None:
-            raise WorkerUnavailable("%s does not answer: start it with python -m hmp.worker "
-                                    "--cluster=%s --task=%d" % (self.describe(task),
-                                                                self.spec, task))
+            raise WorkerUnavailable("%s does not answer: start it with %s (waited %g s)"
+                                    % (self.describe(task), self.how_to_start(task),
+                                       self.timeout_s))
         if not self.answers(timeout_s=min(10.0, self.timeout_s)):
             raise WorkerUnavailable("%s cannot run ops on every task of %s: was each worker "
-                                    "started with this --cluster?" % (self.describe(0),
-                                                                      self.spec))
+                                    "started with this cluster (%s)?"
+                                    % (self.describe(0), self.spec, self.origin))
+
+    def _check_addresses(self):
+        """``WorkerUnavailable`` naming the first task whose host does not resolve, or
+        two tasks whose hosts resolve to one machine at the same port (e.g.
+        ``localhost:2222`` and ``127.0.0.1:2222``): only one of them could listen."""
+        seen = {}   # (ip, port) -> the first task there
+        for task, address in enumerate(self.addresses):
+            host, _, port = address.rpartition(":")
+            try:
+                ips = {info[4][0] for info in socket.getaddrinfo(host, int(port),
+                                                                 type=socket.SOCK_STREAM)}
+            except OSError as error:
+                raise WorkerUnavailable("%s is unreachable: its host %s is unknown here (%s; "
+                                        "from %s)" % (self.describe(task), host,
+                                                      error.strerror, self.origin)) from None
+            for ip in ips:
+                first = seen.setdefault((ip, port), task)
+                if first != task:
+                    raise WorkerUnavailable("%s and %s are the same port of one machine "
+                                            "(%s): give each task a port of its own (from %s)"
+                                            % (self.describe(first), self.describe(task),
+                                               ip, self.origin))
 
     def _silent_task(self):
         """The first task that does not answer when asked directly, or None.
@@ -246,29 +315,35 @@ class LocalCluster:
 
     def start(self, task, timeout_s=60.0):
         """Starts worker ``task`` and waits until the whole cluster answers
-        (not at all if ``timeout_s`` is None)."""
+        (not at all if ``timeout_s`` is None).
+
+        The worker runs in a session of its own: a Ctrl-C at the terminal reaches
+        only this process, which stops its workers once it has saved its work;
+        it dies with this process all the same (``die_with_parent``).
+        """
         command = [sys.executable, "-m", "hmp.worker", "--cluster=" + self.spec,
                    "--task=%d" % task, *self._worker_flags[task]]
         with open(self._log_path(task), "w") as log:
             self._processes[task] = subprocess.Popen(command, stdout=log,
                                                      stderr=subprocess.STDOUT,
-                                                     preexec_fn=die_with_parent)
+                                                     preexec_fn=die_with_parent,
+                                                     start_new_session=True)
         if timeout_s is not None:
             self.wait_until_ready(timeout_s)
 
     def wait_until_ready(self, timeout_s=60.0):
-        """Waits until task 0 runs an op on every task; ``RuntimeError`` with
+        """Waits until task 0 runs an op on every task; ``WorkerUnavailable`` with
         the worker's last log line if one exits or the time runs out."""
         deadline = time.monotonic() + timeout_s
         while not (all(_accepts_connections(a, 1.0) for a in self.cluster.addresses)
                    and self.cluster.answers(timeout_s=2.0)):
             for task, process in enumerate(self._processes):
                 if process is not None and process.poll() is not None:
-                    raise RuntimeError("%s exited with code %d: %s" % (
+                    raise WorkerUnavailable("%s exited with code %d as it started: %s" % (
                         self.cluster.describe(task), process.returncode, self._last_line(task)))
             if time.monotonic() > deadline:
-                raise RuntimeError("the local cluster %s did not answer within %g s"
-                                   % (self.spec, timeout_s))
+                raise WorkerUnavailable("the local cluster %s did not answer within %g s"
+                                        % (self.spec, timeout_s))
             time.sleep(0.2)
 
     def stop(self, task, signum=signal.SIGTERM, timeout_s=10.0):
@@ -301,6 +376,19 @@ class LocalCluster:
         with open(self._log_path(task)) as log:
             lines = [l.strip() for l in log if l.strip()]
         return lines[-1] if lines else "(no output)"
+
+
+def port_in_use(port):
+    """True when some process listens on ``port`` of this machine (on any interface,
+    as a worker's server would)."""
+    probe = socket.socket()
+    try:
+        probe.bind(("", port))
+        return False
+    except OSError:
+        return True
+    finally:
+        probe.close()
 
 
 def free_loopback_ports(n):
@@ -380,7 +468,9 @@ def local_cluster(n, cpus=None, threads=None, timeout_s=60.0, virtual_cpus=1,
     worker_flags = [_worker_flags(*task) for task in zip(
         _per_task(cpus, n, "cpus"), _per_task(threads, n, "threads"),
         _per_task(inter_op_threads, n, "inter_op_threads"), virtual_cpus)]
-    cluster = Cluster(tuple("127.0.0.1:%d" % p for p in free_loopback_ports(n)))
+    cluster = Cluster(tuple("127.0.0.1:%d" % p for p in free_loopback_ports(n)),
+                      origin="the local cluster", local_workers=tuple(
+                          " ".join(["local", *flags]) for flags in worker_flags))
     with tempfile.TemporaryDirectory(prefix="hmp-cluster-") as log_dir:
         workers = LocalCluster(cluster, worker_flags, virtual_cpus, log_dir)
         try:

@@ -4,7 +4,8 @@ A folder that holds a run (checkpoints, results) is not silently reused: a
 new run there needs ``--resume`` (continue it) or ``--overwrite`` (delete the
 run's files first). ``history.json`` records every epoch of every invocation,
 written atomically before each epoch's checkpoint, so a resumed run's
-``results.json`` holds the whole history. :class:`Signals` turns SIGINT and
+``results.json`` holds the whole history; ``flags.txt`` the flags that started
+the run (``--flagfile``). :class:`Signals` turns SIGINT and
 SIGTERM into a request the trainer answers after its running step, with a
 checkpoint.
 """
@@ -22,13 +23,15 @@ from hmp import cli, files
 from hmp.errors import InvalidInput
 from hmp.run import experiment
 
+FLAGS_FILE = "flags.txt"   # the flags that started the run, for --flagfile
 # The files a run writes in its folder (--overwrite deletes these and nothing else).
 RUN_FILES = ("checkpoint", "ckpt-*", "best_checkpoint", "best-ckpt-*", "results.json",
              "results.json.*.tmp", "history.json", "history.json.*.tmp",
              "classification_map.png", "confusion_matrix.png", "events.out.tfevents.*",
              experiment.SPLIT_FILE, experiment.SPLIT_FILE + ".*.npz",
              experiment.CONFIG_FILE, experiment.CONFIG_FILE + ".*.tmp", "summary.json",
-             "summary.json.*.tmp", "preprocessing.npz", "preprocessing.npz.*.tmp")
+             "summary.json.*.tmp", "preprocessing.npz", "preprocessing.npz.*.tmp",
+             FLAGS_FILE, FLAGS_FILE + ".*.tmp")
 HISTORY = "history.json"
 SUMMARY = "summary.json"   # --runs: the runs' mean and standard deviation
 
@@ -87,6 +90,27 @@ def _held(model_dir):
     return (["a checkpoint at step %d" % step] if step is not None else []) + [
         name for name in ("results.json", HISTORY)
         if os.path.exists(os.path.join(model_dir, name))]
+
+
+def save_flags(model_dir, flags):
+    """Writes ``flags`` (``--name=value`` strings of ``hmp.train``), one a line, atomically
+    to ``model_dir/flags.txt``: ``--flagfile=`` that file starts the run again (later
+    flags override it, e.g. ``--model_dir`` for a new folder)."""
+    path = os.path.join(model_dir, FLAGS_FILE)
+    with files.atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as f:
+        f.write("# python -m hmp.train --flagfile=%s starts this run again\n" % path)
+        f.writelines(flag + "\n" for flag in flags)
+
+
+def saved_flags(model_dir):
+    """The flags :func:`save_flags` wrote in ``model_dir`` ({name: value as written; ""
+    for a boolean's ``--name``}), or None when it holds none (a run from before them)."""
+    try:
+        with open(os.path.join(model_dir, FLAGS_FILE), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    return dict(line[2:].partition("=")[::2] for line in lines if line.startswith("--"))
 
 
 def read_json(path):

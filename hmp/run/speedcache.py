@@ -54,6 +54,7 @@ def cache_key(config, batch_size, optimizer, devices, workers=None, input_work=N
     ``input_work``: the step's work before the model (``Recipe.input_work``)."""
     return {"model": config.name, "width": config.width, "patch": config.patch,
             "bands": config.bands, "classes": config.n_classes, "input": input_work,
+            "precision": config.precision,
             "batch_size": batch_size,
             "optimizer": optimizer, "devices": list(devices),
             "workers": list(workers) if workers is not None else None,

@@ -1,0 +1,338 @@
+"""Launching where users run: a cluster from TF_CONFIG or Slurm (TensorFlow's resolvers),
+``hmp.train --local_workers`` (its workers stopped however the run ends, checked by
+process id), progress lines in a log file and the flagfile that repeats a run.
+
+The Slurm environment is faked: its variables as ``srun`` sets them for a task (the
+step's) and as a batch script has them (the job's, where the trainer runs).
+TensorFlow's resolver expands the node list itself (no ``scontrol``).
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from cli_batch import run_batch
+from hmp.cluster import launch, sources
+from hmp.cluster.runtime import Cluster, WorkerUnavailable, free_loopback_ports, port_in_use
+from hmp.errors import InvalidInput
+from hmp.run import progress
+
+TRAIN = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64", "--speeds=2,1",
+         "--mesh=model:2", "--notta"]
+CPUS = sorted(os.sched_getaffinity(0))
+LOCAL_WORKERS = "%d:1,%d:1" % (CPUS[0], CPUS[-1])   # two pinned workers, one thread each
+ENVIRONMENT = {name: value for name, value in os.environ.items()
+               if not name.startswith("SLURM_") and name != "TF_CONFIG"}
+
+
+@pytest.fixture
+def clean_environment(monkeypatch):
+    """No TF_CONFIG or Slurm variable of the machine the tests run on."""
+    for name in set(os.environ) - set(ENVIRONMENT):
+        monkeypatch.delenv(name)
+    return monkeypatch
+
+
+# -- clusters from the environment ---------------------------------------------------------
+
+def test_slurm_tasks_get_ports_by_node_and_the_batch_script_finds_the_same(clean_environment):
+    env = clean_environment
+    # srun's task 3 of 2 + 3 + 1 tasks on node08 to node10 (zero-padded names)
+    env.setenv("SLURM_PROCID", "3")
+    env.setenv("SLURM_STEP_NODELIST", "node[08-10]")
+    env.setenv("SLURM_STEP_TASKS_PER_NODE", "2,3,1")
+    expected = ("node08:7000", "node08:7001", "node09:7000", "node09:7001", "node09:7002",
+                "node10:7000")
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
+    cluster, task = sources.resolve("slurm", port_base=7000)
+    assert (cluster.addresses, task) == (expected, 3)
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") == gpus   # GPUs are Slurm's to give
+    # the batch script (task 0, no step): the job's variables give the same cluster
+    for name in ("SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE"):
+        env.delenv(name)
+    env.setenv("SLURM_PROCID", "0")
+    env.setenv("SLURM_JOB_NODELIST", "node[08-10]")
+    env.setenv("SLURM_TASKS_PER_NODE", "2,3,1")
+    assert sources.resolve("slurm", port_base=7000)[0].addresses == expected
+    env.setenv("SLURM_TASKS_PER_NODE", "2(x2),1")   # Slurm's repeat count
+    assert sources.resolve("slurm", port_base=7000)[0].addresses == (
+        "node08:7000", "node08:7001", "node09:7000", "node09:7001", "node10:7000")
+    env.setenv("SLURM_JOB_NODELIST", "node[08-x]")
+    with pytest.raises(InvalidInput, match=r"Slurm's nodes node\[08-x\] with tasks 2\(x2\),1"):
+        sources.resolve("slurm")
+    env.delenv("SLURM_JOB_NODELIST")
+    with pytest.raises(InvalidInput, match="neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST"):
+        sources.resolve("slurm")
+
+
+def test_tf_config_gives_the_worker_job_and_the_task(clean_environment):
+    env = clean_environment
+    assert sources.detect() is None
+    env.setenv("SLURM_PROCID", "0")
+    assert sources.detect() == sources.SLURM
+    config = {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}
+    env.setenv("TF_CONFIG", json.dumps(config))
+    assert sources.detect() == sources.TF_CONFIG   # the explicit one first
+    cluster, task = sources.resolve("tf_config", timeout_s=5)
+    assert (cluster.addresses, task, cluster.timeout_s) == (("a:1", "b:2"), 1, 5.0)
+    del config["task"]   # the trainer's: no task
+    env.setenv("TF_CONFIG", json.dumps(config))
+    assert sources.resolve("tf_config")[1] is None
+    refused = {'{"cluster": {"chief": ["a:1"], "worker": ["b:2"]}}':
+               'TF_CONFIG\'s cluster has the jobs ["chief", "worker"]',
+               '{"cluster": {"worker": ["a:1"]}, "task": {"type": "ps", "index": 0}}':
+               'TF_CONFIG\'s task has the type "ps"',
+               '{"cluster": {"worker": ["a:1", "a:1"]}}':
+               "TF_CONFIG: a:1 is given more than once (tasks 0, 1)",
+               "worker: a:1": "TF_CONFIG is not a cluster description"}
+    for text, message in refused.items():
+        env.setenv("TF_CONFIG", text)
+        with pytest.raises(InvalidInput) as refusal:
+            sources.resolve("tf_config")
+        assert str(refusal.value).startswith(message)
+
+
+def test_unknown_hosts_and_shared_ports_are_named_before_training():
+    with pytest.raises(WorkerUnavailable, match=r"^worker 1 \(nohost.invalid:2\) is unreachable:"
+                                                 r" its host nohost.invalid is unknown here"):
+        Cluster.of(["localhost:1", "nohost.invalid:2"]).check_answers()
+    with pytest.raises(WorkerUnavailable, match=r"^worker 0 \(localhost:3\) and worker 1 "
+                                                 r"\(127.0.0.1:3\) are the same port of one"):
+        Cluster.of(["localhost:3", "127.0.0.1:3"], origin="TF_CONFIG").check_answers()
+
+
+def _consecutive_free_ports():
+    """A port P with P + 1 free too (Slurm's tasks of one node take P, P + 1)."""
+    while True:
+        port, = free_loopback_ports(1)
+        if port < 65535 and not port_in_use(port + 1):
+            return port
+
+
+def _slurm_task(task):
+    """srun's variables of task ``task`` of a 2-task step on this machine."""
+    return {"SLURM_PROCID": str(task), "SLURM_STEP_NODELIST": "localhost",
+            "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_STEP_NUM_TASKS": "2"}
+
+
+def _tf_config(port_base, task=None):
+    config = {"cluster": {"worker": ["localhost:%d" % (port_base + t) for t in (0, 1)]}}
+    if task is not None:
+        config["task"] = {"type": "worker", "index": task}
+    return {"TF_CONFIG": json.dumps(config)}
+
+
+def _start_worker(env, *flags):
+    return subprocess.Popen([sys.executable, "-m", "hmp.worker", *flags],
+                            env={**ENVIRONMENT, **env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_workers_from_slurm_and_tf_config_form_one_cluster_that_trains(tmp_path, small_scene):
+    port = _consecutive_free_ports()
+    # task 0 from Slurm's variables, task 1 from TF_CONFIG: the two rules agree
+    workers = [_start_worker(_slurm_task(0), "--port_base=%d" % port, "--threads=1"),
+               _start_worker(_tf_config(port, task=1), "--threads=1")]
+    try:   # the trainer starts beside them, as in a batch script, and waits for them
+        batch_script = {"SLURM_PROCID": "0", "SLURM_JOB_NODELIST": "localhost",
+                        "SLURM_TASKS_PER_NODE": "2"}
+        trained = run_batch("hmp.train", [
+            {"args": [*TRAIN, *small_scene, "--epochs=1", "--cluster=slurm",
+                      "--port_base=%d" % port, "--model_dir=%s" % (tmp_path / "slurm")],
+             "env": batch_script},
+            {"args": [*TRAIN, *small_scene, "--epochs=1", "--cluster=tf_config",
+                      "--model_dir=%s" % (tmp_path / "tf_config")],
+             "env": _tf_config(port)}])
+    finally:
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        ended = [worker.communicate(timeout=30) for worker in workers]
+    for task, (worker, (stdout, stderr)) in enumerate(zip(workers, ended)):
+        assert worker.returncode == 0, stderr[-2000:]
+        assert stdout.startswith("worker %d (localhost:%d) serving" % (task, port + task))
+    for run, source in zip(trained, ("slurm", "tf_config")):
+        assert run.returncode == 0, run.stderr[-2000:]
+        history = json.loads((tmp_path / source / "history.json").read_text())
+        assert len(history["history"]) == 1
+        assert history["plans"][0]["devices"] == ["/job:worker/task:0/device:CPU:0",
+                                                  "/job:worker/task:1/device:CPU:0"]
+
+
+def test_workers_and_trainer_name_the_task_of_a_taken_port_or_a_bad_environment():
+    port = _consecutive_free_ports()
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", port + 1))
+    taken.listen()
+    with taken:
+        refused = run_batch("hmp.worker", [
+            {"args": [], "env": _tf_config(port, task=1)},
+            {"args": ["--port_base=%d" % port], "env": _slurm_task(1)},
+            {"args": ["--task=1"], "env": _tf_config(port, task=1)},
+            {"args": [], "env": {"TF_CONFIG": '{"cluster": {"chief": ["a:1"]}}'}},
+            {"args": [], "env": {"SLURM_PROCID": "0"}}])
+    served = "worker 1 (localhost:%d) of %%s cannot serve: port %d is in use on this machine" % (
+        port + 1, port + 1)
+    expected = [served % "TF_CONFIG", served % ("Slurm's job (--port_base=%d)" % port),
+                "--task=1: TF_CONFIG gives this worker its task; leave --task out",
+                'TF_CONFIG\'s cluster has the jobs ["chief"]',
+                "neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST is set"]
+    for run, message in zip(refused, expected):
+        lines = [l for l in run.stderr.splitlines() if l.startswith("hmp.worker: error:")]
+        assert run.returncode == 2 and len(lines) == 1, run.stderr[-2000:]
+        assert message in lines[0] and "Traceback" not in run.stderr
+    silent = run_batch("hmp.train", [
+        {"args": ["--cluster=tf_config"],
+         "env": {"TF_CONFIG": json.dumps({"cluster": {"worker": ["localhost:%d" % port,
+                                                                 "nohost.invalid:2"]}})}},
+        {"args": ["--cluster=tf_config", "--cluster_timeout=1"], "env": _tf_config(port)}])
+    expected = ["worker 1 (nohost.invalid:2) is unreachable: its host nohost.invalid is unknown",
+                "worker 0 (localhost:%d) does not answer: start it with python -m hmp.worker "
+                "as task 0 of TF_CONFIG (waited 1 s)" % port]
+    for run, message in zip(silent, expected):
+        lines = [l for l in run.stderr.splitlines() if l.startswith("hmp.train: error:")]
+        assert run.returncode == 1 and len(lines) == 1, run.stderr[-2000:]
+        assert message in lines[0] and "Traceback" not in run.stderr
+
+
+# -- --local_workers -------------------------------------------------------------------------
+
+def test_worker_lists_take_cpu_sets_and_threads_and_bad_ones_are_one_line():
+    assert launch.parse_worker_list("0-7:8,8-9:2") == [(list(range(8)), 8), ([8, 9], 2)]
+    assert launch.parse_worker_list("3:1") == [([3], 1)]
+    for bad in ("0-7", "0-7:0", "a:1", "7-0:2", "0-1:2,", ""):
+        with pytest.raises(InvalidInput, match="give CPUS:THREADS per worker"):
+            launch.parse_worker_list(bad)
+    outside = max(CPUS) + 1
+    allowed = ",".join(map(str, CPUS))
+    with pytest.raises(InvalidInput, match="worker 1 would be pinned to CPUs %d; this process "
+                                           "may use CPUs %s" % (outside, allowed)):
+        launch.check_cpus_allowed([([CPUS[0]], 1), ([outside], 1)])
+    refused = {"--local_workers=0-1": "--local_workers=0-1, --cluster_timeout=60.0: give "
+                                      "CPUS:THREADS per worker",
+               "--local_workers=%d:1,%d:1" % (CPUS[0], outside):
+               "worker 1 would be pinned to CPUs %d; this process may use CPUs %s"
+               % (outside, allowed),
+               "--local_workers=0:1 --cluster=a:1": "--cluster=a:1, --local_workers=0:1: "
+                                                    "give one of them"}
+    runs = run_batch("hmp.train", [{"args": flags.split()} for flags in refused])
+    for (flags, message), run in zip(refused.items(), runs):
+        lines = [l for l in run.stderr.splitlines() if l.startswith("hmp.train: error:")]
+        assert run.returncode == 2 and len(lines) == 1, run.stderr[-2000:]
+        assert message in lines[0] and "Traceback" not in run.stderr, flags
+
+
+WORKER_LINE = re.compile(r"^  worker (\d) \(127\.0\.0\.1:\d+\): pid (\d+), CPUs (\d+), 1 thread")
+
+
+def _worker_pids(stdout):
+    """{task: pid} of the workers hmp.train says it started, checked against LOCAL_WORKERS."""
+    found = [WORKER_LINE.match(line) for line in stdout.splitlines()]
+    found = [m.groups() for m in found if m]
+    assert [(int(t), int(c)) for t, _, c in found] == [(0, CPUS[0]), (1, CPUS[-1])], stdout
+    return {int(task): int(pid) for task, pid, _ in found}
+
+
+def _gone(pid):
+    return not os.path.exists("/proc/%d" % pid)
+
+
+def test_local_workers_train_then_stop_and_a_log_gets_progress_lines(tmp_path, small_scene):
+    run, = run_batch("hmp.train", [{"args": [
+        *TRAIN, *small_scene, "--epochs=1", "--local_workers=" + LOCAL_WORKERS,
+        "--log_every=1e-9", "--model_dir=%s" % tmp_path]}])
+    assert run.returncode == 0, run.stderr[-2000:]
+    pids = _worker_pids(run.stdout)
+    assert all(_gone(pid) for pid in pids.values())
+    history = json.loads((tmp_path / "history.json").read_text())
+    steps = history["history"][0]["steps"]
+    # stdout is no terminal: a line of its own per step (--log_every), as a log file gets
+    logged = re.findall(r"^  epoch 1/1  step (\d+)/%d  loss \S+  \d+ samples/s  ETA \d+ s$" % steps,
+                        run.stdout, re.MULTILINE)
+    assert [int(s) for s in logged] == list(range(1, steps + 1))
+
+
+def _train_in_background(tmp_path, small_scene):
+    """hmp.train --local_workers in a session of its own (as a terminal's foreground job)
+    and its {task: worker pid}, once its step-3 checkpoint is written."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hmp.train", *TRAIN, *small_scene, "--epochs=30",
+         "--checkpoint_every=3", "--local_workers=" + LOCAL_WORKERS,
+         "--model_dir=%s" % tmp_path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True)
+    said = "".join(process.stdout.readline() for _ in range(3))
+    pids = _worker_pids(said)
+    deadline = time.monotonic() + 120
+    while (not (tmp_path / "ckpt-3.index").exists() and process.poll() is None
+           and time.monotonic() < deadline):
+        time.sleep(0.02)
+    assert process.poll() is None, process.communicate()[1][-2000:]
+    return process, pids
+
+
+def test_ctrl_c_saves_then_stops_every_local_worker(tmp_path, small_scene):
+    process, pids = _train_in_background(tmp_path, small_scene)
+    os.killpg(process.pid, signal.SIGINT)   # what Ctrl-C at a terminal sends
+    _, stderr = process.communicate(timeout=120)
+    lines = [l for l in stderr.splitlines() if l.startswith("hmp.train: ")]
+    assert process.returncode == 130 and len(lines) == 1, stderr[-2000:]
+    assert "interrupted at epoch" in lines[0] and "--resume" in lines[0]
+    assert all(_gone(pid) for pid in pids.values())
+
+
+def test_a_killed_local_worker_is_named_and_the_other_stopped(tmp_path, small_scene):
+    process, pids = _train_in_background(tmp_path, small_scene)
+    os.kill(pids[1], signal.SIGKILL)
+    _, stderr = process.communicate(timeout=120)
+    lines = [l for l in stderr.splitlines() if l.startswith("hmp.train: error:")]
+    assert process.returncode == 1 and len(lines) == 1, stderr[-2000:]
+    assert re.search(r"worker 1 \(127\.0\.0\.1:\d+\) is unreachable", lines[0]), lines[0]
+    assert "run again with --resume (it starts the local workers anew)" in lines[0]
+    assert all(_gone(pid) for pid in pids.values())
+
+
+# -- progress in a log file, the flagfile -------------------------------------------------------
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_progress_in_a_file_is_a_line_every_log_every_seconds(monkeypatch, tmp_path):
+    clock = Clock()
+    monkeypatch.setattr(progress.time, "monotonic", clock)
+    with open(tmp_path / "log", "w") as log:
+        line = progress.ProgressLine(log, log_every=30)
+        for second, text in ((10, "a"), (30, "b"), (45, "c"), (59, None), (61, "d"), (62, "e")):
+            clock.now = 100.0 + second
+            line(text)
+    assert (tmp_path / "log").read_text() == "  b\n  d\n"   # 30 s after it was made, 30 s on
+
+
+def test_the_flagfile_of_a_run_repeats_it(tmp_path, small_scene):
+    first = ["--model=cnn2d", "--width=4", "--patch_size=5", "--devices=/cpu:0", "--notta",
+             *small_scene, "--epochs=1", "--model_dir=%s" % (tmp_path / "first")]
+    flagfile = tmp_path / "first" / "flags.txt"
+    runs = run_batch("hmp.train", [
+        {"args": [*first, "--overwrite"]},
+        {"args": ["--flagfile=%s" % flagfile, "--model_dir=%s" % (tmp_path / "again")]}])
+    assert [run.returncode for run in runs] == [0, 0], runs[-1].stderr[-2000:]
+    lines = flagfile.read_text().splitlines()
+    assert lines[0].startswith("#")   # a comment saying how to use it
+    assert sorted(lines[1:]) == sorted(first)   # every flag as given but --overwrite
+    results = [json.loads((tmp_path / name / "results.json").read_text())
+               for name in ("first", "again")]
+    assert results[1]["flags"] == {**results[0]["flags"], "overwrite": False,
+                                   "model_dir": str(tmp_path / "again")}
+    np.testing.assert_allclose([e["loss"] for e in results[1]["history"]],
+                               [e["loss"] for e in results[0]["history"]], rtol=1e-5)
