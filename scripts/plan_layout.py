@@ -15,7 +15,6 @@ line ``plan_layout: error: ...`` on stderr and exit code 2.
 """
 
 import dataclasses
-import re
 import sys
 
 from absl import flags
@@ -28,11 +27,11 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 
 import models  # noqa: E402
 from hmp.data import check_patch_size  # noqa: E402
-from hmp.errors import InvalidInput  # noqa: E402
 from hmp.planning import (DeviceSpec, check_mesh_size, check_speeds,  # noqa: E402
                           load_platform, parse_mesh, plan_layout, splits_the_model)
 from hmp.run.calibration import describe  # noqa: E402
-from hmp.run.devices import LOCAL_JOBS, check_device_string, virtual_cpus  # noqa: E402
+from hmp.run.devices import (LOCAL_JOBS, check_device_string,  # noqa: E402
+                             parse_memory_caps, virtual_cpus)
 from hmp.run.linkprobe import platform_specs  # noqa: E402
 from hmp.run.from_graph import model_spec  # noqa: E402
 from hmp.run.profiler import measure_platform  # noqa: E402
@@ -49,8 +48,8 @@ flags.DEFINE_string("devices", "/cpu:0,/cpu:1,/cpu:2",
                     "Comma list of TensorFlow devices, one per mesh position (row-major).")
 flags.DEFINE_string("speeds", "auto", '"auto" (measure them) or one number per device: '
                     "relative (70,25,5) or FLOP/s.")
-flags.DEFINE_string("memory_caps", "", "Comma list of bytes per device (units B, KB, MB, GB, "
-                    "TB, KiB, MiB, GiB, TiB; e.g. 2GB,512MiB,1e9), or empty for none.")
+flags.DEFINE_string("memory_caps", "", "Bytes per device, or one size for all (units B, KB, "
+                    "MB, GB, TB, KiB, MiB, GiB, TiB; e.g. 2GB,512MiB,1e9), or empty for none.")
 flags.DEFINE_integer("batch_size", 32, "Global batch size.", lower_bound=1)
 flags.DEFINE_string("mesh", "auto", '"model:N", "batch:M", "batch:M;model:N" or "auto".')
 flags.DEFINE_integer("min_filters", 1, "The fewest filters of each split dimension any "
@@ -62,12 +61,6 @@ flags.DEFINE_integer("warmup", 2, "--speeds=auto: untimed steps per device.", lo
 flags.DEFINE_integer("repeats", 5, "--speeds=auto: timed steps per device.", lower_bound=1)
 flags.DEFINE_string("target", "", "--speeds=auto: session target for remote devices "
                     "(grpc://host:port).")
-
-UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
-         "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30, "TiB": 2 ** 40}
-UNIT_OF = {unit.lower(): factor for unit, factor in UNITS.items()} | {"": 1}
-
-
 
 
 def parse_devices(text):
@@ -98,34 +91,6 @@ def parse_speeds(text, devices):
     names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
     with cli.blame("speeds"):
         return list(check_speeds(speeds, names))
-
-
-def parse_bytes(text):
-    """``"2GB"``, ``"512MiB"``, ``"1e9"`` -> bytes (float)."""
-    match = re.fullmatch(r"\s*((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*",
-                         text, re.IGNORECASE)
-    if not match or match.group(2).lower() not in UNIT_OF:
-        raise cli.UsageError(f"{text!r} is not a number of bytes")
-    value = float(match.group(1)) * UNIT_OF[match.group(2).lower()]
-    if not value > 0:
-        raise cli.UsageError(f"{text!r} is not more than 0 bytes")
-    return value
-
-
-def parse_memory_caps(text, count):
-    """None for an empty flag, else one byte count per device."""
-    if not text.strip():
-        return None
-    allowed = (f"allowed: {count} sizes (one per device) such as 2GB,512MiB,1e9 "
-               f"(units {', '.join(UNITS)}), or empty for no caps")
-    entries = text.split(",")
-    if len(entries) != count:
-        raise cli.UsageError(f"--memory_caps={text!r} gives {len(entries)} caps for {count} "
-                             f"devices; {allowed}")
-    try:
-        return [parse_bytes(entry) for entry in entries]
-    except InvalidInput as e:
-        raise cli.UsageError(f"--memory_caps: {e}; {allowed}") from None
 
 
 def check_mesh(text, count):
@@ -196,7 +161,8 @@ def run():
         devices = specs
     use_platform_speeds = FLAGS.platform and not FLAGS["speeds"].present
     speeds = None if use_platform_speeds else parse_speeds(FLAGS.speeds, devices)
-    caps = parse_memory_caps(FLAGS.memory_caps, len(devices))
+    with cli.blame("memory_caps"):
+        caps = parse_memory_caps(FLAGS.memory_caps, len(devices))
     check_mesh(FLAGS.mesh, len(devices))
     config = models.model_config(FLAGS.model, FLAGS.patch_size, FLAGS.bands, FLAGS.classes,
                                  FLAGS.width)

@@ -114,5 +114,5 @@ def test_memory_caps_are_read_with_their_units(runs):
 def test_a_malformed_byte_count_is_one_line(runs):
     run, out = runs["bad_caps"]
     assert run.returncode == 2 and not out.exists()
-    assert run.stderr.startswith("plan_layout: error: --memory_caps: '1.2.3' is not a number "
-                                 "of bytes; allowed: 3 sizes")
+    assert run.stderr.startswith("plan_layout: error: --memory_caps=1.2.3,1GB,1GB: '1.2.3' is "
+                                 "not a number of bytes; allowed: 3 sizes")

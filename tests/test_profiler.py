@@ -157,7 +157,7 @@ def test_busy_times_unites_intervals_and_maps_device_names():
     add_node(dev_stats.add(device="/job:localhost/replica:0/task:0/device:CPU:7"),
              "h = Conv2D(p, q)", 0, 9000)  # not in the mesh: ignored
     devices = ["/cpu:1", "/cpu:0", "/job:worker/task:1/device:CPU:0", "/gpu:0", "/cpu:2"]
-    assert busy_times(metadata, devices) == pytest.approx([21e-6, 4e-6, 7e-6, 6e-6, 0.0])
+    assert busy_times(metadata, devices, 1.0) == pytest.approx([21e-6, 4e-6, 7e-6, 6e-6, 0.0])
 
 
 def test_busy_times_of_a_traced_step_cover_every_device_of_the_mesh():

@@ -1,12 +1,18 @@
-"""This machine's TensorFlow devices: the real ones, and the virtual CPUs a list names."""
+"""This machine's TensorFlow devices: the real ones, the virtual CPUs a list names, and
+each one's memory (found, or given as ``--memory_caps``)."""
 
 import os
 import re
 
 import tensorflow as tf
 
-from hmp.errors import InvalidInput
+from hmp.errors import InvalidInput, is_positive_number
 
+# Units of a byte count (``parse_memory_caps``), in any case: 2GB, 512MiB, 1e9.
+BYTE_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+              "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30, "TiB": 2 ** 40}
+_BYTES = re.compile(r"\s*((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*",
+                    re.IGNORECASE)
 LOCAL_GPU = re.compile(r"^/(?:device:)?gpu:(\d+)$", re.IGNORECASE)
 LOCAL_JOBS = (None, "localhost")   # devices of this process, not of a cluster's task
 
@@ -95,3 +101,31 @@ def memory_bytes(devices):
         else:
             found.append(float(host_memory_bytes()) if kind == "CPU" else None)
     return found
+
+
+def parse_memory_caps(text, count):
+    """The memory of each of ``count`` devices in bytes from a ``--memory_caps`` value:
+    None for an empty one (each device's own memory, ``memory_bytes``), else one size per
+    device or one for all, each a number > 0 with an optional unit of ``BYTE_UNITS``
+    (``2GB,512MiB,1e9``). InvalidInput (naming the size and what is allowed) otherwise."""
+    if not text.strip():
+        return None
+    allowed = ("allowed: %s (units %s), or empty for each device's own memory"
+               % ("one size, such as 2GB, 512MiB or 1e9" if count == 1 else
+                  "%d sizes (one per device) or one for all, such as 2GB,512MiB,1e9" % count,
+                  ", ".join(BYTE_UNITS)))
+    entries = text.split(",")
+    if len(entries) not in (1, count):
+        raise InvalidInput("%d sizes for %d device%s; %s"
+                           % (len(entries), count, "" if count == 1 else "s", allowed))
+    units = {unit.lower(): factor for unit, factor in BYTE_UNITS.items()}
+    caps = []
+    for entry in entries:
+        match = _BYTES.fullmatch(entry)
+        if not match or match.group(2).lower() not in {"", *units}:
+            raise InvalidInput("%r is not a number of bytes; %s" % (entry, allowed))
+        cap = float(match.group(1)) * units.get(match.group(2).lower(), 1)
+        if not is_positive_number(cap):
+            raise InvalidInput("%r is not a finite number of bytes > 0; %s" % (entry, allowed))
+        caps.append(cap)
+    return caps * count if len(caps) == 1 else caps

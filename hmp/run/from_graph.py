@@ -5,7 +5,9 @@ throwaway ``tf.Graph`` and turns every layer ``hmp.run.workload.layer_ops``
 finds into a ``LayerSpec``: FLOPs, parameters and outputs per sample from the
 graph's shapes, the split dim from the model's ``SPLIT_DIMS`` (``config.model``)
 and its role from where that dim occurs ("output" if the layer's output has it, "input" if
-only its inputs do). Its batch norms are counted too (``ModelSpec.norm_layers``).
+only its inputs do). Its batch norms are counted too (``ModelSpec.norm_layers``), and
+the bytes of its activations' dtype (``ModelSpec.activation_bytes``: 2 under mixed
+precision).
 
 Unlike the rest of ``hmp.planning`` this module needs TensorFlow and Mesh-TF;
 import it explicitly (``from hmp.run.from_graph import model_spec``).
@@ -52,12 +54,13 @@ def _split(layer, split_dims):
 def model_spec(config):
     """The ``ModelSpec`` of ``config`` (an ``hmp.run.graph.ModelConfig``), from its graph."""
     with tf.Graph().as_default():
+        tf.set_random_seed(0)   # never drawn; a seed lets it build under op determinism
         x = tf.placeholder(tf.float32, [1, config.patch, config.patch, config.bands])
         y = tf.placeholder(tf.int32, [1])
         graph = build_model_graph(config, 1, imported(x), y)[0]
         split_dims = config.model.SPLIT_DIMS
-        layers = []
-        for layer in layer_ops(graph):
+        layers, found = [], layer_ops(graph)
+        for layer in found:
             dim, size, role = _split(layer, split_dims)
             layers.append(LayerSpec(
                 name=layer.name, kind=layer.kind, split_dim=dim, split_size=size,
@@ -65,5 +68,7 @@ def model_spec(config):
                 params=layer.params(),
                 output_elems_per_sample=layer.op.outputs[0].shape.size))
         norm_layers = len(tf.get_collection(BATCH_NORMS))
+        # the bytes of an activation element (2 under mixed precision): the layers' outputs'
+        activation_bytes = max((layer.op.outputs[0].dtype.size for layer in found), default=4)
     return ModelSpec(spec_name(config), layers, (config.patch, config.patch, config.bands),
-                     norm_layers)
+                     norm_layers, activation_bytes)

@@ -32,11 +32,14 @@ spread over its barriers (``barrier_wait``).
 
 ``busy_times`` reads TensorFlow's step statistics of one traced step
 (``tf.RunOptions(trace_level=FULL_TRACE)``) and returns, per mesh device, the
-union of the execution intervals of the operations that ran on it: the time
-it was busy. Unions, not sums, so that ops running in parallel on one device
-are not counted twice. Send/receive operations are left out: their interval
-includes waiting for another device; so does a task serving a tensor to another
-task over gRPC (``RecvTensor``), also left out.
+union of the execution intervals of the operations that ran on it (on a GPU, also of
+its kernels as the GPU ran them): the time it was busy. Unions, not sums, so that ops
+running in parallel on one device are not counted twice. Send/receive operations are
+left out: their interval includes waiting for another device; so does a task serving
+a tensor to another task over gRPC (``RecvTensor``), also left out, and a GPU's copies.
+A GPU whose trace holds no kernel (TensorFlow traces kernels through CUPTI) is busy
+for the whole step, by step timing (``step_timed``): its launches alone would read it
+as idle.
 """
 
 import dataclasses
@@ -389,13 +392,24 @@ def _op_size_fit(step, config, batch_size, spec):
     return fit
 
 
-_DEVICE_PART = re.compile(r"^(.*?/device:[^/:]+:\d+)", re.IGNORECASE)
+# A step statistics device name: the device, then what recorded it (``_records``).
+_DEVICE_PART = re.compile(r"^(.*?/device:[^/:]+:\d+)(.*)$", re.IGNORECASE)
+# A GPU's kernels as it ran them (TensorFlow's GPU tracer, through CUPTI): one record per
+# stream and all of them again under "stream:all". Its copies ("/memcpy",
+# "/stream:N<MemcpyH2D>") are transfers and its "/sync" records host threads waiting
+# for it: both are left out, as _Send and _Recv are.
+_KERNELS = re.compile(r"^/stream:(?:\d+|all)$", re.IGNORECASE)
 
 
 def _device_spec(name):
-    """A ``tf.DeviceSpec`` of a device name without stream/memcpy suffixes."""
+    """``(tf.DeviceSpec, what follows the device)`` of a step statistics device name.
+    A name without a job (a GPU tracer's: ``/device:GPU:0/stream:all``) is this
+    process's device."""
     match = _DEVICE_PART.match(name)
-    return tf.DeviceSpec.from_string(match.group(1) if match else name)
+    spec = tf.DeviceSpec.from_string(match.group(1) if match else name)
+    if spec.job is None:
+        spec = spec.replace(job="localhost", replica=0, task=0)
+    return spec, match.group(2) if match else ""
 
 
 def _matches(mesh_device, stats_device):
@@ -428,42 +442,84 @@ def _op_type(node_stats):
     return node_stats.timeline_label.partition(" = ")[2].partition("(")[0]
 
 
+def trace_step(session, fetches, feed):
+    """``session.run(fetches, feed)`` with TensorFlow's step statistics
+    (``FULL_TRACE``); returns the values, the ``tf.RunMetadata`` and the step's wall
+    seconds."""
+    metadata = tf.RunMetadata()
+    started = time.perf_counter()
+    values = session.run(fetches, feed, run_metadata=metadata,
+                         options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE))
+    return values, metadata, time.perf_counter() - started
+
+
 def run_traced(session, fetches, feed, devices):
     """``session.run(fetches, feed)`` with step statistics; returns the values
     and the busy seconds of each of ``devices`` (see ``busy_times``)."""
-    metadata = tf.RunMetadata()
-    values = session.run(fetches, feed, run_metadata=metadata,
-                         options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE))
-    return values, busy_times(metadata, devices)
+    values, metadata, seconds = trace_step(session, fetches, feed)
+    return values, busy_times(metadata, devices, seconds)
 
 
-def busy_times(run_metadata, devices):
-    """Busy seconds of each mesh device during one traced step.
+def _records(run_metadata, devices):
+    """``(executor, kernels, launching)``: for each mesh device, the (start, end)
+    nanoseconds of the ops its executors ran, and of the kernels a GPU tracer recorded
+    on it, and whether an executor of a device other than a CPU (a GPU's: it launches
+    kernels) ran its ops.
 
-    Args:
-      run_metadata: the ``tf.RunMetadata`` of a ``session.run`` with
-        ``tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE)``.
-      devices: the mesh's device strings ("/cpu:1", "/job:worker/task:1/...");
-        step statistics name devices in full
-        ("/job:localhost/replica:0/task:0/device:CPU:1"). A statistics device
-        belongs to the most specific mesh device that matches every field that
-        one names; statistics of devices outside the mesh are ignored.
-
-    Returns:
-      A list of seconds, one per device: the union of its operations' intervals.
-    """
+    A statistics device belongs to the most specific mesh device that matches every
+    field that one names (``_matches``); statistics of devices outside the mesh are
+    ignored. Transfers are left out: their interval includes waiting for another
+    device; so does a task serving a tensor to another task over gRPC."""
     mesh_specs = [tf.DeviceSpec.from_string(d) for d in devices]
-    intervals = [[] for _ in devices]
+    executor, kernels = [[] for _ in devices], [[] for _ in devices]
+    launching = [False] * len(devices)
     for dev_stats in run_metadata.step_stats.dev_stats:
-        stats_spec = _device_spec(dev_stats.device)
+        stats_spec, recorder = _device_spec(dev_stats.device)
         owners = [i for i, spec in enumerate(mesh_specs) if _matches(spec, stats_spec)]
-        if not owners:
+        if not owners or not (recorder == "" or _KERNELS.match(recorder)):
             continue
         owner = max(owners, key=lambda i: _specificity(mesh_specs[i]))
+        found = executor[owner] if recorder == "" else kernels[owner]
+        launches = recorder == "" and (stats_spec.device_type or "").upper() != "CPU"
         for node in dev_stats.node_stats:
             if _op_type(node) in TRANSFER_OPS or node.node_name == SERVED_TENSOR:
                 continue
             start = node.all_start_nanos or 1000 * node.all_start_micros
             length = node.all_end_rel_nanos or 1000 * node.all_end_rel_micros
-            intervals[owner].append((start, start + length))
-    return [_union_length(i) / 1e9 for i in intervals]
+            found.append((start, start + length))
+            launching[owner] = launching[owner] or launches
+    return executor, kernels, launching
+
+
+def step_timed(run_metadata, devices):
+    """For each of ``devices``: whether its busy time is the step's (``busy_times``):
+    a GPU's executor launched ops on it, but the trace holds none of its kernels (no
+    CUPTI, or a cluster task's GPU: the tracer's records name no task)."""
+    _, kernels, launching = _records(run_metadata, devices)
+    return [launched and not k for k, launched in zip(kernels, launching)]
+
+
+def busy_times(run_metadata, devices, step_seconds):
+    """Busy seconds of each mesh device during one traced step.
+
+    A CPU's is the union of the intervals of the ops its executor ran. A GPU's executor
+    only launches its kernels (and runs ops on host memory), so a GPU's is the union of
+    those and its kernels' intervals; unions, not sums, so that ops running in parallel
+    on one device are not counted twice. Where the trace has no kernel of a GPU that
+    launched ops (``step_timed``), its busy time is the step's wall time,
+    ``step_seconds``: its launches alone would read it as nearly idle.
+
+    Args:
+      run_metadata: the ``tf.RunMetadata`` of a ``session.run`` with
+        ``tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE)``.
+      devices: the mesh's device strings ("/cpu:1", "/job:worker/task:1/..."; a task
+        alone: all its devices); step statistics name devices in full
+        ("/job:localhost/replica:0/task:0/device:CPU:1").
+      step_seconds: the step's wall time (``trace_step``).
+
+    Returns:
+      A list of seconds, one per device.
+    """
+    executor, kernels, launching = _records(run_metadata, devices)
+    return [step_seconds if launched and not k else _union_length(ops + k) / 1e9
+            for ops, k, launched in zip(executor, kernels, launching)]

@@ -1,0 +1,130 @@
+"""--memory_caps: read by one function (hmp.run.devices.parse_memory_caps), and in
+hmp.train bounding the plan, or refusing a batch or width that fits no layout in one
+line before a run folder is made."""
+
+import functools
+import json
+import re
+
+import numpy as np
+import pytest
+
+from cli_batch import run_batch
+from hmp import planning
+from hmp.errors import InvalidInput
+from hmp.planning.plan import format_bytes
+from hmp.run.devices import parse_memory_caps
+from hmp.run.from_graph import model_spec
+from hmp.run.scene_input import cube_bytes
+from models import model_config
+
+# cnn2d at width 4 on conftest's small scene (5x5 patches of 100 bands, 10 classes)
+TINY = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64", "--notta",
+        "--devices=/cpu:0"]
+
+
+@pytest.mark.parametrize("text, count, caps", [
+    ("2GB,512MiB", 2, [2e9, 512 * 2 ** 20]),
+    (" .5gb , 1e9 ", 2, [5e8, 1e9]),
+    ("1KiB", 3, [1024.0] * 3),   # one size for all
+    ("", 2, None),               # each device's own memory
+])
+def test_memory_caps_are_bytes_per_device(text, count, caps):
+    assert parse_memory_caps(text, count) == caps
+
+
+@pytest.mark.parametrize("text, count, message", [
+    ("1GB,2GB", 3, "2 sizes for 3 devices; allowed: 3 sizes (one per device) or one for all"),
+    ("2XB", 1, "'2XB' is not a number of bytes; allowed: one size"),
+    ("1.2.3", 1, "'1.2.3' is not a number of bytes"),
+    ("0", 1, "'0' is not a finite number of bytes > 0"),
+    ("1e999", 2, "'1e999' is not a finite number of bytes > 0"),
+])
+def test_bad_memory_caps_say_what_is_allowed(text, count, message):
+    with pytest.raises(InvalidInput, match="^" + re.escape(message)):
+        parse_memory_caps(text, count)
+
+
+@functools.lru_cache
+def need(batch, width=4):
+    """Bytes cnn2d at ``width`` needs on one device for ``batch`` samples (the cost model)."""
+    spec = model_spec(model_config("cnn2d", 5, 100, 10, width))
+    return float(planning.memory_bytes(spec, [batch], np.ones((len(spec.layers), 1)))[0, 0])
+
+
+# The small scene's cube, padded for 5x5 patches, on every device: 774 kB.
+CUBE = cube_bytes((40, 40), 5, 100)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, small_scene):
+    """{name: (Run, its folder)} of hmp.train runs in one interpreter (tests/cli_batch.py);
+    a run writes to <folder>/run."""
+    folders = {name: tmp_path_factory.mktemp(name) for name in (
+        "batch", "width", "cube", "caps", "bad_unit", "bad_count", "with_plan")}
+    args = {
+        # the cube and 1 sample fit in 850 kB, 64 samples do not: the batch is named
+        "batch": [*TINY, *small_scene, "--memory_caps=850KB"],
+        # at width 32 the weights alone (2.43 MB with gradients and slots) do not fit 1 MB
+        "width": [*TINY, *small_scene, "--width=32", "--memory_caps=1MB"],
+        # not even the scene's cube fits
+        "cube": [*TINY, *small_scene, "--memory_caps=500KB"],
+        "caps": [*TINY, *small_scene, "--devices=/cpu:0,/cpu:1", "--speeds=2,1",
+                 "--mesh=model:2", "--epochs=1", "--memory_caps=2GB,512MiB"],
+        "bad_unit": [*TINY, "--memory_caps=2XB"],
+        "bad_count": [*TINY, "--devices=/cpu:0,/cpu:1", "--memory_caps=1GB,1GB,1GB"],
+        "with_plan": [*TINY, "--memory_caps=1GB", "--plan=plan.json"],
+    }
+    done = run_batch("hmp.train", [
+        {"args": [*flags, "--model_dir=%s" % (folders[name] / "run")]}
+        for name, flags in args.items()])
+    return {name: (run, folders[name]) for name, run in zip(args, done)}
+
+
+def refused(run, folder):
+    """The one line of a run refused before its folder was made."""
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert len(run.stderr.splitlines()) == 1, run.stderr[-2000:]
+    assert not (folder / "run").exists()
+    return run.stderr.strip()
+
+
+def test_a_batch_that_fits_no_memory_is_refused_in_one_line(runs):
+    assert max(CUBE, need(1)) < 850e3 < need(64)
+    line = refused(*runs["batch"])
+    assert line.startswith("hmp.train: error: --batch_size=64: the model needs %s on one "
+                           "device" % format_bytes(need(64)))
+    assert "for the activations of 64 samples) and fits no layout of --mesh=auto on " \
+           "/cpu:0 (850 kB)" in line
+
+
+def test_a_model_whose_weights_fit_no_memory_names_the_width(runs):
+    assert CUBE < 1e6 < need(0, width=32)
+    line = refused(*runs["width"])
+    assert line.startswith("hmp.train: error: --width=32: the model needs %s on one device "
+                           "(%s for its weights" % (format_bytes(need(64, width=32)),
+                                                    format_bytes(need(0, width=32))))
+
+
+def test_a_scene_that_fits_no_memory_names_the_caps(runs):
+    assert CUBE > 500e3
+    line = refused(*runs["cube"])
+    assert line.startswith("hmp.train: error: --dataset=")
+    assert ("--devices=/cpu:0, --memory_caps=500KB: the scene's padded cube (44 x 44 pixels "
+            "x 100 bands, float32) needs %s on every device" % format_bytes(CUBE)) in line
+
+
+def test_the_caps_bound_the_plan(runs):
+    run, folder = runs["caps"]
+    assert run.returncode == 0, run.stderr[-2000:]
+    plan = json.loads((folder / "run" / "results.json").read_text())["plan"]
+    assert plan["memory_caps"] == [2e9, 512 * 2 ** 20]
+
+
+@pytest.mark.parametrize("name, message", [
+    ("bad_unit", "--memory_caps=2XB: '2XB' is not a number of bytes; allowed: one size"),
+    ("bad_count", "--memory_caps=1GB,1GB,1GB: 3 sizes for 2 devices; allowed: 2 sizes"),
+    ("with_plan", "--memory_caps=1GB: a --plan file holds its own memory caps"),
+])
+def test_bad_caps_are_refused_in_one_line_naming_the_flag(runs, name, message):
+    assert refused(*runs[name]).startswith("hmp.train: error: " + message)
