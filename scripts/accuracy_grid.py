@@ -50,12 +50,15 @@ class Run:
 
 def train_command(run, folder, data_dir=None, train_args=()):
     """``python -m hmp.train`` for ``run`` in ``folder``: 10% of each class, one CPU device,
-    every other setting the model's default unless ``train_args`` says otherwise."""
+    every other setting the model's default unless ``train_args`` says otherwise. A
+    layout ``LAYOUT:KIND`` is that synthetic layout of that ``--synthetic_kind``."""
+    layout, _, kind = run.layout.partition(":")   # e.g. indian_pines:radiance
     command = [sys.executable, "-m", "hmp.train", "--model=" + run.model,
-               "--synthetic_layout=" + run.layout, "--split=" + run.split,
+               "--synthetic_layout=" + layout, "--split=" + run.split,
                "--seed=%d" % run.seed, "--train_fraction=0.1", "--devices=/cpu:0",
                "--model_dir=" + folder]
-    return command + (["--data_dir=" + data_dir] if data_dir else []) + list(train_args)
+    return (command + (["--synthetic_kind=" + kind] if kind else [])
+            + (["--data_dir=" + data_dir] if data_dir else []) + list(train_args))
 
 
 def baselines_command(run_folder, out, windows):

@@ -15,7 +15,9 @@ test pixels in one class, or OA below twice chance); then the baselines.
     python scripts/bench_accuracy.py --jobs=8 --json=accuracy.json ...  # 16 cores
 
 ``--layouts``: ``generated`` (the built-in scene) and/or a real scene name
-whose ground-truth map (in ``--data_dir``) lays out the synthetic classes.
+whose ground-truth map (in ``--data_dir``) lays out the synthetic classes, each
+with ``:radiance`` for the scene as radiance counts (``--synthetic_kind``), e.g.
+``--layouts=generated,generated:radiance,indian_pines:radiance``.
 ``--jobs=N`` runs N runs at once, each pinned to its own ``--cores_per_job``
 cores with TensorFlow's threads set to that number. Without scikit-learn it
 says so in one line and prints the models only.
@@ -27,7 +29,7 @@ from absl import flags
 
 from accuracy_grid import Run, core_groups, run_grid, table
 from hmp import cli
-from hmp.data.synthetic import LAYOUTS
+from hmp.data.synthetic import KINDS, LAYOUTS
 from hmp.run.experiment import SPLITS
 from models import get_model
 
@@ -50,17 +52,25 @@ flags.DEFINE_string("json", None, "Write every row (runs, baselines, summary) to
 flags.DEFINE_list("windows", ["5", "9"], "Window sides of the baselines' mean spectra.")
 
 
+def _known(value, allowed, kinds):
+    """Whether ``value`` is one of ``allowed``, or ``ALLOWED:KIND`` with a KIND of ``kinds``."""
+    name, colon, kind = value.partition(":")
+    return name in allowed and (not colon or kind in kinds)
+
+
 def _grid():
     """The runs the flags ask for, checked."""
     for name in ("models", "layouts", "splits", "seeds"):
         if not FLAGS[name].value:
             raise cli.UsageError("--%s is empty: give at least one" % name)
     for name, allowed in (("splits", SPLITS), ("layouts", LAYOUTS)):
-        unknown = [value for value in FLAGS[name].value if value not in allowed]
+        unknown = [value for value in FLAGS[name].value
+                   if not _known(value, allowed, KINDS if name == "layouts" else ())]
         if unknown:
-            raise cli.UsageError("--%s=%s: %r is not a %s; choose from %s"
+            raise cli.UsageError("--%s=%s: %r is not a %s; choose from %s%s"
                                  % (name, ",".join(FLAGS[name].value), unknown[0], name[:-1],
-                                    ", ".join(allowed)))
+                                    ", ".join(allowed), ", each with an optional :%s"
+                                    % " or :".join(KINDS) if name == "layouts" else ""))
     with cli.blame("models"):
         for model in FLAGS.models:
             get_model(model)

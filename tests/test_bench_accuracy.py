@@ -129,6 +129,8 @@ def test_missing_scikit_learn_is_one_line(monkeypatch):
 
 def test_unknown_models_layouts_and_splits_are_refused_before_any_run():
     bad = {"--models=nope": "--models=nope: model 'nope' is not known; choose one of cnn2d",
+           "--layouts=generated:raw": "--layouts=generated:raw: 'generated:raw' is not a "
+                                      "layout; choose from generated, indian_pines",
            "--layouts=generated,nope": "--layouts=generated,nope: 'nope' is not a layout; "
                                        "choose from generated, indian_pines, paviau, salinas",
            "--splits=nope": "--splits=nope: 'nope' is not a split; choose from random, "
@@ -138,3 +140,15 @@ def test_unknown_models_layouts_and_splits_are_refused_before_any_run():
         assert run.returncode == 2 and run.stdout == "", (flag, run)
         assert run.stderr.splitlines() == [run.stderr.strip()], (flag, run.stderr)
         assert run.stderr.startswith("bench_accuracy: error: " + expected), (flag, run.stderr)
+
+
+def test_a_layout_with_a_kind_trains_that_kind_of_synthetic_scene():
+    run = grid.Run("hybridsn", "indian_pines:radiance", "disjoint", 1)
+    command = grid.train_command(run, "/tmp/run", data_dir="gt")
+    assert command[3:] == ["--model=hybridsn", "--synthetic_layout=indian_pines",
+                           "--split=disjoint", "--seed=1", "--train_fraction=0.1",
+                           "--devices=/cpu:0", "--model_dir=/tmp/run",
+                           "--synthetic_kind=radiance", "--data_dir=gt"]
+    plain = grid.train_command(grid.Run("cnn3d", "generated", "random", 0), "/tmp/run")
+    assert "--synthetic_layout=generated" in plain and not any(
+        arg.startswith("--synthetic_kind") for arg in plain)

@@ -13,7 +13,7 @@ from hmp.run import experiment
 from hmp.run.augment import Augmentation, augment, field_look
 from hmp.run.graph import Placement, Recipe, TrainingGraph
 from hmp.run.projection import Projection
-from hmp.run.trainer import BestEpoch, Trainer
+from hmp.run.trainer import FIT_ACCURACY, BestEpoch, EpochStats, Trainer
 from models import model_config
 
 mtf = import_mesh_tensorflow()
@@ -194,3 +194,14 @@ def test_pca_in_the_graph_classifies_as_the_projected_cube_on_an_uneven_split(
     assert abs(projected.session.run(projected.graph.loss, feed) - losses[1]) > 1e-3
     plain.close()
     projected.close()
+
+
+def test_a_run_that_does_not_fit_its_training_pixels_says_so_in_one_line():
+    look = Augmentation(spectral_shift=4.0, spectral_gain=0.5)
+    assert EpochStats(59, 0.1, FIT_ACCURACY, 100.0, 1.0).fit_warning(look) is None
+    warning = EpochStats(59, 1.2, 0.68, 100.0, 1.0).fit_warning(look)
+    assert warning == ("training accuracy 0.680 at epoch 60: the network does not fit its "
+                       "training pixels; if the scene's fields do not differ as much, weaken "
+                       "the field look (--spectral_shift=4 --spectral_gain=0.5 now)")
+    plain = EpochStats(9, 1.2, 0.5, 100.0, 1.0).fit_warning(Augmentation())
+    assert plain.endswith("; try more --epochs or a wider model") and "\n" not in plain

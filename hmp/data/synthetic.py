@@ -19,6 +19,20 @@ model:
 
 The classes can be laid out on the generator's own map of smooth regions or on
 any label map, e.g. a real ground-truth map (``layout="indian_pines"``).
+
+Two kinds of scene (``kind``):
+
+* ``"reflectance"`` (the default): float32 surface reflectance over 400-2500 nm, whose
+  fields also differ by shifts of the spectra along the wavelengths (standing in for
+  crop conditions that move absorption features);
+* ``"radiance"``: what the real Indian Pines and Salinas files hold, at-sensor
+  radiance counts (uint16): the reflectance lit by the sun (a 5778 K black body),
+  through an atmosphere (Rayleigh scattering, oxygen, water vapour and carbon dioxide
+  absorption, path radiance), times a smooth per-band sensor gain over a dark
+  offset, with the sensor's noise in counts (relatively stronger where little light
+  arrives) and quantised; the water-vapour bands are left out, as in the corrected
+  files. Fields differ in brightness and condition but not in wavelength (a sensor's
+  band centres are fixed over a flight line): ``field_shift_nm`` defaults to 0.
 """
 
 import numpy as np
@@ -34,14 +48,22 @@ LAYOUTS = (GENERATED_LAYOUT, *SCENES)   # the named layouts (a label map may be 
 UNLABELLED_MATERIALS = 3
 MAX_PROTOTYPE_DRAWS = 10000
 FIELD_SCALE_RANGE = (0.4, 1.6)   # a field's spectra are at most this much darker / brighter
+KINDS = ("reflectance", "radiance")
+FIELD_SHIFT_NM = {"reflectance": 100.0, "radiance": 0.0}   # field_shift_nm when not given
+# Wavelengths (nm) whose bands the corrected AVIRIS files leave out: water vapour absorbs
+# nearly all light there (the radiance kind has no bands in them).
+WATER_VAPOUR_NM = ((1340.0, 1450.0), (1790.0, 1960.0), (2450.0, 2500.0))
+DARK_COUNTS = 1000.0   # the sensor's dark offset
+PEAK_COUNTS = 9000.0   # mean counts of the brightest band, above the dark offset
 
 
-def synthetic_scene(layout=GENERATED_LAYOUT, data_dir=None, *, seed=0, n_bands=100,
+def synthetic_scene(layout=GENERATED_LAYOUT, data_dir=None, *, kind="reflectance", seed=0,
+                    n_bands=100,
                     height=145, width=145, n_classes=10, noise_std=0.25,
                     illumination_jitter=0.05, variants_per_class=3, region_smoothness=12.0,
                     abundance_smoothness=6.0, boundary_mixing=0.7, shading=0.03,
                     variant_spread=0.02, pair_difference=0.08, min_separation=0.12,
-                    field_size=15.0, field_brightness=0.35, field_shift_nm=100.0,
+                    field_size=15.0, field_brightness=0.35, field_shift_nm=None,
                     field_variability=0.4, noise_band_correlation=0.5):
     """Generates a labelled synthetic scene.
 
@@ -52,12 +74,15 @@ def synthetic_scene(layout=GENERATED_LAYOUT, data_dir=None, *, seed=0, n_bands=1
         read from ``data_dir`` (``"indian_pines"``, ``"paviau"``, ``"salinas"``), or
         a label map array [H, W] with labels 0..K.
       data_dir: folder with the ground-truth ``.mat`` file for a named layout.
+      kind: ``"reflectance"`` or ``"radiance"`` (module docstring).
       seed: everything is drawn from this seed; equal arguments give equal scenes.
-      n_bands: number of spectral bands, spread over 400-2500 nm.
+      n_bands: number of spectral bands, spread over 400-2500 nm (the radiance kind:
+        over the wavelengths outside ``WATER_VAPOUR_NM``).
       height, width, n_classes: size of a generated layout (ignored otherwise).
       noise_std: per-pixel, per-band Gaussian noise (reflectance units; the
         noise-free spectra lie roughly in 0.01-0.9). The default is heavy on
-        purpose: a single pixel is often misclassified.
+        purpose: a single pixel is often misclassified. The radiance kind adds it in
+        counts, as much as ``noise_std`` reflectance is worth in the mean band.
       illumination_jitter: standard deviation of the per-pixel log brightness.
       variants_per_class: endmember variants mixed within each class.
       region_smoothness: Gaussian sigma (pixels) of a generated layout's regions.
@@ -76,7 +101,8 @@ def synthetic_scene(layout=GENERATED_LAYOUT, data_dir=None, *, seed=0, n_bands=1
       field_brightness: standard deviation of a field's log brightness (a field's
         overall factor stays within 0.4-1.6).
       field_shift_nm: a field's spectra are shifted along the wavelengths by up
-        to this many nanometres (uniform, either way).
+        to this many nanometres (uniform, either way); None: ``FIELD_SHIFT_NM`` of
+        the kind.
       field_variability: relative amplitude of a smooth curve multiplying a
         field's spectra (endmember variability).
       noise_band_correlation: share of the noise variance that is smooth along
@@ -86,13 +112,19 @@ def synthetic_scene(layout=GENERATED_LAYOUT, data_dir=None, *, seed=0, n_bands=1
     pixel carries more evidence and single pixels become easier to classify.
 
     Returns:
-      A :class:`Scene` with a float32 cube [H, W, n_bands].
+      A :class:`Scene` with a cube [H, W, n_bands]: float32 reflectance, or uint16
+      counts for the radiance kind.
     """
+    if kind not in KINDS:
+        raise InvalidInput(f"unknown synthetic scene kind {kind!r}; allowed: "
+                           f"{', '.join(KINDS)}")
+    if field_shift_nm is None:
+        field_shift_nm = FIELD_SHIFT_NM[kind]
     rng = np.random.default_rng(seed)
     labels, materials, class_names, name = _layout(
         layout, data_dir, rng, height, width, n_classes, region_smoothness)
     n_materials = int(materials.max()) + 1
-    wavelengths = np.linspace(*WAVELENGTH_RANGE_NM, n_bands)
+    wavelengths = band_centres(kind, n_bands)
     fine = _fine_grid(wavelengths, field_shift_nm)
     spectra = _material_spectra(rng, n_materials, fine, variants_per_class, variant_spread,
                                pair_difference, min_separation)
@@ -105,9 +137,58 @@ def synthetic_scene(layout=GENERATED_LAYOUT, data_dir=None, *, seed=0, n_bands=1
     for field, pixels in enumerate(_pixels_by_field(fields)):
         cube[pixels] = weights[pixels] @ looks[field].astype(np.float32)
     cube *= _illumination(rng, labels.shape, shading, illumination_jitter).reshape(-1, 1)
-    cube += _noise(rng, cube.shape, noise_std, noise_band_correlation)
+    noise = _noise(rng, cube.shape, noise_std, noise_band_correlation)
+    if kind == "radiance":
+        cube = _at_sensor_counts(rng, cube, noise, wavelengths)
+        name += "_radiance"
+    else:
+        cube += noise
     cube = cube.reshape(*labels.shape, n_bands)
     return Scene(name=name, cube=cube, labels=labels, class_names=class_names)
+
+
+def band_centres(kind, n_bands):
+    """The ``n_bands`` band centres (nm) of a scene of ``kind``: evenly over 400-2500 nm,
+    the radiance kind's evenly over the wavelengths outside ``WATER_VAPOUR_NM``."""
+    if kind != "radiance":
+        return np.linspace(*WAVELENGTH_RANGE_NM, n_bands)
+    fine = np.linspace(*WAVELENGTH_RANGE_NM, 20 * n_bands)
+    kept = fine[~np.any([(fine >= low) & (fine <= high) for low, high in WATER_VAPOUR_NM],
+                        axis=0)]
+    return kept[np.round(np.linspace(0, len(kept) - 1, n_bands)).astype(int)]
+
+
+def _at_sensor_counts(rng, reflectance, noise, wavelengths):
+    """Reflectance [pixels, bands] as uint16 counts at the sensor (module docstring), with
+    ``noise`` (reflectance units) added in counts at the mean band's worth."""
+    sun = _solar_irradiance(wavelengths)
+    transmittance = _transmittance(wavelengths)
+    path = 0.05 * sun * transmittance * (550.0 / wavelengths) ** 4 / np.pi
+    per_reflectance = sun * transmittance ** 2 / np.pi   # radiance of reflectance 1
+    radiance = reflectance * per_reflectance + path
+    gain = 1.0 + 0.1 * _smooth_unit_curves(rng, wavelengths)
+    gain *= PEAK_COUNTS / np.max(gain * radiance.mean(axis=0))
+    counts = DARK_COUNTS + gain * radiance + np.mean(gain * per_reflectance) * noise
+    return np.clip(np.round(counts), 0, np.iinfo(np.uint16).max).astype(np.uint16)
+
+
+def _solar_irradiance(wavelengths):
+    """The sun's spectral irradiance at the top of the atmosphere (a 5778 K black body),
+    relative to its peak."""
+    metres = wavelengths * 1e-9
+    planck = 1.0 / (metres ** 5 * np.expm1(1.4388e-2 / (metres * 5778.0)))
+    return planck / planck.max()
+
+
+def _transmittance(wavelengths):
+    """One-way transmittance of the atmosphere: Rayleigh scattering, and absorption by
+    oxygen (760 nm), water vapour (940, 1140, 1380, 1870 nm) and CO2 (2010, 2060 nm)."""
+    depth = 0.1 * (550.0 / wavelengths) ** 4
+    for centre, width, strength in ((760, 5, 1.0), (940, 25, 0.6), (1140, 30, 0.7),
+                                    (1380, 50, 4.0), (1870, 70, 4.0), (2010, 15, 0.4),
+                                    (2060, 15, 0.4)):
+        depth = depth + strength * _gaussian(wavelengths, centre, width)
+    return np.exp(-depth)
 
 
 def _layout(layout, data_dir, rng, height, width, n_classes, region_smoothness):

@@ -26,6 +26,7 @@ class DataConfig:
     cube_key: str = None
     labels_key: str = None
     synthetic_layout: str = "generated"
+    synthetic_kind: str = "reflectance"   # hmp.data.synthetic.KINDS
     patch_size: int = 9
     pca: int = 0
     train_fraction: float = 0.1
@@ -106,8 +107,8 @@ def prepare(config, split=None):
 def load_scene(config):
     """The scene ``config`` names (its dataset, files, synthetic layout and seed)."""
     if config.dataset == "synthetic":
-        return data.load_scene("synthetic", config.data_dir,
-                               layout=config.synthetic_layout, seed=config.seed)
+        return data.load_scene("synthetic", config.data_dir, layout=config.synthetic_layout,
+                               kind=config.synthetic_kind, seed=config.seed)
     return data.load_scene(config.dataset, config.data_dir, labels_path=config.labels_path,
                            cube_key=config.cube_key, labels_key=config.labels_key)
 
@@ -135,6 +136,22 @@ def load(model_dir):
     return config, data.load_split(paths[1])
 
 
+def nodata_mask(cube):
+    """The no-data pixels [H, W] of a cube (or a window of one) [H, W, B]: those whose
+    spectrum holds NaN or inf (a file's data-ignore value reads as NaN:
+    ``hmp.data.raster``)."""
+    return ~np.isfinite(cube).all(axis=2)
+
+
+def nodata_summary(pixels, raster):
+    """The line that says how many pixels are no-data, and why (``raster``: the scene's
+    ``hmp.data.raster.RasterInfo``, whose data-ignore value is named when it has one)."""
+    ignored = "" if raster.ignore_value is None else \
+        " or the data-ignore value %g" % raster.ignore_value
+    return "%d pixels hold NaN or infinite values%s: masked as no-data (label 0)" % (
+        pixels, ignored)
+
+
 def mask_nodata(scene):
     """Marks the pixels whose spectrum holds NaN or inf as no-data; returns their mask [H, W].
 
@@ -142,7 +159,7 @@ def mask_nodata(scene):
     scored; :func:`prepare` then sets their preprocessed values to 0. A scene
     with no finite pixel is refused.
     """
-    nodata = ~np.isfinite(scene.cube).all(axis=2)
+    nodata = nodata_mask(scene.cube)
     if nodata.all():
         raise InvalidInput(f"scene {scene.name!r}: every pixel holds NaN or infinite values")
     scene.labels[nodata] = 0

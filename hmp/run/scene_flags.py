@@ -10,13 +10,17 @@ from absl import flags
 from hmp import cli
 from hmp.data import check_patch_size, is_cube_file
 from hmp.data.loaders import SYNTHETIC
-from hmp.data.synthetic import GENERATED_LAYOUT, LAYOUTS
+from hmp.data.synthetic import GENERATED_LAYOUT, KINDS, LAYOUTS
 from hmp.data.splits import check_train_fraction
 from hmp.run import experiment
 
-flags.DEFINE_string("dataset", "synthetic", "synthetic, indian_pines, paviau, salinas, or "
-                    "the path of a cube file (.mat/.npy; then also --labels).")
-flags.DEFINE_string("labels", None, "Label map file for a --dataset given as a path.")
+flags.DEFINE_string("dataset", "synthetic", "synthetic, a scene of hmp.data.download "
+                    "(indian_pines, paviau, salinas, pavia_centre, ksc, botswana), or the "
+                    "path of a cube file: .mat, .npy, ENVI (.hdr), GeoTIFF (.tif) or another "
+                    "GDAL raster (then also --labels).")
+flags.DEFINE_string("labels", None, "Label map file for a --dataset given as a path, of "
+                    "any of its file types (an ENVI classification file brings its class "
+                    "names).")
 flags.DEFINE_string("cube_key", None, "MATLAB variable holding the cube, when the --dataset "
                     ".mat file holds several arrays.")
 flags.DEFINE_string("labels_key", None, "MATLAB variable holding the label map, when the "
@@ -24,15 +28,20 @@ flags.DEFINE_string("labels_key", None, "MATLAB variable holding the label map, 
 flags.DEFINE_string("data_dir", None, "Folder with the scene files (default $HMP_DATA_DIR "
                     "or ./data); for --synthetic_layout of a real scene, its ground truth.")
 flags.DEFINE_string("synthetic_layout", "generated", "Class layout of the synthetic scene: "
-                    "generated, or indian_pines/paviau/salinas (ground truth in --data_dir).")
+                    "generated, or a scene's name, e.g. indian_pines (ground truth in "
+                    "--data_dir).")
+flags.DEFINE_string("synthetic_kind", "reflectance", "Kind of synthetic scene: reflectance "
+                    "(float, fields also shifted along the wavelengths) or radiance (at-sensor "
+                    "counts as the real Indian Pines and Salinas files hold, water-vapour "
+                    "bands left out; hmp.data.synthetic).")
 flags.DEFINE_float("train_fraction", 0.1, "Share of each class's pixels used for training.")
 flags.DEFINE_integer("train_per_class", 0, "Training pixels per class (overrides "
                      "--train_fraction when > 0).", lower_bound=0)
 flags.DEFINE_string("split", "random", "random (stratified) or disjoint (spatially "
                     "separate train and test regions).")
-flags.DEFINE_string("train_set", None, "Label-map file (.mat/.npy, the scene's shape, "
-                    "0 = not in the set) of the training pixels; with --test_set it replaces "
-                    "--split and --train_fraction.")
+flags.DEFINE_string("train_set", None, "Label-map file (any --labels file type, the "
+                    "scene's shape, 0 = not in the set) of the training pixels; with "
+                    "--test_set it replaces --split and --train_fraction.")
 flags.DEFINE_string("test_set", None, "Label-map file of the test pixels (see --train_set).")
 flags.DEFINE_integer("patch_size", 9, "Odd patch size (pixels).")
 flags.DEFINE_integer("pca", 0, "Reduce the bands to this many PCA components (0: keep all); "
@@ -52,12 +61,16 @@ def _check_scene():
     else:
         for name in ("labels", "cube_key", "labels_key"):
             if FLAGS[name].value is not None:
-                raise cli.UsageError("--%s=%s: only for a --dataset given as a cube file "
-                                     "(.mat/.npy), not --dataset=%s"
+                raise cli.UsageError("--%s=%s: only for a --dataset given as a cube file, "
+                                     "not --dataset=%s"
                                      % (name, FLAGS[name].value, FLAGS.dataset))
-    if FLAGS.dataset != SYNTHETIC and FLAGS["synthetic_layout"].present:
-        raise cli.UsageError("--synthetic_layout=%s: only for --dataset=synthetic, not "
-                             "--dataset=%s" % (FLAGS.synthetic_layout, FLAGS.dataset))
+    for name in ("synthetic_layout", "synthetic_kind"):
+        if FLAGS.dataset != SYNTHETIC and FLAGS[name].present:
+            raise cli.UsageError("--%s=%s: only for --dataset=synthetic, not --dataset=%s"
+                                 % (name, FLAGS[name].value, FLAGS.dataset))
+    if FLAGS.synthetic_kind not in KINDS:
+        raise cli.UsageError("--synthetic_kind=%s: choose one of %s"
+                             % (FLAGS.synthetic_kind, ", ".join(KINDS)))
     if FLAGS.synthetic_layout not in LAYOUTS:
         raise cli.UsageError("--synthetic_layout=%s: choose one of %s"
                              % (FLAGS.synthetic_layout, ", ".join(LAYOUTS)))
@@ -80,7 +93,8 @@ def data_config(seed):
     return experiment.DataConfig(
         dataset=FLAGS.dataset, data_dir=FLAGS.data_dir, labels_path=FLAGS.labels,
         cube_key=FLAGS.cube_key, labels_key=FLAGS.labels_key,
-        synthetic_layout=FLAGS.synthetic_layout, patch_size=FLAGS.patch_size, pca=FLAGS.pca,
+        synthetic_layout=FLAGS.synthetic_layout, synthetic_kind=FLAGS.synthetic_kind,
+        patch_size=FLAGS.patch_size, pca=FLAGS.pca,
         train_fraction=FLAGS.train_fraction, train_per_class=FLAGS.train_per_class,
         split=FLAGS.split, seed=seed, train_set=FLAGS.train_set, test_set=FLAGS.test_set)
 

@@ -52,6 +52,10 @@ class Stopped(Exception):
         self.epoch, self.step, self.classifying = epoch, step, classifying
 
 
+# Training accuracy below which a run's last epoch did not fit (``EpochStats.fit_warning``)
+FIT_ACCURACY = 0.9
+
+
 @dataclasses.dataclass
 class EpochStats:
     epoch: int
@@ -71,6 +75,19 @@ class EpochStats:
     def busy_share(self):
         total = sum(self.busy_seconds or [])
         return [b / total for b in self.busy_seconds] if total else []
+
+    def fit_warning(self, augmentation):
+        """One line when this epoch's training accuracy (augmented patches, dropout on)
+        stays below ``FIT_ACCURACY``: the network does not fit its training pixels;
+        else None."""
+        if self.train_accuracy >= FIT_ACCURACY:
+            return None
+        hint = ("; if the scene's fields do not differ as much, weaken the field look "
+                "(--spectral_shift=%g --spectral_gain=%g now)"
+                % (augmentation.spectral_shift, augmentation.spectral_gain)
+                if augmentation.field_look else "; try more --epochs or a wider model")
+        return ("training accuracy %.3f at epoch %d: the network does not fit its training "
+                "pixels%s" % (self.train_accuracy, self.epoch + 1, hint))
 
     def line(self, epochs):
         busy = ("  busy " + " ".join("%.0f%%" % (100 * s) for s in self.busy_share)
