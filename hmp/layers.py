@@ -10,6 +10,12 @@ The split-friendly pattern (Moreno-Alvarez et al.) alternates a layer that
 splits its *output* filters (each device computes its own filters) with one
 that splits its *input* channels (each device computes a partial sum over its
 filters, and Mesh-TF all-reduces them): :func:`filter_split_block`.
+
+Every layer computes in the dtype of its input: a model fed bfloat16 or float16
+patches (``hmp.run.graph.PRECISIONS``) computes in it, its weights read through a
+cast from float32 masters (``mtf.VariableDType``). :func:`batch_norm` computes its
+statistics and normalisation in float32 whatever its input, and
+:func:`softmax_cross_entropy` its loss.
 """
 
 import contextlib
@@ -163,6 +169,7 @@ def _blend(training, when_training, otherwise):
     while training and 0.0 at inference), else ``otherwise``."""
     if isinstance(training, bool):
         return when_training if training else otherwise
+    training = mtf.cast(training, when_training.dtype)
     return training * when_training + (1.0 - training) * otherwise
 
 
@@ -189,6 +196,11 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
     statistics; ``hmp.run.graph`` averages the copies (weighted by the replicas'
     samples) before they are saved or used to classify.
 
+    A low-precision ``x`` (bfloat16, float16) is normalised in float32: its
+    statistics (sums of ``x**2`` over the batch would lose most of their digits in
+    bfloat16), their all-reduces, the moving averages, ``scale`` and ``offset``, and
+    the gradient sums; ``y`` returns in ``x``'s dtype.
+
     ``training``: True (batch statistics), False (the moving averages), or an
     mtf scalar switching between them at run time (``hmp.run.graph``'s
     ``training`` input; the gradient is that of the batch statistics, as
@@ -199,22 +211,21 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
     channels = x.shape.dims[-1:]
     count = x.shape.size // channels[0].size   # values per channel the statistics cover
     local = _statistics[-1] == "local"
+    dtype = x.dtype
+    x = mtf.cast(x, tf.float32)
     with tf.variable_scope(name, default_name="batch_norm"):
         scale = mtf.get_variable(x.mesh, "scale", channels,
-                                 initializer=tf.ones_initializer(),
-                                 activation_dtype=x.dtype)
+                                 initializer=tf.ones_initializer())
         offset = mtf.get_variable(x.mesh, "offset", channels,
-                                  initializer=tf.zeros_initializer(),
-                                  activation_dtype=x.dtype)
+                                  initializer=tf.zeros_initializer())
         moving_mean = mtf.get_variable(x.mesh, "moving_mean", channels,
-                                       initializer=tf.zeros_initializer(),
-                                       activation_dtype=x.dtype, trainable=False)
+                                       initializer=tf.zeros_initializer(), trainable=False)
         moving_variance = mtf.get_variable(x.mesh, "moving_variance", channels,
                                            initializer=tf.ones_initializer(),
-                                           activation_dtype=x.dtype,
                                            trainable=False)
         if training is False:
-            return (x - moving_mean) * mtf.rsqrt(moving_variance + epsilon) * scale + offset, []
+            return mtf.cast((x - moving_mean) * mtf.rsqrt(moving_variance + epsilon) * scale
+                            + offset, dtype), []
 
         def normalise(x, scale, offset):
             batch_mean, batch_variance = (_replica_moments(x, channels) if local
@@ -247,7 +258,7 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
             tf.add_to_collection(REPLICA_STATISTICS, moving_variance)
         else:
             tf.add_to_collection(BATCH_NORMS, y)
-        return y, updates
+        return mtf.cast(y, dtype), updates
 
 
 def _moments(x, channels, count):
@@ -327,6 +338,8 @@ def filter_split_block(x, hidden_dim, output_dim, conv=conv2d,
 
 
 def softmax_cross_entropy(logits, labels, classes_dim):
-    """Per-example cross-entropy of ``logits`` against integer ``labels``."""
+    """Per-example cross-entropy of ``logits`` against integer ``labels``, in float32
+    whatever the logits' dtype (a low precision would round the log-probabilities)."""
+    logits = mtf.cast(logits, tf.float32)
     targets = ops.one_hot(labels, classes_dim, dtype=logits.dtype)
     return mtf.layers.softmax_cross_entropy_with_logits(logits, targets, classes_dim)

@@ -24,25 +24,31 @@ from absl import flags
 
 import models
 from hmp import data, files, planning
-from hmp.cluster.runtime import Cluster
+from hmp.cluster import launch, sources
+from hmp.data.field_look import measure_field_look
 from hmp.errors import InvalidInput, whole_number
 from hmp.evaluation import maps, report
 from hmp.evaluation.metrics import evaluate
 from hmp.layers import BATCH_STATISTICS
+from hmp.mesh.numerics import require_determinism
 from hmp.mesh.optimizers import OPTIMIZERS, SCHEDULES
 from hmp.planning.plan import format_bytes
 from hmp.run import (calibration, events, experiment, fitted_preprocessing, linkprobe,
-                     rebalance, runs, scene_flags, speedcache)
+                     rebalance, runs, scene_flags, scene_input, speedcache)
 from hmp.run.augment import Augmentation
-from hmp.run.devices import check_local, default_devices, memory_bytes, session_config_for
+from hmp.run.devices import (check_local, default_devices, memory_bytes, parse_memory_caps,
+                             session_config_for)
 from hmp.run.from_graph import model_spec
-from hmp.run.graph import Placement, Recipe, TrainingGraph
+from hmp.run.graph import PRECISIONS, Placement, Recipe, TrainingGraph
 from hmp.run.profiler import measure_platform
 from hmp.run.projection import Projection
-from hmp.run.progress import ProgressLine
+from hmp.run.progress import DEFAULT_LOG_EVERY_S, ProgressLine
 from hmp.run.trainer import BestEpoch, Stopped, Trainer
 
 flags.adopt_module_key_flags(scene_flags)   # --dataset, --split, --seed, ...: results.json
+
+AUTO = "auto"   # --spectral_shift and --spectral_gain measured on the scene
+
 flags.DEFINE_string("model", "hybridsn", "Model: " + ", ".join(models.MODEL_NAMES) +
                     ", or a module path (mypackage.mymodel) with logits and SPLIT_DIMS.")
 flags.DEFINE_integer("width", 0, "Model width (filters of its first layer); 0: default.")
@@ -50,6 +56,10 @@ flags.DEFINE_enum("batch_norm", "sync", BATCH_STATISTICS, "Batch norm's statisti
                   "training: sync (the whole batch's: every split equals one device, at an "
                   "all-reduce per layer) or local (each replica of a batch split its own "
                   "samples': no synchronisation of its own).")
+flags.DEFINE_enum("precision", "float32", list(PRECISIONS), "What the model computes in: "
+                  "float32, or mixed_bfloat16 / mixed_float16 (activations and gradients in "
+                  "16 bits, float16 with loss scaling; weights, optimizer slots and "
+                  "checkpoints stay float32). Fast on GPUs with tensor cores.")
 flags.DEFINE_string("devices", None, "Comma-separated TensorFlow devices (default: /cpu:0 "
                     "and every GPU TensorFlow sees; with --cluster one CPU per task); "
                     "/cpu:N with N >= 1 are virtual devices of the local CPU.")
@@ -82,11 +92,13 @@ flags.DEFINE_float("brightness", 0.1, "Augmentation: scale each training patch b
                    "in [1 - b, 1 + b].")
 flags.DEFINE_float("noise", 0.0, "Augmentation: standard deviation of Gaussian noise added to "
                    "the standardised training patches.")
-flags.DEFINE_float("spectral_shift", 4.0, "Augmentation (field look): shift each training "
-                   "patch's raw spectrum by up to this many bands (a PCA model needs "
-                   "--pca_in_graph).")
-flags.DEFINE_float("spectral_gain", 0.5, "Augmentation (field look): multiply each training "
-                   "patch's raw spectrum by a smooth random gain in [1 - g, 1 + g] (g <= 1).")
+flags.DEFINE_string("spectral_shift", AUTO, "Augmentation (field look): shift each "
+                    "training patch's raw spectrum by up to this many bands (a PCA model "
+                    "needs --pca_in_graph); auto: as much as the scene's fields differ, "
+                    "measured on the training pixels (hmp.data.field_look).")
+flags.DEFINE_string("spectral_gain", AUTO, "Augmentation (field look): multiply each "
+                    "training patch's raw spectrum by a smooth random gain in [1 - g, 1 + g] "
+                    "(g <= 1); auto: measured as --spectral_shift.")
 flags.DEFINE_bool("pca_in_graph", True, "For a model on PCA components: cut the patches "
                   "on all scaled bands and project them onto the components on the devices, "
                   "after augmentation, so that the field look (--spectral_shift, "
@@ -113,14 +125,32 @@ flags.DEFINE_float("rebalance_threshold", 0.1, "Re-balancing's noise level: re-p
                    "predicted this much faster; a plan's samples/s moving by more is a "
                    "changed machine.")
 flags.DEFINE_string("cluster", None, "Cluster mode: host:port of every hmp.worker task "
-                    "(python -m hmp.worker), task 0 first; --devices default to one CPU per task.")
+                    "(python -m hmp.worker), task 0 first; or tf_config (TF_CONFIG's job "
+                    "worker) or slurm (the Slurm job's tasks, at --port_base); --devices "
+                    "default to one CPU per task.")
 flags.DEFINE_float("cluster_timeout", 60, "Cluster mode: seconds a worker may take to answer.")
+flags.DEFINE_string("local_workers", None, "Cluster mode on this machine: start one hmp.worker "
+                    "per CPUS:THREADS (e.g. 0-7:8,8-9:2: CPUs a-b or one CPU, intra-op "
+                    "threads) on free ports, train on them, stop them at the end.")
+flags.DEFINE_integer("port_base", sources.DEFAULT_PORT_BASE, "--cluster=slurm: the port of a "
+                     "node's first task (its next tasks: +1, +2, ...), as the workers have it.")
+flags.DEFINE_float("log_every", DEFAULT_LOG_EVERY_S, "When stdout is not a terminal (a log "
+                   "file): seconds between progress lines within an epoch (0: none).")
+flags.DEFINE_string("memory_caps", "", "Memory of each device, or one size for all (e.g. "
+                    "2GB,512MiB or 8GiB; units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB): bounds "
+                    "the plan instead of the memory found (a GPU's as TensorFlow reports it, "
+                    "a CPU's the machine's).")
+flags.DEFINE_bool("deterministic", False, "TensorFlow's op determinism: the same steps give "
+                  "the same weights bit for bit, on GPUs too (exact --resume); slower on "
+                  "GPUs. With --cluster, start every hmp.worker with --deterministic too.")
 flags.DEFINE_string("simulate_slowdown", "", "DEVICE=FACTOR,...: multiply a device's "
                     "measured busy time (tests re-balancing with virtual devices).")
 FLAGS = flags.FLAGS
 
 RESUME_HINT = ("; the checkpoints so far are kept: restart the worker, then run again "
                "with --resume")
+LOCAL_RESUME_HINT = ("; the checkpoints so far are kept: run again with --resume (it starts "
+                     "the local workers anew)")
 
 
 def _devices(cluster):
@@ -136,19 +166,42 @@ def _devices(cluster):
         return devices
     if len(set(devices)) != len(devices):
         raise cli.UsageError("--devices=%s: a device is named twice" % FLAGS.devices)
-    with cli.blame("devices", "cluster"):
+    with cli.blame("devices", "local_workers" if FLAGS.local_workers else "cluster"):
         cluster.check_devices(devices)
     return devices
 
 
+@contextlib.contextmanager
 def _cluster():
-    """The --cluster's workers, or None."""
-    if FLAGS.cluster is None:
-        return None
-    with cli.blame("cluster", "cluster_timeout"):
-        cluster = Cluster.parse(FLAGS.cluster, FLAGS.cluster_timeout)
-    cluster.check_answers()
-    return cluster
+    """The workers of --cluster (checked: every one answers), or those --local_workers
+    starts here (stopped on leaving), or None."""
+    if FLAGS.local_workers is None:
+        cluster = None
+        if FLAGS.cluster is not None:
+            with cli.blame("cluster", "cluster_timeout",
+                           *(("port_base",) if FLAGS.cluster == sources.SLURM else ())):
+                cluster, _ = sources.resolve(FLAGS.cluster, FLAGS.cluster_timeout,
+                                             FLAGS.port_base)
+            cluster.check_answers(say=_say)
+        yield cluster
+        return
+    if FLAGS.cluster is not None:
+        raise cli.UsageError("--cluster=%s, --local_workers=%s: give one of them (workers "
+                             "running already, or started here)"
+                             % (FLAGS.cluster, FLAGS.local_workers))
+    with contextlib.ExitStack() as stack:
+        with cli.blame("local_workers", "cluster_timeout"):   # the input, not the run
+            cluster = stack.enter_context(launch.local_workers(
+                launch.parse_worker_list(FLAGS.local_workers), FLAGS.cluster_timeout, _say))
+        yield cluster
+
+
+def _given_flags():
+    """This invocation's flags as given (``--name=value``), but --resume and --overwrite:
+    the flagfile that starts the run again (defaults, and a model's RECIPE, apply as
+    they did)."""
+    return [f.serialize() for f in FLAGS.get_key_flags_for_module(sys.modules[__name__])
+            if f.present and f.name not in ("resume", "overwrite")]
 
 
 def _speeds(devices):
@@ -188,16 +241,31 @@ def _check_flags():
                              % (FLAGS.schedule, ", ".join(SCHEDULES)))
     if not 0 <= FLAGS.val_fraction < 1:
         raise cli.UsageError("--val_fraction=%g: must lie in [0, 1)" % FLAGS.val_fraction)
+    for name in ("spectral_shift", "spectral_gain"):
+        _field_look_strength(name)
     for name in ("patience", "warmup_epochs", "weight_decay", "brightness", "noise",
-                 "spectral_shift", "spectral_gain", "rebalance_threshold"):
+                 "rebalance_threshold", "log_every"):
         value = getattr(FLAGS, name)
         if value is not None and not value >= 0:   # nan too
             raise cli.UsageError("--%s=%g: must be a number >= 0" % (name, value))
     if FLAGS.brightness >= 1:
         raise cli.UsageError("--brightness=%g: must be below 1" % FLAGS.brightness)
-    if FLAGS.spectral_gain > 1:
-        raise cli.UsageError("--spectral_gain=%g: must be at most 1 (a gain stays >= 0)"
-                             % FLAGS.spectral_gain)
+
+
+def _field_look_strength(name):
+    """--spectral_shift or --spectral_gain as a number, or None for auto."""
+    text = getattr(FLAGS, name)
+    if text == AUTO:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    gain = name == "spectral_gain"
+    if not 0 <= value <= (1.0 if gain else float("inf")):   # nan too
+        raise cli.UsageError("--%s=%s: give auto or a number %s" % (
+            name, text, "from 0 to 1 (a gain stays >= 0)" if gain else ">= 0"))
+    return value
 
 
 def _model_dir():
@@ -253,20 +321,27 @@ def _projection(exp):
 def _field_look(exp):
     """The field-look augmentation's settings (on with --augment); it works on the raw
     bands, so after PCA only with --pca_in_graph."""
-    if not FLAGS.augment or not (FLAGS.spectral_shift or FLAGS.spectral_gain):
+    strengths = {name: _field_look_strength(name) for name in ("spectral_shift",
+                                                                "spectral_gain")}
+    if not FLAGS.augment or strengths == {"spectral_shift": 0.0, "spectral_gain": 0.0}:
         return {}
     if exp.preprocessor.pca is not None and not FLAGS.pca_in_graph:
         given = [name for name in ("spectral_shift", "spectral_gain") if FLAGS[name].present]
         if given:
-            raise cli.UsageError("--%s=%g: the field-look augmentation needs all bands, but "
+            raise cli.UsageError("--%s=%s: the field-look augmentation needs all bands, but "
                                  "this run keeps %d PCA components (give --pca=0 or "
                                  "--pca_in_graph)"
                                  % (given[0], FLAGS[given[0]].value, exp.bands))
         print("field-look augmentation off: it needs all bands, and this model keeps %d "
               "PCA components (--pca_in_graph projects after it)" % exp.bands, flush=True)
         return {}
+    if None in strengths.values():
+        measured = measure_field_look(exp.scene.cube, exp.scene.labels, exp.train.indices)
+        print(measured.describe(), flush=True)
+        strengths = {name: getattr(measured, name) if value is None else value
+                     for name, value in strengths.items()}
     scaler = exp.preprocessor.scaler
-    return {"spectral_shift": FLAGS.spectral_shift, "spectral_gain": FLAGS.spectral_gain,
+    return {**strengths,
             "band_offset": tuple(map(float, scaler.offset)),
             "band_scale": tuple(map(float, scaler.scale))}
 
@@ -278,7 +353,7 @@ def _say(line):
 def _measurement_key(model_config, devices, cluster, recipe):
     """What a speed measured on ``devices`` depends on (``speedcache.cache_key``)."""
     return speedcache.cache_key(model_config, FLAGS.batch_size, FLAGS.optimizer, devices,
-                                cluster.addresses if cluster else None,
+                                cluster.identity if cluster else None,
                                 recipe.input_work(model_config))
 
 
@@ -320,8 +395,8 @@ def _plan(spec, speeds, model_config, devices, session_config, target, model_dir
     """(the plan made now from ``speeds`` (--speeds's numbers; None: measured on the step
     of ``recipe``, with the link), the device fastest alone at --batch_size as the plan
     priced each alone (``Plan.fastest_alone``)); ``spec``: the model's. Each device's
-    memory (``memory_bytes``) bounds the plan."""
-    caps = memory_bytes(devices)
+    memory (``_memory_caps``) bounds the plan."""
+    caps = _memory_caps(devices)
     if len(devices) == 1:   # nothing to split: no profiling
         plan = planning.plan_layout(spec, devices, speeds or [1.0], FLAGS.batch_size,
                                     FLAGS.mesh, caps)
@@ -360,13 +435,20 @@ def _fits(spec, devices, caps, batch_size):
     return plans(caps) or not plans(None)
 
 
+def _memory_caps(devices):
+    """Each device's memory in bytes (None: not known): --memory_caps, else as found
+    (``memory_bytes``)."""
+    with cli.blame("memory_caps"):
+        return parse_memory_caps(FLAGS.memory_caps, len(devices)) or memory_bytes(devices)
+
+
 def _check_memory(spec, devices):
     """UsageError, before any folder is made, when the model at --batch_size fits no
-    layout of --mesh on ``devices`` within each one's memory (``memory_bytes``): naming
+    layout of --mesh on ``devices`` within each one's memory (``_memory_caps``): naming
     --batch_size when fewer samples would fit, else --width, and the memory a device
     alone needs (``planning.memory_bytes``: weights with their gradients and optimizer
     slots, and the activations of the batch)."""
-    caps = memory_bytes(devices)
+    caps = _memory_caps(devices)
     if all(cap is None for cap in caps) or _fits(spec, devices, caps, FLAGS.batch_size):
         return
     fewest = 1 if FLAGS.mesh == "auto" else planning.parse_mesh(FLAGS.mesh).batch
@@ -422,6 +504,14 @@ def _slowdown(devices):
 def run(cluster=None):
     _check_flags()
     devices = _devices(cluster)
+    if FLAGS.memory_caps and FLAGS.plan:
+        raise cli.UsageError("--memory_caps=%s: a --plan file holds its own memory caps "
+                             "(scripts/plan_layout.py --memory_caps); give one of them"
+                             % FLAGS.memory_caps)
+    with cli.blame("memory_caps"):   # before any work
+        parse_memory_caps(FLAGS.memory_caps, len(devices))
+    if FLAGS.deterministic:   # before any graph runs
+        require_determinism()
     given_plan, speeds = None, None
     if FLAGS.plan:
         with cli.blame("plan"):
@@ -438,6 +528,8 @@ def run(cluster=None):
         model_dir = os.path.abspath(model_dir)
     seeds = [FLAGS.seed + i for i in range(FLAGS.runs)]
     run_dirs = _run_dirs(model_dir, seeds)
+    if FLAGS.resume:
+        _check_same_precision(model_dir)
     # the plan's devices, not (only) --devices' default
     session_config = session_config_for(devices + (given_plan.devices if given_plan else []))
     target = ""
@@ -489,14 +581,28 @@ def _load_experiment(seed):
           % (exp.split.description, 100 * leakage, FLAGS.patch_size, FLAGS.patch_size),
           flush=True)
     if exp.nodata_pixels:
-        print("%d pixels hold NaN or infinite values: masked as no-data (label 0)"
-              % exp.nodata_pixels, flush=True)
+        print(experiment.nodata_summary(exp.nodata_pixels, exp.scene.raster), flush=True)
     return exp, leakage, data_config
 
 
 # The data settings a resumed run must share with its first invocation (data.json).
-RESUMED_DATA = ("dataset", "synthetic_layout", "patch_size", "pca", "train_fraction",
-                "train_per_class", "split", "seed", "val_fraction")
+RESUMED_DATA = ("dataset", "synthetic_layout", "synthetic_kind", "patch_size", "pca",
+                "train_fraction", "train_per_class", "split", "seed", "val_fraction")
+
+
+def _check_same_precision(model_dir):
+    """UsageError when --resume would go on in another --precision than the run's first
+    invocation (its flags.txt; a folder without one has nothing to compare): the same
+    weights, but another graph."""
+    started = runs.saved_flags(model_dir)
+    if started is None:
+        return
+    precision = started.get("precision", FLAGS["precision"].default)
+    if precision != FLAGS.precision:
+        raise cli.UsageError(
+            "--precision=%s: the run in %s was trained with --precision=%s; resume it with "
+            "that (--flagfile=%s gives all its flags), or start over with --overwrite"
+            % (FLAGS.precision, model_dir, precision, os.path.join(model_dir, runs.FLAGS_FILE)))
 
 
 def _check_same_data(model_dir, data_config):
@@ -580,10 +686,16 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster, s
                  os.path.join(model_dir, "results.json")), flush=True)
         return
     model_config = models.model_config(FLAGS.model, FLAGS.patch_size, exp.bands,
-                                       exp.n_classes, FLAGS.width, FLAGS.batch_norm)
+                                       exp.n_classes, FLAGS.width, FLAGS.batch_norm,
+                                       FLAGS.precision)
     recipe = _recipe(exp)
     with cli.blame("model", "patch_size", "width"):
         spec = model_spec(model_config)
+    with cli.blame(*scene_flags.blamed(), "devices",   # every device holds the scene's cube
+                   *(("memory_caps",) if FLAGS.memory_caps else ())):
+        scene_input.check_cube_fits(exp.scene.image_shape, FLAGS.patch_size,
+                                    recipe.scene_bands(model_config), devices,
+                                    _memory_caps(devices))
     if given_plan is None:   # memory before work: before any folder or profiling
         _check_memory(spec, devices)
     if given_plan is not None:   # the device fastest alone is not known
@@ -593,13 +705,15 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster, s
     # the input is good: now the folder is made (an old run deleted with --overwrite)
     runs.prepare_model_dir(model_dir, FLAGS.overwrite)
     experiment.save(model_dir, data_config, exp.split)   # for hmp.predict and baselines.py
-    fitted_preprocessing.save(model_dir, exp.preprocessor)
+    fitted_preprocessing.save(model_dir, exp.preprocessor, exp.scene.raster.wavelengths)
+    if not FLAGS.resume:   # a resumed run keeps the flags it started with
+        runs.save_flags(_model_dir(), _given_flags())
     if given_plan is None:
         with cli.blame("devices", "speeds", "mesh"):
             plan, fastest = _plan(spec, speeds, model_config, devices, session_config,
                                   target, model_dir, cluster, recipe)
     print(plan.explain(), flush=True)
-    progress = ProgressLine()
+    progress = ProgressLine(log_every=FLAGS.log_every)
 
     def start(plan, resume):
         graph = TrainingGraph(model_config, Placement.from_plan(plan), FLAGS.batch_size,
@@ -644,6 +758,7 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster, s
             record.trial = trial.record()
         record.add_epoch(stats)
 
+    stats = None
     try:
         for epoch in range(first_epoch, FLAGS.epochs):
             stats = trainer.train_epoch(epoch, FLAGS.epochs, before_save=record_epoch)
@@ -675,6 +790,9 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster, s
         for other in kept.values():   # classifying needs only the trainer in use
             other.close()
         kept = {}
+        warning = stats and stats.fit_warning(recipe.augmentation)
+        if warning:
+            print(warning, flush=True)
         step = trainer.step
         if best.path is not None:
             print("the weights of epoch %d (best validation accuracy %.3f) classify"
@@ -693,6 +811,11 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster, s
                  "at epoch %d step %d" % (stopped.epoch + 1, stopped.step))
         raise cli.Interrupted("interrupted %s; continue with --resume --model_dir=%s"
                               % (where, model_dir), signals.signum) from None
+    except BaseException:   # e.g. a lost worker: no session outlives the workers it used
+        for other in [trainer, *kept.values()]:
+            with contextlib.suppress(tf.errors.OpError):   # the error to report is raised
+                other.close()
+        raise
     predicted_map, scores, paired = _scores(exp, variants, leakage)
     pictures = report.save_pictures(model_dir, exp.scene, predicted_map, scores)
     events.add_scalars(trainer.writer, step, events.test_scalars(scores))
@@ -725,9 +848,10 @@ def main(argv):
         raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)
-    cluster = _cluster()
-    with cluster.failures(RESUME_HINT) if cluster else contextlib.nullcontext():
-        run(cluster)
+    with _cluster() as cluster:
+        hint = LOCAL_RESUME_HINT if FLAGS.local_workers else RESUME_HINT
+        with cluster.failures(hint) if cluster else contextlib.nullcontext():
+            run(cluster)
 
 
 if __name__ == "__main__":

@@ -38,9 +38,11 @@ def recipe(name):
     return dict(getattr(get_model(name), "RECIPE", {}))
 
 
-def model_config(name, patch, bands, n_classes, width=0, batch_norm="sync"):
+def model_config(name, patch, bands, n_classes, width=0, batch_norm="sync",
+                 precision="float32"):
     """The ``hmp.run.graph.ModelConfig`` of model ``name`` (``get_model``) for
     ``patch x patch x bands`` patches and ``n_classes`` classes, its batch norms
-    training with ``batch_norm`` statistics (``hmp.layers.BATCH_STATISTICS``)."""
-    return ModelConfig(name, patch, bands, n_classes, width, batch_norm,
+    training with ``batch_norm`` statistics (``hmp.layers.BATCH_STATISTICS``),
+    computing in ``precision`` (``hmp.run.graph.PRECISIONS``)."""
+    return ModelConfig(name, patch, bands, n_classes, width, batch_norm, precision,
                        model=get_model(name))

@@ -67,12 +67,13 @@ def session_config():
     return tf.ConfigProto(device_count={"CPU": N_VIRTUAL_CPUS})
 
 
-def cnn2d(mesh, x_np, y_np):
-    """conv (split out) -> conv (split in) -> max pool -> dense -> softmax CE."""
+def cnn2d(mesh, x_np, y_np, dtype=tf.float32):
+    """conv (split out) -> conv (split in) -> max pool -> dense -> softmax CE, computed in
+    ``dtype`` (the input cast to it; the loss in float32)."""
     batch = mtf.Dimension("batch", x_np.shape[0])
-    x = mtf.import_tf_tensor(mesh, tf.constant(x_np), mtf.Shape(
+    x = mtf.cast(mtf.import_tf_tensor(mesh, tf.constant(x_np), mtf.Shape(
         [batch, mtf.Dimension("h", x_np.shape[1]), mtf.Dimension("w", x_np.shape[2]),
-         mtf.Dimension("bands", x_np.shape[3])]))
+         mtf.Dimension("bands", x_np.shape[3])])), dtype)
     y = mtf.import_tf_tensor(mesh, tf.constant(y_np), mtf.Shape([batch]))
     hidden = layers.conv2d(x, mtf.Dimension("filters1", 12), activation=mtf.relu,
                            name="conv1")
@@ -85,12 +86,12 @@ def cnn2d(mesh, x_np, y_np):
     return loss, {"conv1": hidden, "conv2": features, "pool": pooled, "logits": logits}
 
 
-def cnn3d(mesh, x_np, y_np):
-    """3-D conv over (spectrum, h, w) in the same alternating pattern."""
+def cnn3d(mesh, x_np, y_np, dtype=tf.float32):
+    """3-D conv over (spectrum, h, w) in the same alternating pattern, in ``dtype``."""
     batch = mtf.Dimension("batch", x_np.shape[0])
-    x = mtf.import_tf_tensor(mesh, tf.constant(x_np), mtf.Shape(
+    x = mtf.cast(mtf.import_tf_tensor(mesh, tf.constant(x_np), mtf.Shape(
         [batch, mtf.Dimension("d", x_np.shape[1]), mtf.Dimension("h", x_np.shape[2]),
-         mtf.Dimension("w", x_np.shape[3]), mtf.Dimension("channels", 1)]))
+         mtf.Dimension("w", x_np.shape[3]), mtf.Dimension("channels", 1)])), dtype)
     y = mtf.import_tf_tensor(mesh, tf.constant(y_np), mtf.Shape([batch]))
     hidden = layers.conv3d(x, mtf.Dimension("filters1", 12), activation=mtf.relu,
                            name="conv1")
@@ -169,14 +170,14 @@ def loss_and_gradients(model, data, config, weights=None):
                          masters(session, graph, lowering), slice_info)
 
 
-def train(model, data, config, make_optimizer, steps, weights, ordered=True):
+def train(model, data, config, make_optimizer, steps, weights, ordered=True, loss_scale=1.0):
     """Runs ``steps`` optimizer steps; returns the losses and the final weights."""
     reset_graph()
     tf.train.get_or_create_global_step()
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     loss, _ = model(mesh, *data)
-    updates = (hmp.train_step(loss, make_optimizer()) if ordered
+    updates = (hmp.train_step(loss, make_optimizer(), loss_scale) if ordered
                else unordered_train_step(loss, make_optimizer()))
     _, lowering = lower(graph, mesh, config)
     tf_loss = lowering.export_to_tf_tensor(loss)

@@ -131,5 +131,6 @@ def test_options_of_the_synthetic_scene_are_refused_for_real_scenes(tmp_path):
 
 def test_an_unknown_layout_lists_the_named_ones():
     with pytest.raises(ValueError, match="^unknown synthetic layout 'nope'; allowed: generated, "
-                                         "indian_pines, paviau, salinas, or a label map$"):
+                                         "indian_pines, paviau, salinas, pavia_centre, ksc, "
+                                         "botswana, or a label map$"):
         synthetic_scene("nope")

@@ -45,7 +45,7 @@ def test_the_library_imports_no_model_registry():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             if any(name == "models" or name.startswith("models.") for name in names):
                 importers.append(str(path.relative_to(library)))
-    assert importers == ["predict.py", "train.py"]   # the command lines are the application
+    assert importers == ["predict.py", "selfcheck.py", "train.py"]   # the command lines
 
 
 def test_engine_names_are_the_engine_modules_own():
@@ -62,12 +62,12 @@ def test_engine_names_are_the_engine_modules_own():
 # lower floors, never a higher one.
 FLOOR_OF_ROOM = {
     "hmp.compat": 0, "hmp.errors": 0, "hmp.files": 0, "hmp.layer_math": 0, "hmp.hosts": 0,
-    "hmp.cli": 0,
+    "hmp.cli": 0, "hmp.checklist": 0,
     "hmp.data": 1, "hmp.evaluation": 1,
     "hmp.mesh": 2, "hmp.cluster": 2,
     "hmp.layers": 3, "hmp.planning": 3,
     "hmp.run": 4,
-    "hmp.train": 5, "hmp.predict": 5, "hmp.worker": 5,
+    "hmp.train": 5, "hmp.predict": 5, "hmp.worker": 5, "hmp.selfcheck": 5,
 }
 
 

@@ -191,8 +191,10 @@ def test_two_arrays_need_the_cube_key_and_a_truncated_file_is_named(tmp_path):
         read_array(truncated)
     with pytest.raises(InvalidInput, match="^labels file .*truncated.npy: cannot be read"):
         load_scene_files(cube_path, truncated, cube_key="cube")
-    for name, content in (("empty.mat", b""), ("short.mat", b"MATLAB 5"),
-                          ("half.mat", cube_path.read_bytes()[:200])):
+    (tmp_path / "empty.mat").write_bytes(b"")
+    with pytest.raises(InvalidInput, match="empty.mat: empty file \\(0 bytes\\)$"):
+        read_array(tmp_path / "empty.mat")
+    for name, content in (("short.mat", b"MATLAB 5"), ("half.mat", cube_path.read_bytes()[:200])):
         (tmp_path / name).write_bytes(content)
         with pytest.raises(InvalidInput, match="%s: cannot be read as a .mat file" % name):
             read_array(tmp_path / name)

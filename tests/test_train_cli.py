@@ -181,11 +181,12 @@ BAD_FLAGS = {
     "--model=nope": "--model=nope: model 'nope' is not known; choose one of cnn2d, cnn3d",
     "--model=no.such.module": "--model=no.such.module: model module 'no.such.module' cannot",
     "--dataset=nope": "--dataset=nope, --data_dir=None: unknown scene 'nope'; allowed: "
-                      "indian_pines, paviau, salinas, synthetic, or the path of a cube file "
-                      "(.mat, .npy) and its label map",
+                      "indian_pines, paviau, salinas, pavia_centre, ksc, botswana, synthetic, "
+                      "or the path of a cube file (.mat, .npy, .hdr, .img, .dat, .raw, .bsq, "
+                      ".bil, .bip, .tif, .tiff, .vrt, .jp2) and its label map",
     "--dataset=cube.mat": "--dataset=cube.mat: a cube file needs its label map: give --labels",
-    "--labels=gt.mat": "--labels=gt.mat: only for a --dataset given as a cube file "
-                       "(.mat/.npy), not --dataset=synthetic",
+    "--labels=gt.mat": "--labels=gt.mat: only for a --dataset given as a cube file, "
+                       "not --dataset=synthetic",
     "--dataset=paviau --cube_key=x": "--cube_key=x: only for a --dataset given as a cube file",
     "--dataset=paviau --synthetic_layout=salinas": "--synthetic_layout=salinas: only for "
                                                    "--dataset=synthetic, not --dataset=paviau",
@@ -222,7 +223,10 @@ BAD_FLAGS = {
     "--split=nope": "--split=nope: choose one of random, disjoint",
     "--train_fraction=1.5": "--train_fraction=1.5: train_fraction must lie strictly "
                              "between 0 and 1",
-    "--spectral_gain=1.5": "--spectral_gain=1.5: must be at most 1",
+    "--spectral_gain=1.5": "--spectral_gain=1.5: give auto or a number from 0 to 1 (a gain "
+                           "stays >= 0)",
+    "--spectral_shift=wide": "--spectral_shift=wide: give auto or a number >= 0",
+    "--synthetic_kind=raw": "--synthetic_kind=raw: choose one of reflectance, radiance",
     "--model=hybridsn --spectral_shift=4 --nopca_in_graph":
         "--spectral_shift=4: the field-look augmentation needs all bands, but this run keeps "
         "45 PCA components (give --pca=0 or --pca_in_graph)",

@@ -5,6 +5,7 @@
 ``ops`` (hmp's per-device convolutions and pooling), ``stock_ops`` (stock
 Mesh-TF ops on uneven splits), ``collectives`` (hand-overs and all-reduces),
 ``bucketing`` (one gradient all-reduce per step), ``optimizers`` and
-``train_step`` (the ordered training step). It knows nothing of data, models
+``train_step`` (the ordered training step), ``numerics`` (float32 in full on
+GPUs, op determinism). It knows nothing of data, models
 or runs; ``hmp.layers`` is its public face for models.
 """

@@ -10,6 +10,11 @@ at once: per device it concatenates the flattened partial sums of every
 gradient that waits for the same mesh axes (and dtype), runs one all-reduce
 of the concatenation (hmp's two-level one across hosts), and cuts the result
 back into the gradients. Sums that are already done pass through unchanged.
+
+Given ``dtypes``, each tensor is summed and handed on in its own of them: the
+training step sums low-precision gradients (``--precision=mixed_*``) in float32,
+their variables' dtype, so that a step still makes one all-reduce (a bucket is one
+dtype) and the sum adds no rounding of the low precision (``hmp.mesh.train_step``).
 """
 
 import math
@@ -24,12 +29,13 @@ mtf = import_mesh_tensorflow()
 class _ReduceTogether(mtf.Operation):
     """Identity of ``xs`` whose pending sums run as one all-reduce per bucket."""
 
-    def __init__(self, xs, name=None):
+    def __init__(self, xs, dtypes, name=None):
         super().__init__(xs, name=name or "reduce_together")
-        self._outputs = [mtf.Tensor(self, x.shape, x.dtype) for x in xs]
+        self._outputs = [mtf.Tensor(self, x.shape, dtype) for x, dtype in zip(xs, dtypes)]
 
     def gradient(self, grad_ys):
-        return grad_ys
+        return [dy if dy is None else mtf.cast(dy, x.dtype)
+                for dy, x in zip(grad_ys, self.inputs)]
 
     def lower(self, lowering):
         mesh_impl = lowering.mesh_impl(self)
@@ -37,13 +43,16 @@ class _ReduceTogether(mtf.Operation):
         for x, output in zip(self.inputs, self.outputs):
             lowered = lowering.tensors[x]
             if isinstance(lowered, mtf.LazyAllreduceSum):
-                key = (tuple(sorted(lowered.mesh_axes)), x.dtype)
+                key = (tuple(sorted(lowered.mesh_axes)), output.dtype)
                 buckets.setdefault(key, []).append((output, lowered))
-            else:
+            elif output.dtype == x.dtype:
                 lowering.set_tensor_lowering(output, lowered)
-        for (mesh_axes, _), members in buckets.items():
+            else:
+                lowering.set_tensor_lowering(output, mesh_impl.slicewise(
+                    lambda t, dtype=output.dtype: tf.cast(t, dtype), lowered))
+        for (mesh_axes, dtype), members in buckets.items():
             reduced = _allreduce_as_one(mesh_impl, [lazy.laid_out_input for _, lazy in members],
-                                        list(mesh_axes))
+                                        list(mesh_axes), dtype)
             for (output, _), laid_out in zip(members, reduced):
                 lowering.set_tensor_lowering(output, laid_out)
             lowering.add_counter("allreduce_bucket/%s/%d tensors" % (list(mesh_axes),
@@ -51,9 +60,9 @@ class _ReduceTogether(mtf.Operation):
                                  sum(mesh_impl.laid_out_size(o.shape) for o, _ in members))
 
 
-def _allreduce_as_one(mesh_impl, laid_out, mesh_axes):
-    """Sums of the ``laid_out`` tensors over ``mesh_axes`` by one all-reduce; returns
-    one LaidOutTensor per input."""
+def _allreduce_as_one(mesh_impl, laid_out, mesh_axes, dtype):
+    """Sums of the ``laid_out`` tensors over ``mesh_axes`` by one all-reduce in ``dtype``;
+    returns one LaidOutTensor per input."""
     # Mesh-TF's ring splits a tensor into equal chunks only if their count divides its
     # size (else it sends the whole tensor around): pad to a multiple of every ring's
     # length (a stock mesh runs one ring over each group of the axes).
@@ -64,7 +73,7 @@ def _allreduce_as_one(mesh_impl, laid_out, mesh_axes):
     flat = []
     for pnum, device in enumerate(mesh_impl.devices):
         with tf.device(device):
-            parts = [tf.reshape(s[pnum], [-1]) for s in slices]
+            parts = [tf.reshape(tf.cast(s[pnum], dtype), [-1]) for s in slices]
             size = sum(p.shape.num_elements() for p in parts)
             padding = -size % multiple
             flat.append(tf.concat(parts + [tf.zeros([padding], parts[0].dtype)], 0))
@@ -80,7 +89,10 @@ def _allreduce_as_one(mesh_impl, laid_out, mesh_axes):
     return [mesh_impl.LaidOutTensor(out) for out in outputs]
 
 
-def reduce_together(xs, name=None):
+def reduce_together(xs, dtypes=None, name=None):
     """``xs`` with their pending sums (e.g. gradients over the batch axis) done as one
-    all-reduce per group of mesh axes instead of one per tensor."""
-    return _ReduceTogether(list(xs), name=name).outputs
+    all-reduce per group of mesh axes (and dtype) instead of one per tensor; with
+    ``dtypes`` (one per tensor), each summed and returned in its own."""
+    xs = list(xs)
+    return _ReduceTogether(xs, [x.dtype for x in xs] if dtypes is None else list(dtypes),
+                           name=name).outputs

@@ -29,6 +29,7 @@ import tensorflow.compat.v1 as tf
 
 from hmp.hosts import group_by_host, is_hierarchical
 from hmp.mesh.collectives import hierarchical_allreduce, host_of
+from hmp.mesh.numerics import exact_float32
 from hmp.compat import import_mesh_tensorflow
 
 mtf = import_mesh_tensorflow()
@@ -82,6 +83,7 @@ class HeteroMeshImpl(PlacementMeshImpl):
                 "devices: %d devices given for mesh %s of %d positions: %s"
                 % (len(self.devices), self.shape.to_string, self.size,
                    self.devices))
+        exact_float32(self.devices)   # a GPU computes float32 in full, as a CPU
         self._splits = self._validated_splits(dict(splits or {}))
         self._host_of_device = self._validated_hosts(hosts)
         if allreduce not in ("hierarchical", "flat"):

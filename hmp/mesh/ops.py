@@ -12,6 +12,15 @@ all devices and cannot do this. Convolutions and pooling are built on it.
 ``argmax``, ``constant``, ``one_hot`` and ``reshape`` are the stock
 operations (``hmp.mesh.stock_ops`` lowers them per device); ``barrier`` adds the
 ordering the training step needs.
+
+Low precision on a CPU. A GPU's bfloat16 and float16 convolutions (tensor cores) add
+their products up in float32 and round the result once. TensorFlow's CPU kernels of
+bfloat16 ``conv3d`` and of the convolutions' filter gradients add up in bfloat16
+(2.5-5% off on sums of 63 to 5488 positive terms, where one rounding is 0.4%;
+docs/engine.md), and run at half float32's speed; ``max_pool3d`` has no float16 CPU
+kernel. On a CPU a convolution or a pool of low-precision slices therefore runs in
+float32 on those (rounded) values and rounds its result to their dtype
+(``_float32_on_cpu``): a GPU's numbers, at float32's speed.
 """
 
 import math
@@ -22,6 +31,8 @@ from hmp.compat import import_mesh_tensorflow
 from hmp.layer_math import output_size
 
 mtf = import_mesh_tensorflow()
+
+LOW_PRECISION = (tf.bfloat16, tf.float16)
 
 
 def _mesh_axes(mesh_impl, shapes):
@@ -148,6 +159,29 @@ class LocalGradOperation(mtf.Operation):
 # ----------------------------------------------------------------------
 # Convolution and pooling
 # ----------------------------------------------------------------------
+def _on_cpu(tensor):
+    """Whether ``tensor`` runs on a CPU: its device's type, or (a tensor placed on no
+    device in particular) whether TensorFlow sees no GPU to put it on."""
+    device_type = tf.DeviceSpec.from_string(tensor.device or "").device_type
+    if device_type:
+        return device_type.upper() == "CPU"
+    return not tf.config.list_physical_devices("GPU")
+
+
+def _float32_on_cpu(local_fn):
+    """``local_fn`` of slices, computed in float32 on the slices' (low-precision) values
+    and rounded back to their dtype where it runs on a CPU (module docstring)."""
+    def local(*slices):
+        dtype = slices[0].dtype
+        if dtype not in LOW_PRECISION:
+            return local_fn(*slices)
+        widened = [tf.cast(s, tf.float32) for s in slices]   # placed where the op runs
+        if not _on_cpu(widened[0]):
+            return local_fn(*slices)   # the unused casts never run
+        return tf.cast(local_fn(*widened), dtype)
+    return local
+
+
 def _strided_dims(spatial_dims, windows, strides, padding, name):
     """Output spatial dims: same names, sizes after the window and stride."""
     return [mtf.Dimension(d.name, output_size(d.size, w, s, padding,
@@ -203,7 +237,7 @@ def convolution(x, conv_filter, strides, padding, in_dims, name=None):
         return tf.reshape(y, batch_sizes + y.shape.as_list()[1:])
 
     return LocalOperation(
-        [x, conv_filter], batch_dims + out_spatial + [out_dim], local_conv,
+        [x, conv_filter], batch_dims + out_spatial + [out_dim], _float32_on_cpu(local_conv),
         local_dims=spatial_dims + kernel_dims, name=name,
         kind="conv%dd" % rank).outputs[0]
 
@@ -233,7 +267,7 @@ def pool(x, window, strides, padding, kind, name=None):
         return tf.reshape(y, tx.shape.as_list()[:n_batch] + y.shape.as_list()[1:])
 
     return LocalOperation(
-        [x], batch_dims + out_spatial + x.shape.dims[-1:], local_pool,
+        [x], batch_dims + out_spatial + x.shape.dims[-1:], _float32_on_cpu(local_pool),
         local_dims=spatial_dims, name=name, kind="pool",
         window=math.prod(window)).outputs[0]
 

@@ -11,6 +11,15 @@ adaptive rate scaling, You et al. 2017; used for large batches by Wang et al.,
 see BACKGROUND.md) scales each variable's step by its weight-to-gradient norm
 ratio; the norms are over the whole tensor, so a split variable gets exactly
 the single-device step.
+
+Under mixed precision (``hmp.run.graph.PRECISIONS``) a variable is read in a low
+precision (its ``activation_dtype``) but kept, updated and checkpointed in float32,
+and the training step hands every optimizer float32 gradients
+(``hmp.mesh.train_step``). Slots are float32 (``slot_dtype``); where an update needs
+the weights themselves (LARS's norms, L2's decay term, Adafactor's scale) it reads
+them as Mesh-TF's own Adafactor does, ``mtf.to_float(var.value)``: the low-precision
+read, in float32 (a term of the update, not the weights, is rounded). Adam reads each
+weight slice itself.
 """
 
 import tensorflow.compat.v1 as tf
@@ -39,7 +48,8 @@ class Adam(mtf.optimize.AdamWeightDecayOptimizer):
 
     def apply_grad(self, grad, var):
         slots = [mtf.get_variable(var.mesh, var.name + suffix, var.shape,
-                                  initializer=tf.zeros_initializer(), trainable=False)
+                                  dtype=slot_dtype(var), initializer=tf.zeros_initializer(),
+                                  trainable=False)
                  for suffix in ("/adam_m", "/adam_v")]
         decay = self.weight_decay_rate if self._do_use_weight_decay(var.name) else 0.0
         return [_AdamUpdate(mtf.to_float(grad), self.learning_rate, var,
@@ -98,7 +108,7 @@ class Momentum(mtf.optimize.Optimizer):
 
     def apply_grad(self, grad, var):
         velocity = mtf.get_variable(var.mesh, var.name + "/momentum", var.shape,
-                                    dtype=var.dtype, trainable=False,
+                                    dtype=slot_dtype(var), trainable=False,
                                     initializer=tf.zeros_initializer())
         new_velocity = velocity * self.momentum + self.step(grad, var)
         return [mtf.assign(velocity, new_velocity), mtf.assign_sub(var, new_velocity)]
@@ -122,7 +132,7 @@ class Lars(Momentum):
     def step(self, grad, var):
         if not decays(var.name):   # biases, batch-norm scales and offsets: plain momentum
             return super().step(grad, var)
-        weights = var.value
+        weights = mtf.to_float(var.value)
         weight_norm = mtf.sqrt(mtf.reduce_sum(mtf.square(weights)))
         grad_norm = mtf.sqrt(mtf.reduce_sum(mtf.square(grad)))
         denominator = grad_norm + self.weight_decay * weight_norm
@@ -144,8 +154,14 @@ class L2(mtf.optimize.Optimizer):
 
     def apply_grad(self, grad, var):
         if decays(var.name):
-            grad += self.rate * var.value
+            grad += self.rate * mtf.to_float(var.value)
         return self.optimizer.apply_grad(grad, var)
+
+
+def slot_dtype(var):
+    """The dtype of ``var``'s optimizer slots: that of its master copy (float32), also
+    where it computes in a low precision; read in it (not through the low precision)."""
+    return var.master_dtype
 
 
 # Variables that are never decayed: biases and batch-norm scales and offsets.

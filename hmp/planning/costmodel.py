@@ -17,11 +17,13 @@ whole -- replicated). Its time on the layer is a roofline plus its share of
 a fixed overhead::
 
     t = max(3 * b * (flops_per_sample * f + h) / flops_per_s,
-            3 * 4 bytes * (params * f + b * outputs_per_sample * g) / mem_bw)
+            3 * a * (params * f + b * outputs_per_sample * g) / mem_bw)
         + overhead_s / layers
 
 with ``g = f`` when the layer's outputs are split and ``g = 1`` when they are
-partial sums of the whole output (input-split layers) or replicated. Without
+partial sums of the whole output (input-split layers) or replicated, and ``a``
+the bytes of an activation element (``ModelSpec.activation_bytes``: 4, or 2 under
+mixed precision, when the layers also read their weights in 16 bits). Without
 ``mem_bw`` only the first term counts. ``overhead_s`` (``DeviceSpec``, default
 0) is the part of a device's step that does not shrink with its share:
 launching and scheduling every op of the step, which every device of a split
@@ -112,9 +114,19 @@ Step time = compute + all communication (not overlapped with compute: on a
 CPU link, e.g. loopback between workers of one machine, sending and
 receiving is work of the same cores that compute).
 
+Precision. Under mixed precision (``hmp.train --precision``) activations and their
+gradients take ``ModelSpec.activation_bytes`` (2) bytes an element: the model-axis
+collectives move 2 bytes an element, the layers' memory traffic and activations
+halve. The weight gradients are summed over the batch axis in float32 (4 bytes an
+element, ``hmp.mesh.train_step``), and batch norm's statistics too. A device's FLOP
+rate is measured on the model's own step at its precision (the speed cache keys on
+it), so tensor cores show in ``flops_per_s``.
+
 Memory per device = 4 bytes * (4 copies of its weights (weights, gradients,
-Adam's two moments; an upper bound for optimizers with fewer slots) + its
-batch share * (input sample + every layer output it holds)).
+Adam's two moments; an upper bound for optimizers with fewer slots), plus under
+mixed precision 2 x 2 bytes of each weight (its 16-bit read and gradient) + its
+batch share * (4 bytes * input sample + ``activation_bytes`` * every layer output it
+holds)).
 """
 
 import dataclasses
@@ -128,9 +140,10 @@ from hmp.errors import InvalidInput, is_positive_number
 from hmp.hosts import group_by_host, is_hierarchical
 from hmp.planning.layout import check_mesh_size, check_splits
 
-BYTES_PER_ELEMENT = 4  # float32
+BYTES_PER_ELEMENT = 4  # float32: weights, optimizer slots, gradient sums, input patches
 TRAIN_FLOPS_FACTOR = 3  # forward + backward ~= 3 x forward
 PARAM_COPIES = 4  # weights, gradients, Adam's two moments (the default optimizer)
+LOW_PRECISION_PARAM_COPIES = 2  # mixed precision: the weights' 16-bit read and gradient
 FED_BYTES_PER_SAMPLE = 8  # an int32 pixel index and an int32 label (patches are cut on devices)
 
 
@@ -395,11 +408,20 @@ def memory_bytes(model_spec, batch_rows, fractions):
     """
     _, params, outputs = _layer_arrays(model_spec)
     held_params = params @ fractions  # (N,)
-    held_outputs = outputs @ _output_fractions(model_spec, fractions) + math.prod(
-        model_spec.input_shape)
+    held_outputs = (model_spec.activation_bytes * outputs
+                    @ _output_fractions(model_spec, fractions)
+                    + BYTES_PER_ELEMENT * math.prod(model_spec.input_shape))
     batch_rows = np.asarray(batch_rows, dtype=float)
-    return BYTES_PER_ELEMENT * (PARAM_COPIES * held_params[None, :]
-                                + batch_rows[:, None] * held_outputs[None, :])
+    return (_bytes_per_param(model_spec) * held_params[None, :]
+            + batch_rows[:, None] * held_outputs[None, :])
+
+
+def _bytes_per_param(model_spec):
+    """Bytes a device holds per weight it holds: its float32 copies (``PARAM_COPIES``)
+    and, under mixed precision, its 16-bit read and gradient."""
+    low = model_spec.activation_bytes < BYTES_PER_ELEMENT
+    return (BYTES_PER_ELEMENT * PARAM_COPIES
+            + low * LOW_PRECISION_PARAM_COPIES * model_spec.activation_bytes)
 
 
 def model_axis_collectives(model_spec):
@@ -552,7 +574,7 @@ def _model_axis_time(model_spec, mesh, splits, batch_rows, link, hosts):
     for row_hosts, samples in zip(groups, batch_rows):
         reduce = {b: allreduce_pricer(row_hosts, f) for b, f in figures.items()}
         gather_link = {b: f.between(row_hosts) for b, f in figures.items()}
-        per_sample = BYTES_PER_ELEMENT * samples
+        per_sample = model_spec.activation_bytes * samples
         total = model_barriers * link.between(row_hosts).barrier_s
         for kind, elems, pieces, backward in collectives:
             if kind == "allreduce":
@@ -568,9 +590,9 @@ def _batch_axis_time(model_spec, mesh, fractions, link, hosts):
 
     ``hmp.train_step`` sums all of a column's weight gradients in one
     all-reduce (``hmp.mesh.bucketing``): the bytes of every layer's weights the
-    column holds, one set of hand-overs. Every norm layer adds two all-reduces
-    of a few channels' statistics (``ModelSpec.norm_layers``), priced by their
-    hand-overs: the forward one at the idle link (the next layer waits for it),
+    column holds (float32 under any precision), one set of hand-overs. Every norm
+    layer adds two all-reduces of a few channels' statistics
+    (``ModelSpec.norm_layers``), priced by their hand-overs: the forward one at the idle link (the next layer waits for it),
     the backward one under load (the weight gradients compute beside it).
     Each of these all-reduces is a barrier (``barriers``, ``LinkSpec.barrier_s``).
     """
@@ -666,7 +688,7 @@ def predict(model_spec, devices, mesh, batch_size, splits, link=None):
     held = batch_rows[None, :, None] \
         * (outputs[:, None] * _output_fractions(model_spec, fractions))[:, None, :]
     if any(d.mem_bw is not None for d in devices):
-        traffic = TRAIN_FLOPS_FACTOR * BYTES_PER_ELEMENT * (
+        traffic = TRAIN_FLOPS_FACTOR * model_spec.activation_bytes * (
             (params[:, None] * fractions)[:, None, :] + held)
         bandwidth = np.array([d.mem_bw or np.inf for d in devices]).reshape(shape)
         seconds = np.maximum(seconds, traffic / bandwidth)

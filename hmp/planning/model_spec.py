@@ -85,6 +85,10 @@ class ModelSpec:
     # (``hmp.layers.batch_norm``); the devices of a batch split wait for each other
     # there. Local statistics make no such all-reduce and are not counted.
     norm_layers: int = 0
+    # Bytes of an activation element and of its gradient: 4 (float32), 2 under mixed
+    # precision (``hmp.run.graph.PRECISIONS``); weights, slots and the gradient sum
+    # stay float32 (``hmp.planning.costmodel``).
+    activation_bytes: int = 4
 
     def __post_init__(self):
         object.__setattr__(self, "layers", tuple(self.layers))
@@ -96,6 +100,7 @@ class ModelSpec:
         if not self.input_shape:
             raise InvalidInput(f"model {self.name!r}: input_shape is empty")
         whole_number(self.norm_layers, f"model {self.name!r}: norm_layers", 0)
+        whole_number(self.activation_bytes, f"model {self.name!r}: activation_bytes")
         for d in self.input_shape:
             whole_number(d, f"model {self.name!r}: input_shape {self.input_shape!r}: a size")
         seen = set()

@@ -33,6 +33,32 @@ mtf = import_mesh_tensorflow()
 
 
 @dataclasses.dataclass(frozen=True)
+class Precision:
+    """How a model computes (``--precision``): ``dtype``, that of its activations, their
+    gradients and its weights as the layers read them; its weights, optimizer slots and
+    checkpoints stay float32 (``hmp.layers``, ``hmp.mesh.optimizers``), and so do batch
+    norm, the logits and the loss. ``loss_scale`` multiplies the loss before the
+    backward pass (the float32 gradients are divided by it after their sum,
+    ``hmp.mesh.train_step``): float16's smallest normal number is 6e-5, below which
+    small gradients would lose their digits or vanish."""
+
+    name: str
+    dtype: tf.DType
+    loss_scale: float = 1.0
+
+
+# The precisions, by name: the one place for their dtypes and loss scales. float16's
+# static scale 2**12 keeps gradients down to 1.5e-8 normal (6e-5 / 4096); a scaled
+# gradient over 65504 (float16's largest number), an unscaled one over 16, would turn
+# inf and then the loss NaN, which stops the run: the default model trained its 20
+# epochs on the built-in scene without (both splits, docs/engine.md).
+PRECISIONS = {precision.name: precision for precision in (
+    Precision("float32", tf.float32),
+    Precision("mixed_bfloat16", tf.bfloat16),
+    Precision("mixed_float16", tf.float16, loss_scale=2.0 ** 12))}
+
+
+@dataclasses.dataclass(frozen=True)
 class Placement:
     """Where the graph runs: Mesh-TF mesh shape, layout rules, devices, splits."""
 
@@ -53,7 +79,9 @@ class ModelConfig:
 
     ``model`` is the model itself: a module (or any object) with ``logits(x,
     classes, width)`` and ``SPLIT_DIMS``. The application picks it by ``name``
-    (``models.model_config``); the library never looks a model up.
+    (``models.model_config``); the library never looks a model up. ``precision``
+    (a name of ``PRECISIONS``) is the dtype it computes in: its patches are cast to it,
+    its logits back to float32.
     """
 
     name: str
@@ -63,16 +91,29 @@ class ModelConfig:
     width: int = 0   # 0: the model's default width
     # the statistics its batch norms train with (``hmp.layers.BATCH_STATISTICS``)
     batch_norm: str = "sync"
+    precision: str = "float32"
     model: object = dataclasses.field(kw_only=True)
 
+    def __post_init__(self):
+        if self.precision not in PRECISIONS:
+            raise ValueError("precision must be one of %s, got %r"
+                             % (", ".join(PRECISIONS), self.precision))
+
+    @property
+    def compute(self):
+        """The ``Precision`` the model computes in."""
+        return PRECISIONS[self.precision]
+
     def logits(self, x, classes, training=True):
-        """The model's logits; ``training`` reaches models whose ``logits`` take it
-        (batch norm and dropout switch on it)."""
+        """The model's float32 logits of the patches ``x`` (float32), computed in the
+        config's precision; ``training`` reaches models whose ``logits`` take it (batch
+        norm and dropout switch on it)."""
         kwargs = {"width": self.width} if self.width else {}
         if "training" in inspect.signature(self.model.logits).parameters:
             kwargs["training"] = training
         with layers.batch_statistics(self.batch_norm):
-            return self.model.logits(x, classes, **kwargs)
+            logits = self.model.logits(mtf.cast(x, self.compute.dtype), classes, **kwargs)
+        return mtf.cast(logits, tf.float32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,7 +297,8 @@ class TrainingGraph:
                 config, batch_size, patches_around(self.scene, self.indices), self.y,
                 self.training, recipe, self.symmetry)
             rate = mtf.import_tf_tensor(mesh, self.learning_rate, mtf.Shape([]))
-            updates = train_step(loss, make_optimizer(optimizer, rate, recipe.weight_decay))
+            updates = train_step(loss, make_optimizer(optimizer, rate, recipe.weight_decay),
+                                 config.compute.loss_scale)
             updates += tf.get_collection(layers.UPDATE_OPS)   # batch norm's moving averages
             self.mesh_impl = HeteroMeshImpl(placement.mesh_shape, placement.layout_rules,
                                             list(placement.devices), placement.splits)

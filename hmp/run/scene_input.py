@@ -29,13 +29,24 @@ from hmp.planning.plan import format_bytes
 mtf = import_mesh_tensorflow()
 
 
+def padded_shape(image_shape, patch_size):
+    """(rows, columns) of an ``image_shape`` scene padded for ``patch_size`` patches."""
+    return tuple(int(n) + int(patch_size) - 1 for n in image_shape)
+
+
+def cube_bytes(image_shape, patch_size, bands):
+    """Bytes of the padded float32 cube every device holds (``SceneCubes``)."""
+    rows, cols = padded_shape(image_shape, patch_size)
+    return rows * cols * int(bands) * np.dtype(np.float32).itemsize
+
+
 def check_cube_fits(image_shape, patch_size, bands, devices, caps):
     """InvalidInput, naming the memory needed, when the padded float32 cube of an
     ``image_shape`` scene of ``bands`` bands does not fit the memory of a device in
     ``devices`` (``caps``: bytes each, None where unknown;
     ``hmp.run.devices.memory_bytes``), each of which holds a copy."""
-    rows, cols = (int(n) + int(patch_size) - 1 for n in image_shape)
-    need = rows * cols * int(bands) * np.dtype(np.float32).itemsize
+    rows, cols = padded_shape(image_shape, patch_size)
+    need = cube_bytes(image_shape, patch_size, bands)
     short = [(device, cap) for device, cap in zip(devices, caps)
              if cap is not None and need > cap]
     if short:
@@ -62,8 +73,7 @@ class SceneCubes:
         self.image_shape = tuple(int(n) for n in image_shape)
         self.patch_size = int(patch_size)
         self.bands = int(bands)
-        rows, cols = self.image_shape
-        self.padded_shape = (rows + patch_size - 1, cols + patch_size - 1, self.bands)
+        self.padded_shape = padded_shape(self.image_shape, patch_size) + (self.bands,)
         # The padded cube, fed once by ``load`` (made in the caller's default graph).
         self._value = tf.placeholder(tf.float32, self.padded_shape, name="scene_cube")
         self._cubes = {}     # memory key -> [padded pixels, bands] variable
