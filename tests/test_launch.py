@@ -274,6 +274,7 @@ def _train_in_background(tmp_path, small_scene):
            and time.monotonic() < deadline):
         time.sleep(0.02)
     assert process.poll() is None, process.communicate()[1][-2000:]
+    assert (tmp_path / "ckpt-3.index").exists(), "no step-3 checkpoint: the run never got going"
     return process, pids
 
 
