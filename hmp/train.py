@@ -390,13 +390,12 @@ def _measured(model_config, spec, devices, session_config, target, model_dir, cl
     return entry, link
 
 
-def _plan(spec, speeds, model_config, devices, session_config, target, model_dir, cluster,
-          recipe):
+def _plan(spec, speeds, model_config, devices, caps, session_config, target, model_dir,
+          cluster, recipe):
     """(the plan made now from ``speeds`` (--speeds's numbers; None: measured on the step
     of ``recipe``, with the link), the device fastest alone at --batch_size as the plan
     priced each alone (``Plan.fastest_alone``)); ``spec``: the model's. Each device's
-    memory (``_memory_caps``) bounds the plan."""
-    caps = _memory_caps(devices)
+    memory (``caps``: ``_memory_caps``) bounds the plan."""
     if len(devices) == 1:   # nothing to split: no profiling
         plan = planning.plan_layout(spec, devices, speeds or [1.0], FLAGS.batch_size,
                                     FLAGS.mesh, caps)
@@ -442,13 +441,12 @@ def _memory_caps(devices):
         return parse_memory_caps(FLAGS.memory_caps, len(devices)) or memory_bytes(devices)
 
 
-def _check_memory(spec, devices):
+def _check_memory(spec, devices, caps):
     """UsageError, before any folder is made, when the model at --batch_size fits no
-    layout of --mesh on ``devices`` within each one's memory (``_memory_caps``): naming
+    layout of --mesh on ``devices`` within each one's memory (``caps``): naming
     --batch_size when fewer samples would fit, else --width, and the memory a device
     alone needs (``planning.memory_bytes``: weights with their gradients and optimizer
     slots, and the activations of the batch)."""
-    caps = _memory_caps(devices)
     if all(cap is None for cap in caps) or _fits(spec, devices, caps, FLAGS.batch_size):
         return
     fewest = 1 if FLAGS.mesh == "auto" else planning.parse_mesh(FLAGS.mesh).batch
@@ -691,13 +689,13 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster, s
     recipe = _recipe(exp)
     with cli.blame("model", "patch_size", "width"):
         spec = model_spec(model_config)
+    caps = _memory_caps(devices)   # found once: bounds the scene, the model and the plan
     with cli.blame(*scene_flags.blamed(), "devices",   # every device holds the scene's cube
                    *(("memory_caps",) if FLAGS.memory_caps else ())):
         scene_input.check_cube_fits(exp.scene.image_shape, FLAGS.patch_size,
-                                    recipe.scene_bands(model_config), devices,
-                                    _memory_caps(devices))
+                                    recipe.scene_bands(model_config), devices, caps)
     if given_plan is None:   # memory before work: before any folder or profiling
-        _check_memory(spec, devices)
+        _check_memory(spec, devices, caps)
     if given_plan is not None:   # the device fastest alone is not known
         with cli.blame("plan"):
             given_plan.check_model(spec, "plan file %s" % FLAGS.plan)
@@ -710,7 +708,7 @@ def _train(model_dir, seed, devices, session_config, target, signals, cluster, s
         runs.save_flags(_model_dir(), _given_flags())
     if given_plan is None:
         with cli.blame("devices", "speeds", "mesh"):
-            plan, fastest = _plan(spec, speeds, model_config, devices, session_config,
+            plan, fastest = _plan(spec, speeds, model_config, devices, caps, session_config,
                                   target, model_dir, cluster, recipe)
     print(plan.explain(), flush=True)
     progress = ProgressLine(log_every=FLAGS.log_every)
