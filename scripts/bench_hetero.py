@@ -57,7 +57,9 @@ run:
    alone, and from ``--trace_steps``
    traced steps (``hmp.run.profiler.busy_times``) each worker's busy time (its
    operations, transfers left out) and its share of the traced step; the rest
-   of the step is that worker's communication and waiting. ``hmp / plain TF``
+   of the step is that worker's communication and waiting; and each step part's busy
+   time on each worker (``hmp.run.profiler.busy_by_part``: input, model, gradient
+   sums, optimizer, metrics, transfers and waiting). ``hmp / plain TF``
    is the throughput ratio on worker 0 alone: the framework's own cost.
 
 The goal for the planned split is efficiency >= 0.9 and a speedup over the even
@@ -98,7 +100,8 @@ from hmp.run import experiment  # noqa: E402
 from hmp.run.from_graph import model_spec  # noqa: E402
 from hmp.run.graph import Placement, TrainingGraph  # noqa: E402
 from hmp.run.linkprobe import platform_specs  # noqa: E402
-from hmp.run.profiler import busy_times, measure_platform, trace_step  # noqa: E402
+from hmp.run.profiler import (INPUT, MODEL, STEP_PARTS, busy_by_part,  # noqa: E402
+                              busy_times, measure_platform, step_parts, trace_step)
 from hmp.layers import BATCH_STATISTICS  # noqa: E402
 from hmp.run.rebalance import replan  # noqa: E402
 from models import MODEL_NAMES, model_config, recipe  # noqa: E402
@@ -206,6 +209,11 @@ class Run:
     feed: dict
     times: list = dataclasses.field(default_factory=list)   # seconds per step, per repeat
 
+    @functools.cached_property
+    def parts(self):
+        """The step's parts (``hmp.run.profiler.step_parts``) of this run's graph."""
+        return step_parts(self.session.graph)
+
     def seconds_per_step(self, steps):
         start = time.perf_counter()
         for _ in range(steps):
@@ -213,10 +221,13 @@ class Run:
         return (time.perf_counter() - start) / steps
 
     def traced(self):
-        """One traced step: (its wall seconds, each worker's busy seconds)."""
+        """One traced step: (its wall seconds, each worker's busy seconds, each step
+        part's busy seconds on each worker)."""
         _, metadata, wall = trace_step(self.session, self.train_op, self.feed)
         tasks = ["/job:%s/task:%d" % (JOB, task) for task in range(WORKERS)]
-        return wall, busy_times(metadata, tasks, wall)   # a task: all its devices, one thread
+        # a task: all its devices, one thread
+        return (wall, busy_times(metadata, tasks, wall),
+                busy_by_part(metadata, tasks, self.parts))
 
 
 def warmed(run):
@@ -377,14 +388,17 @@ def time_interleaved(runs):
 
 
 def trace_interleaved(runs):
-    """Per run: the median wall time of ``--trace_steps`` traced steps and the
-    median busy seconds of each worker (traced steps interleaved like the timed ones)."""
+    """Per run: the median wall time of ``--trace_steps`` traced steps, the median busy
+    seconds of each worker and of each step part on each worker (traced steps
+    interleaved like the timed ones)."""
     traces = {run.name: [] for run in runs}
     for _ in range(FLAGS.trace_steps):
         for run in runs:
             traces[run.name].append(run.traced())
-    return {name: (statistics.median(wall for wall, _ in t),
-                   [statistics.median(b[w] for _, b in t) for w in range(WORKERS)])
+    return {name: (statistics.median(wall for wall, _, _ in t),
+                   [statistics.median(b[w] for _, b, _ in t) for w in range(WORKERS)],
+                   {part: [statistics.median(p[part][w] for _, _, p in t)
+                           for w in range(WORKERS)] for part in STEP_PARTS})
             for name, t in traces.items()}
 
 
@@ -397,7 +411,7 @@ def config_result(run, trace, ideal, even_s, fastest_alone_s, alone_busy):
     communication and waiting.
     """
     step = statistics.median(run.times)
-    traced_s, busy = trace
+    traced_s, busy, by_part = trace
     return {"layout": run.description, "step_s": step, "step_s_min": min(run.times),
             "step_s_max": max(run.times), "step_s_repeats": run.times,
             "samples_per_s": FLAGS.batch_size / step, "efficiency": ideal.efficiency(step),
@@ -406,7 +420,7 @@ def config_result(run, trace, ideal, even_s, fastest_alone_s, alone_busy):
             "traced_step_s": traced_s, "busy_s": busy,
             "busy_share": [b / traced_s for b in busy], "load": run.load,
             "expected_busy_s": [l * a for l, a in zip(run.load, alone_busy)],
-            "wait_s": [traced_s - b for b in busy]}
+            "wait_s": [traced_s - b for b in busy], "busy_by_part_s": by_part}
 
 
 def benchmark_model(name, exp, batch, workers):
@@ -536,7 +550,28 @@ def where_the_time_goes(configs):
                 "w%d %3.0f%% busy %6s (%6s) comm+wait %6s" % (
                     w, 100 * c["load"][w], ms(c["busy_s"][w]), ms(c["expected_busy_s"][w]),
                     ms(c["wait_s"][w])) for w in range(WORKERS)))
-    return lines
+    return lines + step_parts_table(configs)
+
+
+def step_parts_table(configs):
+    """Per configuration that runs on both workers, and each worker alone: each step
+    part's busy ms on each worker (``hmp.run.profiler.busy_by_part``); the input's and
+    the model's next to that share of the worker's own alone (they scale with the
+    share, the rest does not)."""
+    rows = [["configuration", "worker", "traced ms"] + list(STEP_PARTS)]
+    for name, c in configs.items():
+        for w in range(WORKERS):
+            split = min(c["load"]) > 0
+            if not (split or c["load"][w] == 1):
+                continue
+            alone = configs["worker %d alone" % w]["busy_by_part_s"]
+            rows.append([name, "w%d" % w, ms(c["traced_step_s"])] + [
+                "%s (%s)" % (ms(c["busy_by_part_s"][part][w]),
+                             ms(c["load"][w] * alone[part][w]))
+                if split and part in (INPUT, MODEL) else ms(c["busy_by_part_s"][part][w])
+                for part in STEP_PARTS])
+    return ["the step's parts (traced, busy ms per worker; input and model: (that share "
+            "of the worker's alone)):"] + ["  " + line for line in aligned_columns(rows)]
 
 
 def verdict(met, short_by, unit=""):

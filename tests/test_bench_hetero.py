@@ -10,6 +10,7 @@ import pytest
 
 from cli_batch import run_batch_with_out
 from hmp.run.graph import build_model_graph, imported
+from hmp.run.profiler import MODEL, STEP_PARTS, TRANSFERS
 from models import model_config
 from script_modules import import_script
 
@@ -104,10 +105,17 @@ def test_a_tiny_run_writes_every_figure(runs):
         # takes the feed, so it is never quite idle)
         assert (c["busy_s"][1] > 0) == (c["load"][1] > 0), name
         assert c["busy_s"][0] > 0 or c["load"][0] == 0, name
+        # each part within the worker's busy time; the model busy where it has work
+        parts = c["busy_by_part_s"]
+        assert list(parts) == list(STEP_PARTS), name
+        for w in (0, 1):
+            assert max(parts[p][w] for p in STEP_PARTS if p != TRANSFERS) <= c["busy_s"][w]
+            assert parts[MODEL][w] > 0 or c["load"][w] == 0, name
     assert configs["even"]["speedup_over_even"] == 1.0
     for c in configs.values():
         assert c["speedup_over_fastest_alone"] == pytest.approx(min(alone) / c["step_s"])
     assert "planned: efficiency" in run.stdout and "hmp / plain TF" in run.stdout
+    assert "the step's parts" in run.stdout
     assert "auto: efficiency" in run.stdout and result["goals"]["auto"]["baseline"] == "data even"
     check = result["cost_model"]
     profiled = [s["flops_per_s"] for s in result["profiled_speeds"]]

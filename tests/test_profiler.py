@@ -179,6 +179,45 @@ def test_busy_times_of_a_traced_step_cover_every_device_of_the_mesh():
     assert len(busy) == 2 and all(b > 0 for b in busy)
 
 
+def test_busy_by_part_unites_each_parts_ops():
+    metadata = tf.RunMetadata()
+    cpu0 = metadata.step_stats.dev_stats.add(device="/job:localhost/replica:0/task:0/device:CPU:0")
+    add_node(cpu0, "conv/Conv2D = Conv2D(x, w)", 0, 10000)  # model [0, 10] us
+    add_node(cpu0, "conv_1/BiasAdd = BiasAdd(x, w)", 5000, 10000)  # model, overlaps: [0, 15]
+    add_node(cpu0, "gradient_sums/concat = ConcatV2(a, b)", 15000, 2000)
+    add_node(cpu0, "adam_update_3/Apply = ResourceApplyAdam(v)", 17000, 3000)
+    # A node grappler derived from an op keeps its operation's first scope.
+    add_node(cpu0, "adam_update_3/Apply/_12__cf__13 = Const()", 20000, 1000)
+    add_node(cpu0, "cut_patches_1/Gather = GatherV2(c, i)", 0, 1000)
+    add_node(cpu0, "gradient_sums/r = _Recv()", 21000, 9000)  # a transfer: its own part
+    parts = {"gradient_sums": profiler.EXCHANGE, "adam_update_3": profiler.OPTIMIZER,
+             "cut_patches_1": profiler.INPUT}
+    found = profiler.busy_by_part(metadata, ["/cpu:0"], parts)
+    assert list(found) == list(profiler.STEP_PARTS)
+    expected = {profiler.INPUT: 1e-6, profiler.MODEL: 15e-6, profiler.EXCHANGE: 2e-6,
+                profiler.OPTIMIZER: 4e-6, profiler.METRICS: 0.0, profiler.TRANSFERS: 9e-6}
+    assert {part: busy for part, (busy,) in found.items()} == pytest.approx(expected)
+
+
+def test_step_parts_name_what_wraps_the_model():
+    """On a batch split with Adam, the parts are the graph's: the bucketed all-reduce,
+    every update after the ordered step's barrier, the cut patches, the metric sums;
+    the layers (forward and backward) are the model's."""
+    batch = random_batch(TINY, 8)
+    graph = TrainingGraph(TINY, Placement("batch:2", "batch:batch", ("/cpu:0", "/cpu:1"),
+                                          {"batch": [5, 3]}), 8, batch.image_shape)
+    parts = profiler.step_parts(graph.tf_graph)
+    operations = {op.name.split("/")[0] for op in graph.tf_graph.get_operations()}
+    updates = {o for o in operations if o.startswith("adam_update")}
+    assert len(updates) == len(graph.mtf_graph.trainable_variables)
+    assert {parts[o] for o in updates | {"all_gradients"}} == {profiler.OPTIMIZER}
+    assert parts["gradient_sums"] == profiler.EXCHANGE
+    assert parts["cut_patches"] == profiler.INPUT
+    assert {parts[o] for o in operations if o.startswith("metric_sums")} == {profiler.METRICS}
+    layers = {o for o in operations if o.startswith(("block", "hidden", "logits"))}
+    assert layers and not layers & set(parts)
+
+
 @pytest.mark.parametrize("batch, step, small, small_step", [
     (512, 0.116, 128, 0.050), (256, 0.0346, 64, 0.0121), (8, 0.9, 2, 0.3)])
 def test_affine_fit_is_the_line_through_both_steps(batch, step, small, small_step):

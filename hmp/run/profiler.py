@@ -460,16 +460,22 @@ def run_traced(session, fetches, feed, devices):
     return values, busy_times(metadata, devices, seconds)
 
 
-def _records(run_metadata, devices):
+def _computes(node_stats):
+    """Whether a traced op computes (is no transfer: see ``_records``)."""
+    return _op_type(node_stats) not in TRANSFER_OPS and node_stats.node_name != SERVED_TENSOR
+
+
+def _records(run_metadata, devices, keep=_computes):
     """``(executor, kernels, launching)``: for each mesh device, the (start, end)
     nanoseconds of the ops its executors ran, and of the kernels a GPU tracer recorded
     on it, and whether an executor of a device other than a CPU (a GPU's: it launches
-    kernels) ran its ops.
+    kernels) ran its ops; only the ops (``NodeExecStats``) that ``keep`` accepts.
 
     A statistics device belongs to the most specific mesh device that matches every
     field that one names (``_matches``); statistics of devices outside the mesh are
-    ignored. Transfers are left out: their interval includes waiting for another
-    device; so does a task serving a tensor to another task over gRPC."""
+    ignored. By default (``_computes``) transfers are left out: their interval includes
+    waiting for another device; so does a task serving a tensor to another task over
+    gRPC."""
     mesh_specs = [tf.DeviceSpec.from_string(d) for d in devices]
     executor, kernels = [[] for _ in devices], [[] for _ in devices]
     launching = [False] * len(devices)
@@ -482,7 +488,7 @@ def _records(run_metadata, devices):
         found = executor[owner] if recorder == "" else kernels[owner]
         launches = recorder == "" and (stats_spec.device_type or "").upper() != "CPU"
         for node in dev_stats.node_stats:
-            if _op_type(node) in TRANSFER_OPS or node.node_name == SERVED_TENSOR:
+            if not keep(node):
                 continue
             start = node.all_start_nanos or 1000 * node.all_start_micros
             length = node.all_end_rel_nanos or 1000 * node.all_end_rel_micros
@@ -523,3 +529,71 @@ def busy_times(run_metadata, devices, step_seconds):
     executor, kernels, launching = _records(run_metadata, devices)
     return [step_seconds if launched and not k else _union_length(ops + k) / 1e9
             for ops, k, launched in zip(executor, kernels, launching)]
+
+
+# The parts of a training step (``step_parts``), in the order they are reported.
+INPUT, MODEL, EXCHANGE, OPTIMIZER, METRICS, TRANSFERS = (
+    "input", "model", "gradient sums", "optimizer", "metrics", "transfers + waiting")
+STEP_PARTS = (INPUT, MODEL, EXCHANGE, OPTIMIZER, METRICS, TRANSFERS)
+# The mtf operations (and placeholders) of the input: patches cut from the scene on the
+# device, the in-graph PCA projection, the augmentation's draws and transforms.
+_INPUT_OPS = ("scene_cube", "pixel_indices", "labels", "training", "symmetry",
+              "cut_patches", "pca_projection", "symmetry_draw", "test_symmetry",
+              "shift_draw", "gain_draw", "field_look", "brightness_draw", "spectral_noise")
+_UNIQUE_SUFFIX = re.compile(r"_\d+$")
+
+
+def _operation_of(name):
+    """The mtf operation a TensorFlow op (or a traced node, ``name:Type`` or a name
+    grappler derived from the op's) was lowered from: its first name scope."""
+    return name.partition(":")[0].split("/")[0]
+
+
+def step_parts(tf_graph):
+    """``{mtf operation: part}`` of a ``TrainingGraph``'s ops (``_operation_of``):
+    ``INPUT`` (``_INPUT_OPS``), ``EXCHANGE`` (the bucketed gradient all-reduce,
+    ``gradient_sums``), ``OPTIMIZER`` (everything that runs after the ordered step's
+    barrier ``all_gradients``: the updates, the global step), ``METRICS`` (the loss and
+    accuracy sums); every other op is the ``MODEL``'s forward or backward pass."""
+    parts = {}
+    after_barrier = [op for op in tf_graph.get_operations()
+                     if _operation_of(op.name) == "all_gradients"]
+    seen = set()
+    while after_barrier:
+        op = after_barrier.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        parts[_operation_of(op.name)] = OPTIMIZER
+        after_barrier.extend(c for t in op.outputs for c in t.consumers())
+        after_barrier.extend(op._control_outputs)
+    for op in tf_graph.get_operations():
+        operation = _operation_of(op.name)
+        plain = _UNIQUE_SUFFIX.sub("", operation)
+        if plain in _INPUT_OPS:
+            parts[operation] = INPUT
+        elif plain == "gradient_sums":
+            parts[operation] = EXCHANGE
+        elif plain == "metric_sums":
+            parts[operation] = METRICS
+    return parts
+
+
+def busy_by_part(run_metadata, devices, parts):
+    """``{part: [busy seconds of each of devices]}`` of one traced step, for each of
+    ``STEP_PARTS``: the union of the intervals of that part's ops (``parts``:
+    ``step_parts``; ops of no part are the model's), as ``busy_times`` counts them on a
+    CPU. Parts may run at the same time on one device, so they may add up to more than
+    its busy time. ``TRANSFERS`` is the union of the sends and receives, which includes
+    waiting for the other devices."""
+    def part_of(node):
+        if not _computes(node):
+            return TRANSFERS
+        return parts.get(_operation_of(node.node_name), MODEL)
+
+    found = {}
+    for part in STEP_PARTS:
+        executor, kernels, _ = _records(run_metadata, devices,
+                                        lambda node, part=part: part_of(node) == part)
+        found[part] = [_union_length(e + k) / 1e9 for e, k in zip(executor, kernels)]
+    return found
