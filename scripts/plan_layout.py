@@ -9,7 +9,10 @@
 plans with the measured figures (and the link of ``--platform`` where it gives one;
 its memory figures and hosts stay too), so ``--mesh=auto`` weighs communication; when
 ``--mesh`` may split the model (``auto``, ``model:N``), also each device's op-size
-figures (``hmp.run.calibration``). The plan's model name holds the model
+figures (``hmp.run.calibration``). ``--precision`` and ``--batch_norm`` are the run's
+(``hmp.train``'s flags of those names): 16-bit activations halve the activations'
+memory and hand-overs, and sync batch norm adds a barrier per layer, and the cost model
+prices both (docs/costmodel.md). The plan's model name holds the model
 and its input shape, so ``Plan.from_json`` refuses it for another model or input. Every bad flag value ends the run with one
 line ``plan_layout: error: ...`` on stderr and exit code 2.
 """
@@ -27,6 +30,7 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 
 import models  # noqa: E402
 from hmp.data import check_patch_size  # noqa: E402
+from hmp.layers import BATCH_STATISTICS  # noqa: E402
 from hmp.planning import (DeviceSpec, check_mesh_size, check_speeds,  # noqa: E402
                           load_platform, parse_mesh, plan_layout, splits_the_model)
 from hmp.run.calibration import describe  # noqa: E402
@@ -34,6 +38,7 @@ from hmp.run.devices import (LOCAL_JOBS, check_device_string,  # noqa: E402
                              parse_memory_caps, virtual_cpus)
 from hmp.run.linkprobe import platform_specs  # noqa: E402
 from hmp.run.from_graph import model_spec  # noqa: E402
+from hmp.run.graph import PRECISIONS  # noqa: E402
 from hmp.run.profiler import measure_platform  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -44,6 +49,10 @@ flags.DEFINE_integer("patch_size", 9, "Spatial patch size (odd, pixels per side)
 flags.DEFINE_integer("bands", 200, "Spectral bands (or PCA components) per pixel.",
                      lower_bound=1)
 flags.DEFINE_integer("classes", 16, "Number of classes.", lower_bound=2)
+flags.DEFINE_enum("precision", "float32", list(PRECISIONS), "What the model computes in "
+                  "(as hmp.train --precision).")
+flags.DEFINE_enum("batch_norm", "sync", BATCH_STATISTICS, "Batch norm's training "
+                  "statistics (as hmp.train --batch_norm).")
 flags.DEFINE_string("devices", "/cpu:0,/cpu:1,/cpu:2",
                     "Comma list of TensorFlow devices, one per mesh position (row-major).")
 flags.DEFINE_string("speeds", "auto", '"auto" (measure them) or one number per device: '
@@ -165,7 +174,7 @@ def run():
         caps = parse_memory_caps(FLAGS.memory_caps, len(devices))
     check_mesh(FLAGS.mesh, len(devices))
     config = models.model_config(FLAGS.model, FLAGS.patch_size, FLAGS.bands, FLAGS.classes,
-                                 FLAGS.width)
+                                 FLAGS.width, FLAGS.batch_norm, FLAGS.precision)
     with cli.blame("model", "patch_size", "bands", "width", also=(ValueError,)):
         spec = model_spec(config)
     if speeds == "auto":

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from cli_batch import Run, run_batch_with_out
-from hmp.planning import Plan
+from hmp.planning import Plan, plan_layout
 from hmp.run.from_graph import model_spec
 from models import model_config
 from script_modules import SCRIPTS
@@ -40,6 +40,8 @@ def runs(tmp_path_factory):
                   "--repeats=2", "--mesh=batch:2"],
          "platform_auto": [*TINY, "--speeds=auto", f"--platform={platform}", "--warmup=1",
                            "--repeats=2", "--mesh=auto"],
+         "bfloat16": [*TINY, "--speeds=3,2,1", "--mesh=model:3", "--precision=mixed_bfloat16",
+                      "--batch_norm=local"],
          "caps": [*TINY, "--speeds=3,2,1", "--mesh=model:3",
                   "--memory_caps=.5GB,512MiB,1e9"],
          "bad_caps": [*TINY, "--speeds=3,2,1", "--memory_caps=1.2.3,1GB,1GB"],
@@ -61,6 +63,24 @@ def test_given_speeds_give_a_plan_file(runs):
     assert plan["batch_size"] == 12
     assert f"Plan for model '{plan['model']}'" in run.stdout and f"wrote {out}" in run.stdout
     Plan.from_json(out, model_spec=model_spec(model_config("cnn2d", 5, 8, 4, width=4)))
+
+
+def test_the_plan_is_priced_at_the_runs_precision_and_batch_norm(runs):
+    """16-bit activations: the plan's memory is the cost model's for that model, below
+    float32's; local batch norm: no barrier of a norm layer in the spec it was made for."""
+    plans = {}
+    for name in ("given", "bfloat16"):
+        run, out = runs[name]
+        assert run.returncode == 0, run.stderr
+        plans[name] = json.loads(out.read_text())
+    spec = model_spec(model_config("cnn2d", 5, 8, 4, width=4, batch_norm="local",
+                                   precision="mixed_bfloat16"))
+    assert spec.activation_bytes == 2 and spec.norm_layers == 0
+    expected = plan_layout(spec, ["/cpu:0", "/cpu:1", "/cpu:2"], [3, 2, 1], 12, "model:3")
+    assert plans["bfloat16"]["prediction"]["memory"] == pytest.approx(
+        expected.prediction.memory)
+    assert all(b < f for b, f in zip(plans["bfloat16"]["prediction"]["memory"],
+                                     plans["given"]["prediction"]["memory"]))
 
 
 def test_a_bad_flag_is_one_line_and_exit_code_2(runs):
