@@ -1,21 +1,24 @@
 """hmp: heterogeneous model- and data-parallel CNN training on Mesh-TensorFlow.
 
 The package's face is lazy: ``import hmp.data`` or ``import hmp.planning``
-loads no TensorFlow. The engine's names below, and submodules such as
-``hmp.layers``, load on first use; any of them makes ``import
+loads no TensorFlow. The engine's names below, training from Python
+(``hmp.fit``, ``hmp.Settings``: ``hmp.run.fit``, ``hmp.run.settings``) and
+submodules such as ``hmp.layers`` load on first use; any of them makes ``import
 mesh_tensorflow`` work on current TensorFlow (``hmp.compat``).
 """
 
 import importlib
 
 _NAMES = {"HeteroLowering": "hmp.mesh.lowering", "HeteroMeshImpl": "hmp.mesh.mesh_impl",
-          "UnevenSplitError": "hmp.mesh.mesh_impl", "train_step": "hmp.mesh.train_step"}
+          "UnevenSplitError": "hmp.mesh.mesh_impl", "train_step": "hmp.mesh.train_step",
+          # training from Python: hmp.fit(hmp.Settings.of(...), models.get_model)
+          "fit": "hmp.run.fit", "Fitted": "hmp.run.fit", "Settings": "hmp.run.settings"}
 
 # Engine modules models use as ``from hmp import layers, ops`` (they live in hmp.mesh).
 _SUBMODULES = {"ops": "hmp.mesh.ops", "optimizers": "hmp.mesh.optimizers"}
 
-__all__ = ["HeteroLowering", "HeteroMeshImpl", "UnevenSplitError", "layers",
-           "ops", "optimizers", "train_step"]
+__all__ = ["Fitted", "HeteroLowering", "HeteroMeshImpl", "Settings", "UnevenSplitError",
+           "fit", "layers", "ops", "optimizers", "train_step"]
 
 
 def __getattr__(name):

@@ -69,21 +69,24 @@ def import_tensorflow_quietly():
 
 
 @contextlib.contextmanager
-def blame(*flag_names, also=()):
+def blame(*flag_names, also=(), values=None):
     """Re-raises an InvalidInput from the block as a UsageError naming the flags.
 
     ``also``: further exception classes to treat so, e.g. ``(OSError,)`` around
     reading the files the flags name. Any other exception passes unchanged: a
     bug (a ValueError of a custom model, say) is no fault of the flags.
+    ``values``: {flag name: value} to name (a run's ``hmp.run.settings.Settings``);
+    None: the parsed flags'.
     """
     try:
         yield
     except UsageError:
         raise
     except (InvalidInput, *also) as error:
-        values = ", ".join("--%s=%s" % (name, _as_given(flags.FLAGS[name].value))
-                           for name in flag_names)
-        raise UsageError("%s: %s" % (values, error)) from error
+        given = values if values is not None else {
+            name: flags.FLAGS[name].value for name in flag_names}
+        named = ", ".join("--%s=%s" % (name, _as_given(given[name])) for name in flag_names)
+        raise UsageError("%s: %s" % (named, error)) from error
 
 
 def _as_given(value):

@@ -10,6 +10,7 @@ import importlib
 
 from hmp.errors import InvalidInput
 from hmp.run.graph import ModelConfig
+from hmp.run.settings import model_recipe
 
 MODEL_NAMES = ("cnn2d", "cnn3d", "hybrid", "hybridsn", "spectral", "ssrn")
 
@@ -35,7 +36,7 @@ def get_model(name):
 def recipe(name):
     """Model ``name``'s own defaults of ``hmp.train`` flags: its ``RECIPE`` dict (flag
     name: value, e.g. ``{"pca": 45}``), or {} if it has none."""
-    return dict(getattr(get_model(name), "RECIPE", {}))
+    return model_recipe(get_model(name))
 
 
 def model_config(name, patch, bands, n_classes, width=0, batch_norm="sync",

@@ -30,6 +30,7 @@ from baseline_scores import score_run, sklearn_classifiers
 from hmp import cli, data, files
 from hmp.evaluation import report
 from hmp.run import experiment, scene_flags
+from hmp.run.settings import Settings
 
 flags.adopt_module_key_flags(scene_flags)
 flags.DEFINE_string("model_dir", None, "A training run's folder: use the split and data "
@@ -59,8 +60,19 @@ def _planned_runs():
             return _saved_runs(FLAGS.model_dir)
     if FLAGS.runs < 1:
         raise cli.UsageError("--runs=%d: must be at least 1" % FLAGS.runs)
-    scene_flags.check()
-    return [(scene_flags.data_config(FLAGS.seed + i), None) for i in range(FLAGS.runs)]
+    scene = _scene()
+    scene.check_data()
+    # --pca as the flag holds it; no pixels held out to validate
+    data_config = dataclasses.replace(scene.data, pca=scene.flag_value("pca"),
+                                      val_fraction=experiment.DataConfig.val_fraction)
+    return [(dataclasses.replace(data_config, seed=FLAGS.seed + i), None)
+            for i in range(FLAGS.runs)]
+
+
+def _scene():
+    """The scene and split flags given, as a :class:`hmp.run.settings.Settings`."""
+    return Settings.of(**{name: FLAGS[name].value for name in scene_flags.NAMES
+                          if FLAGS[name].present})
 
 
 def table(summary):
@@ -95,7 +107,7 @@ def main(argv):
     for number, (config, split) in enumerate(planned, 1):
         print("run %d/%d: %s, seed %d ..." % (number, len(planned), config.dataset,
                                                config.seed), flush=True)
-        with cli.blame(*(("model_dir",) if FLAGS.model_dir else scene_flags.blamed()),
+        with cli.blame(*(("model_dir",) if FLAGS.model_dir else _scene().scene_flags()),
                        also=(OSError,)):
             exp = experiment.prepare(config, split)
         leakage = data.split_leakage(exp.split, config.patch_size)

@@ -35,14 +35,14 @@ from hmp.run.augment import symmetry_probabilities
 from hmp.run.graph import Placement, ModelConfig, build_logits_graph
 from hmp.run.progress import rate_and_eta
 from hmp.run.scene_input import SceneCubes, patches_around
+from hmp.run.settings import FLAG_FIELDS
 from hmp.run.trainer import BestEpoch
 
 mtf = import_mesh_tensorflow()
 
-# The training flags that name the scene (hmp.train's), as DataConfig fields.
-DATA_FLAGS = {"dataset": "dataset", "data_dir": "data_dir", "labels": "labels_path",
-              "cube_key": "cube_key", "labels_key": "labels_key",
-              "synthetic_layout": "synthetic_layout", "seed": "seed"}
+# The training flags that name the scene (hmp.train's): {flag: its DataConfig field}.
+DATA_FLAGS = {name: FLAG_FIELDS[name][1] for name in (
+    "dataset", "data_dir", "labels", "cube_key", "labels_key", "synthetic_layout", "seed")}
 
 
 @dataclasses.dataclass

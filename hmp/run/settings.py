@@ -1,0 +1,341 @@
+"""What a training run is asked to do: one frozen value, grouped by what it decides.
+
+``python -m hmp.train`` builds a :class:`Settings` once from its flags
+(``hmp.train.settings_from_flags``); Python code builds one directly, e.g.
+``Settings.of(model="cnn2d", epochs=5)`` (keywords: hmp.train's flag names) or
+``Settings(data=..., recipe=RecipeSettings(epochs=5))``, and hands it to
+``hmp.fit``. The defaults here are the flags' defaults (the flags take them
+from here). :meth:`Settings.check` refuses values with the one-line messages
+of the command line (naming the flag), as :class:`hmp.cli.UsageError`, an
+:class:`hmp.errors.InvalidInput`.
+
+Loads no TensorFlow: the data side is :class:`hmp.run.experiment.DataConfig`;
+the checks that need TensorFlow's names (optimizers, schedules, precisions)
+import them when they run.
+"""
+
+import dataclasses
+import os
+
+from hmp import cli
+from hmp.data import check_patch_size, is_cube_file
+from hmp.data.loaders import SYNTHETIC
+from hmp.data.splits import check_train_fraction
+from hmp.data.synthetic import GENERATED_LAYOUT, KINDS, LAYOUTS
+from hmp.errors import InvalidInput, whole_number
+from hmp.planning import parse_mesh
+from hmp.run.experiment import SPLITS, DataConfig
+from hmp.run.progress import DEFAULT_LOG_EVERY_S
+
+AUTO = "auto"   # --spectral_shift and --spectral_gain measured on the scene
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSettings:
+    """The model (``name``: one of the application's registry, ``models``, or a module
+    path) and how it computes."""
+
+    name: str = "hybridsn"
+    width: int = 0   # filters of its first layer; 0: the model's default
+    batch_norm: str = "sync"   # hmp.layers.BATCH_STATISTICS
+    precision: str = "float32"   # hmp.run.graph.PRECISIONS
+
+
+@dataclasses.dataclass(frozen=True)
+class RecipeSettings:
+    """How the model is trained and scored: batch, epochs, optimizer, schedule,
+    augmentation, loss weights, test-time augmentation."""
+
+    batch_size: int = 32
+    epochs: int = 60
+    optimizer: str = "adam"
+    learning_rate: float = 1e-3
+    patience: int = 15
+    schedule: str = "cosine"
+    warmup_epochs: float = 1.0
+    weight_decay: float = None   # None: the optimizer's default
+    augment: bool = True
+    brightness: float = 0.1
+    noise: float = 0.0
+    spectral_shift: str = AUTO   # a number as text, or auto
+    spectral_gain: str = AUTO
+    pca_in_graph: bool = True
+    tta: bool = True
+    class_balanced: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacementSettings:
+    """Where the run trains: devices, their speeds, the mesh or plan, memory, workers,
+    and re-planning while it trains."""
+
+    devices: str = None   # comma-separated; None: this machine's (or the cluster's)
+    speeds: str = "auto"
+    mesh: str = "auto"
+    plan: str = None   # a plan JSON file
+    rebalance: str = "off"
+    try_alone: bool = True
+    rebalance_threshold: float = 0.1
+    cluster: str = None
+    cluster_timeout: float = 60.0
+    local_workers: str = None
+    port_base: int = 8888   # hmp.cluster.sources.DEFAULT_PORT_BASE (checked by a test)
+    memory_caps: str = ""
+    deterministic: bool = False
+    simulate_slowdown: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFolderSettings:
+    """Where the run writes, whether it continues or replaces a run there, how often
+    it checkpoints and logs, and how many seeds it trains."""
+
+    model_dir: str = None   # None: runs/<dataset>-<model>
+    resume: bool = False
+    overwrite: bool = False
+    checkpoint_every: int = 0
+    runs: int = 1
+    log_every: float = DEFAULT_LOG_EVERY_S
+
+
+# hmp.train's data defaults: the model's own --pca (None), a tenth to validate.
+TRAIN_DATA = DataConfig(pca=None, val_fraction=0.1)
+
+# Every flag of hmp.train (in results.json's order): (group, field).
+FLAG_FIELDS = {
+    "model": ("model", "name"), "width": ("model", "width"),
+    "batch_norm": ("model", "batch_norm"), "precision": ("model", "precision"),
+    "devices": ("placement", "devices"), "speeds": ("placement", "speeds"),
+    "mesh": ("placement", "mesh"), "plan": ("placement", "plan"),
+    **{name: ("recipe", name) for name in ("batch_size", "epochs", "optimizer",
+                                           "learning_rate")},
+    "runs": ("folder", "runs"), "val_fraction": ("data", "val_fraction"),
+    **{name: ("recipe", name) for name in (
+        "patience", "schedule", "warmup_epochs", "weight_decay", "augment", "brightness",
+        "noise", "spectral_shift", "spectral_gain", "pca_in_graph", "tta",
+        "class_balanced")},
+    **{name: ("folder", name) for name in ("model_dir", "resume", "overwrite",
+                                           "checkpoint_every")},
+    **{name: ("placement", name) for name in (
+        "rebalance", "try_alone", "rebalance_threshold", "cluster", "cluster_timeout",
+        "local_workers", "port_base")},
+    "log_every": ("folder", "log_every"),
+    **{name: ("placement", name) for name in ("memory_caps", "deterministic",
+                                              "simulate_slowdown")},
+    # the scene and split (hmp.run.scene_flags)
+    "dataset": ("data", "dataset"), "labels": ("data", "labels_path"),
+    **{name: ("data", name) for name in (
+        "cube_key", "labels_key", "data_dir", "synthetic_layout", "synthetic_kind",
+        "train_fraction", "train_per_class", "split", "train_set", "test_set",
+        "patch_size", "pca", "seed")},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything a run of ``hmp.train`` is asked: data (the scene, split, patches and
+    the first seed), model, recipe, placement and run folder.
+
+    ``given``: the flags named explicitly (the command line's, or
+    :meth:`of`'s keywords). A setting counts as chosen when given or not at
+    its default (:meth:`chosen`): e.g. ``--synthetic_layout`` given for a
+    scene file is refused even at its default value, and ``flags.txt`` lists
+    the chosen flags.
+    """
+
+    data: DataConfig = TRAIN_DATA
+    model: ModelSettings = ModelSettings()
+    recipe: RecipeSettings = RecipeSettings()
+    placement: PlacementSettings = PlacementSettings()
+    folder: RunFolderSettings = RunFolderSettings()
+    given: frozenset = frozenset()
+
+    @classmethod
+    def of(cls, **values):
+        """The default settings with ``values`` (hmp.train's flag names, e.g.
+        ``epochs=5``) set and given."""
+        return cls().replace(**values)
+
+    def replace(self, **values):
+        """These settings with ``values`` (flag names) set and given."""
+        unknown = sorted(set(values) - set(FLAG_FIELDS))
+        if unknown:
+            raise InvalidInput("%s: not a setting; allowed: hmp.train's flag names (%s)"
+                               % (", ".join(unknown), ", ".join(FLAG_FIELDS)))
+        groups = {}
+        for name, value in values.items():
+            group, field = FLAG_FIELDS[name]
+            groups.setdefault(group, {})[field] = value
+        return dataclasses.replace(self, given=self.given | set(values), **{
+            group: dataclasses.replace(getattr(self, group), **fields)
+            for group, fields in groups.items()})
+
+    def value(self, name):
+        """Flag ``name``'s setting."""
+        group, field = FLAG_FIELDS[name]
+        return getattr(getattr(self, group), field)
+
+    def flag_value(self, name):
+        """Flag ``name``'s value as the flag holds it (--pca: 0 when the model's
+        default applies)."""
+        value = self.value(name)
+        return DataConfig.pca if name == "pca" and value is None else value
+
+    def flag_values(self):
+        """{flag name: value as the flag holds it}, in results.json's order."""
+        return {name: self.flag_value(name) for name in FLAG_FIELDS}
+
+    def chosen(self, name):
+        """Whether flag ``name`` was given, or is set to other than its default."""
+        return name in self.given or self.value(name) != DEFAULT.value(name)
+
+    def flag_lines(self):
+        """``--name=value`` of every chosen flag but --resume and --overwrite (as absl
+        serialises them): the lines of ``flags.txt`` that start the run again."""
+        return [_serialise(name, self.value(name)) for name in FLAG_FIELDS
+                if self.chosen(name) and name not in ("resume", "overwrite")]
+
+    def blame(self, *names, also=()):
+        """:func:`hmp.cli.blame` naming these settings' values of the flags ``names``."""
+        return cli.blame(*names, also=also, values=self.flag_values())
+
+    @property
+    def model_dir(self):
+        """--model_dir or its default (runs/<dataset>-<model>)."""
+        return self.folder.model_dir or os.path.join("runs", "%s-%s" % (
+            os.path.basename(self.data.dataset).split(".")[0], self.model.name))
+
+    @property
+    def seeds(self):
+        """The seed of each run (--seed, --seed+1, ... : --runs of them)."""
+        return [self.data.seed + i for i in range(self.folder.runs)]
+
+    def check(self, get_model):
+        """Raises a one-line :class:`hmp.cli.UsageError` (naming the flag, its value and
+        what is allowed) for a value not allowed; ``get_model``: the application's
+        model lookup (``models.get_model``)."""
+        # imported here: these names load TensorFlow  # pylint: disable=import-outside-toplevel
+        from hmp.layers import BATCH_STATISTICS
+        from hmp.mesh.optimizers import OPTIMIZERS, SCHEDULES
+        from hmp.run.graph import PRECISIONS
+        self.check_data()
+        with self.blame("model"):
+            get_model(self.model.name)
+        for name, allowed in (("batch_norm", BATCH_STATISTICS), ("precision", PRECISIONS),
+                              ("optimizer", OPTIMIZERS)):
+            if self.value(name) not in allowed:
+                raise cli.UsageError("--%s=%s: choose one of %s"
+                                     % (name, self.value(name), ", ".join(allowed)))
+        if self.placement.rebalance not in ("off", "epoch"):
+            raise cli.UsageError("--rebalance=%s: choose off or epoch"
+                                 % self.placement.rebalance)
+        if self.placement.mesh != AUTO:
+            with self.blame("mesh"):
+                parse_mesh(self.placement.mesh)
+        for name, minimum in (("batch_size", 1), ("epochs", 1), ("runs", 1), ("width", 0),
+                              ("checkpoint_every", 0)):
+            with self.blame(name):
+                whole_number(self.value(name), name, minimum=minimum)
+        if not self.recipe.learning_rate > 0:
+            raise cli.UsageError("--learning_rate=%g: must be positive"
+                                 % self.recipe.learning_rate)
+        if self.recipe.schedule not in SCHEDULES:
+            raise cli.UsageError("--schedule=%s: choose one of %s"
+                                 % (self.recipe.schedule, ", ".join(SCHEDULES)))
+        if not 0 <= self.data.val_fraction < 1:
+            raise cli.UsageError("--val_fraction=%g: must lie in [0, 1)"
+                                 % self.data.val_fraction)
+        for name in ("spectral_shift", "spectral_gain"):
+            self.field_look_strength(name)
+        for name in ("patience", "warmup_epochs", "weight_decay", "brightness", "noise",
+                     "rebalance_threshold", "log_every"):
+            value = self.value(name)
+            if value is not None and not value >= 0:   # nan too
+                raise cli.UsageError("--%s=%g: must be a number >= 0" % (name, value))
+        if self.recipe.brightness >= 1:
+            raise cli.UsageError("--brightness=%g: must be below 1" % self.recipe.brightness)
+
+    def field_look_strength(self, name):
+        """--spectral_shift or --spectral_gain as a number, or None for auto."""
+        text = self.value(name)
+        if text == AUTO:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        gain = name == "spectral_gain"
+        if not 0 <= value <= (1.0 if gain else float("inf")):   # nan too
+            raise cli.UsageError("--%s=%s: give auto or a number %s" % (
+                name, text, "from 0 to 1 (a gain stays >= 0)" if gain else ">= 0"))
+        return value
+
+    def check_data(self):
+        """One-line errors for scene and split settings the flag parser cannot judge."""
+        self._check_scene()
+        if self.data.split not in SPLITS:
+            raise cli.UsageError("--split=%s: choose one of %s"
+                                 % (self.data.split, ", ".join(SPLITS)))
+        with self.blame("patch_size"):
+            check_patch_size(self.data.patch_size)
+        with self.blame("train_fraction"):
+            check_train_fraction(self.data.train_fraction)
+        for name in ("seed", "train_per_class") + (("pca",) if self.data.pca is not None
+                                                   else ()):
+            with self.blame(name):
+                whole_number(self.value(name), name, minimum=0)
+
+    def _check_scene(self):
+        """Settings that only apply to some --dataset: chosen for another, they would be
+        ignored."""
+        dataset = self.data.dataset
+        if is_cube_file(dataset):
+            if not self.data.labels_path:
+                raise cli.UsageError("--dataset=%s: a cube file needs its label map: give "
+                                     "--labels" % dataset)
+        else:
+            for name in ("labels", "cube_key", "labels_key"):
+                if self.value(name) is not None:
+                    raise cli.UsageError("--%s=%s: only for a --dataset given as a cube "
+                                         "file, not --dataset=%s"
+                                         % (name, self.value(name), dataset))
+        for name in ("synthetic_layout", "synthetic_kind"):
+            if dataset != SYNTHETIC and self.chosen(name):
+                raise cli.UsageError("--%s=%s: only for --dataset=synthetic, not --dataset=%s"
+                                     % (name, self.value(name), dataset))
+        if self.data.synthetic_kind not in KINDS:
+            raise cli.UsageError("--synthetic_kind=%s: choose one of %s"
+                                 % (self.data.synthetic_kind, ", ".join(KINDS)))
+        if self.data.synthetic_layout not in LAYOUTS:
+            raise cli.UsageError("--synthetic_layout=%s: choose one of %s"
+                                 % (self.data.synthetic_layout, ", ".join(LAYOUTS)))
+
+    def scene_flags(self):
+        """The flags that name the scene's files (blamed when they cannot be read)."""
+        data = self.data
+        given_split = tuple(name for name in ("train_set", "test_set") if self.value(name))
+        if not is_cube_file(data.dataset):   # synthetic or a benchmark scene
+            layout = ("synthetic_layout",) if data.dataset == SYNTHETIC and \
+                data.synthetic_layout != GENERATED_LAYOUT else ()
+            return ("dataset",) + layout + ("data_dir",) + given_split
+        mat = [self.chosen(name) or str(path).lower().endswith(".mat") for name, path in
+               (("cube_key", data.dataset), ("labels_key", data.labels_path))]
+        return (("dataset", "labels")
+                + tuple(name for name, used in zip(("cube_key", "labels_key"), mat) if used)
+                + given_split)
+
+
+DEFAULT = Settings()
+
+
+def model_recipe(model):
+    """A model module's own defaults of hmp.train flags: its ``RECIPE`` dict (flag name:
+    value, e.g. ``{"pca": 45}``), or {} if it has none."""
+    return dict(getattr(model, "RECIPE", {}))
+
+
+def _serialise(name, value):
+    """A flag as absl serialises it: --name=value, --name / --noname for a boolean."""
+    if isinstance(value, bool):
+        return "--%s" % name if value else "--no%s" % name
+    return "" if value is None else "--%s=%s" % (name, value)

@@ -1,0 +1,154 @@
+"""Training from Python (``hmp.fit``, ``hmp.Settings``) against the command line.
+
+References: conftest's tiny run of ``python -m hmp.train`` (its results.json,
+flags.txt, split.npz), the flag parser itself (absl, for the settings the program
+builds) and the README's example run as written.
+"""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import hmp
+from hmp.errors import InvalidInput
+from hmp.evaluation.metrics import evaluate
+from hmp.run import experiment
+from hmp.run.settings import DEFAULT, FLAG_FIELDS, Settings
+from models import get_model
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _given(model_dir):
+    """The flag names a run's flags.txt lists (the flags its command line gave; a
+    boolean's --noname: name)."""
+    lines = (model_dir / "flags.txt").read_text().splitlines()
+    names = [line[2:].partition("=")[0] for line in lines if line.startswith("--")]
+    return [name if name in FLAG_FIELDS else name[2:] for name in names]
+
+
+@pytest.fixture(scope="module")
+def fitted(tiny_run, tmp_path_factory):
+    """(the CLI's run folder and results.json, hmp.fit's Fitted) of the same flags."""
+    run, cli_dir = tiny_run
+    assert run.returncode == 0, run.stderr[-2000:]
+    cli_results = json.loads((cli_dir / "results.json").read_text())
+    given = {name: cli_results["flags"][name] for name in _given(cli_dir)
+             if name != "model_dir"}
+    assert given and "model" in given and "devices" in given
+    model_dir = tmp_path_factory.mktemp("fit") / "run"
+    return cli_dir, cli_results, hmp.fit(Settings.of(**given, model_dir=str(model_dir)),
+                                         get_model)
+
+
+def test_fit_writes_what_the_command_line_writes_for_the_same_settings(fitted):
+    cli_dir, cli_results, run = fitted
+    results = json.loads(pathlib.Path(run.model_dir, "results.json").read_text())
+    assert run.results == results and run.test == results["test"]
+    assert results["test"] == cli_results["test"]   # same seed and devices: same weights
+    for key in ("plan", "step", "best_epoch", "split", "leakage"):
+        assert results[key] == cli_results[key], key
+    assert ([(h["epoch"], h["loss"], h["train_accuracy"]) for h in results["history"]]
+            == [(h["epoch"], h["loss"], h["train_accuracy"]) for h in cli_results["history"]])
+    assert results["flags"] == {**cli_results["flags"], "model_dir": run.model_dir}
+    assert list(results["flags"]) == list(cli_results["flags"])   # results.json's order
+    lines = [[line for line in pathlib.Path(folder, "flags.txt").read_text().splitlines()
+              if line.startswith("--") and not line.startswith("--model_dir=")]
+             for folder in (cli_dir, run.model_dir)]
+    assert lines[0] == lines[1] and "--notta" in lines[0]   # the same flags, same order
+    assert results["invocations"] == [{"start_step": 0, "argv": []}]
+
+
+def test_a_fitted_run_predicts_the_test_pixels_as_it_scored_them(fitted):
+    _, _, run = fitted
+    config, split = experiment.load(run.model_dir)   # the run's scene and split
+    scene = experiment.load_scene(config)
+    probabilities = run.predict(scene.cube)
+    assert probabilities.shape == (*scene.labels.shape, 10)
+    np.testing.assert_allclose(probabilities.sum(axis=-1), 1, rtol=1e-5)
+    predicted = probabilities.argmax(axis=-1).ravel()[split.test]
+    truth = scene.labels.ravel()[split.test] - 1
+    confusion = evaluate(truth, predicted, 10).confusion
+    np.testing.assert_array_equal(confusion, run.test["confusion_matrix"])
+
+
+# Run in a child: hmp.train's flags would clash with a script's in this interpreter.
+FROM_FLAGS = """
+import json, sys
+from absl import flags
+from hmp import train
+from hmp.run import experiment
+from hmp.run.settings import DEFAULT, FLAG_FIELDS, Settings
+flags.FLAGS(["hmp.train"])
+default = train.settings_from_flags()
+flags.FLAGS.unparse_flags()
+flags.FLAGS(["hmp.train", *sys.argv[1:]])
+given = train.settings_from_flags()
+print(json.dumps({
+    "default": default == Settings(),
+    "given": given == Settings.of(epochs=3, pca=0, pca_in_graph=False, labels="gt.npy",
+                                  synthetic_layout="generated"),
+    "values": [given.recipe.epochs, given.data.pca, given.data.labels_path],
+    "chosen": [given.chosen("synthetic_layout"), given.chosen("mesh")],
+    "other_defaults": [name for name in FLAG_FIELDS
+                       if flags.FLAGS[name].default != DEFAULT.flag_value(name)]}))
+"""
+
+
+def test_settings_of_the_default_flags_are_the_default_settings():
+    child = subprocess.run([sys.executable, "-c", FROM_FLAGS, "--epochs=3", "--pca=0",
+                            "--nopca_in_graph", "--labels=gt.npy",
+                            "--synthetic_layout=generated"],
+                           cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-2000:]
+    found = json.loads(child.stdout.splitlines()[-1])
+    assert found == {"default": True, "given": True, "values": [3, 0, "gt.npy"],
+                     "chosen": [True, False], "other_defaults": []}
+    assert DEFAULT.data.pca is None   # not given: the model's own (hybridsn: 45)
+
+
+def test_port_base_is_the_slurm_resolvers():
+    from hmp.cluster import sources
+    assert DEFAULT.placement.port_base == sources.DEFAULT_PORT_BASE
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"width": -3}, "--width=-3: width must be a whole number >= 0, got -3"),
+    ({"batch_size": 0}, "--batch_size=0: batch_size must be a whole number >= 1, got 0"),
+    ({"model": "nope"}, "--model=nope: model 'nope' is not known"),
+    ({"dataset": "paviau", "synthetic_layout": "generated"},
+     "--synthetic_layout=generated: only for --dataset=synthetic, not --dataset=paviau"),
+    ({"spectral_gain": "1.5"}, "--spectral_gain=1.5: give auto or a number from 0 to 1"),
+    ({"seed": -1}, "--seed=-1: seed must be a whole number >= 0, got -1"),
+    ({"precision": "float64"}, "--precision=float64: choose one of float32,"),
+    ({"epoch": 3}, "epoch: not a setting; allowed: hmp.train's flag names (model, "),
+])
+def test_refused_settings_raise_the_command_lines_message(values, message, tmp_path,
+                                                         monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidInput) as refused:
+        hmp.fit(Settings.of(**values), get_model)
+    assert str(refused.value).startswith(message), str(refused.value)
+    assert list(tmp_path.iterdir()) == []   # nothing written
+
+
+def test_readme_python_api_example_runs_as_written(tmp_path, monkeypatch):
+    """The example marked ``python-api`` (README.md, docs/python_api.md) trains and
+    predicts as written; its own asserts check the result."""
+    blocks = {text.split("<!-- example:python-api -->")[1].split("```python")[1]
+              .split("```")[0]
+              for text in ((REPO / name).read_text() for name in ("README.md",
+                                                                  "docs/python_api.md"))
+              if "<!-- example:python-api -->" in text}
+    assert blocks
+    monkeypatch.chdir(tmp_path)
+    for block in sorted(blocks):
+        namespace = {}
+        exec(compile(block, "python-api example", "exec"), namespace)   # noqa: S102
+        run = namespace["run"]
+        assert pathlib.Path(run.model_dir, "results.json").exists()
+        assert namespace["class_map"].shape == (145, 145)
