@@ -116,6 +116,28 @@ def test_a_new_plan_is_chosen_only_when_it_pays_back_its_switch():
     assert rebalancer.choose(even, 10, epochs_left=5).splits == {"batch": [48, 16]}
 
 
+def test_a_plan_kept_off_by_its_graphs_cost_is_waited_for_then_switched_to_when_ready():
+    even = batch_plan([1, 1])
+    rebalancer = rebalance.Rebalancer(spec(), threshold=0.1)
+    measured(rebalancer, even, [1.0, 3.0], 64.0)   # as above: 10 s an epoch against 5 s
+    rebalancer.cost["build"] = 20.0
+    assert rebalancer.choose(even, 10, epochs_left=5) is None
+    assert rebalancer.waiting.splits == {"batch": [48, 16]}
+    ready = {rebalance.plan_key(rebalancer.waiting)}
+    assert rebalancer.choose(even, 10, epochs_left=5, kept=ready) is None   # no reuse cost yet
+    rebalancer.expect_reuse(0.5)
+    assert rebalancer.choose(even, 10, epochs_left=5, kept=ready).splits == {"batch": [48, 16]}
+    assert rebalancer.waiting is None and rebalancer.message.endswith(
+        "switch 0.50 s (kept graph), saved over 1 epoch: switching")
+    rebalancer.expect_reuse(9.0)   # a measured (or earlier) cost stays
+    assert rebalancer.cost["reuse"] == 0.5
+    # a plan that would not save the threshold of an epoch is not waited for
+    rebalancer = rebalance.Rebalancer(spec(), threshold=0.6)
+    measured(rebalancer, even, [1.0, 3.0], 64.0)
+    rebalancer.cost["build"] = 20.0
+    assert rebalancer.choose(even, 10, epochs_left=5) is None and rebalancer.waiting is None
+
+
 def test_a_plan_that_ran_slower_is_undone_cheaply_and_noise_flips_nothing():
     even, skewed = batch_plan([1, 1]), batch_plan([3, 1])   # [32, 32], [48, 16]
     rebalancer = rebalance.Rebalancer(spec(), threshold=0.1)

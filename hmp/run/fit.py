@@ -39,6 +39,7 @@ from hmp.run.profiler import measure_platform
 from hmp.run.projection import Projection
 from hmp.run.progress import ProgressLine
 from hmp.run.settings import AUTO, DEFAULT, model_recipe
+from hmp.run.standby import Standby
 from hmp.run.trainer import BestEpoch, Stopped, Trainer
 
 RESUME_HINT = ("; the checkpoints so far are kept: restart the worker, then run again "
@@ -513,6 +514,27 @@ class _Fit:
             print(line, flush=True)
         return trial
 
+    @staticmethod
+    def _standby_done(standby, plan, kept, rebalancer):
+        """Takes a finished ``standby``'s trainer into ``kept`` (a switch to its plan then
+        restores a checkpoint, at about what its own restore took), unless the run is on
+        that plan or keeps its graph already, or says in one line why it failed (the run
+        goes on, a switch to that plan builds its graph anew). Returns None: no standby
+        is under way."""
+        if standby.failed is not None:
+            print("standby: the graph of %s could not be made ready (%s); a switch to "
+                  "it builds it" % (rebalance.describe_splits(standby.plan),
+                                    str(standby.failed).splitlines()[0]), flush=True)
+            standby.close()
+            return None
+        key = rebalance.plan_key(standby.plan)
+        if key == rebalance.plan_key(plan) or key in kept:
+            standby.close()
+            return None
+        kept[key] = standby.take()
+        rebalancer.expect_reuse(standby.restore_seconds)
+        return None
+
     def _next_plan(self, plan, trial, epoch, rebalancer, steps, kept):
         """The plan to go on with after ``epoch`` when it changes: the alone trial's
         choice after one of its epochs, or (--rebalance=epoch: ``rebalancer``) a plan
@@ -613,13 +635,16 @@ class _Fit:
         print(plan.explain(), flush=True)
         progress = ProgressLine(log_every=folder.log_every)
 
-        def start(plan, resume):
+        def trainer_of(plan):   # its graph, a session on the devices, the scene on them
             graph = TrainingGraph(model_config, Placement.from_plan(plan), batch_size,
                                   exp.scene.labels.shape, recipe_settings.optimizer,
                                   recipe_settings.learning_rate, seed, recipe)
-            trainer = Trainer(graph, exp, model_dir, seed, self.session_config, self.target,
-                              checkpoint_every=folder.checkpoint_every,
-                              slowdown=self.slowdown, stop=signals, progress=progress)
+            return Trainer(graph, exp, model_dir, seed, self.session_config, self.target,
+                           checkpoint_every=folder.checkpoint_every,
+                           slowdown=self.slowdown, stop=signals, progress=progress)
+
+        def start(plan, resume):
+            trainer = trainer_of(plan)
             try:
                 with settings.blame("resume", "model_dir"):
                     trainer.initialise(resume)
@@ -643,6 +668,7 @@ class _Fit:
         # The switch into the next epoch and its seconds: the first start is a new graph's.
         switched = ("build", time.perf_counter() - started_at)
         kept = {}   # plan_key -> the open trainer of the plan before: a switch back reuses it
+        standby = None   # the graph of the plan the rebalancer waits for, made ready meanwhile
         rebalancer = (rebalance.Rebalancer(spec, self.placement.rebalance_threshold)
                       if self.placement.rebalance == "epoch" else None)
         signals.armed = True   # from now on a signal stops after the step, with a checkpoint
@@ -669,8 +695,17 @@ class _Fit:
                 if rebalancer is not None:
                     rebalancer.measure(plan, stats, switched)
                 switched = None
+                if standby is not None and (standby.ready or standby.failed):
+                    standby = self._standby_done(standby, plan, kept, rebalancer)
                 new_plan = self._next_plan(plan, trial, epoch, rebalancer, steps_per_epoch,
                                            kept)
+                waiting = rebalancer and rebalancer.waiting
+                if new_plan is None and waiting and standby is None:
+                    print("standby: building the graph of %s while training goes on"
+                          % rebalance.describe_splits(waiting), flush=True)
+                    standby = Standby(waiting, trainer_of,
+                                      lambda: tf.train.latest_checkpoint(model_dir),
+                                      Trainer.warm_up)
                 if new_plan is not None:   # the same weights (checkpoint) on the new plan
                     started_at = time.perf_counter()
                     previous = kept.pop(rebalance.plan_key(new_plan), None)
@@ -686,9 +721,9 @@ class _Fit:
                         trainer = previous
                     switched = ("build" if previous is None else "reuse",
                                 time.perf_counter() - started_at)
-            for other in kept.values():   # classifying needs only the trainer in use
-                other.close()
-            kept = {}
+            for other in [*kept.values(), *([standby] if standby else [])]:
+                other.close()   # classifying needs only the trainer in use
+            kept, standby = {}, None
             warning = stats and stats.fit_warning(recipe.augmentation)
             if warning:
                 print(warning, flush=True)
@@ -703,7 +738,7 @@ class _Fit:
                      if recipe_settings.tta else ""), flush=True)
             variants = trainer.probabilities(exp.labelled, recipe_settings.tta)
         except Stopped as stopped:
-            for other in [trainer, *kept.values()]:
+            for other in [trainer, *kept.values(), *([standby] if standby else [])]:
                 other.close()
             where = ("while classifying (training had finished at step %d)" % stopped.step
                      if stopped.classifying else
@@ -711,7 +746,7 @@ class _Fit:
             raise cli.Interrupted("interrupted %s; continue with --resume --model_dir=%s"
                                   % (where, model_dir), signals.signum) from None
         except BaseException:   # e.g. a lost worker: no session outlives the workers it used
-            for other in [trainer, *kept.values()]:
+            for other in [trainer, *kept.values(), *([standby] if standby else [])]:
                 with contextlib.suppress(tf.errors.OpError):   # the error to report is raised
                     other.close()
             raise

@@ -107,6 +107,9 @@ class Rebalancer:
     last switch of its kind took) within as many epochs as the regime has lasted and
     as are left: after one slow epoch, within the next one; a new graph that costs more
     waits until the slowdown has lost as much time as the switch costs (ski rental).
+    ``waiting`` is the plan it stayed off for that cost alone (it would save the
+    threshold an epoch): the run builds its graph meanwhile (``hmp.run.standby``), and
+    a switch to it then costs a kept graph's (``expect_reuse``).
     """
 
     def __init__(self, spec, threshold=DEFAULT_THRESHOLD):
@@ -115,6 +118,7 @@ class Rebalancer:
         self.cost = {}        # "build" (a new graph), "reuse" (a kept one): seconds
         self.startup = 0.0    # startup_seconds of the last epoch after no switch
         self.message = ""
+        self.waiting = None   # the plan a new graph's cost alone kept from being chosen
 
     def measure(self, plan, stats, switch=None):
         """Takes an epoch that ran on ``plan`` (``stats``: its ``EpochStats``; its busy
@@ -144,8 +148,9 @@ class Rebalancer:
         """The plan for the next epoch (``steps`` steps; ``epochs_left``: those still to
         run, the next included) when switching to it pays back, else None. ``kept``: the
         plan_keys whose graphs are open (a switch to them costs ``cost["reuse"]``, to
-        another ``cost["build"]``). Sets ``message`` (empty when nothing was weighed)."""
-        self.message = ""
+        another ``cost["build"]``). Sets ``message`` (empty when nothing was weighed) and
+        ``waiting``."""
+        self.message, self.waiting = "", None
         regime = self.regime
         if regime is None or plan_key(plan) not in regime.rates:
             return None
@@ -165,7 +170,10 @@ class Rebalancer:
             (((current - seconds) * epochs - self._cost(key, kept), seconds, key, other)
              for key, (other, seconds) in candidates.items()),
             key=lambda row: (row[0], -row[1]))
-        pays = net > 0 and seconds <= (1 - self.threshold) * current
+        saves = seconds <= (1 - self.threshold) * current
+        pays = net > 0 and saves
+        if saves and not pays and key not in kept:
+            self.waiting = best
         self.message = ("re-balancing: %s predicted %.2f s an epoch against %.2f s on %s; "
                         "switch %.2f s (%s), saved over %d epoch%s: %s"
                         % (describe_splits(best), seconds, current, describe_splits(plan),
@@ -173,6 +181,11 @@ class Rebalancer:
                            epochs, "" if epochs == 1 else "s",
                            "switching" if pays else "staying"))
         return best if pays else None
+
+    def expect_reuse(self, seconds):
+        """What a switch to a kept graph costs until one is measured: ``seconds`` (what
+        restoring a checkpoint into a graph made ready took)."""
+        self.cost.setdefault("reuse", seconds)
 
     def _cost(self, key, kept):
         """A switch to the plan of ``key``: its kept graph's, or a new one's (a kept

@@ -239,6 +239,14 @@ class Trainer:
         self.graph.saver.restore(self.session, path)
         self.session.run(self.graph.copy_masters_to_slices)
 
+    def warm_up(self):
+        """Runs one training step, so that the devices have compiled the graph before
+        it trains; it changes the weights and the step: restore a checkpoint after it."""
+        batch = next(self.experiment.train.batches(self.batch_size, seed=self.seed,
+                                                   drop_remainder=True))
+        self.session.run(self.graph.metrics.reset)   # local: a restore does not set them
+        self.session.run(self.graph.train_op, self.graph.feed(batch.indices, batch.labels))
+
     # -- training ------------------------------------------------------------
     def train_epoch(self, epoch, epochs, before_save=None):
         """Runs the rest of epoch ``epoch``; returns its :class:`EpochStats`.

@@ -1,0 +1,73 @@
+"""A plan's trainer made ready in the background while another plan trains.
+
+Re-balancing (``hmp.run.rebalance``) switches plans between epochs. A switch to a plan
+whose graph is not open costs a new graph: building and lowering it, a session on the
+devices, the scene loaded onto them, the checkpoint restored, the first step's graph
+optimisation: seconds, which a switch must pay back before the run ends. A
+:class:`Standby` does that work on a thread of its own while the current plan trains
+(its session runs release the interpreter, so the two overlap): once ``ready``, the
+switch to its plan costs a restore of the latest checkpoint, as a switch back to a kept
+graph does. ``restore_seconds`` is what its own restore took, the rebalancer's estimate
+of such a switch before one has been measured.
+"""
+
+import threading
+import time
+
+
+class Standby:
+    """Builds ``plan``'s trainer with ``build(plan)`` on a thread, then restores the
+    weights of ``checkpoint()`` (a path) into it and runs ``warm_up(trainer)`` (a step
+    whose effects the switch's restore undoes: it compiles the graph on the devices).
+
+    ``ready``: the trainer is there (``take()`` hands it over); ``failed``: the error
+    the build raised (``take()`` raises it); ``close()`` waits for the thread and
+    closes a trainer that was not taken.
+    """
+
+    def __init__(self, plan, build, checkpoint, warm_up):
+        self.plan = plan
+        self.restore_seconds = None
+        self._trainer, self._error = None, None
+        self._thread = threading.Thread(target=self._prepare,
+                                        args=(build, checkpoint, warm_up),
+                                        name="hmp-standby", daemon=True)
+        self._thread.start()
+
+    def _prepare(self, build, checkpoint, warm_up):
+        trainer = None
+        try:
+            trainer = build(self.plan)
+            started = time.perf_counter()
+            trainer.restore(checkpoint())
+            self.restore_seconds = time.perf_counter() - started
+            warm_up(trainer)
+        except BaseException as error:   # handed to the thread that takes the trainer
+            if trainer is not None:
+                trainer.close()
+            self._error = error
+            return
+        self._trainer = trainer
+
+    @property
+    def ready(self):
+        return not self._thread.is_alive() and self._trainer is not None
+
+    @property
+    def failed(self):
+        return None if self._thread.is_alive() else self._error
+
+    def take(self):
+        """The ready trainer (this standby no longer owns it)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        trainer, self._trainer = self._trainer, None
+        return trainer
+
+    def close(self):
+        """Waits for the build to end and closes its trainer unless taken."""
+        self._thread.join()
+        if self._trainer is not None:
+            self._trainer.close()
+            self._trainer = None

@@ -1,0 +1,101 @@
+"""hmp.run.standby: a plan's trainer made ready on a thread while another trains."""
+
+import threading
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import harness
+from hmp.run import experiment
+from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.standby import Standby
+from hmp.run.trainer import Trainer
+from models import model_config
+
+
+class FakeTrainer:
+    def __init__(self, log):
+        self.log = log
+
+    def restore(self, path):
+        self.log.append(("restore", path))
+
+    def close(self):
+        self.log.append("close")
+
+
+def test_a_standby_builds_restores_and_warms_up_on_its_thread_then_hands_over():
+    log, release = [], threading.Event()
+
+    def build(plan):
+        release.wait(10)
+        log.append(("build", plan, threading.current_thread().name))
+        return FakeTrainer(log)
+
+    standby = Standby("plan", build, lambda: "ckpt-7", lambda t: log.append("warm up"))
+    assert not standby.ready and standby.failed is None   # still building
+    release.set()
+    trainer = standby.take()
+    assert log == [("build", "plan", "hmp-standby"), ("restore", "ckpt-7"), "warm up"]
+    assert standby.restore_seconds >= 0 and isinstance(trainer, FakeTrainer)
+    standby.close()   # a taken trainer is the taker's
+    assert "close" not in log
+
+
+def test_a_standby_closes_what_it_built_when_not_taken_or_when_it_fails():
+    log = []
+    standby = Standby("plan", lambda plan: FakeTrainer(log), lambda: "ckpt", lambda t: None)
+    standby.close()
+    assert log[-1] == "close" and not standby.ready
+
+    def failing_warm_up(trainer):
+        raise tf.errors.UnavailableError(None, None, "worker 1 is gone\nmore")
+
+    log.clear()
+    standby = Standby("plan", lambda plan: FakeTrainer(log), lambda: "ckpt", failing_warm_up)
+    with pytest.raises(tf.errors.UnavailableError):
+        standby.take()
+    assert isinstance(standby.failed, tf.errors.UnavailableError) and log[-1] == "close"
+
+
+def test_a_switch_to_a_standby_trains_on_as_the_run_would_have(tmp_path):
+    """A batch split trains 3 steps and checkpoints; another split of the same model is
+    made ready on a thread meanwhile (its warm-up step changes its weights and step);
+    restored at the switch, its next steps' losses are the first split's."""
+    exp = experiment.prepare(experiment.DataConfig(patch_size=5, train_fraction=0.15,
+                                                   pca=12, seed=3))
+    config = model_config("cnn2d", 5, exp.bands, exp.n_classes, width=4)
+    folder = str(tmp_path)
+
+    def trainer_of(splits):
+        placement = Placement("batch:2", "batch:batch", tuple(harness.CPUS[:2]), splits)
+        graph = TrainingGraph(config, placement, 32, exp.scene.labels.shape, "adam", 1e-3,
+                              seed=1)
+        return Trainer(graph, exp, folder, seed=7, session_config=harness.session_config(),
+                       log=lambda line: None)
+
+    def steps(trainer, batches):
+        return [trainer.session.run([trainer.graph.loss, trainer.graph.train_op],
+                                    trainer.graph.feed(b.indices, b.labels))[0]
+                for b in batches]
+
+    batches = list(exp.train.batches(32, seed=7, epoch=0, drop_remainder=True))[:6]
+    running = trainer_of({"batch": [20, 12]})
+    running.initialise(False)
+    standby = Standby({"batch": [9, 23]}, trainer_of,
+                      lambda: tf.train.latest_checkpoint(folder), Trainer.warm_up)
+    steps(running, batches[:3])
+    running.save()
+    expected = steps(running, batches[3:])
+    switched = standby.take()
+    try:
+        # its warm-up step after its restore of step 0's or step 3's checkpoint
+        assert switched.step in (1, 4)
+        switched.restore(tf.train.latest_checkpoint(folder))
+        assert switched.step == 3 and switched.graph is not running.graph
+        losses = steps(switched, batches[3:])
+    finally:
+        running.close()
+        switched.close()
+    np.testing.assert_allclose(losses, expected, rtol=1e-5)
