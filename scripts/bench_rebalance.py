@@ -54,14 +54,15 @@ EPOCH_LINE = re.compile(r"epoch (\d+)/\d+ ")
 
 def train(model, spec, rebalance, folder, slowed_cpu):
     """One ``hmp.train`` run on the cluster ``spec``: (the time each epoch's line came
-    {epoch: perf_counter seconds}, the epochs after which it switched plans, results.json).
+    {epoch: perf_counter seconds}, the epochs after which it switched plans, its
+    re-balancing and standby lines, results.json).
     The competing load starts after epoch ``--disturb_after``."""
     command = [sys.executable, "-m", "hmp.train", "--cluster=" + spec, "--model=" + model,
                "--batch_size=%d" % FLAGS.batch_size, "--epochs=%d" % FLAGS.epochs,
                "--train_fraction=%g" % FLAGS.train_fraction, "--mesh=batch:2",
                "--notry_alone", "--notta", "--rebalance=" + rebalance,
                "--model_dir=" + os.path.join(folder, rebalance)]
-    ended, switched = {}, []
+    ended, switched, decisions = {}, [], []
     os.makedirs(folder, exist_ok=True)
     env = {**os.environ, "HMP_CACHE_DIR": folder}   # both runs: the first run's speeds
     with contextlib.ExitStack() as stack:
@@ -75,18 +76,20 @@ def train(model, spec, rebalance, folder, slowed_cpu):
                 ended[int(match.group(1))] = time.perf_counter()
                 if int(match.group(1)) == FLAGS.disturb_after:
                     stack.enter_context(competing_load(slowed_cpu, FLAGS.slowdown))
-            elif line.startswith("re-balancing") and line.rstrip().endswith("switching"):
-                switched.append(max(ended))
+            elif line.startswith(("re-balancing", "standby")):
+                decisions.append("after epoch %d: %s" % (max(ended), line.strip()))
+                if line.rstrip().endswith("switching"):
+                    switched.append(max(ended))
     if process.returncode:
         raise RuntimeError("%s ended with exit code %d" % (" ".join(command),
                                                            process.returncode))
     with open(os.path.join(folder, rebalance, "results.json"), encoding="utf-8") as f:
-        return ended, switched, json.load(f)
+        return ended, switched, decisions, json.load(f)
 
 
-def summary(ended, switched, results):
+def summary(ended, switched, decisions, results):
     """A run's figures: the last epochs' samples/s (wall clock, and hmp's), each epoch's
-    wall seconds and plan (its splits)."""
+    wall seconds and plan (its splits), its re-balancing and standby lines."""
     history, plans = results["history"], results["plans"]
     epochs = sorted(ended)
     last = epochs[-LAST:]
@@ -101,7 +104,7 @@ def summary(ended, switched, results):
                                                       for e in last),
             "epoch_seconds": [ended[e] - ended[e - 1] if e - 1 in ended else None
                               for e in epochs],
-            "plans": splits, "switched_after": switched}
+            "plans": splits, "switched_after": switched, "decisions": decisions}
 
 
 def table(model, runs):
