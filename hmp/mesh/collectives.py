@@ -3,7 +3,7 @@
 A flat ring all-reduce passes every shard of the tensor around all devices,
 so on a mesh of 2 hosts with k devices each, many of its hand-overs cross the
 slow link between hosts, and each crossing is a network round trip. The
-hierarchical all-reduce of Wang et al. (see ``BACKGROUND.md``) first reduces
+hierarchical all-reduce of Wang et al. (see ``../shared/BACKGROUND.md``) first reduces
 among the devices of each host, onto one *leader* device per host, then
 all-reduces the hosts' partial results among the leaders only (a ring over
 hosts), then copies the result from each leader to the other devices of its

@@ -8,7 +8,7 @@ the slot *variable* from the weights, so in one TF1 ``session.run`` the
 subtraction may read the velocity before or after it is updated. hmp's
 version subtracts the freshly computed velocity instead. LARS (layer-wise
 adaptive rate scaling, You et al. 2017; used for large batches by Wang et al.,
-see BACKGROUND.md) scales each variable's step by its weight-to-gradient norm
+see ../shared/BACKGROUND.md) scales each variable's step by its weight-to-gradient norm
 ratio; the norms are over the whole tensor, so a split variable gets exactly
 the single-device step.
 

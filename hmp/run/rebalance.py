@@ -1,6 +1,6 @@
 """Re-planning between epochs: re-balancing, and the trial of the fastest device alone.
 
-Re-balancing (DBS, Ye et al.; see BACKGROUND.md).
+Re-balancing (DBS, Ye et al.; see ../shared/BACKGROUND.md).
 
 After an epoch the trainer knows how long each device was busy in a real
 step (from TensorFlow's step statistics). A device's effective speed is the

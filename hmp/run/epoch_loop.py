@@ -1,0 +1,168 @@
+"""One seed's epochs: each epoch trained on the current plan, recorded (history.json,
+the best epoch's weights), checked for early stop, then the plan switched when it
+changes (``--try_alone``'s trial, ``--rebalance=epoch``'s re-plans:
+``hmp.run.rebalance``).
+
+A switch keeps the graph it leaves (a switch back restores the checkpoint into it
+instead of building it anew); a plan the rebalancer waits for has its graph made ready
+on a thread meanwhile (``hmp.run.standby``). Every switch goes on from the latest
+checkpoint: the same weights on another plan.
+"""
+
+import contextlib
+import dataclasses
+import time
+
+import tensorflow.compat.v1 as tf
+
+from hmp.run import rebalance
+from hmp.run.standby import Standby
+from hmp.run.trainer import BestEpoch, Trainer
+
+
+class EpochLoop:
+    """The epochs of one seed on its plans, started on ``plan`` (its trainer from
+    ``trainers.start(plan, resume)``; ``trainers.build(plan)`` makes a standby's).
+
+    ``record``: its :class:`hmp.run.runs.History`; ``trial``: the alone trial or None;
+    ``signals``: armed once the first trainer runs (a signal then stops after a step,
+    with a checkpoint); ``spec``: the model's (the rebalancer prices plans with it).
+    ``plan``, ``trainer`` and ``best`` (:class:`hmp.run.trainer.BestEpoch`) are the
+    current ones.
+    """
+
+    def __init__(self, trainers, plan, resume, record, trial, signals, spec, settings,
+                 model_dir, steps_per_epoch):
+        self.trainers, self.plan, self.record, self.trial = trainers, plan, record, trial
+        self.model_dir, self.steps_per_epoch = model_dir, steps_per_epoch
+        self.epochs, self.patience = settings.recipe.epochs, settings.recipe.patience
+        started_at = time.perf_counter()
+        self.trainer = trainers.start(plan, resume)
+        # The switch into the next epoch and its seconds: the first start is a new graph's.
+        self.switched = ("build", time.perf_counter() - started_at)
+        self.kept = {}   # plan_key -> the open trainer of a plan before: a switch back reuses it
+        self.standby = None   # the graph of the plan the rebalancer waits for, made ready
+        placement = settings.placement
+        self.rebalancer = (rebalance.Rebalancer(spec, placement.rebalance_threshold)
+                           if placement.rebalance == "epoch" else None)
+        signals.armed = True   # from now on a signal stops after the step, with a checkpoint
+        record.add_plan(dataclasses.asdict(plan))
+        self.best = BestEpoch(model_dir, self.patience, record.epochs)
+
+    def train(self, first_epoch):
+        """Trains from ``first_epoch`` to the last epoch or an early stop; returns the
+        last epoch's :class:`hmp.run.trainer.EpochStats` (None: none was left)."""
+        stats = None
+        for epoch in range(first_epoch, self.epochs):
+            stats = self.trainer.train_epoch(epoch, self.epochs, before_save=self._record)
+            self.best.update(self.trainer, stats)
+            print(stats.line(self.epochs), flush=True)
+            if self.best.should_stop(epoch):
+                print("early stop: no better validation accuracy for %d epochs"
+                      % self.patience, flush=True)
+                break
+            self._between_epochs(epoch, stats)
+        return stats
+
+    def close_spare(self):
+        """Closes the kept trainers and the standby: classifying needs only the trainer
+        in use."""
+        for other in [*self.kept.values(), *([self.standby] if self.standby else [])]:
+            other.close()
+        self.kept, self.standby = {}, None
+
+    def close_all(self, after_error=False):
+        """Closes every trainer open (after an error: quietly, the error to report is
+        raised; no session outlives the workers it used)."""
+        for other in [self.trainer, *self.kept.values(),
+                      *([self.standby] if self.standby else [])]:
+            if after_error:
+                with contextlib.suppress(tf.errors.OpError):
+                    other.close()
+            else:
+                other.close()
+
+    def _record(self, stats):
+        """Records an epoch before its checkpoint: the trial's rate goes with it."""
+        trial = self.trial
+        if trial is not None and not trial.done:
+            trial.measure(stats.epoch, stats.steady_samples_per_second
+                          or stats.samples_per_second)
+            self.record.trial = trial.record()
+        self.record.add_epoch(stats)
+
+    def _between_epochs(self, epoch, stats):
+        """After ``epoch`` (``stats``): the rebalancer measures it, a finished standby is
+        taken, and the plan switches when it changes; a plan the rebalancer waits for
+        gets a standby."""
+        rebalancer = self.rebalancer
+        if rebalancer is not None:
+            rebalancer.measure(self.plan, stats, self.switched)
+        self.switched = None
+        if self.standby is not None and (self.standby.ready or self.standby.failed):
+            self.standby = self._standby_done()
+        new_plan = self._next_plan(epoch)
+        waiting = rebalancer and rebalancer.waiting
+        if new_plan is None and waiting and self.standby is None:
+            print("standby: building the graph of %s while training goes on"
+                  % rebalance.describe_splits(waiting), flush=True)
+            self.standby = Standby(waiting, self.trainers.build,
+                                   lambda: tf.train.latest_checkpoint(self.model_dir),
+                                   Trainer.warm_up)
+        if new_plan is not None:
+            self._switch(new_plan)
+
+    def _standby_done(self):
+        """Takes a finished standby's trainer into ``kept`` (a switch to its plan then
+        restores a checkpoint, at about what its own restore took), unless the seed is
+        on that plan or keeps its graph already, or says in one line why it failed
+        (training goes on, a switch to that plan builds its graph anew). Returns None:
+        no standby is under way."""
+        standby = self.standby
+        if standby.failed is not None:
+            print("standby: the graph of %s could not be made ready (%s); a switch to "
+                  "it builds it" % (rebalance.describe_splits(standby.plan),
+                                    str(standby.failed).splitlines()[0]), flush=True)
+            standby.close()
+            return None
+        key = rebalance.plan_key(standby.plan)
+        if key == rebalance.plan_key(self.plan) or key in self.kept:
+            standby.close()
+            return None
+        self.kept[key] = standby.take()
+        self.rebalancer.expect_reuse(standby.restore_seconds)
+        return None
+
+    def _next_plan(self, epoch):
+        """The plan to go on with after ``epoch`` when it changes: the alone trial's
+        choice after one of its epochs, or (--rebalance=epoch) a plan whose switch is
+        predicted to pay back; else None."""
+        trial, rebalancer = self.trial, self.rebalancer
+        if trial is not None and epoch in trial.epochs.values():   # a trial epoch
+            print(trial.message, flush=True)
+            return trial.plan if trial.plan is not self.plan else None
+        if rebalancer is not None and epoch + 1 < self.epochs:
+            new_plan = rebalancer.choose(self.plan, self.steps_per_epoch,
+                                         self.epochs - epoch - 1, self.kept)
+            if rebalancer.message:
+                print(rebalancer.message, flush=True)
+            return new_plan
+        return None
+
+    def _switch(self, new_plan):
+        """Goes on with ``new_plan`` from the latest checkpoint: on its kept graph when
+        there is one, else on a new one; keeps the graph left (one besides the one used)."""
+        started_at = time.perf_counter()
+        previous = self.kept.pop(rebalance.plan_key(new_plan), None)
+        for other in self.kept.values():
+            other.close()
+        self.kept = {rebalance.plan_key(self.plan): self.trainer}
+        self.plan = new_plan
+        self.record.add_plan(dataclasses.asdict(new_plan))
+        if previous is None:
+            self.trainer = self.trainers.start(new_plan, resume=True)
+        else:
+            previous.restore(tf.train.latest_checkpoint(self.model_dir))
+            self.trainer = previous
+        self.switched = ("build" if previous is None else "reuse",
+                         time.perf_counter() - started_at)

@@ -1,0 +1,120 @@
+"""What a fit trains on, checked before any work: the devices (``--devices``, else this
+machine's or the cluster's), their speeds (``--speeds``'s numbers, or None: measured),
+a ``--plan`` file's plan, ``--simulate_slowdown``'s factors, and the sessions' config
+and target (this process, or the cluster's task 0).
+
+Every seed of a fit shares one :class:`Hardware`; the plan on it is made per seed
+(``hmp.run.plan_choice``), where the model is known.
+"""
+
+import dataclasses
+
+from hmp import cli, planning
+from hmp.errors import InvalidInput
+from hmp.mesh.numerics import require_determinism
+from hmp.run.devices import check_local, default_devices, parse_memory_caps, session_config_for
+from hmp.run.settings import AUTO
+
+
+@dataclasses.dataclass(frozen=True)
+class Hardware:
+    """The devices a fit trains on and how its sessions reach them.
+
+    ``speeds``: one number per device (``--speeds``), or None (measured, or the plan
+    given); ``given_plan``: the ``--plan`` file's :class:`hmp.planning.Plan`, or None;
+    ``slowdown``: {device: factor} (``--simulate_slowdown``); ``cluster``: the
+    workers (``hmp.cluster``), or None.
+    """
+
+    devices: list
+    speeds: list
+    given_plan: object
+    slowdown: dict
+    cluster: object
+    session_config: object
+    target: str
+
+    @classmethod
+    def of(cls, settings, cluster):
+        """The hardware ``settings`` ask for on ``cluster`` (or this machine: None);
+        raises :class:`hmp.cli.UsageError` naming the flag of a value it refuses.
+        With ``--deterministic``, makes TensorFlow's ops deterministic (before any graph
+        runs)."""
+        placement = settings.placement
+        devices = _devices(settings, cluster)
+        if placement.memory_caps and placement.plan:
+            raise cli.UsageError("--memory_caps=%s: a --plan file holds its own memory caps "
+                                 "(scripts/plan_layout.py --memory_caps); give one of them"
+                                 % placement.memory_caps)
+        with settings.blame("memory_caps"):   # before any work
+            parse_memory_caps(placement.memory_caps, len(devices))
+        if placement.deterministic:   # before any graph runs
+            require_determinism()
+        given_plan, speeds = None, None
+        if placement.plan:
+            with settings.blame("plan"):   # its model: once it is built
+                given_plan = planning.Plan.from_json(placement.plan)
+        else:
+            if placement.mesh != AUTO:   # before any profiling
+                with settings.blame("mesh", "devices"):
+                    planning.check_mesh_size(planning.parse_mesh(placement.mesh),
+                                             len(devices))
+            speeds = _speeds(settings, devices)
+        with settings.blame("simulate_slowdown"):
+            slowdown = _slowdown(placement.simulate_slowdown, devices)
+        if cluster:
+            session_config, target = cluster.session_config(), cluster.target
+        else:   # the plan's devices, not (only) --devices' default
+            session_config = session_config_for(
+                devices + (given_plan.devices if given_plan else []))
+            target = ""
+        return cls(devices, speeds, given_plan, slowdown, cluster, session_config, target)
+
+
+def _devices(settings, cluster):
+    """--devices checked (each one there, none twice), else this machine's devices
+    (``hmp.run.devices.default_devices``) or the cluster's."""
+    given, placement = settings.placement.devices, settings.placement
+    if given is None:
+        return list(cluster.devices) if cluster else default_devices()
+    devices = [d.strip() for d in given.split(",") if d.strip()]
+    if not devices:
+        raise cli.UsageError("--devices=%s: give at least one TensorFlow device, e.g. "
+                             "/cpu:0" % given)
+    if not cluster:
+        with settings.blame("devices"):
+            check_local(devices)
+        return devices
+    if len(set(devices)) != len(devices):
+        raise cli.UsageError("--devices=%s: a device is named twice" % given)
+    with settings.blame("devices", "local_workers" if placement.local_workers
+                        else "cluster"):
+        cluster.check_devices(devices)
+    return devices
+
+
+def _speeds(settings, devices):
+    """--speeds's numbers, one per device (checked), or None: auto and measure."""
+    given = settings.placement.speeds
+    if given in ("auto", "measure"):
+        return None
+    try:
+        speeds = [float(s) for s in given.split(",")]
+    except ValueError:
+        raise cli.UsageError("--speeds=%r: give auto, measure or one number per device, "
+                             "e.g. 70,25,5" % given) from None
+    with settings.blame("speeds"):
+        return list(planning.check_speeds(speeds, devices))
+
+
+def _slowdown(given, devices):
+    """{device: factor} from --simulate_slowdown=/cpu:1=3,..."""
+    slowdown = {}
+    for item in filter(None, given.split(",")):
+        device, _, factor = item.rpartition("=")
+        if (device not in devices or not factor.replace(".", "", 1).isdigit()
+                or not float(factor) > 0):
+            raise InvalidInput("use DEVICE=FACTOR with a device of --devices and a "
+                               "positive number, got %r" % item)
+        slowdown[device] = float(factor)
+    return slowdown

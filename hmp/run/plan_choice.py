@@ -1,0 +1,170 @@
+"""The plan a seed trains on, made once its model is known: each device's memory (the
+bound of the plan), the check that the model fits at all (before any folder is made),
+the plan from the speeds (``--speeds``'s numbers, or measured and cached with the
+link: ``hmp.run.speedcache``) and ``--try_alone``'s trial of the fastest device alone.
+
+``hardware``: the fit's :class:`hmp.run.hardware.Hardware`; ``settings``: its
+:class:`hmp.run.settings.Settings`.
+"""
+
+import dataclasses
+import os
+import sys
+
+import numpy as np
+
+from hmp import cli, planning
+from hmp.errors import InvalidInput
+from hmp.planning.plan import format_bytes
+from hmp.run import calibration, linkprobe, rebalance, speedcache
+from hmp.run.devices import memory_bytes, parse_memory_caps
+from hmp.run.profiler import measure_platform
+from hmp.run.settings import AUTO
+
+
+def _say(line):
+    print(line, flush=True)
+
+
+def memory_caps(settings, devices):
+    """Each device's memory in bytes (None: not known): --memory_caps, else as found
+    (``hmp.run.devices.memory_bytes``)."""
+    with settings.blame("memory_caps"):
+        return (parse_memory_caps(settings.placement.memory_caps, len(devices))
+                or memory_bytes(devices))
+
+
+def check_memory(settings, devices, spec, caps):
+    """UsageError, before any folder is made, when the model (``spec``) at --batch_size
+    fits no layout of --mesh on ``devices`` within each one's memory (``caps``): naming
+    --batch_size when fewer samples would fit, else --width, and the memory a device
+    alone needs (``planning.memory_bytes``: weights with their gradients and optimizer
+    slots, and the activations of the batch)."""
+    batch_size, mesh = settings.recipe.batch_size, settings.placement.mesh
+    if all(cap is None for cap in caps) or _fits(mesh, devices, spec, caps, batch_size):
+        return
+    fewest = 1 if mesh == AUTO else planning.parse_mesh(mesh).batch
+    flag = "batch_size" if _fits(mesh, devices, spec, caps, fewest) else "width"
+    whole = np.ones((len(spec.layers), 1))
+    need, weights = (float(planning.memory_bytes(spec, [batch], whole)[0, 0])
+                     for batch in (batch_size, 0))
+    raise cli.UsageError(
+        "--%s=%d: the model needs %s on one device (%s for its weights, their gradients "
+        "and optimizer slots, %s for the activations of %d samples) and fits no layout "
+        "of --mesh=%s on %s; allowed: a smaller --width or --batch_size, or devices with "
+        "more memory" % (flag, settings.value(flag), format_bytes(need),
+                         format_bytes(weights), format_bytes(need - weights), batch_size,
+                         mesh, ", ".join("%s (%s)" % (d, "?" if c is None else format_bytes(c))
+                                         for d, c in zip(devices, caps))))
+
+
+def _fits(mesh, devices, spec, caps, batch_size):
+    """Whether the planner finds a layout of ``mesh`` for ``batch_size`` samples on
+    ``devices`` within the memory ``caps`` (at equal speeds: memory moves work between
+    devices, speeds do not make room). True too when it refuses for another reason than
+    memory: that is said where the plan is made."""
+
+    def plans(memory_caps):
+        try:
+            planning.plan_layout(spec, devices, [1.0] * len(devices), batch_size, mesh,
+                                 memory_caps)
+            return True
+        except InvalidInput:
+            return False
+    return plans(caps) or not plans(None)
+
+
+def choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe):
+    """(the plan made now from the speeds (--speeds's numbers; None: measured on the step
+    of ``recipe``, with the link), the device fastest alone at --batch_size as the plan
+    priced each alone (``Plan.fastest_alone``)); ``spec``: the model's. Each device's
+    memory (``caps``: :func:`memory_caps`) bounds the plan."""
+    devices, speeds = hardware.devices, hardware.speeds
+    batch_size, mesh = settings.recipe.batch_size, settings.placement.mesh
+    if len(devices) == 1:   # nothing to split: no profiling
+        plan = planning.plan_layout(spec, devices, speeds or [1.0], batch_size, mesh, caps)
+        if mesh == AUTO:
+            plan = dataclasses.replace(plan, reason="one device (%s): the one-device "
+                                       "layout, no profiling needed" % devices[0])
+        return plan, devices[0]
+    if speeds is not None:
+        plan = planning.plan_layout(spec, devices, speeds, batch_size, mesh, caps)
+        if mesh == AUTO:
+            plan = dataclasses.replace(plan, reason=plan.reason.replace(
+                "communication not priced (no link given)",
+                "communication not priced: --speeds=%s gives the speeds, so no link was "
+                "measured (--speeds=auto measures both)" % settings.placement.speeds))
+        return plan, plan.fastest_alone()
+    entry, link = _measured(settings, hardware, model_config, spec, model_dir, recipe)
+    platform = linkprobe.platform_specs(devices, entry.speeds)
+    plan = planning.plan_layout(spec, platform, None, batch_size, mesh, caps, link=link)
+    return plan, plan.fastest_alone()
+
+
+def _measurement_key(settings, hardware, model_config, devices, recipe):
+    """What a speed measured on ``devices`` depends on (``speedcache.cache_key``)."""
+    cluster = hardware.cluster
+    return speedcache.cache_key(model_config, settings.recipe.batch_size,
+                                settings.recipe.optimizer, devices,
+                                cluster.identity if cluster else None,
+                                recipe.input_work(model_config))
+
+
+def _measured(settings, hardware, model_config, spec, model_dir, recipe):
+    """The speed-cache entry (per device: samples/s at --batch_size, FLOP/s, per-step
+    overhead, and the op-size figures when --mesh may split the model) and the link (a
+    LinkSpec): cached, or measured now (and stored there). See hmp.run.speedcache."""
+    devices = hardware.devices
+    key = _measurement_key(settings, hardware, model_config, devices, recipe)
+    op_size = planning.splits_the_model(settings.placement.mesh)
+    paths = [os.path.join(model_dir, speedcache.FILE_NAME), speedcache.user_cache_path()]
+    warn = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+
+    def measure():
+        return measure_platform(model_config, devices, settings.recipe.batch_size,
+                                target=hardware.target,
+                                session_config=hardware.session_config,
+                                optimizer=settings.recipe.optimizer, progress=_say, spec=spec,
+                                op_size=op_size, recipe=recipe)
+
+    entry, _ = speedcache.measured_or_cached(key, paths, measure,
+                                             force=settings.placement.speeds == "measure",
+                                             say=_say, warn=warn, op_size=op_size)
+    for s in entry.speeds:
+        op_size_figures = calibration.describe(s)
+        _say("  %-28s %8.1f samples/s (%.1f - %.1f), %.3g ms of every step%s"
+             % (s["device"], s["samples_per_s"], s["min_samples_per_s"],
+                s["max_samples_per_s"], 1e3 * s["overhead_s"],
+                "; " + op_size_figures if op_size_figures else ""))
+    link = entry.link_spec()
+    if link is not None:
+        _say("  link: " + "; ".join(
+            what + l.figures()
+            for what, l in (("", link), ("while training ", link.loaded),
+                            ("within a host ", link.local)) if l is not None))
+    return entry, link
+
+
+def alone_trial(settings, hardware, spec, plan, fastest, model_config, recipe, first_epoch,
+                recorded):
+    """The trial of the fastest device alone (``--try_alone``; a
+    :class:`hmp.run.rebalance.AloneTrial`), with what ``recorded`` (its record before a
+    resume) measured, or None when it does not apply: a mesh or plan given, a plan on
+    one device, fewer epochs left than it still needs (3 fresh)."""
+    placement, recipe_settings = settings.placement, settings.recipe
+    if (not placement.try_alone or placement.mesh != AUTO or fastest is None
+            or len(plan.devices) < 2):
+        return None
+    alone = planning.plan_layout(spec, [fastest], [1.0], recipe_settings.batch_size, AUTO)
+    alone = dataclasses.replace(alone, reason="the fastest device alone (%s), on trial "
+                                "against the plan (--try_alone)" % fastest)
+    # what the rates depend on: what a speed measurement does, and the two layouts
+    key = {**_measurement_key(settings, hardware, model_config, plan.devices, recipe),
+           "mesh": plan.mesh, "splits": plan.splits, "alone": fastest}
+    trial = rebalance.AloneTrial(plan, alone, key)
+    line = trial.take_up(recorded, first_epoch)
+    if recipe_settings.epochs - first_epoch < trial.epochs_needed:
+        return None
+    if line:
+        print(line, flush=True)
+    return trial

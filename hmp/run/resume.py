@@ -1,0 +1,75 @@
+"""The seeds' folders and what ``--resume`` requires of them: a used folder is resumed or
+overwritten only when asked, and a resumed run goes on with the data and the precision
+its first invocation used (its data.json and flags.txt), else one line says which flag
+differs. Nothing here makes or deletes a folder (``hmp.run.runs.prepare_model_dir``
+does, once the input is checked).
+"""
+
+import os
+
+from hmp import cli
+from hmp.errors import InvalidInput
+from hmp.run import experiment, runs
+from hmp.run.settings import DEFAULT
+
+# The data settings a resumed run must share with its first invocation (data.json).
+RESUMED_DATA = ("dataset", "synthetic_layout", "synthetic_kind", "patch_size", "pca",
+                "train_fraction", "train_per_class", "split", "seed", "val_fraction")
+
+
+def seed_dirs(folder, model_dir, seeds):
+    """The folder of each seed's run, checked (a used one needs --resume or --overwrite:
+    ``folder``, the settings' run folder group). One seed: ``model_dir`` itself;
+    several: its ``seed-<seed>`` folders."""
+    folders = ([model_dir] if len(seeds) == 1 else
+               [os.path.join(model_dir, "seed-%d" % seed) for seed in seeds])
+    for each in folders:
+        runs.check_model_dir(each, folder.resume, folder.overwrite)
+    if folder.resume and len(folders) == 1 and runs.checkpoint_step(model_dir) is None:
+        raise cli.UsageError("--resume: %s holds no checkpoint to resume from; start the "
+                             "run without --resume" % model_dir)
+    return folders
+
+
+def resumes(folder, model_dir):
+    """Whether the seed in ``model_dir`` goes on from its checkpoint: with --resume, when
+    it has one (with --runs, a seed the series had not reached yet starts afresh, and
+    says so)."""
+    resume = folder.resume and runs.checkpoint_step(model_dir) is not None
+    if folder.resume and not resume:
+        print("%s holds no checkpoint yet: this seed's run starts" % model_dir, flush=True)
+    return resume
+
+
+def check_same_precision(model_dir, precision):
+    """UsageError when --resume would go on in another --precision than the run's first
+    invocation (its flags.txt; a folder without one has nothing to compare): the same
+    weights, but another graph."""
+    started = runs.saved_flags(model_dir)
+    if started is None:
+        return
+    first = started.get("precision", DEFAULT.model.precision)
+    if first != precision:
+        raise cli.UsageError(
+            "--precision=%s: the run in %s was trained with --precision=%s; resume it "
+            "with that (--flagfile=%s gives all its flags), or start over with "
+            "--overwrite" % (precision, model_dir, first,
+                             os.path.join(model_dir, runs.FLAGS_FILE)))
+
+
+def check_same_data(model_dir, data_config):
+    """UsageError when --resume would go on with other pixels or patches than the run's
+    first invocation used (its data.json); a folder without one has nothing to
+    compare."""
+    try:
+        saved, _ = experiment.load(model_dir)
+    except InvalidInput:
+        return
+    changed = [name for name in RESUMED_DATA
+               if getattr(saved, name) != getattr(data_config, name)]
+    if changed:
+        raise cli.UsageError(
+            "--resume: the run in %s was trained with %s, not %s; resume it with the "
+            "same data flags, or start over with --overwrite"
+            % (model_dir, ", ".join("%s=%s" % (n, getattr(saved, n)) for n in changed),
+               ", ".join("%s=%s" % (n, getattr(data_config, n)) for n in changed)))

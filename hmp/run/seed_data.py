@@ -1,0 +1,47 @@
+"""One seed's data: the scene loaded, split and preprocessed (``hmp.run.experiment``)
+for that seed, with its split's leakage, said in a few lines before any training.
+``--pca`` not given: the model's ``RECIPE`` value (``hmp.run.settings.model_recipe``).
+"""
+
+import dataclasses
+
+from hmp import data
+from hmp.run import experiment
+from hmp.run.settings import DEFAULT, model_recipe
+
+
+def load_experiment(settings, get_model, seed):
+    """(the scene loaded, split and preprocessed for seed ``seed``, its split's leakage,
+    its DataConfig); says what it holds (and writes nothing). ``get_model``: the
+    application's model lookup (the model's default --pca)."""
+    given = settings.data
+    print("loading %s ..." % given.dataset, flush=True)
+    data_config = dataclasses.replace(given, seed=seed, pca=_pca(settings, get_model))
+    pca_given = given.pca is not None
+    with settings.blame(*settings.scene_flags(), *(("pca",) if pca_given else ()),
+                        also=(OSError,)):
+        try:
+            exp = experiment.prepare(data_config)
+        except data.TooFewBands as error:
+            if pca_given:
+                raise
+            raise data.TooFewBands("%s (%d: the default of --model=%s; give --pca=N with "
+                                   "fewer components, or --pca=0 for all bands)"
+                                   % (error, data_config.pca, settings.model.name)) from None
+    patch = given.patch_size
+    leakage = data.split_leakage(exp.split, patch)
+    print("%s: %dx%d pixels, %d bands, %d classes; %d training / %d test pixels"
+          % (exp.scene.name, *exp.scene.labels.shape, exp.bands, exp.n_classes,
+             len(exp.train), len(exp.test)), flush=True)
+    print("split: %s; leakage %.1f%% (test pixels with a training pixel in their %dx%d "
+          "patch)" % (exp.split.description, 100 * leakage, patch, patch), flush=True)
+    if exp.nodata_pixels:
+        print(experiment.nodata_summary(exp.nodata_pixels, exp.scene.raster), flush=True)
+    return exp, leakage, data_config
+
+
+def _pca(settings, get_model):
+    """--pca: as given, else the model's ``RECIPE`` value, else 0 (all bands)."""
+    if settings.data.pca is not None:
+        return settings.data.pca
+    return model_recipe(get_model(settings.model.name)).get("pca", DEFAULT.flag_value("pca"))

@@ -1,0 +1,225 @@
+"""One seed's training in its folder, from its data to its results.json.
+
+In order: the data loaded for the seed (``hmp.run.seed_data``), what ``--resume``
+requires (``hmp.run.resume``), the model and its recipe (``hmp.run.training_recipe``),
+the checks that the scene and the model fit the devices (before any folder is made),
+the folder made, the plan (``hmp.run.plan_choice``), the epochs
+(``hmp.run.epoch_loop``), the labelled pixels classified and scored
+(``hmp.run.scoring``), results.json written. A signal stops after a step with a
+checkpoint (:class:`hmp.cli.Interrupted` says how to go on); on any error every
+trainer's session is closed.
+"""
+
+import dataclasses
+import os
+import time
+
+from hmp import cli, files
+from hmp.evaluation import report
+from hmp.run import events, experiment, fitted_preprocessing, runs, scene_input, scoring
+from hmp.run.epoch_loop import EpochLoop
+from hmp.run.from_graph import model_spec
+from hmp.run.graph import ModelConfig, Placement, TrainingGraph
+from hmp.run.plan_choice import alone_trial, check_memory, choose_plan, memory_caps
+from hmp.run.progress import ProgressLine
+from hmp.run.resume import check_same_data, resumes
+from hmp.run.seed_data import load_experiment
+from hmp.run.trainer import Stopped, Trainer
+from hmp.run.training_recipe import recipe as training_recipe
+
+
+@dataclasses.dataclass(frozen=True)
+class Shared:
+    """What every seed of one fit shares: its ``settings``, the application's model
+    lookup (``get_model``), the command line (``argv``: history.json), what it trains on
+    (``hardware``: :class:`hmp.run.hardware.Hardware`) and the ``signals`` that stop it
+    (:class:`hmp.run.runs.Signals`)."""
+
+    settings: object
+    get_model: object
+    argv: list
+    hardware: object
+    signals: object
+
+
+class Trainers:
+    """A seed's trainer of a plan: its graph (the model, the recipe, the batch on the
+    plan's placement), a session on the devices, the scene on them."""
+
+    def __init__(self, shared, model_config, exp, recipe, model_dir, seed, progress):
+        self.shared, self.model_config, self.exp, self.recipe = shared, model_config, exp, recipe
+        self.model_dir, self.seed, self.progress = model_dir, seed, progress
+
+    def build(self, plan):
+        """A new trainer of ``plan`` (not initialised)."""
+        settings, hardware = self.shared.settings, self.shared.hardware
+        given = settings.recipe
+        graph = TrainingGraph(self.model_config, Placement.from_plan(plan), given.batch_size,
+                              self.exp.scene.labels.shape, given.optimizer,
+                              given.learning_rate, self.seed, self.recipe)
+        return Trainer(graph, self.exp, self.model_dir, self.seed, hardware.session_config,
+                       hardware.target, checkpoint_every=settings.folder.checkpoint_every,
+                       slowdown=hardware.slowdown, stop=self.shared.signals,
+                       progress=self.progress)
+
+    def start(self, plan, resume):
+        """A trainer of ``plan`` initialised (``resume``: from the latest checkpoint), the
+        plan in its events."""
+        trainer = self.build(plan)
+        try:
+            with self.shared.settings.blame("resume", "model_dir"):
+                trainer.initialise(resume)
+        except BaseException:   # e.g. a checkpoint of another model: no session left open
+            trainer.close()
+            raise
+        events.add_text(trainer.writer, trainer.step, "plan", plan.explain())
+        return trainer
+
+
+def train_seed(shared, model_dir, seed):
+    """Trains seed ``seed`` in ``model_dir``: on --plan's plan (checked against the model
+    here), else on one planned from the speeds (--speeds's numbers, or measured)."""
+    settings, folder = shared.settings, shared.settings.folder
+    started = time.time()
+    exp, leakage, data_config = load_experiment(settings, shared.get_model, seed)
+    resume = resumes(folder, model_dir)
+    if resume:
+        check_same_data(model_dir, data_config)
+    steps_per_epoch = _steps_per_epoch(settings.recipe.batch_size, exp)
+    if resume and _finished(model_dir, settings.recipe.epochs, steps_per_epoch):
+        return
+    model_config = ModelConfig(settings.model.name, settings.data.patch_size, exp.bands,
+                               exp.n_classes, settings.model.width, settings.model.batch_norm,
+                               settings.model.precision,
+                               model=shared.get_model(settings.model.name))
+    recipe = training_recipe(settings, exp)
+    with settings.blame("model", "patch_size", "width"):
+        spec = model_spec(model_config)
+    caps = _check_fits(shared, exp, model_config, recipe, spec)
+    # the input is good: now the folder is made (an old run deleted with --overwrite)
+    _make_folder(settings, model_dir, data_config, exp)
+    plan, fastest = _plan(shared, spec, model_config, caps, model_dir, recipe)
+    print(plan.explain(), flush=True)
+    trainers = Trainers(shared, model_config, exp, recipe, model_dir, seed,
+                        ProgressLine(log_every=folder.log_every))
+    # The checkpoint's step and epoch.
+    start_step = (runs.checkpoint_step(model_dir) or 0) if resume else 0
+    first_epoch = start_step // steps_per_epoch
+    # Every invocation's epochs: a resumed run keeps those before its checkpoint.
+    record = runs.History.open(model_dir, resume, first_epoch, start_step, shared.argv)
+    trial = alone_trial(settings, shared.hardware, spec, plan, fastest, model_config, recipe,
+                        first_epoch, record.trial)
+    if trial is not None:   # a trial taken up may start on the device alone or the winner
+        plan, record.trial = trial.plan, trial.record()
+    loop = EpochLoop(trainers, plan, resume, record, trial, shared.signals, spec, settings,
+                     model_dir, steps_per_epoch)
+    variants, step = _train_and_classify(loop, first_epoch, exp, recipe, settings.recipe.tta,
+                                         model_dir, shared.signals)
+    predicted_map, scored, paired = scoring.scores(exp, variants, leakage,
+                                                   settings.recipe.tta)
+    pictures = scoring.save_pictures(model_dir, loop.trainer.writer, step, exp,
+                                     predicted_map, scored)
+    loop.trainer.close()
+    best = loop.best
+    results = {"flags": {**settings.flag_values(), "seed": seed},
+               "plan": dataclasses.asdict(loop.plan),
+               "plans": record.plans,
+               "history": record.epochs,
+               "invocations": record.invocations,
+               "trial": record.trial,
+               "step": step,
+               "best_epoch": None if best.epoch is None else best.epoch + 1,
+               "nodata_pixels": exp.nodata_pixels,
+               "split": exp.split.description,
+               "leakage": leakage,
+               "test": report.scores_dict(scored, exp.scene.class_names),
+               **paired,
+               "pictures": list(pictures),
+               "seconds": time.time() - started}
+    files.write_json(os.path.join(model_dir, "results.json"), results)
+    print("results, maps and checkpoints in %s" % model_dir)
+
+
+def _steps_per_epoch(batch_size, exp):
+    """Whole batches of the training pixels an epoch takes; UsageError when none."""
+    steps_per_epoch = exp.train.steps_per_epoch(batch_size, drop_remainder=True)
+    if not steps_per_epoch:
+        raise cli.UsageError("--batch_size=%d: larger than the %d training pixels; "
+                             "allowed: at most %d"
+                             % (batch_size, len(exp.train), len(exp.train)))
+    return steps_per_epoch
+
+
+def _finished(model_dir, epochs, steps_per_epoch):
+    """Whether the resumed run in ``model_dir`` has trained its ``epochs`` already; says
+    so, and where its results are."""
+    if not runs.finished(model_dir, epochs * steps_per_epoch):
+        return False
+    print("the run in %s is finished (%d epochs, step %d); its results are in %s; "
+          "to train longer, resume with a larger --epochs"
+          % (model_dir, epochs, runs.checkpoint_step(model_dir),
+             os.path.join(model_dir, "results.json")), flush=True)
+    return True
+
+
+def _check_fits(shared, exp, model_config, recipe, spec):
+    """Each device's memory (found once: it bounds the scene, the model and the plan),
+    after the checks that every device holds the scene's cube and that the model fits
+    the devices (--plan's plan: is of this model)."""
+    settings, devices = shared.settings, shared.hardware.devices
+    given_plan = shared.hardware.given_plan
+    caps = memory_caps(settings, devices)
+    with settings.blame(*settings.scene_flags(), "devices",   # every device holds the cube
+                        *(("memory_caps",) if settings.placement.memory_caps else ())):
+        scene_input.check_cube_fits(exp.scene.image_shape, settings.data.patch_size,
+                                    recipe.scene_bands(model_config), devices, caps)
+    if given_plan is None:   # memory before work: before any folder or profiling
+        check_memory(settings, devices, spec, caps)
+    else:
+        with settings.blame("plan"):
+            given_plan.check_model(spec, "plan file %s" % settings.placement.plan)
+    return caps
+
+
+def _make_folder(settings, model_dir, data_config, exp):
+    """The seed's folder made (emptied with --overwrite), with what hmp.predict and
+    scripts/baselines.py read back: the data (data.json, the split), the fitted
+    preprocessing, and the flags (kept from the first invocation on --resume)."""
+    runs.prepare_model_dir(model_dir, settings.folder.overwrite)
+    experiment.save(model_dir, data_config, exp.split)
+    fitted_preprocessing.save(model_dir, exp.preprocessor, exp.scene.raster.wavelengths)
+    if not settings.folder.resume:
+        runs.save_flags(settings.model_dir, settings.flag_lines())
+
+
+def _plan(shared, spec, model_config, caps, model_dir, recipe):
+    """(the plan, the device fastest alone or None): --plan's, else made now."""
+    settings, hardware = shared.settings, shared.hardware
+    if hardware.given_plan is not None:   # the device fastest alone is not known
+        return hardware.given_plan, None
+    with settings.blame("devices", "speeds", "mesh"):
+        return choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe)
+
+
+def _train_and_classify(loop, first_epoch, exp, recipe, tta, model_dir, signals):
+    """(the labelled pixels' class probabilities, the step training ended at) after
+    ``loop``'s epochs from ``first_epoch``. A signal: every trainer closed and
+    :class:`hmp.cli.Interrupted` naming where it stopped; any other error: every
+    trainer closed, the error raised."""
+    try:
+        stats = loop.train(first_epoch)
+        loop.close_spare()
+        warning = stats and stats.fit_warning(recipe.augmentation)
+        if warning:
+            print(warning, flush=True)
+        return scoring.classify(loop.trainer, loop.best, exp, tta)
+    except Stopped as stopped:
+        loop.close_all()
+        where = ("while classifying (training had finished at step %d)" % stopped.step
+                 if stopped.classifying else
+                 "at epoch %d step %d" % (stopped.epoch + 1, stopped.step))
+        raise cli.Interrupted("interrupted %s; continue with --resume --model_dir=%s"
+                              % (where, model_dir), signals.signum) from None
+    except BaseException:   # e.g. a lost worker: no session outlives the workers it used
+        loop.close_all(after_error=True)
+        raise

@@ -1,0 +1,67 @@
+"""A seed's training recipe (:class:`hmp.run.graph.Recipe`) from the settings and its
+data: the schedule over the run's steps, weight decay, class weights
+(``--class_balanced``), the augmentation with its field look (spectral shift and gain,
+measured on the scene when not given: ``hmp.data.field_look``) and the PCA done in the
+graph (``--pca_in_graph``).
+"""
+
+import numpy as np
+
+from hmp import cli
+from hmp.data.field_look import measure_field_look
+from hmp.run.augment import Augmentation
+from hmp.run.graph import Recipe
+from hmp.run.projection import Projection
+
+
+def recipe(settings, exp):
+    """The training recipe of ``settings`` (a :class:`hmp.run.settings.Settings`) for the
+    experiment ``exp`` (schedule over the run, decay, augmentation, loss)."""
+    given = settings.recipe
+    steps_per_epoch = exp.train.steps_per_epoch(given.batch_size, drop_remainder=True)
+    weights = None
+    if given.class_balanced:   # n / (K n_c): the mean weight over the training pixels is 1
+        counts = np.bincount(exp.train.class_ids, minlength=exp.n_classes)
+        weights = tuple(float(len(exp.train) / (exp.n_classes * c)) if c else 0.0
+                        for c in counts)
+    return Recipe(weight_decay=given.weight_decay, schedule=given.schedule,
+                  warmup_steps=int(round(given.warmup_epochs * steps_per_epoch)),
+                  total_steps=given.epochs * steps_per_epoch,
+                  augmentation=Augmentation(given.augment, given.brightness, given.noise,
+                                            **_field_look(settings, exp)),
+                  class_weights=weights, projection=_projection(settings, exp))
+
+
+def _projection(settings, exp):
+    """The PCA done in the graph (--pca_in_graph), or None."""
+    if settings.recipe.pca_in_graph and exp.preprocessor.pca is not None:
+        return Projection.of(exp.preprocessor.pca)
+    return None
+
+
+def _field_look(settings, exp):
+    """The field-look augmentation's settings (on with --augment); it works on the raw
+    bands, so after PCA only with --pca_in_graph."""
+    names = ("spectral_shift", "spectral_gain")
+    strengths = {name: settings.field_look_strength(name) for name in names}
+    if not settings.recipe.augment or strengths == {name: 0.0 for name in names}:
+        return {}
+    if exp.preprocessor.pca is not None and not settings.recipe.pca_in_graph:
+        given = [name for name in names if settings.chosen(name)]
+        if given:
+            raise cli.UsageError("--%s=%s: the field-look augmentation needs all bands, "
+                                 "but this run keeps %d PCA components (give --pca=0 or "
+                                 "--pca_in_graph)"
+                                 % (given[0], settings.value(given[0]), exp.bands))
+        print("field-look augmentation off: it needs all bands, and this model keeps %d "
+              "PCA components (--pca_in_graph projects after it)" % exp.bands, flush=True)
+        return {}
+    if None in strengths.values():
+        measured = measure_field_look(exp.scene.cube, exp.scene.labels, exp.train.indices)
+        print(measured.describe(), flush=True)
+        strengths = {name: getattr(measured, name) if value is None else value
+                     for name, value in strengths.items()}
+    scaler = exp.preprocessor.scaler
+    return {**strengths,
+            "band_offset": tuple(map(float, scaler.offset)),
+            "band_scale": tuple(map(float, scaler.scale))}

@@ -1,0 +1,144 @@
+"""hmp.run.epoch_loop: a seed's epochs on its plans, with stand-in trainers and a
+scripted rebalancer (no graphs): a new plan builds a trainer, a switch back reuses the
+graph kept, a plan waited for is made ready by a standby and then switched to by a
+restore; early stop; every spare trainer is closed before classifying."""
+
+import dataclasses
+import time
+
+from hmp.run import epoch_loop, rebalance, runs
+from hmp.run.settings import Settings
+from hmp.run.trainer import EpochStats
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:   # what the loop reads of a plan: rebalance.plan_key's fields
+    name: str
+    mesh: str = "model:2"
+    layout_rules: str = ""
+    devices: tuple = ("/cpu:0", "/cpu:1")
+
+    @property
+    def splits(self):
+        return {"filters": self.name}
+
+
+A, B, C = Plan("A"), Plan("B"), Plan("C")
+
+
+class StandInTrainer:
+    def __init__(self, plan, log, accuracies=None):
+        self.plan, self.log, self.accuracies = plan, log, accuracies or {}
+        self.closed = False
+
+    def train_epoch(self, epoch, epochs, before_save=None):
+        self.log.append(("epoch", epoch, self.plan.name))
+        stats = EpochStats(epoch, 1.0, 0.5, 100.0, 1.0,
+                           val_accuracy=self.accuracies.get(epoch))
+        before_save(stats)
+        return stats
+
+    def save(self, **_):
+        return "best-ckpt"
+
+    def restore(self, path):
+        self.log.append(("restore", self.plan.name))
+
+    def warm_up(self):
+        self.log.append(("warm_up", self.plan.name))
+
+    def close(self):
+        self.closed = True
+
+
+class StandInTrainers:
+    """``start`` and ``build`` as hmp.run.seed_training.Trainers, logged."""
+
+    def __init__(self, log, accuracies=None):
+        self.log, self.accuracies, self.made = log, accuracies, {}
+
+    def build(self, plan):
+        self.log.append(("build", plan.name))
+        self.made[plan.name] = StandInTrainer(plan, self.log, self.accuracies)
+        return self.made[plan.name]
+
+    def start(self, plan, resume):
+        self.log.append(("start", plan.name, resume))
+        self.made[plan.name] = StandInTrainer(plan, self.log, self.accuracies)
+        return self.made[plan.name]
+
+
+class ScriptedRebalancer:
+    """After each epoch: the plan to switch to, or a plan to wait for."""
+
+    CHOICES = {0: B, 1: A, 3: C}   # after epoch 2 it waits for C
+    WAITING = {2: C}
+
+    def __init__(self, spec, threshold):
+        self.switches, self.message, self.waiting, self.reuse = [], "", None, []
+        self.epoch = -1
+
+    def measure(self, plan, stats, switch=None):
+        self.epoch = stats.epoch
+        self.switches.append(switch and switch[0])
+
+    def choose(self, plan, steps, epochs_left, kept=()):
+        self.waiting = self.WAITING.get(self.epoch)
+        return self.CHOICES.get(self.epoch)
+
+    def expect_reuse(self, seconds):
+        self.reuse.append(seconds)
+
+
+def _loop(tmp_path, trainers, **settings):
+    record = runs.History(str(tmp_path / runs.HISTORY))
+    return epoch_loop.EpochLoop(trainers, A, False, record, None, runs.Signals(), None,
+                                Settings.of(**settings), str(tmp_path), steps_per_epoch=4)
+
+
+def test_switches_build_a_new_plan_reuse_a_kept_one_and_take_a_standby(tmp_path,
+                                                                       monkeypatch):
+    monkeypatch.setattr(rebalance, "Rebalancer", ScriptedRebalancer)
+    monkeypatch.setattr(epoch_loop, "Trainer", StandInTrainer)   # its warm_up
+    log = []
+    trainers = StandInTrainers(log)
+    loop = _loop(tmp_path, trainers, epochs=6, patience=0, rebalance="epoch")
+    original = StandInTrainer.train_epoch
+
+    def train_epoch(self, epoch, epochs, before_save=None):
+        deadline = time.monotonic() + 10
+        while epoch == 3 and not loop.standby.ready and time.monotonic() < deadline:
+            time.sleep(0.01)   # the standby's thread: let it finish before epoch 3 ends
+        return original(self, epoch, epochs, before_save)
+    monkeypatch.setattr(StandInTrainer, "train_epoch", train_epoch)
+
+    stats = loop.train(first_epoch=0)
+    assert stats.epoch == 5
+    assert [entry for entry in log if entry[0] == "epoch"] == [
+        ("epoch", 0, "A"), ("epoch", 1, "B"), ("epoch", 2, "A"), ("epoch", 3, "A"),
+        ("epoch", 4, "C"), ("epoch", 5, "C")]
+    assert [entry for entry in log if entry[0] != "epoch"] == [
+        ("start", "A", False), ("start", "B", True), ("restore", "A"),
+        ("build", "C"), ("restore", "C"), ("warm_up", "C"), ("restore", "C")]
+    assert loop.rebalancer.switches == ["build", "build", "reuse", None, "reuse", None]
+    assert len(loop.rebalancer.reuse) == 1   # the standby's restore: a switch's estimate
+    assert [plan["name"] for plan in loop.record.plans] == ["A", "B", "A", "C"]
+    assert loop.plan is C and loop.trainer is trainers.made["C"]
+    made = trainers.made
+    assert (made["A"].closed, made["B"].closed, made["C"].closed) == (False, True, False)
+    loop.close_spare()   # classifying needs only the trainer in use
+    assert (made["A"].closed, made["C"].closed) == (True, False)
+    assert len(runs.read_json(str(tmp_path / runs.HISTORY))["history"]) == 6
+
+
+def test_training_stops_early_and_close_all_closes_every_trainer(tmp_path, capsys):
+    log = []
+    trainers = StandInTrainers(log, accuracies={0: 0.5, 1: 0.4, 2: 0.3})
+    loop = _loop(tmp_path, trainers, epochs=5, patience=2)
+    stats = loop.train(first_epoch=0)
+    assert stats.epoch == 2   # two epochs without a better one than epoch 0's
+    assert (loop.best.epoch, loop.best.accuracy, loop.best.path) == (0, 0.5, "best-ckpt")
+    assert "early stop: no better validation accuracy for 2 epochs" in capsys.readouterr().out
+    assert loop.rebalancer is None and log[0] == ("start", "A", False)
+    loop.close_all(after_error=True)
+    assert trainers.made["A"].closed
