@@ -76,11 +76,13 @@ class ScriptedRebalancer:
 
     def __init__(self, spec, threshold):
         self.switches, self.message, self.waiting, self.reuse = [], "", None, []
+        self.disturbed = []
         self.epoch = -1
 
-    def measure(self, plan, stats, switch=None):
+    def measure(self, plan, stats, switch=None, disturbed=False):
         self.epoch = stats.epoch
         self.switches.append(switch and switch[0])
+        self.disturbed.append(disturbed)
 
     def choose(self, plan, steps, epochs_left, kept=()):
         self.waiting = self.WAITING.get(self.epoch)
@@ -121,6 +123,8 @@ def test_switches_build_a_new_plan_reuse_a_kept_one_and_take_a_standby(tmp_path,
         ("start", "A", False), ("start", "B", True), ("restore", "A"),
         ("build", "C"), ("restore", "C"), ("warm_up", "C"), ("restore", "C")]
     assert loop.rebalancer.switches == ["build", "build", "reuse", None, "reuse", None]
+    # epoch 3 ran while C's graph was made ready: its times are left out
+    assert loop.rebalancer.disturbed == [False, False, False, True, False, False]
     assert len(loop.rebalancer.reuse) == 1   # the standby's restore: a switch's estimate
     assert [plan["name"] for plan in loop.record.plans] == ["A", "B", "A", "C"]
     assert loop.plan is C and loop.trainer is trainers.made["C"]

@@ -124,6 +124,10 @@ def test_a_plan_kept_off_by_its_graphs_cost_is_waited_for_then_switched_to_when_
     assert rebalancer.choose(even, 10, epochs_left=5) is None
     assert rebalancer.waiting.splits == {"batch": [48, 16]}
     ready = {rebalance.plan_key(rebalancer.waiting)}
+    # the epoch its graph was made ready in ran slowly on both devices: left out
+    rebalancer.measure(even, epoch([4.0, 3.5], seconds=640 / 30.0), disturbed=True)
+    assert rebalancer.regime.epochs == 1 and rebalancer.regime.rates[
+        rebalance.plan_key(even)][1] == 64.0
     assert rebalancer.choose(even, 10, epochs_left=5, kept=ready) is None   # no reuse cost yet
     rebalancer.expect_reuse(0.5)
     assert rebalancer.choose(even, 10, epochs_left=5, kept=ready).splits == {"batch": [48, 16]}
@@ -131,6 +135,19 @@ def test_a_plan_kept_off_by_its_graphs_cost_is_waited_for_then_switched_to_when_
         "switch 0.50 s (kept graph), saved over 1 epoch: switching")
     rebalancer.expect_reuse(9.0)   # a measured (or earlier) cost stays
     assert rebalancer.cost["reuse"] == 0.5
+    # a plan waited for stays in play while its graph is kept, beside a fresh one
+    rebalancer = rebalance.Rebalancer(spec(), threshold=0.1)
+    measured(rebalancer, even, [1.0, 3.0], 64.0)
+    rebalancer.cost["build"] = 20.0
+    assert rebalancer.choose(even, 10, epochs_left=5) is None
+    waited = rebalancer.waiting   # batch [48, 16]
+    measured(rebalancer, even, [1.0, 2.5], 70.0)   # the regime's mean: [1.0, 2.75]
+    assert rebalancer.choose(even, 10, epochs_left=5) is None   # a new graph for the fresh
+    fresh = rebalancer.waiting
+    assert fresh.splits != waited.splits
+    rebalancer.expect_reuse(0.1)
+    assert rebalancer.choose(even, 10, epochs_left=5,
+                             kept={rebalance.plan_key(waited)}) is waited
     # a plan that would not save the threshold of an epoch is not waited for
     rebalancer = rebalance.Rebalancer(spec(), threshold=0.6)
     measured(rebalancer, even, [1.0, 3.0], 64.0)

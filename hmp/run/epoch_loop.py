@@ -54,6 +54,7 @@ class EpochLoop:
         last epoch's :class:`hmp.run.trainer.EpochStats` (None: none was left)."""
         stats = None
         for epoch in range(first_epoch, self.epochs):
+            building = self.standby is not None   # a graph made ready on the devices
             stats = self.trainer.train_epoch(epoch, self.epochs, before_save=self._record)
             self.best.update(self.trainer, stats)
             print(stats.line(self.epochs), flush=True)
@@ -61,7 +62,7 @@ class EpochLoop:
                 print("early stop: no better validation accuracy for %d epochs"
                       % self.patience, flush=True)
                 break
-            self._between_epochs(epoch, stats)
+            self._between_epochs(epoch, stats, disturbed=building)
         return stats
 
     def close_spare(self):
@@ -91,13 +92,14 @@ class EpochLoop:
             self.record.trial = trial.record()
         self.record.add_epoch(stats)
 
-    def _between_epochs(self, epoch, stats):
-        """After ``epoch`` (``stats``): the rebalancer measures it, a finished standby is
-        taken, and the plan switches when it changes; a plan the rebalancer waits for
-        gets a standby."""
+    def _between_epochs(self, epoch, stats, disturbed):
+        """After ``epoch`` (``stats``): the rebalancer measures it (``disturbed``: a
+        standby was made ready during it, so its times are left out), a finished
+        standby is taken, and the plan switches when it changes; a plan the rebalancer
+        waits for gets a standby."""
         rebalancer = self.rebalancer
         if rebalancer is not None:
-            rebalancer.measure(self.plan, stats, self.switched)
+            rebalancer.measure(self.plan, stats, self.switched, disturbed)
         self.switched = None
         if self.standby is not None and (self.standby.ready or self.standby.failed):
             self.standby = self._standby_done()

@@ -109,7 +109,10 @@ class Rebalancer:
     waits until the slowdown has lost as much time as the switch costs (ski rental).
     ``waiting`` is the plan it stayed off for that cost alone (it would save the
     threshold an epoch): the run builds its graph meanwhile (``hmp.run.standby``), and
-    a switch to it then costs a kept graph's (``expect_reuse``).
+    a switch to it then costs a kept graph's (``expect_reuse``); a plan it waited for
+    stays in play while its graph is kept, priced from the mean speeds as the fresh plan
+    is. An epoch during which the run built such a graph on the same devices is
+    ``disturbed``: its times are left out.
     """
 
     def __init__(self, spec, threshold=DEFAULT_THRESHOLD):
@@ -119,12 +122,17 @@ class Rebalancer:
         self.startup = 0.0    # startup_seconds of the last epoch after no switch
         self.message = ""
         self.waiting = None   # the plan a new graph's cost alone kept from being chosen
+        self.waited = {}      # plan_key -> every plan it has waited for
 
-    def measure(self, plan, stats, switch=None):
+    def measure(self, plan, stats, switch=None, disturbed=False):
         """Takes an epoch that ran on ``plan`` (``stats``: its ``EpochStats``; its busy
         times and samples/s: nothing from an epoch too short to trace a step) and the
         ``switch`` before it: None, or (kind, seconds), whose cost is those seconds and
-        what the epoch's start took beyond that of an epoch after no switch."""
+        what the epoch's start took beyond that of an epoch after no switch. A
+        ``disturbed`` epoch (the run built a graph meanwhile; it follows no switch) is
+        left out."""
+        if disturbed:
+            return
         startup = startup_seconds(stats, plan.batch_size)
         if switch is None:
             self.startup = startup
@@ -158,11 +166,17 @@ class Rebalancer:
         candidates = {key: (other, steps * other.batch_size / rate)
                       for key, (other, rate) in regime.rates.items() if key != plan_key(plan)}
         busy = [load / speed for load, speed in zip(plan.prediction.load, regime.speeds)]
+
+        def predicted(other):   # the current epoch scaled by the busiest device's time
+            return current * max(load / speed for load, speed
+                                 in zip(other.prediction.load, regime.speeds)) / max(busy)
+
         fresh = replan(plan, self.spec, busy, self.threshold)
-        if fresh is not None and plan_key(fresh) not in candidates:
-            new_busy = max(load / speed for load, speed
-                           in zip(fresh.prediction.load, regime.speeds))
-            candidates[plan_key(fresh)] = (fresh, current * new_busy / max(busy))
+        waited = [other for key, other in self.waited.items() if key in kept]
+        for other in ([fresh] if fresh is not None else []) + waited:
+            key = plan_key(other)
+            if key not in candidates and key != plan_key(plan):
+                candidates[key] = (other, predicted(other))
         if not candidates:
             return None
         epochs = min(regime.epochs, epochs_left)
@@ -173,7 +187,7 @@ class Rebalancer:
         saves = seconds <= (1 - self.threshold) * current
         pays = net > 0 and saves
         if saves and not pays and key not in kept:
-            self.waiting = best
+            self.waiting = self.waited[key] = best
         self.message = ("re-balancing: %s predicted %.2f s an epoch against %.2f s on %s; "
                         "switch %.2f s (%s), saved over %d epoch%s: %s"
                         % (describe_splits(best), seconds, current, describe_splits(plan),
