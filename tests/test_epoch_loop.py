@@ -146,3 +146,41 @@ def test_training_stops_early_and_close_all_closes_every_trainer(tmp_path, capsy
     assert loop.rebalancer is None and log[0] == ("start", "A", False)
     loop.close_all(after_error=True)
     assert trainers.made["A"].closed
+
+
+class WaitingRebalancer(ScriptedRebalancer):
+    """Waits for C after every epoch from the second on, and never switches."""
+
+    CHOICES = {}
+    WAITING = {1: C, 2: C, 3: C, 4: C}
+
+
+class FailingTrainers(StandInTrainers):
+    def build(self, plan):
+        self.log.append(("build", plan.name))
+        raise MemoryError()   # no message: the line names its type
+
+
+def test_a_failed_standby_is_said_once_and_not_built_again(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(rebalance, "Rebalancer", WaitingRebalancer)
+    log = []
+    loop = _loop(tmp_path, FailingTrainers(log), epochs=5, patience=0, rebalance="epoch")
+    original = StandInTrainer.train_epoch
+
+    def train_epoch(self, epoch, epochs, before_save=None):
+        deadline = time.monotonic() + 10
+        while epoch == 2 and not loop.standby.failed and time.monotonic() < deadline:
+            time.sleep(0.01)   # the standby's thread: let it fail before epoch 2 ends
+        return original(self, epoch, epochs, before_save)
+    monkeypatch.setattr(StandInTrainer, "train_epoch", train_epoch)
+
+    assert loop.train(first_epoch=0).epoch == 4
+    assert [entry for entry in log if entry[0] == "build"] == [("build", "C")]
+    # only the epoch its graph was being made ready in is left out of the speeds; after
+    # the last epoch no standby starts for the plan waited for
+    assert loop.rebalancer.disturbed == [False, False, True, False, False]
+    out = capsys.readouterr().out
+    assert out.count("standby: building the graph of filters C") == 1
+    assert ("standby: the graph of filters C could not be made ready (MemoryError); a "
+            "switch to it builds it") in out
+    assert loop.standby is None and loop.plan is A

@@ -17,6 +17,7 @@ import hmp
 from hmp.errors import InvalidInput
 from hmp.evaluation.metrics import evaluate
 from hmp.run import experiment
+from hmp.run.fit import Fitted
 from hmp.run.settings import DEFAULT, FLAG_FIELDS, Settings
 from models import get_model
 
@@ -138,7 +139,8 @@ def test_refused_settings_raise_the_command_lines_message(values, message, tmp_p
 
 def test_readme_python_api_example_runs_as_written(tmp_path, monkeypatch):
     """The example marked ``python-api`` (README.md, docs/python_api.md) trains and
-    predicts as written; its own asserts check the result."""
+    predicts as written: its scores are its results.json's, and its class map, on the
+    run's test pixels, scores them as results.json does."""
     blocks = {text.split("<!-- example:python-api -->")[1].split("```python")[1]
               .split("```")[0]
               for text in ((REPO / name).read_text() for name in ("README.md",
@@ -150,5 +152,23 @@ def test_readme_python_api_example_runs_as_written(tmp_path, monkeypatch):
         namespace = {}
         exec(compile(block, "python-api example", "exec"), namespace)   # noqa: S102
         run = namespace["run"]
-        assert pathlib.Path(run.model_dir, "results.json").exists()
-        assert namespace["class_map"].shape == (145, 145)
+        results = json.loads(pathlib.Path(run.model_dir, "results.json").read_text())
+        assert run.test == results["test"]
+        class_map = namespace["class_map"]
+        assert class_map.shape == (145, 145)
+        _, split = experiment.load(run.model_dir)   # the run's own split
+        truth = namespace["scene"].labels.ravel()[split.test] - 1
+        confusion = evaluate(truth, class_map.ravel()[split.test] - 1, 10).confusion
+        np.testing.assert_array_equal(confusion, results["test"]["confusion_matrix"])
+
+
+def test_a_run_of_several_seeds_names_its_seeds_for_scores_and_prediction():
+    seeds = tuple(Fitted("runs/x/seed-%d" % i, {"test": {"overall_accuracy": 0.5 + i}}, None)
+                  for i in (0, 1))
+    several = Fitted("runs/x", {"overall_accuracy": {"mean": 1.0}}, None, seeds)
+    assert several.seeds[1].test == {"overall_accuracy": 1.5}
+    with pytest.raises(InvalidInput, match=r"^test: this run trained 2 seeds; use its "
+                                           r"seeds\[i\]\.test$"):
+        several.test
+    with pytest.raises(InvalidInput, match=r"^predict: this run trained 2 seeds"):
+        several.predict(np.zeros((4, 4, 3), np.float32))

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from cli_batch import Run, run_batch_with_out
+from hmp.errors import InvalidInput
 from hmp.planning import Plan, plan_layout
 from hmp.run.from_graph import model_spec
 from models import model_config
@@ -76,6 +77,15 @@ def test_the_plan_is_priced_at_the_runs_precision_and_batch_norm(runs):
     spec = model_spec(model_config("cnn2d", 5, 8, 4, width=4, batch_norm="local",
                                    precision="mixed_bfloat16"))
     assert spec.activation_bytes == 2 and spec.norm_layers == 0
+    # the plan is for that model only: float32 or sync batch norm refuse it
+    assert plans["bfloat16"]["model"] == ("cnn2d(width=4, input=5x5x8, classes=4, "
+                                          "precision=mixed_bfloat16, batch_norm=local)")
+    Plan.from_json(runs["bfloat16"][1], model_spec=spec)
+    for other in ({"precision": "float32"}, {"batch_norm": "sync"}):
+        config = model_config("cnn2d", 5, 8, 4, width=4, **{
+            "batch_norm": "local", "precision": "mixed_bfloat16", **other})
+        with pytest.raises(InvalidInput, match="is for model 'cnn2d.*, not the expected"):
+            Plan.from_json(runs["bfloat16"][1], model_spec=model_spec(config))
     expected = plan_layout(spec, ["/cpu:0", "/cpu:1", "/cpu:2"], [3, 2, 1], 12, "model:3")
     assert plans["bfloat16"]["prediction"]["memory"] == pytest.approx(
         expected.prediction.memory)

@@ -42,6 +42,7 @@ class EpochLoop:
         self.switched = ("build", time.perf_counter() - started_at)
         self.kept = {}   # plan_key -> the open trainer of a plan before: a switch back reuses it
         self.standby = None   # the graph of the plan the rebalancer waits for, made ready
+        self.unready = set()   # plan_keys whose standby failed: a switch there builds anew
         placement = settings.placement
         self.rebalancer = (rebalance.Rebalancer(spec, placement.rebalance_threshold)
                            if placement.rebalance == "epoch" else None)
@@ -104,8 +105,10 @@ class EpochLoop:
         if self.standby is not None and (self.standby.ready or self.standby.failed):
             self.standby = self._standby_done()
         new_plan = self._next_plan(epoch)
-        waiting = rebalancer and rebalancer.waiting
-        if new_plan is None and waiting and self.standby is None:
+        waiting = rebalancer and epoch + 1 < self.epochs and rebalancer.waiting
+        key = waiting and rebalance.plan_key(waiting)
+        if (new_plan is None and waiting and self.standby is None
+                and key not in self.kept and key not in self.unready):
             print("standby: building the graph of %s while training goes on"
                   % rebalance.describe_splits(waiting), flush=True)
             self.standby = Standby(waiting, self.trainers.build,
@@ -122,9 +125,12 @@ class EpochLoop:
         no standby is under way."""
         standby = self.standby
         if standby.failed is not None:
+            error = standby.failed
             print("standby: the graph of %s could not be made ready (%s); a switch to "
                   "it builds it" % (rebalance.describe_splits(standby.plan),
-                                    str(standby.failed).splitlines()[0]), flush=True)
+                                    (str(error).splitlines() or [type(error).__name__])[0]),
+                  flush=True)
+            self.unready.add(rebalance.plan_key(standby.plan))
             standby.close()
             return None
         key = rebalance.plan_key(standby.plan)

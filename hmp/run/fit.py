@@ -21,6 +21,7 @@ import tensorflow.compat.v1 as tf
 
 from hmp import cli, files
 from hmp.cluster import launch, sources
+from hmp.errors import InvalidInput
 from hmp.evaluation import report
 from hmp.run import inference, runs
 from hmp.run.devices import session_config_for
@@ -46,17 +47,25 @@ class Fitted:
 
     @property
     def test(self):
-        """The test pixels' scores (results.json's ``test``)."""
+        """The test pixels' scores (results.json's ``test``; one seed's run only)."""
+        self._one_seed("test")
         return self.results["test"]
 
     def predict(self, cube, devices=("/cpu:0",), batch_size=1024, tta=False):
         """Class probabilities (float32 [H, W, classes]) of every pixel of ``cube`` (a
         scene's raw cube [H, W, bands], as the run's scene file holds it; no-data pixels
-        classified as 0s) by the run's best weights, as ``python -m hmp.predict`` does."""
+        classified as 0s) by the run's best weights, as ``python -m hmp.predict`` does
+        (one seed's run only)."""
+        self._one_seed("predict")
         run = inference.Run.open(self.model_dir, lambda name: self.model)
         prepared, _ = run.prepare(np.asarray(cube, np.float32))
         return inference.classify(run, prepared, list(devices), batch_size,
                                   session_config_for(list(devices)), tta=tta)
+
+    def _one_seed(self, what):
+        if self.seeds:
+            raise InvalidInput("%s: this run trained %d seeds; use its seeds[i].%s"
+                               % (what, len(self.seeds), what))
 
 
 def fit(settings, get_model, argv=()):

@@ -31,11 +31,16 @@ def model_width(config):
 
 
 def spec_name(config):
-    """A name that identifies the model and its input, e.g.
-    ``cnn2d(width=32, input=9x9x200, classes=16)``: a plan made for another
-    model or input is refused when loaded."""
+    """A name that identifies the model, its input and how it computes, e.g.
+    ``cnn2d(width=32, input=9x9x200, classes=16)`` (float32 and sync batch norm, the
+    defaults, go unsaid; else ``, precision=mixed_bfloat16, batch_norm=local``): a plan
+    made for another model, input, precision or batch norm is refused when loaded."""
+    unusual = "".join(f", {name}={value}" for name, value, usual in (
+        ("precision", config.precision, "float32"), ("batch_norm", config.batch_norm, "sync"))
+        if value != usual)
     return (f"{config.name}(width={model_width(config)}, "
-            f"input={config.patch}x{config.patch}x{config.bands}, classes={config.n_classes})")
+            f"input={config.patch}x{config.patch}x{config.bands}, "
+            f"classes={config.n_classes}{unusual})")
 
 
 def _split(layer, split_dims):

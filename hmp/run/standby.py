@@ -11,6 +11,7 @@ graph does. ``restore_seconds`` is what its own restore took, the rebalancer's e
 of such a switch before one has been measured.
 """
 
+import contextlib
 import threading
 import time
 
@@ -43,9 +44,10 @@ class Standby:
             self.restore_seconds = time.perf_counter() - started
             warm_up(trainer)
         except BaseException as error:   # handed to the thread that takes the trainer
-            if trainer is not None:
-                trainer.close()
             self._error = error
+            if trainer is not None:
+                with contextlib.suppress(Exception):   # e.g. its worker is gone
+                    trainer.close()
             return
         self._trainer = trainer
 
