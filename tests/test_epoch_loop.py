@@ -98,6 +98,20 @@ def _loop(tmp_path, trainers, **settings):
                                 Settings.of(**settings), str(tmp_path), steps_per_epoch=4)
 
 
+def _standby_done_in(epoch_of, loop, monkeypatch):
+    """Epoch ``epoch_of`` waits (up to 10 s) for the loop's standby thread to end (ready or
+    failed) before it ends, as a real epoch outlasts a small build."""
+    original = StandInTrainer.train_epoch
+
+    def train_epoch(self, epoch, epochs, before_save=None):
+        deadline = time.monotonic() + 10
+        while (epoch == epoch_of and not (loop.standby.ready or loop.standby.failed)
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
+        return original(self, epoch, epochs, before_save)
+    monkeypatch.setattr(StandInTrainer, "train_epoch", train_epoch)
+
+
 def test_switches_build_a_new_plan_reuse_a_kept_one_and_take_a_standby(tmp_path,
                                                                        monkeypatch):
     monkeypatch.setattr(rebalance, "Rebalancer", ScriptedRebalancer)
@@ -105,14 +119,7 @@ def test_switches_build_a_new_plan_reuse_a_kept_one_and_take_a_standby(tmp_path,
     log = []
     trainers = StandInTrainers(log)
     loop = _loop(tmp_path, trainers, epochs=6, patience=0, rebalance="epoch")
-    original = StandInTrainer.train_epoch
-
-    def train_epoch(self, epoch, epochs, before_save=None):
-        deadline = time.monotonic() + 10
-        while epoch == 3 and not loop.standby.ready and time.monotonic() < deadline:
-            time.sleep(0.01)   # the standby's thread: let it finish before epoch 3 ends
-        return original(self, epoch, epochs, before_save)
-    monkeypatch.setattr(StandInTrainer, "train_epoch", train_epoch)
+    _standby_done_in(3, loop, monkeypatch)
 
     stats = loop.train(first_epoch=0)
     assert stats.epoch == 5
@@ -165,14 +172,7 @@ def test_a_failed_standby_is_said_once_and_not_built_again(tmp_path, monkeypatch
     monkeypatch.setattr(rebalance, "Rebalancer", WaitingRebalancer)
     log = []
     loop = _loop(tmp_path, FailingTrainers(log), epochs=5, patience=0, rebalance="epoch")
-    original = StandInTrainer.train_epoch
-
-    def train_epoch(self, epoch, epochs, before_save=None):
-        deadline = time.monotonic() + 10
-        while epoch == 2 and not loop.standby.failed and time.monotonic() < deadline:
-            time.sleep(0.01)   # the standby's thread: let it fail before epoch 2 ends
-        return original(self, epoch, epochs, before_save)
-    monkeypatch.setattr(StandInTrainer, "train_epoch", train_epoch)
+    _standby_done_in(2, loop, monkeypatch)
 
     assert loop.train(first_epoch=0).epoch == 4
     assert [entry for entry in log if entry[0] == "build"] == [("build", "C")]
