@@ -3,7 +3,17 @@
 least 80% OA) and beats the per-pixel spectral baseline by a clear margin
 (results.json records both). Since every field of the scene has its own look
 (brightness, wavelength shift, endmember variability), 80% after 4 epochs is
-the mark: LDA on 9 x 9 mean spectra reaches about 92% there (docs/benchmarks.md)."""
+the mark: LDA on 9 x 9 mean spectra reaches about 92% there (docs/benchmarks.md).
+
+Both models see the scene's first 30 PCA components (projected in the graph) and
+train at rate 2e-3: a quarter of the time of all 100 bands at 1e-3, and a surer
+pass. On a CPU the run's time is almost all TensorFlow's kernel for the filter
+gradient of the first convolution (stride 2 along the spectrum, one input
+channel), which grows faster than the bands; 30 is about the fewest bands the
+model's four VALID spectral convolutions take (27). Measured over seeds 0-4
+(2026-11-26): the 3-D CNN 84.6-90.1% (89.1% at seed 0, the one tested), the
+spectral baseline 43-49%; all 100 bands at 1e-3 gave 85.2% at seed 0 but 70.8%
+at seed 3."""
 
 import json
 import os
@@ -23,8 +33,8 @@ pytestmark = pytest.mark.skipif(not (SHARED_DATA / "Indian_pines_gt.mat").exists
 
 def test_3d_cnn_learns_the_scene_and_beats_spectral_baseline(tmp_path):
     flags = ["--epochs=4", "--synthetic_layout=indian_pines", "--data_dir=%s" % SHARED_DATA,
-             "--train_fraction=0.1", "--patch_size=9", "--devices=/cpu:0", "--speeds=1",
-             "--mesh=model:1",
+             "--train_fraction=0.1", "--patch_size=9", "--pca=30", "--learning_rate=2e-3",
+             "--devices=/cpu:0", "--speeds=1", "--mesh=model:1",
              # A short run: the whole training set, a constant rate, no augmentation.
              "--val_fraction=0", "--schedule=constant", "--warmup_epochs=0", "--noaugment",
              "--notta"]
@@ -38,5 +48,5 @@ def test_3d_cnn_learns_the_scene_and_beats_spectral_baseline(tmp_path):
         results = json.loads((tmp_path / model / "results.json").read_text())
         assert results["flags"]["synthetic_layout"] == "indian_pines"
         accuracy[model] = results["test"]["overall_accuracy"]
-    assert accuracy["cnn3d"] >= 0.80   # 85.9% measured at 4 epochs on the field scene
+    assert accuracy["cnn3d"] >= 0.80   # 89.1% measured (the docstring)
     assert accuracy["cnn3d"] - accuracy["spectral"] >= 0.10, accuracy
