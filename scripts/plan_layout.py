@@ -39,6 +39,7 @@ from hmp.run.devices import (LOCAL_JOBS, check_device_string,  # noqa: E402
 from hmp.run.linkprobe import platform_specs  # noqa: E402
 from hmp.run.from_graph import model_spec  # noqa: E402
 from hmp.run.graph import PRECISIONS  # noqa: E402
+from hmp.run.settings import DEFAULT  # noqa: E402
 from hmp.run.profiler import measure_platform  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -49,9 +50,9 @@ flags.DEFINE_integer("patch_size", 9, "Spatial patch size (odd, pixels per side)
 flags.DEFINE_integer("bands", 200, "Spectral bands (or PCA components) per pixel.",
                      lower_bound=1)
 flags.DEFINE_integer("classes", 16, "Number of classes.", lower_bound=2)
-flags.DEFINE_enum("precision", "float32", list(PRECISIONS), "What the model computes in "
+flags.DEFINE_enum("precision", DEFAULT.model.precision, list(PRECISIONS), "What the model computes in "
                   "(as hmp.train --precision).")
-flags.DEFINE_enum("batch_norm", "sync", BATCH_STATISTICS, "Batch norm's training "
+flags.DEFINE_enum("batch_norm", DEFAULT.model.batch_norm, BATCH_STATISTICS, "Batch norm's training "
                   "statistics (as hmp.train --batch_norm).")
 flags.DEFINE_string("devices", "/cpu:0,/cpu:1,/cpu:2",
                     "Comma list of TensorFlow devices, one per mesh position (row-major).")

@@ -112,9 +112,15 @@ def test_settings_of_the_default_flags_are_the_default_settings():
     assert DEFAULT.data.pca is None   # not given: the model's own (hybridsn: 45)
 
 
-def test_port_base_is_the_slurm_resolvers():
-    from hmp.cluster import sources
+def test_cluster_defaults_are_the_cluster_rooms():
+    """Settings load no TensorFlow, so they repeat two defaults of hmp.cluster."""
+    from hmp.cluster import runtime, sources
     assert DEFAULT.placement.port_base == sources.DEFAULT_PORT_BASE
+    assert DEFAULT.placement.cluster_timeout == runtime.DEFAULT_TIMEOUT_S
+
+
+def test_a_setting_given_as_none_is_left_out_of_flags_txt():
+    assert Settings.of(devices=None, epochs=3).flag_lines() == ["--epochs=3"]
 
 
 @pytest.mark.parametrize("values, message", [

@@ -24,6 +24,7 @@ from hmp.cluster import launch, sources
 from hmp.errors import InvalidInput
 from hmp.evaluation import report
 from hmp.run import inference, runs
+from hmp.run.progress import say
 from hmp.run.devices import session_config_for
 from hmp.run.hardware import Hardware
 from hmp.run.resume import check_same_precision, seed_dirs
@@ -85,10 +86,6 @@ def fit(settings, get_model, argv=()):
             return _seeds(settings, get_model, list(argv), cluster)
 
 
-def _say(line):
-    print(line, flush=True)
-
-
 @contextlib.contextmanager
 def _cluster(settings):
     """The workers of --cluster (checked: every one answers), or those --local_workers
@@ -102,7 +99,7 @@ def _cluster(settings):
                                   else ())):
                 cluster, _ = sources.resolve(placement.cluster, placement.cluster_timeout,
                                              placement.port_base)
-            cluster.check_answers(say=_say)
+            cluster.check_answers(say=say)
         yield cluster
         return
     if placement.cluster is not None:
@@ -113,7 +110,7 @@ def _cluster(settings):
         with settings.blame("local_workers", "cluster_timeout"):   # the input, not the run
             cluster = stack.enter_context(launch.local_workers(
                 launch.parse_worker_list(placement.local_workers), placement.cluster_timeout,
-                _say))
+                say))
         yield cluster
 
 

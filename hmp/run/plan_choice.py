@@ -17,13 +17,10 @@ from hmp import cli, planning
 from hmp.errors import InvalidInput
 from hmp.planning.plan import format_bytes
 from hmp.run import calibration, linkprobe, rebalance, speedcache
+from hmp.run.progress import say
 from hmp.run.devices import memory_bytes, parse_memory_caps
 from hmp.run.profiler import measure_platform
 from hmp.run.settings import AUTO
-
-
-def _say(line):
-    print(line, flush=True)
 
 
 def memory_caps(settings, devices):
@@ -124,21 +121,21 @@ def _measured(settings, hardware, model_config, spec, model_dir, recipe):
         return measure_platform(model_config, devices, settings.recipe.batch_size,
                                 target=hardware.target,
                                 session_config=hardware.session_config,
-                                optimizer=settings.recipe.optimizer, progress=_say, spec=spec,
+                                optimizer=settings.recipe.optimizer, progress=say, spec=spec,
                                 op_size=op_size, recipe=recipe)
 
     entry, _ = speedcache.measured_or_cached(key, paths, measure,
                                              force=settings.placement.speeds == "measure",
-                                             say=_say, warn=warn, op_size=op_size)
+                                             say=say, warn=warn, op_size=op_size)
     for s in entry.speeds:
         op_size_figures = calibration.describe(s)
-        _say("  %-28s %8.1f samples/s (%.1f - %.1f), %.3g ms of every step%s"
+        say("  %-28s %8.1f samples/s (%.1f - %.1f), %.3g ms of every step%s"
              % (s["device"], s["samples_per_s"], s["min_samples_per_s"],
                 s["max_samples_per_s"], 1e3 * s["overhead_s"],
                 "; " + op_size_figures if op_size_figures else ""))
     link = entry.link_spec()
     if link is not None:
-        _say("  link: " + "; ".join(
+        say("  link: " + "; ".join(
             what + l.figures()
             for what, l in (("", link), ("while training ", link.loaded),
                             ("within a host ", link.local)) if l is not None))

@@ -17,6 +17,11 @@ import time
 DEFAULT_LOG_EVERY_S = 30.0
 
 
+def say(line):
+    """Prints one line of a run's progress at once (a log file gets it as it happens)."""
+    print(line, flush=True)
+
+
 class ProgressLine:
     def __init__(self, stream=None, interval=0.5, log_every=DEFAULT_LOG_EVERY_S):
         self.stream = stream if stream is not None else sys.stdout

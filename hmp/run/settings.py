@@ -77,7 +77,7 @@ class PlacementSettings:
     try_alone: bool = True
     rebalance_threshold: float = 0.1
     cluster: str = None
-    cluster_timeout: float = 60.0
+    cluster_timeout: float = 60.0   # hmp.cluster.runtime.DEFAULT_TIMEOUT_S (a test checks)
     local_workers: str = None
     port_base: int = 8888   # hmp.cluster.sources.DEFAULT_PORT_BASE (checked by a test)
     memory_caps: str = ""
@@ -193,7 +193,8 @@ class Settings:
         """``--name=value`` of every chosen flag but --resume and --overwrite (as absl
         serialises them): the lines of ``flags.txt`` that start the run again."""
         return [_serialise(name, self.value(name)) for name in FLAG_FIELDS
-                if self.chosen(name) and name not in ("resume", "overwrite")]
+                if self.chosen(name) and name not in ("resume", "overwrite")
+                and self.value(name) is not None]   # None given: the flag's absence
 
     def blame(self, *names, also=()):
         """:func:`hmp.cli.blame` naming these settings' values of the flags ``names``."""
@@ -338,4 +339,4 @@ def _serialise(name, value):
     """A flag as absl serialises it: --name=value, --name / --noname for a boolean."""
     if isinstance(value, bool):
         return "--%s" % name if value else "--no%s" % name
-    return "" if value is None else "--%s=%s" % (name, value)
+    return "--%s=%s" % (name, value)
