@@ -12,7 +12,7 @@ import tensorflow.compat.v1 as tf
 
 import harness
 import hmp
-from hmp.mesh.optimizers import make_optimizer
+from hmp.mesh.optimizers import OPTIMIZERS, make_optimizer
 from hmp.compat import import_mesh_tensorflow
 
 mtf = import_mesh_tensorflow()
@@ -89,21 +89,22 @@ def test_3d_cnn_trains_like_single_device_on_batch_split():
                 <= WEIGHT_TOLERANCE["momentum"]), name
 
 
-def _early_reads(ordered):
+def _early_reads(ordered, optimizer="sgd"):
     """Variable reads that an update of the same variable does not wait for.
 
-    Lowers one training step and, for every assign to a slice variable made by
-    the optimizer, lists the reads of that variable by the forward/backward
-    pass that are not among the assign's ancestors (so may run after it).
+    Lowers one training step of ``optimizer`` (``hmp.mesh.optimizers``, with its
+    weight decay) and, for every write to a slice variable made by the optimizer,
+    lists the reads of that variable by the forward/backward pass that are not among
+    the write's ancestors (so may run after it).
     """
     tf.reset_default_graph()
     tf.train.get_or_create_global_step()
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     loss, _ = harness.cnn2d(mesh, *harness.data_2d())
-    optimizer = mtf.optimize.SgdOptimizer(0.1)
-    updates = (hmp.train_step(loss, optimizer) if ordered
-               else harness.unordered_train_step(loss, optimizer))
+    step = make_optimizer(optimizer, 0.1, weight_decay=0.01)
+    updates = (hmp.train_step(loss, step) if ordered
+               else harness.unordered_train_step(loss, step))
     _, lowering = harness.lower(graph, mesh, harness.MODEL_SPLIT)
     tf_loss = lowering.export_to_tf_tensor(loss)
     assigns = [op for u in updates for op in _assign_ops(lowering.lowered_operation(u))]
@@ -114,13 +115,16 @@ def _early_reads(ordered):
         variable = assign.inputs[0].op
         before = _ancestors([assign])
         early += [reader.name for out in variable.outputs for reader in out.consumers()
-                  if reader in step_ops and reader is not assign and reader not in before]
+                  if reader in step_ops and reader is not assign and reader not in before
+                  and assign not in _ancestors([reader])]   # a later write waits for it
     return early
 
 
 def _assign_ops(op):
-    """The variable-assigning TF ops inside a (grouped) lowered update."""
-    return [a for a in _ancestors([op]) if a.type in ("Assign", "AssignVariableOp")]
+    """The variable-writing TF ops inside a (grouped) lowered update: assigns (also
+    adding and subtracting ones) and fused optimizer kernels."""
+    return [a for a in _ancestors([op])
+            if a.type.startswith("Assign") or a.type.startswith("ResourceApply")]
 
 
 def _ancestors(ops):
@@ -135,8 +139,10 @@ def _ancestors(ops):
     return seen
 
 
-def test_every_update_waits_for_all_gradient_reads():
-    assert _early_reads(ordered=True) == []
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_every_update_waits_for_all_gradient_reads(optimizer):
+    """Also the weight decay's write, which needs no gradient of its own."""
+    assert _early_reads(ordered=True, optimizer=optimizer) == []
 
 
 def test_naive_step_lets_updates_race_with_gradient_reads():

@@ -83,10 +83,12 @@ class _AdamUpdate(mtf.Operation):
             weight, grad = weights[pnum], grads[pnum]
             with tf.device(device):
                 rate = tf.cast(rates[pnum], tf.float32)
-                # the decay reads the weight only once every gradient exists (the
-                # step's barrier feeds ``grad``), and the Adam step waits for it
-                decayed = ([weight.assign_sub(rate * self._decay * weight.read_value())]
-                           if self._decay else [])
+                # the decay, a write, waits for every gradient (the step's barrier
+                # feeds ``grad``: every read of the weights has run), and the Adam
+                # step waits for the decay
+                with tf.control_dependencies([grad]):
+                    decayed = ([weight.assign_sub(rate * self._decay * weight.read_value())]
+                               if self._decay else [])
                 with tf.control_dependencies([grad] + decayed):
                     updates.append(tf.raw_ops.ResourceApplyAdam(
                         var=weight.handle, m=ms[pnum].handle, v=vs[pnum].handle,
