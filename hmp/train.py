@@ -131,6 +131,10 @@ flags.DEFINE_float("rebalance_threshold", DEFAULT.placement.rebalance_threshold,
                    "max/min device busy time exceeds 1 + this, switch only to a plan "
                    "predicted this much faster; a plan's samples/s moving by more is a "
                    "changed machine.")
+flags.DEFINE_integer("steps_per_run", DEFAULT.placement.steps_per_run,
+                     "Training steps per session.run: the client's round trip and the "
+                     "workers' start are paid once per N steps; each graph is built N "
+                     "times longer (docs/engine.md).")
 flags.DEFINE_string("cluster", DEFAULT.placement.cluster,
                     "Cluster mode: host:port of every hmp.worker task "
                     "(python -m hmp.worker), task 0 first; or tf_config (TF_CONFIG's job "

@@ -165,7 +165,8 @@ def test_trainer_on_a_split_follows_one_device_with_float32_weights(small_experi
                                   tmp_path / "one", "mixed_bfloat16")
     losses, graph, checkpoint = _trainer_run(small_experiment, HYBRID, tmp_path / "hybrid",
                                              "mixed_bfloat16")
-    assert expected[-1] < 0.7 * expected[0]
+    # it learns: a step's loss jumps by ~0.1 with its batch, so five steps' means
+    assert expected[-5:].mean() < 0.8 * expected[:5].mean()
     assert _relative(losses, expected) <= ADAM_LOSS_TOLERANCE * EPS["mixed_bfloat16"]
     # the model computed in bfloat16: its layers' outputs, and TensorFlow ops of the step
     layers = layer_ops(graph.mtf_graph)

@@ -334,10 +334,11 @@ class HeteroMeshImpl(PlacementMeshImpl):
         own part, so the values do not depend on the splits: dropout masks
         (and augmentation draws) on any uneven mesh equal those of one
         device, and replicated copies agree. Under a graph-level seed
-        (``tf.set_random_seed``) the seed is derived from it, the name scope
-        of the operation being lowered and the number of random tensors this
-        mesh made before, with a stable hash: a seeded graph draws the same
-        numbers in every process. Without one, each call draws a fresh key,
+        (``tf.set_random_seed``) the seed is derived from it and the number of random
+        tensors this mesh made before, with a stable hash: a seeded graph draws the
+        same numbers in every process, and a step lowered again in the same graph (in
+        another name scope: ``TrainingGraph.steps_per_run``) draws what the first
+        one draws. Without one, each call draws a fresh key,
         as stock Mesh-TF does. In a graph with a global step, uniform and normal
         draws are stateless, keyed by (that seed, the global step): a run resumed
         from a checkpoint, or rebuilt on a new plan, draws what an uninterrupted
@@ -363,7 +364,7 @@ class HeteroMeshImpl(PlacementMeshImpl):
         self._random_ops += 1
         if graph.seed is None:
             return random.random()
-        return "%d/%s/%d" % (graph.seed, graph.get_name_scope(), self._random_ops)
+        return "%d/%d" % (graph.seed, self._random_ops)
 
     # ------------------------------------------------------------------
     # Collectives

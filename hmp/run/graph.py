@@ -9,6 +9,7 @@ input is the scene on the devices (``hmp.run.scene_input``): load the padded
 cube once with ``load_scene``, then feed pixel indices every step.
 """
 
+import contextlib
 import dataclasses
 import inspect
 import math
@@ -230,23 +231,30 @@ class DeviceMetrics:
     each device's partial sum to a variable of its own instead, and ``read`` sums
     those on the client when the totals are wanted (every few steps, not every step).
     A device that holds a copy of another's partial sum (the replicas of a model split)
-    counts its share of it.
+    counts its share of it. The sums are the devices' ``count`` variables; each step of
+    a graph that runs several (``TrainingGraph.steps_per_run``) adds to the same ones.
     """
 
-    def __init__(self, lowering, mesh_impl, scalars):
-        parts = [_device_parts(lowering, mesh_impl, scalar) for scalar in scalars]
-        self._totals, accumulate = [], []
-        for pnum, device in enumerate(mesh_impl.devices):
+    def __init__(self, devices, count):
+        self._totals = []
+        for pnum, device in enumerate(devices):
             with tf.device(device):
-                total = tf.Variable(tf.zeros([len(scalars)]), trainable=False,
-                                    name="metric_sums_%d" % pnum,
-                                    collections=[tf.GraphKeys.LOCAL_VARIABLES])
-                accumulate.append(tf.assign_add(total, tf.stack(
-                    [tf.cast(p[pnum], tf.float32) for p in parts])))
-            self._totals.append(total)
-        self.accumulate = tf.group(accumulate)
+                self._totals.append(tf.Variable(
+                    tf.zeros([count]), trainable=False, name="metric_sums_%d" % pnum,
+                    collections=[tf.GraphKeys.LOCAL_VARIABLES]))
         # zeroes the sums (their initialiser: also where a restored session has not run it)
         self.reset = tf.group([total.initializer for total in self._totals])
+
+    def accumulate(self, lowering, mesh_impl, scalars):
+        """The op adding one step's ``scalars`` (mtf, as lowered by ``lowering``) to the
+        sums, each device its partial sums."""
+        parts = [_device_parts(lowering, mesh_impl, scalar) for scalar in scalars]
+        adds = []
+        for pnum, (device, total) in enumerate(zip(mesh_impl.devices, self._totals)):
+            with tf.device(device):
+                adds.append(tf.assign_add(total, tf.stack(
+                    [tf.cast(p[pnum], tf.float32) for p in parts])))
+        return tf.group(adds)
 
     def read(self, session):
         """Each scalar's sum over the steps since the last ``reset``, as a numpy array."""
@@ -271,10 +279,20 @@ class TrainingGraph:
 
     Everything lives in its own ``tf.Graph`` (``self.tf_graph``) so several
     (e.g. before and after re-planning) can coexist.
+
+    ``steps_per_run`` (K) lowers the step K times, the k-th after the (k-1)-th
+    (every op of a step after the previous step's updates), on the same variables:
+    one ``session.run`` of ``train_ops[j - 1]`` runs j steps on j batches
+    (``feed_steps``), so the client's round trip and the workers' start are paid once
+    per j steps. Each step equals the step of a graph of one (the same variables,
+    random draws keyed by the global step); ``train_op`` is ``train_ops[0]``, and the
+    loss, probabilities and placeholders are the first step's.
     """
 
     def __init__(self, config, placement, batch_size, image_shape, optimizer="adam",
-                 learning_rate=1e-3, seed=0, recipe=Recipe()):
+                 learning_rate=1e-3, seed=0, recipe=Recipe(), steps_per_run=1):
+        if steps_per_run < 1:
+            raise ValueError("steps_per_run must be at least 1, got %r" % steps_per_run)
         self.config = config
         self.placement = placement
         self.batch_size = batch_size
@@ -284,45 +302,82 @@ class TrainingGraph:
             self.scene = SceneCubes(image_shape, config.patch, recipe.scene_bands(config))
             tf.set_random_seed(seed)   # the same seed gives the same initial weights
             self.global_step = tf.train.get_or_create_global_step()
-            self.indices = tf.placeholder(tf.int32, [batch_size], name="pixel_indices")
-            self.y = tf.placeholder(tf.int32, [batch_size], name="labels")
             # 1.0 while training; ``feed(..., training=False)`` feeds 0.0 (inference).
             self.training = tf.placeholder_with_default(1.0, [], name="training")
             # Feed k to classify the patches in symmetry k (hmp.run.augment.symmetries).
             self.symmetry = tf.placeholder_with_default(0, [], name="symmetry")
-            self.learning_rate = learning_rate_at(
-                self.global_step, learning_rate, recipe.schedule, recipe.total_steps,
-                recipe.warmup_steps)
-            graph, mesh, loss, logits, correct = build_model_graph(
-                config, batch_size, patches_around(self.scene, self.indices), self.y,
-                self.training, recipe, self.symmetry)
-            rate = mtf.import_tf_tensor(mesh, self.learning_rate, mtf.Shape([]))
-            updates = train_step(loss, make_optimizer(optimizer, rate, recipe.weight_decay),
-                                 config.compute.loss_scale)
-            updates += tf.get_collection(layers.UPDATE_OPS)   # batch norm's moving averages
-            self.mesh_impl = HeteroMeshImpl(placement.mesh_shape, placement.layout_rules,
-                                            list(placement.devices), placement.splits)
-            self.lowering = HeteroLowering(graph, {mesh: self.mesh_impl})
-            self.mtf_graph = graph
-            self.loss = self.lowering.export_to_tf_tensor(loss)
-            self.probabilities = tf.nn.softmax(self.lowering.export_to_tf_tensor(logits))
-            self.correct = self.lowering.export_to_tf_tensor(correct)
-            self.metrics = DeviceMetrics(self.lowering, self.mesh_impl, [loss, correct])
-            with tf.control_dependencies(
-                    [self.lowering.lowered_operation(u) for u in updates]
-                    + [self.metrics.accumulate]):
-                # Runs one step; its value is the global step after it.
-                self.train_op = tf.assign_add(self.global_step, 1)
+            self.metrics = DeviceMetrics(placement.devices, 2)
+            self._steps = []
+            for k in range(steps_per_run):
+                self._steps.append(self._lowered_step(
+                    k, optimizer, learning_rate, recipe,
+                    self._steps[-1].train_op if self._steps else None))
+            first = self._steps[0]
+            self.indices, self.y = first.indices, first.y
+            self.learning_rate = first.learning_rate
+            self.mesh_impl, self.lowering, self.mtf_graph = (
+                first.mesh_impl, first.lowering, first.mtf_graph)
+            self.loss = first.loss
+            self.probabilities = first.probabilities
+            self.correct = first.correct
+            self.train_ops = [step.train_op for step in self._steps]
+            self.train_op = self.train_ops[0]   # runs one step; its value is the step after it
             self.copy_masters_to_slices = self.lowering.copy_masters_to_slices()
             self.copy_slices_to_masters = self.lowering.copy_slices_to_masters()
             # Local batch statistics: each replica's moving statistics, averaged before
             # they are saved or classify (``average_replicas``); None without them.
-            replica_statistics = tf.get_collection(layers.REPLICA_STATISTICS)
             self._average_replica_statistics = (self.lowering.average_over_replicas(
-                replica_statistics, mtf.Dimension("batch", batch_size))
-                if replica_statistics else None)
+                first.replica_statistics, mtf.Dimension("batch", batch_size))
+                if first.replica_statistics else None)
             self.init = tf.group(tf.global_variables_initializer(), self.metrics.reset)
             self.saver = tf.train.Saver(max_to_keep=3, save_relative_paths=True)   # movable
+
+    @property
+    def steps_per_run(self):
+        return len(self._steps)
+
+    def _lowered_step(self, k, optimizer, learning_rate, recipe, after):
+        """The ``k``-th (0-based) lowered step, every op of it after the op ``after``
+        (None for the first); the later steps reuse the first's variables, and their ops
+        lie in the name scope ``step_<k+1>`` (random draws ignore it,
+        ``HeteroMeshImpl.random``)."""
+        config, placement, batch_size = self.config, self.placement, self.batch_size
+        with contextlib.ExitStack() as later:
+            # fed tensors first: a fed placeholder made under the control dependency
+            # would let its consumers skip it
+            indices = tf.placeholder(tf.int32, [batch_size], name="pixel_indices")
+            y = tf.placeholder(tf.int32, [batch_size], name="labels")
+            if after is not None:
+                later.enter_context(tf.name_scope("step_%d" % (k + 1)))
+                later.enter_context(tf.variable_scope(tf.get_variable_scope(), reuse=True))
+                later.enter_context(tf.control_dependencies([after]))
+            known = {key: len(tf.get_collection(key))
+                     for key in (layers.UPDATE_OPS, layers.REPLICA_STATISTICS)}
+            rate = learning_rate_at(self.global_step, learning_rate, recipe.schedule,
+                                    recipe.total_steps, recipe.warmup_steps)
+            graph, mesh, loss, logits, correct = build_model_graph(
+                config, batch_size, patches_around(self.scene, indices), y,
+                self.training, recipe, self.symmetry)
+            updates = train_step(
+                loss, make_optimizer(optimizer, mtf.import_tf_tensor(mesh, rate, mtf.Shape([])),
+                                     recipe.weight_decay),
+                config.compute.loss_scale)
+            # batch norm's moving averages
+            updates += tf.get_collection(layers.UPDATE_OPS)[known[layers.UPDATE_OPS]:]
+            mesh_impl = HeteroMeshImpl(placement.mesh_shape, placement.layout_rules,
+                                       list(placement.devices), placement.splits)
+            lowering = HeteroLowering(graph, {mesh: mesh_impl})
+            accumulate = self.metrics.accumulate(lowering, mesh_impl, [loss, correct])
+            with tf.control_dependencies(
+                    [lowering.lowered_operation(u) for u in updates] + [accumulate]):
+                train_op = tf.assign_add(self.global_step, 1)
+            return _LoweredStep(
+                indices, y, rate, graph, mesh_impl, lowering,
+                lowering.export_to_tf_tensor(loss),
+                tf.nn.softmax(lowering.export_to_tf_tensor(logits)),
+                lowering.export_to_tf_tensor(correct), train_op,
+                tf.get_collection(layers.REPLICA_STATISTICS)[
+                    known[layers.REPLICA_STATISTICS]:])
 
     def feed(self, indices, labels, training=True):
         """The feed of one step: flat pixel indices and 0-based labels, ``batch_size``
@@ -332,6 +387,18 @@ class TrainingGraph:
         if not training:
             feed[self.training] = 0.0
         return feed
+
+    def feed_steps(self, batches):
+        """``(train op, feed)`` running one step on each of ``batches`` (1 to
+        ``steps_per_run`` ``(indices, labels)`` pairs) in one ``session.run``; the op's
+        value is the global step after the last."""
+        if not 1 <= len(batches) <= len(self._steps):
+            raise ValueError("a run takes 1 to %d steps, got %d"
+                             % (len(self._steps), len(batches)))
+        feed = {}
+        for step, (indices, labels) in zip(self._steps, batches):
+            feed[step.indices], feed[step.y] = indices, labels
+        return self.train_ops[len(batches) - 1], feed
 
     def average_replicas(self, session):
         """Averages the replicas' copies of local batch statistics (``hmp.layers``) in
@@ -351,3 +418,23 @@ class TrainingGraph:
         session.run(self.copy_masters_to_slices)
         self.load_scene(session, padded_cube)
         return session
+
+
+@dataclasses.dataclass(frozen=True)
+class _LoweredStep:
+    """One lowered training step of a ``TrainingGraph``: its placeholders (pixel indices,
+    labels), learning rate, mtf graph, mesh implementation and lowering, exported loss,
+    class probabilities and number right, the op that runs it, and its replica-local
+    batch statistics (mtf variables)."""
+
+    indices: tf.Tensor
+    y: tf.Tensor
+    learning_rate: tf.Tensor
+    mtf_graph: object
+    mesh_impl: HeteroMeshImpl
+    lowering: HeteroLowering
+    loss: tf.Tensor
+    probabilities: tf.Tensor
+    correct: tf.Tensor
+    train_op: tf.Tensor
+    replica_statistics: list

@@ -56,7 +56,8 @@ class Trainers:
         given = settings.recipe
         graph = TrainingGraph(self.model_config, Placement.from_plan(plan), given.batch_size,
                               self.exp.scene.labels.shape, given.optimizer,
-                              given.learning_rate, self.seed, self.recipe)
+                              given.learning_rate, self.seed, self.recipe,
+                              settings.placement.steps_per_run)
         return Trainer(graph, self.exp, self.model_dir, self.seed, hardware.session_config,
                        hardware.target, checkpoint_every=settings.folder.checkpoint_every,
                        slowdown=hardware.slowdown, stop=self.shared.signals,

@@ -76,6 +76,8 @@ class PlacementSettings:
     rebalance: str = "off"
     try_alone: bool = True
     rebalance_threshold: float = 0.1
+    # training steps per session.run (hmp.run.graph.TrainingGraph.steps_per_run)
+    steps_per_run: int = 1
     cluster: str = None
     cluster_timeout: float = 60.0   # hmp.cluster.runtime.DEFAULT_TIMEOUT_S (a test checks)
     local_workers: str = None
@@ -117,7 +119,8 @@ FLAG_FIELDS = {
     **{name: ("folder", name) for name in ("model_dir", "resume", "overwrite",
                                            "checkpoint_every")},
     **{name: ("placement", name) for name in (
-        "rebalance", "try_alone", "rebalance_threshold", "cluster", "cluster_timeout",
+        "rebalance", "try_alone", "rebalance_threshold", "steps_per_run", "cluster",
+        "cluster_timeout",
         "local_workers", "port_base")},
     "log_every": ("folder", "log_every"),
     **{name: ("placement", name) for name in ("memory_caps", "deterministic",
@@ -234,7 +237,7 @@ class Settings:
             with self.blame("mesh"):
                 parse_mesh(self.placement.mesh)
         for name, minimum in (("batch_size", 1), ("epochs", 1), ("runs", 1), ("width", 0),
-                              ("checkpoint_every", 0)):
+                              ("checkpoint_every", 0), ("steps_per_run", 1)):
             with self.blame(name):
                 whole_number(self.value(name), name, minimum=minimum)
         if not self.recipe.learning_rate > 0:

@@ -40,6 +40,23 @@ def traced_steps(start_step, steps_per_epoch):
     return {1 + (total - 2) * k // max(1, TRACED_STEPS - 1) for k in range(TRACED_STEPS)}
 
 
+def block_size(done, total, steps_per_run, traced, first_step, checkpoint_every):
+    """How many steps the next ``session.run`` of an epoch runs, ``done`` of its
+    ``total`` steps run (its first at the global step ``first_step``): ``steps_per_run``
+    where no step of the block is to be traced (``traced``: indices among the epoch's
+    steps) and no metrics read (every ``METRICS_EVERY`` steps) or checkpoint (every
+    ``checkpoint_every`` global steps, 0: none) falls inside it, else 1. Two sizes
+    only: each size's first run optimises its graph once."""
+    if steps_per_run == 1 or done in traced or done + steps_per_run > total:
+        return 1
+    inside = range(done + 1, done + steps_per_run)   # steps done after each but the last
+    if any(n in traced or n % METRICS_EVERY == 0
+           or (checkpoint_every and (first_step + n) % checkpoint_every == 0)
+           for n in inside):
+        return 1
+    return steps_per_run
+
+
 class Stopped(Exception):
     """Training stopped because ``stop()`` asked for it; a checkpoint at ``step`` is saved.
 
@@ -240,12 +257,15 @@ class Trainer:
         self.session.run(self.graph.copy_masters_to_slices)
 
     def warm_up(self):
-        """Runs one training step, so that the devices have compiled the graph before
-        it trains; it changes the weights and the step: restore a checkpoint after it."""
-        batch = next(self.experiment.train.batches(self.batch_size, seed=self.seed,
-                                                   drop_remainder=True))
+        """Runs one training step (and one block of ``steps_per_run``, when more than
+        one), so that the devices have compiled the graph before it trains; it changes
+        the weights and the step: restore a checkpoint after it."""
+        batches = self.experiment.train.batches(self.batch_size, seed=self.seed,
+                                                drop_remainder=True)
+        pairs = [(b.indices, b.labels) for b, _ in zip(batches, range(self.steps_per_epoch))]
         self.session.run(self.graph.metrics.reset)   # local: a restore does not set them
-        self.session.run(self.graph.train_op, self.graph.feed(batch.indices, batch.labels))
+        for size in sorted({1, min(self.graph.steps_per_run, len(pairs))}):
+            self.session.run(*self.graph.feed_steps(pairs[:size]))
 
     # -- training ------------------------------------------------------------
     def train_epoch(self, epoch, epochs, before_save=None):
@@ -253,35 +273,46 @@ class Trainer:
 
         Up to ``TRACED_STEPS`` steps spread over the epoch, from its second on, are
         traced to measure each device's busy time (the median of each device's; the
-        first step may still include one-off graph optimisation).
+        first step may still include one-off graph optimisation). A graph of several
+        steps per run (``TrainingGraph.steps_per_run``) runs them in blocks
+        (:func:`block_size`): a traced step, the metrics' reads and the checkpoints
+        fall between blocks, and ``stop()`` is polled after each.
         ``before_save(stats)`` is called before the epoch's checkpoint is
         written (a record of the epoch then never lags its checkpoint).
-        Raises :class:`Stopped` after the step during which ``stop()`` became
-        true, with a checkpoint of that step saved.
+        Raises :class:`Stopped` after the block during which ``stop()`` became
+        true, with a checkpoint of its last step saved.
         """
         start_step = self.step - epoch * self.steps_per_epoch
-        batches = self.experiment.train.batches(
+        batches = list(self.experiment.train.batches(
             self.batch_size, seed=self.seed, epoch=epoch, drop_remainder=True,
-            start_step=start_step)
+            start_step=start_step))
         self.session.run(self.graph.metrics.reset)
-        step, steps, busy_steps, traced_seconds = None, 0, [], 0.0
+        step, steps, busy_steps = None, 0, []
         traced = traced_steps(start_step, self.steps_per_epoch)
         loss_sum, correct, read_at = 0.0, 0.0, 0   # the metrics as last read, at a step
-        started = time.perf_counter()
-        total = self.steps_per_epoch - start_step
-        for i, batch in enumerate(batches):
-            feed = self.graph.feed(batch.indices, batch.labels)
-            if i in traced:
-                traced_started = time.perf_counter()
-                step, step_busy = self._traced_step(self.graph.train_op, feed)
+        started = last_ended = time.perf_counter()
+        compiled = set()   # the block sizes run once already (the first one optimises)
+        steady_steps, steady_seconds = 0, 0.0
+        total = len(batches)
+        while steps < total:
+            size = block_size(steps, total, self.graph.steps_per_run, traced,
+                              epoch * self.steps_per_epoch + start_step,
+                              self.checkpoint_every)
+            block = batches[steps:steps + size]
+            if steps in traced:
+                step, step_busy = self._traced_step(
+                    self.graph.train_op, self.graph.feed(block[0].indices, block[0].labels))
                 busy_steps.append(step_busy)
-                if i > 1:
-                    traced_seconds += time.perf_counter() - traced_started
             else:
-                step = self.session.run(self.graph.train_op, feed)
-            steps = i + 1
-            if i == 1:
-                steady_started = time.perf_counter()
+                step = self.session.run(*self.graph.feed_steps(
+                    [(b.indices, b.labels) for b in block]))
+            steps += size
+            ended = time.perf_counter()
+            if steps - size not in traced and size in compiled:
+                steady_steps, steady_seconds = steady_steps + size, (
+                    steady_seconds + ended - last_ended)
+            compiled.add(size)
+            last_ended = ended
             last = start_step + steps == self.steps_per_epoch   # the epoch's end saves it
             checkpoint = (bool(self.checkpoint_every) and step % self.checkpoint_every == 0
                           and not last)
@@ -302,18 +333,14 @@ class Trainer:
                              rate_and_eta(steps, total, time.perf_counter() - started,
                                           self.batch_size)))
         self.progress(None)
-        ended = time.perf_counter()
-        seconds = ended - started
+        seconds = time.perf_counter() - started
         samples = steps * self.batch_size
         busy = [float(np.median(b)) for b in zip(*busy_steps)] if busy_steps else None
         stats = EpochStats(epoch, loss_sum / steps if steps else float("nan"),
                            correct / samples if samples else float("nan"),
                            samples / seconds if seconds else 0.0, seconds, busy, steps)
-        steady_steps = steps - 2 - (len(busy_steps) - 1)
-        if steady_steps > 0:
-            stats.steady_samples_per_second = (
-                steady_steps * self.batch_size
-                / (ended - steady_started - traced_seconds))
+        if steady_steps:
+            stats.steady_samples_per_second = steady_steps * self.batch_size / steady_seconds
         step = self.step if step is None else int(step)   # None: no step ran
         if self.experiment.val is not None:
             stats.val_accuracy = float(np.mean(self.predict(self.experiment.val)

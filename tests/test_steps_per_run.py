@@ -1,0 +1,155 @@
+"""Several training steps per session.run (``TrainingGraph.steps_per_run``): each step
+equals the one-step graph's, in a block or alone, and the trainer keeps its traced
+steps, metrics, checkpoints and stops between blocks."""
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import harness
+from hmp.run import experiment
+from hmp.run.augment import Augmentation
+from hmp.run.graph import Placement, Recipe, TrainingGraph
+from hmp.run.trainer import METRICS_EVERY, Stopped, Trainer, block_size, traced_steps
+from models import model_config
+
+BATCH = 32
+SPLIT = Placement("batch:2", "batch:batch", tuple(harness.CPUS[:2]), {"batch": [20, 12]})
+# every random draw of a step (flips, brightness, noise, dropout) and a rate that changes
+# with the step: a block must draw and schedule as the steps one by one do
+RECIPE = Recipe(schedule="cosine", total_steps=40, weight_decay=1e-3,
+                augmentation=Augmentation(flips=True, brightness=0.1, noise=0.02))
+
+
+@pytest.fixture(scope="module")
+def exp():
+    # 826 training pixels: 25 steps an epoch
+    return experiment.prepare(experiment.DataConfig(patch_size=5, train_fraction=0.05,
+                                                    pca=12, seed=3))
+
+
+def graph_of(exp, steps_per_run, placement=SPLIT):
+    config = model_config("cnn2d", 5, exp.bands, exp.n_classes, width=4)
+    return TrainingGraph(config, placement, BATCH, exp.scene.labels.shape, "adam", 1e-3,
+                         seed=1, recipe=RECIPE, steps_per_run=steps_per_run)
+
+
+def weights(graph, session):
+    session.run(graph.copy_slices_to_masters)
+    with graph.tf_graph.as_default():
+        return session.run(tf.trainable_variables())
+
+
+def test_blocks_of_steps_equal_the_one_step_graph_exactly(exp):
+    """7 steps as blocks of 3, 3 and 1 on a graph of 3 a run, and one by one on a graph
+    of one step: the same weights, metric sums and global step, to the bit."""
+    batches = [(b.indices, b.labels) for b, _ in zip(
+        exp.train.batches(BATCH, seed=5, drop_remainder=True), range(7))]
+    results = []
+    for steps_per_run, blocks in ((1, [1] * 7), (3, [3, 3, 1])):
+        graph = graph_of(exp, steps_per_run)
+        assert graph.steps_per_run == steps_per_run
+        session = graph.session(exp.train.extractor.padded, harness.session_config())
+        done, last = 0, None
+        for size in blocks:
+            last = session.run(*graph.feed_steps(batches[done:done + size]))
+            done += size
+        results.append((last, graph.metrics.read(session), weights(graph, session)))
+        session.close()
+    (step_1, metrics_1, weights_1), (step_3, metrics_3, weights_3) = results
+    assert step_1 == step_3 == 7
+    np.testing.assert_array_equal(metrics_3, metrics_1)
+    assert len(weights_3) == len(weights_1)
+    for blocked, alone in zip(weights_3, weights_1):
+        np.testing.assert_array_equal(blocked, alone)
+    for wrong in (4, 0):
+        with pytest.raises(ValueError, match="1 to 3 steps, got %d" % wrong):
+            graph.feed_steps(batches[:wrong])
+
+
+@pytest.mark.parametrize("total,steps_per_run,first_step,checkpoint_every", [
+    (45, 4, 0, 0), (45, 4, 90, 7), (61, 5, 3, 0), (3, 4, 0, 0), (50, 1, 0, 5)])
+def test_blocks_cover_the_epoch_and_keep_its_events_between_them(
+        total, steps_per_run, first_step, checkpoint_every):
+    """The blocks run every step once; no traced step, metrics read or checkpoint falls
+    inside a block; and a step runs alone only where a whole block there would break
+    one of those rules (or run past the epoch)."""
+    traced = traced_steps(0, total)
+
+    def allowed(done):   # a whole block at ``done``, checked step by step
+        inside = range(done + 1, done + steps_per_run)
+        return (done + steps_per_run <= total and done not in traced
+                and all(n not in traced and n % METRICS_EVERY
+                        and not (checkpoint_every and (first_step + n) % checkpoint_every == 0)
+                        for n in inside))
+
+    done, sizes = 0, []
+    while done < total:
+        size = block_size(done, total, steps_per_run, traced, first_step, checkpoint_every)
+        assert size == (steps_per_run if steps_per_run > 1 and allowed(done) else 1), done
+        sizes.append(size)
+        done += size
+    assert done == total
+    assert steps_per_run == 1 or total < steps_per_run or steps_per_run in sizes
+
+
+class StopAfter:
+    """A ``stop`` that turns true at its ``polls``-th poll."""
+
+    def __init__(self, polls):
+        self.polls = polls
+
+    def __call__(self):
+        self.polls -= 1
+        return self.polls <= 0
+
+
+def test_the_trainer_in_blocks_trains_checkpoints_and_stops_as_step_by_step(exp, tmp_path):
+    """An epoch on a graph of 3 steps a run equals one on a graph of one (loss, accuracy,
+    weights, checkpoints every 5 steps); a stop comes after a block, at the step its
+    checkpoint holds, and the run resumes there on the one-step graph as if uninterrupted.
+    On one device (the test above checks a block on a split)."""
+    def trainer(steps_per_run, folder, stop=None):
+        return Trainer(graph_of(exp, steps_per_run, Placement()), exp, str(folder), seed=7,
+                       session_config=harness.session_config(), checkpoint_every=5,
+                       log=lambda line: None, stop=stop)
+
+    runs = {}
+    for steps_per_run in (1, 3):
+        folder = tmp_path / ("k%d" % steps_per_run)
+        run = trainer(steps_per_run, folder)
+        run.initialise(resume=False)
+        stats = run.train_epoch(0, 1)
+        runs[steps_per_run] = (stats, weights(run.graph, run.session),
+                               tf.train.get_checkpoint_state(str(folder))
+                               .all_model_checkpoint_paths)
+        run.close()
+    (alone, weights_1, checkpoints_1), (blocked, weights_3, checkpoints_3) = runs[1], runs[3]
+    assert blocked.steps == alone.steps == run.steps_per_epoch
+    assert (blocked.loss, blocked.train_accuracy) == (alone.loss, alone.train_accuracy)
+    for a, b in zip(weights_3, weights_1):
+        np.testing.assert_array_equal(a, b)
+    assert ([p.rsplit("-", 1)[1] for p in checkpoints_3]
+            == [p.rsplit("-", 1)[1] for p in checkpoints_1])
+
+    # the stop is polled after each block: the 4th poll's block (test above) is one of 3
+    polls, ends = 4, [0]
+    while len(ends) <= polls:
+        ends.append(ends[-1] + block_size(ends[-1], run.steps_per_epoch, 3,
+                                          traced_steps(0, run.steps_per_epoch), 0, 5))
+    assert ends[polls] - ends[polls - 1] == 3
+    folder = tmp_path / "stopped"
+    run = trainer(3, folder, stop=StopAfter(polls))
+    run.initialise(resume=False)
+    with pytest.raises(Stopped) as stopped:
+        run.train_epoch(0, 1)
+    run.close()
+    assert stopped.value.step == ends[polls]
+    assert tf.train.latest_checkpoint(str(folder)).endswith("-%d" % stopped.value.step)
+    resumed = trainer(1, folder)
+    resumed.initialise(resume=True)
+    assert resumed.step == stopped.value.step
+    resumed.train_epoch(0, 1)
+    for a, b in zip(weights(resumed.graph, resumed.session), weights_1):
+        np.testing.assert_array_equal(a, b)
+    resumed.close()
