@@ -31,8 +31,8 @@ import models
 from hmp import files
 from hmp.data.raster_writer import write_class_map
 from hmp.evaluation import maps
+from hmp.measure.devices import check_local, gpu_count, session_config_for
 from hmp.run import experiment, export
-from hmp.run.devices import check_local, gpu_count, session_config_for
 from hmp.run.inference import DATA_FLAGS, Classifier, Run, classify_tiles, open_cube, tiling
 from hmp.run.progress import ProgressLine
 

@@ -13,7 +13,7 @@ a random scene, in under a minute (most of it building graphs), it checks:
 3. ``float32``: once the engine has a mesh on each device, float32 is computed in full
    (TensorFloat-32 off where a GPU is listed: ``hmp.mesh.numerics``).
 4. ``plan``: each device's training step and the link are measured
-   (``hmp.run.profiler``) and ``--mesh=auto`` plans from them, within each device's
+   (``hmp.measure.speeds``) and ``--mesh=auto`` plans from them, within each device's
    memory.
 5. ``train``: Adam steps on that plan fit one batch (the loss falls); one traced step
    gives each device's busy time, from its own records or, for a GPU whose trace has
@@ -41,16 +41,16 @@ from absl import flags  # noqa: E402
 import models  # noqa: E402
 from hmp import planning  # noqa: E402
 from hmp.checklist import Check, report, run_checks  # noqa: E402
+from hmp.measure.devices import (check_local, default_devices, memory_bytes,  # noqa: E402
+                                 session_config_for)
+from hmp.measure.linkprobe import measure_link  # noqa: E402
+from hmp.measure.speeds import measure_speeds, random_batch  # noqa: E402
 from hmp.mesh.mesh_impl import HeteroMeshImpl  # noqa: E402
 from hmp.mesh.numerics import require_determinism, rounds_float32  # noqa: E402
 from hmp.planning.plan import format_bytes  # noqa: E402
-from hmp.run.devices import (check_local, default_devices, memory_bytes,  # noqa: E402
-                             session_config_for)
 from hmp.run.from_graph import model_spec  # noqa: E402
 from hmp.run.graph import Placement, TrainingGraph  # noqa: E402
-from hmp.run.linkprobe import measure_link, platform_specs  # noqa: E402
-from hmp.run.profiler import (busy_times, measure_speeds, random_batch,  # noqa: E402
-                              step_timed, trace_step)
+from hmp.run.profiler import busy_times, step_timed, trace_step  # noqa: E402
 
 flags.DEFINE_string("devices", None, "Comma-separated TensorFlow devices to check (default: "
                     "/cpu:0 and every GPU TensorFlow sees; with no GPU, /cpu:0,/cpu:1).")
@@ -70,7 +70,7 @@ class Machine:
     config: object      # hmp.run.graph.ModelConfig
     spec: object        # its planning.ModelSpec
     batch_size: int
-    batch: object       # profiler.RandomBatch
+    batch: object       # hmp.measure.speeds.RandomBatch
     session_config: object
     plan: object = None  # the measured plan, once made
     graph: object = None  # the TrainingGraph on the plan, once built
@@ -221,12 +221,11 @@ def check_plan(machine):
                             spec=machine.spec)
     link = measure_link(machine.devices, session_config=machine.session_config,
                         progress=say)
-    platform = platform_specs(machine.devices, [dataclasses.asdict(s) for s in speeds])
-    machine.plan = planning.plan_layout(machine.spec, platform, None, machine.batch_size,
+    machine.plan = planning.plan_layout(machine.spec, speeds, None, machine.batch_size,
                                         "auto", memory_bytes(machine.devices), link=link)
     plan = machine.plan
     lines = ["%s: %.4g samples/s, %.3g ms of every step"
-             % (s.device, s.samples_per_s, 1e3 * s.overhead_s) for s in speeds]
+             % (s.name, s.samples_per_s, 1e3 * s.overhead_s) for s in speeds]
     if link is not None:
         lines.append("link: " + link.figures())
     lines.append("plan: %s on %s, %s; predicted %.3g ms a step"

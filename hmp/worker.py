@@ -27,8 +27,8 @@ from absl import flags
 from hmp.cluster import sources
 from hmp.cluster.runtime import JOB, parse_cpus, port_in_use
 from hmp.errors import InvalidInput
+from hmp.measure.devices import default_devices
 from hmp.mesh.numerics import exact_float32, require_determinism
-from hmp.run.devices import default_devices
 
 flags.DEFINE_string("cluster", None, "Comma-separated host:port of every task, in task order; "
                     "or tf_config (TF_CONFIG's job worker and task) or slurm (Slurm's tasks "

@@ -14,14 +14,14 @@ Two modes, the same table:
 First every figure the cost model needs is *calibrated*, by measurements
 that are none of the validated layouts:
 
-* per device, the one-device training step alone (``hmp.run.profiler``,
+* per device, the one-device training step alone (``hmp.measure.speeds``,
   devices taking turns) at two batch sizes (``--batch_size`` and 1/8 of it),
   and the time to feed a batch to that device (a trivial op on the fed
   tensors) at the same sizes: the slope of step minus feed gives the
   device's FLOP rate, the intercept its fixed per-step overhead;
 * the feed link (client to the first device) from the feed times;
 * the link (and the local link) as the trainer's profiler measures it
-  (``hmp.run.linkprobe``): a tensor handed back and forth between two
+  (``hmp.measure.linkprobe``): a tensor handed back and forth between two
   devices and added there, a chain of 16 hand-overs minus one, for 256 B
   and 1 MiB: latency and bandwidth; two such chains at once against one:
   ``cpu_share`` (which the profiler does not measure); the link again under load
@@ -80,10 +80,12 @@ from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict
 from hmp.planning.costmodel import FED_BYTES_PER_SAMPLE, per_sample_totals
 from hmp.planning.plan import aligned_columns
 from hmp.run.from_graph import model_spec
-from hmp.run.calibration import ElementwiseStep, elementwise_slope, fit_op_size, half_width
-from hmp.run.linkprobe import (HANDOVER_BYTES, HOPS, handover_seconds, hop_chain,
-                              link_from_handovers, no_rewrites)
-from hmp.run.profiler import DeviceStep, measure_speeds, random_batch, run_traced
+from hmp.measure.calibration import (ElementwiseStep, elementwise_slope, fit_op_size,
+                                     half_width)
+from hmp.measure.linkprobe import (HANDOVER_BYTES, HOPS, handover_seconds, hop_chain,
+                                   link_from_handovers, no_rewrites)
+from hmp.measure.speeds import DeviceStep, measure_speeds, random_batch
+from hmp.run.profiler import run_traced
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("model", "cnn2d", ["cnn2d", "cnn3d", "hybrid", "spectral"], "The model.")
@@ -188,7 +190,7 @@ def median_seconds(session, fetch, repeats=20, feed=None):
 
 def measure_link(plat, pair, load=()):
     """LinkSpecs (idle, under load or None) between the devices ``pair``, as the trainer's
-    profiler measures them (``hmp.run.linkprobe``: hand-over chains of a small and a
+    profiler measures them (``hmp.measure.linkprobe``: hand-over chains of a small and a
     large tensor), under load while ``load`` (the model's one-device ``DeviceStep``s on
     the pair's devices) keeps running, as in a split step; idle also with ``cpu_share``
     (``handovers_side_by_side``), which the profiler does not measure."""
@@ -239,7 +241,7 @@ def feed_seconds(plat, device, batch_size, cfg):
 
 
 def elementwise_seconds(plat, device, batch_size, spec):
-    """Median seconds of ``hmp.run.calibration.ElementwiseStep`` (a bias add + ReLU and
+    """Median seconds of ``hmp.measure.calibration.ElementwiseStep`` (a bias add + ReLU and
     their gradients on a tensor shaped like the first layer's output) on ``device``."""
     step = ElementwiseStep(spec, device, batch_size, plat.target, plat.config)
     try:
@@ -302,9 +304,9 @@ def calibrate(plat, cfg, full_spec, devices):
         for s in measure_speeds(c, devices, b, FLAGS.warmup, FLAGS.steps * FLAGS.repeats,
                                 plat.target, plat.config, FLAGS.optimizer, progress=print,
                                 spec=c_spec):
-            step[s.device, b, c.width] = b / s.samples_per_s
+            step[s.name, b, c.width] = b / s.samples_per_s
             if b == FLAGS.batch_size and c is cfg:
-                alone[s.device] = s
+                alone[s.name] = s
     feed = {(d, b): feed_seconds(plat, d, b, cfg) for d in devices for b in sizes}
     # Element-wise work per activation element: slope of the bias + ReLU step over the batch.
     elementwise = {d: elementwise_slope(elementwise_seconds(plat, d, sizes[1], full_spec),

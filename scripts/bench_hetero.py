@@ -23,7 +23,7 @@ feeds one batch of its training pixels' indices, ``hmp.run.scene_input``), in on
 run:
 
 1. Each worker's speed is profiled alone, and the link between them idle and
-   while both train (``hmp.run.profiler.measure_platform``): the plans are made
+   while both train (``hmp.measure.speeds.measure_platform``): the plans are made
    from it, as ``hmp.train`` does.
 2. Training steps are timed, repeats interleaved (A B C, B C A, C A B ...) so
    that machine noise and the order hit every configuration alike:
@@ -94,14 +94,15 @@ from hmp.cluster.launch import parse_worker_list  # noqa: E402
 from hmp.cluster.runtime import JOB, local_cluster  # noqa: E402
 from hmp.cluster.subprocesses import die_with_parent  # noqa: E402
 from hmp.errors import InvalidInput  # noqa: E402
+from hmp.measure.speedcache import speed_json  # noqa: E402
+from hmp.measure.speeds import measure_platform, relative_speeds  # noqa: E402
 from hmp.planning import LinkSpec, parse_mesh, plan_layout, predict  # noqa: E402
 from hmp.planning.plan import aligned_columns  # noqa: E402
 from hmp.run import experiment  # noqa: E402
 from hmp.run.from_graph import model_spec  # noqa: E402
 from hmp.run.graph import Placement, TrainingGraph  # noqa: E402
-from hmp.run.linkprobe import platform_specs  # noqa: E402
 from hmp.run.profiler import (INPUT, MODEL, STEP_PARTS, busy_by_part,  # noqa: E402
-                              busy_times, measure_platform, step_parts, trace_step)
+                              busy_times, step_parts, trace_step)
 from hmp.layers import BATCH_STATISTICS  # noqa: E402
 from hmp.run.rebalance import replan  # noqa: E402
 from models import MODEL_NAMES, model_config, recipe  # noqa: E402
@@ -276,13 +277,6 @@ def describe(plan):
                           replicated, left_out)
 
 
-def measured_platform(workers, profiled):
-    """One CPU device per worker as ``hmp.train --cluster`` sees them: DeviceSpecs with
-    the profiled speeds, per-step overheads and op-size figures."""
-    devices = [d[0] for d in worker_devices(workers.devices)]
-    return platform_specs(devices, [dataclasses.asdict(s) for s in profiled])
-
-
 def measured_plan(spec, platform, link, mesh):
     """The plan ``hmp.train --cluster --mesh=MESH`` makes from the profiled speeds and
     the measured link (``auto``: its default)."""
@@ -301,7 +295,8 @@ def rebalanced(plan, spec, run):
 def build_runs(config, batch, workers, profiled, link):
     """Every configuration's warmed-up ``Run``, in the order they are timed; the
     ``auto`` plan; the cost model's step of the splits ``planned`` (every dim split),
-    ``per layer`` and ``data`` on the profiled platform and measured link."""
+    ``per layer`` and ``data`` on the profiled platform (``profiled``: one CPU device per
+    worker as ``hmp.train --cluster`` sees them) and measured link."""
     speeds = [s.samples_per_s for s in profiled]
     spec = model_spec(config)
     devices = worker_devices(workers.devices)
@@ -321,15 +316,14 @@ def build_runs(config, batch, workers, profiled, link):
     plans = split_plans(spec, devices, speeds, FLAGS.batch_size)
     runs = [plan_run(name, plan) for name, plan in plans.items()]
     runs.insert(2, plan_run("re-balanced", rebalanced(plans["planned"], spec, runs[1])))
-    platform = measured_platform(workers, profiled)
-    per_layer = measured_plan(spec, platform, link, "model:2")
+    per_layer = measured_plan(spec, profiled, link, "model:2")
     runs.insert(3, plan_run("per layer", per_layer))
     other = next(mode for mode in BATCH_STATISTICS if mode != config.batch_norm)
     data = plans["data"]
     runs.insert([r.name for r in runs].index("data") + 1, hmp_run(
         "data %s bn" % other, Placement.from_plan(data), describe(data), worker_loads(data),
         dataclasses.replace(config, batch_norm=other)))
-    auto = measured_plan(spec, platform, link, "auto")
+    auto = measured_plan(spec, profiled, link, "auto")
     runs.append(plan_run("auto", auto))
     for task, worker in enumerate(devices):
         runs.append(hmp_run("worker %d alone" % task, Placement("", "", (worker[0],), {}),
@@ -339,10 +333,10 @@ def build_runs(config, batch, workers, profiled, link):
         runs.append(warmed(Run("plain TF", "worker 0 alone, plain TensorFlow", [1.0, 0.0],
                                plain.session(session_config, workers.target), plain.train_op,
                                {plain.x: batch.patches, plain.y: batch.labels})))
-    predicted = {"planned": predict(spec, platform, parse_mesh("model:2"), FLAGS.batch_size,
+    predicted = {"planned": predict(spec, profiled, parse_mesh("model:2"), FLAGS.batch_size,
                                     plans["planned"].splits, link).step,
                  "per layer": per_layer.prediction.step,
-                 "data": predict(spec, platform, parse_mesh("batch:2"), FLAGS.batch_size,
+                 "data": predict(spec, profiled, parse_mesh("batch:2"), FLAGS.batch_size,
                                  plans["data"].splits, link).step}
     return runs, auto, predicted
 
@@ -455,7 +449,8 @@ def benchmark_model(name, exp, batch, workers):
                                        fastest_alone, alone_busy)
                for run in runs}
     return {"model": model_spec(config).name, "batch_size": FLAGS.batch_size,
-            "profiled_speeds": [dataclasses.asdict(s) for s in profiled],
+            "profiled_speeds": [dict(speed_json(s), relative=relative) for s, relative
+                                in zip(profiled, relative_speeds(profiled))],
             "link": dataclasses.asdict(link),
             "speeds": speeds, "speed_ratio": max(speeds) / min(speeds),
             "ideal": {"balanced_s": ideal.balanced, "even_s": ideal.even,

@@ -4,7 +4,7 @@ A run's step cuts each sample's patch from the scene on the device, may turn it 
 one of the 8 symmetries of the square, give it another field's look (a shift and gain
 of its raw spectrum), scale its brightness, and, for a PCA model with
 ``--pca_in_graph``, project its raw bands onto the components. This script times the
-one-device training step (``hmp.run.profiler.DeviceStep``, the step the profiler
+one-device training step (``hmp.measure.speeds.DeviceStep``, the step the profiler
 times) with each part of that work on and off, the variants taking turns step by step,
 and prints the median step and its ratio to the model alone:
 
@@ -25,9 +25,9 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 from absl import flags  # noqa: E402
 
 import models  # noqa: E402
+from hmp.measure.speeds import DeviceStep  # noqa: E402
 from hmp.run.augment import Augmentation  # noqa: E402
 from hmp.run.graph import Recipe  # noqa: E402
-from hmp.run.profiler import DeviceStep  # noqa: E402
 from hmp.run.projection import Projection  # noqa: E402
 
 flags.DEFINE_string("model", "hybridsn", "Model (see hmp.train --model).")

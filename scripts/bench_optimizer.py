@@ -1,7 +1,7 @@
 """The optimizer's share of a one-device training step: hmp's Adam (TensorFlow's fused
 kernel) against Mesh-TF's Adam (about 13 element-wise ops per weight slice) and SGD.
 
-Each model's whole training step (``hmp.run.profiler.DeviceStep``: the default recipe's
+Each model's whole training step (``hmp.measure.speeds.DeviceStep``: the default recipe's
 input work and the model, on one device) is built once per optimizer and timed in
 turns (A B C A B C ...), so the machine's noise hits all alike; the table gives the
 median milliseconds per step, the graph's op count and each step against Mesh-TF's
@@ -17,8 +17,8 @@ from absl import flags
 
 from hmp import cli
 from hmp.compat import import_mesh_tensorflow
+from hmp.measure.speeds import DeviceStep
 from hmp.mesh import optimizers
-from hmp.run.profiler import DeviceStep
 from models import model_config
 
 mtf = import_mesh_tensorflow()

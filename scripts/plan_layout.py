@@ -4,12 +4,12 @@
   python scripts/plan_layout.py --model=cnn3d --devices=/cpu:0,/cpu:1 --speeds=auto
   python scripts/plan_layout.py --platform=platform.json --batch_size=128 --out=plan.json
 
-``--speeds=auto`` measures every device with ``hmp.run.profiler.measure_platform``
-(one device at a time) and the link between them with ``hmp.run.linkprobe``, and
+``--speeds=auto`` measures every device with ``hmp.measure.speeds.measure_platform``
+(one device at a time) and the link between them with ``hmp.measure.linkprobe``, and
 plans with the measured figures (and the link of ``--platform`` where it gives one;
 its memory figures and hosts stay too), so ``--mesh=auto`` weighs communication; when
 ``--mesh`` may split the model (``auto``, ``model:N``), also each device's op-size
-figures (``hmp.run.calibration``). ``--precision`` and ``--batch_norm`` are the run's
+figures (``hmp.measure.calibration``). ``--precision`` and ``--batch_norm`` are the run's
 (``hmp.train``'s flags of those names): 16-bit activations halve the activations'
 memory and hand-overs, and sync batch norm adds a barrier per layer, and the cost model
 prices both (docs/costmodel.md). The plan's model name holds the model
@@ -33,14 +33,13 @@ from hmp.data import check_patch_size  # noqa: E402
 from hmp.layers import BATCH_STATISTICS  # noqa: E402
 from hmp.planning import (DeviceSpec, check_mesh_size, check_speeds,  # noqa: E402
                           load_platform, parse_mesh, plan_layout, splits_the_model)
-from hmp.run.calibration import describe  # noqa: E402
-from hmp.run.devices import (LOCAL_JOBS, check_device_string,  # noqa: E402
-                             parse_memory_caps, virtual_cpus)
-from hmp.run.linkprobe import platform_specs  # noqa: E402
+from hmp.measure.calibration import describe  # noqa: E402
+from hmp.measure.devices import (LOCAL_JOBS, check_device_string,  # noqa: E402
+                                 parse_memory_caps, virtual_cpus)
+from hmp.measure.speeds import measure_platform, relative_speeds  # noqa: E402
 from hmp.run.from_graph import model_spec  # noqa: E402
 from hmp.run.graph import PRECISIONS  # noqa: E402
 from hmp.run.settings import DEFAULT  # noqa: E402
-from hmp.run.profiler import measure_platform  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("model", "cnn2d", models.MODEL_NAMES, "The model.")
@@ -113,7 +112,7 @@ def check_mesh(text, count):
 
 def profile(config, spec, devices):
     """Measured FLOP rates of ``devices`` (one at a time; ``spec``: the config's
-    ``model_spec``) and the link between them (``hmp.run.linkprobe``; None for one
+    ``model_spec``) and the link between them (``hmp.measure.linkprobe``; None for one
     device), with progress on stderr."""
     names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
     remote = [n for n in names if tf.DeviceSpec.from_string(n).job not in LOCAL_JOBS]
@@ -132,10 +131,10 @@ def profile(config, spec, devices):
         raise cli.UsageError(f"--devices: profiling failed: {e.message.splitlines()[0]}") from e
     print("Measured speeds (training step alone on each device, median of "
           f"{FLAGS.repeats}; min - max):")
-    for s in speeds:
-        op_size = describe(dataclasses.asdict(s))
-        print(f"  {s.device}  {s.samples_per_s:.4g} samples/s ({s.min_samples_per_s:.4g} - "
-              f"{s.max_samples_per_s:.4g})  relative {s.relative:.3f}  "
+    for s, relative in zip(speeds, relative_speeds(speeds)):
+        op_size = describe(s)
+        print(f"  {s.name}  {s.samples_per_s:.4g} samples/s ({s.min_samples_per_s:.4g} - "
+              f"{s.max_samples_per_s:.4g})  relative {relative:.3f}  "
               f"{s.flops_per_s:.4g} FLOP/s  {1e3 * s.overhead_s:.3g} ms of every step"
               + (f"  {op_size}" if op_size else ""))
     if link is not None:
@@ -145,16 +144,14 @@ def profile(config, spec, devices):
 
 
 def measured_specs(devices, measured):
-    """DeviceSpecs of the measured figures (``DeviceSpeed`` per device), each device on
-    its host (virtual CPUs of this process share its cores); a ``--platform`` device
-    (a DeviceSpec) keeps its memory figures and any host it names."""
-    names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
-    specs = platform_specs(names, [dataclasses.asdict(s) for s in measured])
+    """The measured DeviceSpecs (each device on its host: virtual CPUs of this process
+    share its cores); a ``--platform`` device (a DeviceSpec) keeps its memory figures
+    and any host it names."""
     return [dataclasses.replace(spec, mem_bytes=given.mem_bytes, mem_bw=given.mem_bw,
                                 host=given.host or spec.host,
                                 host_cores=given.host_cores or spec.host_cores)
             if isinstance(given, DeviceSpec) else spec
-            for spec, given in zip(specs, devices)]
+            for spec, given in zip(measured, devices)]
 
 
 def run():

@@ -1,9 +1,9 @@
-"""hmp.run.calibration: the op-size fit against a hand computation, the element-wise
-slope, the half width (measured on virtual CPUs: tests/test_profiler.py)."""
+"""hmp.measure.calibration: the op-size fit against a hand computation, the element-wise
+slope, the half width (measured on virtual CPUs: tests/test_speeds.py)."""
 
 import pytest
 
-from hmp.run import calibration
+from hmp.measure import calibration
 from hmp.run.from_graph import model_spec
 from models import model_config
 

@@ -66,7 +66,7 @@ FLOOR_OF_ROOM = {
     "hmp.data": 1, "hmp.evaluation": 1,
     "hmp.mesh": 2, "hmp.cluster": 2,
     "hmp.layers": 3, "hmp.planning": 3,
-    "hmp.run": 4,
+    "hmp.run": 4, "hmp.measure": 4,
     "hmp.train": 5, "hmp.predict": 5, "hmp.worker": 5, "hmp.selfcheck": 5,
 }
 
@@ -109,3 +109,16 @@ def test_every_room_has_a_floor_and_no_import_runs_up():
                 upward.append("%s -> %s" % (module, name))
     assert homeless == []
     assert upward == []
+
+
+# The one import beside the floors: hmp.measure times the model's own training step, so it
+# uses the run's graph builder, and nothing else of hmp.run (which uses hmp.measure).
+MEASURE_USES_OF_RUN = {"hmp.run.from_graph", "hmp.run.graph"}
+
+
+def test_measuring_uses_only_the_graph_builder_of_the_run():
+    room = pathlib.Path(hmp.__file__).parent / "measure"
+    used = {name for path in room.glob("*.py") for name in _imports(path)
+            if name.startswith("hmp.run.")}
+    assert used   # it does build the step
+    assert {".".join(name.split(".")[:3]) for name in used} <= MEASURE_USES_OF_RUN

@@ -1,11 +1,11 @@
-"""hmp.run.linkprobe: the measured link is a LinkSpec (structure only, no timing assertions)."""
+"""hmp.measure.linkprobe: the measured link is a LinkSpec (structure only, no timing assertions)."""
 
 import math
 
 import tensorflow.compat.v1 as tf
 
 from hmp.planning import DeviceSpec, LinkSpec
-from hmp.run.linkprobe import link_pairs, measure_link, no_faster_than, platform_specs
+from hmp.measure.linkprobe import link_pairs, measure_link, no_faster_than, with_hosts
 
 
 def test_link_between_two_virtual_cpus_is_a_positive_linkspec():
@@ -24,7 +24,7 @@ def test_one_device_has_no_link():
 
 def test_hosts_and_pairs():
     worker = "/job:worker/task:%d/device:CPU:%d"
-    specs = platform_specs(["/cpu:1", "/gpu:0", worker % (1, 0)], [{"flops_per_s": 1e9}] * 3)
+    specs = with_hosts([DeviceSpec(d, 1e9) for d in ["/cpu:1", "/gpu:0", worker % (1, 0)]])
     assert specs[0].host == specs[1].host == "localhost"
     assert specs[2].host == "/job:worker/replica:0/task:1"
     # one device per task: only the link between tasks
@@ -37,22 +37,22 @@ def test_hosts_and_pairs():
     assert link_pairs(["/cpu:0", "/gpu:0"]) == {"link": None, "local": ("/cpu:0", "/gpu:0")}
 
 
-def test_platform_specs_share_a_host_and_its_cores():
-    # Measured figures: missing or None (not measured) give 0.
-    specs = platform_specs(["/cpu:0", "/cpu:1", "/gpu:0"], [
-        {"flops_per_s": 1e9},
-        {"flops_per_s": 2e9, "overhead_s": 1e-3, "half_rate_flops": None,
-         "elementwise_s_per_element": None},
-        {"flops_per_s": 1e12, "overhead_s": 0.0, "half_rate_flops": 2e5,
-         "elementwise_s_per_element": 7e-10}])
+def test_measured_devices_share_a_host_and_its_cores():
+    # Measured figures stay as they are (None: not measured).
+    specs = with_hosts([
+        DeviceSpec("/cpu:0", 1e9),
+        DeviceSpec("/cpu:1", 2e9, overhead_s=1e-3, half_rate_flops=None,
+                   elementwise_s_per_element=None, samples_per_s=50.0),
+        DeviceSpec("/gpu:0", 1e12, half_rate_flops=2e5, elementwise_s_per_element=7e-10)])
     assert specs == [DeviceSpec("/cpu:0", 1e9, host="localhost", host_cores=1),
                      DeviceSpec("/cpu:1", 2e9, host="localhost", host_cores=1,
-                                overhead_s=1e-3),
+                                overhead_s=1e-3, half_rate_flops=None,
+                                elementwise_s_per_element=None, samples_per_s=50.0),
                      DeviceSpec("/gpu:0", 1e12, host="localhost", host_cores=None,
                                 half_rate_flops=2e5, elementwise_s_per_element=7e-10)]
     worker = "/job:worker/task:%d/device:CPU:0"
-    assert [s.host_cores for s in platform_specs([worker % 0, worker % 1],
-                                                 [{"flops_per_s": 1e9}] * 2)] == [None, None]
+    assert [s.host_cores for s in with_hosts([DeviceSpec(worker % 0, 1e9),
+                                              DeviceSpec(worker % 1, 1e9)])] == [None, None]
 
 
 def test_link_under_load_is_measured_while_the_busy_functions_run():

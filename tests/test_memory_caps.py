@@ -1,4 +1,4 @@
-"""--memory_caps: read by one function (hmp.run.devices.parse_memory_caps), and in
+"""--memory_caps: read by one function (hmp.measure.devices.parse_memory_caps), and in
 hmp.train bounding the plan, or refusing a batch or width that fits no layout in one
 line before a run folder is made."""
 
@@ -12,8 +12,8 @@ import pytest
 from cli_batch import run_batch
 from hmp import planning
 from hmp.errors import InvalidInput
+from hmp.measure.devices import parse_memory_caps
 from hmp.planning.plan import format_bytes
-from hmp.run.devices import parse_memory_caps
 from hmp.run.from_graph import model_spec
 from hmp.run.scene_input import cube_bytes
 from models import model_config

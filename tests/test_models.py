@@ -6,10 +6,10 @@ import pytest
 
 import harness
 import models
+from hmp.measure.speeds import random_batch
 from hmp.planning import plan_layout
 from hmp.run.from_graph import model_spec
 from hmp.run.graph import Placement, TrainingGraph
-from hmp.run.profiler import random_batch
 
 DEVICES = ["/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3"]
 SESSION = harness.session_config()

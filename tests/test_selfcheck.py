@@ -7,8 +7,8 @@ import pytest
 
 from cli_batch import run_batch
 from hmp.checklist import Check, report, run_checks
+from hmp.measure.devices import default_devices
 from hmp.planning import plan_layout
-from hmp.run.devices import default_devices
 from hmp.run.from_graph import model_spec
 from models import model_config
 

@@ -1,4 +1,4 @@
-"""hmp.run.speedcache: measured speeds and link kept per setting; hit, miss, corrupt, key."""
+"""hmp.measure.speedcache: measured speeds and link kept per setting; hit, miss, corrupt, key."""
 
 import dataclasses
 import importlib.metadata
@@ -8,10 +8,9 @@ import os
 import pytest
 import tensorflow as tf
 
-from hmp.planning import LinkSpec
-from hmp.run import speedcache
-from hmp.run.linkprobe import platform_specs
-from hmp.run.profiler import DeviceSpeed
+from hmp.measure import speedcache
+from hmp.measure.linkprobe import with_hosts
+from hmp.planning import DeviceSpec, LinkSpec
 from models import model_config
 
 CONFIG = model_config("cnn2d", patch=5, bands=4, n_classes=3, width=2)
@@ -28,14 +27,19 @@ class Measurer:
         self.op_size = op_size   # per device (half_rate_flops, elementwise_s_per_element)
 
     def __call__(self):
+        """DeviceSpecs as the profiler returns them: on their hosts, op-size figures
+        None when not measured."""
         self.calls += 1
-        speeds = [DeviceSpeed(self.devices[0], 100.0, 90.0, 110.0, 0.6, 3e9, 2e-3),
-                  DeviceSpeed(self.devices[1], 50.0 * self.calls, 40.0, 60.0 * self.calls, 0.4,
-                              1.5e9 * self.calls)]
+        speeds = [DeviceSpec(self.devices[0], 3e9, overhead_s=2e-3, samples_per_s=100.0,
+                             min_samples_per_s=90.0, max_samples_per_s=110.0,
+                             half_rate_flops=None, elementwise_s_per_element=None),
+                  DeviceSpec(self.devices[1], 1.5e9 * self.calls, samples_per_s=50.0 * self.calls,
+                             min_samples_per_s=40.0, max_samples_per_s=60.0 * self.calls,
+                             half_rate_flops=None, elementwise_s_per_element=None)]
         if self.op_size:
             speeds = [dataclasses.replace(s, half_rate_flops=h, elementwise_s_per_element=e)
                       for s, (h, e) in zip(speeds, self.op_size)]
-        return speeds, LINK
+        return with_hosts(speeds), LINK
 
 
 @pytest.fixture
@@ -57,21 +61,26 @@ def get(key_, paths, measure, force=False, op_size=False):
 
 
 def flops(entry):
-    return [s["flops_per_s"] for s in entry.speeds]
+    return [s.flops_per_s for s in entry.speeds]
 
 
 def test_miss_measures_and_stores_everywhere_then_hits(paths):
     measure = Measurer()
     entry, path, said, warned = get(key(), paths, measure)
     assert (measure.calls, path, said, warned) == (1, None, [], [])
-    assert flops(entry) == [3e9, 1.5e9] and entry.link_spec() == LINK
-    assert [s["overhead_s"] for s in entry.speeds] == [2e-3, 0.0]
+    assert flops(entry) == [3e9, 1.5e9] and entry.link == LINK
+    assert [s.overhead_s for s in entry.speeds] == [2e-3, 0.0]
     assert not entry.has_op_size   # measured without them: None
     for p in paths:
         data = json.loads(open(p).read())
         assert data["format"] == "hmp-speeds/4" and len(data["entries"]) == 1
         assert data["entries"][0]["key"]["devices"] == DEVICES
         assert data["entries"][0]["link"]["local"]["latency_s"] == 1e-5
+        assert data["entries"][0]["speeds"][0] == {   # the keys of hmp-speeds/4, in order
+            "device": "/cpu:0", "samples_per_s": 100.0, "min_samples_per_s": 90.0,
+            "max_samples_per_s": 110.0, "flops_per_s": 3e9, "overhead_s": 2e-3,
+            "half_rate_flops": None, "elementwise_s_per_element": None}
+        assert list(data["entries"][0]["speeds"][0]) == list(speedcache.SPEED_FIELDS)
     again, path, said, warned = get(key(), paths, measure)
     assert measure.calls == 1 and path == paths[0] and warned == []
     assert again == entry
@@ -90,10 +99,35 @@ def test_op_size_figures_round_trip_and_serve_both_kinds_of_run(paths):
     again, path, _, _ = get(key(), paths, measure, op_size=True)
     batch_only, _, _, _ = get(key(), paths, measure)   # one with them serves a run without
     assert measure.calls == 1 and path == paths[0] and again == batch_only == entry
-    specs = platform_specs(DEVICES, again.speeds)
+    specs = again.speeds   # the planner's DeviceSpecs, on their host
+    assert [(s.host, s.host_cores) for s in specs] == [("localhost", 1)] * 2
     assert [(s.half_rate_flops, s.elementwise_s_per_element, s.overhead_s) for s in specs] \
         == [(2e5, 7e-10, 2e-3), (0.0, 1.5e-9, 0.0)]
     assert [s.flops_per_s for s in specs] == [3e9, 1.5e9]
+
+
+def test_an_entry_written_before_reads_as_device_specs_on_their_hosts(paths):
+    """A file as hmp-speeds/4 has always been written: each speed its figures by name."""
+    os.makedirs(os.path.dirname(paths[0]))
+    worker = "/job:worker/task:%d/device:CPU:0"
+    speed = ('{"device": "%s", "samples_per_s": 80.0, "min_samples_per_s": 70.0, '
+             '"max_samples_per_s": 90.0, "flops_per_s": 2e9, "overhead_s": 0.001, '
+             '"half_rate_flops": %s, "elementwise_s_per_element": %s}')
+    with open(paths[0], "w", encoding="utf-8") as f:
+        f.write('{"format": "hmp-speeds/4", "entries": [{"key": {"devices": ["%s", "%s"]}, '
+                '"measured_at": "2025-01-01T00:00:00+00:00", "speeds": [%s, %s], '
+                '"link": {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-4}}]}'
+                % (worker % 0, worker % 1, speed % (worker % 0, "null", "null"),
+                   speed % (worker % 1, "200000.0", "1e-09")))
+    (entry,) = speedcache.load(paths[0], pytest.fail)
+    assert entry.speeds == [
+        DeviceSpec(worker % 0, 2e9, overhead_s=1e-3, host="/job:worker/replica:0/task:0",
+                   half_rate_flops=None, elementwise_s_per_element=None,
+                   samples_per_s=80.0, min_samples_per_s=70.0, max_samples_per_s=90.0),
+        DeviceSpec(worker % 1, 2e9, overhead_s=1e-3, host="/job:worker/replica:0/task:1",
+                   half_rate_flops=2e5, elementwise_s_per_element=1e-9,
+                   samples_per_s=80.0, min_samples_per_s=70.0, max_samples_per_s=90.0)]
+    assert entry.link == LinkSpec(1e9, 1e-4) and not entry.has_op_size
 
 
 def test_user_cache_serves_a_new_run_folder_and_is_copied_there(paths):

@@ -337,7 +337,7 @@ def test_readme_custom_model_trains(cli_runs):
 
 def test_default_devices_are_the_real_ones(monkeypatch):
     import tensorflow as tf
-    from hmp.run.devices import default_devices
+    from hmp.measure.devices import default_devices
     if not tf.config.list_physical_devices("GPU"):   # this CPU-only machine
         assert default_devices() == ["/cpu:0"]
     monkeypatch.setattr(tf.config, "list_physical_devices",
@@ -346,7 +346,7 @@ def test_default_devices_are_the_real_ones(monkeypatch):
 
 
 def test_virtual_cpus_are_the_highest_local_cpu_named():
-    from hmp.run.devices import virtual_cpus
+    from hmp.measure.devices import virtual_cpus
     assert virtual_cpus(["/cpu:0", "/gpu:0", "/cpu:3"]) == 4
     assert virtual_cpus(["/job:localhost/replica:0/task:0/device:CPU:1"]) == 2
     assert virtual_cpus(["/gpu:0", "/job:worker/task:1/device:CPU:5"]) == 0

@@ -101,7 +101,7 @@ whole step still reach each barrier at different times (their speeds differ from
 layer to layer and from moment to moment; a worker on a time-shared core runs in
 bursts), and whoever comes first waits. ``LinkSpec.barrier_s`` prices that wait per
 barrier (``barriers``); the profiler measures it in a data split of the model's own
-step (``hmp.run.profiler.measure_platform``).
+step (``hmp.measure.speeds.measure_platform``).
 
 Input. The scene is loaded onto the devices once (``hmp.run.scene_input``); with
 ``link.feed`` (the client's link to the first device's host) a step feeds
@@ -169,7 +169,8 @@ def alone_flops_per_s(model_spec, device):
     one-device layout without a memory bandwidth. Exactly ``flops_per_s`` without
     op-size figures."""
     flops, elements, ops = per_sample_totals(model_spec)
-    extra = (ops * device.half_rate_flops + elements * device.elementwise_s_per_element
+    extra = (ops * (device.half_rate_flops or 0.0)
+             + elements * (device.elementwise_s_per_element or 0.0)
              * device.flops_per_s / TRAIN_FLOPS_FACTOR)
     return device.flops_per_s / (1.0 + extra / flops)
 
@@ -219,6 +220,14 @@ class DeviceSpec:
       device of a model split, so this work is replicated, not divided.
       Measured as a bias add + ReLU and their gradients on an activation-sized
       tensor, alone (two sizes: the slope per element). 0 (default): not priced.
+
+    ``half_rate_flops`` and ``elementwise_s_per_element`` are None where they were not
+    measured (the profiler without op-size figures): priced as 0. A measured device
+    (``hmp.measure.speeds``) also carries its one-device training step's samples per
+    second, ``samples_per_s`` (the median of the repeats), ``min_samples_per_s`` and
+    ``max_samples_per_s`` (the slowest and fastest repeat), for people and the speed
+    cache; None where not measured. The cost model does not read them: its rate is
+    ``flops_per_s``.
     """
 
     name: str
@@ -228,8 +237,11 @@ class DeviceSpec:
     overhead_s: float = 0.0
     host: str | None = None
     host_cores: float | None = None
-    half_rate_flops: float = 0.0
-    elementwise_s_per_element: float = 0.0
+    half_rate_flops: float | None = 0.0
+    elementwise_s_per_element: float | None = 0.0
+    samples_per_s: float | None = None
+    min_samples_per_s: float | None = None
+    max_samples_per_s: float | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -242,10 +254,11 @@ class DeviceSpec:
             raise InvalidInput(f"host of device {self.name!r} must be a non-empty string or "
                              f"None, got {self.host!r}")
         _positive(self.host_cores, f"host_cores of device {self.name!r}", allow_none=True)
-        _positive(self.half_rate_flops, f"half_rate_flops of device {self.name!r}",
-                  allow_zero=True)
-        _positive(self.elementwise_s_per_element,
-                  f"elementwise_s_per_element of device {self.name!r}", allow_zero=True)
+        for figure in ("half_rate_flops", "elementwise_s_per_element"):
+            _positive(getattr(self, figure), f"{figure} of device {self.name!r}",
+                      allow_none=True, allow_zero=True)
+        for rate in ("samples_per_s", "min_samples_per_s", "max_samples_per_s"):
+            _positive(getattr(self, rate), f"{rate} of device {self.name!r}", allow_none=True)
         if self.host_cores is not None and self.host_cores < 1:
             raise InvalidInput(f"host_cores of device {self.name!r} is {self.host_cores!r}; must "
                              "be >= 1 (a device alone computes at its flops_per_s)")
@@ -680,7 +693,7 @@ def predict(model_spec, devices, mesh, batch_size, splits, link=None):
     layer_flops = TRAIN_FLOPS_FACTOR * (flops[:, None] * fractions)[:, None, :] \
         * batch_rows[None, :, None]
     # Op-size efficiency: a fixed half_rate_flops per sample and layer op with FLOPs.
-    half = np.array([d.half_rate_flops for d in devices]).reshape(shape)
+    half = np.array([d.half_rate_flops or 0.0 for d in devices]).reshape(shape)
     fixed = TRAIN_FLOPS_FACTOR * (flops > 0)[:, None, None] * batch_rows[None, :, None] \
         * half[None]
     seconds = (layer_flops + fixed) / np.array([d.flops_per_s for d in devices]).reshape(shape)
@@ -692,7 +705,8 @@ def predict(model_spec, devices, mesh, batch_size, splits, link=None):
             (params[:, None] * fractions)[:, None, :] + held)
         bandwidth = np.array([d.mem_bw or np.inf for d in devices]).reshape(shape)
         seconds = np.maximum(seconds, traffic / bandwidth)
-    elementwise = np.array([d.elementwise_s_per_element for d in devices]).reshape(shape)
+    elementwise = np.array([d.elementwise_s_per_element or 0.0 for d in devices]).reshape(
+        shape)
     seconds = seconds + held * elementwise[None]
     overhead = np.array([d.overhead_s for d in devices]).reshape(shape)
     seconds = seconds + overhead[None] / len(model_spec.layers)

@@ -23,9 +23,9 @@ from hmp import cli, files
 from hmp.cluster import launch, sources
 from hmp.errors import InvalidInput
 from hmp.evaluation import report
+from hmp.measure.devices import session_config_for
 from hmp.run import inference, runs
 from hmp.run.progress import say
-from hmp.run.devices import session_config_for
 from hmp.run.hardware import Hardware
 from hmp.run.resume import check_same_precision, seed_dirs
 from hmp.run.seed_training import Shared, train_seed

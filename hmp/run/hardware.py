@@ -11,8 +11,9 @@ import dataclasses
 
 from hmp import cli, planning
 from hmp.errors import InvalidInput
+from hmp.measure.devices import (check_local, default_devices, parse_memory_caps,
+                                 session_config_for)
 from hmp.mesh.numerics import require_determinism
-from hmp.run.devices import check_local, default_devices, parse_memory_caps, session_config_for
 from hmp.run.settings import AUTO
 
 
@@ -73,7 +74,7 @@ class Hardware:
 
 def _devices(settings, cluster):
     """--devices checked (each one there, none twice), else this machine's devices
-    (``hmp.run.devices.default_devices``) or the cluster's."""
+    (``hmp.measure.devices.default_devices``) or the cluster's."""
     given, placement = settings.placement.devices, settings.placement
     if given is None:
         return list(cluster.devices) if cluster else default_devices()

@@ -1,7 +1,7 @@
 """The plan a seed trains on, made once its model is known: each device's memory (the
 bound of the plan), the check that the model fits at all (before any folder is made),
 the plan from the speeds (``--speeds``'s numbers, or measured and cached with the
-link: ``hmp.run.speedcache``) and ``--try_alone``'s trial of the fastest device alone.
+link: ``hmp.measure.speedcache``) and ``--try_alone``'s trial of the fastest device alone.
 
 ``hardware``: the fit's :class:`hmp.run.hardware.Hardware`; ``settings``: its
 :class:`hmp.run.settings.Settings`.
@@ -15,17 +15,18 @@ import numpy as np
 
 from hmp import cli, planning
 from hmp.errors import InvalidInput
+from hmp.measure import calibration, speedcache
+from hmp.measure.devices import memory_bytes, parse_memory_caps
+from hmp.measure.speeds import measure_platform
 from hmp.planning.plan import format_bytes
-from hmp.run import calibration, linkprobe, rebalance, speedcache
+from hmp.run import rebalance
 from hmp.run.progress import say
-from hmp.run.devices import memory_bytes, parse_memory_caps
-from hmp.run.profiler import measure_platform
 from hmp.run.settings import AUTO
 
 
 def memory_caps(settings, devices):
     """Each device's memory in bytes (None: not known): --memory_caps, else as found
-    (``hmp.run.devices.memory_bytes``)."""
+    (``hmp.measure.devices.memory_bytes``)."""
     with settings.blame("memory_caps"):
         return (parse_memory_caps(settings.placement.memory_caps, len(devices))
                 or memory_bytes(devices))
@@ -92,9 +93,8 @@ def choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe)
                 "communication not priced: --speeds=%s gives the speeds, so no link was "
                 "measured (--speeds=auto measures both)" % settings.placement.speeds))
         return plan, plan.fastest_alone()
-    entry, link = _measured(settings, hardware, model_config, spec, model_dir, recipe)
-    platform = linkprobe.platform_specs(devices, entry.speeds)
-    plan = planning.plan_layout(spec, platform, None, batch_size, mesh, caps, link=link)
+    measured, link = _measured(settings, hardware, model_config, spec, model_dir, recipe)
+    plan = planning.plan_layout(spec, measured, None, batch_size, mesh, caps, link=link)
     return plan, plan.fastest_alone()
 
 
@@ -108,9 +108,9 @@ def _measurement_key(settings, hardware, model_config, devices, recipe):
 
 
 def _measured(settings, hardware, model_config, spec, model_dir, recipe):
-    """The speed-cache entry (per device: samples/s at --batch_size, FLOP/s, per-step
-    overhead, and the op-size figures when --mesh may split the model) and the link (a
-    LinkSpec): cached, or measured now (and stored there). See hmp.run.speedcache."""
+    """The devices' DeviceSpecs (samples/s at --batch_size, FLOP/s, per-step overhead,
+    and the op-size figures when --mesh may split the model) and the link (a LinkSpec):
+    cached, or measured now (and stored there). See hmp.measure.speedcache."""
     devices = hardware.devices
     key = _measurement_key(settings, hardware, model_config, devices, recipe)
     op_size = planning.splits_the_model(settings.placement.mesh)
@@ -130,16 +130,15 @@ def _measured(settings, hardware, model_config, spec, model_dir, recipe):
     for s in entry.speeds:
         op_size_figures = calibration.describe(s)
         say("  %-28s %8.1f samples/s (%.1f - %.1f), %.3g ms of every step%s"
-             % (s["device"], s["samples_per_s"], s["min_samples_per_s"],
-                s["max_samples_per_s"], 1e3 * s["overhead_s"],
-                "; " + op_size_figures if op_size_figures else ""))
-    link = entry.link_spec()
+             % (s.name, s.samples_per_s, s.min_samples_per_s, s.max_samples_per_s,
+                1e3 * s.overhead_s, "; " + op_size_figures if op_size_figures else ""))
+    link = entry.link
     if link is not None:
         say("  link: " + "; ".join(
             what + l.figures()
             for what, l in (("", link), ("while training ", link.loaded),
                             ("within a host ", link.local)) if l is not None))
-    return entry, link
+    return entry.speeds, link
 
 
 def alone_trial(settings, hardware, spec, plan, fastest, model_config, recipe, first_epoch,

@@ -44,7 +44,7 @@ def check_cube_fits(image_shape, patch_size, bands, devices, caps):
     """InvalidInput, naming the memory needed, when the padded float32 cube of an
     ``image_shape`` scene of ``bands`` bands does not fit the memory of a device in
     ``devices`` (``caps``: bytes each, None where unknown;
-    ``hmp.run.devices.memory_bytes``), each of which holds a copy."""
+    ``hmp.measure.devices.memory_bytes``), each of which holds a copy."""
     rows, cols = padded_shape(image_shape, patch_size)
     need = cube_bytes(image_shape, patch_size, bands)
     short = [(device, cap) for device, cap in zip(devices, caps)

@@ -17,7 +17,7 @@ Measured per device, never from split layouts:
   (``half_width``), same batch: with ``e`` taken out, the two per-sample times give
   the two unknowns (``fit_op_size``).
 
-``hmp.run.profiler.measure_speeds(..., op_size=True)`` times these beside its other
+``hmp.measure.speeds.measure_speeds(..., op_size=True)`` times these beside its other
 steps; ``scripts/bench_costmodel.py`` uses the same pieces.
 """
 
@@ -110,13 +110,12 @@ class ElementwiseStep:
         self.session.close()
 
 
-def describe(figures):
-    """The op-size figures of a device's measured ``figures`` (a mapping with
-    ``flops_per_s``, ``half_rate_flops``, ``elementwise_s_per_element``) for a profiling
-    line, e.g. "peak 154 GFLOP/s, half rate at 0.131 MFLOP per sample and op,
-    element-wise 0.76 ns per element"; "" when they were not measured."""
-    if figures.get("half_rate_flops") is None:
+def describe(device):
+    """The op-size figures of a measured ``device`` (a DeviceSpec) for a profiling line,
+    e.g. "peak 154 GFLOP/s, half rate at 0.131 MFLOP per sample and op, element-wise
+    0.76 ns per element"; "" when they were not measured."""
+    if device.half_rate_flops is None:
         return ""
-    return (f"peak {figures['flops_per_s'] / 1e9:.3g} GFLOP/s, half rate at "
-            f"{figures['half_rate_flops'] / 1e6:.3g} MFLOP per sample and op, element-wise "
-            f"{figures['elementwise_s_per_element'] * 1e9:.3g} ns per element")
+    return (f"peak {device.flops_per_s / 1e9:.3g} GFLOP/s, half rate at "
+            f"{device.half_rate_flops / 1e6:.3g} MFLOP per sample and op, element-wise "
+            f"{device.elementwise_s_per_element * 1e9:.3g} ns per element")

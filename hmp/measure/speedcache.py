@@ -7,8 +7,10 @@ the cluster's worker addresses (None outside ``--cluster`` mode), and the
 hmp and TensorFlow versions -- with per device its samples/s (median, min,
 max), FLOP/s, per-step overhead and op-size figures (``half_rate_flops`` and
 ``elementwise_s_per_element``, None when not measured: profiling for a plan that
-cannot split the model skips them), the link (a ``LinkSpec`` as a dict, or None)
-and when it was measured. An entry with op-size figures also serves a run that
+cannot split the model skips them), the link (a ``LinkSpec``, or None) and when it
+was measured. In memory a device's figures are the planner's ``DeviceSpec`` (as
+``hmp.measure.speeds`` measures it, on its host: ``linkprobe.with_hosts``); in the
+file, an object of the keys ``SPEED_FIELDS`` (``speed_json``, ``speed_of``). An entry with op-size figures also serves a run that
 needs none; one without them does not serve a run that needs them.
 ``hmp.train`` keeps entries in the run folder (``<model_dir>/speeds.json``) and
 in a user cache (``user_cache_path``: ``$HMP_CACHE_DIR/speeds.json`` or
@@ -29,15 +31,16 @@ import os
 import tensorflow as tf_module
 
 from hmp import files
-from hmp.errors import is_positive_number
-from hmp.planning import LinkSpec
+from hmp.measure.linkprobe import with_hosts
+from hmp.planning import DeviceSpec, LinkSpec
 
 FORMAT = "hmp-speeds/4"  # /2: each speed has its overhead_s; /3: and its op-size figures;
 # /4: the link has its wait per barrier (LinkSpec.barrier_s)
 FILE_NAME = "speeds.json"
 OP_SIZE_FIGURES = ("half_rate_flops", "elementwise_s_per_element")
-SPEED_FIELDS = {"device", "samples_per_s", "min_samples_per_s", "max_samples_per_s",
-                "flops_per_s", "overhead_s", *OP_SIZE_FIGURES}
+# A device's figures in the file, in this order: its name, then DeviceSpec fields.
+SPEED_FIELDS = ("device", "samples_per_s", "min_samples_per_s", "max_samples_per_s",
+                "flops_per_s", "overhead_s", *OP_SIZE_FIGURES)
 MAX_ENTRIES = 64
 
 
@@ -68,49 +71,47 @@ def user_cache_path():
     return os.path.join(folder, FILE_NAME)
 
 
+def speed_json(spec):
+    """A measured device's figures (a ``DeviceSpec``) as the file keeps them."""
+    return {"device": spec.name, **{f: getattr(spec, f) for f in SPEED_FIELDS[1:]}}
+
+
+def speed_of(data, device):
+    """The DeviceSpec (not yet on its host) of ``device``'s figures as the file keeps
+    them, or ValueError saying what is wrong."""
+    if not isinstance(data, dict) or set(data) != set(SPEED_FIELDS) \
+            or data["device"] != device:
+        raise ValueError("an entry's speed of %r is not an object of %s"
+                         % (device, ", ".join(SPEED_FIELDS)))
+    if any(data[f] is None for f in SPEED_FIELDS[1:-len(OP_SIZE_FIGURES)]):
+        raise ValueError("an entry's speed of %r lacks a figure" % device)
+    return DeviceSpec(device, **{f: data[f] for f in SPEED_FIELDS[1:]})
+
+
 @dataclasses.dataclass
 class Entry:
-    """One measurement: per device samples/s and FLOP/s, the link, when."""
+    """One measurement: per device its figures, the link, when."""
 
     key: dict
     measured_at: str  # ISO 8601, UTC
-    speeds: list  # [{"device", "samples_per_s", "min_samples_per_s", "max_samples_per_s",
-                  #   "flops_per_s", "overhead_s", "half_rate_flops" (None: not measured),
-                  #   "elementwise_s_per_element" (None: not measured)}, ...]
-                  # in the key's device order
-    link: dict | None  # LinkSpec fields, or None
+    speeds: list  # a DeviceSpec per device, in the key's device order, on its host
+    link: LinkSpec | None
 
     @property
     def has_op_size(self):
         """True when every device's op-size figures were measured."""
-        return all(s[f] is not None for s in self.speeds for f in OP_SIZE_FIGURES)
+        return all(getattr(s, f) is not None for s in self.speeds for f in OP_SIZE_FIGURES)
 
-    def link_spec(self):
-        return LinkSpec(**self.link) if self.link is not None else None
+    def to_json(self):
+        return {"key": self.key, "measured_at": self.measured_at,
+                "speeds": [speed_json(s) for s in self.speeds],
+                "link": dataclasses.asdict(self.link) if self.link is not None else None}
 
 
 def new_entry(key, measured, link):
-    """An Entry of ``profiler.DeviceSpeed``s and a LinkSpec (or None), measured now."""
+    """An Entry of measured DeviceSpecs and a LinkSpec (or None), measured now."""
     return Entry(key, datetime.datetime.now(datetime.timezone.utc).isoformat(
-                     timespec="seconds"),
-                 [{"device": m.device, "samples_per_s": m.samples_per_s,
-                   "min_samples_per_s": m.min_samples_per_s,
-                   "max_samples_per_s": m.max_samples_per_s, "flops_per_s": m.flops_per_s,
-                   "overhead_s": m.overhead_s, "half_rate_flops": m.half_rate_flops,
-                   "elementwise_s_per_element": m.elementwise_s_per_element}
-                  for m in measured],
-                 dataclasses.asdict(link) if link is not None else None)
-
-
-def _speed_is_valid(speed, device):
-    """True if ``speed`` is the JSON of ``device``'s measured figures."""
-    return (isinstance(speed, dict) and set(speed) == SPEED_FIELDS
-            and speed["device"] == device
-            and all(is_positive_number(speed[k]) for k in
-                    ("samples_per_s", "min_samples_per_s", "max_samples_per_s", "flops_per_s"))
-            and is_positive_number(speed["overhead_s"], allow_zero=True)
-            and all(speed[k] is None or is_positive_number(speed[k], allow_zero=True)
-                    for k in OP_SIZE_FIGURES))
+                     timespec="seconds"), list(measured), link)
 
 
 def _parse_entry(data):
@@ -124,16 +125,12 @@ def _parse_entry(data):
         raise ValueError("an entry's measured_at is not a string")
     if not isinstance(speeds, list) or len(speeds) != len(key["devices"]):
         raise ValueError("an entry has not one speed per device")
-    for speed, device in zip(speeds, key["devices"]):
-        if not _speed_is_valid(speed, device):
-            raise ValueError("an entry's speed of %r is not positive numbers" % device)
-    entry = Entry(**data)
-    if entry.link is not None:
-        try:
-            entry.link_spec()
-        except (TypeError, ValueError) as error:
-            raise ValueError("an entry's link is not a LinkSpec: %s" % error) from None
-    return entry
+    speeds = with_hosts([speed_of(s, d) for s, d in zip(speeds, key["devices"])])
+    try:
+        link = LinkSpec(**data["link"]) if data["link"] is not None else None
+    except (TypeError, ValueError) as error:
+        raise ValueError("an entry's link is not a LinkSpec: %s" % error) from None
+    return Entry(key, data["measured_at"], speeds, link)
 
 
 def load(path, warn):
@@ -178,7 +175,7 @@ def store(paths, entry, warn):
         entries = (entries + [entry])[-MAX_ENTRIES:]
         try:
             files.write_json(path, {"format": FORMAT,
-                                     "entries": [dataclasses.asdict(e) for e in entries]})
+                                     "entries": [e.to_json() for e in entries]})
         except OSError as error:
             warn("warning: cannot write the speed cache %s (%s)" % (path, error.strerror))
 
@@ -187,7 +184,7 @@ def measured_or_cached(key, paths, measure, force=False, say=print, warn=print,
                        op_size=False):
     """The entry for ``key``: from the first of ``paths`` that has it, else ``measure()``.
 
-    ``measure()`` returns ``(DeviceSpeeds, LinkSpec or None)``; a new
+    ``measure()`` returns ``(DeviceSpecs, LinkSpec or None)``; a new
     measurement is stored in every file of ``paths``, and one found in a later
     file is copied to the first (the run folder records what its plan used).
     ``force``: measure even when cached. ``say`` gets one line on reuse,

@@ -18,9 +18,8 @@ several hosts the pair is one device of the first host and one of another
 one host (``local``); with one host only the local pair is measured and is
 the link itself.
 
-``platform_specs`` turns measured speeds (FLOP rate, overhead, op-size figures)
-into the planner's DeviceSpecs with those hosts, and ``host_cores=1`` for CPU
-devices that share a host with another CPU device: each was measured alone with
+``with_hosts`` puts measured DeviceSpecs on those hosts, with ``host_cores=1`` for
+CPU devices that share a host with another CPU device: each was measured alone with
 all of its process's cores, so together they compute no faster than one of them
 alone.
 """
@@ -35,28 +34,22 @@ import tensorflow.compat.v1 as tf
 
 from hmp.hosts import group_by_host
 from hmp.mesh.collectives import host_of, is_cpu
-from hmp.planning import DeviceSpec, LinkSpec
+from hmp.planning import LinkSpec
 
 HANDOVER_BYTES = (256, 1 << 20)  # small: latency; large: bandwidth
 HOPS = 16
 MIN_SECONDS = 1e-9  # floor of a per-hop time (a LinkSpec needs positive figures)
-# The measured DeviceSpec figures beside flops_per_s (0 when not measured).
-OPTIONAL_FIGURES = ("overhead_s", "half_rate_flops", "elementwise_s_per_element")
 
 
-def platform_specs(devices, measured):
-    """DeviceSpecs with each device's host and, for CPUs sharing a host, host_cores=1.
-
-    ``measured``: per device a mapping of its figures -- ``flops_per_s``, and optional
-    ``overhead_s``, ``half_rate_flops``, ``elementwise_s_per_element`` (missing or None:
-    0), e.g. a ``profiler.DeviceSpeed`` as a dict or a speed-cache entry's speed."""
-    hosts = [host_of(d) for d in devices]
-    cpus = [is_cpu(d) for d in devices]
+def with_hosts(specs):
+    """``specs`` (DeviceSpecs of measured devices) each on its device's host
+    (``host_of``) and, for CPUs sharing a host, with ``host_cores=1``."""
+    hosts = [host_of(s.name) for s in specs]
+    cpus = [is_cpu(s.name) for s in specs]
     shared = {h for h in hosts if sum(c for c, g in zip(cpus, hosts) if g == h) > 1}
-    return [DeviceSpec(name, float(figures["flops_per_s"]), host=host,
-                       host_cores=1 if cpu and host in shared else None,
-                       **{f: float(figures.get(f) or 0.0) for f in OPTIONAL_FIGURES})
-            for name, figures, host, cpu in zip(devices, measured, hosts, cpus)]
+    return [dataclasses.replace(spec, host=host,
+                                host_cores=1 if cpu and host in shared else None)
+            for spec, host, cpu in zip(specs, hosts, cpus)]
 
 
 def link_pairs(devices):
@@ -164,7 +157,7 @@ def measure_link(devices, target=None, session_config=None, repeats=9, progress=
       repeats: timed runs per chain; the median counts.
       progress: optional ``callable(str)`` told what is measured.
       busy: functions that keep the devices busy, e.g. each device's one-device
-        training step (``hmp.run.profiler.DeviceStep.run``). If given, each link is
+        training step (``hmp.measure.speeds.DeviceStep.run``). If given, each link is
         timed again while they run, in threads of their own: its figures under
         load (``LinkSpec.loaded``), which the cost model uses for the hand-overs
         that run beside a step's compute (a model split's collectives). On a CPU
