@@ -120,6 +120,8 @@ flags.DEFINE_integer("repeats", 5, "Interleaved repeats of every configuration."
 flags.DEFINE_integer("warmup", 3, "Untimed steps per configuration first.")
 flags.DEFINE_integer("profile_steps", 10, "Steps per worker when measuring speeds alone.")
 flags.DEFINE_integer("trace_steps", 3, "Traced steps per configuration (busy times).")
+flags.DEFINE_integer("steps_per_run", 1, "Above 1: also time auto and worker 0 alone with "
+                     "this many steps per session.run (hmp.train --steps_per_run).")
 flags.DEFINE_integer("slowdown", 2, "CPU-bound processes competing with the slow worker "
                      "for its core (0: two equal workers).")
 flags.DEFINE_integer("inter_op_threads", 2, "Inter-op threads of each worker (each has "
@@ -209,6 +211,7 @@ class Run:
     train_op: tf.Operation
     feed: dict
     times: list = dataclasses.field(default_factory=list)   # seconds per step, per repeat
+    steps_per_run: int = 1   # steps one session.run of ``train_op`` runs
 
     @functools.cached_property
     def parts(self):
@@ -216,19 +219,23 @@ class Run:
         return step_parts(self.session.graph)
 
     def seconds_per_step(self, steps):
+        """Seconds a step over about ``steps`` steps (whole runs of ``steps_per_run``)."""
+        runs = max(1, steps // self.steps_per_run)
         start = time.perf_counter()
-        for _ in range(steps):
+        for _ in range(runs):
             self.session.run(self.train_op, self.feed)
-        return (time.perf_counter() - start) / steps
+        return (time.perf_counter() - start) / (runs * self.steps_per_run)
 
     def traced(self):
-        """One traced step: (its wall seconds, each worker's busy seconds, each step
-        part's busy seconds on each worker)."""
+        """One traced run, per step: (its wall seconds, each worker's busy seconds, each
+        step part's busy seconds on each worker)."""
         _, metadata, wall = trace_step(self.session, self.train_op, self.feed)
         tasks = ["/job:%s/task:%d" % (JOB, task) for task in range(WORKERS)]
         # a task: all its devices, one thread
-        return (wall, busy_times(metadata, tasks, wall),
-                busy_by_part(metadata, tasks, self.parts))
+        per_step = 1.0 / self.steps_per_run
+        return (wall * per_step, [b * per_step for b in busy_times(metadata, tasks, wall)],
+                {part: [b * per_step for b in busy]
+                 for part, busy in busy_by_part(metadata, tasks, self.parts).items()})
 
 
 def warmed(run):
@@ -303,15 +310,18 @@ def build_runs(config, batch, workers, profiled, link):
     session_config = workers.cluster.session_config()
     image_shape = batch.extractor.image_shape
 
-    def hmp_run(name, layout, description, load, model_config=config):
-        graph = TrainingGraph(model_config, layout, FLAGS.batch_size, image_shape)
+    def hmp_run(name, layout, description, load, model_config=config, steps_per_run=1):
+        graph = TrainingGraph(model_config, layout, FLAGS.batch_size, image_shape,
+                              steps_per_run=steps_per_run)
         progress("  building %-14s %s" % (name, description))
         session = graph.session(batch.extractor.padded, session_config, workers.target)
-        return warmed(Run(name, description, load, session, graph.train_op,
-                          graph.feed(batch.indices, batch.labels)))
+        train_op, feed = graph.feed_steps([(batch.indices, batch.labels)] * steps_per_run)
+        return warmed(Run(name, description, load, session, train_op, feed,
+                          steps_per_run=steps_per_run))
 
-    def plan_run(name, plan):
-        return hmp_run(name, Placement.from_plan(plan), describe(plan), worker_loads(plan))
+    def plan_run(name, plan, steps_per_run=1):
+        return hmp_run(name, Placement.from_plan(plan), describe(plan), worker_loads(plan),
+                       steps_per_run=steps_per_run)
 
     plans = split_plans(spec, devices, speeds, FLAGS.batch_size)
     runs = [plan_run(name, plan) for name, plan in plans.items()]
@@ -325,6 +335,12 @@ def build_runs(config, batch, workers, profiled, link):
         dataclasses.replace(config, batch_norm=other)))
     auto = measured_plan(spec, profiled, link, "auto")
     runs.append(plan_run("auto", auto))
+    blocks = FLAGS.steps_per_run
+    if blocks > 1:   # the same batch each step of a run
+        runs.append(plan_run("auto, %d a run" % blocks, auto, blocks))
+        runs.append(hmp_run("worker 0 alone, %d a run" % blocks,
+                            Placement("", "", (devices[0][0],), {}), "one device",
+                            [1.0, 0.0], steps_per_run=blocks))
     for task, worker in enumerate(devices):
         runs.append(hmp_run("worker %d alone" % task, Placement("", "", (worker[0],), {}),
                             "one device", [float(t == task) for t in range(WORKERS)]))
@@ -611,6 +627,7 @@ def check_flags():
                                                               ",".join(MODEL_NAMES)))
     for name, least in (("width", 0), ("batch_size", 2), ("inter_op_threads", 1), ("steps", 1), ("repeats", 1),
                         ("warmup", 0), ("profile_steps", 1), ("trace_steps", 1),
+                        ("steps_per_run", 1),
                         ("slowdown", 0)):
         if getattr(FLAGS, name) < least:
             raise cli.UsageError("--%s=%d: must be at least %d" % (name, getattr(FLAGS, name),
@@ -662,7 +679,7 @@ def main(argv):
                      "means": "CPU-bound processes pinned to the slow worker's core"},
         "flags": {name: FLAGS[name].value for name in (
             "models", "width", "batch_size", "steps", "repeats", "warmup", "profile_steps",
-            "trace_steps", "slowdown", "inter_op_threads", "hybrid_across", "workers")},
+            "trace_steps", "steps_per_run", "slowdown", "inter_op_threads", "hybrid_across", "workers")},
         "models": results})
     progress("wrote %s" % FLAGS.out)
 

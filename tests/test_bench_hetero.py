@@ -21,7 +21,8 @@ plain_tf_models = import_script("plain_tf_models")
 # it from the rest of the test session; the figures checked here hold at any speeds, and
 # test_competing_processes_are_pinned_and_killed_also_on_error tests the load itself.
 TINY = ["--models=cnn2d", "--width=1", "--batch_size=4", "--steps=1", "--repeats=1",
-        "--warmup=0", "--profile_steps=1", "--trace_steps=1", "--slowdown=0"]
+        "--warmup=0", "--profile_steps=1", "--trace_steps=1", "--slowdown=0",
+        "--steps_per_run=2"]
 
 
 def test_ideal_times_speedup_and_efficiency():
@@ -92,9 +93,12 @@ def test_a_tiny_run_writes_every_figure(runs):
     result = json.loads(out.read_text())["models"]["cnn2d"]
     configs = result["configs"]
     assert list(configs) == ["even", "planned", "re-balanced", "per layer", "data even",
-                             "data", "data local bn", "hybrid", "auto", "worker 0 alone", "worker 1 alone",
+                             "data", "data local bn", "hybrid", "auto", "auto, 2 a run",
+                             "worker 0 alone, 2 a run", "worker 0 alone", "worker 1 alone",
                              "plain TF"]
     assert configs["data local bn"]["layout"] == configs["data"]["layout"]
+    assert configs["auto, 2 a run"]["layout"] == configs["auto"]["layout"]
+    assert configs["worker 0 alone, 2 a run"]["load"] == [1.0, 0.0]
     goal = result["goals"]["data"]
     assert goal["baseline"] == "data even" and goal["speedup"] == pytest.approx(
         configs["data even"]["step_s"] / configs["data"]["step_s"])
