@@ -12,7 +12,7 @@ that splits its *input* channels (each device computes a partial sum over its
 filters, and Mesh-TF all-reduces them): :func:`filter_split_block`.
 
 Every layer computes in the dtype of its input: a model fed bfloat16 or float16
-patches (``hmp.run.graph.PRECISIONS``) computes in it, its weights read through a
+patches (``hmp.run.graph_config.PRECISIONS``) computes in it, its weights read through a
 cast from float32 masters (``mtf.VariableDType``). :func:`batch_norm` computes its
 statistics and normalisation in float32 whatever its input, and
 :func:`softmax_cross_entropy` its loss.
@@ -153,7 +153,7 @@ _statistics = ["sync"]
 @contextlib.contextmanager
 def batch_statistics(mode):
     """Within it, :func:`batch_norm` layers built take ``mode`` statistics
-    (:data:`BATCH_STATISTICS`); ``hmp.run.graph.ModelConfig`` builds its model in one."""
+    (:data:`BATCH_STATISTICS`); ``hmp.run.graph.model_logits`` builds a model in one."""
     if mode not in BATCH_STATISTICS:
         raise ValueError("batch statistics must be one of %s, got %r"
                          % (", ".join(BATCH_STATISTICS), mode))

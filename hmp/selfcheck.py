@@ -49,7 +49,8 @@ from hmp.mesh.mesh_impl import HeteroMeshImpl  # noqa: E402
 from hmp.mesh.numerics import require_determinism, rounds_float32  # noqa: E402
 from hmp.planning.plan import format_bytes  # noqa: E402
 from hmp.run.from_graph import model_spec  # noqa: E402
-from hmp.run.graph import Placement, TrainingGraph  # noqa: E402
+from hmp.run.graph import TrainingGraph  # noqa: E402
+from hmp.run.graph_config import Placement  # noqa: E402
 from hmp.run.profiler import busy_times, step_timed, trace_step  # noqa: E402
 
 flags.DEFINE_string("devices", None, "Comma-separated TensorFlow devices to check (default: "
@@ -67,7 +68,7 @@ class Machine:
     """What the checks share: the devices, the tiny model, its batch and session."""
 
     devices: list
-    config: object      # hmp.run.graph.ModelConfig
+    config: object      # hmp.run.graph_config.ModelConfig
     spec: object        # its planning.ModelSpec
     batch_size: int
     batch: object       # hmp.measure.speeds.RandomBatch

@@ -24,7 +24,7 @@ from hmp.layers import BATCH_STATISTICS
 from hmp.mesh.optimizers import OPTIMIZERS, SCHEDULES
 from hmp.run import scene_flags
 from hmp.run.fit import fit
-from hmp.run.graph import PRECISIONS
+from hmp.run.graph_config import PRECISIONS
 from hmp.run.settings import DEFAULT, FLAG_FIELDS, Settings
 
 flags.adopt_module_key_flags(scene_flags)   # --dataset, --split, --seed, ...: results.json

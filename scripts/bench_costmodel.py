@@ -73,7 +73,8 @@ from absl import flags
 
 from hmp import cli
 from hmp.cluster.runtime import local_cluster
-from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.graph import TrainingGraph
+from hmp.run.graph_config import Placement
 from models import model_config
 from hmp.hosts import group_by_host
 from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict

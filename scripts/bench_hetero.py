@@ -100,7 +100,8 @@ from hmp.planning import LinkSpec, parse_mesh, plan_layout, predict  # noqa: E40
 from hmp.planning.plan import aligned_columns  # noqa: E402
 from hmp.run import experiment  # noqa: E402
 from hmp.run.from_graph import model_spec  # noqa: E402
-from hmp.run.graph import Placement, TrainingGraph  # noqa: E402
+from hmp.run.graph import TrainingGraph  # noqa: E402
+from hmp.run.graph_config import Placement  # noqa: E402
 from hmp.run.profiler import (INPUT, MODEL, STEP_PARTS, busy_by_part,  # noqa: E402
                               busy_times, step_parts, trace_step)
 from hmp.layers import BATCH_STATISTICS  # noqa: E402

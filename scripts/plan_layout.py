@@ -38,7 +38,7 @@ from hmp.measure.devices import (LOCAL_JOBS, check_device_string,  # noqa: E402
                                  parse_memory_caps, virtual_cpus)
 from hmp.measure.speeds import measure_platform, relative_speeds  # noqa: E402
 from hmp.run.from_graph import model_spec  # noqa: E402
-from hmp.run.graph import PRECISIONS  # noqa: E402
+from hmp.run.graph_config import PRECISIONS  # noqa: E402
 from hmp.run.settings import DEFAULT  # noqa: E402
 
 FLAGS = flags.FLAGS

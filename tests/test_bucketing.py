@@ -8,7 +8,8 @@ from hmp.compat import import_mesh_tensorflow
 from hmp.mesh.bucketing import reduce_together
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
-from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.graph import TrainingGraph
+from hmp.run.graph_config import Placement
 from models import model_config
 
 mtf = import_mesh_tensorflow()

@@ -24,7 +24,8 @@ from hmp.cluster.runtime import (Cluster, WorkerUnavailable, free_loopback_ports
 from hmp.errors import InvalidInput
 from hmp.hosts import is_hierarchical
 from hmp.measure.speeds import random_batch
-from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.graph import TrainingGraph
+from hmp.run.graph_config import Placement
 from models import model_config
 
 CONFIG = model_config("cnn2d", patch=5, bands=6, n_classes=4, width=4)

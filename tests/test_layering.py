@@ -1,5 +1,6 @@
-"""The package's floors: data and planning load no TensorFlow; the engine's names load lazily;
-the library never imports the application's model registry."""
+"""The package's floors: data and planning load no TensorFlow, nor do a run's settings, the
+values a graph is built from and the model registry; the engine's names load lazily; the
+library never imports the application's model registry."""
 
 import ast
 import pathlib
@@ -11,7 +12,10 @@ import pytest
 import hmp
 
 FLOORS = "import hmp.data, hmp.planning, hmp.hosts, hmp.layer_math"
+# what the application and a run's settings use before any graph is built
+VALUES = "import hmp.run.graph_config, hmp.run.settings, models"
 FIRST_USE = "import hmp; hmp.HeteroMeshImpl"
+STATEMENTS = (FLOORS, VALUES, FIRST_USE)
 
 
 @pytest.fixture(scope="module")
@@ -20,14 +24,20 @@ def loaded():
     this order in one fresh interpreter (the first loads nothing heavy)."""
     probe = "import sys\n" + "".join(
         "%s\nprint(sorted(m for m in ('tensorflow', 'mesh_tensorflow') if m in sys.modules))\n"
-        % statement for statement in (FLOORS, FIRST_USE))
+        % statement for statement in STATEMENTS)
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, timeout=120)
-    return dict(zip((FLOORS, FIRST_USE), run.stdout.strip().splitlines()[-2:]))
+    return dict(zip(STATEMENTS, run.stdout.strip().splitlines()[-len(STATEMENTS):]))
 
 
 def test_data_and_planning_load_no_tensorflow(loaded):
     assert loaded[FLOORS] == "[]"
+
+
+def test_settings_graph_values_and_model_registry_load_no_tensorflow(loaded):
+    """The model registry (``models``), the settings and the programs' flags take the
+    model's config, precisions, placement and recipe from ``hmp.run.graph_config``."""
+    assert loaded[VALUES] == "[]"
 
 
 def test_engine_names_load_on_first_use(loaded):
@@ -112,8 +122,9 @@ def test_every_room_has_a_floor_and_no_import_runs_up():
 
 
 # The one import beside the floors: hmp.measure times the model's own training step, so it
-# uses the run's graph builder, and nothing else of hmp.run (which uses hmp.measure).
-MEASURE_USES_OF_RUN = {"hmp.run.from_graph", "hmp.run.graph"}
+# uses the run's graph builder and its values, and nothing else of hmp.run (which uses
+# hmp.measure).
+MEASURE_USES_OF_RUN = {"hmp.run.from_graph", "hmp.run.graph", "hmp.run.graph_config"}
 
 
 def test_measuring_uses_only_the_graph_builder_of_the_run():

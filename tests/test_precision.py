@@ -28,7 +28,8 @@ from hmp.planning import (DeviceSpec, LinkSpec, ModelSpec, conv_layer_spec, dens
                           memory_bytes, parse_mesh, predict)
 from hmp.run.from_graph import model_spec
 from hmp.run import experiment, inference
-from hmp.run.graph import PRECISIONS, Placement, TrainingGraph
+from hmp.run.graph import TrainingGraph
+from hmp.run.graph_config import PRECISIONS, Placement
 from hmp.run.trainer import Trainer
 from hmp.run.workload import layer_ops
 from models import get_model, model_config
@@ -69,7 +70,7 @@ def _norm_relative(actual, expected):
 
 
 def _dtype(precision):
-    return PRECISIONS[precision].dtype
+    return tf.as_dtype(PRECISIONS[precision].dtype)
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ from hmp import data
 from hmp.compat import import_mesh_tensorflow
 from hmp.mesh.optimizers import learning_rate_at
 from hmp.run import experiment
-from hmp.run.augment import Augmentation, augment, field_look
-from hmp.run.graph import Placement, Recipe, TrainingGraph
-from hmp.run.projection import Projection
+from hmp.run.augment import augment, field_look
+from hmp.run.graph import TrainingGraph
+from hmp.run.graph_config import Augmentation, Placement, Projection, Recipe
 from hmp.run.trainer import FIT_ACCURACY, BestEpoch, EpochStats, Trainer
 from models import model_config
 

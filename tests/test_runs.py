@@ -21,7 +21,8 @@ from hmp import cli, files
 from hmp.data import load_scene_files, read_array
 from hmp.errors import InvalidInput
 from hmp.run import experiment, runs
-from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.graph import TrainingGraph
+from hmp.run.graph_config import Placement
 from hmp.run.progress import ProgressLine
 from hmp.run.trainer import EpochStats, Stopped, Trainer, traced_steps
 from models import model_config

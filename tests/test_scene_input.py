@@ -9,7 +9,8 @@ from hmp import data
 from hmp.compat import import_mesh_tensorflow
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
-from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.graph import TrainingGraph
+from hmp.run.graph_config import Placement
 from hmp.run.scene_input import SceneCubes, cut_patches
 from models import model_config
 

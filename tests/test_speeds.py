@@ -13,10 +13,8 @@ from hmp.measure.speeds import (DeviceStep, SplitStep, affine_fit, barrier_wait,
                                 small_batch)
 from hmp.planning import plan_layout
 from hmp.planning.costmodel import alone_flops_per_s
-from hmp.run.augment import Augmentation
 from hmp.run.from_graph import model_spec
-from hmp.run.graph import Recipe
-from hmp.run.projection import Projection
+from hmp.run.graph_config import Augmentation, Projection, Recipe
 from models import model_config
 
 # patch 5, 4 bands, 3 classes, width 2: filters 4, channels 2, hidden 8.

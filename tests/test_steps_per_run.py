@@ -8,8 +8,8 @@ import tensorflow.compat.v1 as tf
 
 import harness
 from hmp.run import experiment
-from hmp.run.augment import Augmentation
-from hmp.run.graph import Placement, Recipe, TrainingGraph
+from hmp.run.graph import TrainingGraph
+from hmp.run.graph_config import Augmentation, Placement, Recipe
 from hmp.run.trainer import METRICS_EVERY, Stopped, Trainer, block_size, traced_steps
 from models import model_config
 

@@ -11,7 +11,8 @@ import pytest
 import harness
 from hmp.evaluation.metrics import evaluate
 from hmp.run import experiment
-from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.graph import TrainingGraph
+from hmp.run.graph_config import Placement
 from hmp.run.trainer import Trainer
 from models import model_config
 

@@ -5,7 +5,8 @@ import functools
 import pytest
 
 from hmp.run.from_graph import model_spec
-from hmp.run.graph import Placement, TrainingGraph
+from hmp.run.graph import TrainingGraph
+from hmp.run.graph_config import Placement
 from hmp.run.workload import workload
 from models import model_config
 

@@ -86,7 +86,7 @@ class ModelSpec:
     # there. Local statistics make no such all-reduce and are not counted.
     norm_layers: int = 0
     # Bytes of an activation element and of its gradient: 4 (float32), 2 under mixed
-    # precision (``hmp.run.graph.PRECISIONS``); weights, slots and the gradient sum
+    # precision (``hmp.run.graph_config.PRECISIONS``); weights, slots and the gradient sum
     # stay float32 (``hmp.planning.costmodel``).
     activation_bytes: int = 4
 

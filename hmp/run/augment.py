@@ -10,14 +10,14 @@ another's (sensor and atmosphere shift the wavelengths, illumination and plant
 condition the levels). Every draw is a Mesh-TF random tensor, drawn whole and sliced per
 device (``HeteroMeshImpl.random``), so an uneven batch split augments
 exactly as one device does, and a graph seed (``--seed``) repeats it.
-``training`` (hmp.run.graph's switch, 0.0 at inference) turns it all off.
+``training`` (hmp.run.graph's switch, 0.0 at inference) turns it all off. What is
+drawn is an ``hmp.run.graph_config.Augmentation``.
 
 At inference, ``in_symmetry`` turns every patch into one symmetry, fed at run
 time; ``symmetry_probabilities`` runs the class probabilities in each of the 8
 (test-time augmentation, ``--tta``), for both hmp.train and hmp.predict.
 """
 
-import dataclasses
 import functools
 
 import numpy as np
@@ -28,29 +28,6 @@ from hmp.compat import import_mesh_tensorflow
 mtf = import_mesh_tensorflow()
 
 SYMMETRIES = 8   # rotations by 0, 90, 180, 270 degrees, each with and without a flip
-
-
-@dataclasses.dataclass(frozen=True)
-class Augmentation:
-    """What to draw per sample: ``flips`` (the 8 symmetries), ``brightness`` (a
-    factor uniform in [1 - b, 1 + b]) and ``noise`` (the standard deviation of
-    Gaussian noise added to every value of the standardised patch)."""
-
-    flips: bool = True
-    brightness: float = 0.0
-    noise: float = 0.0
-    spectral_shift: float = 0.0   # bands; with spectral_gain see field_look
-    spectral_gain: float = 0.0
-    band_offset: tuple = None     # raw = standardised * band_scale + band_offset
-    band_scale: tuple = None
-
-    @property
-    def active(self):
-        return self.flips or self.brightness > 0 or self.noise > 0 or self.field_look
-
-    @property
-    def field_look(self):
-        return self.spectral_shift > 0 or self.spectral_gain > 0
 
 
 def field_look(patches, shift_draw, gain_draw, augmentation):

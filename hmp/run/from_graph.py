@@ -57,7 +57,7 @@ def _split(layer, split_dims):
 
 
 def model_spec(config):
-    """The ``ModelSpec`` of ``config`` (an ``hmp.run.graph.ModelConfig``), from its graph."""
+    """The ``ModelSpec`` of ``config`` (an ``hmp.run.graph_config.ModelConfig``), from its graph."""
     with tf.Graph().as_default():
         tf.set_random_seed(0)   # never drawn; a seed lets it build under op determinism
         x = tf.placeholder(tf.float32, [1, config.patch, config.patch, config.bands])

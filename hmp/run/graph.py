@@ -6,7 +6,9 @@ builds the model's Mesh-TF graph for a global batch, lowers it on a
 (the pixel-index, label and symmetry placeholders, loss, class probabilities, the ordered
 training step, the master/slice copy ops, a saver of whole tensors). Its
 input is the scene on the devices (``hmp.run.scene_input``): load the padded
-cube once with ``load_scene``, then feed pixel indices every step.
+cube once with ``load_scene``, then feed pixel indices every step. What it is built
+from (the model's config, the placement, the recipe) are plain values of
+``hmp.run.graph_config``; the TensorFlow side of the model's config is :func:`model_logits`.
 """
 
 import contextlib
@@ -26,133 +28,26 @@ from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
 from hmp.mesh.optimizers import learning_rate_at, make_optimizer
 from hmp.mesh.train_step import train_step
-from hmp.run.augment import Augmentation, augment, in_symmetry
-from hmp.run.projection import Projection, project
+from hmp.run.augment import augment, in_symmetry
+from hmp.run.graph_config import Recipe
+from hmp.run.projection import project
 from hmp.run.scene_input import SceneCubes, patches_around
 
 mtf = import_mesh_tensorflow()
 
 
-@dataclasses.dataclass(frozen=True)
-class Precision:
-    """How a model computes (``--precision``): ``dtype``, that of its activations, their
-    gradients and its weights as the layers read them; its weights, optimizer slots and
-    checkpoints stay float32 (``hmp.layers``, ``hmp.mesh.optimizers``), and so do batch
-    norm, the logits and the loss. ``loss_scale`` multiplies the loss before the
-    backward pass (the float32 gradients are divided by it after their sum,
-    ``hmp.mesh.train_step``): float16's smallest normal number is 6e-5, below which
-    small gradients would lose their digits or vanish."""
-
-    name: str
-    dtype: tf.DType
-    loss_scale: float = 1.0
-
-
-# The precisions, by name: the one place for their dtypes and loss scales. float16's
-# static scale 2**12 keeps gradients down to 1.5e-8 normal (6e-5 / 4096); a scaled
-# gradient over 65504 (float16's largest number), an unscaled one over 16, would turn
-# inf and then the loss NaN, which stops the run: the default model trained its 20
-# epochs on the built-in scene without (both splits, docs/engine.md).
-PRECISIONS = {precision.name: precision for precision in (
-    Precision("float32", tf.float32),
-    Precision("mixed_bfloat16", tf.bfloat16),
-    Precision("mixed_float16", tf.float16, loss_scale=2.0 ** 12))}
-
-
-@dataclasses.dataclass(frozen=True)
-class Placement:
-    """Where the graph runs: Mesh-TF mesh shape, layout rules, devices, splits."""
-
-    mesh_shape: str = ""
-    layout_rules: str = ""
-    devices: tuple = ("",)
-    splits: dict = dataclasses.field(default_factory=dict)
-
-    @classmethod
-    def from_plan(cls, plan):
-        return cls(plan.mesh, plan.layout_rules, tuple(plan.devices),
-                   {k: list(v) for k, v in plan.splits.items()})
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    """The model and its input: patches of ``patch x patch x bands``.
-
-    ``model`` is the model itself: a module (or any object) with ``logits(x,
-    classes, width)`` and ``SPLIT_DIMS``. The application picks it by ``name``
-    (``models.model_config``); the library never looks a model up. ``precision``
-    (a name of ``PRECISIONS``) is the dtype it computes in: its patches are cast to it,
-    its logits back to float32.
-    """
-
-    name: str
-    patch: int
-    bands: int
-    n_classes: int
-    width: int = 0   # 0: the model's default width
-    # the statistics its batch norms train with (``hmp.layers.BATCH_STATISTICS``)
-    batch_norm: str = "sync"
-    precision: str = "float32"
-    model: object = dataclasses.field(kw_only=True)
-
-    def __post_init__(self):
-        if self.precision not in PRECISIONS:
-            raise ValueError("precision must be one of %s, got %r"
-                             % (", ".join(PRECISIONS), self.precision))
-
-    @property
-    def compute(self):
-        """The ``Precision`` the model computes in."""
-        return PRECISIONS[self.precision]
-
-    def logits(self, x, classes, training=True):
-        """The model's float32 logits of the patches ``x`` (float32), computed in the
-        config's precision; ``training`` reaches models whose ``logits`` take it (batch
-        norm and dropout switch on it)."""
-        kwargs = {"width": self.width} if self.width else {}
-        if "training" in inspect.signature(self.model.logits).parameters:
-            kwargs["training"] = training
-        with layers.batch_statistics(self.batch_norm):
-            logits = self.model.logits(mtf.cast(x, self.compute.dtype), classes, **kwargs)
-        return mtf.cast(logits, tf.float32)
-
-
-@dataclasses.dataclass(frozen=True)
-class Recipe:
-    """How a graph trains beyond its optimizer.
-
-    ``weight_decay``: None for the optimizer's default
-    (``hmp.mesh.optimizers.DEFAULT_WEIGHT_DECAY``); ``schedule``, ``warmup_steps``
-    and ``total_steps``: the learning rate over the steps
-    (``hmp.mesh.optimizers.learning_rate_at``); ``augmentation``: per-sample patch
-    augmentation (``hmp.run.augment``); ``class_weights``: one loss weight per
-    class (None: all 1); ``projection``: the PCA done in the graph, after the
-    augmentation, on patches cut from the scaled cube's bands
-    (``hmp.run.projection``), or None (the scene is the model's input cube).
-    """
-
-    weight_decay: float = None
-    schedule: str = "constant"
-    warmup_steps: int = 0
-    total_steps: int = 1
-    augmentation: Augmentation = Augmentation(flips=False)
-    class_weights: tuple = None
-    projection: Projection = None
-
-    def scene_bands(self, config):
-        """Bands of the scene cube a graph of ``config`` cuts its patches from."""
-        return config.bands if self.projection is None else self.projection.raw_bands
-
-    def input_work(self, config):
-        """What this recipe adds to a training step's work before the model (a JSON-able
-        dict): the scene's bands, the PCA projection and the augmentation drawn."""
-        augmentation = self.augmentation
-        return {"scene_bands": self.scene_bands(config),
-                "projection": self.projection is not None,
-                "augmentation": {"flips": augmentation.flips,
-                                 "brightness": augmentation.brightness > 0,
-                                 "noise": augmentation.noise > 0,
-                                 "field_look": augmentation.field_look}}
+def model_logits(config, x, classes, training=True):
+    """The float32 logits of ``config``'s model (an ``hmp.run.graph_config.ModelConfig``)
+    on the patches ``x`` (float32), computed in the config's precision: the patches are
+    cast to its dtype, the logits back to float32. ``training`` reaches models whose
+    ``logits`` take it (batch norm and dropout switch on it)."""
+    kwargs = {"width": config.width} if config.width else {}
+    if "training" in inspect.signature(config.model.logits).parameters:
+        kwargs["training"] = training
+    with layers.batch_statistics(config.batch_norm):
+        logits = config.model.logits(mtf.cast(x, tf.as_dtype(config.compute.dtype)), classes,
+                                     **kwargs)
+    return mtf.cast(logits, tf.float32)
 
 
 def imported(x):
@@ -169,10 +64,10 @@ def build_logits_graph(config, batch_size, inputs, training=False, augmentation=
     [batch, classes]. ``training``: False (inference: batch norm's moving
     averages, no dropout), True, or a TensorFlow float scalar switching at run
     time (1.0 training, 0.0 inference); ``augmentation``: an
-    ``hmp.run.augment.Augmentation`` of the patches while training, or None;
+    ``hmp.run.graph_config.Augmentation`` of the patches while training, or None;
     ``symmetry``: a TensorFlow int32 scalar turning every patch into that symmetry of
     the square (``hmp.run.augment.in_symmetry``; test-time augmentation), or None;
-    ``projection``: an ``hmp.run.projection.Projection``: ``inputs`` then makes
+    ``projection``: an ``hmp.run.graph_config.Projection``: ``inputs`` then makes
     patches of its raw bands, projected onto ``config.bands`` after augmentation.
     """
     graph = mtf.Graph()
@@ -190,7 +85,8 @@ def build_logits_graph(config, batch_size, inputs, training=False, augmentation=
         mtf_x = augment(mtf_x, 1.0 if mode is True else mode, augmentation)
     if projection is not None:
         mtf_x = project(mtf_x, projection, bands)
-    return graph, mesh, config.logits(mtf_x, mtf.Dimension("classes", config.n_classes), mode)
+    return graph, mesh, model_logits(config, mtf_x, mtf.Dimension("classes", config.n_classes),
+                                     mode)
 
 
 def build_model_graph(config, batch_size, inputs, y, training=None, recipe=Recipe(),

@@ -32,7 +32,8 @@ from hmp.mesh.mesh_impl import HeteroMeshImpl
 from hmp.planning import apportion
 from hmp.run import experiment, fitted_preprocessing, runs
 from hmp.run.augment import symmetry_probabilities
-from hmp.run.graph import Placement, ModelConfig, build_logits_graph
+from hmp.run.graph import build_logits_graph
+from hmp.run.graph_config import ModelConfig, Placement
 from hmp.run.progress import rate_and_eta
 from hmp.run.scene_input import SceneCubes, patches_around
 from hmp.run.settings import FLAG_FIELDS

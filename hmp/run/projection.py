@@ -2,39 +2,19 @@
 
 The field look (``hmp.run.augment.field_look``) works on the raw bands, which a
 model on PCA components never sees when the cube is projected before training
-(``hmp.data.PCA``). With a :class:`Projection` the devices hold the scaled cube
-with all its bands instead (``Experiment.all_bands``), cut and augment the
-patches on them, and project each patch's spectra onto the components fitted on
-the training pixels, per sample and so on any split of the batch. The
+(``hmp.data.PCA``). With a projection (``hmp.run.graph_config.Projection``) the
+devices hold the scaled cube with all its bands instead (``Experiment.all_bands``), cut
+and augment the patches on them, and project each patch's spectra onto the components
+fitted on the training pixels, per sample and so on any split of the batch. The
 projection is per pixel, so without augmentation the model sees the patches of
 the projected cube (to float32 rounding).
 """
 
-import dataclasses
-
-import numpy as np
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
 
 mtf = import_mesh_tensorflow()
-
-
-@dataclasses.dataclass(frozen=True)
-class Projection:
-    """A fitted PCA: ``mean`` [raw bands] and ``components`` [raw bands, k]."""
-
-    mean: np.ndarray = dataclasses.field(compare=False)
-    components: np.ndarray = dataclasses.field(compare=False)
-
-    @classmethod
-    def of(cls, pca):
-        """The projection of a fitted ``hmp.data.PCA``."""
-        return cls(np.asarray(pca.mean, np.float32), np.asarray(pca.components, np.float32))
-
-    @property
-    def raw_bands(self):
-        return self.components.shape[0]
 
 
 def project(x, projection, bands):

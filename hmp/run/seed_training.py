@@ -19,7 +19,8 @@ from hmp.evaluation import report
 from hmp.run import events, experiment, fitted_preprocessing, runs, scene_input, scoring
 from hmp.run.epoch_loop import EpochLoop
 from hmp.run.from_graph import model_spec
-from hmp.run.graph import ModelConfig, Placement, TrainingGraph
+from hmp.run.graph import TrainingGraph
+from hmp.run.graph_config import ModelConfig, Placement
 from hmp.run.plan_choice import alone_trial, check_memory, choose_plan, memory_caps
 from hmp.run.progress import ProgressLine
 from hmp.run.resume import check_same_data, resumes

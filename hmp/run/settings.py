@@ -38,7 +38,7 @@ class ModelSettings:
     name: str = "hybridsn"
     width: int = 0   # filters of its first layer; 0: the model's default
     batch_norm: str = "sync"   # hmp.layers.BATCH_STATISTICS
-    precision: str = "float32"   # hmp.run.graph.PRECISIONS
+    precision: str = "float32"   # hmp.run.graph_config.PRECISIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,7 +221,7 @@ class Settings:
         # imported here: these names load TensorFlow  # pylint: disable=import-outside-toplevel
         from hmp.layers import BATCH_STATISTICS
         from hmp.mesh.optimizers import OPTIMIZERS, SCHEDULES
-        from hmp.run.graph import PRECISIONS
+        from hmp.run.graph_config import PRECISIONS
         self.check_data()
         with self.blame("model"):
             get_model(self.model.name)

@@ -1,4 +1,4 @@
-"""A seed's training recipe (:class:`hmp.run.graph.Recipe`) from the settings and its
+"""A seed's training recipe (:class:`hmp.run.graph_config.Recipe`) from the settings and its
 data: the schedule over the run's steps, weight decay, class weights
 (``--class_balanced``), the augmentation with its field look (spectral shift and gain,
 measured on the scene when not given: ``hmp.data.field_look``) and the PCA done in the
@@ -9,9 +9,7 @@ import numpy as np
 
 from hmp import cli
 from hmp.data.field_look import measure_field_look
-from hmp.run.augment import Augmentation
-from hmp.run.graph import Recipe
-from hmp.run.projection import Projection
+from hmp.run.graph_config import Augmentation, Projection, Recipe
 
 
 def recipe(settings, exp):
