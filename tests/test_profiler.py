@@ -86,20 +86,29 @@ def test_busy_by_part_unites_each_parts_ops():
     assert {part: busy for part, (busy,) in found.items()} == pytest.approx(expected)
 
 
-def test_step_parts_name_what_wraps_the_model():
+@pytest.mark.parametrize("steps_per_run", [1, 2])
+def test_step_parts_name_what_wraps_the_model(steps_per_run):
     """On a batch split with Adam, the parts are the graph's: the bucketed all-reduce,
     every update after the ordered step's barrier, the cut patches, the metric sums;
-    the layers (forward and backward) are the model's."""
+    the layers (forward and backward) are the model's. In each step of a graph of two
+    (the second's operations in its own scope, after the first's updates)."""
     batch = random_batch(TINY, 8)
     graph = TrainingGraph(TINY, Placement("batch:2", "batch:batch", ("/cpu:0", "/cpu:1"),
-                                          {"batch": [5, 3]}), 8, batch.image_shape)
+                                          {"batch": [5, 3]}), 8, batch.image_shape,
+                          steps_per_run=steps_per_run)
     parts = profiler.step_parts(graph.tf_graph)
-    operations = {op.name.split("/")[0] for op in graph.tf_graph.get_operations()}
-    updates = {o for o in operations if o.startswith("adam_update")}
-    assert len(updates) == len(graph.mtf_graph.trainable_variables)
-    assert {parts[o] for o in updates | {"all_gradients"}} == {profiler.OPTIMIZER}
-    assert parts["gradient_sums"] == profiler.EXCHANGE
-    assert parts["cut_patches"] == profiler.INPUT
-    assert {parts[o] for o in operations if o.startswith("metric_sums")} == {profiler.METRICS}
-    layers = {o for o in operations if o.startswith(("block", "hidden", "logits"))}
-    assert layers and not layers & set(parts)
+    names = [op.name for op in graph.tf_graph.get_operations()]
+    for step in ["", *("step_%d/" % k for k in range(2, steps_per_run + 1))]:
+        # this step's mtf operations, each with the step's scope
+        scoped = [n for n in names if n.startswith(step) and (step or "step_" not in n[:5])]
+        operations = {step + n[len(step):].split("/")[0] for n in scoped}
+        plain = {o[len(step):]: o for o in operations}
+        updates = {o for p, o in plain.items() if p.startswith("adam_update")}
+        assert len(updates) == len(graph.mtf_graph.trainable_variables), step
+        assert {parts[o] for o in updates | {plain["all_gradients"]}} == {profiler.OPTIMIZER}
+        assert parts[plain["gradient_sums"]] == profiler.EXCHANGE
+        assert parts[plain["cut_patches"]] == profiler.INPUT
+        assert {parts[o] for p, o in plain.items() if p.startswith("metric_sums")} == {
+            profiler.METRICS}
+        layers = {o for p, o in plain.items() if p.startswith(("block", "hidden", "logits"))}
+        assert layers and not layers & set(parts), step

@@ -35,6 +35,10 @@ from hmp.run.scene_input import SceneCubes, patches_around
 
 mtf = import_mesh_tensorflow()
 
+# The name scope of a graph's k-th step for k >= 2 (``TrainingGraph.steps_per_run``); the
+# first step's ops have none of their own.
+LATER_STEP_SCOPE = "step_%d"
+
 
 def model_logits(config, x, classes, training=True):
     """The float32 logits of ``config``'s model (an ``hmp.run.graph_config.ModelConfig``)
@@ -146,11 +150,12 @@ class DeviceMetrics:
         sums, each device its partial sums."""
         parts = [_device_parts(lowering, mesh_impl, scalar) for scalar in scalars]
         adds = []
-        for pnum, (device, total) in enumerate(zip(mesh_impl.devices, self._totals)):
-            with tf.device(device):
-                adds.append(tf.assign_add(total, tf.stack(
-                    [tf.cast(p[pnum], tf.float32) for p in parts])))
-        return tf.group(adds)
+        with tf.name_scope("metric_sums"):   # the step's metrics part (hmp.run.profiler)
+            for pnum, (device, total) in enumerate(zip(mesh_impl.devices, self._totals)):
+                with tf.device(device):
+                    adds.append(tf.assign_add(total, tf.stack(
+                        [tf.cast(p[pnum], tf.float32) for p in parts])))
+            return tf.group(adds)
 
     def read(self, session):
         """Each scalar's sum over the steps since the last ``reset``, as a numpy array."""
@@ -244,7 +249,7 @@ class TrainingGraph:
             indices = tf.placeholder(tf.int32, [batch_size], name="pixel_indices")
             y = tf.placeholder(tf.int32, [batch_size], name="labels")
             if after is not None:
-                later.enter_context(tf.name_scope("step_%d" % (k + 1)))
+                later.enter_context(tf.name_scope(LATER_STEP_SCOPE % (k + 1)))
                 later.enter_context(tf.variable_scope(tf.get_variable_scope(), reuse=True))
                 later.enter_context(tf.control_dependencies([after]))
             known = {key: len(tf.get_collection(key))

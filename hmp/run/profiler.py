@@ -18,6 +18,8 @@ import time
 
 import tensorflow.compat.v1 as tf
 
+from hmp.run.graph import LATER_STEP_SCOPE
+
 # Op types whose recorded interval includes waiting for another device.
 TRANSFER_OPS = ("_Send", "_Recv", "_HostSend", "_HostRecv")
 # What a task's gRPC server records while it hands a tensor to another task
@@ -176,10 +178,18 @@ _INPUT_OPS = ("scene_cube", "pixel_indices", "labels", "training", "symmetry",
 _UNIQUE_SUFFIX = re.compile(r"_\d+$")
 
 
+# A later step's name scope (``hmp.run.graph.LATER_STEP_SCOPE``), before its operations'
+_LATER_STEP = re.compile("^" + LATER_STEP_SCOPE.replace("%d", r"\d+") + "/")
+
+
 def _operation_of(name):
     """The mtf operation a TensorFlow op (or a traced node, ``name:Type`` or a name
-    grappler derived from the op's) was lowered from: its first name scope."""
-    return name.partition(":")[0].split("/")[0]
+    grappler derived from the op's) was lowered from: its first name scope, after the
+    scope of a graph's later step (then with it: each step's operations are its own)."""
+    name = name.partition(":")[0]
+    later = _LATER_STEP.match(name)
+    start = later.end() if later else 0
+    return name[:start] + name[start:].split("/")[0]
 
 
 def step_parts(tf_graph):
@@ -190,7 +200,7 @@ def step_parts(tf_graph):
     accuracy sums); every other op is the ``MODEL``'s forward or backward pass."""
     parts = {}
     after_barrier = [op for op in tf_graph.get_operations()
-                     if _operation_of(op.name) == "all_gradients"]
+                     if _plain(_operation_of(op.name)) == "all_gradients"]
     seen = set()
     while after_barrier:
         op = after_barrier.pop()
@@ -198,11 +208,14 @@ def step_parts(tf_graph):
             continue
         seen.add(op.name)
         parts[_operation_of(op.name)] = OPTIMIZER
-        after_barrier.extend(c for t in op.outputs for c in t.consumers())
-        after_barrier.extend(op._control_outputs)
+        # within its step: the next step of a graph of several runs after this one's
+        step = _LATER_STEP.match(op.name)
+        after_barrier.extend(
+            c for c in [*(c for t in op.outputs for c in t.consumers()), *op._control_outputs]
+            if _same_step(_LATER_STEP.match(c.name), step))
     for op in tf_graph.get_operations():
         operation = _operation_of(op.name)
-        plain = _UNIQUE_SUFFIX.sub("", operation)
+        plain = _plain(operation)
         if plain in _INPUT_OPS:
             parts[operation] = INPUT
         elif plain == "gradient_sums":
@@ -210,6 +223,17 @@ def step_parts(tf_graph):
         elif plain == "metric_sums":
             parts[operation] = METRICS
     return parts
+
+
+def _plain(operation):
+    """An mtf operation's name without a later step's scope and a unique-name suffix."""
+    later = _LATER_STEP.match(operation)
+    return _UNIQUE_SUFFIX.sub("", operation[later.end():] if later else operation)
+
+
+def _same_step(match, other):
+    """Whether two ops' ``_LATER_STEP`` matches (None: the first step) are one step's."""
+    return (match and match.group()) == (other and other.group())
 
 
 def busy_by_part(run_metadata, devices, parts):
