@@ -6,7 +6,7 @@ then a 3x1x1 conv with spectral stride 2 that splits its input filters (it
 sums them) and halves the spectrum, as Hamida's spectral "pooling"
 convolutions do. The first conv also strides the spectrum by 2. Batch norm
 follows every convolution. No dropout: it only slowed training (4 epochs of
-``tests/test_accuracy.py``: 71% OA at rate 0.5, 85% at 0.2, over 90% without).
+``tests/programs/test_accuracy.py``: 71% OA at rate 0.5, 85% at 0.2, over 90% without).
 """
 
 from hmp import layers, ops

@@ -7,7 +7,7 @@ PCA done in the graph, :class:`Projection`). ``hmp.run.graph`` builds the graph 
 them (the TensorFlow side: ``hmp.run.augment``, ``hmp.run.projection``,
 ``hmp.run.graph.model_logits``); the application's model registry (``models``), the
 settings and the programs' flags use them without loading TensorFlow
-(``tests/test_layering.py``).
+(``tests/architecture/test_layering.py``).
 """
 
 import dataclasses

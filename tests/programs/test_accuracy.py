@@ -24,7 +24,7 @@ import pytest
 from cli_batch import run_batch
 
 SHARED_DATA = pathlib.Path(os.environ.get(
-    "HMP_SHARED_DATA", pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"))
+    "HMP_SHARED_DATA", pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"))
 
 pytestmark = pytest.mark.skipif(not (SHARED_DATA / "Indian_pines_gt.mat").exists(),
                                 reason="needs the real Indian Pines ground truth in %s"

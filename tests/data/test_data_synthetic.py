@@ -11,7 +11,7 @@ from scipy import ndimage
 from hmp.data import load_scene, stratified_split, synthetic_scene
 
 SHARED_DATA = pathlib.Path(os.environ.get(
-    "HMP_SHARED_DATA", pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"))
+    "HMP_SHARED_DATA", pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"))
 
 
 def linear_discriminant_accuracy(features, labels, split):

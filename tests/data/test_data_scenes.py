@@ -13,7 +13,7 @@ from scipy import ndimage
 from hmp.data import (disjoint_split, load_benchmark_scene, load_ground_truth, load_scene,
                       read_array, scene_spec)
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 SHARED_DATA = pathlib.Path(os.environ.get("HMP_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 # Labelled pixels per class, as published with the scenes (EHU GIC wiki).

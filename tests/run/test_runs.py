@@ -3,7 +3,7 @@
 Stopping on a signal with a checkpoint, the run folder (--resume/--overwrite,
 history.json), unreadable files and keys, NaN pixels, the progress line, and
 which errors are blamed on flags. The CLI ends of these are in
-tests/test_train_runs.py.
+tests/programs/test_train_runs.py.
 """
 
 import io
@@ -270,17 +270,6 @@ def test_blame_turns_only_invalid_input_into_a_flag_error():
     with pytest.raises(cli.UsageError, match="^--runs_test_list_flag=model:2,foo: bad mesh$"):
         with cli.blame(listed):   # a list flag as typed, not as a Python list
             raise InvalidInput("bad mesh")
-
-
-def test_auto_mesh_does_not_record_a_bug_as_an_infeasible_mesh(monkeypatch):
-    from hmp.planning import planner
-    from test_planner import hsi_model
-
-    def broken(*args):
-        raise ValueError("operands could not be broadcast together")
-    monkeypatch.setattr(planner, "_speed_splits", broken)
-    with pytest.raises(ValueError, match="^operands could not be broadcast together$"):
-        planner.plan_layout(hsi_model(), ["/cpu:0", "/cpu:1"], [1, 1], 8, "auto")
 
 
 def test_files_written_atomically_are_readable_as_any_new_file(tmp_path):

@@ -265,7 +265,8 @@ def test_the_spec_reads_its_activation_bytes_off_the_graph(precision, activation
 
 
 def _pair(activation_bytes):
-    """conv1 splits its 8 output filters, conv2 its 8 input channels (tests/test_costmodel)."""
+    """conv1 splits its 8 output filters, conv2 its 8 input channels
+    (tests/planning/test_costmodel.py)."""
     return ModelSpec("pair", [
         conv_layer_spec("conv1", "conv2d", (4, 4), 3, 3, 8, split_dim="filters1",
                         split_role="output"),

@@ -1,5 +1,5 @@
 """hmp.measure.calibration: the op-size fit against a hand computation, the element-wise
-slope, the half width (measured on virtual CPUs: tests/test_speeds.py)."""
+slope, the half width (measured on virtual CPUs: tests/measure/test_speeds.py)."""
 
 import pytest
 

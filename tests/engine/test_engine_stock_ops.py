@@ -216,7 +216,7 @@ def test_stock_op_needing_one_slice_shape_is_refused_by_name():
 DROPOUT_SCRIPT = """
 import sys
 import numpy as np
-sys.path[:0] = [{tests!r}, {root!r}]
+sys.path[:0] = {paths!r}   # this file's folder, tests/ (conftest, harness), the repository
 import conftest  # graph mode, as in the tests
 import test_engine_stock_ops as t
 np.save(sys.stdout.buffer, t.dropout_slices(seed=7))
@@ -250,8 +250,9 @@ def test_seeded_dropout_repeats_bit_for_bit_and_replicas_agree():
     assert set(np.unique(first)) <= {0.0, 4.0}
     assert 0.5 < (first[[0, 2]] == 0).mean() < 0.95   # 2 dropouts of 0.5: 3/4 dropped
     # Another process (string hashes are salted per process) draws the same.
-    tests = os.path.dirname(os.path.abspath(__file__))
-    script = DROPOUT_SCRIPT.format(tests=tests, root=os.path.dirname(tests))
+    here = os.path.dirname(os.path.abspath(__file__))
+    tests = os.path.dirname(here)
+    script = DROPOUT_SCRIPT.format(paths=[here, tests, os.path.dirname(tests)])
     out = subprocess.run([sys.executable, "-c", script], capture_output=True,
                          env=dict(os.environ, PYTHONHASHSEED="random"))
     assert out.returncode == 0, out.stderr.decode()[-2000:]

@@ -135,6 +135,16 @@ def test_auto_skips_infeasible_meshes_and_records_why():
     assert plan.devices == ["/gpu:0", "/gpu:1"]
 
 
+def test_auto_mesh_does_not_record_a_bug_as_an_infeasible_mesh(monkeypatch):
+    from hmp.planning import planner
+
+    def broken(*args):
+        raise ValueError("operands could not be broadcast together")
+    monkeypatch.setattr(planner, "_speed_splits", broken)
+    with pytest.raises(ValueError, match="^operands could not be broadcast together$"):
+        planner.plan_layout(hsi_model(), ["/cpu:0", "/cpu:1"], [1, 1], 8, "auto")
+
+
 def test_memory_caps_move_filters_to_devices_with_room():
     spec = hsi_model()
     free = plan_layout(spec, GPUS, [1, 1, 1], 32, "model:3")

@@ -1,6 +1,6 @@
 """docs/architecture.md matches the code: its room list names every module of hmp/ on
-the floor tests/test_layering.py enforces, and every module, function or file it names
-is there. Read statically (ast), so no TensorFlow is loaded."""
+the floor tests/architecture/test_layering.py enforces, and every module, function or
+file it names is there. Read statically (ast), so no TensorFlow is loaded."""
 
 import ast
 import pathlib
@@ -62,7 +62,7 @@ def test_the_room_list_names_every_module_on_its_floor():
         if not floors:
             missing.append(module)
         elif set(floors) != {FLOOR_OF_ROOM.get(room)}:
-            misplaced.append("%s: floor %s in the document, %s in tests/test_layering.py"
+            misplaced.append("%s: floor %s in the document, %s in test_layering.py"
                              % (module, floors, FLOOR_OF_ROOM.get(room)))
     assert missing == []
     assert misplaced == []
