@@ -337,8 +337,8 @@ class HeteroMeshImpl(PlacementMeshImpl):
         (``tf.set_random_seed``) the seed is derived from it and the number of random
         tensors this mesh made before, with a stable hash: a seeded graph draws the
         same numbers in every process, and a step lowered again in the same graph (in
-        another name scope: ``TrainingGraph.steps_per_run``) draws what the first
-        one draws. Without one, each call draws a fresh key,
+        another name scope: ``TrainingGraph.steps_per_run``) uses the first one's keys
+        (its stateless draws differ by the global step). Without one, each call draws a fresh key,
         as stock Mesh-TF does. In a graph with a global step, uniform and normal
         draws are stateless, keyed by (that seed, the global step): a run resumed
         from a checkpoint, or rebuilt on a new plan, draws what an uninterrupted

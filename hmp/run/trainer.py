@@ -40,21 +40,21 @@ def traced_steps(start_step, steps_per_epoch):
     return {1 + (total - 2) * k // max(1, TRACED_STEPS - 1) for k in range(TRACED_STEPS)}
 
 
-def block_size(done, total, steps_per_run, traced, first_step, checkpoint_every):
+def block_size(done, total, steps_per_run, traced):
     """How many steps the next ``session.run`` of an epoch runs, ``done`` of its
-    ``total`` steps run (its first at the global step ``first_step``): ``steps_per_run``
-    where no step of the block is to be traced (``traced``: indices among the epoch's
-    steps) and no metrics read (every ``METRICS_EVERY`` steps) or checkpoint (every
-    ``checkpoint_every`` global steps, 0: none) falls inside it, else 1. Two sizes
-    only: each size's first run optimises its graph once."""
-    if steps_per_run == 1 or done in traced or done + steps_per_run > total:
-        return 1
-    inside = range(done + 1, done + steps_per_run)   # steps done after each but the last
-    if any(n in traced or n % METRICS_EVERY == 0
-           or (checkpoint_every and (first_step + n) % checkpoint_every == 0)
-           for n in inside):
+    ``total`` steps run: ``steps_per_run`` where the block fits in the epoch and holds
+    no step to be traced (``traced``: indices among the epoch's steps; each is traced
+    alone), else 1. Two sizes only: each size's first run optimises its graph once."""
+    if (steps_per_run == 1 or done + steps_per_run > total
+            or any(n in traced for n in range(done, done + steps_per_run))):
         return 1
     return steps_per_run
+
+
+def passes(before, after, every):
+    """Whether counting from ``before`` to ``after`` reaches a multiple of ``every`` (0:
+    never): a block's end at or past a step where a read or checkpoint is due."""
+    return bool(every) and after // every > before // every
 
 
 class Stopped(Exception):
@@ -84,7 +84,7 @@ class EpochStats:
     steps: int = None           # steps run (fewer than the epoch's when it was resumed)
     val_accuracy: float = None  # overall accuracy on the validation pixels, if any
     # samples/s after the first two steps (one-off graph optimisation, the first traced
-    # step), the later traced steps left out:
+    # step), the later traced steps and the first block of several steps a run left out:
     # what the epoch's layout sustains; None when the epoch ran fewer than 3 steps
     steady_samples_per_second: float = None
 
@@ -164,16 +164,17 @@ class Trainer:
       seed: fixes the data order of every epoch.
       session_config: ``tf.ConfigProto`` (e.g. the virtual CPU devices).
       target: session target (a gRPC address for cluster runs) or "".
-      checkpoint_every: also checkpoint every this many steps (0: only at epochs).
+      checkpoint_every: also checkpoint every this many steps (0: only at epochs); with
+        several steps a run, at the first block's end at or past each multiple.
       log: function receiving progress lines.
       slowdown: {device: factor} multiplying that device's measured busy time,
         a stand-in for a slower device when all devices are virtual CPUs of
         one process (tests of re-balancing); real speed differences need
         separate worker processes.
-      stop: callable polled after every step; when it returns true, the
-        trainer finishes that step, saves a checkpoint and raises
+      stop: callable polled after every step (every block of several steps a run); when
+        it returns true, the trainer finishes that step, saves a checkpoint and raises
         :class:`Stopped` (e.g. on Ctrl-C). None: never.
-      progress: callable receiving a progress text after every step and
+      progress: callable receiving a progress text after every step (block) and
         prediction batch, and None when the work ends (see
         :class:`hmp.run.progress.ProgressLine`). None: no progress.
     """
@@ -264,7 +265,8 @@ class Trainer:
                                                 drop_remainder=True)
         pairs = [(b.indices, b.labels) for b, _ in zip(batches, range(self.steps_per_epoch))]
         self.session.run(self.graph.metrics.reset)   # local: a restore does not set them
-        for size in sorted({1, min(self.graph.steps_per_run, len(pairs))}):
+        sizes = {1, self.graph.steps_per_run}   # the blocks an epoch runs (block_size)
+        for size in sorted(n for n in sizes if n <= len(pairs)):
             self.session.run(*self.graph.feed_steps(pairs[:size]))
 
     # -- training ------------------------------------------------------------
@@ -275,8 +277,9 @@ class Trainer:
         traced to measure each device's busy time (the median of each device's; the
         first step may still include one-off graph optimisation). A graph of several
         steps per run (``TrainingGraph.steps_per_run``) runs them in blocks
-        (:func:`block_size`): a traced step, the metrics' reads and the checkpoints
-        fall between blocks, and ``stop()`` is polled after each.
+        (:func:`block_size`): a traced step runs alone, the metrics are read and a
+        checkpoint saved at the first block's end at or past each step they are due,
+        and ``stop()`` is polled after each block.
         ``before_save(stats)`` is called before the epoch's checkpoint is
         written (a record of the epoch then never lags its checkpoint).
         Raises :class:`Stopped` after the block during which ``stop()`` became
@@ -295,9 +298,7 @@ class Trainer:
         steady_steps, steady_seconds = 0, 0.0
         total = len(batches)
         while steps < total:
-            size = block_size(steps, total, self.graph.steps_per_run, traced,
-                              epoch * self.steps_per_epoch + start_step,
-                              self.checkpoint_every)
+            size = block_size(steps, total, self.graph.steps_per_run, traced)
             block = batches[steps:steps + size]
             if steps in traced:
                 step, step_busy = self._traced_step(
@@ -314,10 +315,9 @@ class Trainer:
             compiled.add(size)
             last_ended = ended
             last = start_step + steps == self.steps_per_epoch   # the epoch's end saves it
-            checkpoint = (bool(self.checkpoint_every) and step % self.checkpoint_every == 0
-                          and not last)
+            checkpoint = passes(step - size, step, self.checkpoint_every) and not last
             stopping = self.stop()
-            if steps % METRICS_EVERY == 0 or last or checkpoint or stopping:
+            if passes(steps - size, steps, METRICS_EVERY) or last or checkpoint or stopping:
                 loss_sum, correct = self._read_metrics(step, epoch)   # before any save
                 read_at = steps
             if checkpoint:

@@ -10,7 +10,7 @@ import harness
 from hmp.run import experiment
 from hmp.run.graph import TrainingGraph
 from hmp.run.graph_config import Augmentation, Placement, Recipe
-from hmp.run.trainer import METRICS_EVERY, Stopped, Trainer, block_size, traced_steps
+from hmp.run.trainer import Stopped, Trainer, block_size, passes, traced_steps
 from models import model_config
 
 BATCH = 32
@@ -67,30 +67,31 @@ def test_blocks_of_steps_equal_the_one_step_graph_exactly(exp):
             graph.feed_steps(batches[:wrong])
 
 
-@pytest.mark.parametrize("total,steps_per_run,first_step,checkpoint_every", [
-    (45, 4, 0, 0), (45, 4, 90, 7), (61, 5, 3, 0), (3, 4, 0, 0), (50, 1, 0, 5)])
-def test_blocks_cover_the_epoch_and_keep_its_events_between_them(
-        total, steps_per_run, first_step, checkpoint_every):
-    """The blocks run every step once; no traced step, metrics read or checkpoint falls
-    inside a block; and a step runs alone only where a whole block there would break
-    one of those rules (or run past the epoch)."""
+@pytest.mark.parametrize("total,steps_per_run", [(45, 4), (61, 5), (3, 4), (50, 1),
+                                                 (100, 25)])
+def test_blocks_cover_the_epoch_and_trace_steps_alone(total, steps_per_run):
+    """The blocks run every step once; a traced step runs alone; and a step runs alone
+    only where a whole block there would hold a traced step or run past the epoch (so
+    blocks longer than the metrics' or checkpoints' period still run)."""
     traced = traced_steps(0, total)
-
-    def allowed(done):   # a whole block at ``done``, checked step by step
-        inside = range(done + 1, done + steps_per_run)
-        return (done + steps_per_run <= total and done not in traced
-                and all(n not in traced and n % METRICS_EVERY
-                        and not (checkpoint_every and (first_step + n) % checkpoint_every == 0)
-                        for n in inside))
-
     done, sizes = 0, []
     while done < total:
-        size = block_size(done, total, steps_per_run, traced, first_step, checkpoint_every)
-        assert size == (steps_per_run if steps_per_run > 1 and allowed(done) else 1), done
+        size = block_size(done, total, steps_per_run, traced)
+        whole = range(done, done + steps_per_run)
+        allowed = done + steps_per_run <= total and not set(whole) & traced
+        assert size == (steps_per_run if allowed else 1), done
         sizes.append(size)
         done += size
     assert done == total
     assert steps_per_run == 1 or total < steps_per_run or steps_per_run in sizes
+
+
+@pytest.mark.parametrize("every", [0, 1, 5, 20])
+def test_a_read_or_checkpoint_is_due_at_the_first_block_end_at_or_past_it(every):
+    for before in range(0, 30):
+        for after in range(before + 1, before + 26):
+            multiples = [n for n in range(before + 1, after + 1) if every and n % every == 0]
+            assert passes(before, after, every) == bool(multiples), (before, after)
 
 
 class StopAfter:
@@ -106,7 +107,7 @@ class StopAfter:
 
 def test_the_trainer_in_blocks_trains_checkpoints_and_stops_as_step_by_step(exp, tmp_path):
     """An epoch on a graph of 3 steps a run equals one on a graph of one (loss, accuracy,
-    weights, checkpoints every 5 steps); a stop comes after a block, at the step its
+    weights; checkpoints due every 5 steps, at the blocks' ends); a stop comes after a block, at the step its
     checkpoint holds, and the run resumes there on the one-step graph as if uninterrupted.
     On one device (the test above checks a block on a split)."""
     def trainer(steps_per_run, folder, stop=None):
@@ -125,18 +126,22 @@ def test_the_trainer_in_blocks_trains_checkpoints_and_stops_as_step_by_step(exp,
                                .all_model_checkpoint_paths)
         run.close()
     (alone, weights_1, checkpoints_1), (blocked, weights_3, checkpoints_3) = runs[1], runs[3]
-    assert blocked.steps == alone.steps == run.steps_per_epoch
+    total = run.steps_per_epoch
+    assert blocked.steps == alone.steps == total
     assert (blocked.loss, blocked.train_accuracy) == (alone.loss, alone.train_accuracy)
     for a, b in zip(weights_3, weights_1):
         np.testing.assert_array_equal(a, b)
-    assert ([p.rsplit("-", 1)[1] for p in checkpoints_3]
-            == [p.rsplit("-", 1)[1] for p in checkpoints_1])
+    # the blocks' ends (test above); a checkpoint at the first end at or past each multiple
+    # of 5, and the epoch's at its end; the saver keeps the last 3
+    ends = [0]
+    while ends[-1] < total:
+        ends.append(ends[-1] + block_size(ends[-1], total, 3, traced_steps(0, total)))
+    due = sorted({min(e for e in ends if e >= m) for m in range(5, total, 5)} | {total})
+    assert [int(p.rsplit("-", 1)[1]) for p in checkpoints_3] == due[-3:]
+    assert [int(p.rsplit("-", 1)[1]) for p in checkpoints_1] == list(range(5, total + 1, 5))[-3:]
 
-    # the stop is polled after each block: the 4th poll's block (test above) is one of 3
-    polls, ends = 4, [0]
-    while len(ends) <= polls:
-        ends.append(ends[-1] + block_size(ends[-1], run.steps_per_epoch, 3,
-                                          traced_steps(0, run.steps_per_epoch), 0, 5))
+    # the stop is polled after each block: the 4th poll's block is one of 3
+    polls = 4
     assert ends[polls] - ends[polls - 1] == 3
     folder = tmp_path / "stopped"
     run = trainer(3, folder, stop=StopAfter(polls))
