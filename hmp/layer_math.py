@@ -1,7 +1,7 @@
 """The arithmetic of a layer: output sizes and forward FLOPs.
 
 Pure Python (no TensorFlow), so that the engine (``hmp.mesh.ops`` sizes its
-outputs, ``hmp.run.workload`` counts a lowered graph's work) and the planner's
+outputs, ``hmp.graph.workload`` counts a lowered graph's work) and the planner's
 hand-built specs (``hmp.planning.model_spec``) apply the same rules.
 
 FLOPs count a multiply-add as 2.

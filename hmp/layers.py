@@ -12,7 +12,7 @@ that splits its *input* channels (each device computes a partial sum over its
 filters, and Mesh-TF all-reduces them): :func:`filter_split_block`.
 
 Every layer computes in the dtype of its input: a model fed bfloat16 or float16
-patches (``hmp.run.graph_config.PRECISIONS``) computes in it, its weights read through a
+patches (``hmp.graph.graph_config.PRECISIONS``) computes in it, its weights read through a
 cast from float32 masters (``mtf.VariableDType``). :func:`batch_norm` computes its
 statistics and normalisation in float32 whatever its input, and
 :func:`softmax_cross_entropy` its loss.
@@ -129,16 +129,16 @@ def avg_pool3d(x, window=(2, 2, 2), strides=None, padding="VALID", name=None):
 
 
 # TF collection of the mtf assign operations of every ``batch_norm``'s moving
-# statistics; ``hmp.run.graph`` runs them with each training step (the TF1
+# statistics; ``hmp.graph.graph`` runs them with each training step (the TF1
 # ``tf.GraphKeys.UPDATE_OPS`` idiom, for mtf operations).
 UPDATE_OPS = "hmp_update_ops"
 # TF collection of the output of every ``batch_norm`` that uses the global batch's
-# statistics: what ``hmp.run.from_graph`` counts as the model's norm layers (all-reduces
+# statistics: what ``hmp.graph.from_graph`` counts as the model's norm layers (all-reduces
 # a step).
 BATCH_NORMS = "hmp_batch_norms"
 # TF collection of the moving statistics of every ``batch_norm`` with ``local``
 # statistics: each replica of a batch split updates its own copy, and
-# ``hmp.run.graph`` averages them (``HeteroLowering.average_over_replicas``) before they
+# ``hmp.graph.graph`` averages them (``HeteroLowering.average_over_replicas``) before they
 # are saved or classify.
 REPLICA_STATISTICS = "hmp_replica_statistics"
 
@@ -153,7 +153,7 @@ _statistics = ["sync"]
 @contextlib.contextmanager
 def batch_statistics(mode):
     """Within it, :func:`batch_norm` layers built take ``mode`` statistics
-    (:data:`BATCH_STATISTICS`); ``hmp.run.graph.model_logits`` builds a model in one."""
+    (:data:`BATCH_STATISTICS`); ``hmp.graph.graph.model_logits`` builds a model in one."""
     if mode not in BATCH_STATISTICS:
         raise ValueError("batch statistics must be one of %s, got %r"
                          % (", ".join(BATCH_STATISTICS), mode))
@@ -193,7 +193,7 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
     normalisation: no collective of its own. The gradients of ``scale`` and
     ``offset`` are summed over the replicas with every other weight gradient, in the
     step's one gradient all-reduce. Each replica updates its own copy of the moving
-    statistics; ``hmp.run.graph`` averages the copies (weighted by the replicas'
+    statistics; ``hmp.graph.graph`` averages the copies (weighted by the replicas'
     samples) before they are saved or used to classify.
 
     A low-precision ``x`` (bfloat16, float16) is normalised in float32: its
@@ -202,7 +202,7 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
     the gradient sums; ``y`` returns in ``x``'s dtype.
 
     ``training``: True (batch statistics), False (the moving averages), or an
-    mtf scalar switching between them at run time (``hmp.run.graph``'s
+    mtf scalar switching between them at run time (``hmp.graph.graph``'s
     ``training`` input; the gradient is that of the batch statistics, as
     training steps feed 1.0). Returns ``(y, update_ops)``: the update ops
     (moving averages for inference) are also added to the TF collection

@@ -41,6 +41,9 @@ from absl import flags  # noqa: E402
 import models  # noqa: E402
 from hmp import planning  # noqa: E402
 from hmp.checklist import Check, report, run_checks  # noqa: E402
+from hmp.graph.from_graph import model_spec  # noqa: E402
+from hmp.graph.graph import TrainingGraph  # noqa: E402
+from hmp.graph.graph_config import Placement  # noqa: E402
 from hmp.measure.devices import (check_local, default_devices, memory_bytes,  # noqa: E402
                                  session_config_for)
 from hmp.measure.linkprobe import measure_link  # noqa: E402
@@ -48,9 +51,6 @@ from hmp.measure.speeds import measure_speeds, random_batch  # noqa: E402
 from hmp.mesh.mesh_impl import HeteroMeshImpl  # noqa: E402
 from hmp.mesh.numerics import require_determinism, rounds_float32  # noqa: E402
 from hmp.planning.plan import format_bytes  # noqa: E402
-from hmp.run.from_graph import model_spec  # noqa: E402
-from hmp.run.graph import TrainingGraph  # noqa: E402
-from hmp.run.graph_config import Placement  # noqa: E402
 from hmp.run.profiler import busy_times, step_timed, trace_step  # noqa: E402
 
 flags.DEFINE_string("devices", None, "Comma-separated TensorFlow devices to check (default: "
@@ -68,7 +68,7 @@ class Machine:
     """What the checks share: the devices, the tiny model, its batch and session."""
 
     devices: list
-    config: object      # hmp.run.graph_config.ModelConfig
+    config: object      # hmp.graph.graph_config.ModelConfig
     spec: object        # its planning.ModelSpec
     batch_size: int
     batch: object       # hmp.measure.speeds.RandomBatch

@@ -20,11 +20,11 @@ cli.import_tensorflow_quietly()   # before anything imports TensorFlow
 from absl import flags  # noqa: E402
 
 import models
+from hmp.graph.graph_config import PRECISIONS
 from hmp.layers import BATCH_STATISTICS
 from hmp.mesh.optimizers import OPTIMIZERS, SCHEDULES
 from hmp.run import scene_flags
 from hmp.run.fit import fit
-from hmp.run.graph_config import PRECISIONS
 from hmp.run.settings import DEFAULT, FLAG_FIELDS, Settings
 
 flags.adopt_module_key_flags(scene_flags)   # --dataset, --split, --seed, ...: results.json
@@ -68,6 +68,12 @@ flags.DEFINE_float("val_fraction", DEFAULT.data.val_fraction,
                    "Share of each class's training pixels held out for "
                    "validation: the weights of the epoch with the best validation accuracy "
                    "classify the test pixels (0: no validation, the last epoch's weights).")
+flags.DEFINE_string("val_split", DEFAULT.data.val_split,
+                    "How the validation share is held out: random (a random share of "
+                    "each class), spatial (a block at one end of each class's training "
+                    "pixels, the training pixels within the patch radius of it dropped, as "
+                    "the disjoint split keeps its test pixels), or auto (spatial for "
+                    "--split=disjoint and --train_set, else random). docs/data.md.")
 flags.DEFINE_integer("patience", DEFAULT.recipe.patience,
                      "Stop after this many epochs without a better validation "
                      "accuracy (0: never).")
@@ -106,9 +112,22 @@ flags.DEFINE_bool("tta", DEFAULT.recipe.tta,
                   "Test-time augmentation: classify each test patch in the 8 "
                   "symmetries of the square and average the class probabilities (8 times "
                   "the classification's work; results.json also holds the scores without).")
-flags.DEFINE_bool("class_balanced", DEFAULT.recipe.class_balanced,
-                  "Weight the loss of each class by the inverse of "
-                  "its share of the training pixels.")
+
+
+class _BalancingParser(flags.ArgumentParser):
+    """--class_balanced=VALUE as given; alone (a switch before it took values): inverse;
+    --noclass_balanced: off."""
+
+    def parse(self, argument):
+        return {"true": "inverse", "false": "off"}.get(str(argument).lower(), argument)
+
+
+flags.DEFINE_flag(flags.Flag(
+    _BalancingParser(), flags.ArgumentSerializer(), "class_balanced",
+    DEFAULT.recipe.class_balanced, "Loss weight of each class, by its training pixels "
+    "n_c: off, sqrt (1 / sqrt(n_c): a class of a few pixels is still learnt) or inverse "
+    "(1 / n_c; also --class_balanced alone), scaled to a mean of 1 over the training "
+    "pixels.", boolean=True))
 flags.DEFINE_string("model_dir", DEFAULT.folder.model_dir, "Checkpoints, results and event files "
                     "(default runs/<dataset>-<model>).")
 flags.DEFINE_bool("resume", DEFAULT.folder.resume,

@@ -9,7 +9,7 @@ filter dimensions a plan may split over the ``model`` mesh axis.
 import importlib
 
 from hmp.errors import InvalidInput
-from hmp.run.graph_config import ModelConfig
+from hmp.graph.graph_config import ModelConfig
 from hmp.run.settings import model_recipe
 
 MODEL_NAMES = ("cnn2d", "cnn3d", "hybrid", "hybridsn", "spectral", "ssrn")
@@ -41,9 +41,9 @@ def recipe(name):
 
 def model_config(name, patch, bands, n_classes, width=0, batch_norm="sync",
                  precision="float32"):
-    """The ``hmp.run.graph_config.ModelConfig`` of model ``name`` (``get_model``) for
+    """The ``hmp.graph.graph_config.ModelConfig`` of model ``name`` (``get_model``) for
     ``patch x patch x bands`` patches and ``n_classes`` classes, its batch norms
     training with ``batch_norm`` statistics (``hmp.layers.BATCH_STATISTICS``),
-    computing in ``precision`` (``hmp.run.graph_config.PRECISIONS``)."""
+    computing in ``precision`` (``hmp.graph.graph_config.PRECISIONS``)."""
     return ModelConfig(name, patch, bands, n_classes, width, batch_norm, precision,
                        model=get_model(name))

@@ -1,6 +1,6 @@
 """Building blocks the built-in models share: batch norm + ReLU, residual blocks.
 
-``training`` is what the models receive (True, or hmp.run.graph's run-time
+``training`` is what the models receive (True, or hmp.graph.graph's run-time
 switch, an mtf scalar): batch norm uses the batch's statistics while
 training and its moving averages at inference.
 """

@@ -73,14 +73,14 @@ from absl import flags
 
 from hmp import cli
 from hmp.cluster.runtime import local_cluster
-from hmp.run.graph import TrainingGraph
-from hmp.run.graph_config import Placement
+from hmp.graph.from_graph import model_spec
+from hmp.graph.graph import TrainingGraph
+from hmp.graph.graph_config import Placement
 from models import model_config
 from hmp.hosts import group_by_host
 from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict
 from hmp.planning.costmodel import FED_BYTES_PER_SAMPLE, per_sample_totals
 from hmp.planning.plan import aligned_columns
-from hmp.run.from_graph import model_spec
 from hmp.measure.calibration import (ElementwiseStep, elementwise_slope, fit_op_size,
                                      half_width)
 from hmp.measure.linkprobe import (HANDOVER_BYTES, HOPS, handover_seconds, hop_chain,

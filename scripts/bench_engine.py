@@ -20,7 +20,7 @@ import hmp
 import models.cnn2d
 from hmp import cli
 from hmp.compat import import_mesh_tensorflow
-from hmp.run.graph import build_model_graph, imported
+from hmp.graph.graph import build_model_graph, imported
 from models import model_config
 
 mtf = import_mesh_tensorflow()

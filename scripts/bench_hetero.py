@@ -19,7 +19,7 @@ The speed ratio this gives is measured, not assumed.
 For each model of ``--models`` (on the built-in synthetic scene: 9x9 patches of
 100 bands, or as many PCA components as the model's own ``--pca`` default, 10
 classes; the scene is loaded onto every worker once and a step
-feeds one batch of its training pixels' indices, ``hmp.run.scene_input``), in one
+feeds one batch of its training pixels' indices, ``hmp.graph.scene_input``), in one
 run:
 
 1. Each worker's speed is profiled alone, and the link between them idle and
@@ -94,14 +94,14 @@ from hmp.cluster.launch import parse_worker_list  # noqa: E402
 from hmp.cluster.runtime import JOB, local_cluster  # noqa: E402
 from hmp.cluster.subprocesses import die_with_parent  # noqa: E402
 from hmp.errors import InvalidInput  # noqa: E402
+from hmp.graph.from_graph import model_spec  # noqa: E402
+from hmp.graph.graph import TrainingGraph  # noqa: E402
+from hmp.graph.graph_config import Placement  # noqa: E402
 from hmp.measure.speedcache import speed_json  # noqa: E402
 from hmp.measure.speeds import measure_platform, relative_speeds  # noqa: E402
 from hmp.planning import LinkSpec, parse_mesh, plan_layout, predict  # noqa: E402
 from hmp.planning.plan import aligned_columns  # noqa: E402
 from hmp.run import experiment  # noqa: E402
-from hmp.run.from_graph import model_spec  # noqa: E402
-from hmp.run.graph import TrainingGraph  # noqa: E402
-from hmp.run.graph_config import Placement  # noqa: E402
 from hmp.run.profiler import (INPUT, MODEL, STEP_PARTS, busy_by_part,  # noqa: E402
                               busy_times, step_parts, trace_step)
 from hmp.layers import BATCH_STATISTICS  # noqa: E402

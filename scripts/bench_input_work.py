@@ -25,8 +25,8 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 from absl import flags  # noqa: E402
 
 import models  # noqa: E402
+from hmp.graph.graph_config import Augmentation, Projection, Recipe  # noqa: E402
 from hmp.measure.speeds import DeviceStep  # noqa: E402
-from hmp.run.graph_config import Augmentation, Projection, Recipe  # noqa: E402
 
 flags.DEFINE_string("model", "hybridsn", "Model (see hmp.train --model).")
 flags.DEFINE_integer("raw_bands", 200, "Bands of the scene (Indian Pines: 200).")

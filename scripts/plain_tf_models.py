@@ -1,7 +1,7 @@
 """hmp's 2-D and 3-D CNNs written as plain TensorFlow, for ``bench_hetero.py``'s baseline.
 
 The same layers, shapes, initialisers and optimizer as ``models.cnn2d`` and
-``models.cnn3d`` built by ``hmp.run.graph.TrainingGraph`` on one device (batch norm after
+``models.cnn3d`` built by ``hmp.graph.graph.TrainingGraph`` on one device (batch norm after
 every convolution, cnn2d's dropout; not hmp's weight decay and schedule), but with
 ``tf.nn`` ops and ``tf.train.AdamOptimizer`` in a TF1 graph: what a user would
 write without hmp or Mesh-TensorFlow. (Not ``tf.keras``: TensorFlow 2.21's

@@ -30,6 +30,8 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 
 import models  # noqa: E402
 from hmp.data import check_patch_size  # noqa: E402
+from hmp.graph.from_graph import model_spec  # noqa: E402
+from hmp.graph.graph_config import PRECISIONS  # noqa: E402
 from hmp.layers import BATCH_STATISTICS  # noqa: E402
 from hmp.planning import (DeviceSpec, check_mesh_size, check_speeds,  # noqa: E402
                           load_platform, parse_mesh, plan_layout, splits_the_model)
@@ -37,8 +39,6 @@ from hmp.measure.calibration import describe  # noqa: E402
 from hmp.measure.devices import (LOCAL_JOBS, check_device_string,  # noqa: E402
                                  parse_memory_caps, virtual_cpus)
 from hmp.measure.speeds import measure_platform, relative_speeds  # noqa: E402
-from hmp.run.from_graph import model_spec  # noqa: E402
-from hmp.run.graph_config import PRECISIONS  # noqa: E402
 from hmp.run.settings import DEFAULT  # noqa: E402
 
 FLAGS = flags.FLAGS

@@ -26,8 +26,8 @@ from hmp.data.preprocess import (PCA, BandScaler, Preprocessor, TooFewBands, pad
 from hmp.data.raster import ArrayRaster, Raster, RasterInfo
 from hmp.data.scene import Scene
 from hmp.data.split_maps import split_from_label_maps
-from hmp.data.splits import (Split, disjoint_split, load_split, save_split, stratified_split,
-                             validation_split)
+from hmp.data.splits import (Split, disjoint_split, load_split, save_split,
+                             spatial_validation_split, stratified_split, validation_split)
 from hmp.data.synthetic import synthetic_scene
 
 __all__ = [
@@ -36,8 +36,8 @@ __all__ = [
     "Split", "check_patch_size",
     "disjoint_split", "find_file", "is_cube_file", "iterate_scene", "load_benchmark_scene",
     "load_ground_truth", "load_scene", "load_scene_files", "load_split", "open_raster",
-    "pad_cube", "read_array", "read_label_map", "save_split", "scene_spec", "split_batch",
-    "split_from_label_maps",
+    "pad_cube", "read_array", "read_label_map", "save_split", "scene_spec",
+    "spatial_validation_split", "split_batch", "split_from_label_maps",
     "split_leakage", "stratified_split", "synthetic_scene", "TooFewBands", "training_pixels",
     "validation_split", "window_counts",
 ]

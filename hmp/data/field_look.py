@@ -1,6 +1,6 @@
 """How much a class's spectra differ from field to field, measured on the training pixels.
 
-The field-look augmentation (``hmp.run.augment.field_look``) reads each training
+The field-look augmentation (``hmp.graph.augment.field_look``) reads each training
 spectrum shifted by up to ``spectral_shift`` bands and multiplies it by a smooth gain
 ``1 + spectral_gain * (u0 + u1 cos(pi t) + u2 cos(2 pi t)) / 3``, so that the network
 sees the class as other fields show it. How strong it should be is a property of

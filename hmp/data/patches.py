@@ -5,7 +5,7 @@ its patches [n, p, p, B] are gathered from the cube by index only when asked
 for, so memory stays at one cube plus one batch no matter how many pixels an
 epoch covers. (Training does not ask: it feeds the indices and every device
 cuts its own patches from its copy of ``PatchExtractor.padded``; see
-``hmp.run.scene_input``.)
+``hmp.graph.scene_input``.)
 
 Batch order is a pure function of (seed, epoch): a trainer that stops at step
 ``s`` of an epoch resumes with exactly the same remaining batches by passing

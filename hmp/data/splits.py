@@ -9,6 +9,12 @@ A pixel index is ``row * W + column``. Two kinds of split:
   No test pixel then lies inside any training patch, so patch-based models
   cannot score well merely by having seen the test pixels during training.
 
+and two ways to hold a validation share out of the training pixels:
+:func:`validation_split` (a seeded random share of every class: it mirrors the
+random split) and :func:`spatial_validation_split` (a block at one end of every
+class's training pixels, the training pixels within the patch radius of it
+dropped: it mirrors the disjoint split).
+
 Splits are saved and loaded as ``.npz`` so that runs can share them.
 """
 
@@ -104,11 +110,9 @@ def disjoint_split(labels, *, train_fraction, patch_size, seed=0):
         train.append(pixels[order[:count]])
     train = np.concatenate(train)
     radius = patch_size // 2
-    guarded = ndimage.binary_dilation(_mask(train, labels.shape),
-                                      structure=np.ones((2 * radius + 1, 2 * radius + 1), bool))
     split = _split(labels, train, f"disjoint train_fraction={train_fraction} "
                                   f"patch_size={patch_size} seed={seed}",
-                   excluded=np.flatnonzero(guarded))
+                   excluded=np.flatnonzero(_guard_band(train, labels.shape, radius)))
     present = set(np.unique(labels[labels > 0]).tolist())
     starved = sorted(present - set(labels.flat[split.test].tolist()))
     if starved:
@@ -127,8 +131,7 @@ def validation_split(labels, train, fraction, seed=0):
     validation. Returns ``(train, validation)``: sorted flat indices that
     together are ``train``.
     """
-    if not 0 <= fraction < 1:
-        raise InvalidInput(f"validation fraction must lie in [0, 1), got {fraction!r}")
+    _check_validation_fraction(fraction)
     train = np.asarray(train, np.int64)
     if fraction == 0:
         return np.sort(train), np.zeros(0, np.int64)
@@ -137,10 +140,68 @@ def validation_split(labels, train, fraction, seed=0):
     validation = []
     for label in np.unique(held):
         pixels = np.sort(train[held == label])
-        count = min(int(round(fraction * len(pixels))), len(pixels) - 1)
-        validation.append(rng.permutation(pixels)[:count])
+        validation.append(rng.permutation(pixels)[:_validation_count(fraction, len(pixels))])
     validation = np.sort(np.concatenate(validation)).astype(np.int64)
     return np.setdiff1d(train, validation), validation
+
+
+def spatial_validation_split(labels, train, fraction, patch_size):
+    """Holds a validation share out of the training pixels ``train`` as the disjoint
+    split holds out its test pixels: apart by the patch radius.
+
+    Of every class's training pixels (class by class, in label order), the
+    ``fraction`` counted as :func:`validation_split` counts it (rounded, always
+    leaving one; at 10%, none from a class of five or fewer) is taken from one end
+    of their extent: the first pixels by row, by row from the bottom, by column
+    or by column from the right, whichever end's guard band takes the fewest
+    training pixels not already taken. Then every training pixel, of any class,
+    within ``patch_size // 2`` pixels (Chebyshev distance) of a validation pixel
+    is dropped from training (the guard band of :func:`disjoint_split`), so that
+    no validation pixel lies inside any training patch: validation then measures
+    what the test of a disjoint split measures.
+
+    A class whose remaining training pixels the guard bands would cut by more
+    than half (e.g. a compact field of a few dozen pixels, or a class of one or
+    two pixels beside another class's block) gives no validation pixels and
+    loses none: the validation pixels within the patch radius of its training
+    pixels, its own and its neighbours', go back to training.
+
+    Returns ``(train, validation)``: sorted flat indices, both within ``train``,
+    disjoint; the pixels of ``train`` in neither are the dropped guard band.
+    Deterministic: the same pixels give the same share.
+    """
+    _check_validation_fraction(fraction)
+    check_patch_size(patch_size)
+    labels = as_label_map(labels)
+    train = np.sort(np.asarray(train, np.int64))
+    if fraction == 0:
+        return train, np.zeros(0, np.int64)
+    radius = patch_size // 2
+    held = labels.ravel()[train]
+    is_train = _mask(train, labels.shape).ravel()
+    taken = np.zeros(labels.size, bool)   # the guard bands of the blocks chosen so far
+    blocks, remaining = [], {}
+    for label in np.unique(held):
+        pixels = train[held == label]
+        count = _validation_count(fraction, len(pixels))
+        remaining[label] = len(pixels) - count
+        if count:
+            block, band = min(
+                ((block, _guard_band(block, labels.shape, radius).ravel())
+                 for block in _end_blocks(pixels, labels.shape[1], count)),
+                key=lambda pair: np.count_nonzero(pair[1] & is_train & ~taken))
+            blocks.append(block)
+            taken |= band
+    validation = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
+    while True:   # each pass gives back the blocks near a class cut by more than half
+        kept = train[~_guard_band(validation, labels.shape, radius).ravel()[train]]
+        kept_per_class = dict(zip(*np.unique(labels.ravel()[kept], return_counts=True)))
+        cut = [label for label, left in remaining.items()
+               if 2 * kept_per_class.get(label, 0) < left]
+        if not cut:
+            return kept, np.sort(validation).astype(np.int64)
+        near = _guard_band(train[np.isin(held, cut)], labels.shape, radius).ravel()
+        validation = validation[~near[validation]]
 
 
 def save_split(path, split):
@@ -181,6 +242,35 @@ def _split(labels, train, description, excluded=()):
     test &= labels.ravel() > 0
     return Split(train=np.sort(train).astype(np.int64), test=np.flatnonzero(test),
                  image_shape=tuple(labels.shape), description=description)
+
+
+def _end_blocks(pixels, width, count):
+    """The ``count`` first of flat indices ``pixels`` (an image ``width`` wide) from each
+    end of their extent: by row (ties by column), by row from the bottom, by column
+    (ties by row), by column from the right."""
+    rows, cols = np.divmod(pixels, width)
+    for key, tie in ((rows, cols), (cols, rows)):
+        for direction in (1, -1):
+            yield pixels[np.lexsort((tie * direction, key * direction))[:count]]
+
+
+def _guard_band(indices, shape, radius):
+    """Boolean [H, W] mask of the pixels within ``radius`` (Chebyshev distance) of any
+    pixel in ``indices``, those pixels included: the band that keeps a patch of side
+    ``2 * radius + 1`` centred outside it free of them."""
+    return ndimage.binary_dilation(_mask(indices, shape),
+                                   structure=np.ones((2 * radius + 1, 2 * radius + 1), bool))
+
+
+def _check_validation_fraction(fraction):
+    if not 0 <= fraction < 1:
+        raise InvalidInput(f"validation fraction must lie in [0, 1), got {fraction!r}")
+
+
+def _validation_count(fraction, available):
+    """How many of a class's ``available`` training pixels go to validation: the
+    rounded ``fraction``, leaving at least one for training."""
+    return max(min(int(round(fraction * available)), available - 1), 0)
 
 
 def _mask(indices, shape):

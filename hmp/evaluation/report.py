@@ -7,27 +7,45 @@ import numpy as np
 from hmp.evaluation import maps
 
 
-def score_table(scores, class_names, leakage=None):
-    """Per-class precision, recall (the class's accuracy) and F1, then OA, AA, kappa and,
-    when given, the split's leakage (see :func:`hmp.data.split_leakage`), as text lines."""
-    lines = ["%-28s %9s %9s %9s" % ("class", "precision", "recall", "F1")]
-    for name, precision, recall, f1 in zip(class_names, scores.per_class_precision,
-                                           scores.per_class_accuracy, scores.per_class_f1):
-        lines.append("%-28s %9.2f %9.2f %9.2f" % (name[:28], 100 * precision, 100 * recall,
-                                                  100 * f1))
-    lines += ["-" * 58,
+def score_table(scores, class_names, leakage=None, train_counts=None):
+    """Per-class test pixels, precision, recall (the class's accuracy) and F1, then OA, AA,
+    kappa and, when given, the split's leakage (see :func:`hmp.data.split_leakage`), as
+    text lines. ``train_counts``: each class's training pixels, shown in a column of
+    their own (a class of a few pixels stands out), and a last line naming the classes
+    trained on but never found among the test pixels (recall 0)."""
+    tested = np.asarray(scores.confusion).sum(axis=1)
+    counts = [tested] if train_counts is None else [train_counts, tested]
+    columns = "%-28s" + " %6s" * len(counts)
+    lines = [(columns + " %9s %9s %9s") % (
+        "class", *("train", "test")[-len(counts):], "precision", "recall", "F1")]
+    for k, (name, precision, recall, f1) in enumerate(zip(
+            class_names, scores.per_class_precision, scores.per_class_accuracy,
+            scores.per_class_f1)):
+        lines.append((columns + " %9.2f %9.2f %9.2f") % (
+            name[:28], *(int(count[k]) for count in counts), 100 * precision, 100 * recall,
+            100 * f1))
+    lines += ["-" * len(lines[0]),
               "%-28s %9.2f" % ("overall accuracy (OA)", 100 * scores.overall_accuracy),
               "%-28s %9.2f" % ("average accuracy (AA)", 100 * scores.average_accuracy),
               "%-28s %9.4f" % ("kappa", scores.kappa)]
     if leakage is not None:
         lines.append("%-28s %9.2f  (test pixels with a training pixel in their patch)"
                      % ("leakage (%)", 100 * leakage))
+    missed = [] if train_counts is None else [
+        k for k, recall in enumerate(scores.per_class_accuracy) if train_counts[k] and recall == 0]
+    if missed:
+        lines.append("recall 0 (trained on, never found among the test pixels): " + ", ".join(
+            "%s (%d training pixels)" % (class_names[k], train_counts[k]) for k in missed))
     return "\n".join(lines)
 
 
-def scores_dict(scores, class_names):
+def scores_dict(scores, class_names, train_counts=None):
+    """The scores as results.json holds them, by class name; ``train_counts``: each class's
+    training pixels, kept as ``per_class_train_pixels``."""
     def per_class(values):
         return {name: float(v) for name, v in zip(class_names, values)}
+    trained = {} if train_counts is None else {"per_class_train_pixels": {
+        name: int(n) for name, n in zip(class_names, train_counts)}}
     return {"overall_accuracy": scores.overall_accuracy,
             "average_accuracy": scores.average_accuracy,
             "kappa": scores.kappa,
@@ -35,6 +53,7 @@ def scores_dict(scores, class_names):
             "per_class_precision": per_class(scores.per_class_precision),
             "per_class_recall": per_class(scores.per_class_accuracy),
             "per_class_f1": per_class(scores.per_class_f1),
+            **trained,
             "confusion_matrix": np.asarray(scores.confusion).tolist()}
 
 

@@ -26,8 +26,8 @@ import time
 
 import tensorflow.compat.v1 as tf
 
+from hmp.graph.from_graph import model_width
 from hmp.planning.costmodel import TRAIN_FLOPS_FACTOR
-from hmp.run.from_graph import model_width
 
 
 def half_width(config):

@@ -39,12 +39,12 @@ import time
 
 import numpy as np
 
+from hmp.graph.from_graph import model_spec, model_width
+from hmp.graph.graph import TrainingGraph
+from hmp.graph.graph_config import Placement, Recipe
 from hmp.measure import calibration
 from hmp.measure.linkprobe import measure_link, with_hosts
 from hmp.planning import DeviceSpec, costmodel, parse_mesh, plan_layout
-from hmp.run.from_graph import model_spec, model_width
-from hmp.run.graph import TrainingGraph
-from hmp.run.graph_config import Placement, Recipe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +121,7 @@ def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None
     """Times the model's training step alone on each device.
 
     Args:
-      config: an ``hmp.run.graph_config.ModelConfig``.
+      config: an ``hmp.graph.graph_config.ModelConfig``.
       devices: TensorFlow device strings ("/cpu:1", "/gpu:0",
         "/job:worker/task:1/device:CPU:0", ...).
       batch_size: samples per step.
@@ -136,7 +136,7 @@ def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None
       op_size: also time the step at half width and the element-wise work, for
         ``half_rate_flops`` and ``elementwise_s_per_element`` (what model splits
         need; ``hmp.measure.calibration``).
-      recipe: the run's ``hmp.run.graph_config.Recipe`` (its augmentation and in-graph
+      recipe: the run's ``hmp.graph.graph_config.Recipe`` (its augmentation and in-graph
         projection are part of the step); default: the model alone.
 
     Returns:

@@ -74,7 +74,7 @@ class LocalOperation(mtf.Operation):
         dimensions of a convolution; lowering refuses a layout that splits one.
       name: operation name.
       output_dtype: dtype of the result (default: the first input's).
-      kind: what the op computes, for work accounting (``hmp.run.workload``):
+      kind: what the op computes, for work accounting (``hmp.graph.workload``):
         "conv2d" or "conv3d" (inputs [x, filter]), "pool", or None.
       window: elements of a pool's window (1 otherwise).
     """

@@ -12,7 +12,7 @@ see ../shared/BACKGROUND.md) scales each variable's step by its weight-to-gradie
 ratio; the norms are over the whole tensor, so a split variable gets exactly
 the single-device step.
 
-Under mixed precision (``hmp.run.graph_config.PRECISIONS``) a variable is read in a low
+Under mixed precision (``hmp.graph.graph_config.PRECISIONS``) a variable is read in a low
 precision (its ``activation_dtype``) but kept, updated and checkpointed in float32,
 and the training step hands every optimizer float32 gradients
 (``hmp.mesh.train_step``). Slots are float32 (``slot_dtype``); where an update needs

@@ -11,7 +11,7 @@ every update starts only after the whole backward pass has finished.
 The gradient sums over the batch axis run as one all-reduce per step
 (``hmp.mesh.bucketing``), not one per weight tensor.
 
-Mixed precision (``hmp.run.graph_config.PRECISIONS``). A variable computed in a low precision
+Mixed precision (``hmp.graph.graph_config.PRECISIONS``). A variable computed in a low precision
 (``mtf.VariableDType``: float32 master and slices, bfloat16 or float16 activation) gets
 its gradient in that precision; the step sums it in float32 (the variable's slice
 dtype: one rounding fewer than a low-precision sum, and still one all-reduce a step),

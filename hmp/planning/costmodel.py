@@ -103,7 +103,7 @@ bursts), and whoever comes first waits. ``LinkSpec.barrier_s`` prices that wait 
 barrier (``barriers``); the profiler measures it in a data split of the model's own
 step (``hmp.measure.speeds.measure_platform``).
 
-Input. The scene is loaded onto the devices once (``hmp.run.scene_input``); with
+Input. The scene is loaded onto the devices once (``hmp.graph.scene_input``); with
 ``link.feed`` (the client's link to the first device's host) a step feeds
 every sample's pixel index and label there (``FED_BYTES_PER_SAMPLE``), and
 every other host receives those of the samples its devices need (its batch
@@ -628,7 +628,7 @@ def _batch_axis_time(model_spec, mesh, fractions, link, hosts):
 def feed_time(batch_rows, hosts, link):
     """Feeding the batch: to the first device's host over ``link.feed``, then to the others.
 
-    The scene lives on the devices (``hmp.run.scene_input``): a step feeds every
+    The scene lives on the devices (``hmp.graph.scene_input``): a step feeds every
     sample's int32 pixel index and int32 label once, and each other host then
     receives those of the samples its devices compute (its batch rows; a
     row's model columns share them) over ``link`` under load, one host after

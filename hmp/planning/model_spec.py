@@ -13,9 +13,9 @@ over the ``model`` axis and how:
 
 The helpers build specs from shapes so that users (a platform of their own
 model, ``scripts/bench_planner.py``) and tests need not count FLOPs by hand (the
-trainer reads its specs off the model's graph, ``hmp.run.from_graph``); the
+trainer reads its specs off the model's graph, ``hmp.graph.from_graph``); the
 sizes and FLOPs are ``hmp.layer_math``'s, the rules the engine and
-``hmp.run.workload`` use. FLOPs count a multiply-add as 2.
+``hmp.graph.workload`` use. FLOPs count a multiply-add as 2.
 """
 
 import dataclasses
@@ -86,7 +86,7 @@ class ModelSpec:
     # there. Local statistics make no such all-reduce and are not counted.
     norm_layers: int = 0
     # Bytes of an activation element and of its gradient: 4 (float32), 2 under mixed
-    # precision (``hmp.run.graph_config.PRECISIONS``); weights, slots and the gradient sum
+    # precision (``hmp.graph.graph_config.PRECISIONS``); weights, slots and the gradient sum
     # stay float32 (``hmp.planning.costmodel``).
     activation_bytes: int = 4
 

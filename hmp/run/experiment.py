@@ -36,6 +36,7 @@ class DataConfig:
     train_set: str = None   # label-map files of a given split (both, or neither)
     test_set: str = None
     val_fraction: float = 0.0   # share of each class's training pixels held out to validate
+    val_split: str = "random"   # how (VAL_SPLITS): random, spatial, or auto (as the split)
 
 
 @dataclasses.dataclass
@@ -52,8 +53,19 @@ class Experiment:
     val: data.PatchDataset = None   # held out of ``split.train``; None without validation
 
     @property
+    def guard_dropped(self):
+        """Training pixels of the split left out of both training and validation: the
+        guard band of a spatial validation share (0 for a random one)."""
+        return len(self.split.train) - len(self.train) - (len(self.val) if self.val else 0)
+
+    @property
     def n_classes(self):
         return len(self.scene.class_names)
+
+    @property
+    def train_counts(self):
+        """The training pixels of each class [n_classes] (validation pixels not counted)."""
+        return np.bincount(self.train.class_ids, minlength=self.n_classes)
 
     @property
     def bands(self):
@@ -62,13 +74,14 @@ class Experiment:
     @functools.cached_property
     def all_bands(self):
         """The scaled cube with all its bands, before the PCA (a ``PatchExtractor``): the
-        scene of a graph that projects the patches itself (``hmp.run.projection``)."""
+        scene of a graph that projects the patches itself (``hmp.graph.projection``)."""
         cube = self.preprocessor.scaler.transform(self.scene.cube)
         cube[mask_nodata(self.scene)] = 0.0   # as in prepare
         return data.PatchExtractor(cube, self.train.extractor.patch_size)
 
 
 SPLITS = ("random", "disjoint")
+VAL_SPLITS = ("random", "spatial", "auto")
 
 
 def prepare(config, split=None):
@@ -77,9 +90,10 @@ def prepare(config, split=None):
     ``split``: a saved :class:`hmp.data.Split` (e.g. from :func:`load`) to use
     instead of the one ``config`` describes; it must fit the scene's shape.
     """
-    if config.split not in SPLITS:
-        raise InvalidInput("split %r is not known; choose one of %s"
-                         % (config.split, ", ".join(SPLITS)))
+    for kind, known in ((config.split, SPLITS), (config.val_split, VAL_SPLITS)):
+        if kind not in known:
+            raise InvalidInput("split %r is not known; choose one of %s"
+                               % (kind, ", ".join(known)))
     data.check_patch_size(config.patch_size)
     scene = load_scene(config)
     nodata = mask_nodata(scene)
@@ -94,8 +108,7 @@ def prepare(config, split=None):
     cube[nodata] = 0.0   # the training pixels' mean: no NaN reaches a neighbour's patch
     extractor = data.PatchExtractor(cube, config.patch_size)
     labelled = np.flatnonzero(scene.labels.ravel() > 0)
-    train, val = data.validation_split(scene.labels, split.train, config.val_fraction,
-                                       seed=config.seed)
+    train, val = _validation(scene.labels, split.train, config)
     return Experiment(scene, split,
                       data.PatchDataset(extractor, scene.labels, train),
                       data.PatchDataset(extractor, scene.labels, split.test),
@@ -164,6 +177,45 @@ def mask_nodata(scene):
         raise InvalidInput(f"scene {scene.name!r}: every pixel holds NaN or infinite values")
     scene.labels[nodata] = 0
     return nodata
+
+
+def validation_kind(config):
+    """How ``config``'s validation share is held out of the training pixels:
+    ``config.val_split``, where "auto" mirrors how the test pixels are held out:
+    "spatial" (blocks apart from training by the patch radius,
+    :func:`hmp.data.spatial_validation_split`) for a disjoint split or a given training
+    set, "random" (:func:`hmp.data.validation_split`) for a random split, whose test
+    pixels lie among the training pixels too."""
+    if config.val_split != "auto":
+        return config.val_split
+    return "spatial" if config.split == "disjoint" or config.train_set else "random"
+
+
+def describe_validation(exp, config):
+    """The line that says what ``exp``'s validation share is and what it cost training;
+    None without one asked (``config.val_fraction`` 0)."""
+    if not config.val_fraction:
+        return None
+    if exp.val is None:
+        return ("validation: none (no class can spare a validation pixel at val_fraction=%g):"
+                " the last epoch's weights classify" % config.val_fraction)
+    classes = len(np.unique(exp.val.class_ids))
+    if validation_kind(config) == "random":
+        return ("validation: %d pixels of %d classes, drawn at random from the training "
+                "pixels" % (len(exp.val), classes))
+    return ("validation: %d pixels of %d classes, blocks at one end of each class's training "
+            "pixels; the %d training pixels within %d pixels of them dropped, so that no "
+            "validation pixel lies in a training patch (as the disjoint split keeps its test "
+            "pixels)" % (len(exp.val), classes, exp.guard_dropped, config.patch_size // 2))
+
+
+def _validation(labels, train, config):
+    """(training, validation) flat indices: ``config.val_fraction`` of ``train`` held out
+    as :func:`validation_kind` says."""
+    if validation_kind(config) == "spatial":
+        return data.spatial_validation_split(labels, train, config.val_fraction,
+                                             config.patch_size)
+    return data.validation_split(labels, train, config.val_fraction, seed=config.seed)
 
 
 def _split(labels, config):

@@ -24,11 +24,11 @@ import tempfile
 
 import tensorflow.compat.v1 as tf
 
+from hmp.graph.augment import SYMMETRIES, symmetries
+from hmp.graph.graph import build_logits_graph, imported
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
 from hmp.run import fitted_preprocessing
-from hmp.run.augment import SYMMETRIES, symmetries
-from hmp.run.graph import build_logits_graph, imported
 from hmp.run.inference import restore_weights
 
 SIGNATURE = "serving_default"

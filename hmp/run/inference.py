@@ -27,15 +27,15 @@ from hmp.data.formats import open_raster
 from hmp.data.raster import ArrayRaster, check_wavelengths
 from hmp.data.tiles import padded_tile, tile_rows, tile_shape
 from hmp.errors import InvalidInput
+from hmp.graph.augment import symmetry_probabilities
+from hmp.graph.graph import build_logits_graph
+from hmp.graph.graph_config import ModelConfig, Placement
+from hmp.graph.scene_input import SceneCubes, patches_around
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
 from hmp.planning import apportion
 from hmp.run import experiment, fitted_preprocessing, runs
-from hmp.run.augment import symmetry_probabilities
-from hmp.run.graph import build_logits_graph
-from hmp.run.graph_config import ModelConfig, Placement
 from hmp.run.progress import rate_and_eta
-from hmp.run.scene_input import SceneCubes, patches_around
 from hmp.run.settings import FLAG_FIELDS
 from hmp.run.trainer import BestEpoch
 
@@ -198,7 +198,7 @@ class Classifier:
     """``run``'s model restored on ``devices`` in a session of its own, for padded cubes of
     one image shape (a scene's, or a tile's): ``with Classifier(...) as c:
     c.probabilities(padded)``. With ``tta``, probabilities are the mean over the 8
-    symmetries of each patch (``hmp.run.augment.symmetry_probabilities``)."""
+    symmetries of each patch (``hmp.graph.augment.symmetry_probabilities``)."""
 
     def __init__(self, run, devices, batch_size, image_shape, session_config=None, tta=False):
         self.batch_size, self.tta = batch_size, tta

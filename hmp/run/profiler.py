@@ -18,7 +18,7 @@ import time
 
 import tensorflow.compat.v1 as tf
 
-from hmp.run.graph import LATER_STEP_SCOPE
+from hmp.graph.graph import LATER_STEP_SCOPE
 
 # Op types whose recorded interval includes waiting for another device.
 TRANSFER_OPS = ("_Send", "_Recv", "_HostSend", "_HostRecv")
@@ -178,7 +178,7 @@ _INPUT_OPS = ("scene_cube", "pixel_indices", "labels", "training", "symmetry",
 _UNIQUE_SUFFIX = re.compile(r"_\d+$")
 
 
-# A later step's name scope (``hmp.run.graph.LATER_STEP_SCOPE``), before its operations'
+# A later step's name scope (``hmp.graph.graph.LATER_STEP_SCOPE``), before its operations'
 _LATER_STEP = re.compile("^" + LATER_STEP_SCOPE.replace("%d", r"\d+") + "/")
 
 

@@ -14,7 +14,8 @@ from hmp.run.settings import DEFAULT
 
 # The data settings a resumed run must share with its first invocation (data.json).
 RESUMED_DATA = ("dataset", "synthetic_layout", "synthetic_kind", "patch_size", "pca",
-                "train_fraction", "train_per_class", "split", "seed", "val_fraction")
+                "train_fraction", "train_per_class", "split", "seed", "val_fraction",
+                "val_split")
 
 
 def seed_dirs(folder, model_dir, seeds):

@@ -1,6 +1,7 @@
 """A trained seed scored: the weights that score it (its best epoch's, else the last:
 :class:`hmp.run.trainer.BestEpoch`), every labelled pixel classified (each in the 8
-symmetries of the square with ``--tta``), the test pixels' scores printed, and the
+symmetries of the square with ``--tta``), the test pixels' scores printed (with each
+class's training pixels, and the classes trained on but never found), and the
 class map saved as pictures and events.
 """
 
@@ -30,14 +31,15 @@ def scores(exp, variants, leakage, tta):
     those of the patches as they are ({"test_without_tta": ...}); prints both.
     Returns (class map, scores, that dict)."""
     predicted_map, scored = _classified(exp, variants.mean(axis=0))
-    print(report.score_table(scored, exp.scene.class_names, leakage))
+    print(report.score_table(scored, exp.scene.class_names, leakage, exp.train_counts))
     if not tta:
         return predicted_map, scored, {}
     _, plain = _classified(exp, variants[0])
     print("without --tta (the patches as they are): OA %.2f, AA %.2f, kappa %.4f"
           % (100 * plain.overall_accuracy, 100 * plain.average_accuracy, plain.kappa))
     return predicted_map, scored, {
-        "test_without_tta": report.scores_dict(plain, exp.scene.class_names)}
+        "test_without_tta": report.scores_dict(plain, exp.scene.class_names,
+                                               exp.train_counts)}
 
 
 def _classified(exp, probabilities):

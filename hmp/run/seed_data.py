@@ -1,5 +1,6 @@
 """One seed's data: the scene loaded, split and preprocessed (``hmp.run.experiment``)
-for that seed, with its split's leakage, said in a few lines before any training.
+for that seed, with its split's leakage and its validation share, said in a few lines
+before any training.
 ``--pca`` not given: the model's ``RECIPE`` value (``hmp.run.settings.model_recipe``).
 """
 
@@ -35,6 +36,9 @@ def load_experiment(settings, get_model, seed):
              len(exp.train), len(exp.test)), flush=True)
     print("split: %s; leakage %.1f%% (test pixels with a training pixel in their %dx%d "
           "patch)" % (exp.split.description, 100 * leakage, patch, patch), flush=True)
+    validation = experiment.describe_validation(exp, data_config)
+    if validation:
+        print(validation, flush=True)
     if exp.nodata_pixels:
         print(experiment.nodata_summary(exp.nodata_pixels, exp.scene.raster), flush=True)
     return exp, leakage, data_config

@@ -16,11 +16,12 @@ import time
 
 from hmp import cli, files
 from hmp.evaluation import report
-from hmp.run import events, experiment, fitted_preprocessing, runs, scene_input, scoring
+from hmp.graph import scene_input
+from hmp.graph.from_graph import model_spec
+from hmp.graph.graph import TrainingGraph
+from hmp.graph.graph_config import ModelConfig, Placement
+from hmp.run import events, experiment, fitted_preprocessing, runs, scoring
 from hmp.run.epoch_loop import EpochLoop
-from hmp.run.from_graph import model_spec
-from hmp.run.graph import TrainingGraph
-from hmp.run.graph_config import ModelConfig, Placement
 from hmp.run.plan_choice import alone_trial, check_memory, choose_plan, memory_caps
 from hmp.run.progress import ProgressLine
 from hmp.run.resume import check_same_data, resumes
@@ -134,7 +135,10 @@ def train_seed(shared, model_dir, seed):
                "nodata_pixels": exp.nodata_pixels,
                "split": exp.split.description,
                "leakage": leakage,
-               "test": report.scores_dict(scored, exp.scene.class_names),
+               "validation": {"kind": experiment.validation_kind(data_config),
+                              "pixels": len(exp.val) if exp.val else 0,
+                              "guard_dropped": exp.guard_dropped},
+               "test": report.scores_dict(scored, exp.scene.class_names, exp.train_counts),
                **paired,
                "pictures": list(pictures),
                "seconds": time.time() - started}

@@ -24,7 +24,7 @@ from hmp.data.splits import check_train_fraction
 from hmp.data.synthetic import GENERATED_LAYOUT, KINDS, LAYOUTS
 from hmp.errors import InvalidInput, whole_number
 from hmp.planning import parse_mesh
-from hmp.run.experiment import SPLITS, DataConfig
+from hmp.run.experiment import SPLITS, VAL_SPLITS, DataConfig
 from hmp.run.progress import DEFAULT_LOG_EVERY_S
 
 AUTO = "auto"   # --spectral_shift and --spectral_gain measured on the scene
@@ -38,7 +38,7 @@ class ModelSettings:
     name: str = "hybridsn"
     width: int = 0   # filters of its first layer; 0: the model's default
     batch_norm: str = "sync"   # hmp.layers.BATCH_STATISTICS
-    precision: str = "float32"   # hmp.run.graph_config.PRECISIONS
+    precision: str = "float32"   # hmp.graph.graph_config.PRECISIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +61,7 @@ class RecipeSettings:
     spectral_gain: str = AUTO
     pca_in_graph: bool = True
     tta: bool = True
-    class_balanced: bool = False
+    class_balanced: str = "sqrt"   # hmp.run.training_recipe.CLASS_BALANCING
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +76,7 @@ class PlacementSettings:
     rebalance: str = "off"
     try_alone: bool = True
     rebalance_threshold: float = 0.1
-    # training steps per session.run (hmp.run.graph.TrainingGraph.steps_per_run)
+    # training steps per session.run (hmp.graph.graph.TrainingGraph.steps_per_run)
     steps_per_run: int = 1
     cluster: str = None
     cluster_timeout: float = 60.0   # hmp.cluster.runtime.DEFAULT_TIMEOUT_S (a test checks)
@@ -112,6 +112,7 @@ FLAG_FIELDS = {
     **{name: ("recipe", name) for name in ("batch_size", "epochs", "optimizer",
                                            "learning_rate")},
     "runs": ("folder", "runs"), "val_fraction": ("data", "val_fraction"),
+    "val_split": ("data", "val_split"),
     **{name: ("recipe", name) for name in (
         "patience", "schedule", "warmup_epochs", "weight_decay", "augment", "brightness",
         "noise", "spectral_shift", "spectral_gain", "pca_in_graph", "tta",
@@ -219,14 +220,15 @@ class Settings:
         what is allowed) for a value not allowed; ``get_model``: the application's
         model lookup (``models.get_model``)."""
         # imported here: these names load TensorFlow  # pylint: disable=import-outside-toplevel
+        from hmp.graph.graph_config import PRECISIONS
         from hmp.layers import BATCH_STATISTICS
         from hmp.mesh.optimizers import OPTIMIZERS, SCHEDULES
-        from hmp.run.graph_config import PRECISIONS
+        from hmp.run.training_recipe import CLASS_BALANCING
         self.check_data()
         with self.blame("model"):
             get_model(self.model.name)
         for name, allowed in (("batch_norm", BATCH_STATISTICS), ("precision", PRECISIONS),
-                              ("optimizer", OPTIMIZERS)):
+                              ("optimizer", OPTIMIZERS), ("class_balanced", CLASS_BALANCING)):
             if self.value(name) not in allowed:
                 raise cli.UsageError("--%s=%s: choose one of %s"
                                      % (name, self.value(name), ", ".join(allowed)))
@@ -249,6 +251,9 @@ class Settings:
         if not 0 <= self.data.val_fraction < 1:
             raise cli.UsageError("--val_fraction=%g: must lie in [0, 1)"
                                  % self.data.val_fraction)
+        if self.data.val_split not in VAL_SPLITS:
+            raise cli.UsageError("--val_split=%s: choose one of %s"
+                                 % (self.data.val_split, ", ".join(VAL_SPLITS)))
         for name in ("spectral_shift", "spectral_gain"):
             self.field_look_strength(name)
         for name in ("patience", "warmup_epochs", "weight_decay", "brightness", "noise",

@@ -17,8 +17,8 @@ import tensorflow.compat.v1 as tf
 
 from hmp.cli import TrainingError   # defined in cli; callers may use hmp.run.trainer.TrainingError
 from hmp.errors import InvalidInput
+from hmp.graph.augment import SYMMETRIES, symmetry_probabilities
 from hmp.run import events
-from hmp.run.augment import SYMMETRIES, symmetry_probabilities
 from hmp.run.profiler import run_traced
 from hmp.run.progress import rate_and_eta
 
@@ -26,7 +26,7 @@ from hmp.run.progress import rate_and_eta
 # Steps of an epoch traced for the devices' busy times (``traced_steps``).
 TRACED_STEPS = 3
 # Steps between two reads of the loss and accuracy, which the devices keep summing
-# (``hmp.run.graph.DeviceMetrics``); also read at the epoch's end and before a checkpoint.
+# (``hmp.graph.graph.DeviceMetrics``); also read at the epoch's end and before a checkpoint.
 METRICS_EVERY = 20
 
 
@@ -353,7 +353,7 @@ class Trainer:
 
     def _read_metrics(self, step, epoch):
         """(sum of the steps' mean losses, samples classified right) over the epoch's
-        steps so far, read off the devices (``hmp.run.graph.DeviceMetrics``); a
+        steps so far, read off the devices (``hmp.graph.graph.DeviceMetrics``); a
         loss that is no longer finite stops the run before anything is saved."""
         loss_sum, correct = self.graph.metrics.read(self.session)
         if not math.isfinite(loss_sum):
@@ -382,7 +382,7 @@ class Trainer:
     def probabilities(self, dataset, tta=False):
         """Class probabilities [variants, pixels, classes] of every pixel of ``dataset``, in
         its order: of its patch as it is and, with ``tta``, in each other symmetry of the
-        square (``hmp.run.augment.symmetry_probabilities``)."""
+        square (``hmp.graph.augment.symmetry_probabilities``)."""
         self.graph.average_replicas(self.session)
         variants = []
         labels = np.zeros(self.batch_size, np.int32)

@@ -22,10 +22,10 @@ from cli_batch import run_batch
 from hmp.cluster.runtime import (Cluster, WorkerUnavailable, free_loopback_ports, local_cluster,
                                  parse_cpus)
 from hmp.errors import InvalidInput
+from hmp.graph.graph import TrainingGraph
+from hmp.graph.graph_config import Placement
 from hmp.hosts import is_hierarchical
 from hmp.measure.speeds import random_batch
-from hmp.run.graph import TrainingGraph
-from hmp.run.graph_config import Placement
 from models import model_config
 
 CONFIG = model_config("cnn2d", patch=5, bands=6, n_classes=4, width=4)

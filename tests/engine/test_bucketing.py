@@ -5,11 +5,11 @@ import tensorflow.compat.v1 as tf
 
 import harness
 from hmp.compat import import_mesh_tensorflow
+from hmp.graph.graph import TrainingGraph
+from hmp.graph.graph_config import Placement
 from hmp.mesh.bucketing import reduce_together
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
-from hmp.run.graph import TrainingGraph
-from hmp.run.graph_config import Placement
 from models import model_config
 
 mtf = import_mesh_tensorflow()

@@ -141,9 +141,9 @@ def test_a_trainers_replicas_agree_on_their_moving_statistics_once_saved(tmp_pat
     """A training epoch with local statistics on an uneven batch split: the replicas'
     copies of the moving statistics differ while training and agree after the epoch's
     checkpoint, each at the samples-weighted mean of the copies before."""
+    from hmp.graph.graph import TrainingGraph
+    from hmp.graph.graph_config import Placement
     from hmp.run import experiment
-    from hmp.run.graph import TrainingGraph
-    from hmp.run.graph_config import Placement
     from hmp.run.trainer import Trainer
     from models import model_config
     exp = experiment.prepare(experiment.DataConfig(patch_size=5, train_fraction=0.05, pca=8,

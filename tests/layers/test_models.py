@@ -6,11 +6,11 @@ import pytest
 
 import harness
 import models
+from hmp.graph.from_graph import model_spec
+from hmp.graph.graph import TrainingGraph
+from hmp.graph.graph_config import Placement
 from hmp.measure.speeds import random_batch
 from hmp.planning import plan_layout
-from hmp.run.from_graph import model_spec
-from hmp.run.graph import TrainingGraph
-from hmp.run.graph_config import Placement
 
 DEVICES = ["/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3"]
 SESSION = harness.session_config()

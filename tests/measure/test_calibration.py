@@ -3,8 +3,8 @@ slope, the half width (measured on virtual CPUs: tests/measure/test_speeds.py)."
 
 import pytest
 
+from hmp.graph.from_graph import model_spec
 from hmp.measure import calibration
-from hmp.run.from_graph import model_spec
 from models import model_config
 
 # (forward FLOPs, activation elements, layer ops with FLOPs) per sample at two widths.

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from hmp.graph.from_graph import model_spec
+from hmp.graph.graph_config import Augmentation, Projection, Recipe
 from hmp.measure.speeds import (DeviceStep, SplitStep, affine_fit, barrier_wait,
                                 measure_platform, measure_speeds, relative_speeds,
                                 small_batch)
 from hmp.planning import plan_layout
 from hmp.planning.costmodel import alone_flops_per_s
-from hmp.run.from_graph import model_spec
-from hmp.run.graph_config import Augmentation, Projection, Recipe
 from models import model_config
 
 # patch 5, 4 bands, 3 classes, width 2: filters 4, channels 2, hidden 8.

@@ -25,9 +25,9 @@ from hmp.data import PatchDataset, PatchExtractor
 from hmp.errors import InvalidInput
 from hmp.evaluation.maps import LEGEND_ROW, class_colors
 from hmp.evaluation.metrics import evaluate
+from hmp.graph.graph import TrainingGraph
+from hmp.graph.graph_config import Placement
 from hmp.run import experiment, export, inference
-from hmp.run.graph import TrainingGraph
-from hmp.run.graph_config import Placement
 from hmp.run.trainer import Trainer
 from models import get_model, model_config
 

@@ -7,9 +7,9 @@ import pytest
 
 from cli_batch import run_batch
 from hmp.checklist import Check, report, run_checks
+from hmp.graph.from_graph import model_spec
 from hmp.measure.devices import default_devices
 from hmp.planning import plan_layout
-from hmp.run.from_graph import model_spec
 from models import model_config
 
 CHECKS = ("devices", "split", "float32", "plan", "train", "repeat")

@@ -12,10 +12,10 @@ import pytest
 from cli_batch import run_batch
 from hmp import planning
 from hmp.errors import InvalidInput
+from hmp.graph.from_graph import model_spec
+from hmp.graph.scene_input import cube_bytes
 from hmp.measure.devices import parse_memory_caps
 from hmp.planning.plan import format_bytes
-from hmp.run.from_graph import model_spec
-from hmp.run.scene_input import cube_bytes
 from models import model_config
 
 # cnn2d at width 4 on conftest's small scene (5x5 patches of 100 bands, 10 classes)

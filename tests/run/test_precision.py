@@ -23,15 +23,15 @@ import tensorflow.compat.v1 as tf
 
 import harness
 from cli_batch import run_batch
+from hmp.graph.from_graph import model_spec
+from hmp.graph.graph import TrainingGraph
+from hmp.graph.graph_config import PRECISIONS, Placement
+from hmp.graph.workload import layer_ops
 from hmp.mesh.optimizers import make_optimizer
 from hmp.planning import (DeviceSpec, LinkSpec, ModelSpec, conv_layer_spec, dense_layer_spec,
                           memory_bytes, parse_mesh, predict)
-from hmp.run.from_graph import model_spec
 from hmp.run import experiment, inference
-from hmp.run.graph import TrainingGraph
-from hmp.run.graph_config import PRECISIONS, Placement
 from hmp.run.trainer import Trainer
-from hmp.run.workload import layer_ops
 from models import get_model, model_config
 
 EPS = {"mixed_bfloat16": 2.0 ** -8, "mixed_float16": 2.0 ** -10}

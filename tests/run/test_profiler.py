@@ -3,10 +3,10 @@
 import pytest
 import tensorflow.compat.v1 as tf
 
+from hmp.graph.graph import TrainingGraph
+from hmp.graph.graph_config import Placement
 from hmp.measure.speeds import random_batch
 from hmp.run import profiler
-from hmp.run.graph import TrainingGraph
-from hmp.run.graph_config import Placement
 from hmp.run.profiler import busy_times, run_traced
 from models import model_config
 

@@ -20,9 +20,9 @@ import harness
 from hmp import cli, files
 from hmp.data import load_scene_files, read_array
 from hmp.errors import InvalidInput
+from hmp.graph.graph import TrainingGraph
+from hmp.graph.graph_config import Placement
 from hmp.run import experiment, runs
-from hmp.run.graph import TrainingGraph
-from hmp.run.graph_config import Placement
 from hmp.run.progress import ProgressLine
 from hmp.run.trainer import EpochStats, Stopped, Trainer, traced_steps
 from models import model_config

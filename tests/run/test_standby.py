@@ -7,9 +7,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import harness
+from hmp.graph.graph import TrainingGraph
+from hmp.graph.graph_config import Placement
 from hmp.run import experiment
-from hmp.run.graph import TrainingGraph
-from hmp.run.graph_config import Placement
 from hmp.run.standby import Standby
 from hmp.run.trainer import Trainer
 from models import model_config

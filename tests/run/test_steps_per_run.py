@@ -7,9 +7,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import harness
+from hmp.graph.graph import TrainingGraph
+from hmp.graph.graph_config import Augmentation, Placement, Recipe
 from hmp.run import experiment
-from hmp.run.graph import TrainingGraph
-from hmp.run.graph_config import Augmentation, Placement, Recipe
 from hmp.run.trainer import Stopped, Trainer, block_size, passes, traced_steps
 from models import model_config
 

@@ -13,8 +13,8 @@ import harness
 from hmp.data import ArrayRaster, Scene
 from hmp.data.tiles import Tile, padded_tile, tile_rows, tile_shape
 from hmp.errors import InvalidInput
+from hmp.graph.scene_input import check_cube_fits
 from hmp.run import experiment, inference
-from hmp.run.scene_input import check_cube_fits
 from models import get_model
 
 

@@ -10,9 +10,9 @@ import pytest
 
 import harness
 from hmp.evaluation.metrics import evaluate
+from hmp.graph.graph import TrainingGraph
+from hmp.graph.graph_config import Placement
 from hmp.run import experiment
-from hmp.run.graph import TrainingGraph
-from hmp.run.graph_config import Placement
 from hmp.run.trainer import Trainer
 from models import model_config
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cli_batch import run_batch_with_out
-from hmp.run.graph import build_model_graph, imported
+from hmp.graph.graph import build_model_graph, imported
 from hmp.run.profiler import MODEL, STEP_PARTS, TRANSFERS
 from models import model_config
 from script_modules import import_script

@@ -9,8 +9,8 @@ import pytest
 
 from cli_batch import Run, run_batch_with_out
 from hmp.errors import InvalidInput
+from hmp.graph.from_graph import model_spec
 from hmp.planning import Plan, plan_layout
-from hmp.run.from_graph import model_spec
 from models import model_config
 from script_modules import SCRIPTS
 

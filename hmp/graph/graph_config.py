@@ -3,9 +3,9 @@
 The model and its input (:class:`ModelConfig`), the precision it computes in
 (:data:`PRECISIONS`), where the graph runs (:class:`Placement`) and how it trains beyond
 its optimizer (:class:`Recipe`: its patch augmentation, :class:`Augmentation`, and the
-PCA done in the graph, :class:`Projection`). ``hmp.run.graph`` builds the graph from
-them (the TensorFlow side: ``hmp.run.augment``, ``hmp.run.projection``,
-``hmp.run.graph.model_logits``); the application's model registry (``models``), the
+PCA done in the graph, :class:`Projection`). ``hmp.graph.graph`` builds the graph from
+them (the TensorFlow side: ``hmp.graph.augment``, ``hmp.graph.projection``,
+``hmp.graph.graph.model_logits``); the application's model registry (``models``), the
 settings and the programs' flags use them without loading TensorFlow
 (``tests/architecture/test_layering.py``).
 """
@@ -19,7 +19,7 @@ import numpy as np
 class Precision:
     """How a model computes (``--precision``): ``dtype``, the name of the TensorFlow dtype
     of its activations, their gradients and its weights as the layers read them
-    (``hmp.run.graph.model_logits`` casts to it); its weights, optimizer slots and
+    (``hmp.graph.graph.model_logits`` casts to it); its weights, optimizer slots and
     checkpoints stay float32 (``hmp.layers``, ``hmp.mesh.optimizers``), and so do batch
     norm, the logits and the loss. ``loss_scale`` multiplies the loss before the
     backward pass (the float32 gradients are divided by it after their sum,
@@ -65,7 +65,7 @@ class ModelConfig:
     classes, width)`` and ``SPLIT_DIMS``. The application picks it by ``name``
     (``models.model_config``); the library never looks a model up. ``precision``
     (a name of ``PRECISIONS``) is the dtype it computes in: its patches are cast to it,
-    its logits back to float32 (``hmp.run.graph.model_logits``).
+    its logits back to float32 (``hmp.graph.graph.model_logits``).
     """
 
     name: str
@@ -91,14 +91,14 @@ class ModelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Augmentation:
-    """What to draw per sample (``hmp.run.augment``): ``flips`` (the 8 symmetries),
+    """What to draw per sample (``hmp.graph.augment``): ``flips`` (the 8 symmetries),
     ``brightness`` (a factor uniform in [1 - b, 1 + b]) and ``noise`` (the standard
     deviation of Gaussian noise added to every value of the standardised patch)."""
 
     flips: bool = True
     brightness: float = 0.0
     noise: float = 0.0
-    spectral_shift: float = 0.0   # bands; with spectral_gain: hmp.run.augment.field_look
+    spectral_shift: float = 0.0   # bands; with spectral_gain: hmp.graph.augment.field_look
     spectral_gain: float = 0.0
     band_offset: tuple = None     # raw = standardised * band_scale + band_offset
     band_scale: tuple = None
@@ -109,13 +109,13 @@ class Augmentation:
 
     @property
     def field_look(self):
-        """Whether the field look (``hmp.run.augment.field_look``) is drawn."""
+        """Whether the field look (``hmp.graph.augment.field_look``) is drawn."""
         return self.spectral_shift > 0 or self.spectral_gain > 0
 
 
 @dataclasses.dataclass(frozen=True)
 class Projection:
-    """A fitted PCA, done in the graph (``hmp.run.projection``): ``mean`` [raw bands] and
+    """A fitted PCA, done in the graph (``hmp.graph.projection``): ``mean`` [raw bands] and
     ``components`` [raw bands, k]."""
 
     mean: np.ndarray = dataclasses.field(compare=False)
@@ -139,10 +139,10 @@ class Recipe:
     (``hmp.mesh.optimizers.DEFAULT_WEIGHT_DECAY``); ``schedule``, ``warmup_steps``
     and ``total_steps``: the learning rate over the steps
     (``hmp.mesh.optimizers.learning_rate_at``); ``augmentation``: per-sample patch
-    augmentation (``hmp.run.augment``); ``class_weights``: one loss weight per
+    augmentation (``hmp.graph.augment``); ``class_weights``: one loss weight per
     class (None: all 1); ``projection``: the PCA done in the graph, after the
     augmentation, on patches cut from the scaled cube's bands
-    (``hmp.run.projection``), or None (the scene is the model's input cube).
+    (``hmp.graph.projection``), or None (the scene is the model's input cube).
     """
 
     weight_decay: float = None

@@ -1,7 +1,7 @@
 """A model's ``ModelSpec`` read off its Mesh-TF graph, so specs never drift from models.
 
 ``model_spec(config)`` builds the model's graph for one sample in a
-throwaway ``tf.Graph`` and turns every layer ``hmp.run.workload.layer_ops``
+throwaway ``tf.Graph`` and turns every layer ``hmp.graph.workload.layer_ops``
 finds into a ``LayerSpec``: FLOPs, parameters and outputs per sample from the
 graph's shapes, the split dim from the model's ``SPLIT_DIMS`` (``config.model``)
 and its role from where that dim occurs ("output" if the layer's output has it, "input" if
@@ -10,17 +10,17 @@ the bytes of its activations' dtype (``ModelSpec.activation_bytes``: 2 under mix
 precision).
 
 Unlike the rest of ``hmp.planning`` this module needs TensorFlow and Mesh-TF;
-import it explicitly (``from hmp.run.from_graph import model_spec``).
+import it explicitly (``from hmp.graph.from_graph import model_spec``).
 """
 
 import inspect
 
 import tensorflow.compat.v1 as tf
 
+from hmp.graph.graph import build_model_graph, imported
+from hmp.graph.workload import layer_ops
 from hmp.layers import BATCH_NORMS
 from hmp.planning.model_spec import LayerSpec, ModelSpec
-from hmp.run.graph import build_model_graph, imported
-from hmp.run.workload import layer_ops
 
 
 def model_width(config):
@@ -57,7 +57,7 @@ def _split(layer, split_dims):
 
 
 def model_spec(config):
-    """The ``ModelSpec`` of ``config`` (an ``hmp.run.graph_config.ModelConfig``), from its graph."""
+    """The ``ModelSpec`` of ``config`` (an ``hmp.graph.graph_config.ModelConfig``), from its graph."""
     with tf.Graph().as_default():
         tf.set_random_seed(0)   # never drawn; a seed lets it build under op determinism
         x = tf.placeholder(tf.float32, [1, config.patch, config.patch, config.bands])

@@ -31,7 +31,7 @@ def train(*args, model_dir=None, env=None, pythonpath=None):
 
 def readme_model_package(folder):
     """The README's example model as a user would save it: ``mymodels/small.py``."""
-    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
     block = readme.split("<!-- example:custom-model -->")[1].split("```python")[1]
     package = folder / "mymodels"
     package.mkdir()
@@ -41,9 +41,9 @@ def readme_model_package(folder):
 
 
 def plan_file(path, config, devices, speeds, batch_size, mesh):
-    """A plan JSON, as scripts/plan_layout.py writes it (tests/test_plan_layout_cli.py)."""
+    """A plan JSON, as scripts/plan_layout.py writes it (tests/scripts/test_plan_layout_cli.py)."""
+    from hmp.graph.from_graph import model_spec
     from hmp.planning import plan_layout
-    from hmp.run.from_graph import model_spec
     plan_layout(model_spec(config), devices, speeds, batch_size, mesh).to_json(path)
     return path
 
@@ -279,7 +279,7 @@ def test_a_model_that_fits_no_memory_is_refused_before_anything_is_written(cli_r
 
 def wide_hybridsn_spec():
     """The ModelSpec of hybridsn at width 1e6 on 9x9 patches of 45 bands, 10 classes."""
-    from hmp.run.from_graph import model_spec
+    from hmp.graph.from_graph import model_spec
     from models import model_config
     return model_spec(model_config("hybridsn", 9, 45, 10, 1000000))
 

@@ -1,5 +1,8 @@
 """Evaluation a reviewer can trust: a split's leakage, splits given as label maps, the
-split saved in the run folder, and the mean/std summary of several runs."""
+split saved in the run folder, the validation share held out as the split holds out its
+test pixels, the per-class score table, and the mean/std summary of several runs."""
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -8,6 +11,7 @@ from hmp import data
 from hmp.data import (disjoint_split, split_from_label_maps, split_leakage, stratified_split,
                       synthetic_scene, window_counts)
 from hmp.evaluation import report
+from hmp.evaluation.metrics import evaluate
 from hmp.run import experiment
 
 
@@ -116,3 +120,100 @@ def test_summary_of_runs_is_the_mean_and_sample_std():
     assert table[-2].split() == ["mean", "80.00", "76.67", "75.00"]
     assert table[-1].split() == ["std", "10.00", "15.28", "10.00"]
     assert report.summarise_runs(runs[:1])["kappa"]["std"] == 0.0
+
+
+@pytest.fixture(scope="module")
+def scene_files(labels, tmp_path_factory):
+    """(cube, labels) .npy files of a small synthetic scene on ``labels``."""
+    folder = tmp_path_factory.mktemp("scene")
+    scene = synthetic_scene(layout=labels, n_bands=6, seed=3)
+    np.save(folder / "cube.npy", scene.cube)
+    np.save(folder / "labels.npy", scene.labels)
+    return str(folder / "cube.npy"), str(folder / "labels.npy")
+
+
+def _chebyshev_gap(first, second, width):
+    """The smallest Chebyshev distance between two sets of flat pixel indices."""
+    (rows_a, cols_a), (rows_b, cols_b) = np.divmod(first, width), np.divmod(second, width)
+    return np.maximum(np.abs(rows_a[:, None] - rows_b[None]),
+                      np.abs(cols_a[:, None] - cols_b[None])).min()
+
+
+@pytest.mark.parametrize("split, val_split, kind", [
+    ("random", "auto", "random"), ("disjoint", "auto", "spatial"),
+    ("train_set", "auto", "spatial"), ("disjoint", "random", "random"),
+    ("random", "spatial", "spatial")])
+def test_the_validation_share_is_held_out_as_asked(split, val_split, kind, labels,
+                                                   scene_files, tmp_path):
+    """random: a random share (``validation_split``), some of it inside training patches;
+    spatial: apart from training by the patch radius (``spatial_validation_split``), the
+    pixels in between dropped and said; auto: spatial for a disjoint split or a given
+    training set, random for a random split."""
+    cube, label_file = scene_files
+    config = experiment.DataConfig(dataset=cube, labels_path=label_file, patch_size=5,
+                                   seed=2, val_fraction=0.2, val_split=val_split,
+                                   split="random" if split == "random" else "disjoint")
+    if split == "train_set":   # the disjoint split's pixels, given as label maps
+        given = disjoint_split(labels, train_fraction=0.1, patch_size=5, seed=2)
+        for name, mask in (("train.npy", given.train_mask), ("test.npy", given.test_mask)):
+            np.save(tmp_path / name, np.where(mask, labels, 0))
+        config = dataclasses.replace(config, split="random",
+                                     train_set=str(tmp_path / "train.npy"),
+                                     test_set=str(tmp_path / "test.npy"))
+    exp = experiment.prepare(config)
+    assert experiment.validation_kind(config) == kind
+    train, val = exp.train.indices, exp.val.indices
+    held_out = (data.validation_split(labels, exp.split.train, 0.2, seed=2)
+                if kind == "random" else
+                data.spatial_validation_split(labels, exp.split.train, 0.2, 5))
+    np.testing.assert_array_equal(train, held_out[0])
+    np.testing.assert_array_equal(val, held_out[1])
+    gap = _chebyshev_gap(val, train, labels.shape[1])
+    dropped = len(exp.split.train) - len(train) - len(val)
+    assert exp.guard_dropped == dropped
+    line = experiment.describe_validation(exp, config)
+    classes = len(np.unique(labels.ravel()[val]))
+    if kind == "random":
+        assert gap <= 2 and dropped == 0
+        assert line.startswith("validation: %d pixels of %d classes, drawn at random"
+                               % (len(val), classes))
+    else:
+        assert gap > 2 and dropped > 0
+        assert line.startswith("validation: %d pixels of %d classes, blocks at one end of "
+                               "each class's training pixels; the %d training pixels within "
+                               "2 pixels of them dropped" % (len(val), classes, dropped))
+    no_share = dataclasses.replace(config, val_fraction=0.0)
+    assert experiment.describe_validation(experiment.prepare(no_share), no_share) is None
+
+
+def test_an_unknown_validation_split_is_refused(scene_files):
+    cube, label_file = scene_files
+    with pytest.raises(ValueError, match="split 'stripes' is not known; choose one of "
+                                         "random, spatial, auto"):
+        experiment.prepare(experiment.DataConfig(dataset=cube, labels_path=label_file,
+                                                 val_split="stripes"))
+
+
+def test_score_table_shows_each_class_s_training_pixels_and_names_those_never_found():
+    names = ["Corn", "Oats", "Wheat", "Woods"]
+    y_true = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2, 3])
+    y_pred = np.array([0, 0, 2, 0, 3, 2, 2, 0, 2, 3])
+    scores = evaluate(y_true, y_pred, 4)
+    train_counts = np.array([40, 2, 0, 7])   # Wheat: not trained on
+    lines = report.score_table(scores, names, train_counts=train_counts).splitlines()
+    assert lines[0].split() == ["class", "train", "test", "precision", "recall", "F1"]
+    for k, name in enumerate(names):
+        hits = np.sum((y_true == k) & (y_pred == k))
+        with np.errstate(invalid="ignore"):   # Oats is never predicted: precision nan
+            recall, precision = hits / np.sum(y_true == k), hits / np.sum(y_pred == k)
+        f1 = 2 * hits / (np.sum(y_true == k) + np.sum(y_pred == k))
+        expected = [name, str(train_counts[k]), str(np.sum(y_true == k))] + [
+            "%.2f" % (100 * v) for v in (precision, recall, f1)]
+        assert lines[1 + k].split() == expected, lines[1 + k]
+    assert lines[-1] == ("recall 0 (trained on, never found among the test pixels): "
+                         "Oats (2 training pixels)")
+    assert "train" not in report.score_table(scores, names).splitlines()[0]
+    saved = report.scores_dict(scores, names, train_counts)
+    assert saved["per_class_train_pixels"] == {"Corn": 40, "Oats": 2, "Wheat": 0, "Woods": 7}
+    assert saved["per_class_recall"]["Oats"] == 0.0
+    assert "per_class_train_pixels" not in report.scores_dict(scores, names)

@@ -4,10 +4,10 @@ import functools
 
 import pytest
 
-from hmp.run.from_graph import model_spec
-from hmp.run.graph import TrainingGraph
-from hmp.run.graph_config import Placement
-from hmp.run.workload import workload
+from hmp.graph.from_graph import model_spec
+from hmp.graph.graph import TrainingGraph
+from hmp.graph.graph_config import Placement
+from hmp.graph.workload import workload
 from models import model_config
 
 # patch 7, 5 bands, 3 classes, width 6: filters1 = filters2 = 12, channels 6, hidden 24.

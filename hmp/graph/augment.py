@@ -1,6 +1,6 @@
 """Patch augmentation inside the graph, per sample, seeded and exact on any split.
 
-The patches are cut on the devices (``hmp.run.scene_input``), so they are
+The patches are cut on the devices (``hmp.graph.scene_input``), so they are
 augmented there too, right after the cut: each sample gets one of the 8
 symmetries of the square (a 90-degree rotation, with or without a
 left-right flip), a brightness factor and, optionally, Gaussian spectral
@@ -10,8 +10,8 @@ another's (sensor and atmosphere shift the wavelengths, illumination and plant
 condition the levels). Every draw is a Mesh-TF random tensor, drawn whole and sliced per
 device (``HeteroMeshImpl.random``), so an uneven batch split augments
 exactly as one device does, and a graph seed (``--seed``) repeats it.
-``training`` (hmp.run.graph's switch, 0.0 at inference) turns it all off. What is
-drawn is an ``hmp.run.graph_config.Augmentation``.
+``training`` (hmp.graph.graph's switch, 0.0 at inference) turns it all off. What is
+drawn is an ``hmp.graph.graph_config.Augmentation``.
 
 At inference, ``in_symmetry`` turns every patch into one symmetry, fed at run
 time; ``symmetry_probabilities`` runs the class probabilities in each of the 8

@@ -1,5 +1,6 @@
-"""The training recipe: validation carve-out, learning-rate schedule, weight decay,
-augmentation and best-epoch checkpoints, each against an independent reference."""
+"""The training recipe: validation carve-out, class weights, learning-rate schedule,
+weight decay, augmentation and best-epoch checkpoints, each against an independent
+reference."""
 
 import numpy as np
 import pytest
@@ -8,12 +9,13 @@ import tensorflow.compat.v1 as tf
 import harness
 from hmp import data
 from hmp.compat import import_mesh_tensorflow
+from hmp.graph.augment import augment, field_look
+from hmp.graph.graph import TrainingGraph
+from hmp.graph.graph_config import Augmentation, Placement, Projection, Recipe
 from hmp.mesh.optimizers import learning_rate_at
 from hmp.run import experiment
-from hmp.run.augment import augment, field_look
-from hmp.run.graph import TrainingGraph
-from hmp.run.graph_config import Augmentation, Placement, Projection, Recipe
 from hmp.run.trainer import FIT_ACCURACY, BestEpoch, EpochStats, Trainer
+from hmp.run.training_recipe import class_weights
 from models import model_config
 
 mtf = import_mesh_tensorflow()
@@ -32,6 +34,18 @@ def test_validation_split_is_stratified_and_disjoint():
     again, _ = data.validation_split(labels, split.train, 0.2, seed=4)
     np.testing.assert_array_equal(again, train)
     assert len(data.validation_split(labels, split.train, 0.0)[1]) == 0
+
+
+@pytest.mark.parametrize("power", [0.5, 1.0])
+def test_class_weights_are_a_power_of_the_inverse_frequency_with_mean_one(power):
+    counts = np.array([2, 0, 40, 958])   # class 1 has no training pixel
+    weights = np.array(class_weights(counts, power))
+    per_pixel = weights[np.repeat(np.arange(4), counts)]
+    assert per_pixel.mean() == pytest.approx(1.0) and weights[1] == 0.0
+    assert weights[0] / weights[2] == pytest.approx((40 / 2) ** power)
+    assert weights[2] / weights[3] == pytest.approx((958 / 40) ** power)
+    if power == 1.0:   # n / (K n_c), K the 3 classes trained on
+        np.testing.assert_allclose(weights[[0, 2, 3]], 1000 / (3 * counts[[0, 2, 3]]))
 
 
 @pytest.mark.parametrize("schedule", ["constant", "cosine", "step"])

@@ -156,7 +156,7 @@ def cut_patches(cubes, indices, shape, name=None):
 
 
 def patches_around(cubes, indices):
-    """Model input (``inputs`` of ``hmp.run.graph.build_logits_graph``): the patches around
+    """Model input (``inputs`` of ``hmp.graph.graph.build_logits_graph``): the patches around
     the pixels of the TensorFlow int32 tensor ``indices`` [batch], cut per device."""
     return lambda mesh, shape: cut_patches(
         cubes, mtf.import_tf_tensor(mesh, indices, mtf.Shape(shape.dims[:1])), shape)

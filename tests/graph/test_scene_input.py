@@ -7,11 +7,11 @@ import tensorflow.compat.v1 as tf
 import harness
 from hmp import data
 from hmp.compat import import_mesh_tensorflow
+from hmp.graph.graph import TrainingGraph
+from hmp.graph.graph_config import Placement
+from hmp.graph.scene_input import SceneCubes, cut_patches
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
-from hmp.run.graph import TrainingGraph
-from hmp.run.graph_config import Placement
-from hmp.run.scene_input import SceneCubes, cut_patches
 from models import model_config
 
 mtf = import_mesh_tensorflow()

@@ -5,10 +5,10 @@ builds the model's Mesh-TF graph for a global batch, lowers it on a
 ``HeteroMeshImpl`` with the given splits, and exposes the TensorFlow pieces
 (the pixel-index, label and symmetry placeholders, loss, class probabilities, the ordered
 training step, the master/slice copy ops, a saver of whole tensors). Its
-input is the scene on the devices (``hmp.run.scene_input``): load the padded
+input is the scene on the devices (``hmp.graph.scene_input``): load the padded
 cube once with ``load_scene``, then feed pixel indices every step. What it is built
 from (the model's config, the placement, the recipe) are plain values of
-``hmp.run.graph_config``; the TensorFlow side of the model's config is :func:`model_logits`.
+``hmp.graph.graph_config``; the TensorFlow side of the model's config is :func:`model_logits`.
 """
 
 import contextlib
@@ -23,15 +23,15 @@ import tensorflow.compat.v1 as tf
 from hmp import layers
 
 from hmp.compat import import_mesh_tensorflow
+from hmp.graph.augment import augment, in_symmetry
+from hmp.graph.graph_config import Recipe
+from hmp.graph.projection import project
+from hmp.graph.scene_input import SceneCubes, patches_around
 from hmp.mesh import ops
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
 from hmp.mesh.optimizers import learning_rate_at, make_optimizer
 from hmp.mesh.train_step import train_step
-from hmp.run.augment import augment, in_symmetry
-from hmp.run.graph_config import Recipe
-from hmp.run.projection import project
-from hmp.run.scene_input import SceneCubes, patches_around
 
 mtf = import_mesh_tensorflow()
 
@@ -41,7 +41,7 @@ LATER_STEP_SCOPE = "step_%d"
 
 
 def model_logits(config, x, classes, training=True):
-    """The float32 logits of ``config``'s model (an ``hmp.run.graph_config.ModelConfig``)
+    """The float32 logits of ``config``'s model (an ``hmp.graph.graph_config.ModelConfig``)
     on the patches ``x`` (float32), computed in the config's precision: the patches are
     cast to its dtype, the logits back to float32. ``training`` reaches models whose
     ``logits`` take it (batch norm and dropout switch on it)."""
@@ -64,14 +64,14 @@ def build_logits_graph(config, batch_size, inputs, training=False, augmentation=
     """Builds the model's mtf graph up to its logits; returns (mtf graph, mesh, logits).
 
     ``inputs(mesh, shape)`` makes the mtf patches of ``shape`` [batch, h, w,
-    bands] (``imported(x)``, or ``hmp.run.scene_input.patches_around``). The logits are
+    bands] (``imported(x)``, or ``hmp.graph.scene_input.patches_around``). The logits are
     [batch, classes]. ``training``: False (inference: batch norm's moving
     averages, no dropout), True, or a TensorFlow float scalar switching at run
     time (1.0 training, 0.0 inference); ``augmentation``: an
-    ``hmp.run.graph_config.Augmentation`` of the patches while training, or None;
+    ``hmp.graph.graph_config.Augmentation`` of the patches while training, or None;
     ``symmetry``: a TensorFlow int32 scalar turning every patch into that symmetry of
-    the square (``hmp.run.augment.in_symmetry``; test-time augmentation), or None;
-    ``projection``: an ``hmp.run.graph_config.Projection``: ``inputs`` then makes
+    the square (``hmp.graph.augment.in_symmetry``; test-time augmentation), or None;
+    ``projection``: an ``hmp.graph.graph_config.Projection``: ``inputs`` then makes
     patches of its raw bands, projected onto ``config.bands`` after augmentation.
     """
     graph = mtf.Graph()
@@ -205,7 +205,7 @@ class TrainingGraph:
             self.global_step = tf.train.get_or_create_global_step()
             # 1.0 while training; ``feed(..., training=False)`` feeds 0.0 (inference).
             self.training = tf.placeholder_with_default(1.0, [], name="training")
-            # Feed k to classify the patches in symmetry k (hmp.run.augment.symmetries).
+            # Feed k to classify the patches in symmetry k (hmp.graph.augment.symmetries).
             self.symmetry = tf.placeholder_with_default(0, [], name="symmetry")
             self.metrics = DeviceMetrics(placement.devices, 2)
             self._steps = []

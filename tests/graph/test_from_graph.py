@@ -2,10 +2,10 @@
 
 import pytest
 
+from hmp.graph.from_graph import model_spec
+from hmp.graph.graph import TrainingGraph
+from hmp.graph.graph_config import Placement
 from hmp.planning import Plan, plan_layout
-from hmp.run.from_graph import model_spec
-from hmp.run.graph import TrainingGraph
-from hmp.run.graph_config import Placement
 from models import model_config
 
 CPUS = ["/cpu:0", "/cpu:1", "/cpu:2"]

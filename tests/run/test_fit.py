@@ -21,7 +21,7 @@ from hmp.run.fit import Fitted
 from hmp.run.settings import DEFAULT, FLAG_FIELDS, Settings
 from models import get_model
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _given(model_dir):
@@ -120,6 +120,33 @@ def test_settings_of_the_default_flags_are_the_default_settings():
     assert DEFAULT.data.pca is None   # not given: the model's own (hybridsn: 45)
 
 
+BALANCING_FROM_FLAGS = """
+import json
+from absl import flags
+from hmp import train
+seen = []
+for argv in ([], ["--class_balanced"], ["--noclass_balanced"], ["--class_balanced=sqrt"]):
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["hmp.train", *argv])
+    settings = train.settings_from_flags()
+    seen.append([settings.recipe.class_balanced, settings.flag_lines()])
+print(json.dumps(seen))
+"""
+
+
+def test_class_balanced_alone_keeps_its_meaning_and_takes_values():
+    """--class_balanced was a switch (inverse-frequency weights): alone it still means
+    those, --noclass_balanced none; flags.txt writes the value."""
+    child = subprocess.run([sys.executable, "-c", BALANCING_FROM_FLAGS], cwd=REPO,
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert json.loads(child.stdout.splitlines()[-1]) == [
+        [DEFAULT.recipe.class_balanced, []],
+        ["inverse", ["--class_balanced=inverse"]],
+        ["off", ["--class_balanced=off"]],
+        ["sqrt", ["--class_balanced=sqrt"]]]
+
+
 def test_cluster_defaults_are_the_cluster_rooms():
     """Settings load no TensorFlow, so they repeat two defaults of hmp.cluster."""
     from hmp.cluster import runtime, sources
@@ -140,6 +167,8 @@ def test_a_setting_given_as_none_is_left_out_of_flags_txt():
     ({"spectral_gain": "1.5"}, "--spectral_gain=1.5: give auto or a number from 0 to 1"),
     ({"seed": -1}, "--seed=-1: seed must be a whole number >= 0, got -1"),
     ({"precision": "float64"}, "--precision=float64: choose one of float32,"),
+    ({"class_balanced": "yes"}, "--class_balanced=yes: choose one of off, sqrt, inverse"),
+    ({"val_split": "stripes"}, "--val_split=stripes: choose one of random, spatial, auto"),
     ({"epoch": 3}, "epoch: not a setting; allowed: hmp.train's flag names (model, "),
 ])
 def test_refused_settings_raise_the_command_lines_message(values, message, tmp_path,
