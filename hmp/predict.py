@@ -33,7 +33,7 @@ from hmp.data.raster_writer import write_class_map
 from hmp.evaluation import maps
 from hmp.measure.devices import check_local, gpu_count, session_config_for
 from hmp.run import experiment, export
-from hmp.run.inference import DATA_FLAGS, Classifier, Run, classify_tiles, open_cube, tiling
+from hmp.run.inference import DATA_FLAGS, Classifier, TrainedRun, classify_tiles, open_cube, tiling
 from hmp.run.progress import ProgressLine
 
 flags.DEFINE_string("model_dir", None, "The run's folder (hmp.train's --model_dir).")
@@ -116,7 +116,7 @@ def main(argv):
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)
     with cli.blame("model_dir"):
-        run = Run.open(FLAGS.model_dir, models.get_model)
+        run = TrainedRun.open(FLAGS.model_dir, models.get_model)
     if FLAGS.batch_size < 1:
         raise cli.UsageError("--batch_size=%d: must be at least 1" % FLAGS.batch_size)
     devices = _devices()

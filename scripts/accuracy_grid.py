@@ -165,7 +165,7 @@ def baseline_rows(group, path):
 
 
 def _read_json(path):
-    with open(path) as file:   # hmp.run.runs.read_json would import TensorFlow into every job
+    with open(path) as file:   # hmp.run.run_folder.read_json would import TensorFlow into every job
         return json.load(file)
 
 

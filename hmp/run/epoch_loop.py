@@ -24,7 +24,7 @@ class EpochLoop:
     """The epochs of one seed on its plans, started on ``plan`` (its trainer from
     ``trainers.start(plan, resume)``; ``trainers.build(plan)`` makes a standby's).
 
-    ``record``: its :class:`hmp.run.runs.History`; ``trial``: the alone trial or None;
+    ``record``: its :class:`hmp.run.run_folder.History`; ``trial``: the alone trial or None;
     ``signals``: armed once the first trainer runs (a signal then stops after a step,
     with a checkpoint); ``spec``: the model's (the rebalancer prices plans with it).
     ``plan``, ``trainer`` and ``best`` (:class:`hmp.run.trainer.BestEpoch`) are the

@@ -24,7 +24,7 @@ from hmp.cluster import launch, sources
 from hmp.errors import InvalidInput
 from hmp.evaluation import report
 from hmp.measure.devices import session_config_for
-from hmp.run import inference, runs
+from hmp.run import inference, run_folder
 from hmp.run.progress import say
 from hmp.run.hardware import Hardware
 from hmp.run.resume import check_same_precision, seed_dirs
@@ -58,7 +58,7 @@ class Fitted:
         classified as 0s) by the run's best weights, as ``python -m hmp.predict`` does
         (one seed's run only)."""
         self._one_seed("predict")
-        run = inference.Run.open(self.model_dir, lambda name: self.model)
+        run = inference.TrainedRun.open(self.model_dir, lambda name: self.model)
         prepared, _ = run.prepare(np.asarray(cube, np.float32))
         return inference.classify(run, prepared, list(devices), batch_size,
                                   session_config_for(list(devices)), tta=tta)
@@ -125,7 +125,7 @@ def _seeds(settings, get_model, argv, cluster):
     folders = seed_dirs(settings.folder, model_dir, seeds)
     if settings.folder.resume:
         check_same_precision(model_dir, settings.model.precision)
-    with runs.Signals() as signals:
+    with run_folder.Signals() as signals:
         shared = Shared(settings, get_model, argv, hardware, signals)
         for number, (seed, folder) in enumerate(zip(seeds, folders), 1):
             if len(seeds) > 1:
@@ -133,7 +133,7 @@ def _seeds(settings, get_model, argv, cluster):
                       flush=True)
             train_seed(shared, folder, seed)
     model = get_model(settings.model.name)
-    fitted = tuple(Fitted(folder, runs.read_json(os.path.join(folder, "results.json")),
+    fitted = tuple(Fitted(folder, run_folder.read_json(os.path.join(folder, "results.json")),
                           model) for folder in folders)
     if len(seeds) == 1:
         return fitted[0]
@@ -143,11 +143,11 @@ def _seeds(settings, get_model, argv, cluster):
 def _summarise(model_dir, seeds, folders):
     """summary.json and a table: every seed's OA, AA, kappa, and their mean and std;
     returns summary.json's dict."""
-    results = [runs.read_json(os.path.join(folder, "results.json")) for folder in folders]
+    results = [run_folder.read_json(os.path.join(folder, "results.json")) for folder in folders]
     summary = report.summarise_runs([result["test"] for result in results])
     print(report.summary_table(summary, ["seed %d" % seed for seed in seeds]))
     written = {"seeds": seeds, "model_dirs": folders,
                "leakage": [result["leakage"] for result in results], **summary}
-    files.write_json(os.path.join(model_dir, runs.SUMMARY), written)
-    print("summary of %d runs in %s" % (len(seeds), os.path.join(model_dir, runs.SUMMARY)))
+    files.write_json(os.path.join(model_dir, run_folder.SUMMARY), written)
+    print("summary of %d runs in %s" % (len(seeds), os.path.join(model_dir, run_folder.SUMMARY)))
     return written

@@ -34,7 +34,7 @@ from hmp.graph.scene_input import SceneCubes, patches_around
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
 from hmp.planning import apportion
-from hmp.run import experiment, fitted_preprocessing, runs
+from hmp.run import experiment, fitted_preprocessing, run_folder
 from hmp.run.progress import rate_and_eta
 from hmp.run.settings import FLAG_FIELDS
 from hmp.run.trainer import BestEpoch
@@ -47,7 +47,7 @@ DATA_FLAGS = {name: FLAG_FIELDS[name][1] for name in (
 
 
 @dataclasses.dataclass
-class Run:
+class TrainedRun:
     """What a run's folder tells about its model: flags, classes, preprocessing, checkpoint."""
 
     model_dir: str
@@ -65,7 +65,7 @@ class Run:
         if not os.path.isdir(model_dir):
             raise InvalidInput("not a folder" if os.path.exists(model_dir) else
                                "no such folder")
-        results = runs.read_json(os.path.join(model_dir, "results.json"))
+        results = run_folder.read_json(os.path.join(model_dir, "results.json"))
         if results is None or "test" not in results:
             raise InvalidInput("%s holds no finished run (no readable results.json)"
                                % model_dir)
@@ -254,7 +254,7 @@ class Classifier:
 
 def classify(run, cube, devices, batch_size, session_config=None, progress=None, tta=False):
     """Class probabilities (float32 [H, W, classes]) of every pixel of the model's input
-    ``cube`` (``Run.preprocess``), by ``run``'s model on ``devices``, the whole scene in
+    ``cube`` (``TrainedRun.preprocess``), by ``run``'s model on ``devices``, the whole scene in
     one graph; with ``tta``, their mean over the 8 symmetries of each patch.
 
     ``progress`` receives a text after every batch and None at the end.

@@ -1,7 +1,7 @@
 """The seeds' folders and what ``--resume`` requires of them: a used folder is resumed or
 overwritten only when asked, and a resumed run goes on with the data and the precision
 its first invocation used (its data.json and flags.txt), else one line says which flag
-differs. Nothing here makes or deletes a folder (``hmp.run.runs.prepare_model_dir``
+differs. Nothing here makes or deletes a folder (``hmp.run.run_folder.prepare_model_dir``
 does, once the input is checked).
 """
 
@@ -9,7 +9,7 @@ import os
 
 from hmp import cli
 from hmp.errors import InvalidInput
-from hmp.run import experiment, runs
+from hmp.run import experiment, run_folder
 from hmp.run.settings import DEFAULT
 
 # The data settings a resumed run must share with its first invocation (data.json).
@@ -25,8 +25,8 @@ def seed_dirs(folder, model_dir, seeds):
     folders = ([model_dir] if len(seeds) == 1 else
                [os.path.join(model_dir, "seed-%d" % seed) for seed in seeds])
     for each in folders:
-        runs.check_model_dir(each, folder.resume, folder.overwrite)
-    if folder.resume and len(folders) == 1 and runs.checkpoint_step(model_dir) is None:
+        run_folder.check_model_dir(each, folder.resume, folder.overwrite)
+    if folder.resume and len(folders) == 1 and run_folder.checkpoint_step(model_dir) is None:
         raise cli.UsageError("--resume: %s holds no checkpoint to resume from; start the "
                              "run without --resume" % model_dir)
     return folders
@@ -36,7 +36,7 @@ def resumes(folder, model_dir):
     """Whether the seed in ``model_dir`` goes on from its checkpoint: with --resume, when
     it has one (with --runs, a seed the series had not reached yet starts afresh, and
     says so)."""
-    resume = folder.resume and runs.checkpoint_step(model_dir) is not None
+    resume = folder.resume and run_folder.checkpoint_step(model_dir) is not None
     if folder.resume and not resume:
         print("%s holds no checkpoint yet: this seed's run starts" % model_dir, flush=True)
     return resume
@@ -46,7 +46,7 @@ def check_same_precision(model_dir, precision):
     """UsageError when --resume would go on in another --precision than the run's first
     invocation (its flags.txt; a folder without one has nothing to compare): the same
     weights, but another graph."""
-    started = runs.saved_flags(model_dir)
+    started = run_folder.saved_flags(model_dir)
     if started is None:
         return
     first = started.get("precision", DEFAULT.model.precision)
@@ -55,7 +55,7 @@ def check_same_precision(model_dir, precision):
             "--precision=%s: the run in %s was trained with --precision=%s; resume it "
             "with that (--flagfile=%s gives all its flags), or start over with "
             "--overwrite" % (precision, model_dir, first,
-                             os.path.join(model_dir, runs.FLAGS_FILE)))
+                             os.path.join(model_dir, run_folder.FLAGS_FILE)))
 
 
 def check_same_data(model_dir, data_config):

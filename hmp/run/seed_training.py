@@ -20,7 +20,7 @@ from hmp.graph import scene_input
 from hmp.graph.from_graph import model_spec
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import ModelConfig, Placement
-from hmp.run import events, experiment, fitted_preprocessing, runs, scoring
+from hmp.run import events, experiment, fitted_preprocessing, run_folder, scoring
 from hmp.run.epoch_loop import EpochLoop
 from hmp.run.plan_choice import alone_trial, check_memory, choose_plan, memory_caps
 from hmp.run.progress import ProgressLine
@@ -35,7 +35,7 @@ class Shared:
     """What every seed of one fit shares: its ``settings``, the application's model
     lookup (``get_model``), the command line (``argv``: history.json), what it trains on
     (``hardware``: :class:`hmp.run.hardware.Hardware`) and the ``signals`` that stop it
-    (:class:`hmp.run.runs.Signals`)."""
+    (:class:`hmp.run.run_folder.Signals`)."""
 
     settings: object
     get_model: object
@@ -106,10 +106,10 @@ def train_seed(shared, model_dir, seed):
     trainers = Trainers(shared, model_config, exp, recipe, model_dir, seed,
                         ProgressLine(log_every=folder.log_every))
     # The checkpoint's step and epoch.
-    start_step = (runs.checkpoint_step(model_dir) or 0) if resume else 0
+    start_step = (run_folder.checkpoint_step(model_dir) or 0) if resume else 0
     first_epoch = start_step // steps_per_epoch
     # Every invocation's epochs: a resumed run keeps those before its checkpoint.
-    record = runs.History.open(model_dir, resume, first_epoch, start_step, shared.argv)
+    record = run_folder.History.open(model_dir, resume, first_epoch, start_step, shared.argv)
     trial = alone_trial(settings, shared.hardware, spec, plan, fastest, model_config, recipe,
                         first_epoch, record.trial)
     if trial is not None:   # a trial taken up may start on the device alone or the winner
@@ -159,11 +159,11 @@ def _steps_per_epoch(batch_size, exp):
 def _finished(model_dir, epochs, steps_per_epoch):
     """Whether the resumed run in ``model_dir`` has trained its ``epochs`` already; says
     so, and where its results are."""
-    if not runs.finished(model_dir, epochs * steps_per_epoch):
+    if not run_folder.finished(model_dir, epochs * steps_per_epoch):
         return False
     print("the run in %s is finished (%d epochs, step %d); its results are in %s; "
           "to train longer, resume with a larger --epochs"
-          % (model_dir, epochs, runs.checkpoint_step(model_dir),
+          % (model_dir, epochs, run_folder.checkpoint_step(model_dir),
              os.path.join(model_dir, "results.json")), flush=True)
     return True
 
@@ -191,11 +191,11 @@ def _make_folder(settings, model_dir, data_config, exp):
     """The seed's folder made (emptied with --overwrite), with what hmp.predict and
     scripts/baselines.py read back: the data (data.json, the split), the fitted
     preprocessing, and the flags (kept from the first invocation on --resume)."""
-    runs.prepare_model_dir(model_dir, settings.folder.overwrite)
+    run_folder.prepare_model_dir(model_dir, settings.folder.overwrite)
     experiment.save(model_dir, data_config, exp.split)
     fitted_preprocessing.save(model_dir, exp.preprocessor, exp.scene.raster.wavelengths)
     if not settings.folder.resume:
-        runs.save_flags(settings.model_dir, settings.flag_lines())
+        run_folder.save_flags(settings.model_dir, settings.flag_lines())
 
 
 def _plan(shared, spec, model_config, caps, model_dir, recipe):

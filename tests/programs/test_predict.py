@@ -72,7 +72,7 @@ def run_graph_predictions(model_dir, results, exp, indices):
                           flags["batch_size"], exp.scene.labels.shape)
     batch, predictions = flags["batch_size"], []
     with tf.Session(graph=graph.tf_graph, config=harness.session_config()) as session:
-        graph.saver.restore(session, inference.Run.open(str(model_dir), get_model).checkpoint)
+        graph.saver.restore(session, inference.TrainedRun.open(str(model_dir), get_model).checkpoint)
         session.run(graph.copy_masters_to_slices)
         graph.load_scene(session, exp.train.extractor.padded)
         for start in range(0, len(indices), batch):
@@ -126,7 +126,7 @@ def test_saved_model_in_plain_tensorflow_gives_the_same_classes_and_tta(
     ``probabilities`` the mean softmax of the 8 symmetries turned in numpy."""
     model_dir, _, exp = run
     class_map, probabilities, _, _ = predicted
-    export.export_saved_model(inference.Run.open(str(model_dir), get_model),
+    export.export_saved_model(inference.TrainedRun.open(str(model_dir), get_model),
                               str(tmp_path / "model"), tta=True)
     pixels = exp.labelled.indices[::31][:300]   # more than one chunk of 256
     patches = PatchExtractor(exp.scene.cube, 5)(pixels).astype(np.float32)   # raw values
@@ -151,14 +151,14 @@ def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refus
         run, tmp_path):
     model_dir = run[0]
     with pytest.raises(InvalidInput, match="^no such folder$"):
-        inference.Run.open(str(tmp_path / "nothing"), get_model)
+        inference.TrainedRun.open(str(tmp_path / "nothing"), get_model)
     with pytest.raises(InvalidInput, match="holds no finished run"):
-        inference.Run.open(str(tmp_path), get_model)
+        inference.TrainedRun.open(str(tmp_path), get_model)
     for name in ("results.json", "preprocessing.npz"):
         (tmp_path / name).write_bytes((model_dir / name).read_bytes())
     with pytest.raises(InvalidInput, match="holds no checkpoint"):
-        inference.Run.open(str(tmp_path), get_model)
-    trained = inference.Run.open(str(model_dir), get_model)
+        inference.TrainedRun.open(str(tmp_path), get_model)
+    trained = inference.TrainedRun.open(str(model_dir), get_model)
     np.save(tmp_path / "cube.npy", np.ones((6, 7, 90), np.float32))
     scene = inference.load_scene(trained.data_config(dataset=str(tmp_path / "cube.npy")))
     assert scene.cube.shape == (6, 7, 90) and not scene.labels.any()   # no labels needed
@@ -167,7 +167,7 @@ def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refus
         trained.preprocess(scene)
     (tmp_path / "a_file").write_text("")
     with pytest.raises(InvalidInput, match="^not a folder$"):
-        inference.Run.open(str(tmp_path / "a_file"), get_model)
+        inference.TrainedRun.open(str(tmp_path / "a_file"), get_model)
     with pytest.raises(OSError, match="^cannot write in .*a_file: File exists$"):
         export.export_saved_model(trained, str(tmp_path / "a_file" / "model"))
     assert (tmp_path / "a_file").read_text() == ""
@@ -175,7 +175,7 @@ def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refus
 
 def test_a_batch_split_over_two_devices_gives_the_same_probabilities(run, predicted):
     model_dir, _, exp = run
-    trained = inference.Run.open(str(model_dir), get_model)
+    trained = inference.TrainedRun.open(str(model_dir), get_model)
     cube, nodata = trained.preprocess(exp.scene)
     assert not nodata.any()
     probabilities = inference.classify(trained, cube[:16, :14], ["/cpu:0", "/cpu:1"], 50,
@@ -202,7 +202,7 @@ def tta(run):
     and the reference: the mean of the probabilities of the 8 turned crops, each turned
     back, from one device without TTA [8, 14, 14, classes])."""
     model_dir, _, exp = run
-    trained = inference.Run.open(str(model_dir), get_model)
+    trained = inference.TrainedRun.open(str(model_dir), get_model)
     crop = trained.preprocess(exp.scene)[0][:14, :14]
     one, two = (inference.classify(trained, crop, devices, 51, harness.session_config(),
                                    tta=True)

@@ -397,7 +397,7 @@ def test_tta_scores_as_inference_and_keeps_the_scores_without(cli_runs):
     (run,), folder = cli_runs[0]["relative_speeds"], cli_runs[1]["relative_speeds"]
     assert run.returncode == 0, run.stderr[-2000:]
     results = json.loads((folder / "results.json").read_text())
-    trained = inference.Run.open(str(folder), get_model)
+    trained = inference.TrainedRun.open(str(folder), get_model)
     scene = inference.load_scene(trained.data_config())
     cube, _ = trained.preprocess(scene)
     test = load_split(folder / "split.npz").test

@@ -1,7 +1,7 @@
 """``python -m hmp.train`` interrupted, resumed, refused (issue 14), end to end.
 
 The in-process parts (trainer stop, run folder, history, data errors,
-progress) are in tests/run/test_runs.py.
+progress) are in tests/run/test_run_folder.py.
 """
 
 import json

@@ -6,7 +6,7 @@ restore; early stop; every spare trainer is closed before classifying."""
 import dataclasses
 import time
 
-from hmp.run import epoch_loop, rebalance, runs
+from hmp.run import epoch_loop, rebalance, run_folder
 from hmp.run.settings import Settings
 from hmp.run.trainer import EpochStats
 
@@ -93,8 +93,8 @@ class ScriptedRebalancer:
 
 
 def _loop(tmp_path, trainers, **settings):
-    record = runs.History(str(tmp_path / runs.HISTORY))
-    return epoch_loop.EpochLoop(trainers, A, False, record, None, runs.Signals(), None,
+    record = run_folder.History(str(tmp_path / run_folder.HISTORY))
+    return epoch_loop.EpochLoop(trainers, A, False, record, None, run_folder.Signals(), None,
                                 Settings.of(**settings), str(tmp_path), steps_per_epoch=4)
 
 
@@ -139,7 +139,7 @@ def test_switches_build_a_new_plan_reuse_a_kept_one_and_take_a_standby(tmp_path,
     assert (made["A"].closed, made["B"].closed, made["C"].closed) == (False, True, False)
     loop.close_spare()   # classifying needs only the trainer in use
     assert (made["A"].closed, made["C"].closed) == (True, False)
-    assert len(runs.read_json(str(tmp_path / runs.HISTORY))["history"]) == 6
+    assert len(run_folder.read_json(str(tmp_path / run_folder.HISTORY))["history"]) == 6
 
 
 def test_training_stops_early_and_close_all_closes_every_trainer(tmp_path, capsys):

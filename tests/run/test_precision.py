@@ -240,7 +240,7 @@ def test_the_run_records_its_precision_for_predict_and_resume(cli_runs):
     assert results["flags"]["precision"] == "mixed_bfloat16"
     assert "--precision=mixed_bfloat16" in (folder / "flags.txt").read_text().splitlines()
     # hmp.predict builds the run's model in its precision, from float32 weights
-    run = inference.Run.open(str(folder), get_model)
+    run = inference.TrainedRun.open(str(folder), get_model)
     assert run.model_config.precision == "mixed_bfloat16"
     graph = inference.InferenceGraph(run.model_config, inference.batch_placement(
         ["/cpu:0"], 8), 8, (12, 12))

@@ -79,7 +79,7 @@ def test_a_cube_that_fits_no_device_is_refused_naming_the_memory():
 def trained(tiny_run):
     process, model_dir = tiny_run
     assert process.returncode == 0, process.stderr[-2000:]
-    run = inference.Run.open(str(model_dir), get_model)
+    run = inference.TrainedRun.open(str(model_dir), get_model)
     scene = experiment.load_scene(run.data_config())
     return run, scene.cube[:23, :19].copy()   # raw bands, as a file holds them
 

@@ -8,7 +8,7 @@ import pytest
 
 from cli_batch import run_batch
 from hmp.planning import plan_layout
-from hmp.run import rebalance, runs
+from hmp.run import rebalance, run_folder
 from hmp.run.trainer import EpochStats
 from test_rebalance import spec
 
@@ -45,7 +45,7 @@ def test_the_trial_keeps_the_layout_that_ran_more_samples(split_rate, alone_rate
 def test_a_resume_takes_up_the_rates_of_checkpointed_epochs_of_the_same_setting(tmp_path):
     split, alone = plans()
     first = rebalance.AloneTrial(split, alone, KEY)
-    record = runs.History.open(str(tmp_path), False, 0, 0, [])
+    record = run_folder.History.open(str(tmp_path), False, 0, 0, [])
     for epoch, rate in enumerate([150.0, 100.0]):   # as hmp.train records them
         first.measure(epoch, rate)
         record.trial = first.record()
@@ -53,7 +53,7 @@ def test_a_resume_takes_up_the_rates_of_checkpointed_epochs_of_the_same_setting(
 
     def resumed(first_epoch, key=KEY):   # the checkpoint is in epoch first_epoch
         trial = rebalance.AloneTrial(split, alone, key)
-        saved = runs.History.open(str(tmp_path), True, first_epoch, 0, []).trial
+        saved = run_folder.History.open(str(tmp_path), True, first_epoch, 0, []).trial
         return trial, trial.take_up(saved, first_epoch)
 
     decided, line = resumed(2)

@@ -22,7 +22,7 @@ from hmp.data import load_scene_files, read_array
 from hmp.errors import InvalidInput
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Placement
-from hmp.run import experiment, runs
+from hmp.run import experiment, run_folder
 from hmp.run.progress import ProgressLine
 from hmp.run.trainer import EpochStats, Stopped, Trainer, traced_steps
 from models import model_config
@@ -90,18 +90,18 @@ def test_trainer_stops_after_the_running_step_with_a_checkpoint(tiny_experiment,
     assert (stopped.value.epoch, stopped.value.step) == (0, 4)   # 3 progress lines, 4th step
     assert trainer.step == 4
     trainer.close()
-    assert runs.checkpoint_step(str(tmp_path)) == 4
+    assert run_folder.checkpoint_step(str(tmp_path)) == 4
 
 
 def test_signals_ask_to_stop_once_armed_and_interrupt_before(tmp_path):
-    with runs.Signals() as signals:
+    with run_folder.Signals() as signals:
         assert not signals()
         with pytest.raises(cli.Interrupted) as interrupted:
             os.kill(os.getpid(), signal.SIGTERM)
             for _ in range(1000):   # the handler runs between bytecodes
                 pass
         assert interrupted.value.signum == signal.SIGTERM
-    with runs.Signals() as signals:
+    with run_folder.Signals() as signals:
         signals.armed = True
         os.kill(os.getpid(), signal.SIGINT)
         assert signals() and signals.signum == signal.SIGINT
@@ -111,28 +111,28 @@ def test_signals_ask_to_stop_once_armed_and_interrupt_before(tmp_path):
 # -- 2. a used --model_dir needs --resume or --overwrite ---------------------------------
 
 def test_a_used_model_dir_is_refused_without_resume_or_overwrite(tmp_path):
-    runs.check_model_dir(str(tmp_path))            # empty: fine
+    run_folder.check_model_dir(str(tmp_path))            # empty: fine
     (tmp_path / "events.out.tfevents.1.x").write_text("")
-    runs.check_model_dir(str(tmp_path))            # event files alone: not a run
+    run_folder.check_model_dir(str(tmp_path))            # event files alone: not a run
     (tmp_path / "ckpt-7.data-00000-of-00001").write_text("")   # a save killed half-way
-    runs.check_model_dir(str(tmp_path))
+    run_folder.check_model_dir(str(tmp_path))
     (tmp_path / "ckpt-7.index").write_text("")
     (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-7"\n')
     with pytest.raises(cli.UsageError, match=r"holds a run \(a checkpoint at step 7\); "
                                              r"continue it with --resume, start over with "
                                              r"--overwrite"):
-        runs.check_model_dir(str(tmp_path))
+        run_folder.check_model_dir(str(tmp_path))
     (tmp_path / "ckpt-8_temp").mkdir()
     for name in ("results.json", "history.json", "classification_map.png", "notes.txt"):
         (tmp_path / name).write_text("{}")
     with pytest.raises(cli.UsageError, match="step 7, results.json, history.json"):
-        runs.check_model_dir(str(tmp_path))
+        run_folder.check_model_dir(str(tmp_path))
     with pytest.raises(cli.UsageError, match="--resume, --overwrite: give one"):
-        runs.check_model_dir(str(tmp_path), resume=True, overwrite=True)
-    runs.check_model_dir(str(tmp_path), resume=True)
-    runs.check_model_dir(str(tmp_path), overwrite=True)
+        run_folder.check_model_dir(str(tmp_path), resume=True, overwrite=True)
+    run_folder.check_model_dir(str(tmp_path), resume=True)
+    run_folder.check_model_dir(str(tmp_path), overwrite=True)
     assert len(list(tmp_path.iterdir())) == 9   # checking deletes nothing
-    runs.prepare_model_dir(str(tmp_path), overwrite=True)
+    run_folder.prepare_model_dir(str(tmp_path), overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]   # only hmp's files go
 
 
@@ -141,10 +141,10 @@ def test_a_model_dir_under_a_file_is_refused_before_anything_is_made(tmp_path):
     for model_dir in (tmp_path / "afile", tmp_path / "afile" / "run"):
         with pytest.raises(cli.UsageError, match="^--model_dir=%s: %s is not a folder$"
                            % (re.escape(str(model_dir)), re.escape(str(tmp_path / "afile")))):
-            runs.check_model_dir(str(model_dir))
-    runs.check_model_dir(str(tmp_path / "new" / "run"))
+            run_folder.check_model_dir(str(model_dir))
+    run_folder.check_model_dir(str(tmp_path / "new" / "run"))
     assert not (tmp_path / "new").exists()
-    runs.prepare_model_dir(str(tmp_path / "new" / "run"))
+    run_folder.prepare_model_dir(str(tmp_path / "new" / "run"))
     assert (tmp_path / "new" / "run").is_dir()
 
 
@@ -155,19 +155,19 @@ def stats(epoch):
 
 
 def test_history_keeps_every_invocation_and_drops_unsaved_epochs(tmp_path):
-    first = runs.History.open(str(tmp_path), False, 0, 0, ["--epochs=5"])
+    first = run_folder.History.open(str(tmp_path), False, 0, 0, ["--epochs=5"])
     for epoch in range(3):
         first.add_epoch(stats(epoch))
     first.add_plan({"mesh": "model:1"})
     # killed after epoch 2 was recorded but before its checkpoint: resume from epoch 2
-    second = runs.History.open(str(tmp_path), True, 2, 20, ["--epochs=5", "--resume"])
+    second = run_folder.History.open(str(tmp_path), True, 2, 20, ["--epochs=5", "--resume"])
     assert [e["epoch"] for e in second.epochs] == [0, 1]
     second.add_epoch(stats(2))
     saved = json.loads((tmp_path / "history.json").read_text())
     assert [e["epoch"] for e in saved["history"]] == [0, 1, 2]
     assert [i["start_step"] for i in saved["invocations"]] == [0, 20]
     assert saved["plans"] == [{"mesh": "model:1"}]
-    fresh = runs.History.open(str(tmp_path), False, 0, 0, [])   # not resumed: starts over
+    fresh = run_folder.History.open(str(tmp_path), False, 0, 0, [])   # not resumed: starts over
     assert fresh.epochs == [] and len(fresh.invocations) == 1
 
 
