@@ -33,16 +33,14 @@ flags.DEFINE_string("model", DEFAULT.model.name, "Model: " + ", ".join(models.MO
                     ", or a module path (mypackage.mymodel) with logits and SPLIT_DIMS.")
 flags.DEFINE_integer("width", DEFAULT.model.width,
                      "Model width (filters of its first layer); 0: default.")
-flags.DEFINE_enum("batch_norm", DEFAULT.model.batch_norm,
-                  BATCH_STATISTICS, "Batch norm's statistics while "
-                  "training: sync (the whole batch's: every split equals one device, at an "
-                  "all-reduce per layer) or local (each replica of a batch split its own "
-                  "samples': no synchronisation of its own).")
-flags.DEFINE_enum("precision", DEFAULT.model.precision,
-                  list(PRECISIONS), "What the model computes in: "
-                  "float32, or mixed_bfloat16 / mixed_float16 (activations and gradients in "
-                  "16 bits, float16 with loss scaling; weights, optimizer slots and "
-                  "checkpoints stay float32). Fast on GPUs with tensor cores.")
+flags.DEFINE_enum("batch_norm", DEFAULT.model.batch_norm, BATCH_STATISTICS, "Batch norm's "
+                  "statistics while training: sync (the whole batch's: every split equals one "
+                  "device, at an all-reduce per layer) or local (each replica of a batch split "
+                  "its own samples': no synchronisation of its own).")
+flags.DEFINE_enum("precision", DEFAULT.model.precision, list(PRECISIONS), "What the model "
+                  "computes in: float32, or mixed_bfloat16 / mixed_float16 (activations and "
+                  "gradients in 16 bits, float16 with loss scaling; weights, optimizer slots "
+                  "and checkpoints stay float32). Fast on GPUs with tensor cores.")
 flags.DEFINE_string("devices", DEFAULT.placement.devices,
                     "Comma-separated TensorFlow devices (default: /cpu:0 "
                     "and every GPU TensorFlow sees; with --cluster one CPU per task); "
