@@ -263,7 +263,7 @@ class Trainer:
         the weights and the step: restore a checkpoint after it."""
         batches = self.experiment.train.batches(self.batch_size, seed=self.seed,
                                                 drop_remainder=True)
-        pairs = [(b.indices, b.labels) for b, _ in zip(batches, range(self.steps_per_epoch))]
+        pairs = [(b.indices, b.labels) for b, _ in zip(batches, range(self.graph.steps_per_run))]
         self.session.run(self.graph.metrics.reset)   # local: a restore does not set them
         sizes = {1, self.graph.steps_per_run}   # the blocks an epoch runs (block_size)
         for size in sorted(n for n in sizes if n <= len(pairs)):
