@@ -287,8 +287,10 @@ def describe(plan):
 
 def measured_plan(spec, platform, link, mesh):
     """The plan ``hmp.train --cluster --mesh=MESH`` makes from the profiled speeds and
-    the measured link (``auto``: its default)."""
-    return plan_layout(spec, platform, None, FLAGS.batch_size, mesh, link=link)
+    the measured link (``auto``: its default, with ``--try_alone``'s trial to follow,
+    so a split predicted faster at all)."""
+    return plan_layout(spec, platform, None, FLAGS.batch_size, mesh, link=link,
+                       split_margin=0.0)
 
 
 def rebalanced(plan, spec, run):

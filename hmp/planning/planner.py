@@ -35,10 +35,11 @@ from hmp.planning.plan import Candidate, Plan, format_time, layer_entries
 # no device that trains CNNs is slower than 1 MFLOP/s.
 MIN_ABSOLUTE_FLOPS = 1e6
 # --mesh=auto on a measured platform: a layout on more devices must be predicted this
-# much faster than the best on fewer. The cost model is within about 20% of measured
-# steps, and the two predictions err alike; on 8 against 2 cores a split predicted 6%
-# faster than the fast worker alone ran 13% slower, and one predicted 14% faster ran
-# 2% faster (docs/benchmarks.md).
+# much faster than the best on fewer, unless the run measures the choice itself
+# (hmp.train's --try_alone: ``split_margin=0``). The cost model is within about 20% of
+# measured steps, and the two predictions err alike; on 8 against 2 cores a split
+# predicted 6% faster than the fast worker alone ran 13% slower, and one predicted 14%
+# faster ran 2% faster (docs/benchmarks.md).
 SPLIT_MARGIN = 0.10
 # mesh="auto" tries every subset size and every mesh up to this many devices (see subset_sizes).
 EXHAUSTIVE_DEVICES = 16
@@ -298,7 +299,7 @@ def _replicated_record(dim, alone_step, all_split_step):
 
 
 def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
-                min_filters=1, link=None, replicated="auto"):
+                min_filters=1, link=None, replicated="auto", split_margin=SPLIT_MARGIN):
     """Plans the layout of ``model_spec`` over ``devices``; returns a Plan.
 
     Args:
@@ -323,6 +324,10 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
         replicate, whichever the cost model predicts faster; with a link only) or the
         split dims to replicate (``()``: split every one). A replicated dim is left out
         of the layout rules: every model column computes its layers whole.
+      split_margin: with mesh="auto" and a link, how much faster (a share) a layout on
+        more devices must be predicted than the best on fewer (``SPLIT_MARGIN``: the
+        cost model's error); 0 where the caller measures the plan against the
+        fastest device alone anyway (``hmp.train --try_alone``).
 
     With ``mesh="auto"``, a link and at most ``HINT_MAX_DEVICES`` devices, a plan that
     leaves devices out also says at which larger batch (``HINT_BATCH_FACTORS``) a
@@ -332,11 +337,11 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
       ValueError: on bad speeds, devices, caps or mesh, or when no layout fits.
     """
     return _plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps,
-                        min_filters, link, replicated, hint=True)
+                        min_filters, link, replicated, split_margin, hint=True)
 
 
 def _plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps, min_filters,
-                 link, replicated, hint):
+                 link, replicated, split_margin, hint):
     """``plan_layout``; with ``hint``, the larger-batch hint of a plan that leaves
     devices out (``_larger_batch_hint``)."""
     specs = _device_specs(devices, speeds, memory_caps)
@@ -389,7 +394,7 @@ def _plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps, min
         raise InvalidInput("no mesh fits: " + "; ".join(
             f"{c.mesh}" + (f" on {c.devices} devices" if c.devices != n else "")
             + f": {c.note}" for c in candidates))
-    margin = SPLIT_MARGIN if mesh == "auto" and link is not None else 0.0
+    margin = split_margin if mesh == "auto" and link is not None else 0.0
     best = _fastest(layouts, margin)
     kept = [specs[i] for i in best.indices]
     left_out = _left_out(specs, order, best, layouts, relative, margin)
@@ -405,7 +410,7 @@ def _plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps, min
             reason += f"; {len(left_out)} device{'s' if len(left_out) > 1 else ''} left out"
             if hint and link is not None and n <= HINT_MAX_DEVICES:
                 reason += _larger_batch_hint(model_spec, specs, batch_size, min_filters,
-                                             link, replicated, best.size)
+                                             link, replicated, split_margin, best.size)
     return Plan(
         model=model_spec.name, mesh=str(best.mesh),
         layout_rules=layout_rules(model_spec.replicating(best.dims), best.mesh),
@@ -429,7 +434,8 @@ def _layout_of(model_spec, subset, mesh, batch_size, min_filters, link, replicat
         return e
 
 
-def _larger_batch_hint(model_spec, specs, batch_size, min_filters, link, replicated, kept):
+def _larger_batch_hint(model_spec, specs, batch_size, min_filters, link, replicated,
+                       split_margin, kept):
     """For the smallest batch of ``HINT_BATCH_FACTORS`` x ``batch_size`` at which the
     auto plan would use more than ``kept`` devices: "; at a batch of B the plan would
     use N devices (mesh), predicted F x the samples/s of the best layout on ``kept``
@@ -438,7 +444,7 @@ def _larger_batch_hint(model_spec, specs, batch_size, min_filters, link, replica
         larger = batch_size * factor
         try:
             plan = _plan_layout(model_spec, specs, None, larger, "auto", None, min_filters,
-                                link, replicated, hint=False)
+                                link, replicated, split_margin, hint=False)
         except InvalidInput:   # e.g. over a memory cap: larger batches fit no better
             return ""
         if len(plan.devices) > kept:

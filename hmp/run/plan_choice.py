@@ -19,6 +19,7 @@ from hmp.measure import calibration, speedcache
 from hmp.measure.devices import memory_bytes, parse_memory_caps
 from hmp.measure.speeds import measure_platform
 from hmp.planning.plan import format_bytes
+from hmp.planning.planner import SPLIT_MARGIN
 from hmp.run import rebalance
 from hmp.run.progress import say
 from hmp.run.settings import AUTO
@@ -72,11 +73,16 @@ def _fits(mesh, devices, spec, caps, batch_size):
     return plans(caps) or not plans(None)
 
 
-def choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe):
+def choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe,
+                first_epoch):
     """(the plan made now from the speeds (--speeds's numbers; None: measured on the step
     of ``recipe``, with the link), the device fastest alone at --batch_size as the plan
     priced each alone (``Plan.fastest_alone``)); ``spec``: the model's. Each device's
-    memory (``caps``: :func:`memory_caps`) bounds the plan."""
+    memory (``caps``: :func:`memory_caps`) bounds the plan.
+
+    When ``--try_alone``'s trial can run from ``first_epoch`` (:func:`trial_can_run`),
+    a split predicted faster at all is planned: the trial measures it against the
+    fastest device alone, which the cost model's error margin only guesses."""
     devices, speeds = hardware.devices, hardware.speeds
     batch_size, mesh = settings.recipe.batch_size, settings.placement.mesh
     if len(devices) == 1:   # nothing to split: no profiling
@@ -94,8 +100,22 @@ def choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe)
                 "measured (--speeds=auto measures both)" % settings.placement.speeds))
         return plan, plan.fastest_alone()
     measured, link = _measured(settings, hardware, model_config, spec, model_dir, recipe)
-    plan = planning.plan_layout(spec, measured, None, batch_size, mesh, caps, link=link)
+    trial = trial_can_run(settings, first_epoch)
+    plan = planning.plan_layout(spec, measured, None, batch_size, mesh, caps, link=link,
+                                split_margin=0.0 if trial else SPLIT_MARGIN)
+    if trial and len(plan.devices) > 1:
+        plan = dataclasses.replace(plan, reason=plan.reason + "; a split predicted faster "
+                                   "at all, since --try_alone measures it against the "
+                                   "fastest device alone")
     return plan, plan.fastest_alone()
+
+
+def trial_can_run(settings, first_epoch):
+    """Whether ``--try_alone``'s trial can run from ``first_epoch`` on a plan of several
+    devices: it is on, --mesh=auto, and the run has the epochs a fresh trial needs."""
+    placement = settings.placement
+    return (placement.try_alone and placement.mesh == AUTO
+            and settings.recipe.epochs - first_epoch >= rebalance.AloneTrial.FRESH_EPOCHS)
 
 
 def _measurement_key(settings, hardware, model_config, devices, recipe):

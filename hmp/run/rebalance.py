@@ -226,6 +226,8 @@ class AloneTrial:
     JSON values); a record made under another key is not taken up.
     """
 
+    FRESH_EPOCHS = 3   # one on each layout, one on the faster
+
     def __init__(self, plan, alone, key):
         self.plans = {"split": plan, "alone": alone}
         self.key = key
@@ -308,4 +310,4 @@ class AloneTrial:
     @property
     def epochs_needed(self):
         """Epochs the trial still needs: one per layout not yet measured, one on the faster."""
-        return 3 - len(self.rates)
+        return self.FRESH_EPOCHS - len(self.rates)

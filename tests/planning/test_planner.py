@@ -499,6 +499,10 @@ def test_a_split_must_beat_fewer_devices_by_the_margin():
                 "left out /gpu:1: with it the best layout (all devices, model:2) is predicted "
                 "36.5 ms, not faster by the 10% the cost model's error asks of a layout on "
                 "more devices, without it 38.4 ms")
+    # where the run measures the split anyway (hmp.train --try_alone), no margin
+    plan = plan_layout(fc_model(), devices, None, 64, "auto", link=LinkSpec(1e12, 17.28e-3),
+                       split_margin=0.0)
+    assert (plan.mesh, plan.devices, plan.left_out) == ("model:2", ["/gpu:0", "/gpu:1"], [])
 
 
 def test_a_plan_that_leaves_devices_out_says_at_which_larger_batch_they_pay():

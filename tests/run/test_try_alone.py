@@ -9,6 +9,8 @@ import pytest
 from cli_batch import run_batch
 from hmp.planning import plan_layout
 from hmp.run import rebalance, run_folder
+from hmp.run.plan_choice import trial_can_run
+from hmp.run.settings import Settings
 from hmp.run.trainer import EpochStats
 from test_rebalance import spec
 
@@ -70,6 +72,15 @@ def test_a_resume_takes_up_the_rates_of_checkpointed_epochs_of_the_same_setting(
     assert (other.rates, other.plan) == ({}, split)
     assert line == ("trial: the one before the resume is not taken up: it was for "
                     "batch_size 8, this run is for 16")
+
+
+@pytest.mark.parametrize("values, first_epoch, runs", [
+    ({}, 0, True), ({"epochs": 5}, 2, True), ({"epochs": 5}, 3, False),
+    ({"try_alone": False}, 0, False), ({"mesh": "batch:2"}, 0, False)])
+def test_the_trial_can_run_with_auto_and_the_epochs_a_fresh_one_needs(values, first_epoch,
+                                                                       runs):
+    # where it can, the plan is made without the cost model's error margin
+    assert trial_can_run(Settings.of(**values), first_epoch) is runs
 
 
 @pytest.fixture(scope="module")
