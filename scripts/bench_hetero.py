@@ -290,7 +290,7 @@ def measured_plan(spec, platform, link, mesh):
     the measured link (``auto``: its default, with ``--try_alone``'s trial to follow,
     so a split predicted faster at all)."""
     return plan_layout(spec, platform, None, FLAGS.batch_size, mesh, link=link,
-                       split_margin=0.0)
+                       alone_margin=0.0)
 
 
 def rebalanced(plan, spec, run):

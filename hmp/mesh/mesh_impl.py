@@ -288,7 +288,7 @@ class HeteroMeshImpl(PlacementMeshImpl):
                 with tf.device(device):
                     # zeros: a slice's values come from its master (copy_master_to_slices),
                     # never from its initialiser, so the cheapest one (not the random
-                    # default, 4 ops more a slice to build)
+                    # default, 4-6 ops more a slice to build)
                     slices.append(tf.get_variable(
                         "%s_slice_%d" % (variable.name, pnum),
                         mesh_impl.slice_shape(shape, pnum),

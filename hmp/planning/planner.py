@@ -35,8 +35,8 @@ from hmp.planning.plan import Candidate, Plan, format_time, layer_entries
 # no device that trains CNNs is slower than 1 MFLOP/s.
 MIN_ABSOLUTE_FLOPS = 1e6
 # --mesh=auto on a measured platform: a layout on more devices must be predicted this
-# much faster than the best on fewer, unless the run measures the choice itself
-# (hmp.train's --try_alone: ``split_margin=0``). The cost model is within about 20% of
+# much faster than the best on fewer (against one device: unless the run measures that
+# choice itself, hmp.train's --try_alone: ``alone_margin=0``). The cost model is within about 20% of
 # measured steps, and the two predictions err alike; on 8 against 2 cores a split
 # predicted 6% faster than the fast worker alone ran 13% slower, and one predicted 14%
 # faster ran 2% faster (docs/benchmarks.md).
@@ -299,7 +299,7 @@ def _replicated_record(dim, alone_step, all_split_step):
 
 
 def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
-                min_filters=1, link=None, replicated="auto", split_margin=SPLIT_MARGIN):
+                min_filters=1, link=None, replicated="auto", alone_margin=SPLIT_MARGIN):
     """Plans the layout of ``model_spec`` over ``devices``; returns a Plan.
 
     Args:
@@ -324,10 +324,10 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
         replicate, whichever the cost model predicts faster; with a link only) or the
         split dims to replicate (``()``: split every one). A replicated dim is left out
         of the layout rules: every model column computes its layers whole.
-      split_margin: with mesh="auto" and a link, how much faster (a share) a layout on
-        more devices must be predicted than the best on fewer (``SPLIT_MARGIN``: the
-        cost model's error); 0 where the caller measures the plan against the
-        fastest device alone anyway (``hmp.train --try_alone``).
+      alone_margin: with mesh="auto" and a link, how much faster (a share) a layout on
+        several devices must be predicted than the best on one (``SPLIT_MARGIN``, the
+        cost model's error, as between any two sizes); 0 where the caller measures
+        the plan against the fastest device alone anyway (``hmp.train --try_alone``).
 
     With ``mesh="auto"``, a link and at most ``HINT_MAX_DEVICES`` devices, a plan that
     leaves devices out also says at which larger batch (``HINT_BATCH_FACTORS``) a
@@ -337,11 +337,11 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
       ValueError: on bad speeds, devices, caps or mesh, or when no layout fits.
     """
     return _plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps,
-                        min_filters, link, replicated, split_margin, hint=True)
+                        min_filters, link, replicated, alone_margin, hint=True)
 
 
 def _plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps, min_filters,
-                 link, replicated, split_margin, hint):
+                 link, replicated, alone_margin, hint):
     """``plan_layout``; with ``hint``, the larger-batch hint of a plan that leaves
     devices out (``_larger_batch_hint``)."""
     specs = _device_specs(devices, speeds, memory_caps)
@@ -394,10 +394,11 @@ def _plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps, min
         raise InvalidInput("no mesh fits: " + "; ".join(
             f"{c.mesh}" + (f" on {c.devices} devices" if c.devices != n else "")
             + f": {c.note}" for c in candidates))
-    margin = split_margin if mesh == "auto" and link is not None else 0.0
-    best = _fastest(layouts, margin)
+    margins = ((SPLIT_MARGIN, alone_margin) if mesh == "auto" and link is not None
+               else (0.0, 0.0))
+    best = _fastest(layouts, *margins)
     kept = [specs[i] for i in best.indices]
-    left_out = _left_out(specs, order, best, layouts, relative, margin)
+    left_out = _left_out(specs, order, best, layouts, relative, *margins)
     if mesh != "auto":
         reason = "mesh given by the caller"
     else:
@@ -410,7 +411,7 @@ def _plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps, min
             reason += f"; {len(left_out)} device{'s' if len(left_out) > 1 else ''} left out"
             if hint and link is not None and n <= HINT_MAX_DEVICES:
                 reason += _larger_batch_hint(model_spec, specs, batch_size, min_filters,
-                                             link, replicated, split_margin, best.size)
+                                             link, replicated, alone_margin, best.size)
     return Plan(
         model=model_spec.name, mesh=str(best.mesh),
         layout_rules=layout_rules(model_spec.replicating(best.dims), best.mesh),
@@ -435,7 +436,7 @@ def _layout_of(model_spec, subset, mesh, batch_size, min_filters, link, replicat
 
 
 def _larger_batch_hint(model_spec, specs, batch_size, min_filters, link, replicated,
-                       split_margin, kept):
+                       alone_margin, kept):
     """For the smallest batch of ``HINT_BATCH_FACTORS`` x ``batch_size`` at which the
     auto plan would use more than ``kept`` devices: "; at a batch of B the plan would
     use N devices (mesh), predicted F x the samples/s of the best layout on ``kept``
@@ -444,7 +445,7 @@ def _larger_batch_hint(model_spec, specs, batch_size, min_filters, link, replica
         larger = batch_size * factor
         try:
             plan = _plan_layout(model_spec, specs, None, larger, "auto", None, min_filters,
-                                link, replicated, split_margin, hint=False)
+                                link, replicated, alone_margin, hint=False)
         except InvalidInput:   # e.g. over a memory cap: larger batches fit no better
             return ""
         if len(plan.devices) > kept:
@@ -459,16 +460,22 @@ def _larger_batch_hint(model_spec, specs, batch_size, min_filters, link, replica
     return ""
 
 
-def _fastest(layouts, margin):
+def _fastest(layouts, margin, alone_margin):
     """The layout of lowest predicted step; one on more devices only when it is
-    predicted faster by more than ``margin`` (a share) than the best on fewer. On a
-    tie the one with fewer devices (less that can go wrong), then the one found first."""
+    predicted faster by more than ``margin`` (a share) than the best on fewer, or by
+    ``alone_margin`` when that best is on one device. On a tie the one with fewer
+    devices (less that can go wrong), then the one found first."""
     best = None
     for size in sorted({l.size for l in layouts}):
         layout = min((l for l in layouts if l.size == size), key=lambda l: l.step)
-        if best is None or layout.step < best.step * (1 - margin):
+        if best is None or layout.step < best.step * (1 - _margin(best, margin, alone_margin)):
             best = layout
     return best
+
+
+def _margin(best, margin, alone_margin):
+    """The margin a layout on more devices than ``best`` must beat it by."""
+    return alone_margin if best.size == 1 else margin
 
 
 def _counts(sizes):
@@ -486,11 +493,11 @@ def _group(size, device_count, ranking):
     return f"the {size} {'fastest alone' if ranking == 'alone' else 'of highest FLOP rate'}"
 
 
-def _left_out(specs, order, best, layouts, relative, margin):
+def _left_out(specs, order, best, layouts, relative, margin, alone_margin):
     """A record per device the chosen layout ``best`` leaves out, in ``order`` (fastest
     alone first), with the reason: the best prediction of the smallest subset tried that
-    includes it, against the chosen one (and ``margin`` when that subset was predicted
-    faster, but not by it)."""
+    includes it, against the chosen one (and the margin, ``_margin``, when that subset
+    was predicted faster, but not by it)."""
     smallest = {}   # device index -> the best layout of the smallest subset holding it
     for layout in sorted(layouts, key=lambda l: (l.size, l.step)):
         for i in layout.indices:
@@ -503,8 +510,8 @@ def _left_out(specs, order, best, layouts, relative, margin):
             with_it = (f"with it the best layout ({_group(layout.size, len(specs), layout.ranking)}"
                        f", {layout.mesh}) is predicted {format_time(layout.step, relative)}")
             if layout.step < best.step:
-                with_it += (f", not faster by the {margin:.0%} the cost model's error "
-                            "asks of a layout on more devices")
+                with_it += (f", not faster by the {_margin(best, margin, alone_margin):.0%} "
+                            "the cost model's error asks of a layout on more devices")
         else:
             with_it = "with it no layout fits"
         records.append({"device": spec.name, "speed": spec.flops_per_s,

@@ -74,15 +74,16 @@ def _fits(mesh, devices, spec, caps, batch_size):
 
 
 def choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe,
-                first_epoch):
+                first_epoch, recorded_trial):
     """(the plan made now from the speeds (--speeds's numbers; None: measured on the step
     of ``recipe``, with the link), the device fastest alone at --batch_size as the plan
     priced each alone (``Plan.fastest_alone``)); ``spec``: the model's. Each device's
     memory (``caps``: :func:`memory_caps`) bounds the plan.
 
-    When ``--try_alone``'s trial can run from ``first_epoch`` (:func:`trial_can_run`),
-    a split predicted faster at all is planned: the trial measures it against the
-    fastest device alone, which the cost model's error margin only guesses."""
+    When ``--try_alone``'s trial can run from ``first_epoch`` (:func:`trial_can_run`;
+    ``recorded_trial``: its record before a resume, or None), a layout on several
+    devices predicted faster than the fastest device alone at all is planned: the trial
+    measures that choice, which the cost model's error margin only guesses."""
     devices, speeds = hardware.devices, hardware.speeds
     batch_size, mesh = settings.recipe.batch_size, settings.placement.mesh
     if len(devices) == 1:   # nothing to split: no profiling
@@ -100,22 +101,28 @@ def choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe,
                 "measured (--speeds=auto measures both)" % settings.placement.speeds))
         return plan, plan.fastest_alone()
     measured, link = _measured(settings, hardware, model_config, spec, model_dir, recipe)
-    trial = trial_can_run(settings, first_epoch)
+    trial = trial_can_run(settings, first_epoch, recorded_trial)
     plan = planning.plan_layout(spec, measured, None, batch_size, mesh, caps, link=link,
-                                split_margin=0.0 if trial else SPLIT_MARGIN)
-    if trial and len(plan.devices) > 1:
-        plan = dataclasses.replace(plan, reason=plan.reason + "; a split predicted faster "
-                                   "at all, since --try_alone measures it against the "
-                                   "fastest device alone")
+                                alone_margin=0.0 if trial else SPLIT_MARGIN)
+    if trial and len(plan.devices) > 1 and plan.fastest_alone() is not None:
+        plan = dataclasses.replace(plan, reason=plan.reason + "; against one device, a "
+                                   "layout predicted faster at all, since --try_alone "
+                                   "measures it against the fastest device alone")
     return plan, plan.fastest_alone()
 
 
-def trial_can_run(settings, first_epoch):
+def trial_can_run(settings, first_epoch, recorded):
     """Whether ``--try_alone``'s trial can run from ``first_epoch`` on a plan of several
-    devices: it is on, --mesh=auto, and the run has the epochs a fresh trial needs."""
-    placement = settings.placement
-    return (placement.try_alone and placement.mesh == AUTO
-            and settings.recipe.epochs - first_epoch >= rebalance.AloneTrial.FRESH_EPOCHS)
+    devices: it is on with --mesh=auto, and the run has the epochs a fresh trial needs,
+    or a trial ``recorded`` before a resume (which that run planned for: its plan is
+    made again the same way, and the trial taken up)."""
+    return _trial_on(settings) and (
+        recorded is not None
+        or settings.recipe.epochs - first_epoch >= rebalance.AloneTrial.FRESH_EPOCHS)
+
+
+def _trial_on(settings):
+    return settings.placement.try_alone and settings.placement.mesh == AUTO
 
 
 def _measurement_key(settings, hardware, model_config, devices, recipe):
@@ -167,9 +174,8 @@ def alone_trial(settings, hardware, spec, plan, fastest, model_config, recipe, f
     :class:`hmp.run.rebalance.AloneTrial`), with what ``recorded`` (its record before a
     resume) measured, or None when it does not apply: a mesh or plan given, a plan on
     one device, fewer epochs left than it still needs (3 fresh)."""
-    placement, recipe_settings = settings.placement, settings.recipe
-    if (not placement.try_alone or placement.mesh != AUTO or fastest is None
-            or len(plan.devices) < 2):
+    recipe_settings = settings.recipe
+    if not _trial_on(settings) or fastest is None or len(plan.devices) < 2:
         return None
     alone = planning.plan_layout(spec, [fastest], [1.0], recipe_settings.batch_size, AUTO)
     alone = dataclasses.replace(alone, reason="the fastest device alone (%s), on trial "

@@ -104,12 +104,13 @@ def train_seed(shared, model_dir, seed):
     # The checkpoint's step and epoch.
     start_step = (run_folder.checkpoint_step(model_dir) or 0) if resume else 0
     first_epoch = start_step // steps_per_epoch
-    plan, fastest = _plan(shared, spec, model_config, caps, model_dir, recipe, first_epoch)
+    # Every invocation's epochs: a resumed run keeps those before its checkpoint.
+    record = run_folder.History.open(model_dir, resume, first_epoch, start_step, shared.argv)
+    plan, fastest = _plan(shared, spec, model_config, caps, model_dir, recipe, first_epoch,
+                          record.trial)
     print(plan.explain(), flush=True)
     trainers = Trainers(shared, model_config, exp, recipe, model_dir, seed,
                         ProgressLine(log_every=folder.log_every))
-    # Every invocation's epochs: a resumed run keeps those before its checkpoint.
-    record = run_folder.History.open(model_dir, resume, first_epoch, start_step, shared.argv)
     trial = alone_trial(settings, shared.hardware, spec, plan, fastest, model_config, recipe,
                         first_epoch, record.trial)
     if trial is not None:   # a trial taken up may start on the device alone or the winner
@@ -198,15 +199,15 @@ def _make_folder(settings, model_dir, data_config, exp):
         run_folder.save_flags(settings.model_dir, settings.flag_lines())
 
 
-def _plan(shared, spec, model_config, caps, model_dir, recipe, first_epoch):
+def _plan(shared, spec, model_config, caps, model_dir, recipe, first_epoch, recorded_trial):
     """(the plan, the device fastest alone or None): --plan's, else made now (a run
-    from ``first_epoch``)."""
+    from ``first_epoch``; ``recorded_trial``: --try_alone's record before a resume)."""
     settings, hardware = shared.settings, shared.hardware
     if hardware.given_plan is not None:   # the device fastest alone is not known
         return hardware.given_plan, None
     with settings.blame("devices", "speeds", "mesh"):
         return choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe,
-                           first_epoch)
+                           first_epoch, recorded_trial)
 
 
 def _train_and_classify(loop, first_epoch, exp, recipe, tta, model_dir, signals):

@@ -288,7 +288,7 @@ def test_sequence_mode_copies_masters_one_variable_at_a_time(monkeypatch):
 
 def test_slices_take_their_values_from_the_master_and_build_no_random_initialiser():
     """A slice variable's initialiser never runs (its values come from the master), so
-    it is zeros, not the random default: 4 ops fewer a slice to build."""
+    it is zeros, not the random default: 4-6 ops fewer a slice to build."""
     tf.reset_default_graph()
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
