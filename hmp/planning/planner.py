@@ -36,10 +36,10 @@ from hmp.planning.plan import Candidate, Plan, format_time, layer_entries
 MIN_ABSOLUTE_FLOPS = 1e6
 # --mesh=auto on a measured platform: a layout on more devices must be predicted this
 # much faster than the best on fewer (against one device: unless the run measures that
-# choice itself, hmp.train's --try_alone: ``alone_margin=0``). The cost model is within about 20% of
-# measured steps, and the two predictions err alike; on 8 against 2 cores a split
-# predicted 6% faster than the fast worker alone ran 13% slower, and one predicted 14%
-# faster ran 2% faster (docs/benchmarks.md).
+# choice itself, hmp.train's --try_alone: ``alone_margin=0``). The cost model is within
+# about 20% of measured steps, and the two predictions err alike; on 8 against 2 cores a
+# split predicted 6% faster than the fast worker alone ran 13% slower, and one predicted
+# 14% faster ran 2% faster (docs/benchmarks.md).
 SPLIT_MARGIN = 0.10
 # mesh="auto" tries every subset size and every mesh up to this many devices (see subset_sizes).
 EXHAUSTIVE_DEVICES = 16

@@ -122,6 +122,7 @@ def trial_can_run(settings, first_epoch, recorded):
 
 
 def _trial_on(settings):
+    """Whether --try_alone's trial is asked for: on, with --mesh=auto."""
     return settings.placement.try_alone and settings.placement.mesh == AUTO
 
 
