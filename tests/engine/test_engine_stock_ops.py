@@ -296,10 +296,12 @@ def test_slices_take_their_values_from_the_master_and_build_no_random_initialise
                                 initializer=tf.random_uniform_initializer(1.0, 2.0))
     impl = hmp.HeteroMeshImpl(*LAYOUTS["classes"])
     lowering = hmp.HeteroLowering(graph, {mesh: impl})
-    slices = lowering.variables[variable.operation].laid_out_tensor.tensor_list
+    laid_out = lowering.variables[variable.operation].laid_out_tensor
+    slices = laid_out.tensor_list
     random = {op.name for op in tf.get_default_graph().get_operations()
-              if op.type.startswith("Random")}
+              if op.type.startswith(("Random", "TruncatedNormal"))}
     assert len(random) == 1 and all("slice" not in name for name in random), random
+    assert {v.initial_value.op.type for v in laid_out.all_slices} <= {"Fill", "Const"}
     with tf.Session(config=harness.session_config()) as session:
         session.run(tf.global_variables_initializer())
         session.run(lowering.copy_masters_to_slices())
