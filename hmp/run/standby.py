@@ -23,12 +23,13 @@ class Standby:
 
     ``ready``: the trainer is there (``take()`` hands it over); ``failed``: the error
     the build raised (``take()`` raises it); ``close()`` waits for the thread and
-    closes a trainer that was not taken.
+    closes a trainer that was not taken. ``clock``: seconds, for ``restore_seconds``.
     """
 
-    def __init__(self, plan, build, checkpoint, warm_up):
+    def __init__(self, plan, build, checkpoint, warm_up, clock=time.perf_counter):
         self.plan = plan
         self.restore_seconds = None
+        self._clock = clock
         self._trainer, self._error = None, None
         self._thread = threading.Thread(target=self._prepare,
                                         args=(build, checkpoint, warm_up),
@@ -39,9 +40,9 @@ class Standby:
         trainer = None
         try:
             trainer = build(self.plan)
-            started = time.perf_counter()
+            started = self._clock()
             trainer.restore(checkpoint())
-            self.restore_seconds = time.perf_counter() - started
+            self.restore_seconds = self._clock() - started
             warm_up(trainer)
         except BaseException as error:   # handed to the thread that takes the trainer
             self._error = error

@@ -34,12 +34,14 @@ def test_a_standby_builds_restores_and_warms_up_on_its_thread_then_hands_over():
         log.append(("build", plan, threading.current_thread().name))
         return FakeTrainer(log)
 
-    standby = Standby("plan", build, lambda: "ckpt-7", lambda t: log.append("warm up"))
+    clock = iter([10.0, 12.5]).__next__   # before and after the restore, not wall time
+    standby = Standby("plan", build, lambda: "ckpt-7", lambda t: log.append("warm up"),
+                      clock=clock)
     assert not standby.ready and standby.failed is None   # still building
     release.set()
     trainer = standby.take()
     assert log == [("build", "plan", "hmp-standby"), ("restore", "ckpt-7"), "warm up"]
-    assert isinstance(standby.restore_seconds, float) and isinstance(trainer, FakeTrainer)
+    assert standby.restore_seconds == 2.5 and isinstance(trainer, FakeTrainer)
     standby.close()   # a taken trainer is the taker's
     assert "close" not in log
 
