@@ -8,6 +8,7 @@ import pytest
 from hmp.planning.planner import SPLIT_MARGIN
 from hmp.planning import (DeviceSpec, LinkSpec, ModelSpec, Plan, apportion, conv_layer_spec,
                           dense_layer_spec, parse_mesh, plan_layout, pool_layer_spec, predict)
+from model_specs import fc_model
 
 GPUS = ["/gpu:0", "/gpu:1", "/cpu:0"]
 SPEEDS = [70, 25, 5]
@@ -343,13 +344,6 @@ def test_large_plan_is_consistent():
 
 
 # --- device subsets: never slower than the fastest device alone --------------------------
-
-def fc_model():
-    """One dense layer 1000 -> 100, no bias, hidden units split over the model axis:
-    F = 2e5 forward FLOPs and 1e5 weights per sample."""
-    return ModelSpec("fc", [dense_layer_spec("fc", 1000, 100, "hidden", "output", bias=False)],
-                     (1000,))
-
 
 def test_one_device_when_the_link_is_slow_and_a_split_when_it_is_fast():
     # Two devices of 1e9 FLOP/s, batch 64. By hand (training = 3 x forward):

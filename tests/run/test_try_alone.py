@@ -8,13 +8,12 @@ import types
 import pytest
 
 from cli_batch import run_batch
-from hmp.planning import plan_layout
-from hmp.run import rebalance, run_folder
-from hmp.planning import DeviceSpec, LinkSpec, ModelSpec, dense_layer_spec
-from hmp.run import plan_choice
+from hmp.planning import DeviceSpec, LinkSpec, plan_layout
+from hmp.run import plan_choice, rebalance, run_folder
 from hmp.run.plan_choice import trial_can_run
 from hmp.run.settings import Settings
 from hmp.run.trainer import EpochStats
+from model_specs import fc_model
 from test_rebalance import spec
 
 FLAGS = ["--model=cnn2d", "--width=8", "--patch_size=5", "--batch_size=64",
@@ -95,14 +94,12 @@ def test_where_the_trial_runs_a_split_predicted_faster_at_all_is_planned(
         monkeypatch, values, first_epoch, recorded, split):
     # Two devices of 1e9 FLOP/s, batch 64, one dense layer 1000 -> 100: one device 38.4
     # ms, model:2 36.5 ms with a 17.3 ms hand-over (5% faster: within the 10% margin).
-    fc = ModelSpec("fc", [dense_layer_spec("fc", 1000, 100, "hidden", "output", bias=False)],
-                   (1000,))
     measured = [DeviceSpec("/gpu:0", 1e9), DeviceSpec("/gpu:1", 1e9)]
     monkeypatch.setattr(plan_choice, "_measured",
                         lambda *args: (measured, LinkSpec(1e12, 17.28e-3)))
     hardware = types.SimpleNamespace(devices=["/gpu:0", "/gpu:1"], speeds=None)
     settings = Settings.of(batch_size=64, epochs=6, **values)
-    plan, fastest = plan_choice.choose_plan(settings, hardware, fc, None, None, None, None,
+    plan, fastest = plan_choice.choose_plan(settings, hardware, fc_model(), None, None, None, None,
                                             first_epoch, recorded)
     assert fastest == "/gpu:0"
     assert (plan.mesh, len(plan.devices)) == (("model:2", 2) if split else ("batch:1", 1))
