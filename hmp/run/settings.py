@@ -228,7 +228,8 @@ class Settings:
         with self.blame("model"):
             get_model(self.model.name)
         for name, allowed in (("batch_norm", BATCH_STATISTICS), ("precision", PRECISIONS),
-                              ("optimizer", OPTIMIZERS), ("class_balanced", CLASS_BALANCING)):
+                              ("optimizer", OPTIMIZERS), ("class_balanced", CLASS_BALANCING),
+                              ("schedule", SCHEDULES), ("val_split", VAL_SPLITS)):
             if self.value(name) not in allowed:
                 raise cli.UsageError("--%s=%s: choose one of %s"
                                      % (name, self.value(name), ", ".join(allowed)))
@@ -245,15 +246,9 @@ class Settings:
         if not self.recipe.learning_rate > 0:
             raise cli.UsageError("--learning_rate=%g: must be positive"
                                  % self.recipe.learning_rate)
-        if self.recipe.schedule not in SCHEDULES:
-            raise cli.UsageError("--schedule=%s: choose one of %s"
-                                 % (self.recipe.schedule, ", ".join(SCHEDULES)))
         if not 0 <= self.data.val_fraction < 1:
             raise cli.UsageError("--val_fraction=%g: must lie in [0, 1)"
                                  % self.data.val_fraction)
-        if self.data.val_split not in VAL_SPLITS:
-            raise cli.UsageError("--val_split=%s: choose one of %s"
-                                 % (self.data.val_split, ", ".join(VAL_SPLITS)))
         for name in ("spectral_shift", "spectral_gain"):
             self.field_look_strength(name)
         for name in ("patience", "warmup_epochs", "weight_decay", "brightness", "noise",
