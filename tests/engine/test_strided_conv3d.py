@@ -1,0 +1,79 @@
+"""The strided 3-D convolution's own gradient against TensorFlow's gradient kernels,
+and where hmp's convolutions use it (hmp.mesh.strided_conv3d)."""
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+from hmp.compat import import_mesh_tensorflow
+from hmp.mesh import ops, strided_conv3d
+
+mtf = import_mesh_tensorflow()
+
+# (input [batch, d, h, w, in], window [d, h, w], strides, padding, output channels):
+# strides along each dim and several at once, windows smaller than, equal to and
+# larger than the stride, SAME with uneven padding, sizes the stride does not divide.
+CASES = {
+    "cnn3d_first_layer": ((3, 30, 9, 9, 1), (7, 3, 3), (2, 1, 1), "VALID", 4),
+    "spectral_pooling": ((2, 12, 5, 5, 4), (3, 1, 1), (2, 1, 1), "VALID", 3),
+    "every_dim_valid": ((2, 11, 7, 6, 3), (3, 2, 3), (3, 2, 2), "VALID", 5),
+    "every_dim_same": ((2, 11, 7, 6, 3), (3, 2, 3), (2, 3, 2), "SAME", 5),
+    "window_below_stride": ((2, 10, 8, 9, 2), (1, 2, 1), (3, 3, 2), "SAME", 4),
+    "window_below_stride_valid": ((2, 10, 8, 9, 2), (1, 1, 2), (3, 2, 3), "VALID", 4),
+}
+
+
+def _gradients(case, override):
+    """(dx, dw) of sum(conv3d(x, w) * r) in float64, with this module's gradient or
+    (``override`` False) TensorFlow's kernels."""
+    shape, window, strides, padding, channels = CASES[case]
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=shape)
+    w = rng.normal(size=(*window, shape[-1], channels))
+    with tf.Graph().as_default():
+        tx, tw = tf.placeholder(tf.float64, x.shape), tf.placeholder(tf.float64, w.shape)
+        y = (strided_conv3d.conv3d(tx, tw, strides, padding) if override
+             else tf.nn.conv3d(tx, tw, [1, *strides, 1], padding))
+        r = rng.normal(size=y.shape.as_list())
+        gradients = tf.gradients(tf.reduce_sum(y * r), [tx, tw])
+        with tf.Session() as session:
+            return session.run(gradients, {tx: x, tw: w})
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_gradients_equal_tensorflows_kernels(case):
+    ours, reference = _gradients(case, True), _gradients(case, False)
+    for got, expected in zip(ours, reference):
+        assert got.shape == expected.shape
+        assert np.abs(expected).max() > 0
+        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
+
+
+def _gradient_op_types(strides, device):
+    """The op types of the gradient of hmp's 3-D convolution's per-device function
+    (``LocalOperation.local_fn``) placed on ``device``."""
+    x_dims = [mtf.Dimension(n, s) for n, s in (("batch", 2), ("d", 9), ("h", 5), ("w", 5),
+                                                ("cin", 1))]
+    w_dims = [mtf.Dimension(n, s) for n, s in (("k0", 3), ("k1", 3), ("k2", 3), ("cin", 1),
+                                                ("cout", 4))]
+    with tf.Graph().as_default() as graph:
+        mesh = mtf.Mesh(mtf.Graph(), "mesh")
+        x, w = (mtf.zeros(mesh, mtf.Shape(d)) for d in (x_dims, w_dims))
+        y = ops.convolution(x, w, strides, "VALID", [x_dims[-1]])
+        with tf.device(device):
+            tx, tw = tf.zeros([2, 9, 5, 5, 1]), tf.zeros([3, 3, 3, 1, 4])
+            ty = y.operation.local_fn(tx, tw)
+            known = set(graph.get_operations())
+            tf.gradients(ty, [tx, tw], grad_ys=tf.ones_like(ty))
+        return {op.type for op in graph.get_operations() if op not in known}
+
+
+def test_a_strided_convolution_on_a_cpu_takes_this_gradient_and_a_stride_1_tensorflows():
+    strided = _gradient_op_types((2, 1, 1), "/cpu:0")
+    assert {"ExtractVolumePatches", "MatMul"} <= strided
+    assert not strided & {"Conv3DBackpropFilterV2", "Conv3DBackpropInputV2"}
+    assert {"Conv3DBackpropFilterV2", "Conv3DBackpropInputV2"} <= _gradient_op_types(
+        (1, 1, 1), "/cpu:0")
+    # a GPU's convolutions keep TensorFlow's (cuDNN) gradients
+    assert {"Conv3DBackpropFilterV2", "Conv3DBackpropInputV2"} <= _gradient_op_types(
+        (2, 1, 1), "/gpu:0")
