@@ -2,8 +2,8 @@
 
 ``mesh_impl`` (``HeteroMeshImpl``: slice geometry and collectives per device),
 ``lowering`` (``HeteroLowering``: checks every slice against the plan),
-``ops`` (hmp's per-device convolutions and pooling; ``strided_conv3d``: a strided
-3-D convolution's gradient from kernels fast on a CPU), ``stock_ops`` (stock
+``ops`` (hmp's per-device convolutions and pooling; ``conv3d_gradient``: a 3-D
+convolution's gradient from a CPU's fast kernels), ``stock_ops`` (stock
 Mesh-TF ops on uneven splits), ``collectives`` (hand-overs and all-reduces),
 ``bucketing`` (one gradient all-reduce per step), ``optimizers`` and
 ``train_step`` (the ordered training step), ``numerics`` (float32 in full on

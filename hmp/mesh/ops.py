@@ -29,7 +29,7 @@ import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
 from hmp.layer_math import output_size
-from hmp.mesh import strided_conv3d
+from hmp.mesh import conv3d_gradient
 
 mtf = import_mesh_tensorflow()
 
@@ -233,8 +233,8 @@ def convolution(x, conv_filter, strides, padding, in_dims, name=None):
         flat_x = _merge_axes(_merge_axes(tx, n_batch + rank, n_batch + rank + n_in),
                              0, n_batch)
         flat_w = _merge_axes(tw, rank, rank + n_in)
-        if rank == 3 and _on_cpu(flat_x):   # a strided one's gradient, fast on a CPU
-            y = strided_conv3d.conv3d(flat_x, flat_w, strides, padding.upper())
+        if rank == 3 and _on_cpu(flat_x):   # a gradient from the CPU's fast kernels
+            y = conv3d_gradient.conv3d(flat_x, flat_w, strides, padding.upper())
         else:
             y = tf_conv(flat_x, flat_w, [1] + strides + [1], padding.upper())
         batch_sizes = tx.shape.as_list()[:n_batch]

@@ -1,17 +1,17 @@
-"""The strided 3-D convolution's own gradient against TensorFlow's gradient kernels,
-and where hmp's convolutions use it (hmp.mesh.strided_conv3d)."""
+"""hmp's gradient of a 3-D convolution against TensorFlow's gradient kernels, and where
+hmp's convolutions use it (hmp.mesh.conv3d_gradient)."""
 
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
-from hmp.mesh import ops, strided_conv3d
+from hmp.mesh import conv3d_gradient, ops
 
 mtf = import_mesh_tensorflow()
 
 # (input [batch, d, h, w, in], window [d, h, w], strides, padding, output channels):
-# strides along each dim and several at once, windows smaller than, equal to and
+# stride 1, strides along each dim and several at once, windows smaller than, equal to and
 # larger than the stride, SAME with uneven padding, sizes the stride does not divide.
 CASES = {
     "cnn3d_first_layer": ((3, 30, 9, 9, 1), (7, 3, 3), (2, 1, 1), "VALID", 4),
@@ -20,6 +20,8 @@ CASES = {
     "every_dim_same": ((2, 11, 7, 6, 3), (3, 2, 3), (2, 3, 2), "SAME", 5),
     "window_below_stride": ((2, 10, 8, 9, 2), (1, 2, 1), (3, 3, 2), "SAME", 4),
     "window_below_stride_valid": ((2, 10, 8, 9, 2), (1, 1, 2), (3, 2, 3), "VALID", 4),
+    "hybridsn_stride_1": ((3, 9, 9, 30, 1), (3, 3, 7), (1, 1, 1), "VALID", 4),
+    "stride_1_same": ((2, 6, 7, 5, 3), (3, 2, 3), (1, 1, 1), "SAME", 2),
 }
 
 
@@ -32,7 +34,7 @@ def _gradients(case, override):
     w = rng.normal(size=(*window, shape[-1], channels))
     with tf.Graph().as_default():
         tx, tw = tf.placeholder(tf.float64, x.shape), tf.placeholder(tf.float64, w.shape)
-        y = (strided_conv3d.conv3d(tx, tw, strides, padding) if override
+        y = (conv3d_gradient.conv3d(tx, tw, strides, padding) if override
              else tf.nn.conv3d(tx, tw, [1, *strides, 1], padding))
         r = rng.normal(size=y.shape.as_list())
         gradients = tf.gradients(tf.reduce_sum(y * r), [tx, tw])
@@ -68,12 +70,12 @@ def _gradient_op_types(strides, device):
         return {op.type for op in graph.get_operations() if op not in known}
 
 
-def test_a_strided_convolution_on_a_cpu_takes_this_gradient_and_a_stride_1_tensorflows():
+def test_a_cpus_3d_convolutions_take_this_gradient_and_a_gpus_tensorflows():
+    backprop_filter, backprop_input = "Conv3DBackpropFilterV2", "Conv3DBackpropInputV2"
     strided = _gradient_op_types((2, 1, 1), "/cpu:0")
-    assert {"ExtractVolumePatches", "MatMul"} <= strided
-    assert not strided & {"Conv3DBackpropFilterV2", "Conv3DBackpropInputV2"}
-    assert {"Conv3DBackpropFilterV2", "Conv3DBackpropInputV2"} <= _gradient_op_types(
-        (1, 1, 1), "/cpu:0")
+    assert not strided & {backprop_filter, backprop_input} and "Conv3D" in strided
+    # stride 1: TensorFlow's input gradient (as fast), this module's filter gradient
+    stride_1 = _gradient_op_types((1, 1, 1), "/cpu:0")
+    assert backprop_input in stride_1 and backprop_filter not in stride_1
     # a GPU's convolutions keep TensorFlow's (cuDNN) gradients
-    assert {"Conv3DBackpropFilterV2", "Conv3DBackpropInputV2"} <= _gradient_op_types(
-        (2, 1, 1), "/gpu:0")
+    assert {backprop_filter, backprop_input} <= _gradient_op_types((2, 1, 1), "/gpu:0")
