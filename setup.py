@@ -14,7 +14,7 @@ TF_VERSIONS = ">=2.15,<2.22"
 
 setup(
     name="hmp",
-    version="0.1.0",
+    version="0.2.0",   # speeds measured by another version are not reused (hmp.measure.speedcache)
     description="Heterogeneous model/data parallel CNN training for hyperspectral images",
     packages=find_packages(include=["hmp", "hmp.*", "models", "models.*"]),
     python_requires=">=3.10",
