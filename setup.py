@@ -6,15 +6,18 @@ so exactly one of them must be installed.
 """
 
 import os
+import re
 
 from setuptools import find_packages, setup
 
 TENSORFLOW = os.environ.get("HMP_TENSORFLOW", "tensorflow-cpu")
 TF_VERSIONS = ">=2.15,<2.22"
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "hmp", "__init__.py")) as init:
+    VERSION = re.search(r'^__version__ = "([^"]+)"', init.read(), re.M).group(1)
 
 setup(
     name="hmp",
-    version="0.2.0",   # speeds measured by another version are not reused (hmp.measure.speedcache)
+    version=VERSION,
     description="Heterogeneous model/data parallel CNN training for hyperspectral images",
     packages=find_packages(include=["hmp", "hmp.*", "models", "models.*"]),
     python_requires=">=3.10",

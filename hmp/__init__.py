@@ -9,6 +9,10 @@ mesh_tensorflow`` work on current TensorFlow (``hmp.compat``).
 
 import importlib
 
+# Speeds measured by another version are not reused (hmp.measure.speedcache); setup.py
+# reads it from here.
+__version__ = "0.2.0"
+
 _NAMES = {"HeteroLowering": "hmp.mesh.lowering", "HeteroMeshImpl": "hmp.mesh.mesh_impl",
           "UnevenSplitError": "hmp.mesh.mesh_impl", "train_step": "hmp.mesh.train_step",
           # training from Python: hmp.fit(hmp.Settings.of(...), models.get_model)

@@ -30,6 +30,7 @@ import os
 
 import tensorflow as tf_module
 
+import hmp
 from hmp import files
 from hmp.measure.linkprobe import with_hosts
 from hmp.planning import DeviceSpec, LinkSpec
@@ -44,14 +45,6 @@ SPEED_FIELDS = ("device", "samples_per_s", "min_samples_per_s", "max_samples_per
 MAX_ENTRIES = 64
 
 
-def _hmp_version():
-    try:
-        from importlib.metadata import version
-        return version("hmp")
-    except Exception:  # not installed as a package (a source checkout)
-        return "unknown"
-
-
 def cache_key(config, batch_size, optimizer, devices, workers=None, input_work=None):
     """What a measurement depends on, as a JSON-able dict (entries match it exactly);
     ``input_work``: the step's work before the model (``Recipe.input_work``)."""
@@ -61,7 +54,7 @@ def cache_key(config, batch_size, optimizer, devices, workers=None, input_work=N
             "batch_size": batch_size,
             "optimizer": optimizer, "devices": list(devices),
             "workers": list(workers) if workers is not None else None,
-            "hmp": _hmp_version(), "tensorflow": tf_module.__version__}
+            "hmp": hmp.__version__, "tensorflow": tf_module.__version__}
 
 
 def user_cache_path():

@@ -1,24 +1,18 @@
 """A 3-D convolution whose gradient a CPU computes with its fast kernels.
 
-TensorFlow's CPU kernels for the gradients of a 3-D convolution are slow, and with a
-stride above 1 pathologically so. On one core of the 2-vCPU VM (docs/engine.md), the
-first layer of ``cnn3d`` (a 7 x 3 x 3 window striding the spectrum by 2, batch 32, 30
-bands, 16 filters) convolves in 20 ms, and ``Conv3DBackpropFilterV2`` takes 1055 ms and
-``Conv3DBackpropInputV2`` 977 ms; at batch 256 they take 114 and 83 ms (their faster
-path: which one runs depends on the batch and the CPU's cache). The filter gradients of
-``hybridsn``'s stride-1 layers take 2-5 times what the one below does. 2-D convolutions'
-gradient kernels have no such penalty.
-
-``conv3d`` gives a 3-D convolution this gradient, from TensorFlow's forward kernel:
+TensorFlow's CPU kernels for the gradients of a 3-D convolution (Eigen's, oneDNN off)
+are slow, and with a stride above 1 pathologically so (10-80 times the convolution at
+the batches hmp trains with; figures and why in docs/engine.md). 2-D convolutions'
+gradient kernels have no such penalty. ``conv3d`` gives a 3-D convolution this
+gradient, from TensorFlow's forward convolution kernel:
 
 - the filter gradient is a stride-1 convolution of the input, its batch taken as
   channels and its channels as the batch, with the output gradient as the filter,
-  spread by the stride (zeros between its positions): 7 ms and 30 ms for the layer
-  above at batch 32 and 256;
+  spread by the stride (zeros between its positions);
 - with a stride above 1, the input gradient is a stride-1 convolution of the spread
   output gradient, padded by the window less one, with the filter reversed in space
-  and its channels swapped (49 ms at batch 32); with stride 1, TensorFlow's own
-  (``Conv3DBackpropInputV2``), as fast there.
+  and its channels swapped; with stride 1, TensorFlow's own (``Conv3DBackpropInputV2``),
+  as fast there.
 
 Both are the same sums as TensorFlow's gradient in another order: equal to it up to
 rounding (``tests/engine/test_conv3d_gradient.py``). The forward convolution is
@@ -27,13 +21,13 @@ TensorFlow's own, unchanged.
 
 import tensorflow.compat.v1 as tf
 
-GRADIENT = "HmpConv3D"   # the name the gradient is registered under
+_GRADIENT = "HmpConv3D"   # the name the gradient is registered under
 
 
 def conv3d(x, conv_filter, strides, padding):
     """``tf.nn.conv3d(x, conv_filter, [1, *strides, 1], padding)`` (NDHWC, no
     dilation) with this module's gradient."""
-    with tf.get_default_graph().gradient_override_map({"Conv3D": GRADIENT}):
+    with tf.get_default_graph().gradient_override_map({"Conv3D": _GRADIENT}):
         return tf.nn.conv3d(x, conv_filter, [1, *strides, 1], padding)
 
 
@@ -57,22 +51,17 @@ def _dilate(t, axis, stride):
     return tf.slice(spread, begin, size)
 
 
-@tf.RegisterGradient(GRADIENT)
+@tf.RegisterGradient(_GRADIENT)
 def _gradient(op, dy):
-    """Gradients of a ``Conv3D`` op's input and filter (module docstring)."""
+    """Gradients of a ``Conv3D`` op's input and filter (module docstring); ``conv3d``
+    builds its ops NDHWC, without dilation."""
     x, conv_filter = op.inputs
-    if op.get_attr("data_format") != b"NDHWC" or list(op.get_attr("dilations")) != [1] * 5:
-        raise ValueError("%s: only NDHWC convolutions without dilation" % op.name)
     strides = list(op.get_attr("strides"))[1:4]
+    padding = op.get_attr("padding").decode()
     window = conv_filter.shape.as_list()[:3]
-    in_channels = conv_filter.shape.as_list()[3]
     sizes = x.shape.as_list()[1:4]
-    if op.get_attr("padding") == b"SAME":
-        pads = [_same_padding(n, k, s) for n, k, s in zip(sizes, window, strides)]
-    else:
-        pads = [(0, 0)] * 3
-    padded = [n + before + after for n, (before, after) in zip(sizes, pads)]
-    outputs = dy.shape.as_list()[1:4]
+    pads = ([_same_padding(n, k, s) for n, k, s in zip(sizes, window, strides)]
+            if padding == "SAME" else [(0, 0)] * 3)
 
     spread = dy   # the output gradient at the positions of the input it came from
     for axis, stride in enumerate(strides, start=1):
@@ -84,17 +73,17 @@ def _gradient(op, dy):
                               tf.transpose(spread, [1, 2, 3, 0, 4]), [1] * 5, "VALID")
     filter_gradient = tf.transpose(tf.slice(by_channel, [0] * 5, [-1, *window, -1]),
                                    [1, 2, 3, 0, 4])
-
     if max(strides) == 1:
-        input_gradient = tf.nn.conv3d_transpose(
-            dy, conv_filter, x.shape.as_list(), [1] * 5, op.get_attr("padding").decode())
-        return input_gradient, filter_gradient
-    # the spread output gradient, padded, convolved with the turned filter
-    spread = tf.pad(spread, [[0, 0]] + [
+        return tf.nn.conv3d_transpose(dy, conv_filter, x.shape.as_list(), [1] * 5,
+                                      padding), filter_gradient
+
+    # the spread output gradient, padded to a full convolution, with the turned filter
+    padded = [n + before + after for n, (before, after) in zip(sizes, pads)]
+    outputs = dy.shape.as_list()[1:4]
+    padded_spread = tf.pad(spread, [[0, 0]] + [
         [k - 1, p - (o - 1) * s - 1] for k, p, o, s in zip(window, padded, outputs, strides)]
         + [[0, 0]])
     turned = tf.transpose(tf.reverse(conv_filter, [0, 1, 2]), [0, 1, 2, 4, 3])
-    input_gradient = tf.slice(tf.nn.conv3d(spread, turned, [1] * 5, "VALID"),
-                              [0] + [before for before, _ in pads] + [0],
-                              [-1, *sizes, in_channels])
+    input_gradient = tf.slice(tf.nn.conv3d(padded_spread, turned, [1] * 5, "VALID"),
+                              [0] + [before for before, _ in pads] + [0], [-1, *sizes, -1])
     return input_gradient, filter_gradient

@@ -51,7 +51,17 @@ def frozen_logits(run, chunk=CHUNK):
             restore_weights(saver, session, run.checkpoint)
             frozen = tf.graph_util.convert_variables_to_constants(
                 session, graph.as_graph_def(), [output.op.name])
-    return frozen, x.name, output.name
+    return without_hmp_gradients(frozen), x.name, output.name
+
+
+def without_hmp_gradients(graph_def):
+    """``graph_def`` with its ops' gradient overrides (``_gradient_op_type``: hmp's 3-D
+    convolution gradient, ``hmp.mesh.conv3d_gradient``) removed, so that TensorFlow
+    without hmp differentiates it with its own gradients."""
+    for node in graph_def.node:
+        if "_gradient_op_type" in node.attr:
+            del node.attr["_gradient_op_type"]
+    return graph_def
 
 
 def _preprocess(patches, preprocessor):

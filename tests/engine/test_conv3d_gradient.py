@@ -6,12 +6,15 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
+from hmp.graph.graph import TrainingGraph
+from hmp.graph.graph_config import Placement
 from hmp.mesh import conv3d_gradient, ops
+from models import model_config
 
 mtf = import_mesh_tensorflow()
 
 # (input [batch, d, h, w, in], window [d, h, w], strides, padding, output channels):
-# stride 1, strides along each dim and several at once, windows smaller than, equal to and
+# stride 1, strides along each dim and several at once, one sample and channel, windows smaller than, equal to and
 # larger than the stride, SAME with uneven padding, sizes the stride does not divide.
 CASES = {
     "cnn3d_first_layer": ((3, 30, 9, 9, 1), (7, 3, 3), (2, 1, 1), "VALID", 4),
@@ -22,6 +25,7 @@ CASES = {
     "window_below_stride_valid": ((2, 10, 8, 9, 2), (1, 1, 2), (3, 2, 3), "VALID", 4),
     "hybridsn_stride_1": ((3, 9, 9, 30, 1), (3, 3, 7), (1, 1, 1), "VALID", 4),
     "stride_1_same": ((2, 6, 7, 5, 3), (3, 2, 3), (1, 1, 1), "SAME", 2),
+    "one_sample_window_over_the_input": ((1, 3, 2, 5, 1), (5, 3, 1), (2, 2, 3), "SAME", 1),
 }
 
 
@@ -79,3 +83,23 @@ def test_a_cpus_3d_convolutions_take_this_gradient_and_a_gpus_tensorflows():
     assert backprop_input in stride_1 and backprop_filter not in stride_1
     # a GPU's convolutions keep TensorFlow's (cuDNN) gradients
     assert {backprop_filter, backprop_input} <= _gradient_op_types((2, 1, 1), "/gpu:0")
+
+
+def test_a_mixed_precision_3d_model_on_a_cpu_trains_with_it_in_float32():
+    """cnn3d's lowered training step in bfloat16 on a CPU: each convolution (4) takes
+    this gradient, on float32 values (``hmp.mesh.ops._float32_on_cpu``); of TensorFlow's
+    gradient kernels only the stride-1 one's input gradient is left."""
+    config = model_config("cnn3d", patch=5, bands=30, n_classes=3, width=2,
+                          precision="mixed_bfloat16")
+    graph = TrainingGraph(config, Placement("batch:2", "batch:batch", ("/cpu:0", "/cpu:1"),
+                                            {"batch": [3, 2]}), 5, (4, 4)).tf_graph
+    ops = graph.get_operations()
+    overridden = [op for op in ops if "_gradient_op_type" in op.node_def.attr]
+    # each convolution on each device, twice: the forward pass and the copy of it that
+    # LocalGradOperation differentiates
+    assert len(overridden) == 4 * 2 * 2
+    assert {op.inputs[0].dtype for op in overridden} == {tf.float32}
+    assert "Conv3DBackpropFilterV2" not in {op.type for op in ops}
+    # TensorFlow's input gradient only for the one stride-1 convolution, conv2
+    assert {op.name.split("/")[0] for op in ops if op.type == "Conv3DBackpropInputV2"} == {
+        "conv2"}

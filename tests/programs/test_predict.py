@@ -27,6 +27,7 @@ from hmp.evaluation.maps import LEGEND_ROW, class_colors
 from hmp.evaluation.metrics import evaluate
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Placement
+from hmp.mesh import conv3d_gradient
 from hmp.run import experiment, export, inference
 from hmp.run.trainer import Trainer
 from models import get_model, model_config
@@ -145,6 +146,22 @@ def test_saved_model_in_plain_tensorflow_gives_the_same_classes_and_tta(
     assert np.abs(tta - _softmax(logits)).max() > 1e-3   # the symmetries do change it
     for other in outputs[1:]:   # TTA's mean is the same for every symmetry of the input
         np.testing.assert_allclose(other["probabilities"], tta, atol=1e-6)
+
+
+def test_an_exported_graph_keeps_no_hmp_gradient_override():
+    """A SavedModel's ops carry no ``_gradient_op_type`` (hmp's 3-D convolution gradient,
+    which plain TensorFlow does not know); every other attribute stays."""
+    with tf.Graph().as_default() as graph:
+        x, w = tf.zeros([1, 6, 5, 5, 1]), tf.ones([3, 3, 3, 1, 2])
+        conv3d_gradient.conv3d(x, w, (2, 1, 1), "VALID")
+        before = graph.as_graph_def()
+    after = export.without_hmp_gradients(graph.as_graph_def())
+    overridden = [n.name for n in before.node if "_gradient_op_type" in n.attr]
+    assert overridden == ["Conv3D"]
+    assert not [n.name for n in after.node if "_gradient_op_type" in n.attr]
+    for old, new in zip(before.node, after.node):
+        assert {k: v for k, v in old.attr.items() if k != "_gradient_op_type"} == dict(
+            new.attr.items())
 
 
 def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refused(
