@@ -38,8 +38,9 @@ MIN_ABSOLUTE_FLOPS = 1e6
 # much faster than the best on fewer (against one device: unless the run measures that
 # choice itself, hmp.train's --try_alone: ``alone_margin=0``). The cost model is within
 # about 20% of measured steps, and the two predictions err alike; on 8 against 2 cores a
-# split predicted 6% faster than the fast worker alone ran 13% slower, and one predicted
-# 14% faster ran 2% faster (docs/benchmarks.md).
+# split predicted 6% faster than the fast worker alone ran 12-14% slower (cnn2d), one
+# predicted 7% faster ran 13% faster (cnn3d) and one predicted 17% faster ran no faster
+# (hybridsn; docs/benchmarks.md, 8 against 2 cores).
 SPLIT_MARGIN = 0.10
 # mesh="auto" tries every subset size and every mesh up to this many devices (see subset_sizes).
 EXHAUSTIVE_DEVICES = 16
