@@ -9,9 +9,8 @@ Both models see the scene's first 30 PCA components (projected in the graph) and
 train at rate 2e-3: a quarter of the time of all 100 bands at 1e-3, and a surer
 pass. Measured over seeds 0-4 (2026-11-26, after hmp's own 3-D convolution gradient,
 hmp.mesh.conv3d_gradient): the 3-D CNN 83.1-88.8% (88.5% at seed 0, the one tested),
-the spectral baseline 40.4-50.3%; each cnn3d run 20-22 s on the 2-vCPU VM. This test
-took 134 s in the suite with TensorFlow's gradient kernels, 31 s with hmp's
-(docs/benchmarks.md, test suite time)."""
+the spectral baseline 40.4-50.3% (how long it takes: docs/benchmarks.md, test suite
+time)."""
 
 import json
 import os
