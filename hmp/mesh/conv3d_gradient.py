@@ -31,10 +31,10 @@ def conv3d(x, conv_filter, strides, padding):
         return tf.nn.conv3d(x, conv_filter, [1, *strides, 1], padding)
 
 
-def _same_padding(size, window, stride):
-    """(before, after): the zeros TensorFlow's SAME padding adds along one dim."""
-    out = -(-size // stride)
-    total = max((out - 1) * stride + window - size, 0)
+def _same_padding(size, window, stride, output):
+    """(before, after): the zeros TensorFlow's SAME padding adds along a dim of ``size``
+    for ``output`` positions (the output's own size: hmp.layer_math.output_size)."""
+    total = max((output - 1) * stride + window - size, 0)
     return total // 2, total - total // 2
 
 
@@ -59,8 +59,8 @@ def _gradient(op, dy):
     strides = list(op.get_attr("strides"))[1:4]
     padding = op.get_attr("padding").decode()
     window = conv_filter.shape.as_list()[:3]
-    sizes = x.shape.as_list()[1:4]
-    pads = ([_same_padding(n, k, s) for n, k, s in zip(sizes, window, strides)]
+    sizes, outputs = x.shape.as_list()[1:4], dy.shape.as_list()[1:4]
+    pads = ([_same_padding(*dim) for dim in zip(sizes, window, strides, outputs)]
             if padding == "SAME" else [(0, 0)] * 3)
 
     spread = dy   # the output gradient at the positions of the input it came from
@@ -79,7 +79,6 @@ def _gradient(op, dy):
 
     # the spread output gradient, padded to a full convolution, with the turned filter
     padded = [n + before + after for n, (before, after) in zip(sizes, pads)]
-    outputs = dy.shape.as_list()[1:4]
     padded_spread = tf.pad(spread, [[0, 0]] + [
         [k - 1, p - (o - 1) * s - 1] for k, p, o, s in zip(window, padded, outputs, strides)]
         + [[0, 0]])
