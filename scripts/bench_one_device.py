@@ -20,7 +20,7 @@ from absl import flags
 
 import plain_tf_models
 from hmp import cli
-from hmp.measure.speeds import DeviceStep
+from hmp.measure.speeds import DeviceStep, in_turns
 from models import model_config
 
 flags.DEFINE_list("models", list(plain_tf_models.MODELS), "Models to time (%s)."
@@ -57,14 +57,9 @@ def time_steps(config, batch_size, session_config, steps, repeats):
     both = {HMP: DeviceStep(config, "/cpu:0", batch_size, session_config=session_config),
             PLAIN: PlainStep(config, batch_size, session_config)}
     try:
-        for _ in range(2):
-            for step in both.values():
-                step.run()
-        times = {label: [] for label in both}
-        for _ in range(repeats):
-            for label, step in both.items():
-                times[label].append(1e3 * statistics.median(step.run() for _ in range(steps)))
-        return times
+        in_turns(both, 2)
+        return {label: [1e3 * t for t in seconds]
+                for label, seconds in in_turns(both, repeats, steps).items()}
     finally:
         for step in both.values():
             step.close()

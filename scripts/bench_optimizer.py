@@ -17,7 +17,7 @@ from absl import flags
 
 from hmp import cli
 from hmp.compat import import_mesh_tensorflow
-from hmp.measure.speeds import DeviceStep
+from hmp.measure.speeds import DeviceStep, in_turns
 from hmp.mesh import optimizers
 from models import model_config
 
@@ -53,15 +53,10 @@ def time_model(name):
     try:
         op_counts = {label: len(step.session.graph.get_operations())
                      for label, step in steps.items()}
-        times = {label: [] for label in steps}
-        for _ in range(2):   # warm-up turns
-            for step in steps.values():
-                step.run()
-        for repeat in range(FLAGS.repeats):
-            for label, step in steps.items():
-                times[label].append(1e3 * statistics.median(
-                    step.run() for _ in range(FLAGS.steps)))
-            print("%s: repeat %d/%d done" % (name, repeat + 1, FLAGS.repeats), flush=True)
+        in_turns(steps, 2)   # warm-up turns
+        times = {label: [1e3 * t for t in seconds]
+                 for label, seconds in in_turns(steps, FLAGS.repeats, FLAGS.steps).items()}
+        print("%s: %d repeats done" % (name, FLAGS.repeats), flush=True)
         return times, op_counts
     finally:
         for step in steps.values():

@@ -214,9 +214,9 @@ def measure_barrier(config, spec, devices, speeds, link, batch_size, warmup=2, r
         for device, share in zip(devices, shares):   # each share >= 1 (the planner's minimum)
             steps[device] = DeviceStep(config, device, share, target, session_config,
                                        optimizer, recipe)
-        _in_turns(steps, warmup)
+        in_turns(steps, warmup)
         median = {key: statistics.median(times)
-                  for key, times in _in_turns(steps, repeats).items()}
+                  for key, times in in_turns(steps, repeats).items()}
     finally:
         for step in steps.values():
             step.close()
@@ -303,14 +303,14 @@ def _timing_line(steps, config, repeats):
             + "".join(f", {e}" for e in extra) + ", round-robin")
 
 
-def _in_turns(steps, repeats):
-    """``{key: [seconds of each of its repeats]}``: ``repeats`` steps of each of
-    ``steps`` ({key: a step with ``run()``}), taking turns step by step, so that a
-    change in the machine's load hits every one of them alike."""
+def in_turns(steps, repeats, per_turn=1):
+    """``{key: [seconds of each turn]}``: ``repeats`` turns of ``steps`` ({key: a step
+    with ``run()``}), each step run ``per_turn`` times a turn (a turn's seconds: their
+    median), so that a change in the machine's load hits every one of them alike."""
     seconds = {key: [] for key in steps}
     for _ in range(repeats):
         for key, step in steps.items():
-            seconds[key].append(step.run())
+            seconds[key].append(statistics.median(step.run() for _ in range(per_turn)))
     return seconds
 
 
@@ -319,7 +319,7 @@ def _timed(steps, config, devices, batch_size, repeats, progress, spec, op_size)
     ``op_size``, their op-size figures too (``_op_size_fit``), else None."""
     if progress:
         progress(_timing_line(steps, config, repeats))
-    seconds = _in_turns(steps, repeats)
+    seconds = in_turns(steps, repeats)
     train_flops = costmodel.train_flops_per_sample(spec)
     small = small_batch(batch_size)
     step = {key: statistics.median(times) for key, times in seconds.items()}
