@@ -4,7 +4,8 @@ Classifies every pixel of a scene with the run's model, on any devices (the
 run's plan does not matter), and writes to ``--out``: ``class_map.npy``
 (int32 [H, W], classes 1..K, 0 for no-data pixels), ``class_map.png`` (one
 image pixel per scene pixel, legend to the right), ``probabilities.npy``
-(float32 [H, W, K]; all zero for no-data pixels) and, for a scene read from
+(float32 [H, W, K], smoothed over the run's window, ``--smoothing``; all zero for
+no-data pixels) and, for a scene read from
 an ENVI or GDAL file, the class map in that format on the scene's map
 (``hmp.data.raster_writer``: ``class_map.hdr``/``.img`` or ``class_map.tif``).
 The scene is read and classified a tile at a time
@@ -31,6 +32,7 @@ import models
 from hmp import files
 from hmp.data.raster_writer import write_class_map
 from hmp.evaluation import maps
+from hmp.evaluation.smoothing import smooth_rows
 from hmp.measure.devices import check_local, gpu_count, session_config_for
 from hmp.run import experiment, export
 from hmp.run.inference import DATA_FLAGS, Classifier, TrainedRun, classify_tiles, open_cube, tiling
@@ -62,6 +64,10 @@ flags.DEFINE_integer("memory_mb", 512, "Memory in MB for the scene's tiles: the 
 flags.DEFINE_bool("tta", None, "Test-time augmentation: average the class probabilities of "
                   "each patch's 8 symmetries of the square (default: as the run's --tta); with "
                   "--export, the SavedModel's probabilities do so.")
+flags.DEFINE_integer("smoothing", None, "Average each pixel's class probabilities over a "
+                     "square of this many pixels around it (odd; 1: none; default: the "
+                     "window the run chose, results.json's smoothing). Not in --export's "
+                     "SavedModel, which classifies patches.", lower_bound=1)
 flags.mark_flag_as_required("model_dir")
 FLAGS = flags.FLAGS
 
@@ -80,10 +86,11 @@ def _devices():
     return devices
 
 
-def predict_into(out_dir, run, raster, rows_of_tiles, model, progress):
-    """Classifies ``raster`` a row of tiles at a time (``classify_tiles``), writing the
-    probabilities as they come, then the class maps; each file atomically. Returns
-    (the number of no-data pixels, the names of the files written)."""
+def predict_into(out_dir, run, raster, rows_of_tiles, model, progress, window=1):
+    """Classifies ``raster`` a row of tiles at a time (``classify_tiles``), the
+    probabilities smoothed over ``window`` x ``window`` pixels (``smooth_rows``), writing
+    them as they come, then the class maps; each file atomically. Returns (the number of
+    no-data pixels, the names of the files written)."""
     height, width = raster.shape[:2]
     class_map = np.zeros((height, width), np.int32)
     nodata_pixels = 0
@@ -92,8 +99,8 @@ def predict_into(out_dir, run, raster, rows_of_tiles, model, progress):
         np.lib.format.write_array_header_1_0(f, {
             "descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
             "fortran_order": False, "shape": (height, width, len(run.class_names))})
-        for rows, probabilities, nodata in classify_tiles(run, raster, rows_of_tiles, model,
-                                                          progress):
+        for rows, probabilities, nodata in smooth_rows(
+                classify_tiles(run, raster, rows_of_tiles, model, progress), window):
             probabilities[nodata] = 0.0
             class_map[rows] = np.where(nodata, 0, probabilities.argmax(axis=2) + 1)
             probabilities.tofile(f)
@@ -121,6 +128,10 @@ def main(argv):
         raise cli.UsageError("--batch_size=%d: must be at least 1" % FLAGS.batch_size)
     devices = _devices()
     tta = run.flags.get("tta", False) if FLAGS.tta is None else FLAGS.tta
+    window = run.smoothing if FLAGS.smoothing is None else FLAGS.smoothing
+    if window % 2 == 0:
+        raise cli.UsageError("--smoothing=%d: give an odd number of pixels (1: none)"
+                             % window)
     if FLAGS.export:
         with cli.blame("export", also=(OSError,)):
             files.check_folder_can_be_made(FLAGS.export)
@@ -144,9 +155,11 @@ def main(argv):
         rows_of_tiles = tiling(run, raster, FLAGS.memory_mb * 2**20)
     tile = rows_of_tiles[0][0].shape
     tiles = sum(map(len, rows_of_tiles))
-    print("%s: %dx%d pixels in %d tile%s of up to %dx%d; %s model of %s on %s"
+    print("%s: %dx%d pixels in %d tile%s of up to %dx%d; %s model of %s on %s%s"
           % (dataset, *raster.shape[:2], tiles, "s"[:tiles > 1], *tile, run.flags["model"],
-             run.checkpoint, ", ".join(devices)), flush=True)
+             run.checkpoint, ", ".join(devices),
+             "; probabilities smoothed over %d x %d pixels" % (window, window)
+             if window > 1 else ""), flush=True)
     with cli.blame("model_dir"):
         model = Classifier(run, devices, FLAGS.batch_size, tile, session_config_for(devices),
                            tta)
@@ -154,7 +167,7 @@ def main(argv):
     try:
         with model, cli.blame("out", also=(OSError,)), cli.blame(*scene_flags):
             nodata, written = predict_into(out_dir, run, raster, rows_of_tiles, model,
-                                           ProgressLine())
+                                           ProgressLine(), window)
     except BaseException:
         if made and os.path.isdir(out_dir) and not os.listdir(out_dir):
             os.rmdir(out_dir)   # nothing written: no empty folder left either

@@ -20,6 +20,7 @@ cli.import_tensorflow_quietly()   # before anything imports TensorFlow
 from absl import flags  # noqa: E402
 
 import models
+from hmp.evaluation.smoothing import WINDOWS
 from hmp.graph.graph_config import PRECISIONS
 from hmp.layers import BATCH_STATISTICS
 from hmp.mesh.optimizers import OPTIMIZERS, SCHEDULES
@@ -110,6 +111,12 @@ flags.DEFINE_bool("tta", DEFAULT.recipe.tta,
                   "Test-time augmentation: classify each test patch in the 8 "
                   "symmetries of the square and average the class probabilities (8 times "
                   "the classification's work; results.json also holds the scores without).")
+flags.DEFINE_string("smoothing", DEFAULT.recipe.smoothing,
+                    "Spatial smoothing of the class probabilities: each pixel's are "
+                    "averaged over a square of this many pixels around it (odd; 1: none); "
+                    "auto: the window of %s that classifies the validation pixels best "
+                    "(hmp.evaluation.smoothing). results.json also holds the scores "
+                    "without." % ", ".join(map(str, WINDOWS)))
 
 
 class _BalancingParser(flags.ArgumentParser):

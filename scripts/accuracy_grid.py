@@ -27,6 +27,8 @@ COLLAPSE_SHARE = 0.9   # a run that puts more of the test pixels into one class 
 COLLAPSE_CHANCE_FACTOR = 2   # ... and so did one below this many times chance (1 / classes)
 THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
 RESULTS = "results.json"
+# the paired scores a run records (results.json's test_without_<name>): name -> label
+PAIRED = {"tta": "TTA", "smoothing": "smoothing"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,8 +149,9 @@ def model_row(run, folder):
         return {**row, "error": last_line(folder + ".log")}
     results = _read_json(path)
     test = results["test"]
-    if "test_without_tta" in results:   # the same weights, the patches as they are (--tta)
-        row["oa_without_tta"] = 100 * results["test_without_tta"]["overall_accuracy"]
+    for name in PAIRED:   # the same weights without TTA or without smoothing
+        if "test_without_" + name in results:
+            row["oa_without_" + name] = 100 * results["test_without_" + name]["overall_accuracy"]
     return {**row, **_percent(test), "seconds": results["seconds"],
             "best_epoch": results["best_epoch"], "leakage": 100 * results["leakage"],
             "collapsed": collapse(test["confusion_matrix"])}
@@ -209,8 +212,9 @@ def summaries(rows):
                 entry["spectral"] = row["spectral"]
                 continue
             entry.setdefault("seconds", []).append(row["seconds"])
-            if "oa_without_tta" in row:
-                entry.setdefault("oa_without_tta", []).append(row["oa_without_tta"])
+            for name in PAIRED:
+                if "oa_without_" + name in row:
+                    entry.setdefault("oa_without_" + name, []).append(row["oa_without_" + name])
             if row["collapsed"]:
                 entry["collapsed"].append(row["seed"])
     summary = []
@@ -261,11 +265,12 @@ def table(rows, summary):
             lines.append("%-16s %-26s %7.1f %6.1f %s %s %s  %s" % (
                 entry["name"], " ".join("%.1f" % oa for oa in entry["oa"]), entry["mean_oa"],
                 entry["std_oa"], *margins, seconds, note))
-            if len(entry.get("oa_without_tta", [])) == len(entry["oa"]):
-                lines.append("%-16s %-26s %7.1f %6s   TTA's paired change %+.1f" % (
-                    "  without TTA", " ".join("%.1f" % oa for oa in entry["oa_without_tta"]),
-                    np.mean(entry["oa_without_tta"]), "",
-                    entry["mean_oa"] - np.mean(entry["oa_without_tta"])))
+            for name, label in PAIRED.items():
+                without = entry.get("oa_without_" + name, [])
+                if len(without) == len(entry["oa"]):
+                    lines.append("%-16s %-26s %7.1f %6s   %s's paired change %+.1f" % (
+                        "  without " + label, " ".join("%.1f" % oa for oa in without),
+                        np.mean(without), "", label, entry["mean_oa"] - np.mean(without)))
     return "\n".join(lines)
 
 

@@ -17,10 +17,12 @@ tf.disable_eager_execution()
 tf.logging.set_verbosity(tf.logging.ERROR)
 
 # test_train_cli.py's TINY for 2 epochs: a small CNN on a 2-device filter split of the
-# synthetic scene (its end-to-end test and tests/programs/test_predict.py read this run).
+# synthetic scene (its end-to-end test and tests/programs/test_predict.py read this run),
+# its class probabilities smoothed over a window given (not chosen: so that hmp.predict
+# smooths too, whatever the validation pixels say).
 TINY_RUN = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
             "--train_fraction=0.05", "--devices=/cpu:0,/cpu:1", "--speeds=2,1",
-            "--mesh=model:2", "--epochs=2", "--notta"]
+            "--mesh=model:2", "--epochs=2", "--notta", "--smoothing=5"]
 
 
 @pytest.fixture(scope="session")

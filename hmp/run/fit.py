@@ -23,6 +23,7 @@ from hmp import cli, files
 from hmp.cluster import launch, sources
 from hmp.errors import InvalidInput
 from hmp.evaluation import report
+from hmp.evaluation.smoothing import smooth
 from hmp.measure.devices import session_config_for
 from hmp.run import inference, run_folder
 from hmp.run.progress import say
@@ -52,16 +53,20 @@ class Fitted:
         self._one_seed("test")
         return self.results["test"]
 
-    def predict(self, cube, devices=("/cpu:0",), batch_size=1024, tta=False):
+    def predict(self, cube, devices=("/cpu:0",), batch_size=1024, tta=False,
+                smoothing=None):
         """Class probabilities (float32 [H, W, classes]) of every pixel of ``cube`` (a
-        scene's raw cube [H, W, bands], as the run's scene file holds it; no-data pixels
-        classified as 0s) by the run's best weights, as ``python -m hmp.predict`` does
-        (one seed's run only)."""
+        scene's raw cube [H, W, bands], as the run's scene file holds it; zeros for no-data
+        pixels) by the run's best weights, smoothed over ``smoothing`` x ``smoothing``
+        pixels (None: the run's window), as ``python -m hmp.predict`` does (one seed's
+        run only)."""
         self._one_seed("predict")
         run = inference.TrainedRun.open(self.model_dir, lambda name: self.model)
-        prepared, _ = run.prepare(np.asarray(cube, np.float32))
-        return inference.classify(run, prepared, list(devices), batch_size,
-                                  session_config_for(list(devices)), tta=tta)
+        prepared, nodata = run.prepare(np.asarray(cube, np.float32))
+        probabilities = inference.classify(run, prepared, list(devices), batch_size,
+                                           session_config_for(list(devices)), tta=tta)
+        return smooth(probabilities, run.smoothing if smoothing is None else smoothing,
+                      ~nodata)
 
     def _one_seed(self, what):
         if self.seeds:

@@ -57,6 +57,7 @@ class TrainedRun:
     checkpoint: str
     model: object          # the model (a module with logits), from the application
     wavelengths: tuple = ()   # of the training scene's bands, when its file named them
+    smoothing: int = 1   # the window its class probabilities were smoothed over
 
     @classmethod
     def open(cls, model_dir, get_model):
@@ -77,7 +78,8 @@ class TrainedRun:
         return cls(model_dir, results["flags"], list(results["test"]["per_class_accuracy"]),
                    fitted_preprocessing.load(model_dir), checkpoint,
                    get_model(results["flags"]["model"]),
-                   fitted_preprocessing.wavelengths(model_dir))
+                   fitted_preprocessing.wavelengths(model_dir),
+                   results.get("smoothing", {}).get("window", 1))
 
     @property
     def model_config(self):

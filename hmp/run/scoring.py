@@ -1,45 +1,107 @@
 """A trained seed scored: the weights that score it (its best epoch's, else the last:
-:class:`hmp.run.trainer.BestEpoch`), every labelled pixel classified (each in the 8
-symmetries of the square with ``--tta``), the test pixels' scores printed (with each
-class's training pixels, and the classes trained on but never found), and the
-class map saved as pictures and events.
+:class:`hmp.run.trainer.BestEpoch`), every labelled pixel and every pixel within the
+smoothing window's radius of one classified (each in the 8 symmetries of the square
+with ``--tta``), the class probabilities smoothed (``hmp.evaluation.smoothing``;
+``--smoothing``: a window, or the one that classifies the validation pixels best), the
+test pixels' scores printed (with each class's training pixels, and the classes trained
+on but never found), and the class map saved as pictures and events.
 """
 
-from hmp.evaluation import maps, report
+import dataclasses
+
+import numpy as np
+
+from hmp.evaluation import maps, report, smoothing
 from hmp.evaluation.metrics import evaluate
 from hmp.run import events
+from hmp.run.experiment import nodata_mask
+
+# --smoothing=auto without validation pixels to choose on
+UNCHOSEN_WINDOW = 5
 
 
-def classify(trainer, best, exp, tta):
-    """(the class probabilities [variants, labelled pixels, K] of ``exp``'s labelled
-    pixels by the best weights, the step training ended at): restores ``best``'s
-    checkpoint into ``trainer`` when there is one."""
+@dataclasses.dataclass
+class Classified:
+    """Class probabilities ``variants`` [variants, pixels, K] of the scene's ``pixels``
+    (flat indices): of each patch as it is and, with TTA, in the other symmetries."""
+
+    pixels: np.ndarray
+    variants: np.ndarray
+
+    def smoothed(self, exp, window, variant=None):
+        """The labelled pixels' probabilities [labelled, K], the mean of the variants (or
+        ``variant`` alone) smoothed over ``window`` x ``window`` pixels."""
+        probabilities = self.variants.mean(axis=0) if variant is None else self.variants[variant]
+        return smoothing.smooth(self._map(exp, probabilities), window, self._valid(exp)
+                                ).reshape(-1, exp.n_classes)[exp.labelled.indices]
+
+    def choose_window(self, exp):
+        """(the window that classifies ``exp``'s validation pixels best, the accuracy of
+        each window); (UNCHOSEN_WINDOW, {}) without validation pixels."""
+        if not exp.val:
+            return UNCHOSEN_WINDOW, {}
+        return smoothing.choose_window(self._map(exp, self.variants.mean(axis=0)),
+                                       self._valid(exp), exp.val.indices, exp.val.class_ids)
+
+    def _map(self, exp, probabilities):
+        full = np.zeros((exp.scene.labels.size, exp.n_classes), np.float32)
+        full[self.pixels] = probabilities
+        return full.reshape(*exp.scene.labels.shape, exp.n_classes)
+
+    def _valid(self, exp):
+        valid = np.zeros(exp.scene.labels.size, bool)
+        valid[self.pixels] = True
+        return valid.reshape(exp.scene.labels.shape) & ~nodata_mask(exp.scene.cube)
+
+
+def classify(trainer, best, exp, tta, window):
+    """(:class:`Classified` of ``exp``'s labelled pixels and those within ``window``'s
+    radius of them (None: the largest window's) by the best weights, the step training
+    ended at): restores ``best``'s checkpoint into ``trainer`` when there is one."""
     step = trainer.step
     if best.path is not None:
         print("the weights of epoch %d (best validation accuracy %.3f) classify"
               % (best.epoch + 1, best.accuracy), flush=True)
         trainer.restore(best.path)
-    print("classifying the %d labelled pixels (%d test pixels)%s ..."
-          % (len(exp.labelled), len(exp.test),
+    radius = (window or max(smoothing.WINDOWS)) // 2
+    pixels = smoothing.neighbourhood(exp.labelled.indices, exp.scene.labels.shape, radius)
+    print("classifying the %d labelled pixels (%d test pixels) and the %d others within "
+          "%d of them (--smoothing)%s ..."
+          % (len(exp.labelled), len(exp.test), len(pixels) - len(exp.labelled), radius,
              ", each in the 8 symmetries of the square (--tta)" if tta else ""), flush=True)
-    return trainer.probabilities(exp.labelled, tta), step
+    return Classified(pixels, trainer.probabilities(pixels, tta)), step
 
 
-def scores(exp, variants, leakage, tta):
-    """The test pixels' scores from the labelled pixels' class probabilities
-    ``variants`` [variants, pixels, K] (their mean: the class map) and, with ``tta``,
-    those of the patches as they are ({"test_without_tta": ...}); prints both.
-    Returns (class map, scores, that dict)."""
-    predicted_map, scored = _classified(exp, variants.mean(axis=0))
+def scores(exp, classified, leakage, tta, window):
+    """The test pixels' scores from ``classified`` (their mean over the variants smoothed
+    over ``window`` x ``window`` pixels, or the window chosen on the validation pixels
+    for None: the class map), and those without the smoothing
+    ({"test_without_smoothing": ...}) and, with ``tta``, of the patches as they are
+    ({"test_without_tta": ...}); prints them. Returns (class map, scores, that dict,
+    {"window": the window, "validation_accuracy": {window: accuracy} when chosen})."""
+    chosen = {}
+    if window is None:
+        window, accuracy = classified.choose_window(exp)
+        chosen = {"validation_accuracy": accuracy}
+        print("smoothing over %d x %d pixels: %s" % (window, window, (
+            "on the %d validation pixels, accuracy %s" % (len(exp.val), ", ".join(
+                "%d: %.3f" % item for item in accuracy.items())) if accuracy else
+            "no validation pixels to choose on")), flush=True)
+    predicted_map, scored = _classified(exp, classified.smoothed(exp, window))
     print(report.score_table(scored, exp.scene.class_names, leakage, exp.train_counts))
-    if not tta:
-        return predicted_map, scored, {}
-    _, plain = _classified(exp, variants[0])
-    print("without --tta (the patches as they are): OA %.2f, AA %.2f, kappa %.4f"
-          % (100 * plain.overall_accuracy, 100 * plain.average_accuracy, plain.kappa))
-    return predicted_map, scored, {
-        "test_without_tta": report.scores_dict(plain, exp.scene.class_names,
-                                               exp.train_counts)}
+    paired = {}
+    for name, flag, active, probabilities in (
+            ("smoothing", "--smoothing=1", window > 1,
+             lambda: classified.smoothed(exp, 1)),
+            ("tta", "--notta", tta, lambda: classified.smoothed(exp, window, variant=0))):
+        if active:
+            _, plain = _classified(exp, probabilities())
+            print("without %s (%s): OA %.2f, AA %.2f, kappa %.4f"
+                  % (name, flag, 100 * plain.overall_accuracy, 100 * plain.average_accuracy,
+                     plain.kappa))
+            paired["test_without_" + name] = report.scores_dict(
+                plain, exp.scene.class_names, exp.train_counts)
+    return predicted_map, scored, paired, {"window": window, **chosen}
 
 
 def _classified(exp, probabilities):

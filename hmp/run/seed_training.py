@@ -117,10 +117,11 @@ def train_seed(shared, model_dir, seed):
         plan, record.trial = trial.plan, trial.record()
     loop = EpochLoop(trainers, plan, resume, record, trial, shared.signals, spec, settings,
                      model_dir, steps_per_epoch)
-    variants, step = _train_and_classify(loop, first_epoch, exp, recipe, settings.recipe.tta,
-                                         model_dir, shared.signals)
-    predicted_map, scored, paired = scoring.scores(exp, variants, leakage,
-                                                   settings.recipe.tta)
+    window = settings.smoothing_window()   # None: chosen on the validation pixels
+    classified, step = _train_and_classify(loop, first_epoch, exp, recipe, settings.recipe.tta,
+                                           window, model_dir, shared.signals)
+    predicted_map, scored, paired, smoothed = scoring.scores(
+        exp, classified, leakage, settings.recipe.tta, window)
     pictures = scoring.save_pictures(model_dir, loop.trainer.writer, step, exp,
                                      predicted_map, scored)
     loop.trainer.close()
@@ -139,6 +140,7 @@ def train_seed(shared, model_dir, seed):
                "validation": {"kind": experiment.validation_kind(data_config),
                               "pixels": len(exp.val) if exp.val else 0,
                               "guard_dropped": exp.guard_dropped},
+               "smoothing": smoothed,
                "test": report.scores_dict(scored, exp.scene.class_names, exp.train_counts),
                **paired,
                "pictures": list(pictures),
@@ -210,8 +212,8 @@ def _plan(shared, spec, model_config, caps, model_dir, recipe, first_epoch, reco
                            first_epoch, recorded_trial)
 
 
-def _train_and_classify(loop, first_epoch, exp, recipe, tta, model_dir, signals):
-    """(the labelled pixels' class probabilities, the step training ended at) after
+def _train_and_classify(loop, first_epoch, exp, recipe, tta, window, model_dir, signals):
+    """(``hmp.run.scoring.Classified``, the step training ended at) after
     ``loop``'s epochs from ``first_epoch``. A signal: every trainer closed and
     :class:`hmp.cli.Interrupted` naming where it stopped; any other error: every
     trainer closed, the error raised."""
@@ -221,7 +223,7 @@ def _train_and_classify(loop, first_epoch, exp, recipe, tta, model_dir, signals)
         warning = stats and stats.fit_warning(recipe.augmentation)
         if warning:
             print(warning, flush=True)
-        return scoring.classify(loop.trainer, loop.best, exp, tta)
+        return scoring.classify(loop.trainer, loop.best, exp, tta, window)
     except Stopped as stopped:
         loop.close_all()
         where = ("while classifying (training had finished at step %d)" % stopped.step

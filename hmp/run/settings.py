@@ -27,7 +27,7 @@ from hmp.planning import parse_mesh
 from hmp.run.experiment import SPLITS, VAL_SPLITS, DataConfig
 from hmp.run.progress import DEFAULT_LOG_EVERY_S
 
-AUTO = "auto"   # --spectral_shift and --spectral_gain measured on the scene
+AUTO = "auto"   # --spectral_shift, --spectral_gain measured; --smoothing chosen
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +61,7 @@ class RecipeSettings:
     spectral_gain: str = AUTO
     pca_in_graph: bool = True
     tta: bool = True
+    smoothing: str = AUTO   # a window side as text (1: none), or auto
     class_balanced: str = "sqrt"   # hmp.run.training_recipe.CLASS_BALANCING
 
 
@@ -116,7 +117,7 @@ FLAG_FIELDS = {
     **{name: ("recipe", name) for name in (
         "patience", "schedule", "warmup_epochs", "weight_decay", "augment", "brightness",
         "noise", "spectral_shift", "spectral_gain", "pca_in_graph", "tta",
-        "class_balanced")},
+        "smoothing", "class_balanced")},
     **{name: ("folder", name) for name in ("model_dir", "resume", "overwrite",
                                            "checkpoint_every")},
     **{name: ("placement", name) for name in (
@@ -251,6 +252,7 @@ class Settings:
                                  % self.data.val_fraction)
         for name in ("spectral_shift", "spectral_gain"):
             self.field_look_strength(name)
+        self.smoothing_window()
         for name in ("patience", "warmup_epochs", "weight_decay", "brightness", "noise",
                      "rebalance_threshold", "log_every"):
             value = self.value(name)
@@ -258,6 +260,16 @@ class Settings:
                 raise cli.UsageError("--%s=%g: must be a number >= 0" % (name, value))
         if self.recipe.brightness >= 1:
             raise cli.UsageError("--brightness=%g: must be below 1" % self.recipe.brightness)
+
+    def smoothing_window(self):
+        """--smoothing as a window side, or None for auto."""
+        text = self.recipe.smoothing
+        if text == AUTO:
+            return None
+        if not (text.isdigit() and int(text) % 2):
+            raise cli.UsageError("--smoothing=%s: give auto or an odd number of pixels "
+                                 "(1: no smoothing)" % text)
+        return int(text)
 
     def field_look_strength(self, name):
         """--spectral_shift or --spectral_gain as a number, or None for auto."""

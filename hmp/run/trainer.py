@@ -377,21 +377,22 @@ class Trainer:
     def predict(self, dataset):
         """Predicted 0-based class of every pixel of ``dataset``, in its order (its patches
         as they are)."""
-        return self.probabilities(dataset)[0].argmax(axis=1)
+        return self.probabilities(dataset.indices)[0].argmax(axis=1)
 
-    def probabilities(self, dataset, tta=False):
-        """Class probabilities [variants, pixels, classes] of every pixel of ``dataset``, in
-        its order: of its patch as it is and, with ``tta``, in each other symmetry of the
-        square (``hmp.graph.augment.symmetry_probabilities``)."""
+    def probabilities(self, pixels, tta=False):
+        """Class probabilities [variants, pixels, classes] of the scene's ``pixels`` (flat
+        indices, labelled or not), in their order: of each patch as it is and, with
+        ``tta``, in each other symmetry of the square
+        (``hmp.graph.augment.symmetry_probabilities``)."""
         self.graph.average_replicas(self.session)
         variants = []
         labels = np.zeros(self.batch_size, np.int32)
-        batches, started = -(-len(dataset) // self.batch_size), time.perf_counter()
-        for start in range(0, len(dataset), self.batch_size):
+        batches, started = -(-len(pixels) // self.batch_size), time.perf_counter()
+        for start in range(0, len(pixels), self.batch_size):
             if self.stop():
                 self.progress(None)
                 raise Stopped(self.step // self.steps_per_epoch, self.step, classifying=True)
-            indices = dataset.indices[start:start + self.batch_size]
+            indices = pixels[start:start + self.batch_size]
             padded = np.zeros(self.batch_size, np.int64)   # pixel 0 fills a last short batch
             padded[:len(indices)] = indices
             variants.append(symmetry_probabilities(

@@ -21,10 +21,11 @@ import tensorflow.compat.v1 as tf
 from matplotlib import image as mpimage
 
 import harness
-from hmp.data import PatchDataset, PatchExtractor
+from hmp.data import PatchExtractor
 from hmp.errors import InvalidInput
 from hmp.evaluation.maps import LEGEND_ROW, class_colors
 from hmp.evaluation.metrics import evaluate
+from hmp.evaluation.smoothing import neighbourhood, smooth
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Placement
 from hmp.mesh import conv3d_gradient
@@ -62,9 +63,19 @@ def predicted(run, tmp_path_factory):
             process.stdout)
 
 
-def run_graph_predictions(model_dir, results, exp, indices):
-    """Classes (0-based) of the pixels ``indices`` by the run's own graph: its plan's
-    devices and splits, restored from its last checkpoint."""
+@pytest.fixture(scope="module")
+def unsmoothed(run):
+    """The class probabilities [H, W, K] of every pixel of the run's scene, unsmoothed: its
+    model on one device in this process (``inference.classify``, what hmp.predict smooths)."""
+    model_dir, _, exp = run
+    trained = inference.TrainedRun.open(str(model_dir), get_model)
+    return inference.classify(trained, trained.preprocess(exp.scene)[0], ["/cpu:0"], 1024,
+                              harness.session_config())
+
+
+def run_graph_probabilities(model_dir, results, exp, indices):
+    """Class probabilities [pixels, K] of the pixels ``indices`` by the run's own graph:
+    its plan's devices and splits, restored from its best checkpoint."""
     flags, plan = results["flags"], results["plan"]
     config = model_config(flags["model"], flags["patch_size"], exp.bands, exp.n_classes,
                           flags["width"])
@@ -80,28 +91,37 @@ def run_graph_predictions(model_dir, results, exp, indices):
             chunk = indices[start:start + batch]
             feed = graph.feed(np.resize(chunk, batch), np.zeros(batch, np.int32),
                               training=False)
-            predictions.append(session.run(graph.probabilities, feed)[:len(chunk)].argmax(1))
+            predictions.append(session.run(graph.probabilities, feed)[:len(chunk)])
     return np.concatenate(predictions)
 
 
-def test_predicts_every_pixel_as_the_run_did_on_its_own_devices(run, predicted):
+def test_predicts_every_pixel_as_the_run_did_on_its_own_devices(run, predicted, unsmoothed):
     model_dir, results, exp = run
     class_map, probabilities, _, stdout = predicted
     height, width = exp.scene.labels.shape
-    one_device = stdout.splitlines()[1].split(" on ")[-1]   # the default: /cpu:0 or /gpu:0
+    one_device = stdout.splitlines()[1].split(" on ")[-1].split(";")[0]   # /cpu:0 or /gpu:0
     assert one_device in ("/cpu:0", "/gpu:0") and len(results["plan"]["devices"]) == 2
     assert class_map.shape == (height, width) and class_map.dtype == np.int32
     assert class_map.min() >= 1 and class_map.max() <= exp.n_classes   # every pixel
     test_classes = class_map.ravel()[exp.test.indices] - 1
     confusion = evaluate(exp.test.class_ids, test_classes, exp.n_classes).confusion
     np.testing.assert_array_equal(confusion, results["test"]["confusion_matrix"])
+    # the run's own graph on the pixels around some test pixels, smoothed as the run did
+    window = results["smoothing"]["window"]
+    assert window == 5 and "probabilities smoothed over 5 x 5 pixels" in stdout
     some = exp.test.indices[:128]
+    around = neighbourhood(some, (height, width), window // 2)
+    own = np.zeros((height * width, exp.n_classes), np.float32)
+    own[around] = run_graph_probabilities(model_dir, results, exp, around)
+    classified = np.isin(np.arange(height * width), around).reshape(height, width)
+    smoothed = smooth(own.reshape(height, width, -1), window, classified)
     np.testing.assert_array_equal(class_map.ravel()[some] - 1,
-                                  run_graph_predictions(model_dir, results, exp, some))
+                                  smoothed.reshape(-1, exp.n_classes)[some].argmax(axis=1))
     assert probabilities.shape == (height, width, exp.n_classes)
     assert probabilities.dtype == np.float32
     np.testing.assert_allclose(probabilities.sum(axis=2), 1.0, atol=1e-5)
     np.testing.assert_array_equal(probabilities.argmax(axis=2) + 1, class_map)
+    np.testing.assert_allclose(probabilities, smooth(unsmoothed, 5), atol=1e-5)
 
 
 def test_png_has_one_pixel_per_scene_pixel_and_a_legend(run, predicted):
@@ -122,11 +142,12 @@ def _softmax(logits):
 
 
 def test_saved_model_in_plain_tensorflow_gives_the_same_classes_and_tta(
-        run, predicted, tmp_path):
-    """Exported with TTA: ``logits`` of the patches as given match hmp.predict (no TTA),
-    ``probabilities`` the mean softmax of the 8 symmetries turned in numpy."""
+        run, unsmoothed, tmp_path):
+    """Exported with TTA: ``logits`` of the patches as given match hmp.predict's before its
+    smoothing (no TTA), ``probabilities`` the mean softmax of the 8 symmetries turned in
+    numpy."""
     model_dir, _, exp = run
-    class_map, probabilities, _, _ = predicted
+    probabilities = unsmoothed
     export.export_saved_model(inference.TrainedRun.open(str(model_dir), get_model),
                               str(tmp_path / "model"), tta=True)
     pixels = exp.labelled.indices[::31][:300]   # more than one chunk of 256
@@ -140,7 +161,8 @@ def test_saved_model_in_plain_tensorflow_gives_the_same_classes_and_tta(
     assert logits.shape == tta.shape == (300, 10) and tta.dtype == np.float32
     np.testing.assert_allclose(_softmax(logits), probabilities.reshape(-1, 10)[pixels],
                                atol=1e-5)
-    np.testing.assert_array_equal(logits.argmax(axis=1) + 1, class_map.ravel()[pixels])
+    np.testing.assert_array_equal(logits.argmax(axis=1),
+                                  probabilities.reshape(-1, 10)[pixels].argmax(axis=1))
     reference = np.mean([_softmax(o["logits"]) for o in outputs], axis=0)
     np.testing.assert_allclose(tta, reference, atol=1e-6)
     assert np.abs(tta - _softmax(logits)).max() > 1e-3   # the symmetries do change it
@@ -190,7 +212,7 @@ def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refus
     assert (tmp_path / "a_file").read_text() == ""
 
 
-def test_a_batch_split_over_two_devices_gives_the_same_probabilities(run, predicted):
+def test_a_batch_split_over_two_devices_gives_the_same_probabilities(run, unsmoothed):
     model_dir, _, exp = run
     trained = inference.TrainedRun.open(str(model_dir), get_model)
     cube, nodata = trained.preprocess(exp.scene)
@@ -198,7 +220,7 @@ def test_a_batch_split_over_two_devices_gives_the_same_probabilities(run, predic
     probabilities = inference.classify(trained, cube[:16, :14], ["/cpu:0", "/cpu:1"], 50,
                                        harness.session_config())   # 4 batches and 24 pixels
     inner = (slice(2, 14), slice(2, 12))   # whose patches lie inside the 16 x 14 crop
-    np.testing.assert_allclose(probabilities[inner], predicted[1][inner], atol=1e-5)
+    np.testing.assert_allclose(probabilities[inner], unsmoothed[inner], atol=1e-5)
 
 
 def _in_symmetry(image, k):
@@ -258,8 +280,7 @@ def test_training_runs_tta_on_its_own_plan_as_inference_does(run, tta, tmp_path)
     trainer.restore(trained.checkpoint)
     rows, cols = np.divmod(exp.labelled.indices, exp.scene.labels.shape[1])
     inner = exp.labelled.indices[(rows >= 2) & (rows < 12) & (cols >= 2) & (cols < 12)]
-    probabilities = trainer.probabilities(
-        PatchDataset(exp.train.extractor, exp.scene.labels, inner), tta=True)
+    probabilities = trainer.probabilities(inner, tta=True)
     trainer.close()
     assert probabilities.shape == (8, len(inner), 10) and len(inner) > 50
     rows, cols = np.divmod(inner, exp.scene.labels.shape[1])

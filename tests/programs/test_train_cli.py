@@ -10,7 +10,8 @@ import pytest
 from cli_batch import run_batch
 from hmp.data import load_split, split_leakage, synthetic_scene
 from hmp.evaluation.metrics import evaluate
-from hmp.run import inference
+from hmp.evaluation.smoothing import WINDOWS, smooth
+from hmp.run import experiment, inference
 from models import get_model
 
 TINY = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
@@ -227,6 +228,7 @@ BAD_FLAGS = {
                            "stays >= 0)",
     "--spectral_shift=wide": "--spectral_shift=wide: give auto or a number >= 0",
     "--synthetic_kind=raw": "--synthetic_kind=raw: choose one of reflectance, radiance",
+    "--smoothing=4": "--smoothing=4: give auto or an odd number of pixels (1: no smoothing)",
     "--model=hybridsn --spectral_shift=4 --nopca_in_graph":
         "--spectral_shift=4: the field-look augmentation needs all bands, but this run keeps "
         "45 PCA components (give --pca=0 or --pca_in_graph)",
@@ -391,24 +393,42 @@ def test_relative_speeds_say_communication_is_not_priced(cli_runs):
     assert not [line for line in run.stdout.splitlines() if line.startswith("profiling")]
 
 
-def test_tta_scores_as_inference_and_keeps_the_scores_without(cli_runs):
-    """--tta: the test scores are those of hmp.predict's path with and without TTA (one
-    device, the run's checkpoint) on the run's test pixels."""
+def test_tta_and_smoothing_score_as_inference_and_keep_the_scores_without(cli_runs):
+    """--tta and --smoothing=auto: the window chosen is the smallest of those that classify
+    the validation pixels best, and the test scores are those of hmp.predict's path (one
+    device, the run's checkpoint) smoothed over it, with and without TTA, and unsmoothed."""
     (run,), folder = cli_runs[0]["relative_speeds"], cli_runs[1]["relative_speeds"]
     assert run.returncode == 0, run.stderr[-2000:]
     results = json.loads((folder / "results.json").read_text())
     trained = inference.TrainedRun.open(str(folder), get_model)
-    scene = inference.load_scene(trained.data_config())
-    cube, _ = trained.preprocess(scene)
+    exp = experiment.prepare(*experiment.load(str(folder)))   # its scene, split, validation
     test = load_split(folder / "split.npz").test
-    for tta, scores in ((True, results["test"]), (False, results["test_without_tta"])):
-        classes = inference.classify(trained, cube, ["/cpu:0"], 256, tta=tta).argmax(axis=2)
-        confusion = evaluate(scene.labels.ravel()[test] - 1, classes.ravel()[test],
+    cube, _ = trained.preprocess(exp.scene)
+    probabilities = {tta: inference.classify(trained, cube, ["/cpu:0"], 256, tta=tta)
+                     for tta in (True, False)}
+
+    def classes(tta, window):
+        return smooth(probabilities[tta], window).reshape(-1, 10).argmax(axis=1)
+
+    accuracy = {window: np.mean(classes(True, window)[exp.val.indices] == exp.val.class_ids)
+                for window in WINDOWS}
+    window = results["smoothing"]["window"]
+    assert results["smoothing"]["validation_accuracy"] == pytest.approx(
+        {str(w): a for w, a in accuracy.items()})
+    assert window == min(w for w in WINDOWS if accuracy[w] == max(accuracy.values()))
+    scored = [(True, window, "test"), (False, window, "test_without_tta")]
+    if window > 1:
+        scored.append((True, 1, "test_without_smoothing"))
+    else:
+        assert "test_without_smoothing" not in results
+    for tta, size, name in scored:
+        confusion = evaluate(exp.scene.labels.ravel()[test] - 1, classes(tta, size)[test],
                              len(trained.class_names)).confusion
-        np.testing.assert_array_equal(confusion, scores["confusion_matrix"])
-    assert results["test"]["confusion_matrix"] != results["test_without_tta"]["confusion_matrix"]
-    assert "without --tta (the patches as they are): OA %.2f" % (
+        np.testing.assert_array_equal(confusion, results[name]["confusion_matrix"])
+    assert "without tta (--notta): OA %.2f" % (
         100 * results["test_without_tta"]["overall_accuracy"]) in run.stdout
+    assert "smoothing over %d x %d pixels: on the %d validation pixels" % (
+        window, window, len(exp.val)) in run.stdout
 
 
 def test_a_plan_on_virtual_cpus_runs_without_naming_them(cli_runs):

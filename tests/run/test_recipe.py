@@ -196,7 +196,7 @@ def test_pca_in_the_graph_classifies_as_the_projected_cube_on_an_uneven_split(
         exp, str(tmp_path / "projected"), session_config=harness.session_config())
     projected.restore(tf.train.latest_checkpoint(str(tmp_path / "plain")))
     assert projected.graph.scene.bands == exp.scene.cube.shape[2] == 100 and exp.bands == 4
-    pixels = data.PatchDataset(exp.train.extractor, exp.scene.labels, exp.test.indices[:150])
+    pixels = exp.test.indices[:150]
     expected = plain.probabilities(pixels)
     np.testing.assert_allclose(projected.probabilities(pixels), expected, atol=1e-5)
     assert expected.shape == (1, 150, exp.n_classes) and expected.std() > 0.01

@@ -95,8 +95,9 @@ def test_rows_score_the_run_and_the_baselines_on_its_split(scored_tiny_run):
 def test_margins_are_over_the_best_spectral_baseline_and_over_all(scored_tiny_run):
     _, model, baselines, _ = scored_tiny_run
     again = dict(model, seed=1, oa=model["oa"] - 10.0, collapsed="99% of test pixels in class 1",
-                 oa_without_tta=model["oa"] - 11.0)
-    model = dict(model, oa_without_tta=model["oa"] - 2.0)   # as a --tta run records them
+                 oa_without_tta=model["oa"] - 11.0, oa_without_smoothing=model["oa"] - 13.0)
+    model = dict(model, oa_without_tta=model["oa"] - 2.0,   # as a --tta run records them
+                 oa_without_smoothing=model["oa"] - 3.0)
     rows = [model, again] + baselines + [dict(b, seed=1) for b in baselines]
     summary = {(s["kind"], s["name"]): s for s in grid.summaries(rows)}
     entry = summary["model", "cnn2d"]
@@ -117,6 +118,10 @@ def test_margins_are_over_the_best_spectral_baseline_and_over_all(scored_tiny_ru
     assert line.split()[2:] == ["%.1f" % (model["oa"] - 2), "%.1f" % (model["oa"] - 11),
                                 "%.1f" % (model["oa"] - 6.5), "TTA's", "paired", "change",
                                 "+1.5"]
+    (line,) = [l for l in lines if l.startswith("  without smoothing ")]
+    assert line.split()[2:] == ["%.1f" % (model["oa"] - 3), "%.1f" % (model["oa"] - 13),
+                                "%.1f" % (model["oa"] - 8), "smoothing's", "paired", "change",
+                                "+3.0"]
 
 
 def test_missing_scikit_learn_is_one_line(monkeypatch):
