@@ -114,9 +114,10 @@ flags.DEFINE_bool("tta", DEFAULT.recipe.tta,
 flags.DEFINE_string("smoothing", DEFAULT.recipe.smoothing,
                     "Spatial smoothing of the class probabilities: each pixel's are "
                     "averaged over a square of this many pixels around it (odd; 1: none); "
-                    "auto: the window of %s that classifies the validation pixels best "
-                    "(hmp.evaluation.smoothing). results.json also holds the scores "
-                    "without." % ", ".join(map(str, WINDOWS)))
+                    "auto: the window of %s that classifies the validation pixels best, "
+                    "the smallest of equals (hmp.evaluation.smoothing; with a random "
+                    "validation share on the disjoint split, too small). results.json also "
+                    "holds the scores without." % ", ".join(map(str, WINDOWS)))
 
 
 class _BalancingParser(flags.ArgumentParser):

@@ -15,9 +15,10 @@ from hmp.evaluation import maps, report, smoothing
 from hmp.evaluation.metrics import evaluate
 from hmp.run import events
 from hmp.run.experiment import nodata_mask
+from hmp.run.settings import RecipeSettings
 
-# --smoothing=auto without validation pixels to choose on
-UNCHOSEN_WINDOW = 5
+# --smoothing=auto without validation pixels to choose on: the default window
+UNCHOSEN_WINDOW = int(RecipeSettings.smoothing)
 
 
 @dataclasses.dataclass
@@ -86,7 +87,7 @@ def scores(exp, classified, leakage, tta, window):
         print("smoothing over %d x %d pixels: %s" % (window, window, (
             "on the %d validation pixels, accuracy %s" % (len(exp.val), ", ".join(
                 "%d: %.3f" % item for item in accuracy.items())) if accuracy else
-            "no validation pixels to choose on")), flush=True)
+            "no validation pixels to choose on: the default")), flush=True)
     predicted_map, scored = _classified(exp, classified.smoothed(exp, window))
     print(report.score_table(scored, exp.scene.class_names, leakage, exp.train_counts))
     paired = {}

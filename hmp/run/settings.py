@@ -60,8 +60,8 @@ class RecipeSettings:
     spectral_shift: str = AUTO   # a number as text, or auto
     spectral_gain: str = AUTO
     pca_in_graph: bool = True
-    tta: bool = True
-    smoothing: str = AUTO   # a window side as text (1: none), or auto
+    tta: bool = False
+    smoothing: str = "7"   # a window side as text (1: none), or auto
     class_balanced: str = "sqrt"   # hmp.run.training_recipe.CLASS_BALANCING
 
 

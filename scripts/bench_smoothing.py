@@ -1,0 +1,108 @@
+"""How the window of ``--smoothing`` scores on finished runs: the test and validation
+pixels of each run classified by its best weights, every pixel of its scene (with and
+without TTA), then smoothed over each window.
+
+    python scripts/bench_smoothing.py --model_dirs=runs/a,runs/b [--tta] [--windows=1,3,5,7]
+
+Per run and window: the share of its validation pixels classified right (what
+``--smoothing=auto`` chooses by), the test pixels' OA and AA, and the lowest recall of a
+class (in %). The classification's probabilities are kept in each run's folder
+(``smoothing_probabilities[_tta].npy``) and read again on a second call. Prints a table
+and writes every row to ``--json``.
+"""
+
+import os
+
+from hmp import cli
+
+cli.import_tensorflow_quietly()   # before anything imports TensorFlow
+
+import numpy as np  # noqa: E402
+import tensorflow.compat.v1 as tf  # noqa: E402
+from absl import flags  # noqa: E402
+
+import models  # noqa: E402
+from hmp import files  # noqa: E402
+from hmp.evaluation.metrics import evaluate  # noqa: E402
+from hmp.evaluation.smoothing import WINDOWS, smooth  # noqa: E402
+from hmp.run import experiment  # noqa: E402
+from hmp.run.inference import TrainedRun, classify  # noqa: E402
+
+flags.DEFINE_list("model_dirs", None, "Finished runs' folders (hmp.train's --model_dir).")
+flags.DEFINE_list("windows", [str(w) for w in WINDOWS], "Window sides (odd).")
+flags.DEFINE_bool("tta", False, "Also classify each patch in the 8 symmetries (8 times the "
+                  "work).")
+flags.DEFINE_string("json", "smoothing.json", "Where to write the rows.")
+flags.mark_flag_as_required("model_dirs")
+FLAGS = flags.FLAGS
+
+
+def scene_probabilities(run, exp, tta):
+    """[H, W, K] class probabilities of every pixel of the run's scene (no-data pixels
+    0), cached in the run's folder."""
+    path = os.path.join(run.model_dir, "smoothing_probabilities%s.npy" % ("_tta" if tta else ""))
+    if os.path.isfile(path):
+        return np.load(path)
+    cube, nodata = run.preprocess(exp.scene)
+    probabilities = classify(run, cube, ["/cpu:0"], 512, tta=tta,
+                             progress=lambda text: text and print("  " + text, flush=True))
+    probabilities[nodata] = 0.0
+    with files.atomic_path(path) as temporary, open(temporary, "wb") as f:
+        np.save(f, probabilities)
+    return probabilities
+
+
+def rows_of(model_dir, windows, tta):
+    """The rows of one run: for each window, its validation accuracy and test scores."""
+    run = TrainedRun.open(model_dir, models.get_model)
+    exp = experiment.prepare(*experiment.load(model_dir))
+    valid = ~experiment.nodata_mask(exp.scene.cube)
+    rows = []
+    for variant in (False, True) if tta else (False,):
+        probabilities = scene_probabilities(run, exp, variant)
+        for window in windows:
+            flat = smooth(probabilities, window, valid).reshape(-1, exp.n_classes)
+            scores = evaluate(exp.test.class_ids, flat[exp.test.indices].argmax(axis=1),
+                              exp.n_classes)
+            present = np.bincount(exp.test.class_ids, minlength=exp.n_classes) > 0
+            rows.append({
+                "run": model_dir, "tta": variant, "window": window,
+                "validation": (100 * float(np.mean(flat[exp.val.indices].argmax(axis=1)
+                                                   == exp.val.class_ids))
+                               if exp.val else None),
+                "oa": 100 * scores.overall_accuracy, "aa": 100 * scores.average_accuracy,
+                "lowest_recall": 100 * float(np.min(scores.per_class_accuracy[present]))})
+    return rows
+
+
+def table(rows):
+    lines = ["%-48s %-4s %6s %10s %7s %7s %13s" % (
+        "run", "TTA", "window", "validation", "OA", "AA", "lowest recall")]
+    for row in rows:
+        lines.append("%-48s %-4s %6d %10s %7.2f %7.2f %13.1f" % (
+            os.path.basename(os.path.normpath(row["run"]))[-48:], "yes" if row["tta"] else "no",
+            row["window"], "-" if row["validation"] is None else "%.1f" % row["validation"],
+            row["oa"], row["aa"], row["lowest_recall"]))
+    return "\n".join(lines)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
+    tf.disable_eager_execution()
+    windows = [int(w) for w in FLAGS.windows if w.strip().isdigit() and int(w) % 2]
+    if len(windows) != len(FLAGS.windows) or not windows:
+        raise cli.UsageError("--windows=%s: give odd numbers of pixels, e.g. 1,3,5,7"
+                             % ",".join(FLAGS.windows))
+    rows = []
+    for model_dir in FLAGS.model_dirs:
+        print("%s ..." % model_dir, flush=True)
+        with cli.blame("model_dirs", also=(OSError,)):
+            rows += rows_of(model_dir, windows, FLAGS.tta)
+    print(table(rows))
+    files.write_json(FLAGS.json, {"rows": rows})
+    print("every row in %s" % FLAGS.json)
+
+
+if __name__ == "__main__":
+    cli.run(main, "bench_smoothing.py")

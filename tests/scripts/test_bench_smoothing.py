@@ -1,0 +1,40 @@
+"""scripts/bench_smoothing.py as a user runs it, on a copy of conftest's tiny run (trained
+with --smoothing=5): its rows for windows 5 and 1 are the run's own test scores with and
+without the smoothing."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+
+def test_rows_score_each_window_as_the_run_scored_its_own(tiny_run, tmp_path):
+    process, model_dir = tiny_run
+    assert process.returncode == 0, process.stderr[-2000:]
+    copy = tmp_path / "run"
+    shutil.copytree(model_dir, copy)
+    results = json.loads((copy / "results.json").read_text())
+    command = [sys.executable, "scripts/bench_smoothing.py", "--model_dirs=%s" % copy,
+               "--windows=5,1", "--json=%s" % (tmp_path / "rows.json")]
+    for call in (1, 2):   # the second reads the probabilities the first kept
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
+        assert [(row["window"], row["tta"]) for row in rows] == [(5, False), (1, False)]
+        for row, scores in zip(rows, (results["test"], results["test_without_smoothing"])):
+            assert row["oa"] == pytest.approx(100 * scores["overall_accuracy"])
+            assert row["aa"] == pytest.approx(100 * scores["average_accuracy"])
+            recalls = [r for r, n in zip(scores["per_class_accuracy"].values(),
+                                         np.sum(scores["confusion_matrix"], axis=1)) if n]
+            assert row["lowest_recall"] == pytest.approx(100 * min(recalls))
+            assert 0 <= row["validation"] <= 100
+        assert (copy / "smoothing_probabilities.npy").is_file()
+    assert "every row in" in done.stdout and " window validation " in done.stdout
+    bad = subprocess.run([*command[:3], "--windows=4"], capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == ("bench_smoothing.py: error: --windows=4: give odd "
+                                  "numbers of pixels, e.g. 1,3,5,7")
