@@ -90,6 +90,7 @@ def main(argv):
     if len(argv) > 1:
         raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
     tf.disable_eager_execution()
+    tf.logging.set_verbosity(tf.logging.ERROR)
     windows = [int(w) for w in FLAGS.windows if w.strip().isdigit() and int(w) % 2]
     if len(windows) != len(FLAGS.windows) or not windows:
         raise cli.UsageError("--windows=%s: give odd numbers of pixels, e.g. 1,3,5,7"
