@@ -32,7 +32,7 @@ import models
 from hmp import files
 from hmp.data.raster_writer import write_class_map
 from hmp.evaluation import maps
-from hmp.evaluation.smoothing import smooth_rows
+from hmp.evaluation.smoothing import check_window, smooth_rows
 from hmp.measure.devices import check_local, gpu_count, session_config_for
 from hmp.run import experiment, export
 from hmp.run.inference import DATA_FLAGS, Classifier, TrainedRun, classify_tiles, open_cube, tiling
@@ -65,9 +65,9 @@ flags.DEFINE_bool("tta", None, "Test-time augmentation: average the class probab
                   "each patch's 8 symmetries of the square (default: as the run's --tta); with "
                   "--export, the SavedModel's probabilities do so.")
 flags.DEFINE_integer("smoothing", None, "Average each pixel's class probabilities over a "
-                     "square of this many pixels around it (odd; 1: none; default: the "
-                     "window the run chose, results.json's smoothing). Not in --export's "
-                     "SavedModel, which classifies patches.", lower_bound=1)
+                     "square of this many pixels around it (an odd number; 1: none; "
+                     "default: the run's window, results.json's smoothing). Not in "
+                     "--export's SavedModel, which classifies patches.")
 flags.mark_flag_as_required("model_dir")
 FLAGS = flags.FLAGS
 
@@ -99,9 +99,8 @@ def predict_into(out_dir, run, raster, rows_of_tiles, model, progress, window=1)
         np.lib.format.write_array_header_1_0(f, {
             "descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
             "fortran_order": False, "shape": (height, width, len(run.class_names))})
-        for rows, probabilities, nodata in smooth_rows(
+        for rows, probabilities, nodata in smooth_rows(   # zeros for no-data pixels
                 classify_tiles(run, raster, rows_of_tiles, model, progress), window):
-            probabilities[nodata] = 0.0
             class_map[rows] = np.where(nodata, 0, probabilities.argmax(axis=2) + 1)
             probabilities.tofile(f)
             nodata_pixels += int(nodata.sum())
@@ -129,9 +128,8 @@ def main(argv):
     devices = _devices()
     tta = run.flags.get("tta", False) if FLAGS.tta is None else FLAGS.tta
     window = run.smoothing if FLAGS.smoothing is None else FLAGS.smoothing
-    if window % 2 == 0:
-        raise cli.UsageError("--smoothing=%d: give an odd number of pixels (1: none)"
-                             % window)
+    with cli.blame("smoothing"):
+        check_window(window)
     if FLAGS.export:
         with cli.blame("export", also=(OSError,)):
             files.check_folder_can_be_made(FLAGS.export)
@@ -152,7 +150,7 @@ def main(argv):
         raster = open_cube(run.data_config(**changed))
         run.check_bands(raster.shape[2], raster.info.wavelengths)
     with cli.blame("memory_mb"):
-        rows_of_tiles = tiling(run, raster, FLAGS.memory_mb * 2**20)
+        rows_of_tiles = tiling(run, raster, FLAGS.memory_mb * 2**20, window)
     tile = rows_of_tiles[0][0].shape
     tiles = sum(map(len, rows_of_tiles))
     print("%s: %dx%d pixels in %d tile%s of up to %dx%d; %s model of %s on %s%s"

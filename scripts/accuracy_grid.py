@@ -268,7 +268,7 @@ def table(rows, summary):
             for name, label in PAIRED.items():
                 without = entry.get("oa_without_" + name, [])
                 if len(without) == len(entry["oa"]):
-                    lines.append("%-16s %-26s %7.1f %6s   %s's paired change %+.1f" % (
+                    lines.append("%-20s %-22s %7.1f %6s   %s's paired change %+.1f" % (
                         "  without " + label, " ".join("%.1f" % oa for oa in without),
                         np.mean(without), "", label, entry["mean_oa"] - np.mean(without)))
     return "\n".join(lines)

@@ -7,7 +7,7 @@ without TTA), then smoothed over each window.
 Per run and window: the share of its validation pixels classified right (what
 ``--smoothing=auto`` chooses by), the test pixels' OA and AA, and the lowest recall of a
 class (in %). The classification's probabilities are kept in each run's folder
-(``smoothing_probabilities[_tta].npy``) and read again on a second call. Prints a table
+(``smoothing_probabilities_<checkpoint>[_tta].npy``) and read again on a second call. Prints a table
 and writes every row to ``--json``.
 """
 
@@ -24,7 +24,7 @@ from absl import flags  # noqa: E402
 import models  # noqa: E402
 from hmp import files  # noqa: E402
 from hmp.evaluation.metrics import evaluate  # noqa: E402
-from hmp.evaluation.smoothing import WINDOWS, smooth  # noqa: E402
+from hmp.evaluation.smoothing import WINDOWS, check_window, smooth  # noqa: E402
 from hmp.run import experiment  # noqa: E402
 from hmp.run.inference import TrainedRun, classify  # noqa: E402
 
@@ -39,8 +39,9 @@ FLAGS = flags.FLAGS
 
 def scene_probabilities(run, exp, tta):
     """[H, W, K] class probabilities of every pixel of the run's scene (no-data pixels
-    0), cached in the run's folder."""
-    path = os.path.join(run.model_dir, "smoothing_probabilities%s.npy" % ("_tta" if tta else ""))
+    0), cached in the run's folder under its checkpoint's name."""
+    path = os.path.join(run.model_dir, "smoothing_probabilities_%s%s.npy" % (
+        os.path.basename(run.checkpoint), "_tta" if tta else ""))
     if os.path.isfile(path):
         return np.load(path)
     cube, nodata = run.preprocess(exp.scene)
@@ -91,10 +92,10 @@ def main(argv):
         raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)
-    windows = [int(w) for w in FLAGS.windows if w.strip().isdigit() and int(w) % 2]
-    if len(windows) != len(FLAGS.windows) or not windows:
-        raise cli.UsageError("--windows=%s: give odd numbers of pixels, e.g. 1,3,5,7"
-                             % ",".join(FLAGS.windows))
+    windows = [int(w) if w.strip().isdigit() else None for w in FLAGS.windows]
+    with cli.blame("windows"):
+        for window in windows:
+            check_window(window)
     rows = []
     for model_dir in FLAGS.model_dirs:
         print("%s ..." % model_dir, flush=True)

@@ -14,26 +14,38 @@ pixels (:func:`choose_window`).
 import numpy as np
 from scipy import ndimage
 
+from hmp.errors import InvalidInput
+
 # The windows --smoothing=auto chooses from: none, then squares of 3 to 11 pixels.
 WINDOWS = (1, 3, 5, 7, 9, 11)
+# hmp.train's --smoothing, and the window of auto without validation pixels to choose on
+DEFAULT_WINDOW = 7
+
+
+def check_window(window):
+    """InvalidInput unless ``window`` is an odd number of pixels >= 1 (an even one would
+    centre the square half a pixel off)."""
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) \
+            or window < 1 or window % 2 == 0:
+        raise InvalidInput("give an odd number of pixels (1: no smoothing)")
 
 
 def smooth(probabilities, window, valid=None):
-    """[H, W, K] class probabilities, each pixel's the mean over the ``window`` x
-    ``window`` square around it of the ``valid`` ([H, W] bool; default all) pixels'
-    ``probabilities`` [H, W, K]. A pixel without a valid one in its window gets zeros;
-    ``window`` 1 returns the probabilities of the valid pixels as they are."""
-    probabilities = np.asarray(probabilities, np.float64)
-    weights = (np.ones(probabilities.shape[:2]) if valid is None
-               else np.asarray(valid, np.float64))
+    """[H, W, K] float32 class probabilities, each valid pixel's the mean over the
+    ``window`` x ``window`` square around it of the ``valid`` ([H, W] bool; default all)
+    pixels' ``probabilities`` [H, W, K]; zeros for the pixels not valid. ``window`` 1
+    returns the probabilities of the valid pixels as they are."""
+    check_window(window)
+    probabilities = np.asarray(probabilities, np.float32)
+    weights = (np.ones(probabilities.shape[:2], np.float32) if valid is None
+               else np.asarray(valid, np.float32))
+    weighted = probabilities * weights[..., None]
     if window == 1:
-        return (probabilities * weights[..., None]).astype(np.float32)
-    sums = ndimage.uniform_filter(probabilities * weights[..., None], (window, window, 1),
-                                  mode="constant")
+        return weighted
+    sums = ndimage.uniform_filter(weighted, (window, window, 1), mode="constant")
     counts = ndimage.uniform_filter(weights, window, mode="constant")[..., None]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(counts > 1e-9, sums / counts, 0.0)
-    return mean.astype(np.float32)
+    return np.divide(sums, counts, out=np.zeros_like(sums),
+                     where=(weights[..., None] > 0) & (counts > 0.5 / window**2))
 
 
 def neighbourhood(indices, image_shape, radius):

@@ -4,7 +4,8 @@ hmp.train`` does and ``hmp.fit`` offers to Python.
 For each seed (``--runs``): load and split the scene, build the model, plan
 its layout on the devices (measured, or from ``--speeds`` or ``--plan``),
 train epoch by epoch (best epoch, early stop, ``--try_alone``'s trial,
-``--rebalance=epoch``'s re-plans), classify the labelled pixels and write
+``--rebalance=epoch``'s re-plans), classify the labelled pixels and those around them,
+smooth the class probabilities (``--smoothing``) and write
 results.json, maps and events to the run's folder (``hmp.run.seed_training``);
 with several seeds, summary.json. Input it refuses raises
 :class:`hmp.cli.UsageError` (an :class:`hmp.errors.InvalidInput`) naming the
@@ -23,7 +24,7 @@ from hmp import cli, files
 from hmp.cluster import launch, sources
 from hmp.errors import InvalidInput
 from hmp.evaluation import report
-from hmp.evaluation.smoothing import smooth
+from hmp.evaluation.smoothing import check_window, smooth
 from hmp.measure.devices import session_config_for
 from hmp.run import inference, run_folder
 from hmp.run.progress import say
@@ -53,20 +54,22 @@ class Fitted:
         self._one_seed("test")
         return self.results["test"]
 
-    def predict(self, cube, devices=("/cpu:0",), batch_size=1024, tta=False,
+    def predict(self, cube, devices=("/cpu:0",), batch_size=1024, tta=None,
                 smoothing=None):
         """Class probabilities (float32 [H, W, classes]) of every pixel of ``cube`` (a
         scene's raw cube [H, W, bands], as the run's scene file holds it; zeros for no-data
-        pixels) by the run's best weights, smoothed over ``smoothing`` x ``smoothing``
-        pixels (None: the run's window), as ``python -m hmp.predict`` does (one seed's
-        run only)."""
+        pixels) by the run's best weights, with TTA or not (None: as the run) and smoothed
+        over ``smoothing`` x ``smoothing`` pixels (None: the run's window), as
+        ``python -m hmp.predict`` does (one seed's run only)."""
         self._one_seed("predict")
         run = inference.TrainedRun.open(self.model_dir, lambda name: self.model)
+        window = run.smoothing if smoothing is None else smoothing
+        check_window(window)
         prepared, nodata = run.prepare(np.asarray(cube, np.float32))
-        probabilities = inference.classify(run, prepared, list(devices), batch_size,
-                                           session_config_for(list(devices)), tta=tta)
-        return smooth(probabilities, run.smoothing if smoothing is None else smoothing,
-                      ~nodata)
+        probabilities = inference.classify(
+            run, prepared, list(devices), batch_size, session_config_for(list(devices)),
+            tta=run.flags.get("tta", False) if tta is None else tta)
+        return smooth(probabilities, window, ~nodata)
 
     def _one_seed(self, what):
         if self.seeds:
@@ -152,7 +155,10 @@ def _summarise(model_dir, seeds, folders):
     summary = report.summarise_runs([result["test"] for result in results])
     print(report.summary_table(summary, ["seed %d" % seed for seed in seeds]))
     written = {"seeds": seeds, "model_dirs": folders,
-               "leakage": [result["leakage"] for result in results], **summary}
+               "leakage": [result["leakage"] for result in results],
+               # each seed's window (1: none, as in runs from before --smoothing)
+               "smoothing": [result.get("smoothing", {}).get("window", 1)
+                             for result in results], **summary}
     files.write_json(os.path.join(model_dir, run_folder.SUMMARY), written)
     print("summary of %d runs in %s" % (len(seeds), os.path.join(model_dir, run_folder.SUMMARY)))
     return written

@@ -284,19 +284,25 @@ def _progress(done, pixels, started):
 # its class as numpy computes it (int64).
 WINDOW_BYTES_PER_INPUT_BAND = 24
 WINDOW_BYTES_PER_MODEL_BAND = 24
+# Smoothing a row of tiles (``hmp.evaluation.smoothing.smooth_rows``) holds, per class,
+# float32 copies of its rows: those waiting, the stack with the rows above, the weighted
+# and the summed probabilities, and the means.
 RESULT_BYTES_PER_CLASS = 4
+SMOOTHING_BYTES_PER_CLASS = 20
 RESULT_BYTES_PER_PIXEL = 17
 
 
-def tiling(run, raster, memory_bytes):
+def tiling(run, raster, memory_bytes, window=1):
     """The rows of tiles (``hmp.data.tiles.tile_rows``) of ``raster``'s scene whose
-    windows and results fit ``memory_bytes``; their shape is the first tile's."""
+    windows and results (smoothed over ``window`` x ``window`` pixels) fit
+    ``memory_bytes``; their shape is the first tile's."""
     bands_in = fitted_preprocessing.input_bands(run.preprocessor)
     bands_out = fitted_preprocessing.output_bands(run.preprocessor)
     shape = tile_shape(memory_bytes, raster.shape[:2], run.model_config.patch // 2,
                        WINDOW_BYTES_PER_INPUT_BAND * bands_in
                        + WINDOW_BYTES_PER_MODEL_BAND * bands_out,
-                       RESULT_BYTES_PER_CLASS * len(run.class_names) + RESULT_BYTES_PER_PIXEL)
+                       (RESULT_BYTES_PER_CLASS + SMOOTHING_BYTES_PER_CLASS * (window > 1))
+                       * len(run.class_names) + RESULT_BYTES_PER_PIXEL)
     return tile_rows(raster.shape[:2], shape)
 
 

@@ -15,10 +15,6 @@ from hmp.evaluation import maps, report, smoothing
 from hmp.evaluation.metrics import evaluate
 from hmp.run import events
 from hmp.run.experiment import nodata_mask
-from hmp.run.settings import RecipeSettings
-
-# --smoothing=auto without validation pixels to choose on: the default window
-UNCHOSEN_WINDOW = int(RecipeSettings.smoothing)
 
 
 @dataclasses.dataclass
@@ -38,9 +34,9 @@ class Classified:
 
     def choose_window(self, exp):
         """(the window that classifies ``exp``'s validation pixels best, the accuracy of
-        each window); (UNCHOSEN_WINDOW, {}) without validation pixels."""
+        each window); (the default window, {}) without validation pixels."""
         if not exp.val:
-            return UNCHOSEN_WINDOW, {}
+            return smoothing.DEFAULT_WINDOW, {}
         return smoothing.choose_window(self._map(exp, self.variants.mean(axis=0)),
                                        self._valid(exp), exp.val.indices, exp.val.class_ids)
 
@@ -66,9 +62,10 @@ def classify(trainer, best, exp, tta, window):
         trainer.restore(best.path)
     radius = (window or max(smoothing.WINDOWS)) // 2
     pixels = smoothing.neighbourhood(exp.labelled.indices, exp.scene.labels.shape, radius)
-    print("classifying the %d labelled pixels (%d test pixels) and the %d others within "
-          "%d of them (--smoothing)%s ..."
-          % (len(exp.labelled), len(exp.test), len(pixels) - len(exp.labelled), radius,
+    print("classifying the %d labelled pixels (%d test pixels)%s%s ..."
+          % (len(exp.labelled), len(exp.test),
+             " and the %d others within %d of them (--smoothing)"
+             % (len(pixels) - len(exp.labelled), radius) if radius else "",
              ", each in the 8 symmetries of the square (--tta)" if tta else ""), flush=True)
     return Classified(pixels, trainer.probabilities(pixels, tta)), step
 

@@ -23,6 +23,7 @@ from hmp.data.loaders import SYNTHETIC
 from hmp.data.splits import check_train_fraction
 from hmp.data.synthetic import GENERATED_LAYOUT, KINDS, LAYOUTS
 from hmp.errors import InvalidInput, whole_number
+from hmp.evaluation.smoothing import DEFAULT_WINDOW, check_window
 from hmp.planning import parse_mesh
 from hmp.run.experiment import SPLITS, VAL_SPLITS, DataConfig
 from hmp.run.progress import DEFAULT_LOG_EVERY_S
@@ -61,7 +62,7 @@ class RecipeSettings:
     spectral_gain: str = AUTO
     pca_in_graph: bool = True
     tta: bool = False
-    smoothing: str = "7"   # a window side as text (1: none), or auto
+    smoothing: str = str(DEFAULT_WINDOW)   # a window side (1: none), or auto
     class_balanced: str = "sqrt"   # hmp.run.training_recipe.CLASS_BALANCING
 
 
@@ -263,13 +264,15 @@ class Settings:
 
     def smoothing_window(self):
         """--smoothing as a window side, or None for auto."""
-        text = self.recipe.smoothing
+        text = str(self.recipe.smoothing)
         if text == AUTO:
             return None
-        if not (text.isdigit() and int(text) % 2):
-            raise cli.UsageError("--smoothing=%s: give auto or an odd number of pixels "
-                                 "(1: no smoothing)" % text)
-        return int(text)
+        window = int(text) if text.isdigit() else None
+        try:
+            check_window(window)
+        except InvalidInput as error:
+            raise cli.UsageError("--smoothing=%s: %s, or auto" % (text, error)) from None
+        return window
 
     def field_look_strength(self, name):
         """--spectral_shift or --spectral_gain as a number, or None for auto."""

@@ -424,6 +424,9 @@ def cli(tmp_path_factory):
                    "predict_cut": ["--model_dir=%s" % (folder / "tif"),
                                    "--dataset=%s" % (folder / "cut.tif"),
                                    "--out=%s" % (folder / "cut_prediction")],
+                   "predict_even_window": ["--model_dir=%s" % (folder / "tif"),
+                                           "--smoothing=4",
+                                           "--out=%s" % (folder / "cut_prediction")],
                    "predict_other_bands": ["--model_dir=%s" % (folder / "envi"),
                                            "--dataset=%s" % (folder / "other_bands.hdr"),
                                            "--out=%s" % (folder / "cut_prediction")]}
@@ -484,6 +487,8 @@ BAD_CLI = {
     "labels_beyond_the_classes": ("few_gt.hdr", "labels file {}: holds label 3, but its "
                                                 "header names 2 classes"),
     "predict_cut": ("cut.tif", "--dataset={0}: {0}: cannot"),
+    "predict_even_window": ("tif", "--smoothing=4: give an odd number of pixels (1: no "
+                                   "smoothing)"),
     "predict_other_bands": ("other_bands.hdr", "--dataset={}: the cube: band 1 lies at "
                                                "wavelength 1400, but at 400 in the scene the "
                                                "run was trained on (12 of 12 bands differ)"),

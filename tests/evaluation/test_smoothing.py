@@ -3,20 +3,21 @@
 import numpy as np
 import pytest
 
+from hmp.errors import InvalidInput
 from hmp.evaluation.smoothing import choose_window, neighbourhood, smooth, smooth_rows
 
 
 def window_means(probabilities, window, valid):
-    """Each pixel's mean of the valid pixels' probabilities in its window, pixel by pixel."""
+    """Each valid pixel's mean of the valid pixels' probabilities in its window, pixel by
+    pixel; zeros for the others."""
     height, width, classes = probabilities.shape
     radius, out = window // 2, np.zeros((height, width, classes))
     for row in range(height):
         for col in range(width):
             rows = slice(max(0, row - radius), row + radius + 1)
             cols = slice(max(0, col - radius), col + radius + 1)
-            inside = valid[rows, cols]
-            if inside.any():
-                out[row, col] = probabilities[rows, cols][inside].mean(axis=0)
+            if valid[row, col]:
+                out[row, col] = probabilities[rows, cols][valid[rows, cols]].mean(axis=0)
     return out
 
 
@@ -40,14 +41,23 @@ def test_smoothing_is_the_mean_of_the_valid_pixels_in_each_window(scene_map, win
                                atol=1e-6)
 
 
-def test_a_pixel_without_a_valid_one_in_its_window_gets_zeros(scene_map):
+def test_pixels_not_valid_get_zeros_and_count_for_no_other(scene_map):
     probabilities, _ = scene_map
     valid = np.zeros((13, 11), bool)
-    valid[0, 0] = True
-    smoothed = smooth(probabilities, 3, valid)
-    np.testing.assert_allclose(smoothed[:2, :2], np.broadcast_to(probabilities[0, 0], (2, 2, 4)),
-                               atol=1e-6)
-    assert not smoothed[2:].any() and not smoothed[:, 2:].any()
+    valid[0, 0] = valid[12, 10] = True
+    for window in (1, 3, 31):
+        smoothed = smooth(probabilities, window, valid)
+        expected = np.zeros_like(probabilities)
+        both = probabilities[[0, 12], [0, 10]].mean(axis=0)   # a window over the scene
+        expected[0, 0] = probabilities[0, 0] if window < 31 else both
+        expected[12, 10] = probabilities[12, 10] if window < 31 else both
+        np.testing.assert_allclose(smoothed, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("window", [0, 2, -3, 4.0, "5", True])
+def test_a_window_must_be_an_odd_number_of_pixels(scene_map, window):
+    with pytest.raises(InvalidInput, match=r"^give an odd number of pixels \(1: no smoothing\)$"):
+        smooth(scene_map[0], window)
 
 
 def test_the_neighbourhood_holds_every_pixel_within_the_radius():

@@ -161,7 +161,7 @@ def test_runs_on_given_train_and_test_sets_and_summarises_the_seeds(tmp_path):
     retrained = json.loads((tmp_path / "runs" / "seed-4" / "results.json").read_text())
     assert len(retrained["history"]) == 1 and retrained["flags"]["seed"] == 4
     summary = json.loads((tmp_path / "runs" / "summary.json").read_text())
-    assert summary["seeds"] == [3, 4]
+    assert summary["seeds"] == [3, 4] and summary["smoothing"] == [7, 7]   # the default
     accuracies = []
     for seed in (3, 4):
         folder = tmp_path / "runs" / ("seed-%d" % seed)
@@ -229,7 +229,7 @@ BAD_FLAGS = {
                            "stays >= 0)",
     "--spectral_shift=wide": "--spectral_shift=wide: give auto or a number >= 0",
     "--synthetic_kind=raw": "--synthetic_kind=raw: choose one of reflectance, radiance",
-    "--smoothing=4": "--smoothing=4: give auto or an odd number of pixels (1: no smoothing)",
+    "--smoothing=4": "--smoothing=4: give an odd number of pixels (1: no smoothing), or auto",
     "--model=hybridsn --spectral_shift=4 --nopca_in_graph":
         "--spectral_shift=4: the field-look augmentation needs all bands, but this run keeps "
         "45 PCA components (give --pca=0 or --pca_in_graph)",

@@ -83,6 +83,12 @@ def test_a_fitted_run_predicts_the_test_pixels_as_it_scored_them(fitted):
     truth = scene.labels.ravel()[split.test] - 1
     confusion = evaluate(truth, predicted, 10).confusion
     np.testing.assert_array_equal(confusion, run.test["confusion_matrix"])
+    holed = scene.cube.copy()
+    holed[7, 9, 3] = np.nan   # a no-data pixel: zeros, as hmp.predict writes them
+    probabilities = run.predict(holed)
+    assert not probabilities[7, 9].any()
+    np.testing.assert_allclose(np.delete(probabilities.reshape(-1, 10), 7 * 145 + 9, axis=0)
+                               .sum(axis=-1), 1, rtol=1e-5)
 
 
 # Run in a child: hmp.train's flags would clash with a script's in this interpreter.

@@ -3,12 +3,21 @@ with --smoothing=5): its rows for windows 5 and 1 are the run's own test scores 
 without the smoothing."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+
+from hmp.run.inference import TrainedRun
+from models import get_model
+
+
+def results_checkpoint(model_dir):
+    """The name of the checkpoint that scored the run (its best epoch's)."""
+    return os.path.basename(TrainedRun.open(str(model_dir), get_model).checkpoint)
 
 
 def test_rows_score_each_window_as_the_run_scored_its_own(tiny_run, tmp_path):
@@ -31,10 +40,11 @@ def test_rows_score_each_window_as_the_run_scored_its_own(tiny_run, tmp_path):
                                          np.sum(scores["confusion_matrix"], axis=1)) if n]
             assert row["lowest_recall"] == pytest.approx(100 * min(recalls))
             assert 0 <= row["validation"] <= 100
-        assert (copy / "smoothing_probabilities.npy").is_file()
+        assert [p.name for p in copy.glob("smoothing_probabilities*")] == [
+            "smoothing_probabilities_%s.npy" % results_checkpoint(copy)]
     assert "every row in" in done.stdout and " window validation " in done.stdout
     bad = subprocess.run([*command[:3], "--windows=4"], capture_output=True, text=True,
                          timeout=300)
     assert bad.returncode == 2
-    assert bad.stderr.strip() == ("bench_smoothing.py: error: --windows=4: give odd "
-                                  "numbers of pixels, e.g. 1,3,5,7")
+    assert bad.stderr.strip() == ("bench_smoothing.py: error: --windows=4: give an odd "
+                                  "number of pixels (1: no smoothing)")
