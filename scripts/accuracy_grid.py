@@ -200,7 +200,7 @@ def summaries(rows):
     """Per (layout, split, name): mean and std of OA over seeds, and each model's margin
     over the best spectral baseline and over the best baseline of all (mean OA)."""
     table = {}
-    for row in rows:
+    for row in sorted(rows, key=lambda row: row["seed"]):   # runs end in any order
         if "oa" in row:
             key = (row["layout"], row["split"], row["kind"], row["name"])
             entry = table.setdefault(key, {"kind": row["kind"], "name": row["name"],

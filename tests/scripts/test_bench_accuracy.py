@@ -101,6 +101,8 @@ def test_margins_are_over_the_best_spectral_baseline_and_over_all(scored_tiny_ru
     rows = [model, again] + baselines + [dict(b, seed=1) for b in baselines]
     summary = {(s["kind"], s["name"]): s for s in grid.summaries(rows)}
     entry = summary["model", "cnn2d"]
+    backwards = {(s["kind"], s["name"]): s for s in grid.summaries(rows[::-1])}   # seed 1 first
+    assert backwards["model", "cnn2d"]["oa"] == entry["oa"] == [model["oa"], model["oa"] - 10]
     assert entry["mean_oa"] == pytest.approx(model["oa"] - 5.0)
     assert entry["std_oa"] == pytest.approx(np.std([model["oa"], model["oa"] - 10], ddof=1))
     spectral = max((b for b in baselines if b["spectral"]), key=lambda b: b["oa"])
