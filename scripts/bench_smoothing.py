@@ -24,7 +24,7 @@ from absl import flags  # noqa: E402
 import models  # noqa: E402
 from hmp import files  # noqa: E402
 from hmp.evaluation.metrics import evaluate  # noqa: E402
-from hmp.evaluation.smoothing import WINDOWS, check_window, smooth  # noqa: E402
+from hmp.evaluation.smoothing import WINDOWS, check_window, choose_window, smooth  # noqa: E402
 from hmp.run import experiment  # noqa: E402
 from hmp.run.inference import TrainedRun, classify  # noqa: E402
 
@@ -58,19 +58,19 @@ def rows_of(model_dir, windows, tta):
     run = TrainedRun.open(model_dir, models.get_model)
     exp = experiment.prepare(*experiment.load(model_dir))
     valid = ~experiment.nodata_mask(exp.scene.cube)
+    present = np.bincount(exp.test.class_ids, minlength=exp.n_classes) > 0
     rows = []
     for variant in (False, True) if tta else (False,):
         probabilities = scene_probabilities(run, exp, variant)
+        validation = (choose_window(probabilities, valid, exp.val.indices,
+                                    exp.val.class_ids, windows)[1] if exp.val else {})
         for window in windows:
             flat = smooth(probabilities, window, valid).reshape(-1, exp.n_classes)
             scores = evaluate(exp.test.class_ids, flat[exp.test.indices].argmax(axis=1),
                               exp.n_classes)
-            present = np.bincount(exp.test.class_ids, minlength=exp.n_classes) > 0
             rows.append({
                 "run": model_dir, "tta": variant, "window": window,
-                "validation": (100 * float(np.mean(flat[exp.val.indices].argmax(axis=1)
-                                                   == exp.val.class_ids))
-                               if exp.val else None),
+                "validation": (100 * validation[window] if validation else None),
                 "oa": 100 * scores.overall_accuracy, "aa": 100 * scores.average_accuracy,
                 "lowest_recall": 100 * float(np.min(scores.per_class_accuracy[present]))})
     return rows

@@ -19,17 +19,30 @@ from hmp.run.experiment import nodata_mask
 
 @dataclasses.dataclass
 class Classified:
-    """Class probabilities ``variants`` [variants, pixels, K] of the scene's ``pixels``
-    (flat indices): of each patch as it is and, with TTA, in the other symmetries."""
+    """Class-probability maps [H, W, K] of a scene, zeros but at the ``valid`` pixels
+    ([H, W]: classified, with data): the ``mean`` over the patches' symmetries (TTA) and
+    the patches ``as_is``."""
 
-    pixels: np.ndarray
-    variants: np.ndarray
+    mean: np.ndarray
+    as_is: np.ndarray
+    valid: np.ndarray
 
-    def smoothed(self, exp, window, variant=None):
-        """The labelled pixels' probabilities [labelled, K], the mean of the variants (or
-        ``variant`` alone) smoothed over ``window`` x ``window`` pixels."""
-        probabilities = self.variants.mean(axis=0) if variant is None else self.variants[variant]
-        return smoothing.smooth(self._map(exp, probabilities), window, self._valid(exp)
+    @classmethod
+    def of(cls, exp, pixels, variants):
+        """The maps of ``exp``'s scene from ``variants`` [variants, pixels, K], the class
+        probabilities of its ``pixels`` (flat indices)."""
+        maps = np.zeros((2, exp.scene.labels.size, exp.n_classes), np.float32)
+        maps[:, pixels] = variants.mean(axis=0), variants[0]
+        valid = np.zeros(exp.scene.labels.size, bool)
+        valid[pixels] = True
+        shape = exp.scene.labels.shape
+        return cls(*maps.reshape(2, *shape, exp.n_classes),
+                   valid.reshape(shape) & ~nodata_mask(exp.scene.cube))
+
+    def smoothed(self, exp, window, as_is=False):
+        """The labelled pixels' probabilities [labelled, K], the mean of the symmetries
+        (or the patches as they are) smoothed over ``window`` x ``window`` pixels."""
+        return smoothing.smooth(self.as_is if as_is else self.mean, window, self.valid
                                 ).reshape(-1, exp.n_classes)[exp.labelled.indices]
 
     def choose_window(self, exp):
@@ -37,18 +50,8 @@ class Classified:
         each window); (the default window, {}) without validation pixels."""
         if not exp.val:
             return smoothing.DEFAULT_WINDOW, {}
-        return smoothing.choose_window(self._map(exp, self.variants.mean(axis=0)),
-                                       self._valid(exp), exp.val.indices, exp.val.class_ids)
-
-    def _map(self, exp, probabilities):
-        full = np.zeros((exp.scene.labels.size, exp.n_classes), np.float32)
-        full[self.pixels] = probabilities
-        return full.reshape(*exp.scene.labels.shape, exp.n_classes)
-
-    def _valid(self, exp):
-        valid = np.zeros(exp.scene.labels.size, bool)
-        valid[self.pixels] = True
-        return valid.reshape(exp.scene.labels.shape) & ~nodata_mask(exp.scene.cube)
+        return smoothing.choose_window(self.mean, self.valid, exp.val.indices,
+                                       exp.val.class_ids)
 
 
 def classify(trainer, best, exp, tta, window):
@@ -67,7 +70,7 @@ def classify(trainer, best, exp, tta, window):
              " and the %d others within %d of them (--smoothing)"
              % (len(pixels) - len(exp.labelled), radius) if radius else "",
              ", each in the 8 symmetries of the square (--tta)" if tta else ""), flush=True)
-    return Classified(pixels, trainer.probabilities(pixels, tta)), step
+    return Classified.of(exp, pixels, trainer.probabilities(pixels, tta)), step
 
 
 def scores(exp, classified, leakage, tta, window):
@@ -91,7 +94,7 @@ def scores(exp, classified, leakage, tta, window):
     for name, flag, active, probabilities in (
             ("smoothing", "--smoothing=1", window > 1,
              lambda: classified.smoothed(exp, 1)),
-            ("tta", "--notta", tta, lambda: classified.smoothed(exp, window, variant=0))):
+            ("tta", "--notta", tta, lambda: classified.smoothed(exp, window, as_is=True))):
         if active:
             _, plain = _classified(exp, probabilities())
             print("without %s (%s): OA %.2f, AA %.2f, kappa %.4f"

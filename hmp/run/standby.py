@@ -23,13 +23,12 @@ class Standby:
 
     ``ready``: the trainer is there (``take()`` hands it over); ``failed``: the error
     the build raised (``take()`` raises it); ``close()`` waits for the thread and
-    closes a trainer that was not taken. ``clock``: seconds, for ``restore_seconds``.
+    closes a trainer that was not taken.
     """
 
-    def __init__(self, plan, build, checkpoint, warm_up, clock=time.perf_counter):
+    def __init__(self, plan, build, checkpoint, warm_up):
         self.plan = plan
         self.restore_seconds = None
-        self._clock = clock
         self._trainer, self._error = None, None
         self._thread = threading.Thread(target=self._prepare,
                                         args=(build, checkpoint, warm_up),
@@ -40,9 +39,9 @@ class Standby:
         trainer = None
         try:
             trainer = build(self.plan)
-            started = self._clock()
+            started = time.perf_counter()
             trainer.restore(checkpoint())
-            self.restore_seconds = self._clock() - started
+            self.restore_seconds = time.perf_counter() - started
             warm_up(trainer)
         except BaseException as error:   # handed to the thread that takes the trainer
             self._error = error
