@@ -55,7 +55,11 @@ flags.DEFINE_string("plan", DEFAULT.placement.plan,
                     "A plan JSON from scripts/plan_layout.py (overrides "
                     "--devices, --speeds and --mesh).")
 flags.DEFINE_integer("batch_size", DEFAULT.recipe.batch_size, "Global batch size.")
-flags.DEFINE_integer("epochs", DEFAULT.recipe.epochs, "Training epochs (at most: see --patience).")
+flags.DEFINE_integer("epochs", DEFAULT.recipe.epochs, "Training epochs (at most: see --patience "
+                     "and --max_steps).")
+flags.DEFINE_integer("max_steps", DEFAULT.recipe.max_steps,
+                     "Train at most this many steps: a scene with many training pixels "
+                     "trains the whole epochs that fit, fewer than --epochs (0: no limit).")
 flags.DEFINE_string("optimizer", DEFAULT.recipe.optimizer,
                     "Optimizer: " + ", ".join(OPTIMIZERS) + ".")
 flags.DEFINE_float("learning_rate", DEFAULT.recipe.learning_rate, "Learning rate.")

@@ -83,15 +83,26 @@ class Trainers:
 def train_seed(shared, model_dir, seed):
     """Trains seed ``seed`` in ``model_dir``: on --plan's plan (checked against the model
     here), else on one planned from the speeds (--speeds's numbers, or measured)."""
-    settings, folder = shared.settings, shared.settings.folder
+    given, folder = shared.settings, shared.settings.folder
     started = time.time()
-    exp, leakage, data_config = load_experiment(settings, shared.get_model, seed)
+    exp, leakage, data_config = load_experiment(given, shared.get_model, seed)
     resume = resumes(folder, model_dir)
     if resume:
         check_same_data(model_dir, data_config)
-    steps_per_epoch = _steps_per_epoch(settings.recipe.batch_size, exp)
-    if resume and _finished(model_dir, settings.recipe.epochs, steps_per_epoch):
+    steps_per_epoch = _steps_per_epoch(given.recipe.batch_size, exp)
+    # the run's epochs, --max_steps applied; flags.txt and results.json keep the flags given
+    settings = dataclasses.replace(given, recipe=dataclasses.replace(
+        given.recipe, epochs=given.recipe.epochs_within(steps_per_epoch)))
+    shared = dataclasses.replace(shared, settings=settings)
+    capped = settings.recipe.epochs < given.recipe.epochs
+    if resume and _finished(model_dir, settings.recipe.epochs, steps_per_epoch,
+                            "--max_steps" if capped else "--epochs"):
         return
+    if capped:
+        print("training %d of --epochs=%d: --max_steps=%d allows %d whole epoch%s of %d steps"
+              % (settings.recipe.epochs, given.recipe.epochs, given.recipe.max_steps,
+                 settings.recipe.epochs, "" if settings.recipe.epochs == 1 else "s",
+                 steps_per_epoch), flush=True)
     model_config = ModelConfig(settings.model.name, settings.data.patch_size, exp.bands,
                                exp.n_classes, settings.model.width, settings.model.batch_norm,
                                settings.model.precision,
@@ -101,7 +112,7 @@ def train_seed(shared, model_dir, seed):
         spec = model_spec(model_config)
     caps = _check_fits(shared, exp, model_config, recipe, spec)
     # the input is good: now the folder is made (an old run deleted with --overwrite)
-    _make_folder(settings, model_dir, data_config, exp)
+    _make_folder(given, model_dir, data_config, exp)
     # The checkpoint's step and epoch.
     start_step = (run_folder.checkpoint_step(model_dir) or 0) if resume else 0
     first_epoch = start_step // steps_per_epoch
@@ -127,7 +138,8 @@ def train_seed(shared, model_dir, seed):
                                      predicted_map, scored)
     loop.trainer.close()
     best = loop.best
-    results = {"flags": {**settings.flag_values(), "seed": seed},
+    results = {"flags": {**given.flag_values(), "seed": seed},
+               "epochs": settings.recipe.epochs,
                "plan": dataclasses.asdict(loop.plan),
                "plans": record.plans,
                "history": record.epochs,
@@ -160,15 +172,16 @@ def _steps_per_epoch(batch_size, exp):
     return steps_per_epoch
 
 
-def _finished(model_dir, epochs, steps_per_epoch):
+def _finished(model_dir, epochs, steps_per_epoch, longer):
     """Whether the resumed run in ``model_dir`` has trained its ``epochs`` already; says
-    so, and where its results are."""
+    so, where its results are, and the flag (``longer``) that trains it longer."""
     if not run_folder.finished(model_dir, epochs * steps_per_epoch):
         return False
-    print("the run in %s is finished (%d epochs, step %d); its results are in %s; "
-          "to train longer, resume with a larger --epochs"
-          % (model_dir, epochs, run_folder.checkpoint_step(model_dir),
-             os.path.join(model_dir, "results.json")), flush=True)
+    print("the run in %s is finished (%d epoch%s, step %d); its results are in %s; "
+          "to train longer, resume with a larger %s"
+          % (model_dir, epochs, "" if epochs == 1 else "s",
+             run_folder.checkpoint_step(model_dir), os.path.join(model_dir, "results.json"),
+             longer), flush=True)
     return True
 
 

@@ -49,6 +49,9 @@ class RecipeSettings:
 
     batch_size: int = 32
     epochs: int = 60
+    # at most this many steps (0: no limit): a scene of many training pixels trains
+    # fewer epochs (``epochs_within``)
+    max_steps: int = 4000
     optimizer: str = "adam"
     learning_rate: float = 1e-3
     patience: int = 15
@@ -64,6 +67,14 @@ class RecipeSettings:
     tta: bool = False
     smoothing: str = str(DEFAULT_WINDOW)   # a window side (1: none), or auto
     class_balanced: str = "sqrt"   # hmp.run.training_recipe.CLASS_BALANCING
+
+    def epochs_within(self, steps_per_epoch):
+        """The epochs a run of ``steps_per_epoch`` steps an epoch trains: ``epochs``, or
+        fewer when ``max_steps`` (0: no limit) allows fewer whole epochs (at least one).
+        The learning-rate schedule, early stopping and re-planning count these."""
+        if not self.max_steps:
+            return self.epochs
+        return min(self.epochs, max(1, self.max_steps // steps_per_epoch))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +122,7 @@ FLAG_FIELDS = {
     "batch_norm": ("model", "batch_norm"), "precision": ("model", "precision"),
     "devices": ("placement", "devices"), "speeds": ("placement", "speeds"),
     "mesh": ("placement", "mesh"), "plan": ("placement", "plan"),
-    **{name: ("recipe", name) for name in ("batch_size", "epochs", "optimizer",
+    **{name: ("recipe", name) for name in ("batch_size", "epochs", "max_steps", "optimizer",
                                            "learning_rate")},
     "runs": ("folder", "runs"), "val_fraction": ("data", "val_fraction"),
     "val_split": ("data", "val_split"),
@@ -241,7 +252,8 @@ class Settings:
         if self.placement.mesh != AUTO:
             with self.blame("mesh"):
                 parse_mesh(self.placement.mesh)
-        for name, minimum in (("batch_size", 1), ("epochs", 1), ("runs", 1), ("width", 0),
+        for name, minimum in (("batch_size", 1), ("epochs", 1), ("max_steps", 0), ("runs", 1),
+                              ("width", 0),
                               ("checkpoint_every", 0), ("steps_per_run", 1)):
             with self.blame(name):
                 whole_number(self.value(name), name, minimum=minimum)

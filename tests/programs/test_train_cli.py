@@ -57,7 +57,7 @@ def cli_runs(tmp_path_factory, small_scene):
     The runs that train do so on conftest's ``small_scene``."""
     from models import model_config
     names = ("no_checkpoint", "kept", "few_bands", "other_model_plan", "nan", "readme_model",
-             "auto_speeds", "relative_speeds", "virtual_cpus_plan", "too_large")
+             "auto_speeds", "relative_speeds", "virtual_cpus_plan", "too_large", "max_steps")
     folders = {name: tmp_path_factory.mktemp(name) for name in names}
     other_plan = plan_file(folders["other_model_plan"] / "plan.json",
                            model_config("cnn3d", 9, 200, 16), ["/cpu:0", "/cpu:1"], [1, 1],
@@ -98,6 +98,9 @@ def cli_runs(tmp_path_factory, small_scene):
                                   model_dir=folders["relative_speeds"])],
         "virtual_cpus_plan": [train(*tiny_auto, "--plan=%s" % own_plan,
                                     model_dir=folders["virtual_cpus_plan"] / "run")],
+        "max_steps": [train(*tiny, "--epochs=3", "--max_steps=10", model_dir=folders["max_steps"]),
+                      train(*tiny, "--epochs=3", "--max_steps=10", "--resume",
+                            model_dir=folders["max_steps"])],
         "too_large": [train("--width=1000000", model_dir=folders["too_large"] / "wide"),
                       train("--batch_size=10000000", model_dir=folders["too_large"] / "big")],
     }
@@ -311,6 +314,23 @@ def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
     results = json.loads((folders["kept"] / "results.json").read_text())
     assert len(results["history"]) == 1 and (folders["kept"] / "checkpoint").exists()
     assert json.loads((folders["kept"] / "data.json").read_text())["train_fraction"] == 0.5
+
+
+def test_max_steps_trains_the_whole_epochs_that_fit_and_keeps_the_flags_given(cli_runs):
+    (run, resumed), folders = cli_runs[0]["max_steps"], cli_runs[1]
+    assert run.returncode == 0, run.stderr[-2000:]
+    results = json.loads((folders["max_steps"] / "results.json").read_text())
+    steps = results["step"]   # one epoch's steps: it fits in 10, two epochs do not
+    assert results["epochs"] == len(results["history"]) == 1 and steps <= 10 < 2 * steps
+    assert ("training 1 of --epochs=3: --max_steps=10 allows 1 whole epoch of %d steps"
+            % steps) in run.stdout
+    assert "epoch 1/1 " in run.stdout   # the loop, schedule and patience count 1 epoch
+    assert results["flags"]["epochs"] == 3 and results["flags"]["max_steps"] == 10
+    flags_txt = (folders["max_steps"] / "flags.txt").read_text().splitlines()
+    assert "--epochs=3" in flags_txt and "--max_steps=10" in flags_txt
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "is finished (1 epoch, step %d)" % steps in resumed.stdout
+    assert resumed.stdout.rstrip().endswith("to train longer, resume with a larger --max_steps")
 
 
 def test_plan_for_another_model_is_refused(cli_runs):

@@ -160,6 +160,17 @@ def test_cluster_defaults_are_the_cluster_rooms():
     assert DEFAULT.placement.cluster_timeout == runtime.DEFAULT_TIMEOUT_S
 
 
+@pytest.mark.parametrize("epochs, max_steps", [(60, 4000), (60, 0), (3, 30), (60, 5),
+                                               (7, 10 ** 6)])
+def test_max_steps_leaves_the_whole_epochs_that_fit(epochs, max_steps):
+    for steps_per_epoch in (1, 22, 28, 120, 4001):
+        fit = [e for e in range(1, epochs + 1)
+               if not max_steps or e * steps_per_epoch <= max_steps]
+        expected = max(fit) if fit else 1   # at least one epoch
+        recipe = Settings.of(epochs=epochs, max_steps=max_steps).recipe
+        assert recipe.epochs_within(steps_per_epoch) == expected, steps_per_epoch
+
+
 def test_a_setting_given_as_none_is_left_out_of_flags_txt():
     assert Settings.of(devices=None, epochs=3).flag_lines() == ["--epochs=3"]
 
@@ -167,6 +178,7 @@ def test_a_setting_given_as_none_is_left_out_of_flags_txt():
 @pytest.mark.parametrize("values, message", [
     ({"width": -3}, "--width=-3: width must be a whole number >= 0, got -3"),
     ({"batch_size": 0}, "--batch_size=0: batch_size must be a whole number >= 1, got 0"),
+    ({"max_steps": -1}, "--max_steps=-1: max_steps must be a whole number >= 0, got -1"),
     ({"model": "nope"}, "--model=nope: model 'nope' is not known"),
     ({"dataset": "paviau", "synthetic_layout": "generated"},
      "--synthetic_layout=generated: only for --dataset=synthetic, not --dataset=paviau"),
