@@ -152,6 +152,8 @@ def model_row(run, folder):
     for name in PAIRED:   # the same weights without TTA or without smoothing
         if "test_without_" + name in results:
             row["oa_without_" + name] = 100 * results["test_without_" + name]["overall_accuracy"]
+    if "training_fit" in results:   # the training pixels the scoring weights classify right
+        row["training_fit"] = 100 * results["training_fit"]
     return {**row, **_percent(test), "seconds": results["seconds"],
             "best_epoch": results["best_epoch"], "leakage": 100 * results["leakage"],
             "collapsed": collapse(test["confusion_matrix"])}
@@ -215,6 +217,8 @@ def summaries(rows):
             for name in PAIRED:
                 if "oa_without_" + name in row:
                     entry.setdefault("oa_without_" + name, []).append(row["oa_without_" + name])
+            if "training_fit" in row:
+                entry.setdefault("training_fit", []).append(row["training_fit"])
             if row["collapsed"]:
                 entry["collapsed"].append(row["seed"])
     summary = []
@@ -271,6 +275,11 @@ def table(rows, summary):
                     lines.append("%-20s %-22s %7.1f %6s   %s's paired change %+.1f" % (
                         "  without " + label, " ".join("%.1f" % oa for oa in without),
                         np.mean(without), "", label, entry["mean_oa"] - np.mean(without)))
+            fit = entry.get("training_fit", [])
+            if fit and len(fit) == len(entry["oa"]):
+                lines.append("%-20s %-22s %7.1f %6s   lowest %.1f" % (
+                    "  training fit", " ".join("%.1f" % f for f in fit), np.mean(fit), "",
+                    min(fit)))
     return "\n".join(lines)
 
 

@@ -105,6 +105,18 @@ def scores(exp, classified, leakage, tta, window):
     return predicted_map, scored, paired, {"window": window, **chosen}
 
 
+def training_fit(exp, classified):
+    """The share of ``exp``'s training pixels that ``classified`` classifies right, the
+    patches as they are and unsmoothed: how well the scoring weights fit what they were
+    trained on, without the augmentation and dropout that the epochs' training accuracy
+    is measured under. Prints it."""
+    probabilities = classified.as_is.reshape(-1, exp.n_classes)[exp.train.indices]
+    fit = float(np.mean(probabilities.argmax(axis=1) == exp.train.class_ids))
+    print("these weights classify %.1f%% of the %d training pixels right (the patches as "
+          "they are, no smoothing)" % (100 * fit, len(exp.train)), flush=True)
+    return fit
+
+
 def _classified(exp, probabilities):
     """(class map, test scores) of the labelled pixels' class ``probabilities``
     [pixels, K]."""

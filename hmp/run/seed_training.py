@@ -134,6 +134,7 @@ def train_seed(shared, model_dir, seed):
                                            window, model_dir, shared.signals)
     predicted_map, scored, paired, smoothed = scoring.scores(
         exp, classified, leakage, settings.recipe.tta, window)
+    fit = scoring.training_fit(exp, classified)
     pictures = scoring.save_pictures(model_dir, loop.trainer.writer, step, exp,
                                      predicted_map, scored)
     loop.trainer.close()
@@ -154,6 +155,7 @@ def train_seed(shared, model_dir, seed):
                               "pixels": len(exp.val) if exp.val else 0,
                               "guard_dropped": exp.guard_dropped},
                "smoothing": smoothed,
+               "training_fit": fit,
                "test": report.scores_dict(scored, exp.scene.class_names, exp.train_counts),
                **paired,
                "pictures": list(pictures),

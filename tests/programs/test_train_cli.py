@@ -417,7 +417,8 @@ def test_relative_speeds_say_communication_is_not_priced(cli_runs):
 def test_tta_and_smoothing_score_as_inference_and_keep_the_scores_without(cli_runs):
     """--tta and --smoothing=auto: the window chosen is the smallest of those that classify
     the validation pixels best, and the test scores are those of hmp.predict's path (one
-    device, the run's checkpoint) smoothed over it, with and without TTA, and unsmoothed."""
+    device, the run's checkpoint) smoothed over it, with and without TTA, and unsmoothed;
+    the training fit is that path's on the training pixels."""
     (run,), folder = cli_runs[0]["relative_speeds"], cli_runs[1]["relative_speeds"]
     assert run.returncode == 0, run.stderr[-2000:]
     results = json.loads((folder / "results.json").read_text())
@@ -450,6 +451,11 @@ def test_tta_and_smoothing_score_as_inference_and_keep_the_scores_without(cli_ru
         100 * results["test_without_tta"]["overall_accuracy"]) in run.stdout
     assert "smoothing over %d x %d pixels: on the %d validation pixels" % (
         window, window, len(exp.val)) in run.stdout
+    # the training pixels the scoring weights fit: the patches as they are, unsmoothed
+    fit = np.mean(classes(False, 1)[exp.train.indices] == exp.train.class_ids)
+    assert results["training_fit"] == pytest.approx(fit)
+    assert ("these weights classify %.1f%% of the %d training pixels right"
+            % (100 * fit, len(exp.train))) in run.stdout
 
 
 def test_a_plan_on_virtual_cpus_runs_without_naming_them(cli_runs):

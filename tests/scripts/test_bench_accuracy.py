@@ -79,6 +79,7 @@ def test_rows_score_the_run_and_the_baselines_on_its_split(scored_tiny_run):
     results = json.loads((folder / "results.json").read_text())
     confusion = np.array(results["test"]["confusion_matrix"])
     assert model["oa"] == pytest.approx(100 * np.trace(confusion) / confusion.sum())
+    assert model["training_fit"] == pytest.approx(100 * results["training_fit"])
     assert (model["collapsed"] is None) == (confusion.sum(0).max() <= 0.9 * confusion.sum()
                                             and model["oa"] >= 20.0)
     split = data.load_split(folder / "split.npz")
@@ -95,9 +96,10 @@ def test_rows_score_the_run_and_the_baselines_on_its_split(scored_tiny_run):
 def test_margins_are_over_the_best_spectral_baseline_and_over_all(scored_tiny_run):
     _, model, baselines, _ = scored_tiny_run
     again = dict(model, seed=1, oa=model["oa"] - 10.0, collapsed="99% of test pixels in class 1",
-                 oa_without_tta=model["oa"] - 11.0, oa_without_smoothing=model["oa"] - 13.0)
+                 oa_without_tta=model["oa"] - 11.0, oa_without_smoothing=model["oa"] - 13.0,
+                 training_fit=90.0)
     model = dict(model, oa_without_tta=model["oa"] - 2.0,   # as a --tta run records them
-                 oa_without_smoothing=model["oa"] - 3.0)
+                 oa_without_smoothing=model["oa"] - 3.0, training_fit=99.5)
     rows = [model, again] + baselines + [dict(b, seed=1) for b in baselines]
     summary = {(s["kind"], s["name"]): s for s in grid.summaries(rows)}
     entry = summary["model", "cnn2d"]
@@ -120,6 +122,8 @@ def test_margins_are_over_the_best_spectral_baseline_and_over_all(scored_tiny_ru
     assert line.split()[2:] == ["%.1f" % (model["oa"] - 2), "%.1f" % (model["oa"] - 11),
                                 "%.1f" % (model["oa"] - 6.5), "TTA's", "paired", "change",
                                 "+1.5"]
+    (line,) = [l for l in lines if l.startswith("  training fit ")]
+    assert line.split()[2:] == ["99.5", "90.0", "94.8", "lowest", "90.0"]
     (line,) = [l for l in lines if l.startswith("  without smoothing ")]
     assert line.split()[2:] == ["%.1f" % (model["oa"] - 3), "%.1f" % (model["oa"] - 13),
                                 "%.1f" % (model["oa"] - 8), "smoothing's", "paired", "change",
