@@ -32,7 +32,7 @@ import models
 from hmp import files
 from hmp.data.raster_writer import write_class_map
 from hmp.evaluation import maps
-from hmp.evaluation.smoothing import check_window, smooth_rows
+from hmp.evaluation.smoothing import smooth_rows
 from hmp.measure.devices import check_local, gpu_count, session_config_for
 from hmp.run import experiment, export
 from hmp.run.inference import DATA_FLAGS, Classifier, TrainedRun, classify_tiles, open_cube, tiling
@@ -126,10 +126,8 @@ def main(argv):
     if FLAGS.batch_size < 1:
         raise cli.UsageError("--batch_size=%d: must be at least 1" % FLAGS.batch_size)
     devices = _devices()
-    tta = run.flags.get("tta", False) if FLAGS.tta is None else FLAGS.tta
-    window = run.smoothing if FLAGS.smoothing is None else FLAGS.smoothing
     with cli.blame("smoothing"):
-        check_window(window)
+        tta, window = run.classifying(FLAGS.tta, FLAGS.smoothing)
     if FLAGS.export:
         with cli.blame("export", also=(OSError,)):
             files.check_folder_can_be_made(FLAGS.export)

@@ -24,7 +24,7 @@ from hmp import cli, files
 from hmp.cluster import launch, sources
 from hmp.errors import InvalidInput
 from hmp.evaluation import report
-from hmp.evaluation.smoothing import check_window, smooth
+from hmp.evaluation.smoothing import smooth
 from hmp.measure.devices import session_config_for
 from hmp.run import inference, run_folder
 from hmp.run.progress import say
@@ -63,12 +63,10 @@ class Fitted:
         ``python -m hmp.predict`` does (one seed's run only)."""
         self._one_seed("predict")
         run = inference.TrainedRun.open(self.model_dir, lambda name: self.model)
-        window = run.smoothing if smoothing is None else smoothing
-        check_window(window)
+        tta, window = run.classifying(tta, smoothing)
         prepared, nodata = run.prepare(np.asarray(cube, np.float32))
-        probabilities = inference.classify(
-            run, prepared, list(devices), batch_size, session_config_for(list(devices)),
-            tta=run.flags.get("tta", False) if tta is None else tta)
+        probabilities = inference.classify(run, prepared, list(devices), batch_size,
+                                           session_config_for(list(devices)), tta=tta)
         return smooth(probabilities, window, ~nodata)
 
     def _one_seed(self, what):
@@ -156,9 +154,8 @@ def _summarise(model_dir, seeds, folders):
     print(report.summary_table(summary, ["seed %d" % seed for seed in seeds]))
     written = {"seeds": seeds, "model_dirs": folders,
                "leakage": [result["leakage"] for result in results],
-               # each seed's window (1: none, as in runs from before --smoothing)
-               "smoothing": [result.get("smoothing", {}).get("window", 1)
-                             for result in results], **summary}
+               "smoothing": [inference.smoothed_over(result) for result in results],
+               **summary}
     files.write_json(os.path.join(model_dir, run_folder.SUMMARY), written)
     print("summary of %d runs in %s" % (len(seeds), os.path.join(model_dir, run_folder.SUMMARY)))
     return written

@@ -27,6 +27,7 @@ from hmp.data.formats import open_raster
 from hmp.data.raster import ArrayRaster, check_wavelengths
 from hmp.data.tiles import padded_tile, tile_rows, tile_shape
 from hmp.errors import InvalidInput
+from hmp.evaluation.smoothing import check_window
 from hmp.graph.augment import symmetry_probabilities
 from hmp.graph.graph import build_logits_graph
 from hmp.graph.graph_config import ModelConfig, Placement
@@ -44,6 +45,12 @@ mtf = import_mesh_tensorflow()
 # The training flags that name the scene (hmp.train's): {flag: its DataConfig field}.
 DATA_FLAGS = {name: FLAG_FIELDS[name][1] for name in (
     "dataset", "data_dir", "labels", "cube_key", "labels_key", "synthetic_layout", "seed")}
+
+
+def smoothed_over(results):
+    """The window a run's class probabilities were smoothed over, from its results.json
+    (``results``): 1 (none) for runs from before ``--smoothing``."""
+    return results.get("smoothing", {}).get("window", 1)
 
 
 @dataclasses.dataclass
@@ -78,8 +85,14 @@ class TrainedRun:
         return cls(model_dir, results["flags"], list(results["test"]["per_class_accuracy"]),
                    fitted_preprocessing.load(model_dir), checkpoint,
                    get_model(results["flags"]["model"]),
-                   fitted_preprocessing.wavelengths(model_dir),
-                   results.get("smoothing", {}).get("window", 1))
+                   fitted_preprocessing.wavelengths(model_dir), smoothed_over(results))
+
+    def classifying(self, tta=None, smoothing=None):
+        """(TTA on or off, the smoothing window) of a prediction: the run's own, or those
+        given (not None); InvalidInput for a window that is not an odd number >= 1."""
+        window = self.smoothing if smoothing is None else smoothing
+        check_window(window)
+        return (self.flags.get("tta", False) if tta is None else tta), window
 
     @property
     def model_config(self):

@@ -253,8 +253,7 @@ class Settings:
             with self.blame("mesh"):
                 parse_mesh(self.placement.mesh)
         for name, minimum in (("batch_size", 1), ("epochs", 1), ("max_steps", 0), ("runs", 1),
-                              ("width", 0),
-                              ("checkpoint_every", 0), ("steps_per_run", 1)):
+                              ("width", 0), ("checkpoint_every", 0), ("steps_per_run", 1)):
             with self.blame(name):
                 whole_number(self.value(name), name, minimum=minimum)
         if not self.recipe.learning_rate > 0:
