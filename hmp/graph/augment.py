@@ -30,14 +30,16 @@ mtf = import_mesh_tensorflow()
 SYMMETRIES = 8   # rotations by 0, 90, 180, 270 degrees, each with and without a flip
 
 
-def field_look(patches, shift_draw, gain_draw, augmentation):
+def field_look(patches, shift_draw, gain_draw, augmentation, strength=1.0):
     """``patches`` [n, p, p, bands] (standardised) in another field's look, on raw values.
 
     Sample i's raw spectrum (``x * band_scale + band_offset``) is read at band
     ``b - s_i`` (linear interpolation, the end bands held beyond the ends), with
-    ``s_i = spectral_shift * (2 shift_draw[i] - 1)``, and multiplied by the gain
-    ``1 + spectral_gain * (u0 + u1 cos(pi t) + u2 cos(2 pi t)) / 3`` over the band
+    ``s_i = k spectral_shift * (2 shift_draw[i] - 1)``, and multiplied by the gain
+    ``1 + k spectral_gain * (u0 + u1 cos(pi t) + u2 cos(2 pi t)) / 3`` over the band
     position t in [0, 1], with ``u_k = 2 gain_draw[i, k] - 1``; then standardised again.
+    ``strength`` (k: a number or a float scalar tensor) scales both (the look yielding,
+    ``hmp.run.look_yield``).
     The bands are read as rows of [n, bands, p * p]: gathering single values along the
     last axis gives the same values, slower (docs/benchmarks.md, "The work before the
     model").
@@ -47,7 +49,7 @@ def field_look(patches, shift_draw, gain_draw, augmentation):
     scale = tf.constant(augmentation.band_scale, tf.float32)
     raw = patches * scale + offset
     position = (tf.range(bands, dtype=tf.float32)[None, :]
-                - augmentation.spectral_shift * (2.0 * shift_draw[:, None] - 1.0))
+                - strength * augmentation.spectral_shift * (2.0 * shift_draw[:, None] - 1.0))
     position = tf.clip_by_value(position, 0.0, bands - 1.0)
     below = tf.minimum(tf.floor(position), bands - 2.0) if bands > 1 else tf.floor(position)
     weight = position - below
@@ -58,7 +60,7 @@ def field_look(patches, shift_draw, gain_draw, augmentation):
                + tf.gather(rows, above, axis=1, batch_dims=1) * weight[:, :, None])
     t = tf.linspace(0.0, 1.0, bands)
     basis = tf.stack([tf.ones_like(t), tf.cos(np.pi * t), tf.cos(2.0 * np.pi * t)])   # [3, B]
-    gain = 1.0 + augmentation.spectral_gain * tf.matmul(2.0 * gain_draw - 1.0, basis) / 3.0
+    gain = 1.0 + strength * augmentation.spectral_gain * tf.matmul(2.0 * gain_draw - 1.0, basis) / 3.0
     looked = tf.transpose(shifted * gain[:, :, None], [0, 2, 1])   # [n, p * p, bands]
     return (tf.reshape(looked, tf.shape(patches)) - offset) / scale
 
@@ -125,14 +127,18 @@ def symmetry_probabilities(session, probabilities, symmetry, feed, tta):
                      for k in range(SYMMETRIES if tta else 1)])
 
 
-def augment(x, training, augmentation):
+def augment(x, training, augmentation, look_strength=1.0):
     """``x`` [batch, h, w, bands] (mtf patches) augmented per sample while training.
 
     ``training``: an mtf scalar, 1.0 while training and 0.0 at inference, or a Python
-    number for a graph that only trains (or only classifies).
+    number for a graph that only trains (or only classifies); ``look_strength``: the
+    share of the field look's strengths drawn (an mtf scalar fed at run time, or a
+    number; ``field_look``).
     """
     if not isinstance(training, mtf.Tensor):   # the symmetry's slicewise needs a tensor
         training = mtf.constant(x.mesh, float(training))
+    if not isinstance(look_strength, mtf.Tensor):
+        look_strength = mtf.constant(x.mesh, float(look_strength))
     batch = x.shape.dims[0]
     if augmentation.flips:
         draw = mtf.random_uniform(x.mesh, mtf.Shape([batch]), name="symmetry_draw")
@@ -142,8 +148,8 @@ def augment(x, training, augmentation):
         shift = mtf.random_uniform(x.mesh, mtf.Shape([batch]), name="shift_draw")
         gain = mtf.random_uniform(x.mesh, mtf.Shape([batch, mtf.Dimension("gain_terms", 3)]),
                                   name="gain_draw")
-        looked = mtf.slicewise(lambda p, s, g: field_look(p, s, g, augmentation),
-                               [x, shift, gain], output_shape=x.shape, output_dtype=x.dtype,
+        looked = mtf.slicewise(lambda p, s, g, k: field_look(p, s, g, augmentation, k),
+                               [x, shift, gain, look_strength], output_shape=x.shape, output_dtype=x.dtype,
                                splittable_dims=[batch], name="field_look")
         x += training * (looked - x)
     if augmentation.brightness > 0:

@@ -60,7 +60,7 @@ def imported(x):
 
 
 def build_logits_graph(config, batch_size, inputs, training=False, augmentation=None,
-                       symmetry=None, projection=None):
+                       symmetry=None, projection=None, look_strength=None):
     """Builds the model's mtf graph up to its logits; returns (mtf graph, mesh, logits).
 
     ``inputs(mesh, shape)`` makes the mtf patches of ``shape`` [batch, h, w,
@@ -72,7 +72,9 @@ def build_logits_graph(config, batch_size, inputs, training=False, augmentation=
     ``symmetry``: a TensorFlow int32 scalar turning every patch into that symmetry of
     the square (``hmp.graph.augment.in_symmetry``; test-time augmentation), or None;
     ``projection``: an ``hmp.graph.graph_config.Projection``: ``inputs`` then makes
-    patches of its raw bands, projected onto ``config.bands`` after augmentation.
+    patches of its raw bands, projected onto ``config.bands`` after augmentation;
+    ``look_strength``: a TensorFlow float scalar, the share of the field look's strengths
+    drawn (``hmp.graph.augment.augment``), or None (all of them).
     """
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
@@ -86,7 +88,9 @@ def build_logits_graph(config, batch_size, inputs, training=False, augmentation=
     if symmetry is not None:
         mtf_x = in_symmetry(mtf_x, mtf.import_tf_tensor(mesh, symmetry, mtf.Shape([])))
     if augmentation is not None and augmentation.active and mode is not False:
-        mtf_x = augment(mtf_x, 1.0 if mode is True else mode, augmentation)
+        mtf_x = augment(mtf_x, 1.0 if mode is True else mode, augmentation,
+                        1.0 if look_strength is None
+                        else mtf.import_tf_tensor(mesh, look_strength, mtf.Shape([])))
     if projection is not None:
         mtf_x = project(mtf_x, projection, bands)
     return graph, mesh, model_logits(config, mtf_x, mtf.Dimension("classes", config.n_classes),
@@ -94,11 +98,12 @@ def build_logits_graph(config, batch_size, inputs, training=False, augmentation=
 
 
 def build_model_graph(config, batch_size, inputs, y, training=None, recipe=Recipe(),
-                      symmetry=None):
+                      symmetry=None, look_strength=None):
     """Builds the model's mtf graph; returns
     (mtf graph, mesh, loss, logits, number correct).
 
-    ``inputs`` and ``symmetry`` as for :func:`build_logits_graph`; ``y`` is the TensorFlow
+    ``inputs``, ``symmetry`` and ``look_strength`` as for :func:`build_logits_graph`;
+    ``y`` is the TensorFlow
     tensor of labels [batch]; ``training`` a TensorFlow float scalar, 1.0
     while training and 0.0 at inference (None: always training), which
     switches batch norm, dropout and the augmentation of ``recipe``. The loss
@@ -106,7 +111,7 @@ def build_model_graph(config, batch_size, inputs, y, training=None, recipe=Recip
     """
     graph, mesh, logits = build_logits_graph(
         config, batch_size, inputs, True if training is None else training, recipe.augmentation,
-        symmetry, recipe.projection)
+        symmetry, recipe.projection, look_strength)
     batch = mtf.Dimension("batch", batch_size)
     classes = mtf.Dimension("classes", config.n_classes)
     mtf_y = mtf.import_tf_tensor(mesh, y, mtf.Shape([batch]))
@@ -207,6 +212,8 @@ class TrainingGraph:
             self.training = tf.placeholder_with_default(1.0, [], name="training")
             # Feed k to classify the patches in symmetry k (hmp.graph.augment.symmetries).
             self.symmetry = tf.placeholder_with_default(0, [], name="symmetry")
+            # The share of the field look's strengths drawn (hmp.run.look_yield).
+            self.look_strength = tf.placeholder_with_default(1.0, [], name="look_strength")
             self.metrics = DeviceMetrics(placement.devices, 2)
             self._steps = []
             for k in range(steps_per_run):
@@ -258,7 +265,7 @@ class TrainingGraph:
                                     recipe.total_steps, recipe.warmup_steps)
             graph, mesh, loss, logits, correct = build_model_graph(
                 config, batch_size, patches_around(self.scene, indices), y,
-                self.training, recipe, self.symmetry)
+                self.training, recipe, self.symmetry, self.look_strength)
             updates = train_step(
                 loss, make_optimizer(optimizer, mtf.import_tf_tensor(mesh, rate, mtf.Shape([])),
                                      recipe.weight_decay),
@@ -280,23 +287,26 @@ class TrainingGraph:
                 tf.get_collection(layers.REPLICA_STATISTICS)[
                     known[layers.REPLICA_STATISTICS]:])
 
-    def feed(self, indices, labels, training=True):
+    def feed(self, indices, labels, training=True, look_strength=None):
         """The feed of one step: flat pixel indices and 0-based labels, ``batch_size``
         each; ``training=False`` for inference (batch norm's moving averages, no
-        dropout, no augmentation)."""
+        dropout, no augmentation); ``look_strength``: the share of the field look's
+        strengths drawn (None: all)."""
         feed = {self.indices: indices, self.y: labels}
         if not training:
             feed[self.training] = 0.0
+        if look_strength is not None:
+            feed[self.look_strength] = look_strength
         return feed
 
-    def feed_steps(self, batches):
+    def feed_steps(self, batches, look_strength=None):
         """``(train op, feed)`` running one step on each of ``batches`` (1 to
         ``steps_per_run`` ``(indices, labels)`` pairs) in one ``session.run``; the op's
-        value is the global step after the last."""
+        value is the global step after the last. ``look_strength`` as for ``feed``."""
         if not 1 <= len(batches) <= len(self._steps):
             raise ValueError("a run takes 1 to %d steps, got %d"
                              % (len(self._steps), len(batches)))
-        feed = {}
+        feed = {} if look_strength is None else {self.look_strength: look_strength}
         for step, (indices, labels) in zip(self._steps, batches):
             feed[step.indices], feed[step.y] = indices, labels
         return self.train_ops[len(batches) - 1], feed

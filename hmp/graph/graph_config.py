@@ -142,7 +142,9 @@ class Recipe:
     augmentation (``hmp.graph.augment``); ``class_weights``: one loss weight per
     class (None: all 1); ``projection``: the PCA done in the graph, after the
     augmentation, on patches cut from the scaled cube's bands
-    (``hmp.graph.projection``), or None (the scene is the model's input cube).
+    (``hmp.graph.projection``), or None (the scene is the model's input cube);
+    ``look_yields``: the field look's strength was measured, and yields when the
+    network does not fit (``hmp.run.look_yield``).
     """
 
     weight_decay: float = None
@@ -152,6 +154,7 @@ class Recipe:
     augmentation: Augmentation = Augmentation(flips=False)
     class_weights: tuple = None
     projection: Projection = None
+    look_yields: bool = False
 
     def scene_bands(self, config):
         """Bands of the scene cube a graph of ``config`` cuts its patches from."""

@@ -16,6 +16,7 @@ import time
 import tensorflow.compat.v1 as tf
 
 from hmp.run import rebalance
+from hmp.run.look_yield import LookYield
 from hmp.run.standby import Standby
 from hmp.run.trainer import BestEpoch, Trainer
 
@@ -26,13 +27,15 @@ class EpochLoop:
 
     ``record``: its :class:`hmp.run.run_folder.History`; ``trial``: the alone trial or None;
     ``signals``: armed once the first trainer runs (a signal then stops after a step,
-    with a checkpoint); ``spec``: the model's (the rebalancer prices plans with it).
+    with a checkpoint); ``spec``: the model's (the rebalancer prices plans with it);
+    ``look_yields``: the measured field look yields when the network does not fit
+    (``hmp.run.look_yield``).
     ``plan``, ``trainer`` and ``best`` (:class:`hmp.run.trainer.BestEpoch`) are the
     current ones.
     """
 
     def __init__(self, trainers, plan, resume, record, trial, signals, spec, settings,
-                 model_dir, steps_per_epoch):
+                 model_dir, steps_per_epoch, look_yields=False):
         self.trainers, self.plan, self.record, self.trial = trainers, plan, record, trial
         self.model_dir, self.steps_per_epoch = model_dir, steps_per_epoch
         self.epochs, self.patience = settings.recipe.epochs, settings.recipe.patience
@@ -49,6 +52,7 @@ class EpochLoop:
         signals.armed = True   # from now on a signal stops after the step, with a checkpoint
         record.add_plan(dataclasses.asdict(plan))
         self.best = BestEpoch(model_dir, self.patience, record.epochs)
+        self.look = LookYield(self.epochs, look_yields, record.epochs)
 
     def train(self, first_epoch):
         """Trains from ``first_epoch`` to the last epoch or an early stop; returns the
@@ -56,9 +60,13 @@ class EpochLoop:
         stats = None
         for epoch in range(first_epoch, self.epochs):
             building = self.standby is not None   # a graph made ready on the devices
-            stats = self.trainer.train_epoch(epoch, self.epochs, before_save=self._record)
+            stats = self.trainer.train_epoch(epoch, self.epochs, before_save=self._record,
+                                             look_strength=self.look.strength)
             self.best.update(self.trainer, stats)
             print(stats.line(self.epochs), flush=True)
+            yielded = self.look.after_epoch(epoch, stats.train_accuracy)
+            if yielded:
+                print(yielded, flush=True)
             if self.best.should_stop(epoch):
                 print("early stop: no better validation accuracy for %d epochs"
                       % self.patience, flush=True)

@@ -128,7 +128,7 @@ def train_seed(shared, model_dir, seed):
     if trial is not None:   # a trial taken up may start on the device alone or the winner
         plan, record.trial = trial.plan, trial.record()
     loop = EpochLoop(trainers, plan, resume, record, trial, shared.signals, spec, settings,
-                     model_dir, steps_per_epoch)
+                     model_dir, steps_per_epoch, recipe.look_yields)
     window = settings.smoothing_window()   # None: chosen on the validation pixels
     classified, step = _train_and_classify(loop, first_epoch, exp, recipe, settings.recipe.tta,
                                            window, model_dir, shared.signals)

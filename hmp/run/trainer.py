@@ -87,6 +87,9 @@ class EpochStats:
     # step), the later traced steps and the first block of several steps a run left out:
     # what the epoch's layout sustains; None when the epoch ran fewer than 3 steps
     steady_samples_per_second: float = None
+    # the share of the measured field look's strength drawn (hmp.run.look_yield); None:
+    # the whole, or no field look that yields
+    look_strength: float = None
 
     @property
     def busy_share(self):
@@ -99,9 +102,10 @@ class EpochStats:
         else None."""
         if self.train_accuracy >= FIT_ACCURACY:
             return None
+        share = 1.0 if self.look_strength is None else self.look_strength
         hint = ("; if the scene's fields do not differ as much, weaken the field look "
-                "(--spectral_shift=%g --spectral_gain=%g now)"
-                % (augmentation.spectral_shift, augmentation.spectral_gain)
+                "(--spectral_shift=%.3g --spectral_gain=%.3g now)"
+                % (share * augmentation.spectral_shift, share * augmentation.spectral_gain)
                 if augmentation.field_look else "; try more --epochs or a wider model")
         return ("training accuracy %.3f at epoch %d: the network does not fit its training "
                 "pixels%s" % (self.train_accuracy, self.epoch + 1, hint))
@@ -270,7 +274,7 @@ class Trainer:
             self.session.run(*self.graph.feed_steps(pairs[:size]))
 
     # -- training ------------------------------------------------------------
-    def train_epoch(self, epoch, epochs, before_save=None):
+    def train_epoch(self, epoch, epochs, before_save=None, look_strength=None):
         """Runs the rest of epoch ``epoch``; returns its :class:`EpochStats`.
 
         Up to ``TRACED_STEPS`` steps spread over the epoch, from its second on, are
@@ -282,6 +286,8 @@ class Trainer:
         and ``stop()`` is polled after each block.
         ``before_save(stats)`` is called before the epoch's checkpoint is
         written (a record of the epoch then never lags its checkpoint).
+        ``look_strength``: the share of the field look's strength drawn (None: all;
+        ``hmp.run.look_yield``).
         Raises :class:`Stopped` after the block during which ``stop()`` became
         true, with a checkpoint of its last step saved.
         """
@@ -302,11 +308,12 @@ class Trainer:
             block = batches[steps:steps + size]
             if steps in traced:
                 step, step_busy = self._traced_step(
-                    self.graph.train_op, self.graph.feed(block[0].indices, block[0].labels))
+                    self.graph.train_op, self.graph.feed(block[0].indices, block[0].labels,
+                                                         look_strength=look_strength))
                 busy_steps.append(step_busy)
             else:
                 step = self.session.run(*self.graph.feed_steps(
-                    [(b.indices, b.labels) for b in block]))
+                    [(b.indices, b.labels) for b in block], look_strength))
             steps += size
             ended = time.perf_counter()
             if steps - size not in traced and size in compiled:
@@ -338,7 +345,8 @@ class Trainer:
         busy = [float(np.median(b)) for b in zip(*busy_steps)] if busy_steps else None
         stats = EpochStats(epoch, loss_sum / steps if steps else float("nan"),
                            correct / samples if samples else float("nan"),
-                           samples / seconds if seconds else 0.0, seconds, busy, steps)
+                           samples / seconds if seconds else 0.0, seconds, busy, steps,
+                           look_strength=look_strength)
         if steady_steps:
             stats.steady_samples_per_second = steady_steps * self.batch_size / steady_seconds
         step = self.step if step is None else int(step)   # None: no step ran

@@ -2,7 +2,8 @@
 data: the schedule over the run's steps, weight decay, class weights
 (``--class_balanced``: :func:`class_weights`), the augmentation with its field look
 (spectral shift and gain, measured on the scene when not given:
-``hmp.data.field_look``) and the PCA done in the graph (``--pca_in_graph``).
+``hmp.data.field_look``; a measured one yields when the network does not fit:
+``hmp.run.look_yield``) and the PCA done in the graph (``--pca_in_graph``).
 """
 
 import numpy as np
@@ -23,12 +24,16 @@ def recipe(settings, exp):
     steps_per_epoch = exp.train.steps_per_epoch(given.batch_size, drop_remainder=True)
     power = CLASS_BALANCING[given.class_balanced]
     weights = None if power is None else class_weights(exp.train_counts, power)
+    augmentation = Augmentation(given.augment, given.brightness, given.noise,
+                                **_field_look(settings, exp))
+    measured = all(settings.field_look_strength(name) is None
+                   for name in ("spectral_shift", "spectral_gain"))
     return Recipe(weight_decay=given.weight_decay, schedule=given.schedule,
                   warmup_steps=int(round(given.warmup_epochs * steps_per_epoch)),
                   total_steps=given.epochs * steps_per_epoch,
-                  augmentation=Augmentation(given.augment, given.brightness, given.noise,
-                                            **_field_look(settings, exp)),
-                  class_weights=weights, projection=_projection(settings, exp))
+                  augmentation=augmentation, class_weights=weights,
+                  projection=_projection(settings, exp),
+                  look_yields=augmentation.field_look and measured)
 
 
 def class_weights(counts, power):

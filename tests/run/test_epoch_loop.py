@@ -6,7 +6,9 @@ restore; early stop; every spare trainer is closed before classifying."""
 import dataclasses
 import time
 
-from hmp.run import epoch_loop, rebalance, run_folder
+import pytest
+
+from hmp.run import epoch_loop, look_yield, rebalance, run_folder
 from hmp.run.settings import Settings
 from hmp.run.trainer import EpochStats
 
@@ -27,14 +29,21 @@ A, B, C = Plan("A"), Plan("B"), Plan("C")
 
 
 class StandInTrainer:
-    def __init__(self, plan, log, accuracies=None):
+    """Epochs of validation accuracy ``accuracies[epoch]`` (None where absent) and training
+    accuracy ``fits[epoch]`` (0.5 where absent); ``looks``: the look strength each
+    epoch was given."""
+
+    def __init__(self, plan, log, accuracies=None, fits=None):
         self.plan, self.log, self.accuracies = plan, log, accuracies or {}
+        self.fits, self.looks = fits or {}, []
         self.closed = False
 
-    def train_epoch(self, epoch, epochs, before_save=None):
+    def train_epoch(self, epoch, epochs, before_save=None, look_strength=None):
         self.log.append(("epoch", epoch, self.plan.name))
-        stats = EpochStats(epoch, 1.0, 0.5, 100.0, 1.0,
-                           val_accuracy=self.accuracies.get(epoch))
+        self.looks.append(look_strength)
+        stats = EpochStats(epoch, 1.0, self.fits.get(epoch, 0.5), 100.0, 1.0,
+                           val_accuracy=self.accuracies.get(epoch),
+                           look_strength=look_strength)
         before_save(stats)
         return stats
 
@@ -54,17 +63,17 @@ class StandInTrainer:
 class StandInTrainers:
     """``start`` and ``build`` as hmp.run.seed_training.Trainers, logged."""
 
-    def __init__(self, log, accuracies=None):
-        self.log, self.accuracies, self.made = log, accuracies, {}
+    def __init__(self, log, accuracies=None, fits=None):
+        self.log, self.accuracies, self.fits, self.made = log, accuracies, fits, {}
 
     def build(self, plan):
         self.log.append(("build", plan.name))
-        self.made[plan.name] = StandInTrainer(plan, self.log, self.accuracies)
+        self.made[plan.name] = StandInTrainer(plan, self.log, self.accuracies, self.fits)
         return self.made[plan.name]
 
     def start(self, plan, resume):
         self.log.append(("start", plan.name, resume))
-        self.made[plan.name] = StandInTrainer(plan, self.log, self.accuracies)
+        self.made[plan.name] = StandInTrainer(plan, self.log, self.accuracies, self.fits)
         return self.made[plan.name]
 
 
@@ -92,10 +101,11 @@ class ScriptedRebalancer:
         self.reuse.append(seconds)
 
 
-def _loop(tmp_path, trainers, **settings):
-    record = run_folder.History(str(tmp_path / run_folder.HISTORY))
-    return epoch_loop.EpochLoop(trainers, A, False, record, None, run_folder.Signals(), None,
-                                Settings.of(**settings), str(tmp_path), steps_per_epoch=4)
+def _loop(tmp_path, trainers, history=(), look_yields=False, **settings):
+    record = run_folder.History(str(tmp_path / run_folder.HISTORY), history)
+    return epoch_loop.EpochLoop(trainers, A, bool(history), record, None,
+                                run_folder.Signals(), None, Settings.of(**settings),
+                                str(tmp_path), steps_per_epoch=4, look_yields=look_yields)
 
 
 def _standby_done_in(epoch_of, loop, monkeypatch):
@@ -103,12 +113,12 @@ def _standby_done_in(epoch_of, loop, monkeypatch):
     failed) before it ends, as a real epoch outlasts a small build."""
     original = StandInTrainer.train_epoch
 
-    def train_epoch(self, epoch, epochs, before_save=None):
+    def train_epoch(self, epoch, epochs, before_save=None, look_strength=None):
         deadline = time.monotonic() + 10
         while (epoch == epoch_of and not (loop.standby.ready or loop.standby.failed)
                and time.monotonic() < deadline):
             time.sleep(0.01)
-        return original(self, epoch, epochs, before_save)
+        return original(self, epoch, epochs, before_save, look_strength)
     monkeypatch.setattr(StandInTrainer, "train_epoch", train_epoch)
 
 
@@ -184,3 +194,38 @@ def test_a_failed_standby_is_said_once_and_not_built_again(tmp_path, monkeypatch
     assert ("standby: the graph of filters C could not be made ready (MemoryError); a "
             "switch to it builds it") in out
     assert loop.standby is None and loop.plan is A
+
+
+def test_a_measured_field_look_yields_where_the_fit_is_checked_and_a_resume_keeps_it(
+        tmp_path, capsys):
+    """16 epochs: the fit is checked after epochs 4, 6, 8 and 10 (a quarter, three
+    eighths, half and five eighths of the run); each check below 0.9 halves the look."""
+    assert look_yield.checked_epochs(16) == [3, 5, 7, 9]
+    fits = {3: 0.5, 5: 0.95, 7: 0.6, 9: 0.8, 12: 0.1}   # epoch 13 is not checked
+    trainers = StandInTrainers([], fits=fits)
+    loop = _loop(tmp_path, trainers, look_yields=True, epochs=16)
+    loop.train(first_epoch=0)
+    expected = [1.0] * 4 + [0.5] * 4 + [0.25] * 2 + [0.125] * 6
+    assert trainers.made["A"].looks == expected
+    out = capsys.readouterr().out
+    assert ("training accuracy 0.500 after epoch 4 of 16 is below 0.90: the measured field "
+            "look yields to 0.5 of its strength") in out
+    assert out.count("field look yields") == 3
+    history = run_folder.read_json(str(tmp_path / run_folder.HISTORY))["history"]
+    assert [epoch["look_strength"] for epoch in history] == expected
+
+    for first_epoch in (6, 8):   # resumed from its record: the strengths it had reached
+        resumed = StandInTrainers([], fits=fits)
+        _loop(tmp_path / str(first_epoch), resumed, history[:first_epoch], look_yields=True,
+              epochs=16).train(first_epoch)
+        assert resumed.made["A"].looks == expected[first_epoch:]
+    fixed = StandInTrainers([], fits=fits)   # strengths given: nothing yields
+    _loop(tmp_path / "fixed", fixed, epochs=16).train(first_epoch=0)
+    assert fixed.made["A"].looks == [None] * 16
+
+
+@pytest.mark.parametrize("epochs, checked", [(1, []), (2, [0]), (3, [0, 1]), (4, [0, 1, 2]),
+                                             (8, [1, 2, 3, 4]), (60, [14, 22, 29, 37])])
+def test_the_fit_is_checked_after_the_epochs_that_end_each_share_but_the_last(epochs,
+                                                                              checked):
+    assert look_yield.checked_epochs(epochs) == checked

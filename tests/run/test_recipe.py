@@ -2,6 +2,8 @@
 weight decay, augmentation and best-epoch checkpoints, each against an independent
 reference."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
@@ -65,17 +67,20 @@ def test_learning_rate_schedule_matches_numpy(schedule):
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-8)   # float32 cos
 
 
-def _augmented(x, layout, training, augmentation=Augmentation(flips=True), as_tensor=True):
+def _augmented(x, layout, training, augmentation=Augmentation(flips=True), as_tensor=True,
+               look_strength=1.0):
     """``augment`` (flips and rotations unless told) of the patches ``x`` on ``layout``;
-    ``training`` given as an mtf scalar, or (``as_tensor=False``) as a Python number."""
+    ``training`` and ``look_strength`` given as mtf scalars, or (``as_tensor=False``) as
+    Python numbers."""
     harness.reset_graph()
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     dims = [mtf.Dimension(n, s) for n, s in zip(("batch", "h", "w", "bands"), x.shape)]
     patches = mtf.import_tf_tensor(mesh, tf.constant(x), mtf.Shape(dims))
-    mode = (mtf.import_tf_tensor(mesh, tf.constant(training), mtf.Shape([])) if as_tensor
-            else training)
-    out = augment(patches, mode, augmentation)
+    mode, strength = ((mtf.import_tf_tensor(mesh, tf.constant(value), mtf.Shape([]))
+                       for value in (training, look_strength)) if as_tensor
+                      else (training, look_strength))
+    out = augment(patches, mode, augmentation, strength)
     impl, lowering = harness.lower(graph, mesh, layout)
     with tf.Session(config=harness.session_config()) as session:
         return session.run(lowering.export_to_tf_tensor(out))
@@ -133,6 +138,20 @@ def test_field_look_is_a_shift_and_gain_of_the_raw_spectra_and_exact_on_a_split(
     # the same draws on either split; float32 rounding of x + (looked - x) may differ
     np.testing.assert_allclose(_augmented(x, harness.BATCH_SPLIT, 1.0, look), one, atol=1e-6)
     np.testing.assert_array_equal(_augmented(x, harness.BATCH_SPLIT, 0.0, look), x)
+    # a share of the strength, fed at run time: the look of the strengths times it
+    with tf.Graph().as_default(), tf.Session() as session:
+        share = tf.placeholder(tf.float32, [])
+        yielded = session.run(field_look(tf.constant(x), tf.constant(shift_draw, tf.float32),
+                                         tf.constant(gain_draw, tf.float32), look, share),
+                              {share: 0.25})
+    quarter = Augmentation(flips=False, spectral_shift=2.5 / 4, spectral_gain=0.6 / 4)
+    expected = _field_look_numpy(x * scale + offset, 2.5 / 4 * (2 * shift_draw - 1),
+                                 2 * gain_draw - 1, quarter)
+    np.testing.assert_allclose(yielded * scale + offset, expected, rtol=1e-5, atol=1e-5)
+    halved = dataclasses.replace(look, spectral_shift=1.25, spectral_gain=0.3)
+    np.testing.assert_allclose(
+        _augmented(x, harness.BATCH_SPLIT, 1.0, look, look_strength=0.5),
+        _augmented(x, harness.MeshConfig("", "", ["/cpu:0"], {}), 1.0, halved), atol=1e-6)
 
 
 @pytest.fixture(scope="module")
