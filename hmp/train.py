@@ -101,7 +101,8 @@ flags.DEFINE_string("spectral_shift", DEFAULT.recipe.spectral_shift,
                     "Augmentation (field look): shift each "
                     "training patch's raw spectrum by up to this many bands (a PCA model "
                     "needs --pca_in_graph); auto: as much as the scene's fields differ, "
-                    "measured on the training pixels (hmp.data.field_look).")
+                    "measured on the training pixels (hmp.data.field_look), and halved "
+                    "when the network does not fit them (hmp.run.look_yield).")
 flags.DEFINE_string("spectral_gain", DEFAULT.recipe.spectral_gain,
                     "Augmentation (field look): multiply each "
                     "training patch's raw spectrum by a smooth random gain in [1 - g, 1 + g] "

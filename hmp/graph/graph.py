@@ -89,7 +89,7 @@ def build_logits_graph(config, batch_size, inputs, training=False, augmentation=
         mtf_x = in_symmetry(mtf_x, mtf.import_tf_tensor(mesh, symmetry, mtf.Shape([])))
     if augmentation is not None and augmentation.active and mode is not False:
         mtf_x = augment(mtf_x, 1.0 if mode is True else mode, augmentation,
-                        1.0 if look_strength is None
+                        1.0 if look_strength is None or not augmentation.field_look
                         else mtf.import_tf_tensor(mesh, look_strength, mtf.Shape([])))
     if projection is not None:
         mtf_x = project(mtf_x, projection, bands)
@@ -291,12 +291,13 @@ class TrainingGraph:
         """The feed of one step: flat pixel indices and 0-based labels, ``batch_size``
         each; ``training=False`` for inference (batch norm's moving averages, no
         dropout, no augmentation); ``look_strength``: the share of the field look's
-        strengths drawn (None: all)."""
+        strengths drawn while training (None: all; fed either way, so that a session
+        runs one optimised graph for every strength)."""
         feed = {self.indices: indices, self.y: labels}
-        if not training:
+        if training:
+            feed[self.look_strength] = 1.0 if look_strength is None else look_strength
+        else:
             feed[self.training] = 0.0
-        if look_strength is not None:
-            feed[self.look_strength] = look_strength
         return feed
 
     def feed_steps(self, batches, look_strength=None):
@@ -306,7 +307,7 @@ class TrainingGraph:
         if not 1 <= len(batches) <= len(self._steps):
             raise ValueError("a run takes 1 to %d steps, got %d"
                              % (len(self._steps), len(batches)))
-        feed = {} if look_strength is None else {self.look_strength: look_strength}
+        feed = {self.look_strength: 1.0 if look_strength is None else look_strength}
         for step, (indices, labels) in zip(self._steps, batches):
             feed[step.indices], feed[step.y] = indices, labels
         return self.train_ops[len(batches) - 1], feed

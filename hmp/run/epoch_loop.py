@@ -58,10 +58,15 @@ class EpochLoop:
         """Trains from ``first_epoch`` to the last epoch or an early stop; returns the
         last epoch's :class:`hmp.run.trainer.EpochStats` (None: none was left)."""
         stats = None
+        # the sums of the steps before a checkpoint within the first epoch, if recorded
+        carried = self.record.carried(self.trainer.step)
         for epoch in range(first_epoch, self.epochs):
             building = self.standby is not None   # a graph made ready on the devices
             stats = self.trainer.train_epoch(epoch, self.epochs, before_save=self._record,
-                                             look_strength=self.look.strength)
+                                             look_strength=self.look.strength,
+                                             carried=carried,
+                                             before_checkpoint=self.record.add_partial)
+            carried = None
             self.best.update(self.trainer, stats)
             print(stats.line(self.epochs), flush=True)
             yielded = self.look.after_epoch(epoch, stats.train_accuracy)

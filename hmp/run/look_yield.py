@@ -7,7 +7,7 @@ pixels after 4000 steps where it fits 98% without it (docs/benchmarks.md). So a 
 whose strengths were measured (``Recipe.look_yields``) watches its training accuracy:
 after each epoch that ends a share ``YIELD_AT`` of the run (a quarter, three eighths,
 half, five eighths), when the epoch's training accuracy is below
-``hmp.run.trainer.FIT_ACCURACY``, the strength drawn (a share of the measured shift and
+``FIT_ACCURACY``, the strength drawn (a share of the measured shift and
 gain, fed to the graph: ``TrainingGraph.look_strength``) is halved. The last three
 eighths of the run train on the strength then reached. Strengths given as numbers
 (``--spectral_shift``, ``--spectral_gain``) never yield.
@@ -18,8 +18,10 @@ run goes on with the strength the run had reached.
 
 import math
 
-from hmp.run.trainer import FIT_ACCURACY
-
+# Training accuracy (augmented patches, dropout on) below which an epoch did not fit its
+# training pixels: the look yields after a checked epoch; a run whose last epoch stays
+# below says so (``hmp.run.trainer.EpochStats.fit_warning``).
+FIT_ACCURACY = 0.9
 YIELD_AT = (1 / 4, 3 / 8, 1 / 2, 5 / 8)   # shares of the run after which the fit is checked
 FACTOR = 0.5                             # the strength kept at each yield
 

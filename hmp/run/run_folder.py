@@ -151,10 +151,11 @@ class History:
     every change after it is written at once, atomically.
     """
 
-    def __init__(self, path, epochs=(), plans=(), invocations=(), trial=None):
+    def __init__(self, path, epochs=(), plans=(), invocations=(), trial=None, partials=None):
         self.path = path
         self.epochs, self.plans, self.invocations = list(epochs), list(plans), list(invocations)
         self.trial = trial
+        self.partials = dict(partials or {})   # "step" -> [loss sum, samples right]
 
     @classmethod
     def open(cls, model_dir, resume, first_epoch, step, argv):
@@ -162,15 +163,27 @@ class History:
         record = (read_json(path) if resume else None) or {}
         history = cls(path, [e for e in record.get("history", []) if e["epoch"] < first_epoch],
                       record.get("plans", []), record.get("invocations", []),
-                      record.get("trial"))
+                      record.get("trial"), record.get("partials"))
         history.invocations.append({"start_step": int(step), "argv": list(argv)})
         return history
 
     def add_epoch(self, stats):
         """Records an epoch (and ``trial`` as it is now: set it first to record the two
-        together, before the epoch's checkpoint)."""
+        together, before the epoch's checkpoint); its partial sums are done with."""
         self.epochs.append(dict(vars(stats)))
+        self.partials = {}
         self.write()
+
+    def add_partial(self, step, loss_sum, correct):
+        """Records the loss and accuracy sums of the epoch's steps up to ``step``, before
+        a checkpoint within the epoch (``Trainer.train_epoch``'s ``before_checkpoint``)."""
+        self.partials[str(int(step))] = [float(loss_sum), float(correct)]
+        self.write()
+
+    def carried(self, step):
+        """The sums recorded at ``step`` (a checkpoint within an epoch), or None."""
+        sums = self.partials.get(str(int(step)))
+        return None if sums is None else tuple(sums)
 
     def add_plan(self, plan):
         self.plans.append(plan)
@@ -178,7 +191,8 @@ class History:
 
     def write(self):
         files.write_json(self.path, {"history": self.epochs, "plans": self.plans,
-                                      "invocations": self.invocations, "trial": self.trial})
+                                      "invocations": self.invocations, "trial": self.trial,
+                                      "partials": self.partials})
 
 
 class Signals:

@@ -19,6 +19,7 @@ from hmp.cli import TrainingError   # defined in cli; callers may use hmp.run.tr
 from hmp.errors import InvalidInput
 from hmp.graph.augment import SYMMETRIES, symmetry_probabilities
 from hmp.run import events
+from hmp.run.look_yield import FIT_ACCURACY
 from hmp.run.profiler import run_traced
 from hmp.run.progress import rate_and_eta
 
@@ -68,9 +69,6 @@ class Stopped(Exception):
         super().__init__("stopped at epoch %d step %d" % (epoch + 1, step))
         self.epoch, self.step, self.classifying = epoch, step, classifying
 
-
-# Training accuracy below which a run's last epoch did not fit (``EpochStats.fit_warning``)
-FIT_ACCURACY = 0.9
 
 
 @dataclasses.dataclass
@@ -274,7 +272,8 @@ class Trainer:
             self.session.run(*self.graph.feed_steps(pairs[:size]))
 
     # -- training ------------------------------------------------------------
-    def train_epoch(self, epoch, epochs, before_save=None, look_strength=None):
+    def train_epoch(self, epoch, epochs, before_save=None, look_strength=None, carried=None,
+                    before_checkpoint=None):
         """Runs the rest of epoch ``epoch``; returns its :class:`EpochStats`.
 
         Up to ``TRACED_STEPS`` steps spread over the epoch, from its second on, are
@@ -285,11 +284,16 @@ class Trainer:
         checkpoint saved at the first block's end at or past each step they are due,
         and ``stop()`` is polled after each block.
         ``before_save(stats)`` is called before the epoch's checkpoint is
-        written (a record of the epoch then never lags its checkpoint).
-        ``look_strength``: the share of the field look's strength drawn (None: all;
-        ``hmp.run.look_yield``).
+        written (a record of the epoch then never lags its checkpoint);
+        ``before_checkpoint(step, loss_sum, correct)`` before a checkpoint within the
+        epoch (``checkpoint_every``, a stop), with the sums of the epoch's steps so far.
+        ``carried``: those sums at the checkpoint this part of the epoch resumes from,
+        so that its loss and accuracy count every step of the epoch (None: the steps
+        run here only). ``look_strength``: the share of the field look's strength drawn
+        (None: all; ``hmp.run.look_yield``).
         Raises :class:`Stopped` after the block during which ``stop()`` became
-        true, with a checkpoint of its last step saved.
+        true, with a checkpoint of its last step saved (the epoch's last block: the
+        epoch recorded first, ``before_save``, without validation).
         """
         start_step = self.step - epoch * self.steps_per_epoch
         batches = list(self.experiment.train.batches(
@@ -298,11 +302,28 @@ class Trainer:
         self.session.run(self.graph.metrics.reset)
         step, steps, busy_steps = None, 0, []
         traced = traced_steps(start_step, self.steps_per_epoch)
-        loss_sum, correct, read_at = 0.0, 0.0, 0   # the metrics as last read, at a step
+        earlier = start_step if carried is not None else 0   # steps the sums count before
+        carried = carried or (0.0, 0.0)
+        loss_sum, correct, counted = carried[0], carried[1], earlier   # as last read
         started = last_ended = time.perf_counter()
         compiled = set()   # the block sizes run once already (the first one optimises)
         steady_steps, steady_seconds = 0, 0.0
         total = len(batches)
+
+        def stats_now():
+            seconds = time.perf_counter() - started
+            samples = steps * self.batch_size
+            busy = [float(np.median(b)) for b in zip(*busy_steps)] if busy_steps else None
+            stats = EpochStats(epoch, loss_sum / counted if counted else float("nan"),
+                               correct / (counted * self.batch_size) if counted
+                               else float("nan"),
+                               samples / seconds if seconds else 0.0, seconds, busy, steps,
+                               look_strength=look_strength)
+            if steady_steps:
+                stats.steady_samples_per_second = (steady_steps * self.batch_size
+                                                   / steady_seconds)
+            return stats
+
         while steps < total:
             size = block_size(steps, total, self.graph.steps_per_run, traced)
             block = batches[steps:steps + size]
@@ -325,30 +346,27 @@ class Trainer:
             checkpoint = passes(step - size, step, self.checkpoint_every) and not last
             stopping = self.stop()
             if passes(steps - size, steps, METRICS_EVERY) or last or checkpoint or stopping:
-                loss_sum, correct = self._read_metrics(step, epoch)   # before any save
-                read_at = steps
+                read = self._read_metrics(step, epoch)   # before any save
+                loss_sum, correct = read[0] + carried[0], read[1] + carried[1]
+                counted = earlier + steps
+            if (checkpoint or stopping) and not last and before_checkpoint is not None:
+                before_checkpoint(int(step), loss_sum, correct)
             if checkpoint:
                 self.save(step)
             if stopping:
                 self.progress(None)
+                if last and before_save is not None:
+                    before_save(stats_now())
                 if not checkpoint:
                     self.save(step)
                 raise Stopped(epoch, int(step))
             self.progress("epoch %d/%d  step %d/%d  loss %s  %s"
                           % (epoch + 1, epochs, start_step + steps, self.steps_per_epoch,
-                             "%.4f" % (loss_sum / read_at) if read_at else "-",
+                             "%.4f" % (loss_sum / counted) if counted else "-",
                              rate_and_eta(steps, total, time.perf_counter() - started,
                                           self.batch_size)))
         self.progress(None)
-        seconds = time.perf_counter() - started
-        samples = steps * self.batch_size
-        busy = [float(np.median(b)) for b in zip(*busy_steps)] if busy_steps else None
-        stats = EpochStats(epoch, loss_sum / steps if steps else float("nan"),
-                           correct / samples if samples else float("nan"),
-                           samples / seconds if seconds else 0.0, seconds, busy, steps,
-                           look_strength=look_strength)
-        if steady_steps:
-            stats.steady_samples_per_second = steady_steps * self.batch_size / steady_seconds
+        stats = stats_now()
         step = self.step if step is None else int(step)   # None: no step ran
         if self.experiment.val is not None:
             stats.val_accuracy = float(np.mean(self.predict(self.experiment.val)

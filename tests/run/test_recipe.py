@@ -16,7 +16,10 @@ from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Augmentation, Placement, Projection, Recipe
 from hmp.mesh.optimizers import learning_rate_at
 from hmp.run import experiment
-from hmp.run.trainer import FIT_ACCURACY, BestEpoch, EpochStats, Trainer
+from hmp.run.look_yield import FIT_ACCURACY
+from hmp.run.trainer import BestEpoch, EpochStats, Trainer
+from hmp.run import training_recipe
+from hmp.run.settings import Settings
 from hmp.run.training_recipe import class_weights
 from models import model_config
 
@@ -238,3 +241,13 @@ def test_a_run_that_does_not_fit_its_training_pixels_says_so_in_one_line():
                        "the field look (--spectral_shift=4 --spectral_gain=0.5 now)")
     plain = EpochStats(9, 1.2, 0.5, 100.0, 1.0).fit_warning(Augmentation())
     assert plain.endswith("; try more --epochs or a wider model") and "\n" not in plain
+
+
+@pytest.mark.parametrize("given, look, yields", [
+    ({}, True, True), ({"spectral_shift": "2"}, True, False),
+    ({"spectral_gain": "0.3"}, True, False), ({"augment": False}, False, False)])
+def test_only_a_measured_field_look_yields(small_experiment, given, look, yields):
+    """``Recipe.look_yields``: the field look yields (``hmp.run.look_yield``) only where
+    both its strengths were measured (``auto``)."""
+    recipe = training_recipe.recipe(Settings.of(**given), small_experiment)
+    assert (recipe.augmentation.field_look, recipe.look_yields) == (look, yields)

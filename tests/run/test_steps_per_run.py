@@ -2,6 +2,8 @@
 equals the one-step graph's, in a block or alone, and the trainer keeps its traced
 steps, metrics, checkpoints and stops between blocks."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
@@ -146,15 +148,68 @@ def test_the_trainer_in_blocks_trains_checkpoints_and_stops_as_step_by_step(exp,
     folder = tmp_path / "stopped"
     run = trainer(3, folder, stop=StopAfter(polls))
     run.initialise(resume=False)
+    partials = {}
     with pytest.raises(Stopped) as stopped:
-        run.train_epoch(0, 1)
+        run.train_epoch(0, 1, before_checkpoint=lambda step, *sums: partials.update(
+            {step: sums}))
     run.close()
     assert stopped.value.step == ends[polls]
     assert tf.train.latest_checkpoint(str(folder)).endswith("-%d" % stopped.value.step)
+    # a sum at each checkpoint within the epoch: those due every 5 steps, and the stop's
+    assert sorted(partials) == sorted({e for e in due if e < ends[polls]} | {ends[polls]})
     resumed = trainer(1, folder)
     resumed.initialise(resume=True)
     assert resumed.step == stopped.value.step
-    resumed.train_epoch(0, 1)
+    # resumed with the sums at its checkpoint: the epoch's loss and accuracy count every
+    # step, as the uninterrupted epoch's do
+    whole = resumed.train_epoch(0, 1, carried=partials[stopped.value.step])
+    assert whole.steps == total - stopped.value.step
+    assert whole.train_accuracy == alone.train_accuracy
+    assert whole.loss == pytest.approx(alone.loss, rel=1e-6)   # float32 sums in two parts
     for a, b in zip(weights(resumed.graph, resumed.session), weights_1):
         np.testing.assert_array_equal(a, b)
     resumed.close()
+
+    # a stop in the epoch's last block: the epoch is whole, so it is recorded (before_save,
+    # without validation) before its checkpoint
+    folder = tmp_path / "stopped_last"
+    run = trainer(3, folder, stop=StopAfter(len(ends) - 1))
+    run.initialise(resume=False)
+    recorded = []
+    with pytest.raises(Stopped) as stopped:
+        run.train_epoch(0, 1, before_save=recorded.append)
+    run.close()
+    assert stopped.value.step == total
+    assert [(r.steps, r.train_accuracy, r.val_accuracy) for r in recorded] == [
+        (total, alone.train_accuracy, None)]
+
+
+def test_a_yielded_field_look_trains_as_a_graph_of_that_strength(exp, tmp_path):
+    """An epoch drawing half the field look (``look_strength=0.5``, fed to every block and
+    traced step) equals one on a graph whose look is half as strong, and differs from
+    the whole look's."""
+    bands = exp.bands
+    look = Augmentation(flips=True, spectral_shift=2.0, spectral_gain=0.4,
+                        band_offset=(0.0,) * bands, band_scale=(1.0,) * bands)
+    half = dataclasses.replace(look, spectral_shift=1.0, spectral_gain=0.2)
+    config = model_config("cnn2d", 5, bands, exp.n_classes, width=4)
+
+    def epoch(augmentation, look_strength, folder):
+        graph = TrainingGraph(config, SPLIT, BATCH, exp.scene.labels.shape, "adam", 1e-3,
+                              seed=1, recipe=Recipe(augmentation=augmentation),
+                              steps_per_run=3)
+        run = Trainer(graph, exp, str(tmp_path / folder), seed=7,
+                      session_config=harness.session_config(), log=lambda line: None)
+        run.initialise(resume=False)
+        stats = run.train_epoch(0, 1, look_strength=look_strength)
+        values = weights(run.graph, run.session)
+        run.close()
+        return (stats.loss, stats.train_accuracy), values
+
+    fed, fed_weights = epoch(look, 0.5, "fed")
+    built, built_weights = epoch(half, None, "built")
+    whole, whole_weights = epoch(look, None, "whole")
+    assert fed == built and fed != whole
+    for a, b in zip(fed_weights, built_weights):
+        np.testing.assert_array_equal(a, b)
+    assert not all(np.array_equal(a, b) for a, b in zip(fed_weights, whole_weights))
