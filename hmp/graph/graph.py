@@ -291,13 +291,12 @@ class TrainingGraph:
         """The feed of one step: flat pixel indices and 0-based labels, ``batch_size``
         each; ``training=False`` for inference (batch norm's moving averages, no
         dropout, no augmentation); ``look_strength``: the share of the field look's
-        strengths drawn while training (None: all; fed either way, so that a session
-        runs one optimised graph for every strength)."""
+        strengths drawn while training (None: all, and nothing more is fed)."""
         feed = {self.indices: indices, self.y: labels}
-        if training:
-            feed[self.look_strength] = 1.0 if look_strength is None else look_strength
-        else:
+        if not training:
             feed[self.training] = 0.0
+        elif look_strength is not None:
+            feed[self.look_strength] = look_strength
         return feed
 
     def feed_steps(self, batches, look_strength=None):
@@ -307,7 +306,7 @@ class TrainingGraph:
         if not 1 <= len(batches) <= len(self._steps):
             raise ValueError("a run takes 1 to %d steps, got %d"
                              % (len(self._steps), len(batches)))
-        feed = {self.look_strength: 1.0 if look_strength is None else look_strength}
+        feed = {} if look_strength is None else {self.look_strength: look_strength}
         for step, (indices, labels) in zip(self._steps, batches):
             feed[step.indices], feed[step.y] = indices, labels
         return self.train_ops[len(batches) - 1], feed

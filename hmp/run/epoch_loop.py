@@ -11,6 +11,7 @@ checkpoint: the same weights on another plan.
 
 import contextlib
 import dataclasses
+import functools
 import time
 
 import tensorflow.compat.v1 as tf
@@ -126,7 +127,8 @@ class EpochLoop:
                   % rebalance.describe_splits(waiting), flush=True)
             self.standby = Standby(waiting, self.trainers.build,
                                    lambda: tf.train.latest_checkpoint(self.model_dir),
-                                   Trainer.warm_up)
+                                   functools.partial(Trainer.warm_up,
+                                                     look_strength=self.look.strength))
         if new_plan is not None:
             self._switch(new_plan)
 

@@ -259,17 +259,19 @@ class Trainer:
         self.graph.saver.restore(self.session, path)
         self.session.run(self.graph.copy_masters_to_slices)
 
-    def warm_up(self):
+    def warm_up(self, look_strength=None):
         """Runs one training step (and one block of ``steps_per_run``, when more than
         one), so that the devices have compiled the graph before it trains; it changes
-        the weights and the step: restore a checkpoint after it."""
+        the weights and the step: restore a checkpoint after it. ``look_strength`` as
+        for ``train_epoch`` (fed or not as training will: a session optimises a graph
+        per set of fed tensors)."""
         batches = self.experiment.train.batches(self.batch_size, seed=self.seed,
                                                 drop_remainder=True)
         pairs = [(b.indices, b.labels) for b, _ in zip(batches, range(self.graph.steps_per_run))]
         self.session.run(self.graph.metrics.reset)   # local: a restore does not set them
         sizes = {1, self.graph.steps_per_run}   # the blocks an epoch runs (block_size)
         for size in sorted(n for n in sizes if n <= len(pairs)):
-            self.session.run(*self.graph.feed_steps(pairs[:size]))
+            self.session.run(*self.graph.feed_steps(pairs[:size], look_strength))
 
     # -- training ------------------------------------------------------------
     def train_epoch(self, epoch, epochs, before_save=None, look_strength=None, carried=None,

@@ -90,6 +90,12 @@ def test_a_training_step_feeds_only_pixel_indices_and_labels():
            if op.type == "Placeholder"}
     assert set(graph.feed(np.zeros(8), np.zeros(8))) == {fed["pixel_indices"], fed["labels"]}
     assert fed["pixel_indices"].dtype == tf.int32 and fed["pixel_indices"].shape == (8,)
+    # a run whose field look yields adds one scalar to a run of one step or several
+    yielding = {fed["pixel_indices"], fed["labels"], graph.look_strength}
+    assert set(graph.feed(np.zeros(8), np.zeros(8), look_strength=0.5)) == yielding
+    assert set(graph.feed_steps([(np.zeros(8), np.zeros(8))], 0.5)[1]) == yielding
+    assert graph.look_strength.shape == () and graph.look_strength.op.type == (
+        "PlaceholderWithDefault")
     # The only float placeholder is the cube, loaded once; it is not a training variable.
     floats = [name for name, t in fed.items() if t.dtype == tf.float32]
     assert floats == ["scene_cube"]

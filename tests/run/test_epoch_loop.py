@@ -55,7 +55,7 @@ class StandInTrainer:
     def restore(self, path):
         self.log.append(("restore", self.plan.name))
 
-    def warm_up(self):
+    def warm_up(self, look_strength=None):
         self.log.append(("warm_up", self.plan.name))
 
     def close(self):
