@@ -40,6 +40,7 @@ class EpochLoop:
         self.trainers, self.plan, self.record, self.trial = trainers, plan, record, trial
         self.model_dir, self.steps_per_epoch = model_dir, steps_per_epoch
         self.epochs, self.patience = settings.recipe.epochs, settings.recipe.patience
+        self.batch_size = settings.recipe.batch_size
         started_at = time.perf_counter()
         self.trainer = trainers.start(plan, resume)
         # The switch into the next epoch and its seconds: the first start is a new graph's.
@@ -60,13 +61,13 @@ class EpochLoop:
         last epoch's :class:`hmp.run.trainer.EpochStats` (None: none was left)."""
         stats = None
         # the sums of the steps before a checkpoint within the first epoch, if recorded
-        carried = self.record.carried(self.trainer.step)
+        carried = self.record.carried(self.trainer.step, self.batch_size)
         for epoch in range(first_epoch, self.epochs):
             building = self.standby is not None   # a graph made ready on the devices
-            stats = self.trainer.train_epoch(epoch, self.epochs, before_save=self._record,
-                                             look_strength=self.look.strength,
-                                             carried=carried,
-                                             before_checkpoint=self.record.add_partial)
+            stats = self.trainer.train_epoch(
+                epoch, self.epochs, before_save=self._record, look_strength=self.look.strength,
+                carried=carried, before_checkpoint=functools.partial(
+                    self.record.add_partial, batch_size=self.batch_size))
             carried = None
             self.best.update(self.trainer, stats)
             print(stats.line(self.epochs), flush=True)

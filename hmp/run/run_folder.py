@@ -33,6 +33,9 @@ RUN_FILES = ("checkpoint", "ckpt-*", "best_checkpoint", "best-ckpt-*", "results.
              "summary.json.*.tmp", "preprocessing.npz", "preprocessing.npz.*.tmp",
              FLAGS_FILE, FLAGS_FILE + ".*.tmp")
 HISTORY = "history.json"
+# Partial sums of an epoch kept (History.add_partial): as many as the checkpoints
+# (hmp.graph.graph.TrainingGraph's saver keeps 3).
+PARTIALS_KEPT = 3
 SUMMARY = "summary.json"   # --runs: the runs' mean and standard deviation
 
 
@@ -155,7 +158,8 @@ class History:
         self.path = path
         self.epochs, self.plans, self.invocations = list(epochs), list(plans), list(invocations)
         self.trial = trial
-        self.partials = dict(partials or {})   # "step" -> [loss sum, samples right]
+        # "step" -> [loss sum, samples right, batch size]: the latest PARTIALS_KEPT
+        self.partials = dict(partials or {})
 
     @classmethod
     def open(cls, model_dir, resume, first_epoch, step, argv):
@@ -169,21 +173,25 @@ class History:
 
     def add_epoch(self, stats):
         """Records an epoch (and ``trial`` as it is now: set it first to record the two
-        together, before the epoch's checkpoint); its partial sums are done with."""
+        together, before the epoch's checkpoint)."""
         self.epochs.append(dict(vars(stats)))
-        self.partials = {}
         self.write()
 
-    def add_partial(self, step, loss_sum, correct):
-        """Records the loss and accuracy sums of the epoch's steps up to ``step``, before
-        a checkpoint within the epoch (``Trainer.train_epoch``'s ``before_checkpoint``)."""
-        self.partials[str(int(step))] = [float(loss_sum), float(correct)]
+    def add_partial(self, step, loss_sum, correct, batch_size):
+        """Records the loss and accuracy sums of the epoch's steps up to ``step`` (of
+        ``batch_size`` samples), before a checkpoint within the epoch
+        (``Trainer.train_epoch``'s ``before_checkpoint``); the latest ``PARTIALS_KEPT``
+        are kept, as many as the checkpoints."""
+        self.partials[str(int(step))] = [float(loss_sum), float(correct), int(batch_size)]
+        latest = sorted(self.partials, key=int)[-PARTIALS_KEPT:]
+        self.partials = {key: self.partials[key] for key in latest}
         self.write()
 
-    def carried(self, step):
-        """The sums recorded at ``step`` (a checkpoint within an epoch), or None."""
+    def carried(self, step, batch_size):
+        """The sums recorded at ``step`` of a run of ``batch_size`` (a checkpoint within an
+        epoch), or None."""
         sums = self.partials.get(str(int(step)))
-        return None if sums is None else tuple(sums)
+        return None if sums is None or sums[2] != batch_size else tuple(sums[:2])
 
     def add_plan(self, plan):
         self.plans.append(plan)

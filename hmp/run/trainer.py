@@ -294,8 +294,8 @@ class Trainer:
         run here only). ``look_strength``: the share of the field look's strength drawn
         (None: all; ``hmp.run.look_yield``).
         Raises :class:`Stopped` after the block during which ``stop()`` became
-        true, with a checkpoint of its last step saved (the epoch's last block: the
-        epoch recorded first, ``before_save``, without validation).
+        true, with a checkpoint of its last step saved (in the epoch's last block or
+        its validation: the epoch recorded first, ``before_save``, without validation).
         """
         start_step = self.step - epoch * self.steps_per_epoch
         batches = list(self.experiment.train.batches(
@@ -304,8 +304,9 @@ class Trainer:
         self.session.run(self.graph.metrics.reset)
         step, steps, busy_steps = None, 0, []
         traced = traced_steps(start_step, self.steps_per_epoch)
-        earlier = start_step if carried is not None else 0   # steps the sums count before
-        carried = carried or (0.0, 0.0)
+        # the steps before this part that the sums count (none at the epoch's start)
+        earlier = start_step if carried is not None else 0
+        carried = carried if earlier else (0.0, 0.0)
         loss_sum, correct, counted = carried[0], carried[1], earlier   # as last read
         started = last_ended = time.perf_counter()
         compiled = set()   # the block sizes run once already (the first one optimises)
@@ -370,9 +371,15 @@ class Trainer:
         self.progress(None)
         stats = stats_now()
         step = self.step if step is None else int(step)   # None: no step ran
-        if self.experiment.val is not None:
-            stats.val_accuracy = float(np.mean(self.predict(self.experiment.val)
-                                               == self.experiment.val.class_ids))
+        try:
+            if self.experiment.val is not None:
+                stats.val_accuracy = float(np.mean(self.predict(self.experiment.val)
+                                                   == self.experiment.val.class_ids))
+        except Stopped:   # while validating: the epoch is whole, recorded without it
+            if before_save is not None:
+                before_save(stats)
+            self.save(step)
+            raise Stopped(epoch, step) from None
         if before_save is not None:
             before_save(stats)
         self.save(step)

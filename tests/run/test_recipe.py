@@ -17,7 +17,7 @@ from hmp.graph.graph_config import Augmentation, Placement, Projection, Recipe
 from hmp.mesh.optimizers import learning_rate_at
 from hmp.run import experiment
 from hmp.run.look_yield import FIT_ACCURACY
-from hmp.run.trainer import BestEpoch, EpochStats, Trainer
+from hmp.run.trainer import BestEpoch, EpochStats, Stopped, Trainer
 from hmp.run import training_recipe
 from hmp.run.settings import Settings
 from hmp.run.training_recipe import class_weights
@@ -196,6 +196,38 @@ def test_best_epoch_checkpoint_restores_the_best_weights(small_experiment, tmp_p
                                            {"epoch": 1, "val_accuracy": 0.5}])
     assert (resumed.epoch, resumed.path) == (0, best.path)
     trainer.close()
+
+
+def test_a_stop_while_validating_records_the_epoch_without_it(small_experiment, tmp_path):
+    """A stop polled during an epoch's validation (after its last step): the epoch is
+    recorded (``before_save``) as trained, without validation, then checkpointed, and
+    the stop is a training stop at the epoch's end."""
+    exp = small_experiment
+    config = model_config("spectral", 3, exp.bands, exp.n_classes, width=4)
+
+    def trainer(folder, stop=None):
+        graph = TrainingGraph(config, Placement(), 64, exp.scene.labels.shape, "adam", 1e-2,
+                              seed=1)
+        run = Trainer(graph, exp, str(tmp_path / folder), seed=2, log=lambda line: None,
+                      stop=stop)
+        run.initialise(resume=False)
+        return run
+
+    whole = trainer("whole")
+    expected = whole.train_epoch(0, 1)
+    whole.close()
+    steps = whole.steps_per_epoch
+    assert expected.val_accuracy is not None
+    polls = iter(range(10 ** 6))   # one a step, then one a batch of validation
+    stopping = trainer("stopped", stop=lambda: next(polls) >= steps)
+    recorded = []
+    with pytest.raises(Stopped) as stopped:
+        stopping.train_epoch(0, 1, before_save=recorded.append)
+    stopping.close()
+    assert (stopped.value.step, stopped.value.classifying) == (steps, False)
+    assert tf.train.latest_checkpoint(str(tmp_path / "stopped")).endswith("-%d" % steps)
+    assert [(r.steps, r.train_accuracy, r.val_accuracy) for r in recorded] == [
+        (steps, expected.train_accuracy, None)]
 
 
 def test_pca_in_the_graph_classifies_as_the_projected_cube_on_an_uneven_split(

@@ -278,3 +278,19 @@ def test_files_written_atomically_are_readable_as_any_new_file(tmp_path):
     files.write_json(tmp_path / "a.json", {"x": 1})
     (tmp_path / "b.txt").write_text("")   # the mode this process gives a new file
     assert (tmp_path / "a.json").stat().st_mode == (tmp_path / "b.txt").stat().st_mode
+
+
+def test_an_epochs_partial_sums_are_kept_for_the_latest_checkpoints_of_the_same_batch(
+        tmp_path):
+    """History's partials: the sums at the last ``PARTIALS_KEPT`` checkpoints within an
+    epoch, read back on a resume only at the same step and batch size; an epoch recorded
+    after them keeps them (a kill before its checkpoint resumes from theirs)."""
+    history = run_folder.History.open(str(tmp_path), False, 0, 0, ["hmp.train"])
+    for step in (5, 10, 15, 20):
+        history.add_partial(step, loss_sum=step / 10, correct=step * 3, batch_size=32)
+    assert sorted(history.partials, key=int) == ["10", "15", "20"] == [
+        str(s) for s in (5, 10, 15, 20)[-run_folder.PARTIALS_KEPT:]]
+    history.add_epoch(stats(0))
+    resumed = run_folder.History.open(str(tmp_path), True, 0, 15, ["hmp.train", "--resume"])
+    assert resumed.carried(15, 32) == (1.5, 45.0)
+    assert resumed.carried(15, 64) is None and resumed.carried(5, 32) is None
