@@ -1,5 +1,6 @@
 """hmp.measure.linkprobe: the measured link is a LinkSpec (structure only, no timing assertions)."""
 
+import dataclasses
 import math
 
 import tensorflow.compat.v1 as tf
@@ -60,12 +61,11 @@ def test_link_under_load_is_measured_while_the_busy_functions_run():
     link = measure_link(["/cpu:0", "/cpu:1"], repeats=3, busy=[lambda: calls.append(1)],
                         session_config=tf.ConfigProto(device_count={"CPU": 2}))
     assert isinstance(link.loaded, LinkSpec) and link.loaded.loaded is None
-    for figure in (link.loaded.bandwidth_bytes_per_s, link.loaded.latency_s):
-        assert math.isfinite(figure) and figure > 0
     assert calls   # the busy function ran (in a thread of its own) during the timing
+    # the loaded figures, clamped to the idle ones (no_faster_than: tested below on given
+    # numbers; measured times are not compared here)
+    assert link.loaded == no_faster_than(link.loaded, dataclasses.replace(link, loaded=None))
     assert link.under_load().latency_s == link.loaded.latency_s
-    assert link.loaded.latency_s >= link.latency_s
-    assert link.loaded.bandwidth_bytes_per_s <= link.bandwidth_bytes_per_s
 
 
 def test_a_loaded_figure_faster_than_idle_is_taken_as_idle():
