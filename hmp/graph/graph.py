@@ -35,6 +35,9 @@ from hmp.mesh.train_step import train_step
 
 mtf = import_mesh_tensorflow()
 
+# A run's latest checkpoints kept (its saver's max_to_keep).
+CHECKPOINTS_KEPT = 3
+
 # The name scope of a graph's k-th step for k >= 2 (``TrainingGraph.steps_per_run``); the
 # first step's ops have none of their own.
 LATER_STEP_SCOPE = "step_%d"
@@ -238,7 +241,8 @@ class TrainingGraph:
                 first.replica_statistics, mtf.Dimension("batch", batch_size))
                 if first.replica_statistics else None)
             self.init = tf.group(tf.global_variables_initializer(), self.metrics.reset)
-            self.saver = tf.train.Saver(max_to_keep=3, save_relative_paths=True)   # movable
+            self.saver = tf.train.Saver(max_to_keep=CHECKPOINTS_KEPT,
+                                        save_relative_paths=True)   # movable
 
     @property
     def steps_per_run(self):

@@ -21,6 +21,7 @@ import tensorflow.compat.v1 as tf
 
 from hmp import cli, files
 from hmp.errors import InvalidInput
+from hmp.graph.graph import CHECKPOINTS_KEPT
 from hmp.run import experiment
 
 FLAGS_FILE = "flags.txt"   # the flags that started the run, for --flagfile
@@ -33,9 +34,6 @@ RUN_FILES = ("checkpoint", "ckpt-*", "best_checkpoint", "best-ckpt-*", "results.
              "summary.json.*.tmp", "preprocessing.npz", "preprocessing.npz.*.tmp",
              FLAGS_FILE, FLAGS_FILE + ".*.tmp")
 HISTORY = "history.json"
-# Partial sums of an epoch kept (History.add_partial): as many as the checkpoints
-# (hmp.graph.graph.TrainingGraph's saver keeps 3).
-PARTIALS_KEPT = 3
 SUMMARY = "summary.json"   # --runs: the runs' mean and standard deviation
 
 
@@ -158,7 +156,7 @@ class History:
         self.path = path
         self.epochs, self.plans, self.invocations = list(epochs), list(plans), list(invocations)
         self.trial = trial
-        # "step" -> [loss sum, samples right, batch size]: the latest PARTIALS_KEPT
+        # "step" -> [loss sum, samples right, batch size], of the latest checkpoints
         self.partials = dict(partials or {})
 
     @classmethod
@@ -180,10 +178,10 @@ class History:
     def add_partial(self, step, loss_sum, correct, batch_size):
         """Records the loss and accuracy sums of the epoch's steps up to ``step`` (of
         ``batch_size`` samples), before a checkpoint within the epoch
-        (``Trainer.train_epoch``'s ``before_checkpoint``); the latest ``PARTIALS_KEPT``
-        are kept, as many as the checkpoints."""
+        (``Trainer.train_epoch``'s ``before_checkpoint``); those of the checkpoints kept
+        (``CHECKPOINTS_KEPT``) are kept."""
         self.partials[str(int(step))] = [float(loss_sum), float(correct), int(batch_size)]
-        latest = sorted(self.partials, key=int)[-PARTIALS_KEPT:]
+        latest = sorted(self.partials, key=int)[-CHECKPOINTS_KEPT:]
         self.partials = {key: self.partials[key] for key in latest}
         self.write()
 

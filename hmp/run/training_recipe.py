@@ -24,10 +24,8 @@ def recipe(settings, exp):
     steps_per_epoch = exp.train.steps_per_epoch(given.batch_size, drop_remainder=True)
     power = CLASS_BALANCING[given.class_balanced]
     weights = None if power is None else class_weights(exp.train_counts, power)
-    augmentation = Augmentation(given.augment, given.brightness, given.noise,
-                                **_field_look(settings, exp))
-    measured = all(settings.field_look_strength(name) is None
-                   for name in ("spectral_shift", "spectral_gain"))
+    look, measured = _field_look(settings, exp)
+    augmentation = Augmentation(given.augment, given.brightness, given.noise, **look)
     return Recipe(weight_decay=given.weight_decay, schedule=given.schedule,
                   warmup_steps=int(round(given.warmup_epochs * steps_per_epoch)),
                   total_steps=given.epochs * steps_per_epoch,
@@ -57,12 +55,14 @@ def _projection(settings, exp):
 
 
 def _field_look(settings, exp):
-    """The field-look augmentation's settings (on with --augment); it works on the raw
-    bands, so after PCA only with --pca_in_graph."""
+    """(the field-look augmentation's settings, whether both strengths are measured: the
+    look may yield); on with --augment. It works on the raw bands, so after PCA only
+    with --pca_in_graph."""
     names = ("spectral_shift", "spectral_gain")
     strengths = {name: settings.field_look_strength(name) for name in names}
+    measured = all(value is None for value in strengths.values())
     if not settings.recipe.augment or strengths == {name: 0.0 for name in names}:
-        return {}
+        return {}, measured
     if exp.preprocessor.pca is not None and not settings.recipe.pca_in_graph:
         given = [name for name in names if settings.chosen(name)]
         if given:
@@ -72,13 +72,13 @@ def _field_look(settings, exp):
                                  % (given[0], settings.value(given[0]), exp.bands))
         print("field-look augmentation off: it needs all bands, and this model keeps %d "
               "PCA components (--pca_in_graph projects after it)" % exp.bands, flush=True)
-        return {}
+        return {}, measured
     if None in strengths.values():
-        measured = measure_field_look(exp.scene.cube, exp.scene.labels, exp.train.indices)
-        print(measured.describe(), flush=True)
-        strengths = {name: getattr(measured, name) if value is None else value
+        found = measure_field_look(exp.scene.cube, exp.scene.labels, exp.train.indices)
+        print(found.describe(), flush=True)
+        strengths = {name: getattr(found, name) if value is None else value
                      for name, value in strengths.items()}
     scaler = exp.preprocessor.scaler
     return {**strengths,
             "band_offset": tuple(map(float, scaler.offset)),
-            "band_scale": tuple(map(float, scaler.scale))}
+            "band_scale": tuple(map(float, scaler.scale))}, measured

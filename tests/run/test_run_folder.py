@@ -22,6 +22,7 @@ from hmp.data import load_scene_files, read_array
 from hmp.errors import InvalidInput
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Placement
+from hmp.graph.graph import CHECKPOINTS_KEPT
 from hmp.run import experiment, run_folder
 from hmp.run.progress import ProgressLine
 from hmp.run.trainer import EpochStats, Stopped, Trainer, traced_steps
@@ -282,14 +283,14 @@ def test_files_written_atomically_are_readable_as_any_new_file(tmp_path):
 
 def test_an_epochs_partial_sums_are_kept_for_the_latest_checkpoints_of_the_same_batch(
         tmp_path):
-    """History's partials: the sums at the last ``PARTIALS_KEPT`` checkpoints within an
+    """History's partials: the sums at the last ``CHECKPOINTS_KEPT`` checkpoints within an
     epoch, read back on a resume only at the same step and batch size; an epoch recorded
     after them keeps them (a kill before its checkpoint resumes from theirs)."""
     history = run_folder.History.open(str(tmp_path), False, 0, 0, ["hmp.train"])
     for step in (5, 10, 15, 20):
         history.add_partial(step, loss_sum=step / 10, correct=step * 3, batch_size=32)
     assert sorted(history.partials, key=int) == ["10", "15", "20"] == [
-        str(s) for s in (5, 10, 15, 20)[-run_folder.PARTIALS_KEPT:]]
+        str(s) for s in (5, 10, 15, 20)[-CHECKPOINTS_KEPT:]]
     history.add_epoch(stats(0))
     resumed = run_folder.History.open(str(tmp_path), True, 0, 15, ["hmp.train", "--resume"])
     assert resumed.carried(15, 32) == (1.5, 45.0)
