@@ -5,7 +5,9 @@ changes (``--try_alone``'s trial, ``--rebalance=epoch``'s re-plans:
 
 A switch keeps the graph it leaves (a switch back restores the checkpoint into it
 instead of building it anew); a plan the rebalancer waits for has its graph made ready
-on a thread meanwhile (``hmp.run.standby``). Every switch goes on from the latest
+on a thread meanwhile (``hmp.run.standby``), and once it is, the rebalancer weighs the
+switch again at once: a switch that now pays is made within the epoch, after the step
+then running (``Trainer.train_epoch``'s ``pause``). Every switch goes on from the latest
 checkpoint: the same weights on another plan.
 """
 
@@ -19,7 +21,7 @@ import tensorflow.compat.v1 as tf
 from hmp.run import rebalance
 from hmp.run.look_yield import LookYield
 from hmp.run.standby import Standby
-from hmp.run.trainer import BestEpoch, Trainer
+from hmp.run.trainer import BestEpoch, Paused, Trainer
 
 
 class EpochLoop:
@@ -48,6 +50,8 @@ class EpochLoop:
         self.kept = {}   # plan_key -> the open trainer of a plan before: a switch back reuses it
         self.standby = None   # the graph of the plan the rebalancer waits for, made ready
         self.unready = set()   # plan_keys whose standby failed: a switch there builds anew
+        self.due = None   # the plan to switch to within the epoch (_switch_due)
+        self.unsaid = []   # lines of a standby taken within an epoch, said at its pause or end
         placement = settings.placement
         self.rebalancer = (rebalance.Rebalancer(spec, placement.rebalance_threshold)
                            if placement.rebalance == "epoch" else None)
@@ -63,14 +67,11 @@ class EpochLoop:
         # the sums of the steps before a checkpoint within the first epoch, if recorded
         carried = self.record.carried(self.trainer.step, self.batch_size)
         for epoch in range(first_epoch, self.epochs):
-            building = self.standby is not None   # a graph made ready on the devices
-            stats = self.trainer.train_epoch(
-                epoch, self.epochs, before_save=self._record, look_strength=self.look.strength,
-                carried=carried, before_checkpoint=functools.partial(
-                    self.record.add_partial, batch_size=self.batch_size))
+            stats, building = self._train_epoch(epoch, carried)
             carried = None
             self.best.update(self.trainer, stats)
-            print(stats.line(self.epochs), flush=True)
+            print("\n".join([stats.line(self.epochs), *self.unsaid]), flush=True)
+            self.unsaid = []
             yielded = self.look.after_epoch(epoch, stats.train_accuracy)
             if yielded:
                 print(yielded, flush=True)
@@ -80,6 +81,46 @@ class EpochLoop:
                 break
             self._between_epochs(epoch, stats, disturbed=building)
         return stats
+
+    def _train_epoch(self, epoch, carried):
+        """(the ``EpochStats`` of ``epoch``, whether a graph was made ready on the devices
+        while it trained: its times are left out). ``carried``: the sums of its steps
+        before the checkpoint it goes on from. While a standby is made ready the epoch
+        is polled after each block; a switch due once it is ready (``_switch_due``) is
+        made there, and the epoch goes on on the new plan, whose part alone its stats
+        then time, as a resumed epoch's."""
+        building = self.standby is not None
+        while True:
+            try:
+                return self.trainer.train_epoch(
+                    epoch, self.epochs, before_save=self._record,
+                    look_strength=self.look.strength, carried=carried,
+                    before_checkpoint=functools.partial(self.record.add_partial,
+                                                        batch_size=self.batch_size),
+                    pause=functools.partial(self._switch_due, epoch) if building else None,
+                ), building
+            except Paused as paused:
+                print("\n".join([*self.unsaid, self.rebalancer.message]), flush=True)
+                self.unsaid = []
+                carried = self.record.carried(paused.step, self.batch_size)
+                self._switch(self.due)
+                self.due, building = None, False   # the rest ran on a graph made ready
+
+    def _switch_due(self, epoch):
+        """Polled after each block of ``epoch`` while a standby is made ready: once it is
+        (or failed), it is taken as after an epoch (``_standby_done``; its line is said
+        when the epoch pauses or ends) and the rebalancer weighs the plans in play with
+        the epochs left, this one included. Returns whether a switch is due (to
+        ``due``): the epoch then pauses for it; else it goes on, and its end weighs again."""
+        standby = self.standby
+        if standby is None or not (standby.ready or standby.failed):
+            return False
+        self.standby, failure = None, self._standby_done(standby)
+        self.unsaid.append(failure or "standby: the graph of %s is ready, within epoch %d"
+                           % (rebalance.describe_splits(standby.plan), epoch + 1))
+        self.due = self.rebalancer.choose(self.plan, self.steps_per_epoch,
+                                          self.epochs - epoch, self.kept)
+        return self.due is not None
 
     def close_spare(self):
         """Closes the kept trainers and the standby: classifying needs only the trainer
@@ -118,7 +159,9 @@ class EpochLoop:
             rebalancer.measure(self.plan, stats, self.switched, disturbed)
         self.switched = None
         if self.standby is not None and (self.standby.ready or self.standby.failed):
-            self.standby = self._standby_done()
+            self.standby, failure = None, self._standby_done(self.standby)
+            if failure:
+                print(failure, flush=True)
         new_plan = self._next_plan(epoch)
         waiting = rebalancer and epoch + 1 < self.epochs and rebalancer.waiting
         key = waiting and rebalance.plan_key(waiting)
@@ -133,22 +176,18 @@ class EpochLoop:
         if new_plan is not None:
             self._switch(new_plan)
 
-    def _standby_done(self):
-        """Takes a finished standby's trainer into ``kept`` (a switch to its plan then
+    def _standby_done(self, standby):
+        """Takes a finished ``standby``'s trainer into ``kept`` (a switch to its plan then
         restores a checkpoint, at about what its own restore took), unless the seed is
-        on that plan or keeps its graph already, or says in one line why it failed
-        (training goes on, a switch to that plan builds its graph anew). Returns None:
-        no standby is under way."""
-        standby = self.standby
+        on that plan or keeps its graph already. Returns None, or the line that says why
+        it failed (training goes on, a switch to that plan builds its graph anew)."""
         if standby.failed is not None:
             error = standby.failed
-            print("standby: the graph of %s could not be made ready (%s); a switch to "
-                  "it builds it" % (rebalance.describe_splits(standby.plan),
-                                    (str(error).splitlines() or [type(error).__name__])[0]),
-                  flush=True)
             self.unready.add(rebalance.plan_key(standby.plan))
             standby.close()
-            return None
+            return ("standby: the graph of %s could not be made ready (%s); a switch to "
+                    "it builds it" % (rebalance.describe_splits(standby.plan),
+                                      (str(error).splitlines() or [type(error).__name__])[0]))
         key = rebalance.plan_key(standby.plan)
         if key == rebalance.plan_key(self.plan) or key in self.kept:
             standby.close()

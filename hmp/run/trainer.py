@@ -70,6 +70,16 @@ class Stopped(Exception):
         self.epoch, self.step, self.classifying = epoch, step, classifying
 
 
+class Paused(Exception):
+    """Training paused within epoch ``epoch`` (0-based) because ``pause()`` asked for it,
+    with a checkpoint of global step ``step`` saved: another trainer goes on from it
+    (a plan made ready during the epoch, ``hmp.run.epoch_loop``)."""
+
+    def __init__(self, epoch, step):
+        super().__init__("paused at epoch %d step %d" % (epoch + 1, step))
+        self.epoch, self.step = epoch, step
+
+
 
 @dataclasses.dataclass
 class EpochStats:
@@ -275,7 +285,7 @@ class Trainer:
 
     # -- training ------------------------------------------------------------
     def train_epoch(self, epoch, epochs, before_save=None, look_strength=None, carried=None,
-                    before_checkpoint=None):
+                    before_checkpoint=None, pause=None):
         """Runs the rest of epoch ``epoch``; returns its :class:`EpochStats`.
 
         Up to ``TRACED_STEPS`` steps spread over the epoch, from its second on, are
@@ -296,6 +306,9 @@ class Trainer:
         Raises :class:`Stopped` after the block during which ``stop()`` became
         true, with a checkpoint of its last step saved (in the epoch's last block or
         its validation: the epoch recorded first, ``before_save``, without validation).
+        ``pause``: polled after each block but the epoch's last (None: never); when it
+        returns true the trainer saves a checkpoint of its last step, calls
+        ``before_checkpoint`` and raises :class:`Paused`.
         """
         start_step = self.step - epoch * self.steps_per_epoch
         batches = list(self.experiment.train.batches(
@@ -348,14 +361,19 @@ class Trainer:
             last = start_step + steps == self.steps_per_epoch   # the epoch's end saves it
             checkpoint = passes(step - size, step, self.checkpoint_every) and not last
             stopping = self.stop()
-            if passes(steps - size, steps, METRICS_EVERY) or last or checkpoint or stopping:
+            pausing = not (stopping or last) and pause is not None and pause()
+            if (passes(steps - size, steps, METRICS_EVERY) or last or checkpoint or stopping
+                    or pausing):
                 read = self._read_metrics(step, epoch)   # before any save
                 loss_sum, correct = read[0] + carried[0], read[1] + carried[1]
                 counted = earlier + steps
-            if (checkpoint or stopping) and not last and before_checkpoint is not None:
+            if (checkpoint or stopping or pausing) and not last and before_checkpoint is not None:
                 before_checkpoint(int(step), loss_sum, correct)
-            if checkpoint:
+            if checkpoint or pausing:
                 self.save(step)
+            if pausing:
+                self.progress(None)
+                raise Paused(epoch, int(step))
             if stopping:
                 self.progress(None)
                 if last and before_save is not None:

@@ -198,6 +198,92 @@ def test_a_failed_standby_is_said_once_and_not_built_again(tmp_path, monkeypatch
     assert loop.standby is None and loop.plan is A
 
 
+class SwitchingWhenKeptRebalancer(ScriptedRebalancer):
+    """Waits for C after epoch 1; chooses C whenever C's graph is kept (its switch then
+    costs a restore), weighing the epochs left it is given."""
+
+    CHOICES, WAITING = {}, {1: C}
+
+    def choose(self, plan, steps, epochs_left, kept=()):
+        self.waiting = self.WAITING.get(self.epoch)
+        self.weighed = getattr(self, "weighed", []) + [epochs_left]
+        chosen = C if plan is not C and rebalance.plan_key(C) in kept else None
+        self.message = "re-balancing: C %s" % ("switching" if chosen else "staying")
+        return chosen
+
+
+class PausingTrainer(StandInTrainer):
+    """Epochs of 4 steps: polls ``pause`` after steps 1 to 3, once the loop's standby has
+    ended (waiting up to 10 s, as a real epoch outlasts a small build); at a pause it
+    records the sums at its step, "saves" it and raises ``Paused``; a restore goes on
+    from the step saved last; ``carried``: what each epoch was given."""
+
+    loop, saved = None, 0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.carried = []
+
+    def train_epoch(self, epoch, epochs, before_save=None, look_strength=None, carried=None,
+                    before_checkpoint=None, pause=None):
+        self.carried.append((epoch, carried))
+        first = self.step - 4 * epoch
+        for done in range(first + 1, 4):
+            deadline = time.monotonic() + 10
+            while (pause and self.loop.standby is not None and not self.loop.standby.ready
+                   and time.monotonic() < deadline):
+                time.sleep(0.01)
+            if pause and pause():
+                self.step = 4 * epoch + done
+                before_checkpoint(self.step, 0.5 * done, 3.0 * done)
+                PausingTrainer.saved = self.step
+                raise epoch_loop.Paused(epoch, self.step)
+        self.step = PausingTrainer.saved = 4 * (epoch + 1)
+        return super().train_epoch(epoch, epochs, before_save, look_strength)
+
+    def restore(self, path):
+        super().restore(path)
+        self.step = PausingTrainer.saved
+
+
+def test_a_standby_ready_within_an_epoch_is_switched_to_there(tmp_path, monkeypatch, capsys):
+    """C is waited for after epoch 1; its graph, made ready during epoch 2, is switched to
+    after that epoch's first step (the rebalancer weighing the epochs left with it), and
+    the epoch goes on on C with the sums of the step before: recorded once, its times
+    not left out, the switch measured as a restore."""
+    monkeypatch.setattr(rebalance, "Rebalancer", SwitchingWhenKeptRebalancer)
+    monkeypatch.setattr(epoch_loop, "Trainer", StandInTrainer)   # its warm_up
+    monkeypatch.setattr(StandInTrainers, "build", lambda self, plan: self.made.setdefault(
+        plan.name, PausingTrainer(plan, self.log)))
+    monkeypatch.setattr(StandInTrainers, "start", lambda self, plan, resume: self.made.setdefault(
+        plan.name, PausingTrainer(plan, self.log)))
+    log = []
+    trainers = StandInTrainers(log)
+    loop = _loop(tmp_path, trainers, epochs=4, patience=0, rebalance="epoch")
+    PausingTrainer.loop = loop
+
+    assert loop.train(first_epoch=0).epoch == 3
+    assert [entry for entry in log if entry[0] != "epoch"] == [
+        ("restore", "C"), ("warm_up", "C"), ("restore", "C")]   # the standby's, the switch's
+    assert [entry for entry in log if entry[0] == "epoch"] == [
+        ("epoch", 0, "A"), ("epoch", 1, "A"), ("epoch", 2, "C"), ("epoch", 3, "C")]
+    a, c = trainers.made["A"], trainers.made["C"]
+    assert a.carried == [(0, None), (1, None), (2, None)]
+    assert c.carried == [(2, (0.5, 3.0)), (3, None)]   # the sums at step 9, its checkpoint
+    rebalancer = loop.rebalancer
+    # weighed after epochs 0 and 1, then within epoch 2 (3 epochs left, it included), then
+    # after epoch 2
+    assert rebalancer.weighed == [3, 2, 2, 1]
+    assert rebalancer.switches == ["build", None, "reuse", None]   # the first start builds
+    assert rebalancer.disturbed == [False, False, False, False]
+    assert [plan["name"] for plan in loop.record.plans] == ["A", "C"]
+    assert len(run_folder.read_json(str(tmp_path / run_folder.HISTORY))["history"]) == 4
+    out = capsys.readouterr().out
+    assert ("standby: the graph of filters C is ready, within epoch 3\n"
+            "re-balancing: C switching\n") in out
+    assert loop.kept == {rebalance.plan_key(A): a} and loop.plan is C
+
+
 def test_a_measured_field_look_yields_where_the_fit_is_checked_and_a_resume_keeps_it(
         tmp_path, capsys):
     """16 epochs: the fit is checked after epochs 4, 6, 8 and 10 (a quarter, three

@@ -12,7 +12,7 @@ import harness
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Augmentation, Placement, Recipe
 from hmp.run import experiment
-from hmp.run.trainer import Stopped, Trainer, block_size, passes, traced_steps
+from hmp.run.trainer import Paused, Stopped, Trainer, block_size, passes, traced_steps
 from models import model_config
 
 BATCH = 32
@@ -109,8 +109,9 @@ class StopAfter:
 
 def test_the_trainer_in_blocks_trains_checkpoints_and_stops_as_step_by_step(exp, tmp_path):
     """An epoch on a graph of 3 steps a run equals one on a graph of one (loss, accuracy,
-    weights; checkpoints due every 5 steps, at the blocks' ends); a stop comes after a block, at the step its
-    checkpoint holds, and the run resumes there on the one-step graph as if uninterrupted.
+    weights; checkpoints due every 5 steps, at the blocks' ends); a stop comes after a
+    block, at the step its checkpoint holds, and the run resumes there on the one-step
+    graph, pauses (for a switch within the epoch) and goes on, as if uninterrupted.
     On one device (the test above checks a block on a split)."""
     def trainer(steps_per_run, folder, stop=None):
         return Trainer(graph_of(exp, steps_per_run, Placement()), exp, str(folder), seed=7,
@@ -160,10 +161,21 @@ def test_the_trainer_in_blocks_trains_checkpoints_and_stops_as_step_by_step(exp,
     resumed = trainer(1, folder)
     resumed.initialise(resume=True)
     assert resumed.step == stopped.value.step
-    # resumed with the sums at its checkpoint: the epoch's loss and accuracy count every
-    # step, as the uninterrupted epoch's do
-    whole = resumed.train_epoch(0, 1, carried=partials[stopped.value.step])
-    assert whole.steps == total - stopped.value.step
+    # resumed with the sums at its checkpoint, then paused after 2 more steps with a
+    # checkpoint and the sums there, and gone on from them (as the plan switched to would):
+    # the epoch's loss and accuracy count every step, as the uninterrupted epoch's do
+    with pytest.raises(Paused) as paused:
+        resumed.train_epoch(0, 1, carried=partials[stopped.value.step], pause=StopAfter(2),
+                            before_checkpoint=lambda step, *sums: partials.update(
+                                {step: sums}))
+    assert paused.value.step == stopped.value.step + 2 == resumed.step
+    assert tf.train.latest_checkpoint(str(folder)).endswith("-%d" % paused.value.step)
+    polls = []
+    whole = resumed.train_epoch(0, 1, carried=partials[paused.value.step],
+                                pause=lambda: polls.append(resumed.step))
+    assert whole.steps == total - paused.value.step
+    # polled after every step but the epoch's last, which never pauses
+    assert polls == list(range(paused.value.step + 1, total))
     assert whole.train_accuracy == alone.train_accuracy
     assert whole.loss == pytest.approx(alone.loss, rel=1e-6)   # float32 sums in two parts
     for a, b in zip(weights(resumed.graph, resumed.session), weights_1):
@@ -186,18 +198,18 @@ def test_the_trainer_in_blocks_trains_checkpoints_and_stops_as_step_by_step(exp,
 
 def test_a_yielded_field_look_trains_as_a_graph_of_that_strength(exp, tmp_path):
     """An epoch drawing half the field look (``look_strength=0.5``, fed to every block and
-    traced step) equals one on a graph whose look is half as strong, and differs from
-    the whole look's."""
+    traced step) equals one on a one-step graph whose look is half as strong, and differs
+    from the whole look's."""
     bands = exp.bands
     look = Augmentation(flips=True, spectral_shift=2.0, spectral_gain=0.4,
                         band_offset=(0.0,) * bands, band_scale=(1.0,) * bands)
     half = dataclasses.replace(look, spectral_shift=1.0, spectral_gain=0.2)
     config = model_config("cnn2d", 5, bands, exp.n_classes, width=4)
 
-    def epoch(augmentation, look_strength, folder):
+    def epoch(augmentation, look_strength, folder, steps_per_run=1):
         graph = TrainingGraph(config, SPLIT, BATCH, exp.scene.labels.shape, "adam", 1e-3,
                               seed=1, recipe=Recipe(augmentation=augmentation),
-                              steps_per_run=3)
+                              steps_per_run=steps_per_run)
         run = Trainer(graph, exp, str(tmp_path / folder), seed=7,
                       session_config=harness.session_config(), log=lambda line: None)
         run.initialise(resume=False)
@@ -206,7 +218,7 @@ def test_a_yielded_field_look_trains_as_a_graph_of_that_strength(exp, tmp_path):
         run.close()
         return (stats.loss, stats.train_accuracy), values
 
-    fed, fed_weights = epoch(look, 0.5, "fed")
+    fed, fed_weights = epoch(look, 0.5, "fed", steps_per_run=3)
     built, built_weights = epoch(half, None, "built")
     whole, whole_weights = epoch(look, None, "whole")
     assert fed == built and fed != whole
