@@ -70,7 +70,7 @@ class EpochLoop:
             stats, building = self._train_epoch(epoch, carried)
             carried = None
             self.best.update(self.trainer, stats)
-            print("\n".join([stats.line(self.epochs), *self.unsaid]), flush=True)
+            print("\n".join([stats.line(self.epochs, self.steps_per_epoch), *self.unsaid]), flush=True)
             self.unsaid = []
             yielded = self.look.after_epoch(epoch, stats.train_accuracy)
             if yielded:

@@ -118,13 +118,17 @@ class EpochStats:
         return ("training accuracy %.3f at epoch %d: the network does not fit its training "
                 "pixels%s" % (self.train_accuracy, self.epoch + 1, hint))
 
-    def line(self, epochs):
+    def line(self, epochs, steps_per_epoch):
+        """The epoch's line; the speed and time are those of the steps it ran, which a
+        resume or a switch within the epoch makes the last of its ``steps_per_epoch``."""
         busy = ("  busy " + " ".join("%.0f%%" % (100 * s) for s in self.busy_share)
                 if self.busy_share else "")
         val = "" if self.val_accuracy is None else "  val acc %.3f" % self.val_accuracy
-        return ("epoch %d/%d  loss %.4f  train acc %.3f%s  %.0f samples/s  %.1f s%s"
+        part = ("" if self.steps is None or self.steps >= steps_per_epoch
+                else " (its last %d of %d steps)" % (self.steps, steps_per_epoch))
+        return ("epoch %d/%d  loss %.4f  train acc %.3f%s  %.0f samples/s  %.1f s%s%s"
                 % (self.epoch + 1, epochs, self.loss, self.train_accuracy, val,
-                   self.samples_per_second, self.seconds, busy))
+                   self.samples_per_second, self.seconds, part, busy))
 
 
 class BestEpoch:

@@ -239,7 +239,9 @@ class PausingTrainer(StandInTrainer):
                 PausingTrainer.saved = self.step
                 raise epoch_loop.Paused(epoch, self.step)
         self.step = PausingTrainer.saved = 4 * (epoch + 1)
-        return super().train_epoch(epoch, epochs, before_save, look_strength)
+        stats = super().train_epoch(epoch, epochs, before_save, look_strength)
+        stats.steps = 4 - first
+        return stats
 
     def restore(self, path):
         super().restore(path)
@@ -280,7 +282,9 @@ def test_a_standby_ready_within_an_epoch_is_switched_to_there(tmp_path, monkeypa
     assert len(run_folder.read_json(str(tmp_path / run_folder.HISTORY))["history"]) == 4
     out = capsys.readouterr().out
     assert ("standby: the graph of filters C is ready, within epoch 3\n"
-            "re-balancing: C switching\n") in out
+            "re-balancing: C switching\n"
+            "epoch 3/4  loss 1.0000  train acc 0.500  100 samples/s  1.0 s "
+            "(its last 3 of 4 steps)\n") in out
     assert loop.kept == {rebalance.plan_key(A): a} and loop.plan is C
 
 
