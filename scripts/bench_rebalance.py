@@ -93,7 +93,8 @@ def summary(ended, switched, decisions, results):
     history, plans = results["history"], results["plans"]
     epochs = sorted(ended)
     last = epochs[-LAST:]
-    samples = sum(history[e - 1]["steps"] for e in last) * FLAGS.batch_size
+    # every epoch trains all its steps: one switched within records its last ones only
+    samples = len(last) * max(h["steps"] for h in history) * FLAGS.batch_size
     splits, plan = [], 0
     for epoch in epochs:
         splits.append(" ".join(str(v) for v in plans[plan]["splits"].values()))

@@ -6,8 +6,8 @@ changes (``--try_alone``'s trial, ``--rebalance=epoch``'s re-plans:
 A switch keeps the graph it leaves (a switch back restores the checkpoint into it
 instead of building it anew); a plan the rebalancer waits for has its graph made ready
 on a thread meanwhile (``hmp.run.standby``), and once it is, the rebalancer weighs the
-switch again at once: a switch that now pays is made within the epoch, after the step
-then running (``Trainer.train_epoch``'s ``pause``). Every switch goes on from the latest
+switch again at once: a switch that now pays is made within the epoch, after the block
+of steps then running (``Trainer.train_epoch``'s ``pause``). Every switch goes on from the latest
 checkpoint: the same weights on another plan.
 """
 
@@ -70,8 +70,7 @@ class EpochLoop:
             stats, building = self._train_epoch(epoch, carried)
             carried = None
             self.best.update(self.trainer, stats)
-            print("\n".join([stats.line(self.epochs, self.steps_per_epoch), *self.unsaid]), flush=True)
-            self.unsaid = []
+            self._say(stats.line(self.epochs, self.steps_per_epoch))
             yielded = self.look.after_epoch(epoch, stats.train_accuracy)
             if yielded:
                 print(yielded, flush=True)
@@ -100,26 +99,38 @@ class EpochLoop:
                     pause=functools.partial(self._switch_due, epoch) if building else None,
                 ), building
             except Paused as paused:
-                print("\n".join([*self.unsaid, self.rebalancer.message]), flush=True)
-                self.unsaid = []
+                self._say(self.rebalancer.message, first=True)
                 carried = self.record.carried(paused.step, self.batch_size)
                 self._switch(self.due)
-                self.due, building = None, False   # the rest ran on a graph made ready
+                self.due, building = None, False   # no standby is under way any more
+            except BaseException:   # a stop or an error: what the epoch took is said
+                self._say()
+                raise
 
-    def _switch_due(self, epoch):
-        """Polled after each block of ``epoch`` while a standby is made ready: once it is
-        (or failed), it is taken as after an epoch (``_standby_done``; its line is said
-        when the epoch pauses or ends) and the rebalancer weighs the plans in play with
-        the epochs left, this one included. Returns whether a switch is due (to
-        ``due``): the epoch then pauses for it; else it goes on, and its end weighs again."""
+    def _say(self, *lines, first=False):
+        """Prints ``lines`` with the lines of a standby taken within the epoch: after
+        them (``first``) or before them."""
+        said = [*self.unsaid, *lines] if first else [*lines, *self.unsaid]
+        if said:
+            print("\n".join(said), flush=True)
+        self.unsaid = []
+
+    def _switch_due(self, epoch, steps_left):
+        """Polled after each block of ``epoch`` that leaves ``steps_left`` of its steps
+        while a standby is made ready: once it is (or failed), it is taken as after an
+        epoch (``_standby_done``; its line is said when the epoch pauses or ends) and
+        the rebalancer weighs the plans in play over the epochs left, the share of this
+        one left included. Returns whether a switch is due (to ``due``): the epoch then
+        pauses for it; else it goes on, and its end weighs again (and says so)."""
         standby = self.standby
         if standby is None or not (standby.ready or standby.failed):
             return False
         self.standby, failure = None, self._standby_done(standby)
         self.unsaid.append(failure or "standby: the graph of %s is ready, within epoch %d"
                            % (rebalance.describe_splits(standby.plan), epoch + 1))
-        self.due = self.rebalancer.choose(self.plan, self.steps_per_epoch,
-                                          self.epochs - epoch, self.kept)
+        self.due = self.rebalancer.choose(
+            self.plan, self.steps_per_epoch,
+            self.epochs - epoch - 1 + steps_left / self.steps_per_epoch, self.kept)
         return self.due is not None
 
     def close_spare(self):
@@ -214,18 +225,22 @@ class EpochLoop:
 
     def _switch(self, new_plan):
         """Goes on with ``new_plan`` from the latest checkpoint: on its kept graph when
-        there is one, else on a new one; keeps the graph left (one besides the one used)."""
+        there is one, else on a new one; keeps the graph left (one besides the one used).
+        The spare graphs are closed first; the plan changes once its trainer is there
+        (after a failed build or restore, every open trainer is where ``close_all``
+        finds it)."""
         started_at = time.perf_counter()
-        previous = self.kept.pop(rebalance.plan_key(new_plan), None)
-        for other in self.kept.values():
-            other.close()
-        self.kept = {rebalance.plan_key(self.plan): self.trainer}
-        self.plan = new_plan
-        self.record.add_plan(dataclasses.asdict(new_plan))
+        key = rebalance.plan_key(new_plan)
+        for spare in [other for other in self.kept if other != key]:
+            self.kept.pop(spare).close()
+        previous = self.kept.get(key)
         if previous is None:
-            self.trainer = self.trainers.start(new_plan, resume=True)
+            trainer = self.trainers.start(new_plan, resume=True)
         else:
             previous.restore(tf.train.latest_checkpoint(self.model_dir))
-            self.trainer = previous
+            trainer = previous
+        self.kept = {rebalance.plan_key(self.plan): self.trainer}
+        self.plan, self.trainer = new_plan, trainer
+        self.record.add_plan(dataclasses.asdict(new_plan))
         self.switched = ("build" if previous is None else "reuse",
                          time.perf_counter() - started_at)

@@ -1,4 +1,4 @@
-"""Re-planning between epochs: re-balancing, and the trial of the fastest device alone.
+"""Re-planning while training: re-balancing, and the trial of the fastest device alone.
 
 Re-balancing (DBS, Ye et al.; see ../shared/BACKGROUND.md).
 
@@ -93,7 +93,8 @@ class Regime:
 
 
 class Rebalancer:
-    """--rebalance=epoch: after each epoch, whether to switch plans for the next.
+    """--rebalance=epoch: after each epoch (or within one, once a plan's graph is made
+    ready), whether to switch plans for the rest.
 
     ``measure`` takes each epoch and the switch before it. The epoch's traced busy times
     join the regime's mean speeds; its samples/s is its plan's rate in the regime, and a
@@ -154,7 +155,8 @@ class Rebalancer:
 
     def choose(self, plan, steps, epochs_left, kept=()):
         """The plan for the next epoch (``steps`` steps; ``epochs_left``: those still to
-        run, the next included) when switching to it pays back, else None. ``kept``: the
+        run, the next included; within an epoch, with the share of it left) when
+        switching to it pays back, else None. ``kept``: the
         plan_keys whose graphs are open (a switch to them costs ``cost["reuse"]``, to
         another ``cost["build"]``). Sets ``message`` (empty when nothing was weighed) and
         ``waiting``."""
@@ -189,7 +191,7 @@ class Rebalancer:
         if saves and not pays and key not in kept:
             self.waiting = self.waited[key] = best
         self.message = ("re-balancing: %s predicted %.2f s an epoch against %.2f s on %s; "
-                        "switch %.2f s (%s), saved over %d epoch%s: %s"
+                        "switch %.2f s (%s), saved over %.3g epoch%s: %s"
                         % (describe_splits(best), seconds, current, describe_splits(plan),
                            self._cost(key, kept), "kept graph" if key in kept else "new graph",
                            epochs, "" if epochs == 1 else "s",

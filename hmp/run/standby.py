@@ -1,6 +1,6 @@
 """A plan's trainer made ready in the background while another plan trains.
 
-Re-balancing (``hmp.run.rebalance``) switches plans between epochs. A switch to a plan
+Re-balancing (``hmp.run.rebalance``) switches plans while training. A switch to a plan
 whose graph is not open costs a new graph: building and lowering it, a session on the
 devices, the scene loaded onto them, the checkpoint restored, the first step's graph
 optimisation: seconds, which a switch must pay back before the run ends. A

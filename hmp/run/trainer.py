@@ -26,6 +26,10 @@ from hmp.run.progress import rate_and_eta
 
 # Steps of an epoch traced for the devices' busy times (``traced_steps``).
 TRACED_STEPS = 3
+# The fewest steps a part of an epoch needs for its busy times and a steady rate (one
+# step's graph optimisation, the traced steps, and two more): a pause (``train_epoch``)
+# leaves at least as many.
+MEASURED_STEPS = TRACED_STEPS + 3
 # Steps between two reads of the loss and accuracy, which the devices keep summing
 # (``hmp.graph.graph.DeviceMetrics``); also read at the epoch's end and before a checkpoint.
 METRICS_EVERY = 20
@@ -80,7 +84,6 @@ class Paused(Exception):
         self.epoch, self.step = epoch, step
 
 
-
 @dataclasses.dataclass
 class EpochStats:
     epoch: int
@@ -89,7 +92,8 @@ class EpochStats:
     samples_per_second: float
     seconds: float
     busy_seconds: list = None   # per device: the median of the epoch's traced steps
-    steps: int = None           # steps run (fewer than the epoch's when it was resumed)
+    # steps run: the epoch's last ones only, after a resume or a switch within it
+    steps: int = None
     val_accuracy: float = None  # overall accuracy on the validation pixels, if any
     # samples/s after the first two steps (one-off graph optimisation, the first traced
     # step), the later traced steps and the first block of several steps a run left out:
@@ -310,9 +314,10 @@ class Trainer:
         Raises :class:`Stopped` after the block during which ``stop()`` became
         true, with a checkpoint of its last step saved (in the epoch's last block or
         its validation: the epoch recorded first, ``before_save``, without validation).
-        ``pause``: polled after each block but the epoch's last (None: never); when it
-        returns true the trainer saves a checkpoint of its last step, calls
-        ``before_checkpoint`` and raises :class:`Paused`.
+        ``pause(steps_left)``: polled after each block that leaves ``MEASURED_STEPS`` or
+        more of the epoch (None: never); when it returns true the trainer calls
+        ``before_checkpoint``, saves a checkpoint of its last step and raises
+        :class:`Paused`.
         """
         start_step = self.step - epoch * self.steps_per_epoch
         batches = list(self.experiment.train.batches(
@@ -365,7 +370,8 @@ class Trainer:
             last = start_step + steps == self.steps_per_epoch   # the epoch's end saves it
             checkpoint = passes(step - size, step, self.checkpoint_every) and not last
             stopping = self.stop()
-            pausing = not (stopping or last) and pause is not None and pause()
+            pausing = (not stopping and pause is not None and total - steps >= MEASURED_STEPS
+                       and pause(total - steps))
             if (passes(steps - size, steps, METRICS_EVERY) or last or checkpoint or stopping
                     or pausing):
                 read = self._read_metrics(step, epoch)   # before any save

@@ -10,7 +10,7 @@ import pytest
 
 from hmp.run import epoch_loop, look_yield, rebalance, run_folder
 from hmp.run.settings import Settings
-from hmp.run.trainer import EpochStats
+from hmp.run.trainer import MEASURED_STEPS, EpochStats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,11 +103,12 @@ class ScriptedRebalancer:
         self.reuse.append(seconds)
 
 
-def _loop(tmp_path, trainers, history=(), look_yields=False, **settings):
+def _loop(tmp_path, trainers, history=(), look_yields=False, steps_per_epoch=4, **settings):
     record = run_folder.History(str(tmp_path / run_folder.HISTORY), history)
     return epoch_loop.EpochLoop(trainers, A, bool(history), record, None,
                                 run_folder.Signals(), None, Settings.of(**settings),
-                                str(tmp_path), steps_per_epoch=4, look_yields=look_yields)
+                                str(tmp_path), steps_per_epoch=steps_per_epoch,
+                                look_yields=look_yields)
 
 
 def _standby_done_in(epoch_of, loop, monkeypatch):
@@ -200,24 +201,30 @@ def test_a_failed_standby_is_said_once_and_not_built_again(tmp_path, monkeypatch
 
 class SwitchingWhenKeptRebalancer(ScriptedRebalancer):
     """Waits for C after epoch 1; chooses C whenever C's graph is kept (its switch then
-    costs a restore), weighing the epochs left it is given."""
+    costs a restore); ``weighed``: the epochs left it was given each time."""
 
     CHOICES, WAITING = {}, {1: C}
 
+    def __init__(self, spec, threshold):
+        super().__init__(spec, threshold)
+        self.weighed = []
+
     def choose(self, plan, steps, epochs_left, kept=()):
         self.waiting = self.WAITING.get(self.epoch)
-        self.weighed = getattr(self, "weighed", []) + [epochs_left]
+        self.weighed.append(epochs_left)
         chosen = C if plan is not C and rebalance.plan_key(C) in kept else None
         self.message = "re-balancing: C %s" % ("switching" if chosen else "staying")
         return chosen
 
 
 class PausingTrainer(StandInTrainer):
-    """Epochs of 4 steps: polls ``pause`` after steps 1 to 3, once the loop's standby has
-    ended (waiting up to 10 s, as a real epoch outlasts a small build); at a pause it
-    records the sums at its step, "saves" it and raises ``Paused``; a restore goes on
-    from the step saved last; ``carried``: what each epoch was given."""
+    """Epochs of ``STEPS`` steps: polls ``pause`` as the trainer does (after each step that
+    leaves ``MEASURED_STEPS`` or more), each poll once the loop's standby has ended
+    (waiting up to 10 s, as a real epoch outlasts a small build); at a pause it records
+    the sums at its step, "saves" it and raises ``Paused``; a restore goes on from the
+    step saved last; ``carried``: what each epoch was given."""
 
+    STEPS = 8
     loop, saved = None, 0
 
     def __init__(self, *args, **kwargs):
@@ -227,20 +234,20 @@ class PausingTrainer(StandInTrainer):
     def train_epoch(self, epoch, epochs, before_save=None, look_strength=None, carried=None,
                     before_checkpoint=None, pause=None):
         self.carried.append((epoch, carried))
-        first = self.step - 4 * epoch
-        for done in range(first + 1, 4):
+        first = self.step - self.STEPS * epoch
+        for done in range(first + 1, self.STEPS - MEASURED_STEPS + 1):
             deadline = time.monotonic() + 10
             while (pause and self.loop.standby is not None and not self.loop.standby.ready
                    and time.monotonic() < deadline):
                 time.sleep(0.01)
-            if pause and pause():
-                self.step = 4 * epoch + done
+            if pause and pause(self.STEPS - done):
+                self.step = self.STEPS * epoch + done
                 before_checkpoint(self.step, 0.5 * done, 3.0 * done)
                 PausingTrainer.saved = self.step
                 raise epoch_loop.Paused(epoch, self.step)
-        self.step = PausingTrainer.saved = 4 * (epoch + 1)
+        self.step = PausingTrainer.saved = self.STEPS * (epoch + 1)
         stats = super().train_epoch(epoch, epochs, before_save, look_strength)
-        stats.steps = 4 - first
+        stats.steps = self.STEPS - first
         return stats
 
     def restore(self, path):
@@ -248,34 +255,42 @@ class PausingTrainer(StandInTrainer):
         self.step = PausingTrainer.saved
 
 
-def test_a_standby_ready_within_an_epoch_is_switched_to_there(tmp_path, monkeypatch, capsys):
-    """C is waited for after epoch 1; its graph, made ready during epoch 2, is switched to
-    after that epoch's first step (the rebalancer weighing the epochs left with it), and
-    the epoch goes on on C with the sums of the step before: recorded once, its times
-    not left out, the switch measured as a restore."""
-    monkeypatch.setattr(rebalance, "Rebalancer", SwitchingWhenKeptRebalancer)
+def _pausing_loop(tmp_path, monkeypatch, rebalancer):
+    """(a loop of 4 epochs on PausingTrainers and ``rebalancer``, their log, the trainers)."""
+    monkeypatch.setattr(rebalance, "Rebalancer", rebalancer)
     monkeypatch.setattr(epoch_loop, "Trainer", StandInTrainer)   # its warm_up
-    monkeypatch.setattr(StandInTrainers, "build", lambda self, plan: self.made.setdefault(
-        plan.name, PausingTrainer(plan, self.log)))
+    monkeypatch.setattr(StandInTrainers, "build", lambda self, plan: self.log.append(
+        ("build", plan.name)) or self.made.setdefault(plan.name, PausingTrainer(plan, self.log)))
     monkeypatch.setattr(StandInTrainers, "start", lambda self, plan, resume: self.made.setdefault(
         plan.name, PausingTrainer(plan, self.log)))
     log = []
     trainers = StandInTrainers(log)
-    loop = _loop(tmp_path, trainers, epochs=4, patience=0, rebalance="epoch")
-    PausingTrainer.loop = loop
+    loop = _loop(tmp_path, trainers, steps_per_epoch=PausingTrainer.STEPS, epochs=4,
+                 patience=0, rebalance="epoch")
+    monkeypatch.setattr(PausingTrainer, "loop", loop)
+    monkeypatch.setattr(PausingTrainer, "saved", 0)
+    return loop, log, trainers
+
+
+def test_a_standby_ready_within_an_epoch_is_switched_to_there(tmp_path, monkeypatch, capsys):
+    """C is waited for after epoch 1; its graph, made ready during epoch 2, is switched to
+    after that epoch's first step (the rebalancer weighing the epochs left with the
+    share of this one left), and the epoch goes on on C with the sums of the step
+    before: recorded once, its times not left out, the switch measured as a restore."""
+    loop, log, trainers = _pausing_loop(tmp_path, monkeypatch, SwitchingWhenKeptRebalancer)
 
     assert loop.train(first_epoch=0).epoch == 3
     assert [entry for entry in log if entry[0] != "epoch"] == [
-        ("restore", "C"), ("warm_up", "C"), ("restore", "C")]   # the standby's, the switch's
+        ("build", "C"), ("restore", "C"), ("warm_up", "C"),   # the standby's
+        ("restore", "C")]   # the switch's
     assert [entry for entry in log if entry[0] == "epoch"] == [
         ("epoch", 0, "A"), ("epoch", 1, "A"), ("epoch", 2, "C"), ("epoch", 3, "C")]
     a, c = trainers.made["A"], trainers.made["C"]
     assert a.carried == [(0, None), (1, None), (2, None)]
-    assert c.carried == [(2, (0.5, 3.0)), (3, None)]   # the sums at step 9, its checkpoint
+    assert c.carried == [(2, (0.5, 3.0)), (3, None)]   # the sums at step 17, its checkpoint
     rebalancer = loop.rebalancer
-    # weighed after epochs 0 and 1, then within epoch 2 (3 epochs left, it included), then
-    # after epoch 2
-    assert rebalancer.weighed == [3, 2, 2, 1]
+    # after epochs 0 and 1, within epoch 2 with 7 of its 8 steps left, after epoch 2
+    assert rebalancer.weighed == [3, 2, 1 + 7 / 8, 1]
     assert rebalancer.switches == ["build", None, "reuse", None]   # the first start builds
     assert rebalancer.disturbed == [False, False, False, False]
     assert [plan["name"] for plan in loop.record.plans] == ["A", "C"]
@@ -284,8 +299,27 @@ def test_a_standby_ready_within_an_epoch_is_switched_to_there(tmp_path, monkeypa
     assert ("standby: the graph of filters C is ready, within epoch 3\n"
             "re-balancing: C switching\n"
             "epoch 3/4  loss 1.0000  train acc 0.500  100 samples/s  1.0 s "
-            "(its last 3 of 4 steps)\n") in out
+            "(its last 7 of 8 steps)\n") in out
     assert loop.kept == {rebalance.plan_key(A): a} and loop.plan is C
+
+
+def test_a_standby_ready_within_an_epoch_whose_switch_does_not_pay_waits_for_its_end(
+        tmp_path, monkeypatch, capsys):
+    """C's graph is ready within epoch 2 but the rebalancer stays: the epoch runs on
+    whole, says so after its line, and is left out of the speeds; C's graph is kept,
+    not built again."""
+    loop, log, trainers = _pausing_loop(tmp_path, monkeypatch, WaitingRebalancer)
+
+    assert loop.train(first_epoch=0).epoch == 3
+    assert [entry for entry in log if entry[0] != "epoch"] == [
+        ("build", "C"), ("restore", "C"), ("warm_up", "C")]
+    assert {entry[2] for entry in log if entry[0] == "epoch"} == {"A"}
+    assert trainers.made["A"].carried == [(epoch, None) for epoch in range(4)]
+    assert loop.rebalancer.disturbed == [False, False, True, False]
+    out = capsys.readouterr().out
+    assert ("epoch 3/4  loss 1.0000  train acc 0.500  100 samples/s  1.0 s\n"
+            "standby: the graph of filters C is ready, within epoch 3\n") in out
+    assert list(loop.kept) == [rebalance.plan_key(C)] and loop.plan is A
 
 
 def test_a_measured_field_look_yields_where_the_fit_is_checked_and_a_resume_keeps_it(

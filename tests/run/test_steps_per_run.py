@@ -12,7 +12,8 @@ import harness
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Augmentation, Placement, Recipe
 from hmp.run import experiment
-from hmp.run.trainer import Paused, Stopped, Trainer, block_size, passes, traced_steps
+from hmp.run.trainer import (MEASURED_STEPS, Paused, Stopped, Trainer, block_size, passes,
+                              traced_steps)
 from models import model_config
 
 BATCH = 32
@@ -97,12 +98,12 @@ def test_a_read_or_checkpoint_is_due_at_the_first_block_end_at_or_past_it(every)
 
 
 class StopAfter:
-    """A ``stop`` that turns true at its ``polls``-th poll."""
+    """A ``stop`` (or ``pause``) that turns true at its ``polls``-th poll."""
 
     def __init__(self, polls):
         self.polls = polls
 
-    def __call__(self):
+    def __call__(self, *_):
         self.polls -= 1
         return self.polls <= 0
 
@@ -172,10 +173,11 @@ def test_the_trainer_in_blocks_trains_checkpoints_and_stops_as_step_by_step(exp,
     assert tf.train.latest_checkpoint(str(folder)).endswith("-%d" % paused.value.step)
     polls = []
     whole = resumed.train_epoch(0, 1, carried=partials[paused.value.step],
-                                pause=lambda: polls.append(resumed.step))
+                                pause=lambda left: polls.append((resumed.step, left)))
     assert whole.steps == total - paused.value.step
-    # polled after every step but the epoch's last, which never pauses
-    assert polls == list(range(paused.value.step + 1, total))
+    # polled after every step that leaves enough of the epoch to measure
+    assert polls == [(step, total - step) for step in
+                     range(paused.value.step + 1, total - MEASURED_STEPS + 1)]
     assert whole.train_accuracy == alone.train_accuracy
     assert whole.loss == pytest.approx(alone.loss, rel=1e-6)   # float32 sums in two parts
     for a, b in zip(weights(resumed.graph, resumed.session), weights_1):
