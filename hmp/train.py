@@ -154,8 +154,9 @@ flags.DEFINE_string("rebalance", DEFAULT.placement.rebalance,
                     "measured busy times, and switch when that is predicted to pay back.")
 flags.DEFINE_bool("try_alone", DEFAULT.placement.try_alone,
                   "With --mesh=auto, when the plan spreads over several "
-                  "devices: train the second epoch on the fastest device alone and keep "
-                  "whichever ran more samples/s (a measured guard against a mispriced plan).")
+                  "devices: train the next epoch on the layout priced next within 10%, if "
+                  "any, then one on the fastest device alone, and keep whichever ran the "
+                  "most samples/s (a measured guard against a mispriced plan).")
 flags.DEFINE_float("rebalance_threshold", DEFAULT.placement.rebalance_threshold,
                    "Re-balancing's noise level: re-plan when "
                    "max/min device busy time exceeds 1 + this, switch only to a plan "

@@ -77,13 +77,15 @@ def choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe,
                 first_epoch, recorded_trial):
     """(the plan made now from the speeds (--speeds's numbers; None: measured on the step
     of ``recipe``, with the link), the device fastest alone at --batch_size as the plan
-    priced each alone (``Plan.fastest_alone``)); ``spec``: the model's. Each device's
-    memory (``caps``: :func:`memory_caps`) bounds the plan.
+    priced each alone (``Plan.fastest_alone``), the runner-up or None); ``spec``: the
+    model's. Each device's memory (``caps``: :func:`memory_caps`) bounds the plan.
 
     When ``--try_alone``'s trial can run from ``first_epoch`` (:func:`trial_can_run`;
     ``recorded_trial``: its record before a resume, or None), a layout on several
     devices predicted faster than the fastest device alone at all is planned: the trial
-    measures that choice, which the cost model's error margin only guesses."""
+    measures that choice, which the cost model's error margin only guesses; and the
+    layout on several devices priced next within that margin (:func:`runner_up`), when
+    the run has an epoch for it, runs in the trial too."""
     devices, speeds = hardware.devices, hardware.speeds
     batch_size, mesh = settings.recipe.batch_size, settings.placement.mesh
     if len(devices) == 1:   # nothing to split: no profiling
@@ -91,7 +93,7 @@ def choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe,
         if mesh == AUTO:
             plan = dataclasses.replace(plan, reason="one device (%s): the one-device "
                                        "layout, no profiling needed" % devices[0])
-        return plan, devices[0]
+        return plan, devices[0], None
     if speeds is not None:
         plan = planning.plan_layout(spec, devices, speeds, batch_size, mesh, caps)
         if mesh == AUTO:
@@ -99,16 +101,44 @@ def choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe,
                 "communication not priced (no link given)",
                 "communication not priced: --speeds=%s gives the speeds, so no link was "
                 "measured (--speeds=auto measures both)" % settings.placement.speeds))
-        return plan, plan.fastest_alone()
+        return plan, plan.fastest_alone(), None
     measured, link = _measured(settings, hardware, model_config, spec, model_dir, recipe)
     trial = trial_can_run(settings, first_epoch, recorded_trial)
     plan = planning.plan_layout(spec, measured, None, batch_size, mesh, caps, link=link,
                                 alone_margin=0.0 if trial else SPLIT_MARGIN)
-    if trial and len(plan.devices) > 1 and plan.fastest_alone() is not None:
-        plan = dataclasses.replace(plan, reason=plan.reason + "; against one device, a "
-                                   "layout predicted faster at all, since --try_alone "
-                                   "measures it against the fastest device alone")
-    return plan, plan.fastest_alone()
+    if not (trial and len(plan.devices) > 1 and plan.fastest_alone() is not None):
+        return plan, plan.fastest_alone(), None
+    plan = dataclasses.replace(plan, reason=plan.reason + "; against one device, a "
+                               "layout predicted faster at all, since --try_alone "
+                               "measures it against the fastest device alone")
+    room = (recorded_trial is not None or settings.recipe.epochs - first_epoch
+            > rebalance.AloneTrial.FRESH_EPOCHS)   # an epoch for the runner-up
+    return plan, plan.fastest_alone(), (
+        runner_up(plan, spec, measured, batch_size, caps, link) if room else None)
+
+
+def runner_up(plan, spec, measured, batch_size, caps, link):
+    """The layout on several devices that the cost model priced fastest after ``plan``
+    (made with --mesh=auto) and within ``SPLIT_MARGIN`` of its step, either side (the
+    margin is the cost model's error: the trial measures the two), planned on its
+    devices (``measured``: the DeviceSpecs, ``caps`` their memory, in the order
+    planned); None when no candidate is that close."""
+    n = len(measured)
+    own = (plan.mesh, len(plan.devices))
+    near = [c for c in plan.candidates
+            if c.step is not None and (c.devices or n) > 1 and (c.mesh, c.devices or n) != own
+            and abs(c.step / plan.prediction.step - 1) <= SPLIT_MARGIN]
+    if not near:
+        return None
+    best = min(near, key=lambda c: c.step)
+    ranked = (plan.alone if best.ranking != "rate"
+              else sorted(plan.alone, key=lambda r: -r["rate"]))   # planner.subsets' orders
+    names = [r["device"] for r in ranked][:best.devices or n]
+    index = {s.name: i for i, s in enumerate(measured)}
+    chosen = sorted(index[name] for name in names)   # in the order the devices were given
+    return planning.plan_layout(spec, [measured[i] for i in chosen], None, batch_size,
+                                best.mesh, None if caps is None else [caps[i] for i in chosen],
+                                link=link)
 
 
 def trial_can_run(settings, first_epoch, recorded):
@@ -170,11 +200,12 @@ def _measured(settings, hardware, model_config, spec, model_dir, recipe):
 
 
 def alone_trial(settings, hardware, spec, plan, fastest, model_config, recipe, first_epoch,
-                recorded):
+                recorded, runner_up_plan=None):
     """The trial of the fastest device alone (``--try_alone``; a
-    :class:`hmp.run.rebalance.AloneTrial`), with what ``recorded`` (its record before a
-    resume) measured, or None when it does not apply: a mesh or plan given, a plan on
-    one device, fewer epochs left than it still needs (3 fresh)."""
+    :class:`hmp.run.rebalance.AloneTrial`, with ``runner_up_plan`` when not None), with
+    what ``recorded`` (its record before a resume) measured, or None when it does not
+    apply: a mesh or plan given, a plan on one device, fewer epochs left than it still
+    needs (3 fresh, 4 with a runner-up)."""
     recipe_settings = settings.recipe
     if not _trial_on(settings) or fastest is None or len(plan.devices) < 2:
         return None
@@ -184,7 +215,13 @@ def alone_trial(settings, hardware, spec, plan, fastest, model_config, recipe, f
     # what the rates depend on: what a speed measurement does, and the two layouts
     key = {**_measurement_key(settings, hardware, model_config, plan.devices, recipe),
            "mesh": plan.mesh, "splits": plan.splits, "alone": fastest}
-    trial = rebalance.AloneTrial(plan, alone, key)
+    if runner_up_plan is not None:
+        runner_up_plan = dataclasses.replace(
+            runner_up_plan, reason="the runner-up, on trial against the plan (--try_alone): "
+            + runner_up_plan.reason)
+        key["runner_up"] = {"mesh": runner_up_plan.mesh, "devices": runner_up_plan.devices,
+                            "splits": runner_up_plan.splits}
+    trial = rebalance.AloneTrial(plan, alone, key, runner_up_plan)
     line = trial.take_up(recorded, first_epoch)
     if recipe_settings.epochs - first_epoch < trial.epochs_needed:
         return None

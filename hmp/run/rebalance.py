@@ -216,24 +216,30 @@ def describe_splits(plan):
 
 
 class AloneTrial:
-    """Epoch ``e`` on ``plan``, epoch ``e + 1`` on ``alone`` (the fastest device's
-    one-device plan), then the faster of the two for the rest of the run.
+    """Epoch ``e`` on ``plan``, then an epoch on ``runner_up`` (a layout on several devices
+    that the cost model priced within its margin of the plan; None: none), then one on
+    ``alone`` (the fastest device's one-device plan), then the fastest of them for the
+    rest of the run (of equal rates: alone, then the plan).
 
     ``plan`` is the layout the next epoch runs on; ``measure(epoch, samples_per_s)``
     takes the rate of the epoch that just ran on it and sets ``message``. ``record()``
     is the trial as the run folder keeps it (``history.json``, written with each epoch
     before its checkpoint; ``results.json``), and ``take_up`` reads it back on a resume,
     so that a decided trial is not run again and a measured epoch is not lost.
-    ``key``: what the rates depend on (model, batch, devices, the plan's layout, as
-    JSON values); a record made under another key is not taken up.
+    ``key``: what the rates depend on (model, batch, devices, the layouts, as JSON
+    values); a record made under another key is not taken up.
     """
 
-    FRESH_EPOCHS = 3   # one on each layout, one on the faster
+    FRESH_EPOCHS = 3   # one on the plan and one alone, one on the faster
+    ORDER = ("split", "runner-up", "alone")   # the order the layouts run in
 
-    def __init__(self, plan, alone, key):
+    def __init__(self, plan, alone, key, runner_up=None):
         self.plans = {"split": plan, "alone": alone}
+        if runner_up is not None:
+            self.plans["runner-up"] = runner_up
+        self.names = [name for name in self.ORDER if name in self.plans]
         self.key = key
-        self.rates, self.epochs = {}, {}   # "split", "alone": samples/s, the epoch measured
+        self.rates, self.epochs = {}, {}   # name: samples/s, the epoch measured
         self.message = ""
 
     @property
@@ -242,35 +248,27 @@ class AloneTrial:
 
     @property
     def done(self):
-        return len(self.rates) == 2
+        return len(self.rates) == len(self.names)
 
     @property
     def verdict(self):
-        """"alone" (also on a tie: one device is the simpler layout) or "split" once
-        both have run, else None."""
+        """The name of the layout that ran the most samples/s ("alone" of equals, then
+        "split") once all have run, else None."""
         if not self.done:
             return None
-        return "alone" if self.rates["alone"] >= self.rates["split"] else "split"
+        preferred = [name for name in ("alone", "split", "runner-up") if name in self.plans]
+        return max(preferred, key=lambda name: self.rates[name])   # the first of equals
 
     @property
     def plan(self):
-        """The plan the next epoch runs on: the plan, then the device alone, then the faster."""
-        return self.plans[self.verdict or ("alone" if self.rates else "split")]
+        """The plan the next epoch runs on: each layout in turn, then the fastest."""
+        return self.plans[self.verdict or self.names[len(self.rates)]]
 
     def measure(self, epoch, samples_per_s):
         """Takes the samples/s of ``epoch``, which ran on ``plan``."""
-        which = "alone" if self.rates else "split"
+        which = self.names[len(self.rates)]
         self.rates[which], self.epochs[which] = samples_per_s, epoch
-        if not self.done:
-            self.message = self._alone_next("")
-        elif self.verdict == "alone":
-            self.message = ("trial: %s alone ran %.0f samples/s against %.0f for the plan; "
-                            "training goes on there alone"
-                            % (self.device, samples_per_s, self.rates["split"]))
-        else:
-            self.message = ("trial: the plan ran %.0f samples/s against %.0f for %s alone; "
-                            "back to the plan" % (self.rates["split"], samples_per_s,
-                                                  self.device))
+        self.message = self._next_line("") if not self.done else self._verdict_line()
 
     def record(self):
         """The trial as JSON values: its key, device, rates, their epochs and the verdict."""
@@ -290,26 +288,52 @@ class AloneTrial:
                         if key.get(name) != self.key.get(name))
             return ("trial: the one before the resume is not taken up: it was for %s %s, "
                     "this run is for %s" % (name, key.get(name), self.key.get(name)))
-        for which in ("split", "alone"):   # in the order they ran
+        for which in self.names:   # in the order they ran
             if which not in record["rates"] or record["epochs"][which] >= first_epoch:
                 break
             self.rates[which] = record["rates"][which]
             self.epochs[which] = record["epochs"][which]
         if self.done:
-            return ("trial: decided before the resume: the plan (%.0f samples/s) against %s "
-                    "alone (%.0f); training on %s"
-                    % (self.rates["split"], self.device, self.rates["alone"],
-                       "the plan" if self.verdict == "split" else self.device + " alone"))
+            first, *others = self.names
+            return ("trial: decided before the resume: %s (%.0f samples/s) against %s; "
+                    "training on %s"
+                    % (self._named(first), self.rates[first],
+                       " and ".join("%s (%.0f)" % (self._named(name), self.rates[name])
+                                    for name in others),
+                       self._named(self.verdict)))
         if self.rates:
-            return self._alone_next(" before the resume")
+            return self._next_line(" before the resume")
         return None
 
-    def _alone_next(self, when):
-        """The line after the plan's epoch (``when`` it ran: "" or " before the resume")."""
-        return ("trial: the plan ran %.0f samples/s%s; the next epoch runs on the fastest "
-                "device alone (%s)" % (self.rates["split"], when, self.device))
+    def _named(self, name):
+        """How the lines name the layout ``name``."""
+        if name == "runner-up":
+            runner_up = self.plans[name]
+            return "the runner-up (%s %s)" % (runner_up.mesh, describe_splits(runner_up))
+        return "the plan" if name == "split" else self.device + " alone"
+
+    def _next_line(self, when):
+        """The line after a trial epoch but the last (``when`` it ran: "" or " before
+        the resume")."""
+        last = self.names[len(self.rates) - 1]
+        following = self.names[len(self.rates)]
+        return ("trial: %s ran %.0f samples/s%s; the next epoch runs on %s"
+                % (self._named(last), self.rates[last], when,
+                   "the fastest device alone (%s)" % self.device if following == "alone"
+                   else self._named(following)))
+
+    def _verdict_line(self):
+        """The line once every layout has run: the fastest, against the others."""
+        verdict, others = self.verdict, [name for name in self.names if name != self.verdict]
+        return ("trial: %s ran %.0f samples/s against %s; %s"
+                % (self._named(verdict), self.rates[verdict],
+                   " and ".join("%.0f for %s" % (self.rates[name], self._named(name))
+                                for name in others),
+                   {"alone": "training goes on there alone", "split": "back to the plan",
+                    "runner-up": "training goes on on it"}[verdict]))
 
     @property
     def epochs_needed(self):
-        """Epochs the trial still needs: one per layout not yet measured, one on the faster."""
-        return self.FRESH_EPOCHS - len(self.rates)
+        """Epochs the trial still needs: one per layout not yet measured, one on the
+        fastest."""
+        return len(self.names) + 1 - len(self.rates)

@@ -118,13 +118,13 @@ def train_seed(shared, model_dir, seed):
     first_epoch = start_step // steps_per_epoch
     # Every invocation's epochs: a resumed run keeps those before its checkpoint.
     record = run_folder.History.open(model_dir, resume, first_epoch, start_step, shared.argv)
-    plan, fastest = _plan(shared, spec, model_config, caps, model_dir, recipe, first_epoch,
-                          record.trial)
+    plan, fastest, runner_up = _plan(shared, spec, model_config, caps, model_dir, recipe,
+                                     first_epoch, record.trial)
     print(plan.explain(), flush=True)
     trainers = Trainers(shared, model_config, exp, recipe, model_dir, seed,
                         ProgressLine(log_every=folder.log_every))
     trial = alone_trial(settings, shared.hardware, spec, plan, fastest, model_config, recipe,
-                        first_epoch, record.trial)
+                        first_epoch, record.trial, runner_up)
     if trial is not None:   # a trial taken up may start on the device alone or the winner
         plan, record.trial = trial.plan, trial.record()
     loop = EpochLoop(trainers, plan, resume, record, trial, shared.signals, spec, settings,
@@ -218,11 +218,12 @@ def _make_folder(settings, model_dir, data_config, exp):
 
 
 def _plan(shared, spec, model_config, caps, model_dir, recipe, first_epoch, recorded_trial):
-    """(the plan, the device fastest alone or None): --plan's, else made now (a run
-    from ``first_epoch``; ``recorded_trial``: --try_alone's record before a resume)."""
+    """(the plan, the device fastest alone or None, the trial's runner-up or None):
+    --plan's, else made now (a run from ``first_epoch``; ``recorded_trial``: --try_alone's
+    record before a resume)."""
     settings, hardware = shared.settings, shared.hardware
     if hardware.given_plan is not None:   # the device fastest alone is not known
-        return hardware.given_plan, None
+        return hardware.given_plan, None, None
     with settings.blame("devices", "speeds", "mesh"):
         return choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe,
                            first_epoch, recorded_trial)

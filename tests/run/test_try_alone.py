@@ -99,13 +99,73 @@ def test_where_the_trial_runs_a_split_predicted_faster_at_all_is_planned(
                         lambda *args: (measured, LinkSpec(1e12, 17.28e-3)))
     hardware = types.SimpleNamespace(devices=["/gpu:0", "/gpu:1"], speeds=None)
     settings = Settings.of(batch_size=64, epochs=6, **values)
-    plan, fastest = plan_choice.choose_plan(settings, hardware, fc_model(), None, None, None, None,
-                                            first_epoch, recorded)
-    assert fastest == "/gpu:0"
+    plan, fastest, runner_up = plan_choice.choose_plan(
+        settings, hardware, fc_model(), None, None, None, None, first_epoch, recorded)
+    assert fastest == "/gpu:0" and runner_up is None   # batch:2 priced at 53.8 ms: far
     assert (plan.mesh, len(plan.devices)) == (("model:2", 2) if split else ("batch:1", 1))
     assert plan.reason.endswith("; against one device, a layout predicted faster at all, "
                                 "since --try_alone measures it against the fastest device "
                                 "alone") == split
+
+
+@pytest.mark.parametrize("epochs, first_epoch, recorded, raced", [
+    (6, 0, None, True), (4, 0, None, True), (3, 0, None, False), (6, 4, RECORD, True)])
+def test_a_layout_priced_within_the_margin_of_the_plan_races_in_the_trial(
+        monkeypatch, epochs, first_epoch, recorded, raced):
+    """With a 1 ms hand-over the same model prices model:2 at 20.2 ms and batch:2 at 21.2
+    ms (5% slower, within the 10% margin): batch:2 is the runner-up, planned on both
+    devices, when the run has an epoch for it (4 fresh, or a trial taken up); the trial
+    then runs the plan, the runner-up and the device alone in turn."""
+    measured = [DeviceSpec("/gpu:0", 1e9), DeviceSpec("/gpu:1", 1e9)]
+    monkeypatch.setattr(plan_choice, "_measured", lambda *args: (measured, LinkSpec(1e12, 1e-3)))
+    hardware = types.SimpleNamespace(devices=["/gpu:0", "/gpu:1"], speeds=None)
+    settings = Settings.of(batch_size=64, epochs=epochs)
+    plan, fastest, runner_up = plan_choice.choose_plan(
+        settings, hardware, fc_model(), None, None, None, None, first_epoch, recorded)
+    assert (plan.mesh, fastest) == ("model:2", "/gpu:0")
+    if not raced:
+        assert runner_up is None
+        return
+    assert (runner_up.mesh, runner_up.devices, runner_up.splits) == (
+        "batch:2", ["/gpu:0", "/gpu:1"], {"batch": [32, 32]})
+    priced = {c.mesh: c.step for c in plan.candidates}
+    assert runner_up.prediction.step == pytest.approx(priced["batch:2"])
+    assert priced["batch:2"] / plan.prediction.step - 1 == pytest.approx(1.0 / 20.2, abs=1e-3)
+
+
+def test_a_trial_with_a_runner_up_runs_the_three_layouts_and_keeps_the_fastest(tmp_path):
+    split, alone = plans()
+    other = plan_layout(spec(), ["/cpu:0", "/cpu:1"], [1, 1], 8, "batch:2")
+    key = {**KEY, "runner_up": {"mesh": "batch:2"}}
+    trial = rebalance.AloneTrial(split, alone, key, other)
+    assert (trial.plan, trial.epochs_needed) == (split, 4)
+    trial.measure(0, 100.0)
+    assert trial.plan is other and trial.message == (
+        "trial: the plan ran 100 samples/s; the next epoch runs on the runner-up (batch:2 batch [4, 4])")
+    trial.measure(1, 180.0)
+    assert trial.plan is alone and trial.message == (
+        "trial: the runner-up (batch:2 batch [4, 4]) ran 180 samples/s; the next epoch runs on the "
+        "fastest device alone (/cpu:0)")
+    trial.measure(2, 150.0)
+    assert trial.done and trial.verdict == "runner-up" and trial.plan is other
+    assert trial.message == ("trial: the runner-up (batch:2 batch [4, 4]) ran 180 samples/s against "
+                             "100 for the plan and 150 for /cpu:0 alone; training goes on on it")
+    assert trial.record()["epochs"] == {"split": 0, "runner-up": 1, "alone": 2}
+    # taken up after a resume in the epoch alone: that epoch again, alone
+    resumed = rebalance.AloneTrial(split, alone, key, other)
+    line = resumed.take_up(trial.record(), 2)
+    assert (resumed.rates, resumed.plan) == ({"split": 100.0, "runner-up": 180.0}, alone)
+    assert line == ("trial: the runner-up (batch:2 batch [4, 4]) ran 180 samples/s before the resume; "
+                    "the next epoch runs on the fastest device alone (/cpu:0)")
+    decided = rebalance.AloneTrial(split, alone, key, other)
+    assert decided.take_up(trial.record(), 3) == (
+        "trial: decided before the resume: the plan (100 samples/s) against the runner-up "
+        "(batch:2 batch [4, 4]) (180) and /cpu:0 alone (150); training on the runner-up (batch:2 batch [4, 4])")
+    assert decided.plan is other
+    tie = rebalance.AloneTrial(split, alone, key, other)   # equal rates: alone, then the plan
+    for epoch, rate in enumerate([120.0, 120.0, 100.0]):
+        tie.measure(epoch, rate)
+    assert tie.verdict == "split"
 
 
 @pytest.fixture(scope="module")
