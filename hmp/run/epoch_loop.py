@@ -225,21 +225,30 @@ class EpochLoop:
 
     def _switch(self, new_plan):
         """Goes on with ``new_plan`` from the latest checkpoint: on its kept graph when
-        there is one, else on a new one; keeps the graph left (one besides the one used).
-        The spare graphs are closed first; the plan changes once its trainer is there
-        (after a failed build or restore, every open trainer is where ``close_all``
-        finds it)."""
+        there is one, else on a new one; keeps the graph left (one besides the one used,
+        and while the trial runs the plan's too: a switch back to it, the usual verdict,
+        then restores). The other spare graphs are closed first; the plan changes once
+        its trainer is there (after a failed build or restore, every open trainer is
+        where ``close_all`` finds it)."""
         started_at = time.perf_counter()
         key = rebalance.plan_key(new_plan)
-        for spare in [other for other in self.kept if other != key]:
+        keep = {key}
+        if self.trial is not None and not self.trial.done:   # the plan may win the trial
+            keep.add(rebalance.plan_key(self.trial.plans["split"]))
+        for spare in [other for other in self.kept if other not in keep]:
             self.kept.pop(spare).close()
-        previous = self.kept.get(key)
-        if previous is None:
-            trainer = self.trainers.start(new_plan, resume=True)
-        else:
-            previous.restore(tf.train.latest_checkpoint(self.model_dir))
-            trainer = previous
-        self.kept = {rebalance.plan_key(self.plan): self.trainer}
+        previous = self.kept.pop(key, None)
+        try:
+            if previous is None:
+                trainer = self.trainers.start(new_plan, resume=True)
+            else:
+                previous.restore(tf.train.latest_checkpoint(self.model_dir))
+                trainer = previous
+        except BaseException:
+            if previous is not None:   # where close_all finds it
+                self.kept[key] = previous
+            raise
+        self.kept[rebalance.plan_key(self.plan)] = self.trainer
         self.plan, self.trainer = new_plan, trainer
         self.record.add_plan(dataclasses.asdict(new_plan))
         self.switched = ("build" if previous is None else "reuse",

@@ -111,8 +111,10 @@ def choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe,
     plan = dataclasses.replace(plan, reason=plan.reason + "; against one device, a "
                                "layout predicted faster at all, since --try_alone "
                                "measures it against the fastest device alone")
-    room = (recorded_trial is not None or settings.recipe.epochs - first_epoch
-            > rebalance.AloneTrial.FRESH_EPOCHS)   # an epoch for the runner-up
+    if recorded_trial is not None:   # taken up as it ran: with a runner-up or without
+        room = "runner_up" in (recorded_trial.get("key") or {})
+    else:   # an epoch for the runner-up
+        room = settings.recipe.epochs - first_epoch > rebalance.AloneTrial.FRESH_EPOCHS
     return plan, plan.fastest_alone(), (
         runner_up(plan, spec, measured, batch_size, caps, link) if room else None)
 
@@ -131,10 +133,10 @@ def runner_up(plan, spec, measured, batch_size, caps, link):
     if not near:
         return None
     best = min(near, key=lambda c: c.step)
-    ranked = (plan.alone if best.ranking != "rate"
-              else sorted(plan.alone, key=lambda r: -r["rate"]))   # planner.subsets' orders
-    names = [r["device"] for r in ranked][:best.devices or n]
     index = {s.name: i for i, s in enumerate(measured)}
+    ranked = (plan.alone if best.ranking != "rate"   # planner.subsets' orders
+              else sorted(plan.alone, key=lambda r: (-r["rate"], index[r["device"]])))
+    names = [r["device"] for r in ranked][:best.devices or n]
     chosen = sorted(index[name] for name in names)   # in the order the devices were given
     return planning.plan_layout(spec, [measured[i] for i in chosen], None, batch_size,
                                 best.mesh, None if caps is None else [caps[i] for i in chosen],

@@ -330,7 +330,7 @@ class AloneTrial:
                    " and ".join("%.0f for %s" % (self.rates[name], self._named(name))
                                 for name in others),
                    {"alone": "training goes on there alone", "split": "back to the plan",
-                    "runner-up": "training goes on on it"}[verdict]))
+                    "runner-up": "training goes on on the runner-up"}[verdict]))
 
     @property
     def epochs_needed(self):

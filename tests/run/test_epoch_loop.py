@@ -322,6 +322,35 @@ def test_a_standby_ready_within_an_epoch_whose_switch_does_not_pay_waits_for_its
     assert list(loop.kept) == [rebalance.plan_key(C)] and loop.plan is A
 
 
+def test_a_trial_of_three_layouts_keeps_the_plans_graph_for_its_verdict(tmp_path,
+                                                                          monkeypatch):
+    """--try_alone with a runner-up: A (the plan), B (the runner-up), C (alone) in turn;
+    A ran fastest, so the run goes back to it on the graph kept through the trial."""
+    original = StandInTrainer.train_epoch
+    rates = {"A": 300.0, "B": 200.0, "C": 100.0}
+
+    def train_epoch(self, epoch, epochs, before_save=None, look_strength=None, **_):
+        def rated(stats):
+            stats.samples_per_second = rates[self.plan.name]
+            before_save(stats)
+        return original(self, epoch, epochs, rated, look_strength)
+    monkeypatch.setattr(StandInTrainer, "train_epoch", train_epoch)
+    log = []
+    trainers = StandInTrainers(log)
+    trial = rebalance.AloneTrial(A, C, {}, runner_up=B)
+    record = run_folder.History(str(tmp_path / run_folder.HISTORY), ())
+    loop = epoch_loop.EpochLoop(trainers, A, False, record, trial, run_folder.Signals(), None,
+                                Settings.of(epochs=5, patience=0), str(tmp_path),
+                                steps_per_epoch=4)
+    loop.train(first_epoch=0)
+    assert trial.verdict == "split"
+    assert [entry[2] for entry in log if entry[0] == "epoch"] == ["A", "B", "C", "A", "A"]
+    assert [entry for entry in log if entry[0] != "epoch"] == [
+        ("start", "A", False), ("start", "B", True), ("start", "C", True), ("restore", "A")]
+    made = trainers.made
+    assert (made["A"].closed, made["B"].closed, made["C"].closed) == (False, True, False)
+
+
 def test_a_measured_field_look_yields_where_the_fit_is_checked_and_a_resume_keeps_it(
         tmp_path, capsys):
     """16 epochs: the fit is checked after epochs 4, 6, 8 and 10 (a quarter, three

@@ -109,13 +109,14 @@ def test_where_the_trial_runs_a_split_predicted_faster_at_all_is_planned(
 
 
 @pytest.mark.parametrize("epochs, first_epoch, recorded, raced", [
-    (6, 0, None, True), (4, 0, None, True), (3, 0, None, False), (6, 4, RECORD, True)])
+    (6, 0, None, True), (4, 0, None, True), (3, 0, None, False), (6, 4, RECORD, False),
+    (6, 4, {**RECORD, "key": {**KEY, "runner_up": {"mesh": "batch:2"}}}, True)])
 def test_a_layout_priced_within_the_margin_of_the_plan_races_in_the_trial(
         monkeypatch, epochs, first_epoch, recorded, raced):
     """With a 1 ms hand-over the same model prices model:2 at 20.2 ms and batch:2 at 21.2
     ms (5% slower, within the 10% margin): batch:2 is the runner-up, planned on both
-    devices, when the run has an epoch for it (4 fresh, or a trial taken up); the trial
-    then runs the plan, the runner-up and the device alone in turn."""
+    devices, when the run has an epoch for it (4 fresh) or the trial taken up after a
+    resume had one (a record without one, e.g. of an older run, is taken up as it ran)."""
     measured = [DeviceSpec("/gpu:0", 1e9), DeviceSpec("/gpu:1", 1e9)]
     monkeypatch.setattr(plan_choice, "_measured", lambda *args: (measured, LinkSpec(1e12, 1e-3)))
     hardware = types.SimpleNamespace(devices=["/gpu:0", "/gpu:1"], speeds=None)
@@ -149,7 +150,8 @@ def test_a_trial_with_a_runner_up_runs_the_three_layouts_and_keeps_the_fastest(t
     trial.measure(2, 150.0)
     assert trial.done and trial.verdict == "runner-up" and trial.plan is other
     assert trial.message == ("trial: the runner-up (batch:2 batch [4, 4]) ran 180 samples/s against "
-                             "100 for the plan and 150 for /cpu:0 alone; training goes on on it")
+                             "100 for the plan and 150 for /cpu:0 alone; training goes on on the "
+                             "runner-up")
     assert trial.record()["epochs"] == {"split": 0, "runner-up": 1, "alone": 2}
     # taken up after a resume in the epoch alone: that epoch again, alone
     resumed = rebalance.AloneTrial(split, alone, key, other)
