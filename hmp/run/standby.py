@@ -22,8 +22,8 @@ class Standby:
     whose effects the switch's restore undoes: it compiles the graph on the devices).
 
     ``ready``: the trainer is there (``take()`` hands it over); ``failed``: the error
-    the build raised (``take()`` raises it); ``close()`` waits for the thread and
-    closes a trainer that was not taken.
+    the build raised (``take()`` raises it); ``wait()`` returns once either holds;
+    ``close()`` waits and closes a trainer that was not taken.
     """
 
     def __init__(self, plan, build, checkpoint, warm_up):
@@ -59,9 +59,13 @@ class Standby:
     def failed(self):
         return None if self._thread.is_alive() else self._error
 
+    def wait(self):
+        """Returns once the build has ended: ``ready``, or ``failed``."""
+        self._thread.join()
+
     def take(self):
         """The ready trainer (this standby no longer owns it)."""
-        self._thread.join()
+        self.wait()
         if self._error is not None:
             raise self._error
         trainer, self._trainer = self._trainer, None
@@ -69,7 +73,7 @@ class Standby:
 
     def close(self):
         """Waits for the build to end and closes its trainer unless taken."""
-        self._thread.join()
+        self.wait()
         if self._trainer is not None:
             self._trainer.close()
             self._trainer = None

@@ -4,12 +4,12 @@ graph kept, a plan waited for is made ready by a standby and then switched to by
 restore; early stop; every spare trainer is closed before classifying."""
 
 import dataclasses
-import time
 
 import pytest
 
 from hmp.run import epoch_loop, look_yield, rebalance, run_folder
 from hmp.run.settings import Settings
+from hmp.run.standby import Standby
 from hmp.run.trainer import MEASURED_STEPS, EpochStats
 
 
@@ -111,18 +111,18 @@ def _loop(tmp_path, trainers, history=(), look_yields=False, steps_per_epoch=4, 
                                 look_yields=look_yields)
 
 
-def _standby_done_in(epoch_of, loop, monkeypatch):
-    """Epoch ``epoch_of`` waits (up to 10 s) for the loop's standby thread to end (ready or
-    failed) before it ends, as a real epoch outlasts a small build."""
-    original = StandInTrainer.train_epoch
+class ReadyStandby(Standby):
+    """A standby whose build has ended (ready or failed) before the loop first looks at
+    it, as a real epoch outlasts a small build: no test waits on a clock."""
 
-    def train_epoch(self, epoch, epochs, before_save=None, look_strength=None, **_):
-        deadline = time.monotonic() + 10
-        while (epoch == epoch_of and not (loop.standby.ready or loop.standby.failed)
-               and time.monotonic() < deadline):
-            time.sleep(0.01)
-        return original(self, epoch, epochs, before_save, look_strength)
-    monkeypatch.setattr(StandInTrainer, "train_epoch", train_epoch)
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.wait()
+
+
+@pytest.fixture(autouse=True)
+def ready_standbys(monkeypatch):
+    monkeypatch.setattr(epoch_loop, "Standby", ReadyStandby)
 
 
 def test_switches_build_a_new_plan_reuse_a_kept_one_and_take_a_standby(tmp_path,
@@ -132,7 +132,6 @@ def test_switches_build_a_new_plan_reuse_a_kept_one_and_take_a_standby(tmp_path,
     log = []
     trainers = StandInTrainers(log)
     loop = _loop(tmp_path, trainers, epochs=6, patience=0, rebalance="epoch")
-    _standby_done_in(3, loop, monkeypatch)
 
     stats = loop.train(first_epoch=0)
     assert stats.epoch == 5
@@ -185,7 +184,6 @@ def test_a_failed_standby_is_said_once_and_not_built_again(tmp_path, monkeypatch
     monkeypatch.setattr(rebalance, "Rebalancer", WaitingRebalancer)
     log = []
     loop = _loop(tmp_path, FailingTrainers(log), epochs=5, patience=0, rebalance="epoch")
-    _standby_done_in(2, loop, monkeypatch)
 
     assert loop.train(first_epoch=0).epoch == 4
     assert [entry for entry in log if entry[0] == "build"] == [("build", "C")]
@@ -219,13 +217,12 @@ class SwitchingWhenKeptRebalancer(ScriptedRebalancer):
 
 class PausingTrainer(StandInTrainer):
     """Epochs of ``STEPS`` steps: polls ``pause`` as the trainer does (after each step that
-    leaves ``MEASURED_STEPS`` or more), each poll once the loop's standby has ended
-    (waiting up to 10 s, as a real epoch outlasts a small build); at a pause it records
-    the sums at its step, "saves" it and raises ``Paused``; a restore goes on from the
-    step saved last; ``carried``: what each epoch was given."""
+    leaves ``MEASURED_STEPS`` or more); at a pause it records the sums at its step,
+    "saves" it and raises ``Paused``; a restore goes on from the step saved last;
+    ``carried``: what each epoch was given."""
 
     STEPS = 8
-    loop, saved = None, 0
+    saved = 0
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -236,10 +233,6 @@ class PausingTrainer(StandInTrainer):
         self.carried.append((epoch, carried))
         first = self.step - self.STEPS * epoch
         for done in range(first + 1, self.STEPS - MEASURED_STEPS + 1):
-            deadline = time.monotonic() + 10
-            while (pause and self.loop.standby is not None and not self.loop.standby.ready
-                   and time.monotonic() < deadline):
-                time.sleep(0.01)
             if pause and pause(self.STEPS - done):
                 self.step = self.STEPS * epoch + done
                 before_checkpoint(self.step, 0.5 * done, 3.0 * done)
@@ -267,7 +260,6 @@ def _pausing_loop(tmp_path, monkeypatch, rebalancer):
     trainers = StandInTrainers(log)
     loop = _loop(tmp_path, trainers, steps_per_epoch=PausingTrainer.STEPS, epochs=4,
                  patience=0, rebalance="epoch")
-    monkeypatch.setattr(PausingTrainer, "loop", loop)
     monkeypatch.setattr(PausingTrainer, "saved", 0)
     return loop, log, trainers
 
