@@ -19,7 +19,7 @@ from hmp.measure import calibration, speedcache
 from hmp.measure.devices import memory_bytes, parse_memory_caps
 from hmp.measure.speeds import measure_platform
 from hmp.planning.plan import format_bytes
-from hmp.planning.planner import SPLIT_MARGIN
+from hmp.planning.planner import SPLIT_MARGIN, rate_order
 from hmp.run import rebalance
 from hmp.run.progress import say
 from hmp.run.settings import AUTO
@@ -123,21 +123,20 @@ def runner_up(plan, spec, measured, batch_size, caps, link):
     """The layout on several devices that the cost model priced fastest after ``plan``
     (made with --mesh=auto) and within ``SPLIT_MARGIN`` of its step, either side (the
     margin is the cost model's error: the trial measures the two), planned on its
-    devices (``measured``: the DeviceSpecs, ``caps`` their memory, in the order
-    planned); None when no candidate is that close."""
-    n = len(measured)
+    devices, the candidate's count of them ranked as the planner ranked them
+    (``measured``: the DeviceSpecs, ``caps`` their memory, in the order planned); None
+    when no candidate is that close."""
     own = (plan.mesh, len(plan.devices))
     near = [c for c in plan.candidates
-            if c.step is not None and (c.devices or n) > 1 and (c.mesh, c.devices or n) != own
+            if c.step is not None and c.devices > 1 and (c.mesh, c.devices) != own
             and abs(c.step / plan.prediction.step - 1) <= SPLIT_MARGIN]
     if not near:
         return None
     best = min(near, key=lambda c: c.step)
     index = {s.name: i for i, s in enumerate(measured)}
-    ranked = (plan.alone if best.ranking != "rate"   # planner.subsets' orders
-              else sorted(plan.alone, key=lambda r: (-r["rate"], index[r["device"]])))
-    names = [r["device"] for r in ranked][:best.devices or n]
-    chosen = sorted(index[name] for name in names)   # in the order the devices were given
+    order = (rate_order(spec, measured) if best.ranking == "rate"   # as planner.subsets
+             else [index[r["device"]] for r in plan.alone])
+    chosen = sorted(order[:best.devices])   # in the order the devices were given
     return planning.plan_layout(spec, [measured[i] for i in chosen], None, batch_size,
                                 best.mesh, None if caps is None else [caps[i] for i in chosen],
                                 link=link)

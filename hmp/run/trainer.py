@@ -399,18 +399,18 @@ class Trainer:
         self.progress(None)
         stats = stats_now()
         step = self.step if step is None else int(step)   # None: no step ran
+        stopped = False
         try:
             if self.experiment.val is not None:
                 stats.val_accuracy = float(np.mean(self.predict(self.experiment.val)
                                                    == self.experiment.val.class_ids))
         except Stopped:   # while validating: the epoch is whole, recorded without it
-            if before_save is not None:
-                before_save(stats)
-            self.save(step)
-            raise Stopped(epoch, step) from None
+            stopped = True
         if before_save is not None:
             before_save(stats)
         self.save(step)
+        if stopped:
+            raise Stopped(epoch, step)
         self._summaries(stats, step)
         return stats
 
