@@ -7,8 +7,8 @@ A switch keeps the graph it leaves (a switch back restores the checkpoint into i
 instead of building it anew); a plan the rebalancer waits for has its graph made ready
 on a thread meanwhile (``hmp.run.standby``), and once it is, the rebalancer weighs the
 switch again at once: a switch that now pays is made within the epoch, after the block
-of steps then running (``Trainer.train_epoch``'s ``pause``). Every switch goes on from the latest
-checkpoint: the same weights on another plan.
+of steps then running (``Trainer.train_epoch``'s ``pause``). Every switch goes on from
+the latest checkpoint: the same weights on another plan.
 """
 
 import contextlib
@@ -99,7 +99,8 @@ class EpochLoop:
                     pause=functools.partial(self._switch_due, epoch) if building else None,
                 ), building
             except Paused as paused:
-                self._say(self.rebalancer.message, first=True)
+                self.unsaid.append(self.rebalancer.message)
+                self._say()
                 carried = self.record.carried(paused.step, self.batch_size)
                 self._switch(self.due)
                 self.due, building = None, False   # no standby is under way any more
@@ -107,10 +108,9 @@ class EpochLoop:
                 self._say()
                 raise
 
-    def _say(self, *lines, first=False):
-        """Prints ``lines`` with the lines of a standby taken within the epoch: after
-        them (``first``) or before them."""
-        said = [*self.unsaid, *lines] if first else [*lines, *self.unsaid]
+    def _say(self, *lines):
+        """Prints ``lines``, then the lines of a standby taken within the epoch."""
+        said = [*lines, *self.unsaid]
         if said:
             print("\n".join(said), flush=True)
         self.unsaid = []
