@@ -4,7 +4,8 @@ Classifies every pixel of a scene with the run's model, on any devices (the
 run's plan does not matter), and writes to ``--out``: ``class_map.npy``
 (int32 [H, W], classes 1..K, 0 for no-data pixels), ``class_map.png`` (one
 image pixel per scene pixel, legend to the right), ``probabilities.npy``
-(float32 [H, W, K], smoothed over the run's window, ``--smoothing``; all zero for
+(float32 [H, W, K], smoothed over the run's window, ``--smoothing``, and guided by
+the scene's first principal component if the run's smoothing was; all zero for
 no-data pixels) and, for a scene read from
 an ENVI or GDAL file, the class map in that format on the scene's map
 (``hmp.data.raster_writer``: ``class_map.hdr``/``.img`` or ``class_map.tif``).
@@ -154,7 +155,8 @@ def main(argv):
     print("%s: %dx%d pixels in %d tile%s of up to %dx%d; %s model of %s on %s%s"
           % (dataset, *raster.shape[:2], tiles, "s"[:tiles > 1], *tile, run.flags["model"],
              run.checkpoint, ", ".join(devices),
-             "; probabilities smoothed over %d x %d pixels" % (window, window)
+             "; probabilities smoothed over %d x %d pixels%s" % (
+                 window, window, ", guided" if run.guide is not None else "")
              if window > 1 else ""), flush=True)
     with cli.blame("model_dir"):
         model = Classifier(run, devices, FLAGS.batch_size, tile, session_config_for(devices),

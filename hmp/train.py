@@ -123,6 +123,11 @@ flags.DEFINE_string("smoothing", DEFAULT.recipe.smoothing,
                     "the smallest of equals (hmp.evaluation.smoothing; with a random "
                     "validation share on the disjoint split, too small). results.json also "
                     "holds the scores without." % ", ".join(map(str, WINDOWS)))
+flags.DEFINE_bool("smoothing_guide", DEFAULT.recipe.smoothing_guide,
+                  "Smooth following the scene's edges: a guided filter of the class "
+                  "probabilities with the scene's first principal component as guide, "
+                  "so that a small field keeps its class; --nosmoothing_guide: the plain "
+                  "mean over the window.")
 
 
 class _BalancingParser(flags.ArgumentParser):

@@ -1,16 +1,19 @@
 """How the window of ``--smoothing`` scores on finished runs: the test and validation
 pixels of each run classified by its best weights, every pixel of its scene (with and
-without TTA), then smoothed over each window.
+without TTA), then smoothed over each window, as the window's mean and guided
+(``--smoothing_guide``: a guided filter with the scene's first principal component as
+guide, fitted on the run's training pixels).
 
     python scripts/bench_smoothing.py --model_dirs=runs/a,runs/b [--tta] [--windows=1,3,5,7]
 
-Per run and window: the share of its validation pixels classified right (what
+Per run, filter and window: the share of its validation pixels classified right (what
 ``--smoothing=auto`` chooses by), the test pixels' OA and AA, and the lowest recall of a
 class (in %). The classification's probabilities are kept in each run's folder
 (``smoothing_probabilities_<checkpoint>[_tta].npy``) and read again on a second call. Prints a table
 and writes every row to ``--json``.
 """
 
+import itertools
 import os
 
 from hmp import cli
@@ -60,16 +63,18 @@ def rows_of(model_dir, windows, tta):
     valid = ~experiment.nodata_mask(exp.scene.cube)
     present = np.bincount(exp.test.class_ids, minlength=exp.n_classes) > 0
     rows = []
-    for variant in (False, True) if tta else (False,):
+    for variant, guided in itertools.product((False, True) if tta else (False,),
+                                             (False, True)):
         probabilities = scene_probabilities(run, exp, variant)
+        guide = exp.guide_image if guided else None
         validation = (choose_window(probabilities, valid, exp.val.indices,
-                                    exp.val.class_ids, windows)[1] if exp.val else {})
+                                    exp.val.class_ids, windows, guide)[1] if exp.val else {})
         for window in windows:
-            flat = smooth(probabilities, window, valid).reshape(-1, exp.n_classes)
+            flat = smooth(probabilities, window, valid, guide).reshape(-1, exp.n_classes)
             scores = evaluate(exp.test.class_ids, flat[exp.test.indices].argmax(axis=1),
                               exp.n_classes)
             rows.append({
-                "run": model_dir, "tta": variant, "window": window,
+                "run": model_dir, "tta": variant, "guided": guided, "window": window,
                 "validation": (100 * validation[window] if validation else None),
                 "oa": 100 * scores.overall_accuracy, "aa": 100 * scores.average_accuracy,
                 "lowest_recall": 100 * float(np.min(scores.per_class_accuracy[present]))})
@@ -77,12 +82,12 @@ def rows_of(model_dir, windows, tta):
 
 
 def table(rows):
-    lines = ["%-48s %-4s %6s %10s %7s %7s %13s" % (
-        "run", "TTA", "window", "validation", "OA", "AA", "lowest recall")]
+    lines = ["%-48s %-4s %-6s %6s %10s %7s %7s %13s" % (
+        "run", "TTA", "filter", "window", "validation", "OA", "AA", "lowest recall")]
     for row in rows:
-        lines.append("%-48s %-4s %6d %10s %7.2f %7.2f %13.1f" % (
+        lines.append("%-48s %-4s %-6s %6d %10s %7.2f %7.2f %13.1f" % (
             os.path.basename(os.path.normpath(row["run"]))[-48:], "yes" if row["tta"] else "no",
-            row["window"], "-" if row["validation"] is None else "%.1f" % row["validation"],
+            "guided" if row["guided"] else "mean", row["window"], "-" if row["validation"] is None else "%.1f" % row["validation"],
             row["oa"], row["aa"], row["lowest_recall"]))
     return "\n".join(lines)
 

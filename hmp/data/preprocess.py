@@ -110,6 +110,45 @@ class PCA:
         return ((cube - self.mean) @ self.components).astype(np.float32)
 
 
+class Guide:
+    """The guide image of a scene for smoothing its class probabilities
+    (``hmp.evaluation.smoothing``): its pixels projected onto the first principal
+    component of the training pixels of the model's input cube, scaled so that the
+    training pixels span 0 to 1. Fitted once on the run's training pixels and kept
+    with its preprocessing, so that any scene or tile classified later gets the same
+    guide, as the model gets the same inputs."""
+
+    def __init__(self, mean, direction, low, span):
+        self.mean, self.direction = np.asarray(mean), np.asarray(direction)
+        self.low, self.span = float(low), float(span)
+
+    @classmethod
+    def fit(cls, cube, train):
+        """The guide of ``cube`` [H, W, B] (the model's input) from its ``train`` pixels
+        (flat indices or a mask, as ``hmp.data.preprocess.training_pixels`` takes)."""
+        pca = PCA(1).fit(cube, train)
+        projected = training_pixels(pca.transform(cube), train)
+        low, high = float(projected.min()), float(projected.max())
+        return cls(pca.mean, pca.components[:, 0], low, max(high - low, 1e-12))
+
+    def image(self, cube):
+        """float32 [H, W]: the guide of the pixels of ``cube`` [H, W, B]."""
+        return (((cube - self.mean) @ self.direction - self.low) / self.span
+                ).astype(np.float32)
+
+    def arrays(self):
+        """{name: array} to save it (:meth:`from_arrays` reads them back)."""
+        return {"guide_mean": self.mean, "guide_direction": self.direction,
+                "guide_range": np.array([self.low, self.span])}
+
+    @classmethod
+    def from_arrays(cls, arrays):
+        """The guide saved as :meth:`arrays`, or None if ``arrays`` holds none."""
+        if "guide_direction" not in arrays:
+            return None
+        return cls(arrays["guide_mean"], arrays["guide_direction"], *arrays["guide_range"])
+
+
 class Preprocessor:
     """Band scaling followed by optional PCA, both fitted on the same training pixels."""
 

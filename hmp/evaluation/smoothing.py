@@ -1,14 +1,24 @@
-"""Spatial smoothing of a class-probability map: each pixel's probabilities replaced by
-their mean over a square window around it (spectral-spatial post-processing).
+"""Spatial smoothing of a class-probability map (spectral-spatial post-processing):
+each pixel's probabilities replaced by their mean over a square window around it, or,
+following the scene's edges, by a guided filter of them.
 
 Neighbouring pixels mostly belong to one field, so the mean of their probabilities
 corrects a pixel that the network got wrong on its own. Only *valid* pixels count
-(classified, with data; pixels outside the scene are left out, not mirrored), so a
-pixel's smoothed probabilities depend on the classified pixels within the window
-alone: the pixels within the window's radius of the ones to score
-(:func:`neighbourhood`) are all a run must classify. The window is a recipe setting
-(``hmp.train --smoothing``): a side in pixels (1: off), or chosen on the validation
-pixels (:func:`choose_window`).
+(classified, with data; pixels outside the scene are left out, not mirrored).
+
+The guided filter (He, Sun and Tang, "Guided image filtering", 2013), as Kang, Li
+and Benediktsson filter HSI probability maps ("Spectral-spatial hyperspectral image
+classification with edge-preserving filtering", 2014): within each window the
+probabilities are fitted as an affine function of a *guide* image, the scene's first
+principal component (``hmp.data.Guide``), and each pixel takes the mean of the fits of the
+windows over it. Where the guide is flat the result is the window's mean; across an
+edge of the guide (a field's border) the fit follows the edge, so a small field is not
+swallowed by its neighbours. A pixel's result depends on the pixels within twice the
+radius (:func:`context`): those are what a run must classify around the pixels it
+scores (:func:`neighbourhood`). The window is a recipe setting (``hmp.train
+--smoothing``): a side in pixels (1: off), or chosen on the validation pixels
+(:func:`choose_window`); ``--smoothing_guide`` chooses the guided filter (default) or
+the plain mean.
 """
 
 import numpy as np
@@ -20,6 +30,17 @@ from hmp.errors import InvalidInput
 WINDOWS = (1, 3, 5, 7, 9, 11)
 # hmp.train's --smoothing, and the window of auto without validation pixels to choose on
 DEFAULT_WINDOW = 7
+# The guided filter's regularisation, in the units of the guide (the training pixels'
+# range of the first principal component: 0 to 1); see docs/benchmarks.md, "Smoothing
+# the class probabilities": 1e-4 to 1e-3 follow the guide's edges alike.
+GUIDE_EPSILON = 1e-3
+
+
+def context(window, guided):
+    """Pixels on each side of a pixel that its smoothed probabilities depend on: the
+    window's radius for the mean, twice it for the guided filter (the fits of the
+    windows over the pixel use their own windows)."""
+    return window // 2 * (2 if guided else 1)
 
 
 def check_window(window):
@@ -30,22 +51,47 @@ def check_window(window):
         raise InvalidInput("give an odd number of pixels (1: no smoothing)")
 
 
-def smooth(probabilities, window, valid=None):
+def smooth(probabilities, window, valid=None, guide=None):
     """[H, W, K] float32 class probabilities, each valid pixel's the mean over the
     ``window`` x ``window`` square around it of the ``valid`` ([H, W] bool; default all)
-    pixels' ``probabilities`` [H, W, K]; zeros for the pixels not valid. ``window`` 1
-    returns the probabilities of the valid pixels as they are."""
+    pixels' ``probabilities`` [H, W, K], or with a ``guide`` image [H, W] (from
+    ``hmp.data.Guide.image``) their guided filter; zeros for the pixels not valid. ``window``
+    1 returns the probabilities of the valid pixels as they are."""
     check_window(window)
     probabilities = np.asarray(probabilities, np.float32)
     weights = (np.ones(probabilities.shape[:2], np.float32) if valid is None
                else np.asarray(valid, np.float32))
-    weighted = probabilities * weights[..., None]
     if window == 1:
-        return weighted
-    sums = ndimage.uniform_filter(weighted, (window, window, 1), mode="constant")
-    counts = ndimage.uniform_filter(weights, window, mode="constant")[..., None]
-    return np.divide(sums, counts, out=np.zeros_like(sums),
-                     where=(weights[..., None] > 0) & (counts > 0.5 / window**2))
+        return probabilities * weights[..., None]
+    mean = _window_mean(weights, window)
+    if guide is None:
+        return mean(probabilities) * weights[..., None]
+    guide = np.asarray(guide, np.float32)
+    guide_mean = mean(guide)
+    guide_variance = mean(guide * guide) - guide_mean**2
+    probability_mean = mean(probabilities)
+    covariance = mean(guide[..., None] * probabilities) - guide_mean[..., None] * probability_mean
+    slope = covariance / (guide_variance + GUIDE_EPSILON)[..., None]
+    intercept = probability_mean - slope * guide_mean[..., None]
+    # each pixel: the mean over the windows around valid pixels that cover it of their fits
+    filtered = mean(slope) * guide[..., None] + mean(intercept)
+    return (filtered * weights[..., None]).astype(np.float32)
+
+
+def _window_mean(weights, window):
+    """A function of an [H, W] or [H, W, K] map: each pixel's mean of the map over the
+    pixels of its ``window`` x ``window`` square with ``weights`` [H, W] 1 (0 where the
+    square holds none)."""
+    counts = ndimage.uniform_filter(weights, window, mode="constant")
+    covered = counts > 0.5 / window**2
+
+    def mean(values):
+        extra = (1,) * (values.ndim - 2)
+        weighted = values * weights.reshape(weights.shape + extra)
+        sums = ndimage.uniform_filter(weighted, (window, window) + extra, mode="constant")
+        return np.divide(sums, counts.reshape(counts.shape + extra),
+                         out=np.zeros_like(sums), where=covered.reshape(covered.shape + extra))
+    return mean
 
 
 def neighbourhood(indices, image_shape, radius):
@@ -58,52 +104,60 @@ def neighbourhood(indices, image_shape, radius):
     return np.flatnonzero(mask)
 
 
-def choose_window(probabilities, valid, indices, class_ids, windows=WINDOWS):
+def choose_window(probabilities, valid, indices, class_ids, windows=WINDOWS, guide=None):
     """(the window of ``windows`` whose smoothed map classifies the pixels ``indices``
     (flat) as ``class_ids`` (0-based) most often, the share right with each): the
-    smallest of equals. ``probabilities`` [H, W, K] and ``valid`` as :func:`smooth`'s;
-    every pixel within the largest window's radius of ``indices`` must be classified."""
+    smallest of equals. ``probabilities`` [H, W, K], ``valid`` and ``guide`` as
+    :func:`smooth`'s; every pixel within the largest window's :func:`context` of
+    ``indices`` must be classified."""
     accuracy = {}
     for window in windows:
-        smoothed = smooth(probabilities, window, valid).reshape(-1, probabilities.shape[-1])
+        smoothed = smooth(probabilities, window, valid, guide).reshape(
+            -1, probabilities.shape[-1])
         accuracy[window] = float(np.mean(smoothed[indices].argmax(axis=1) == class_ids))
     return max(windows, key=lambda w: (accuracy[w], -w)), accuracy
 
 
 def smooth_rows(blocks, window):
     """Yields (rows, probabilities, nodata) for each block of consecutive map rows that
-    ``blocks`` yields top to bottom (``rows``: a slice of the map's rows, ``probabilities``
-    [rows, W, K], ``nodata`` [rows, W] bool), the probabilities smoothed as :func:`smooth`
-    smooths the whole map (the valid pixels: those with data): a block's rows as soon as
-    the rows within the window's radius below them have come, so it may yield blocks of
-    other sizes."""
-    radius = window // 2
-    above = None   # (probabilities, valid) of up to ``radius`` rows before the pending ones
-    pending = None   # (first row, probabilities, nodata) not yielded yet
-    for rows, probabilities, nodata in blocks:
+    ``blocks`` yields top to bottom as (``rows``: a slice of the map's rows,
+    ``probabilities`` [rows, W, K], ``nodata`` [rows, W] bool, ``guide`` [rows, W] or
+    None), the probabilities smoothed as :func:`smooth` smooths the whole map (the valid
+    pixels: those with data; guided when the blocks bring a guide): a block's rows as
+    soon as the rows within the :func:`context` below them have come, so it may yield
+    blocks of other sizes."""
+    margin = None   # the context: known with the first block (guided or not)
+    above = None   # (probabilities, valid, guide) of up to ``margin`` rows before the pending
+    pending = None   # (first row, probabilities, nodata, guide) not yielded yet
+    for rows, probabilities, nodata, guide in blocks:
         if pending is None:
-            pending = (rows.start, probabilities, nodata)
+            margin = context(window, guide is not None)
+            pending = (rows.start, probabilities, nodata, guide)
         else:
-            pending = (pending[0], np.concatenate([pending[1], probabilities]),
-                       np.concatenate([pending[2], nodata]))
-        ready = len(pending[1]) - radius   # rows whose window lies within what has come
+            pending = (pending[0], *(None if part is None else np.concatenate([old, part])
+                                     for old, part in zip(pending[1:],
+                                                          (probabilities, nodata, guide))))
+        ready = len(pending[1]) - margin   # rows whose context lies within what has come
         if ready > 0:
-            above, out = _yield_rows(above, pending, ready, window, radius)
+            above, out = _yield_rows(above, pending, ready, window, margin)
             yield out
-            pending = (pending[0] + ready, pending[1][ready:], pending[2][ready:])
+            pending = (pending[0] + ready, *(None if part is None else part[ready:]
+                                             for part in pending[1:]))
     if pending is not None and len(pending[1]):
-        yield _yield_rows(above, pending, len(pending[1]), window, radius)[1]
+        yield _yield_rows(above, pending, len(pending[1]), window, margin)[1]
 
 
-def _yield_rows(above, pending, ready, window, radius):
-    """(the ``radius`` rows before the rest of ``pending``, the first ``ready`` pending rows
-    smoothed with ``above`` over them)."""
-    first, probabilities, nodata = pending
+def _yield_rows(above, pending, ready, window, margin):
+    """(the ``margin`` rows before the rest of ``pending``, the first ``ready`` pending
+    rows smoothed with ``above`` over them)."""
+    first, probabilities, nodata, guide = pending
     if above is None:
-        above = (probabilities[:0], np.zeros((0, probabilities.shape[1]), bool))
+        above = (probabilities[:0], np.zeros((0, probabilities.shape[1]), bool),
+                 None if guide is None else guide[:0])
     stack = np.concatenate([above[0], probabilities])
     valid = np.concatenate([above[1], ~nodata])
-    smoothed = smooth(stack, window, valid)[len(above[0]):len(above[0]) + ready]
-    last = len(above[0]) + ready
-    return ((stack[max(0, last - radius):last], valid[max(0, last - radius):last]),
+    guides = None if guide is None else np.concatenate([above[2], guide])
+    smoothed = smooth(stack, window, valid, guides)[len(above[0]):len(above[0]) + ready]
+    kept = slice(max(0, len(above[0]) + ready - margin), len(above[0]) + ready)
+    return ((stack[kept], valid[kept], None if guides is None else guides[kept]),
             (slice(first, first + ready), smoothed, nodata[:ready]))

@@ -51,6 +51,15 @@ class Experiment:
     nodata_pixels: int = 0   # pixels masked for holding NaN or infinite values
     preprocessor: data.Preprocessor = None   # fitted on the training pixels
     val: data.PatchDataset = None   # held out of ``split.train``; None without validation
+    guide: data.Guide = None   # of the smoothing, fitted on the training pixels
+
+    @property
+    def guide_image(self):
+        """[H, W]: the guide of the scene's pixels (``hmp.evaluation.smoothing``)."""
+        extractor = self.train.extractor
+        margin = extractor.patch_size // 2
+        height, width = extractor.image_shape
+        return self.guide.image(extractor.padded[margin:margin + height, margin:margin + width])
 
     @property
     def guard_dropped(self):
@@ -114,7 +123,8 @@ def prepare(config, split=None):
                       data.PatchDataset(extractor, scene.labels, split.test),
                       data.PatchDataset(extractor, scene.labels, labelled),
                       int(nodata.sum()), preprocessor,
-                      data.PatchDataset(extractor, scene.labels, val) if len(val) else None)
+                      data.PatchDataset(extractor, scene.labels, val) if len(val) else None,
+                      data.Guide.fit(cube, split.train))
 
 
 def load_scene(config):

@@ -59,7 +59,8 @@ class Fitted:
         """Class probabilities (float32 [H, W, classes]) of every pixel of ``cube`` (a
         scene's raw cube [H, W, bands], as the run's scene file holds it; zeros for no-data
         pixels) by the run's best weights, with TTA or not (None: as the run) and smoothed
-        over ``smoothing`` x ``smoothing`` pixels (None: the run's window), as
+        over ``smoothing`` x ``smoothing`` pixels (None: the run's window; guided if the
+        run's smoothing was), as
         ``python -m hmp.predict`` does (one seed's run only)."""
         self._one_seed("predict")
         run = inference.TrainedRun.open(self.model_dir, lambda name: self.model)
@@ -67,7 +68,7 @@ class Fitted:
         prepared, nodata = run.prepare(np.asarray(cube, np.float32))
         probabilities = inference.classify(run, prepared, list(devices), batch_size,
                                            session_config_for(list(devices)), tta=tta)
-        return smooth(probabilities, window, ~nodata)
+        return smooth(probabilities, window, ~nodata, run.guide_image(prepared))
 
     def _one_seed(self, what):
         if self.seeds:

@@ -1,4 +1,5 @@
-"""A run's fitted preprocessing (band scaling, PCA) in ``preprocessing.npz`` of its folder.
+"""A run's fitted preprocessing (band scaling, PCA; the smoothing's guide) in
+``preprocessing.npz`` of its folder.
 
 The statistics come from the run's training pixels; a trained model only
 makes sense on a cube transformed by exactly these, so ``hmp.predict`` reads
@@ -12,16 +13,18 @@ import os
 import numpy as np
 
 from hmp import files
-from hmp.data import Preprocessor
+from hmp.data import Guide, Preprocessor
 from hmp.errors import InvalidInput
 
 FILE_NAME = "preprocessing.npz"
 
 
-def save(model_dir, preprocessor, wavelengths=()):
-    """Writes ``preprocessor``'s statistics and the scene's band ``wavelengths`` (if any)
-    to ``model_dir``/preprocessing.npz, atomically."""
+def save(model_dir, preprocessor, wavelengths=(), guide=None):
+    """Writes ``preprocessor``'s statistics, the scene's band ``wavelengths`` (if any) and
+    the smoothing's ``guide`` (an ``hmp.data.Guide``, if any) to
+    ``model_dir``/preprocessing.npz, atomically."""
     arrays = {"wavelengths": np.asarray(wavelengths, np.float64)} if len(wavelengths) else {}
+    arrays.update(guide.arrays() if guide is not None else {})
     if preprocessor.scaler is not None:
         arrays.update(scaling=np.array(preprocessor.scaler.method),
                       offset=preprocessor.scaler.offset, scale=preprocessor.scaler.scale)
@@ -50,6 +53,13 @@ def load(model_dir):
             preprocessor.pca.mean, preprocessor.pca.components = (arrays["pca_mean"],
                                                                   arrays["pca_components"])
     return preprocessor
+
+
+def guide(model_dir):
+    """The smoothing's guide (an ``hmp.data.Guide``) fitted with the run, or None for a
+    run from before the guided smoothing."""
+    with np.load(os.path.join(model_dir, FILE_NAME)) as arrays:
+        return Guide.from_arrays(arrays)
 
 
 def wavelengths(model_dir):

@@ -53,6 +53,12 @@ def smoothed_over(results):
     return results.get("smoothing", {}).get("window", 1)
 
 
+def smoothed_guided(results):
+    """Whether a run's smoothing was guided (``--smoothing_guide``), from its results.json
+    (``results``): False for runs from before the guided smoothing."""
+    return results.get("smoothing", {}).get("guided", False)
+
+
 @dataclasses.dataclass
 class TrainedRun:
     """What a run's folder tells about its model: flags, classes, preprocessing, checkpoint."""
@@ -65,6 +71,7 @@ class TrainedRun:
     model: object          # the model (a module with logits), from the application
     wavelengths: tuple = ()   # of the training scene's bands, when its file named them
     smoothing: int = 1   # the window its class probabilities were smoothed over
+    guide: object = None   # the hmp.data.Guide of its smoothing, None: the window's mean
 
     @classmethod
     def open(cls, model_dir, get_model):
@@ -85,7 +92,8 @@ class TrainedRun:
         return cls(model_dir, results["flags"], list(results["test"]["per_class_accuracy"]),
                    fitted_preprocessing.load(model_dir), checkpoint,
                    get_model(results["flags"]["model"]),
-                   fitted_preprocessing.wavelengths(model_dir), smoothed_over(results))
+                   fitted_preprocessing.wavelengths(model_dir), smoothed_over(results),
+                   fitted_preprocessing.guide(model_dir) if smoothed_guided(results) else None)
 
     def classifying(self, tta=None, smoothing=None):
         """(TTA on or off, the smoothing window) of a prediction: the run's own, or those
@@ -128,6 +136,11 @@ class TrainedRun:
         self.check_bands(scene.cube.shape[2], scene.raster.wavelengths)
         experiment.mask_nodata(scene)   # refuses a scene without a finite pixel
         return self.prepare(scene.cube)
+
+    def guide_image(self, prepared):
+        """[H, W]: the smoothing's guide of the model's input ``prepared`` [H, W, B], or
+        None when the run smooths with the window's mean."""
+        return None if self.guide is None else self.guide.image(prepared)
 
     def prepare(self, cube):
         """(the model's input, the no-data mask) of a cube or a window of one, pixel by
@@ -299,9 +312,12 @@ WINDOW_BYTES_PER_INPUT_BAND = 24
 WINDOW_BYTES_PER_MODEL_BAND = 24
 # Smoothing a row of tiles (``hmp.evaluation.smoothing.smooth_rows``) holds, per class,
 # float32 copies of its rows: those waiting, the stack with the rows above, the weighted
-# and the summed probabilities, and the means.
+# and the summed probabilities, and the means; guided, also the covariances, the slopes
+# and intercepts and their means (an estimate from the arrays the filter makes, not
+# measured).
 RESULT_BYTES_PER_CLASS = 4
 SMOOTHING_BYTES_PER_CLASS = 20
+GUIDED_SMOOTHING_BYTES_PER_CLASS = 48
 RESULT_BYTES_PER_PIXEL = 17
 
 
@@ -314,15 +330,23 @@ def tiling(run, raster, memory_bytes, window=1):
     shape = tile_shape(memory_bytes, raster.shape[:2], run.model_config.patch // 2,
                        WINDOW_BYTES_PER_INPUT_BAND * bands_in
                        + WINDOW_BYTES_PER_MODEL_BAND * bands_out,
-                       (RESULT_BYTES_PER_CLASS + SMOOTHING_BYTES_PER_CLASS * (window > 1))
+                       (RESULT_BYTES_PER_CLASS + _smoothing_bytes(run, window))
                        * len(run.class_names) + RESULT_BYTES_PER_PIXEL)
     return tile_rows(raster.shape[:2], shape)
 
 
+def _smoothing_bytes(run, window):
+    """Bytes per class and pixel of smoothing ``run``'s probabilities over ``window``."""
+    if window == 1:
+        return 0
+    return SMOOTHING_BYTES_PER_CLASS if run.guide is None else GUIDED_SMOOTHING_BYTES_PER_CLASS
+
+
 def classify_tiles(run, raster, rows_of_tiles, model, progress=None):
     """Yields, for each row of tiles (top to bottom), its pixel rows (a slice), the class
-    probabilities of its pixels (float32 [rows, W, classes]) and their no-data mask
-    [rows, W]: ``raster`` (an ``hmp.data.raster.Raster``) classified by ``model`` (a
+    probabilities of its pixels (float32 [rows, W, classes]), their no-data mask
+    [rows, W] and the smoothing's guide of them ([rows, W]; None when the run smooths
+    with the window's mean): ``raster`` (an ``hmp.data.raster.Raster``) classified by ``model`` (a
     :class:`Classifier` of the tiles' shape) a tile at a time, each read with the patch
     radius around it. The probabilities equal :func:`classify`'s of the whole scene.
 
@@ -337,9 +361,14 @@ def classify_tiles(run, raster, rows_of_tiles, model, progress=None):
         rows = row[0].rows
         probabilities = np.zeros((rows.stop - rows.start, width, model.classes), np.float32)
         nodata = np.zeros((rows.stop - rows.start, width), bool)
+        guide = None if run.guide is None else np.zeros((rows.stop - rows.start, width),
+                                                         np.float32)
         for tile in row:
             done += 1
             padded, nodata[:, tile.cols] = padded_tile(raster, tile, margin, run.prepare)
+            if guide is not None:
+                guide[:, tile.cols] = run.guide_image(
+                    padded[margin:margin + tile.shape[0], margin:margin + tile.shape[1]])
 
             def say(pixels):   # of this tile, done so far
                 progress("tile %d/%d  %s" % (done, count, _progress(
@@ -347,5 +376,5 @@ def classify_tiles(run, raster, rows_of_tiles, model, progress=None):
 
             probabilities[:, tile.cols] = model.probabilities(padded, tile.shape, say)
             pixels_done += tile.shape[0] * tile.shape[1]
-        yield rows, probabilities, nodata
+        yield rows, probabilities, nodata, guide
     progress(None)

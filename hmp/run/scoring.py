@@ -1,8 +1,9 @@
 """A trained seed scored: the weights that score it (its best epoch's, else the last:
 :class:`hmp.run.trainer.BestEpoch`), every labelled pixel and every pixel within the
-smoothing window's radius of one classified (each in the 8 symmetries of the square
+smoothing's context of one classified (each in the 8 symmetries of the square
 with ``--tta``), the class probabilities smoothed (``hmp.evaluation.smoothing``;
-``--smoothing``: a window, or the one that classifies the validation pixels best), the
+``--smoothing``: a window, or the one that classifies the validation pixels best;
+``--smoothing_guide``: guided by the scene's first principal component), the
 test pixels' scores printed (with each class's training pixels, and the classes trained
 on but never found), and the class map saved as pictures and events.
 """
@@ -21,29 +22,33 @@ from hmp.run.experiment import nodata_mask
 class Classified:
     """Class-probability maps [H, W, K] of a scene, zeros but at the ``valid`` pixels
     ([H, W]: classified, with data): the ``mean`` over the patches' symmetries (TTA) and
-    the patches ``as_is``."""
+    the patches ``as_is``; the ``guide`` image [H, W] they are smoothed with (None: the
+    window's mean)."""
 
     mean: np.ndarray
     as_is: np.ndarray
     valid: np.ndarray
+    guide: np.ndarray = None
 
     @classmethod
-    def of(cls, exp, pixels, variants):
+    def of(cls, exp, pixels, variants, guided=False):
         """The maps of ``exp``'s scene from ``variants`` [variants, pixels, K], the class
-        probabilities of its ``pixels`` (flat indices)."""
+        probabilities of its ``pixels`` (flat indices), smoothed with ``exp``'s guide if
+        ``guided``."""
         maps = np.zeros((2, exp.scene.labels.size, exp.n_classes), np.float32)
         maps[:, pixels] = variants.mean(axis=0), variants[0]
         valid = np.zeros(exp.scene.labels.size, bool)
         valid[pixels] = True
         shape = exp.scene.labels.shape
         return cls(*maps.reshape(2, *shape, exp.n_classes),
-                   valid.reshape(shape) & ~nodata_mask(exp.scene.cube))
+                   valid.reshape(shape) & ~nodata_mask(exp.scene.cube),
+                   exp.guide_image if guided else None)
 
     def smoothed(self, exp, window, as_is=False):
         """The labelled pixels' probabilities [labelled, K], the mean of the symmetries
         (or the patches as they are) smoothed over ``window`` x ``window`` pixels."""
-        return smoothing.smooth(self.as_is if as_is else self.mean, window, self.valid
-                                ).reshape(-1, exp.n_classes)[exp.labelled.indices]
+        return smoothing.smooth(self.as_is if as_is else self.mean, window, self.valid,
+                                self.guide).reshape(-1, exp.n_classes)[exp.labelled.indices]
 
     def choose_window(self, exp):
         """(the window that classifies ``exp``'s validation pixels best, the accuracy of
@@ -51,26 +56,27 @@ class Classified:
         if not exp.val:
             return smoothing.DEFAULT_WINDOW, {}
         return smoothing.choose_window(self.mean, self.valid, exp.val.indices,
-                                       exp.val.class_ids)
+                                       exp.val.class_ids, guide=self.guide)
 
 
-def classify(trainer, best, exp, tta, window):
-    """(:class:`Classified` of ``exp``'s labelled pixels and those within ``window``'s
-    radius of them (None: the largest window's) by the best weights, the step training
-    ended at): restores ``best``'s checkpoint into ``trainer`` when there is one."""
+def classify(trainer, best, exp, tta, window, guided):
+    """(:class:`Classified` of ``exp``'s labelled pixels and those within the smoothing's
+    context of them (``window``'s, None: the largest window's; twice the radius if
+    ``guided``) by the best weights, the step training ended at): restores ``best``'s
+    checkpoint into ``trainer`` when there is one."""
     step = trainer.step
     if best.path is not None:
         print("the weights of epoch %d (best validation accuracy %.3f) classify"
               % (best.epoch + 1, best.accuracy), flush=True)
         trainer.restore(best.path)
-    radius = (window or max(smoothing.WINDOWS)) // 2
+    radius = smoothing.context(window or max(smoothing.WINDOWS), guided)
     pixels = smoothing.neighbourhood(exp.labelled.indices, exp.scene.labels.shape, radius)
     print("classifying the %d labelled pixels (%d test pixels)%s%s ..."
           % (len(exp.labelled), len(exp.test),
              " and the %d others within %d of them (--smoothing)"
              % (len(pixels) - len(exp.labelled), radius) if radius else "",
              ", each in the 8 symmetries of the square (--tta)" if tta else ""), flush=True)
-    return Classified.of(exp, pixels, trainer.probabilities(pixels, tta)), step
+    return Classified.of(exp, pixels, trainer.probabilities(pixels, tta), guided), step
 
 
 def scores(exp, classified, leakage, tta, window):
@@ -79,12 +85,14 @@ def scores(exp, classified, leakage, tta, window):
     for None: the class map), and those without the smoothing
     ({"test_without_smoothing": ...}) and, with ``tta``, of the patches as they are
     ({"test_without_tta": ...}); prints them. Returns (class map, scores, that dict,
-    {"window": the window, "validation_accuracy": {window: accuracy} when chosen})."""
+    {"window": the window, "guided": whether guided, "validation_accuracy": {window:
+    accuracy} when chosen})."""
     chosen = {}
     if window is None:
         window, accuracy = classified.choose_window(exp)
         chosen = {"validation_accuracy": accuracy}
-        print("smoothing over %d x %d pixels: %s" % (window, window, (
+        print("smoothing over %d x %d pixels%s: %s" % (
+            window, window, ", guided" if classified.guide is not None else "", (
             "on the %d validation pixels, accuracy %s" % (len(exp.val), ", ".join(
                 "%d: %.3f" % item for item in accuracy.items())) if accuracy else
             "no validation pixels to choose on: the default")), flush=True)
@@ -102,7 +110,8 @@ def scores(exp, classified, leakage, tta, window):
                      plain.kappa))
             paired["test_without_" + name] = report.scores_dict(
                 plain, exp.scene.class_names, exp.train_counts)
-    return predicted_map, scored, paired, {"window": window, **chosen}
+    return predicted_map, scored, paired, {"window": window,
+                                           "guided": classified.guide is not None, **chosen}
 
 
 def training_fit(exp, classified):

@@ -130,8 +130,9 @@ def train_seed(shared, model_dir, seed):
     loop = EpochLoop(trainers, plan, resume, record, trial, shared.signals, spec, settings,
                      model_dir, steps_per_epoch, recipe.look_yields)
     window = settings.smoothing_window()   # None: chosen on the validation pixels
-    classified, step = _train_and_classify(loop, first_epoch, exp, recipe, settings.recipe.tta,
-                                           window, model_dir, shared.signals)
+    classified, step = _train_and_classify(
+        loop, first_epoch, exp, recipe, settings.recipe.tta, window,
+        settings.recipe.smoothing_guide, model_dir, shared.signals)
     predicted_map, scored, paired, smoothed = scoring.scores(
         exp, classified, leakage, settings.recipe.tta, window)
     fit = scoring.training_fit(exp, classified)
@@ -212,7 +213,8 @@ def _make_folder(settings, model_dir, data_config, exp):
     preprocessing, and the flags (kept from the first invocation on --resume)."""
     run_folder.prepare_model_dir(model_dir, settings.folder.overwrite)
     experiment.save(model_dir, data_config, exp.split)
-    fitted_preprocessing.save(model_dir, exp.preprocessor, exp.scene.raster.wavelengths)
+    fitted_preprocessing.save(model_dir, exp.preprocessor, exp.scene.raster.wavelengths,
+                             exp.guide)
     if not settings.folder.resume:
         run_folder.save_flags(settings.model_dir, settings.flag_lines())
 
@@ -229,7 +231,8 @@ def _plan(shared, spec, model_config, caps, model_dir, recipe, first_epoch, reco
                            first_epoch, recorded_trial)
 
 
-def _train_and_classify(loop, first_epoch, exp, recipe, tta, window, model_dir, signals):
+def _train_and_classify(loop, first_epoch, exp, recipe, tta, window, guided, model_dir,
+                        signals):
     """(``hmp.run.scoring.Classified``, the step training ended at) after
     ``loop``'s epochs from ``first_epoch``. A signal: every trainer closed and
     :class:`hmp.cli.Interrupted` naming where it stopped; any other error: every
@@ -240,7 +243,7 @@ def _train_and_classify(loop, first_epoch, exp, recipe, tta, window, model_dir, 
         warning = stats and stats.fit_warning(recipe.augmentation)
         if warning:
             print(warning, flush=True)
-        return scoring.classify(loop.trainer, loop.best, exp, tta, window)
+        return scoring.classify(loop.trainer, loop.best, exp, tta, window, guided)
     except Stopped as stopped:
         loop.close_all()
         where = ("while classifying (training had finished at step %d)" % stopped.step

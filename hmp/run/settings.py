@@ -66,6 +66,7 @@ class RecipeSettings:
     pca_in_graph: bool = True
     tta: bool = False
     smoothing: str = str(DEFAULT_WINDOW)   # a window side (1: none), or auto
+    smoothing_guide: bool = True   # the guided filter (False: the window's mean)
     class_balanced: str = "sqrt"   # hmp.run.training_recipe.CLASS_BALANCING
 
     def epochs_within(self, steps_per_epoch):
@@ -129,7 +130,7 @@ FLAG_FIELDS = {
     **{name: ("recipe", name) for name in (
         "patience", "schedule", "warmup_epochs", "weight_decay", "augment", "brightness",
         "noise", "spectral_shift", "spectral_gain", "pca_in_graph", "tta",
-        "smoothing", "class_balanced")},
+        "smoothing", "smoothing_guide", "class_balanced")},
     **{name: ("folder", name) for name in ("model_dir", "resume", "overwrite",
                                            "checkpoint_every")},
     **{name: ("placement", name) for name in (

@@ -25,7 +25,7 @@ from hmp.data import PatchExtractor
 from hmp.errors import InvalidInput
 from hmp.evaluation.maps import LEGEND_ROW, class_colors
 from hmp.evaluation.metrics import evaluate
-from hmp.evaluation.smoothing import neighbourhood, smooth
+from hmp.evaluation.smoothing import context, neighbourhood, smooth
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Placement
 from hmp.mesh import conv3d_gradient
@@ -106,22 +106,25 @@ def test_predicts_every_pixel_as_the_run_did_on_its_own_devices(run, predicted, 
     test_classes = class_map.ravel()[exp.test.indices] - 1
     confusion = evaluate(exp.test.class_ids, test_classes, exp.n_classes).confusion
     np.testing.assert_array_equal(confusion, results["test"]["confusion_matrix"])
-    # the run's own graph on the pixels around some test pixels, smoothed as the run did
-    window = results["smoothing"]["window"]
-    assert window == 5 and "probabilities smoothed over 5 x 5 pixels" in stdout
+    # the run's own graph on the pixels around some test pixels, smoothed as the run did:
+    # guided by the guide fitted on its training pixels (the default)
+    window, guided = results["smoothing"]["window"], results["smoothing"]["guided"]
+    assert (window, guided) == (5, True)
+    assert "probabilities smoothed over 5 x 5 pixels, guided" in stdout
+    guide = exp.guide_image
     some = exp.test.indices[:128]
-    around = neighbourhood(some, (height, width), window // 2)
+    around = neighbourhood(some, (height, width), context(window, guided))
     own = np.zeros((height * width, exp.n_classes), np.float32)
     own[around] = run_graph_probabilities(model_dir, results, exp, around)
     classified = np.isin(np.arange(height * width), around).reshape(height, width)
-    smoothed = smooth(own.reshape(height, width, -1), window, classified)
+    smoothed = smooth(own.reshape(height, width, -1), window, classified, guide)
     np.testing.assert_array_equal(class_map.ravel()[some] - 1,
                                   smoothed.reshape(-1, exp.n_classes)[some].argmax(axis=1))
     assert probabilities.shape == (height, width, exp.n_classes)
     assert probabilities.dtype == np.float32
     np.testing.assert_allclose(probabilities.sum(axis=2), 1.0, atol=1e-5)
     np.testing.assert_array_equal(probabilities.argmax(axis=2) + 1, class_map)
-    np.testing.assert_allclose(probabilities, smooth(unsmoothed, 5), atol=1e-5)
+    np.testing.assert_allclose(probabilities, smooth(unsmoothed, 5, guide=guide), atol=1e-5)
 
 
 def test_png_has_one_pixel_per_scene_pixel_and_a_legend(run, predicted):

@@ -148,7 +148,7 @@ def test_runs_on_given_train_and_test_sets_and_summarises_the_seeds(tmp_path):
              "--train_set=%s" % (tmp_path / "train.npy"),
              "--test_set=%s" % (tmp_path / "test.npy"), "--runs=2", "--seed=3", "--epochs=1",
              "--model=cnn2d", "--width=2", "--patch_size=5", "--batch_size=16",
-             "--devices=/cpu:0"]
+             "--devices=/cpu:0", "--nosmoothing_guide"]
     run, = run_batch("hmp.train", [train(*flags, model_dir=tmp_path / "runs")])
     assert run.returncode == 0, run.stderr[-2000:]
     # a series stopped before its second seed: --resume finishes it
@@ -176,6 +176,9 @@ def test_runs_on_given_train_and_test_sets_and_summarises_the_seeds(tmp_path):
         np.testing.assert_array_equal(split.test, np.flatnonzero(
             np.load(tmp_path / "test.npy").ravel()))
         assert results["leakage"] == 0.0   # 5 rows between the sets, patches reach 2
+        # the window's mean: so the run records, and so its predictions smooth
+        assert results["smoothing"] == {"window": 7, "guided": False}
+        assert inference.TrainedRun.open(str(folder), get_model).guide is None
         accuracies.append(results["test"]["overall_accuracy"])
     assert summary["overall_accuracy"]["mean"] == pytest.approx(np.mean(accuracies))
     assert summary["overall_accuracy"]["std"] == pytest.approx(np.std(accuracies, ddof=1))
@@ -417,8 +420,8 @@ def test_relative_speeds_say_communication_is_not_priced(cli_runs):
 def test_tta_and_smoothing_score_as_inference_and_keep_the_scores_without(cli_runs):
     """--tta and --smoothing=auto: the window chosen is the smallest of those that classify
     the validation pixels best, and the test scores are those of hmp.predict's path (one
-    device, the run's checkpoint) smoothed over it, with and without TTA, and unsmoothed;
-    the training fit is that path's on the training pixels."""
+    device, the run's checkpoint) smoothed over it (guided, the default), with and
+    without TTA, and unsmoothed; the training fit is that path's on the training pixels."""
     (run,), folder = cli_runs[0]["relative_speeds"], cli_runs[1]["relative_speeds"]
     assert run.returncode == 0, run.stderr[-2000:]
     results = json.loads((folder / "results.json").read_text())
@@ -430,11 +433,13 @@ def test_tta_and_smoothing_score_as_inference_and_keep_the_scores_without(cli_ru
                      for tta in (True, False)}
 
     def classes(tta, window):
-        return smooth(probabilities[tta], window).reshape(-1, 10).argmax(axis=1)
+        return smooth(probabilities[tta], window, guide=exp.guide_image).reshape(
+            -1, 10).argmax(axis=1)
 
     accuracy = {window: np.mean(classes(True, window)[exp.val.indices] == exp.val.class_ids)
                 for window in WINDOWS}
     window = results["smoothing"]["window"]
+    assert results["smoothing"]["guided"] is True
     assert results["smoothing"]["validation_accuracy"] == pytest.approx(
         {str(w): a for w, a in accuracy.items()})
     assert window == min(w for w in WINDOWS if accuracy[w] == max(accuracy.values()))
@@ -449,7 +454,7 @@ def test_tta_and_smoothing_score_as_inference_and_keep_the_scores_without(cli_ru
         np.testing.assert_array_equal(confusion, results[name]["confusion_matrix"])
     assert "without tta (--notta): OA %.2f" % (
         100 * results["test_without_tta"]["overall_accuracy"]) in run.stdout
-    assert "smoothing over %d x %d pixels: on the %d validation pixels" % (
+    assert "smoothing over %d x %d pixels, guided: on the %d validation pixels" % (
         window, window, len(exp.val)) in run.stdout
     # the training pixels the scoring weights fit: the patches as they are, unsmoothed
     fit = np.mean(classes(False, 1)[exp.train.indices] == exp.train.class_ids)

@@ -88,15 +88,18 @@ def trained(tiny_run):
 def test_tiled_prediction_equals_the_whole_scenes(trained, devices):
     run, cube = trained
     cube[5, 6, 3] = np.nan   # a no-data pixel inside the tiles' overlap
-    whole = inference.classify(run, run.preprocess(Scene("crop", cube, np.zeros((23, 19))))[0],
-                               devices, 50, harness.session_config())
+    prepared = run.preprocess(Scene("crop", cube, np.zeros((23, 19))))[0]
+    whole = inference.classify(run, prepared, devices, 50, harness.session_config())
     rows_of_tiles = tile_rows((23, 19), (7, 5))   # 4 x 4 tiles, the last ones smaller
     with inference.Classifier(run, devices, 50, (7, 5), harness.session_config()) as model:
         strips = list(inference.classify_tiles(run, ArrayRaster(cube), rows_of_tiles, model))
-    assert [rows for rows, _, _ in strips] == [slice(0, 7), slice(7, 14), slice(14, 21),
-                                               slice(21, 23)]
-    tiled = np.concatenate([probabilities for _, probabilities, _ in strips])
-    nodata = np.concatenate([mask for _, _, mask in strips])
+    assert [rows for rows, _, _, _ in strips] == [slice(0, 7), slice(7, 14), slice(14, 21),
+                                                  slice(21, 23)]
+    tiled = np.concatenate([probabilities for _, probabilities, _, _ in strips])
+    nodata = np.concatenate([mask for _, _, mask, _ in strips])
+    # the smoothing's guide (the run smooths guided), tile by tile as of the whole crop
+    np.testing.assert_allclose(np.concatenate([guide for *_, guide in strips]),
+                               run.guide_image(prepared), rtol=0, atol=1e-6)
     assert tiled.shape == whole.shape == (23, 19, 10)
     np.testing.assert_array_equal(np.argwhere(nodata), [[5, 6]])
     np.testing.assert_allclose(tiled, whole, rtol=0, atol=1e-6)

@@ -1,6 +1,6 @@
 """scripts/bench_smoothing.py as a user runs it, on a copy of conftest's tiny run (trained
-with --smoothing=5): its rows for windows 5 and 1 are the run's own test scores with and
-without the smoothing."""
+with --smoothing=5, guided): its guided rows for windows 5 and 1 are the run's own test
+scores with and without the smoothing; at window 1 the window's mean row equals them."""
 
 import json
 import os
@@ -32,8 +32,10 @@ def test_rows_score_each_window_as_the_run_scored_its_own(tiny_run, tmp_path):
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
-        assert [(row["window"], row["tta"]) for row in rows] == [(5, False), (1, False)]
-        for row, scores in zip(rows, (results["test"], results["test_without_smoothing"])):
+        assert [(row["guided"], row["window"], row["tta"]) for row in rows] == [
+            (False, 5, False), (False, 1, False), (True, 5, False), (True, 1, False)]
+        assert rows[1]["oa"] == rows[3]["oa"]   # window 1: nothing to filter
+        for row, scores in zip(rows[2:], (results["test"], results["test_without_smoothing"])):
             assert row["oa"] == pytest.approx(100 * scores["overall_accuracy"])
             assert row["aa"] == pytest.approx(100 * scores["average_accuracy"])
             recalls = [r for r, n in zip(scores["per_class_accuracy"].values(),
@@ -42,7 +44,7 @@ def test_rows_score_each_window_as_the_run_scored_its_own(tiny_run, tmp_path):
             assert 0 <= row["validation"] <= 100
         assert [p.name for p in copy.glob("smoothing_probabilities*")] == [
             "smoothing_probabilities_%s.npy" % results_checkpoint(copy)]
-    assert "every row in" in done.stdout and " window validation " in done.stdout
+    assert "every row in" in done.stdout and " filter window validation " in done.stdout
     bad = subprocess.run([*command[:3], "--windows=4"], capture_output=True, text=True,
                          timeout=300)
     assert bad.returncode == 2
