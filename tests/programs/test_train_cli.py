@@ -56,7 +56,7 @@ def cli_runs(tmp_path_factory, small_scene):
     name's runs write in a folder of their own; a BAD_FLAGS run is named by its flags.
     The runs that train do so on conftest's ``small_scene``."""
     from models import model_config
-    names = ("no_checkpoint", "kept", "few_bands", "other_model_plan", "nan", "readme_model",
+    names = ("no_checkpoint", "few_bands", "other_model_plan", "nan", "readme_model",
              "auto_speeds", "relative_speeds", "virtual_cpus_plan", "too_large", "max_steps")
     folders = {name: tmp_path_factory.mktemp(name) for name in names}
     other_plan = plan_file(folders["other_model_plan"] / "plan.json",
@@ -77,10 +77,6 @@ def cli_runs(tmp_path_factory, small_scene):
         "few_bands": [train("--dataset=%s" % (few_bands / "cube.npy"),
                             "--labels=%s" % (few_bands / "gt.npy"), "--model=hybridsn",
                             model_dir=few_bands / "run")],
-        "kept": [train(*tiny, "--epochs=1", model_dir=folders["kept"]),
-                 train(*tiny, "--overwrite", "--batch_size=100000", model_dir=folders["kept"]),
-                 train(*tiny, "--resume", "--epochs=2", "--train_fraction=0.3",
-                       model_dir=folders["kept"])],
         "other_model_plan": [train(*TINY, "--plan=%s" % other_plan,
                                    model_dir=folders["other_model_plan"] / "run")],
         "nan": [train(*tiny, "--optimizer=sgd", "--learning_rate=1e30", "--epochs=1",
@@ -101,6 +97,12 @@ def cli_runs(tmp_path_factory, small_scene):
         "max_steps": [train(*tiny, "--epochs=3", "--max_steps=10", model_dir=folders["max_steps"]),
                       train(*tiny, "--epochs=3", "--max_steps=10", "--resume",
                             model_dir=folders["max_steps"])],
+        # input refused on max_steps's finished run (one epoch on small_scene's data): a
+        # run of its own to refuse would train one epoch more
+        "kept": [train(*tiny, "--overwrite", "--batch_size=100000",
+                       model_dir=folders["max_steps"]),
+                 train(*tiny, "--resume", "--epochs=2", "--train_fraction=0.3",
+                       model_dir=folders["max_steps"])],
         "too_large": [train("--width=1000000", model_dir=folders["too_large"] / "wide"),
                       train("--batch_size=10000000", model_dir=folders["too_large"] / "big")],
     }
@@ -304,19 +306,20 @@ def test_a_models_default_pca_beyond_the_bands_says_how_to_change_it(cli_runs):
 
 def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
     """--overwrite deletes the old run only once the new run's input is good; --resume
-    refuses other data than the run's."""
-    (first, overwrite, resume), folders = cli_runs[0]["kept"], cli_runs[1]
-    assert first.returncode == 0, first.stderr[-2000:]
+    refuses other data than the run's. The run: max_steps's, trained before these two."""
+    (overwrite, resume), (trained, _) = cli_runs[0]["kept"], cli_runs[0]["max_steps"]
+    kept = cli_runs[1]["max_steps"]
+    assert trained.returncode == 0, trained.stderr[-2000:]
     assert overwrite.returncode == 2   # known once the scene is loaded
     assert "--batch_size=100000: larger than the" in overwrite.stderr
     assert resume.returncode == 2
     assert resume.stderr.strip() == (
         "hmp.train: error: --resume: the run in %s was trained with train_fraction=0.5, not "
         "train_fraction=0.3; resume it with the same data flags, or start over with "
-        "--overwrite" % folders["kept"])
-    results = json.loads((folders["kept"] / "results.json").read_text())
-    assert len(results["history"]) == 1 and (folders["kept"] / "checkpoint").exists()
-    assert json.loads((folders["kept"] / "data.json").read_text())["train_fraction"] == 0.5
+        "--overwrite" % kept)
+    results = json.loads((kept / "results.json").read_text())
+    assert len(results["history"]) == 1 and (kept / "checkpoint").exists()
+    assert json.loads((kept / "data.json").read_text())["train_fraction"] == 0.5
 
 
 def test_max_steps_trains_the_whole_epochs_that_fit_and_keeps_the_flags_given(cli_runs):

@@ -114,8 +114,13 @@ def test_the_trainer_in_blocks_trains_checkpoints_and_stops_as_step_by_step(exp,
     block, at the step its checkpoint holds, and the run resumes there on the one-step
     graph, pauses (for a switch within the epoch) and goes on, as if uninterrupted.
     On one device (the test above checks a block on a split)."""
+    # one graph of each block size, built once: every trainer opens a session of its own
+    # on it (fresh variables), as a new run would on a graph built anew
+    graphs = {steps_per_run: graph_of(exp, steps_per_run, Placement())
+              for steps_per_run in (1, 3)}
+
     def trainer(steps_per_run, folder, stop=None):
-        return Trainer(graph_of(exp, steps_per_run, Placement()), exp, str(folder), seed=7,
+        return Trainer(graphs[steps_per_run], exp, str(folder), seed=7,
                        session_config=harness.session_config(), checkpoint_every=5,
                        log=lambda line: None, stop=stop)
 

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from cli_batch import run_batch
 from hmp.run.inference import TrainedRun
 from models import get_model
 
@@ -26,12 +27,19 @@ def test_rows_score_each_window_as_the_run_scored_its_own(tiny_run, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(model_dir, copy)
     results = json.loads((copy / "results.json").read_text())
-    command = [sys.executable, "scripts/bench_smoothing.py", "--model_dirs=%s" % copy,
-               "--windows=5,1", "--json=%s" % (tmp_path / "rows.json")]
-    for call in (1, 2):   # the second reads the probabilities the first kept
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    script = "scripts/bench_smoothing.py"
+    args = ["--model_dirs=%s" % copy, "--windows=5,1"]
+    # the bad flag: a process of its own (its whole stderr, TensorFlow's start-up included,
+    # is under test), started beside the two calls, which share one interpreter
+    # (tests/cli_batch.py): one TensorFlow import, not two
+    bad = subprocess.Popen([sys.executable, script, *args[:1], "--windows=4"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    jsons = [tmp_path / ("rows-%d.json" % call) for call in (1, 2)]
+    # the second call reads the probabilities the first kept
+    calls = run_batch(script, [{"args": [*args, "--json=%s" % json_]} for json_ in jsons])
+    for json_, done in zip(jsons, calls):
         assert done.returncode == 0, done.stderr[-2000:]
-        rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
+        rows = json.loads(json_.read_text())["rows"]
         assert [(row["guided"], row["window"], row["tta"]) for row in rows] == [
             (False, 5, False), (False, 1, False), (True, 5, False), (True, 1, False)]
         assert rows[1]["oa"] == rows[3]["oa"]   # window 1: nothing to filter
@@ -45,8 +53,7 @@ def test_rows_score_each_window_as_the_run_scored_its_own(tiny_run, tmp_path):
         assert [p.name for p in copy.glob("smoothing_probabilities*")] == [
             "smoothing_probabilities_%s.npy" % results_checkpoint(copy)]
     assert "every row in" in done.stdout and " filter window validation " in done.stdout
-    bad = subprocess.run([*command[:3], "--windows=4"], capture_output=True, text=True,
-                         timeout=300)
+    _, stderr = bad.communicate(timeout=300)
     assert bad.returncode == 2
-    assert bad.stderr.strip() == ("bench_smoothing.py: error: --windows=4: give an odd "
-                                  "number of pixels (1: no smoothing)")
+    assert stderr.strip() == ("bench_smoothing.py: error: --windows=4: give an odd "
+                              "number of pixels (1: no smoothing)")
