@@ -65,9 +65,10 @@ flags.DEFINE_integer("memory_mb", 512, "Memory in MB for the scene's tiles: the 
 flags.DEFINE_bool("tta", None, "Test-time augmentation: average the class probabilities of "
                   "each patch's 8 symmetries of the square (default: as the run's --tta); with "
                   "--export, the SavedModel's probabilities do so.")
-flags.DEFINE_integer("smoothing", None, "Average each pixel's class probabilities over a "
-                     "square of this many pixels around it (an odd number; 1: none; "
-                     "default: the run's window, results.json's smoothing). Not in "
+flags.DEFINE_integer("smoothing", None, "Smooth each pixel's class probabilities over a "
+                     "square of this many pixels around it, guided by the scene's edges "
+                     "if the run's smoothing was (an odd number; 1: none; default: the "
+                     "run's window, results.json's smoothing). Not in "
                      "--export's SavedModel, which classifies patches.")
 flags.mark_flag_as_required("model_dir")
 FLAGS = flags.FLAGS

@@ -118,7 +118,8 @@ flags.DEFINE_bool("tta", DEFAULT.recipe.tta,
                   "the classification's work; results.json also holds the scores without).")
 flags.DEFINE_string("smoothing", DEFAULT.recipe.smoothing,
                     "Spatial smoothing of the class probabilities: each pixel's are "
-                    "averaged over a square of this many pixels around it (odd; 1: none); "
+                    "smoothed over a square of this many pixels around it (odd; 1: none; "
+                    "guided by the scene's edges, --smoothing_guide); "
                     "auto: the window of %s that classifies the validation pixels best, "
                     "the smallest of equals (hmp.evaluation.smoothing; with a random "
                     "validation share on the disjoint split, too small). results.json also "

@@ -110,6 +110,10 @@ class PCA:
         return ((cube - self.mean) @ self.components).astype(np.float32)
 
 
+# The guide's values: its training pixels span 0 to 1.
+GUIDE_RANGE = (-1.0, 2.0)
+
+
 class Guide:
     """The guide image of a scene for smoothing its class probabilities
     (``hmp.evaluation.smoothing``): its pixels projected onto the first principal
@@ -129,24 +133,15 @@ class Guide:
         pca = PCA(1).fit(cube, train)
         projected = training_pixels(pca.transform(cube), train)
         low, high = float(projected.min()), float(projected.max())
-        return cls(pca.mean, pca.components[:, 0], low, max(high - low, 1e-12))
+        return cls(pca.mean, pca.components[:, 0], low, high - low if high > low else 1.0)
 
     def image(self, cube):
-        """float32 [H, W]: the guide of the pixels of ``cube`` [H, W, B]."""
-        return (((cube - self.mean) @ self.direction - self.low) / self.span
-                ).astype(np.float32)
-
-    def arrays(self):
-        """{name: array} to save it (:meth:`from_arrays` reads them back)."""
-        return {"guide_mean": self.mean, "guide_direction": self.direction,
-                "guide_range": np.array([self.low, self.span])}
-
-    @classmethod
-    def from_arrays(cls, arrays):
-        """The guide saved as :meth:`arrays`, or None if ``arrays`` holds none."""
-        if "guide_direction" not in arrays:
-            return None
-        return cls(arrays["guide_mean"], arrays["guide_direction"], *arrays["guide_range"])
+        """float32 [H, W]: the guide of the pixels of ``cube`` [H, W, B], within
+        ``GUIDE_RANGE``: a pixel far beyond the training pixels' range (an outlier,
+        another scene's) is an edge all the same, and a bounded guide keeps the
+        filter's float32 arithmetic exact enough."""
+        return np.clip(((cube - self.mean) @ self.direction - self.low) / self.span,
+                       *GUIDE_RANGE).astype(np.float32)
 
 
 class Preprocessor:

@@ -59,13 +59,16 @@ def padded_tile(raster, tile, margin, prepare):
     return pad_cube(cube, sides), inner
 
 
-def tile_shape(budget_bytes, image_shape, margin, bytes_per_pixel, bytes_per_result):
+def tile_shape(budget_bytes, image_shape, margin, bytes_per_pixel, bytes_per_result,
+               held_rows=0):
     """The largest square-ish tile (rows, columns) whose padded window costs at most
     ``budget_bytes`` together with the results of its row of tiles.
 
     ``bytes_per_pixel``: what a pixel of a padded window costs while it is read,
     preprocessed and classified; ``bytes_per_result``: what a pixel's results cost
-    until its row of tiles is written (class probabilities, no-data flag).
+    until its row of tiles is written (class probabilities, no-data flag, the
+    smoothing's copies); ``held_rows``: rows of results held beside a row of tiles'
+    own (the smoothing's context above and below it).
 
     Raises:
       InvalidInput: not even a tile of one row fits the budget (the message says
@@ -76,7 +79,7 @@ def tile_shape(budget_bytes, image_shape, margin, bytes_per_pixel, bytes_per_res
     def cost(side):
         rows, cols = min(side, height), min(side, width)
         return (rows + 2 * margin) * (cols + 2 * margin) * bytes_per_pixel \
-            + rows * width * bytes_per_result
+            + (rows + held_rows) * width * bytes_per_result
 
     if cost(1) > budget_bytes:
         raise InvalidInput(f"{budget_bytes / 2**20:.0f} MB is too little for one tile of "

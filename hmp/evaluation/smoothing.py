@@ -30,9 +30,10 @@ from hmp.errors import InvalidInput
 WINDOWS = (1, 3, 5, 7, 9, 11)
 # hmp.train's --smoothing, and the window of auto without validation pixels to choose on
 DEFAULT_WINDOW = 7
-# The guided filter's regularisation, in the units of the guide (the training pixels'
-# range of the first principal component: 0 to 1); see docs/benchmarks.md, "Smoothing
-# the class probabilities": 1e-4 to 1e-3 follow the guide's edges alike.
+# The guided filter's regularisation, added to each window's variance of the guide
+# (whose training pixels span 0 to 1): a window whose guide varies by much less than
+# its square root (about 0.03) is taken as flat; see docs/benchmarks.md, "Smoothing
+# the class probabilities": 1e-4 and 1e-3 follow the guide's edges alike.
 GUIDE_EPSILON = 1e-3
 
 
@@ -55,8 +56,9 @@ def smooth(probabilities, window, valid=None, guide=None):
     """[H, W, K] float32 class probabilities, each valid pixel's the mean over the
     ``window`` x ``window`` square around it of the ``valid`` ([H, W] bool; default all)
     pixels' ``probabilities`` [H, W, K], or with a ``guide`` image [H, W] (from
-    ``hmp.data.Guide.image``) their guided filter; zeros for the pixels not valid. ``window``
-    1 returns the probabilities of the valid pixels as they are."""
+    ``hmp.data.Guide.image``) their guided filter, clipped at 0 and summing to 1; zeros
+    for the pixels not valid. ``window`` 1 returns the probabilities of the valid pixels
+    as they are."""
     check_window(window)
     probabilities = np.asarray(probabilities, np.float32)
     weights = (np.ones(probabilities.shape[:2], np.float32) if valid is None
@@ -66,16 +68,21 @@ def smooth(probabilities, window, valid=None, guide=None):
     mean = _window_mean(weights, window)
     if guide is None:
         return mean(probabilities) * weights[..., None]
-    guide = np.asarray(guide, np.float32)
+    guide = np.asarray(guide, np.float64)   # its moments in float64: one value a pixel
     guide_mean = mean(guide)
-    guide_variance = mean(guide * guide) - guide_mean**2
+    guide_variance = np.maximum(mean(guide * guide) - guide_mean**2, 0.0)
+    guide = guide.astype(np.float32)[..., None]
+    guide_mean = guide_mean.astype(np.float32)[..., None]
     probability_mean = mean(probabilities)
-    covariance = mean(guide[..., None] * probabilities) - guide_mean[..., None] * probability_mean
-    slope = covariance / (guide_variance + GUIDE_EPSILON)[..., None]
-    intercept = probability_mean - slope * guide_mean[..., None]
+    covariance = mean(guide * probabilities) - guide_mean * probability_mean
+    slope = covariance / (guide_variance + GUIDE_EPSILON).astype(np.float32)[..., None]
+    intercept = probability_mean - slope * guide_mean
     # each pixel: the mean over the windows around valid pixels that cover it of their fits
-    filtered = mean(slope) * guide[..., None] + mean(intercept)
-    return (filtered * weights[..., None]).astype(np.float32)
+    filtered = np.maximum(mean(slope) * guide + mean(intercept), 0.0) * weights[..., None]
+    # a fit may overshoot 0 or 1 across an edge: clipped at 0, divided by the sum (which
+    # keeps each pixel's order of the classes, its largest value being at least 1 / K)
+    totals = filtered.sum(axis=2, keepdims=True)
+    return np.divide(filtered, totals, out=filtered, where=totals > 0)
 
 
 def _window_mean(weights, window):

@@ -53,7 +53,7 @@ class Experiment:
     val: data.PatchDataset = None   # held out of ``split.train``; None without validation
     guide: data.Guide = None   # of the smoothing, fitted on the training pixels
 
-    @property
+    @functools.cached_property
     def guide_image(self):
         """[H, W]: the guide of the scene's pixels (``hmp.evaluation.smoothing``)."""
         extractor = self.train.extractor

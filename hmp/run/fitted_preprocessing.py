@@ -24,7 +24,9 @@ def save(model_dir, preprocessor, wavelengths=(), guide=None):
     the smoothing's ``guide`` (an ``hmp.data.Guide``, if any) to
     ``model_dir``/preprocessing.npz, atomically."""
     arrays = {"wavelengths": np.asarray(wavelengths, np.float64)} if len(wavelengths) else {}
-    arrays.update(guide.arrays() if guide is not None else {})
+    if guide is not None:
+        arrays.update(guide_mean=guide.mean, guide_direction=guide.direction,
+                      guide_range=np.array([guide.low, guide.span]))
     if preprocessor.scaler is not None:
         arrays.update(scaling=np.array(preprocessor.scaler.method),
                       offset=preprocessor.scaler.offset, scale=preprocessor.scaler.scale)
@@ -59,7 +61,9 @@ def guide(model_dir):
     """The smoothing's guide (an ``hmp.data.Guide``) fitted with the run, or None for a
     run from before the guided smoothing."""
     with np.load(os.path.join(model_dir, FILE_NAME)) as arrays:
-        return Guide.from_arrays(arrays)
+        if "guide_direction" not in arrays:
+            return None
+        return Guide(arrays["guide_mean"], arrays["guide_direction"], *arrays["guide_range"])
 
 
 def wavelengths(model_dir):

@@ -27,7 +27,7 @@ from hmp.data.formats import open_raster
 from hmp.data.raster import ArrayRaster, check_wavelengths
 from hmp.data.tiles import padded_tile, tile_rows, tile_shape
 from hmp.errors import InvalidInput
-from hmp.evaluation.smoothing import check_window
+from hmp.evaluation.smoothing import check_window, context
 from hmp.graph.augment import symmetry_probabilities
 from hmp.graph.graph import build_logits_graph
 from hmp.graph.graph_config import ModelConfig, Placement
@@ -311,10 +311,10 @@ def _progress(done, pixels, started):
 WINDOW_BYTES_PER_INPUT_BAND = 24
 WINDOW_BYTES_PER_MODEL_BAND = 24
 # Smoothing a row of tiles (``hmp.evaluation.smoothing.smooth_rows``) holds, per class,
-# float32 copies of its rows: those waiting, the stack with the rows above, the weighted
-# and the summed probabilities, and the means; guided, also the covariances, the slopes
-# and intercepts and their means (an estimate from the arrays the filter makes, not
-# measured).
+# float32 copies of its rows and of the context's rows above and below them: those
+# waiting, the stack with the rows above, the weighted and the summed probabilities, and
+# the means; guided, also the covariances, the slopes and intercepts and their means (an
+# estimate from the arrays the filter makes, not measured).
 RESULT_BYTES_PER_CLASS = 4
 SMOOTHING_BYTES_PER_CLASS = 20
 GUIDED_SMOOTHING_BYTES_PER_CLASS = 48
@@ -323,15 +323,16 @@ RESULT_BYTES_PER_PIXEL = 17
 
 def tiling(run, raster, memory_bytes, window=1):
     """The rows of tiles (``hmp.data.tiles.tile_rows``) of ``raster``'s scene whose
-    windows and results (smoothed over ``window`` x ``window`` pixels) fit
-    ``memory_bytes``; their shape is the first tile's."""
+    windows and results (smoothed over ``window`` x ``window`` pixels, with the rows of
+    the smoothing's context) fit ``memory_bytes``; their shape is the first tile's."""
     bands_in = fitted_preprocessing.input_bands(run.preprocessor)
     bands_out = fitted_preprocessing.output_bands(run.preprocessor)
     shape = tile_shape(memory_bytes, raster.shape[:2], run.model_config.patch // 2,
                        WINDOW_BYTES_PER_INPUT_BAND * bands_in
                        + WINDOW_BYTES_PER_MODEL_BAND * bands_out,
                        (RESULT_BYTES_PER_CLASS + _smoothing_bytes(run, window))
-                       * len(run.class_names) + RESULT_BYTES_PER_PIXEL)
+                       * len(run.class_names) + RESULT_BYTES_PER_PIXEL,
+                       held_rows=2 * context(window, run.guide is not None))
     return tile_rows(raster.shape[:2], shape)
 
 

@@ -69,12 +69,12 @@ def classify(trainer, best, exp, tta, window, guided):
         print("the weights of epoch %d (best validation accuracy %.3f) classify"
               % (best.epoch + 1, best.accuracy), flush=True)
         trainer.restore(best.path)
-    radius = smoothing.context(window or max(smoothing.WINDOWS), guided)
-    pixels = smoothing.neighbourhood(exp.labelled.indices, exp.scene.labels.shape, radius)
+    reach = smoothing.context(window or max(smoothing.WINDOWS), guided)
+    pixels = smoothing.neighbourhood(exp.labelled.indices, exp.scene.labels.shape, reach)
     print("classifying the %d labelled pixels (%d test pixels)%s%s ..."
           % (len(exp.labelled), len(exp.test),
              " and the %d others within %d of them (--smoothing)"
-             % (len(pixels) - len(exp.labelled), radius) if radius else "",
+             % (len(pixels) - len(exp.labelled), reach) if reach else "",
              ", each in the 8 symmetries of the square (--tta)" if tta else ""), flush=True)
     return Classified.of(exp, pixels, trainer.probabilities(pixels, tta), guided), step
 

@@ -462,13 +462,13 @@ def test_envi_and_geotiff_scenes_train_and_their_class_maps_open_on_their_map(cl
 
 
 def test_a_prediction_in_tiles_writes_what_the_whole_scene_at_once_does(cli):
-    """--memory_mb=1: 4 tiles (their results smoothed: the run's window is 7), their
+    """--memory_mb=1: 4 tiles (their results smoothed, guided: the run's window is 7), their
     probabilities written a row of tiles at a time."""
     runs, folder = cli
     assert runs["predict_tif_tiles"].returncode == 0, runs["predict_tif_tiles"].stderr[-2000:]
     whole, tiled = folder / "tif" / "prediction", folder / "tiles"
     assert "scene.tif: 48x40 pixels in 1 tile of up to 48x40; " in runs["predict_tif"].stdout
-    assert "scene.tif: 48x40 pixels in 4 tiles of up to 35x35; " in \
+    assert "scene.tif: 48x40 pixels in 4 tiles of up to 31x31; " in \
         runs["predict_tif_tiles"].stdout
     probabilities = np.load(tiled / "probabilities.npy")
     assert probabilities.shape == (48, 40, 3) and probabilities.dtype == np.float32

@@ -27,7 +27,8 @@ def window_means(probabilities, window, valid):
 def guided_filter(probabilities, guide, window, valid):
     """He et al.'s guided filter pixel by pixel: each valid pixel's window of valid pixels
     fits the probabilities as slope * guide + intercept; each valid pixel takes the mean of
-    the fits of the valid pixels' windows that hold it; zeros for the others."""
+    the fits of the valid pixels' windows that hold it, negatives set to 0, divided by
+    their sum; zeros for the others."""
     height, width, classes = probabilities.shape
     radius = window // 2
     slope, intercept = np.zeros((height, width, classes)), np.zeros((height, width, classes))
@@ -52,8 +53,9 @@ def guided_filter(probabilities, guide, window, valid):
             if valid[row, col]:
                 rows, cols = window_of(row, col)
                 inside = valid[rows, cols]
-                out[row, col] = (slope[rows, cols][inside].mean(axis=0) * guide[row, col]
-                                 + intercept[rows, cols][inside].mean(axis=0))
+                fit = (slope[rows, cols][inside].mean(axis=0) * guide[row, col]
+                       + intercept[rows, cols][inside].mean(axis=0))
+                out[row, col] = np.maximum(fit, 0) / np.maximum(fit, 0).sum()
     return out
 
 
@@ -80,6 +82,8 @@ def test_the_guided_filter_fits_each_window_on_the_guide(scene_map, guide, windo
     assert smoothed.shape == (13, 11, 4) and smoothed.dtype == np.float32
     np.testing.assert_allclose(smoothed, guided_filter(probabilities, guide, window, valid),
                                atol=1e-5)
+    assert smoothed.min() >= 0   # probabilities: at least 0, summing to 1
+    np.testing.assert_allclose(smoothed.sum(axis=2), valid.astype(float), atol=1e-5)
     np.testing.assert_array_equal(smooth(probabilities, 1, valid, guide),
                                   smooth(probabilities, 1, valid))
 
@@ -111,14 +115,14 @@ def test_the_guide_is_the_first_principal_component_scaled_to_the_training_pixel
     axis = np.linalg.svd(centred, full_matrices=False)[2][0]
     projected = (cube.reshape(-1, 5) - pixels.mean(axis=0)) @ axis
     scaled = (projected - projected[train].min()) / np.ptp(projected[train])
-    if abs(image.ravel()[train.argmin()] - scaled[train.min()]) > 1e-6:   # either sign
-        scaled = 1 - scaled
-    np.testing.assert_allclose(image.ravel(), scaled, atol=1e-5)
+    flipped = abs(image.ravel()[train[0]] - scaled[train[0]]) > 1e-6   # either sign
+    scaled = 1 - scaled if flipped else scaled
+    np.testing.assert_allclose(image.ravel(), np.clip(scaled, -1, 2), atol=1e-5)
     assert (image.ravel()[train].min(), image.ravel()[train].max()) == (
         pytest.approx(0, abs=1e-6), pytest.approx(1))
-    saved = Guide.from_arrays(Guide.fit(cube, train).arrays())
-    np.testing.assert_array_equal(saved.image(cube), image)
-    assert Guide.from_arrays({}) is None
+    far = cube.copy()   # an outlier: as far from the training pixels as the guide goes
+    far[5, 6] = pixels.mean(axis=0) + 1e6 * axis * (-1 if flipped else 1)
+    assert Guide.fit(cube, train).image(far)[5, 6] == 2.0
 
 
 @pytest.mark.parametrize("window", [1, 3, 5, 9, 31])

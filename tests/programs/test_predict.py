@@ -30,6 +30,7 @@ from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Placement
 from hmp.mesh import conv3d_gradient
 from hmp.run import experiment, export, inference
+from hmp.run.fit import Fitted
 from hmp.run.trainer import Trainer
 from models import get_model, model_config
 
@@ -125,6 +126,24 @@ def test_predicts_every_pixel_as_the_run_did_on_its_own_devices(run, predicted, 
     np.testing.assert_allclose(probabilities.sum(axis=2), 1.0, atol=1e-5)
     np.testing.assert_array_equal(probabilities.argmax(axis=2) + 1, class_map)
     np.testing.assert_allclose(probabilities, smooth(unsmoothed, 5, guide=guide), atol=1e-5)
+
+
+def test_a_run_from_before_the_guided_smoothing_predicts_with_the_windows_mean(
+        run, unsmoothed, tmp_path):
+    """A results.json without ``smoothing.guided`` (and so the run's guide unused): the
+    prediction smooths with the plain mean over the run's window."""
+    model_dir, results, exp = run
+    older = tmp_path / "older"
+    shutil.copytree(model_dir, older)
+    del results["smoothing"]["guided"]
+    (older / "results.json").write_text(json.dumps(results))
+    assert inference.TrainedRun.open(str(older), get_model).guide is None
+    model = get_model(results["flags"]["model"])
+    probabilities = Fitted(str(older), results, model).predict(exp.scene.cube)
+    np.testing.assert_allclose(probabilities, smooth(unsmoothed, 5), atol=1e-5)
+    guided = Fitted(str(model_dir), json.loads((model_dir / "results.json").read_text()),
+                    model).predict(exp.scene.cube)
+    np.testing.assert_allclose(guided, smooth(unsmoothed, 5, guide=exp.guide_image), atol=1e-5)
 
 
 def test_png_has_one_pixel_per_scene_pixel_and_a_legend(run, predicted):

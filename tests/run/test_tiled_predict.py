@@ -117,3 +117,12 @@ def test_the_memory_budget_sets_the_tiles(trained):
     per_pixel = 24 * 100 + 24 * 100   # the run keeps all 100 bands
     assert (rows + 4) * (cols + 4) * per_pixel + rows * 19 * (4 * 10 + 17) <= 200_000
     assert rows_of_tiles[0][0] == Tile(slice(0, rows), slice(0, cols))
+    # smoothed as the run (guided, window 5): per class the filter's copies, and the
+    # context's 4 rows above and below a row of tiles held with it
+    smoothed = inference.tiling(run, raster, 400_000, window=5)
+    rows_5, cols_5 = smoothed[0][0].shape
+    assert 1 < rows_5 < 23 and cols_5 < 19
+    assert ((rows_5 + 4) * (cols_5 + 4) * per_pixel
+            + (rows_5 + 8) * 19 * ((4 + 48) * 10 + 17)) <= 400_000
+    assert ((rows_5 + 5) * (cols_5 + 5) * per_pixel   # the largest that fits
+            + (rows_5 + 9) * 19 * ((4 + 48) * 10 + 17)) > 400_000

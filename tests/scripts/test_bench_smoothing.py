@@ -1,6 +1,7 @@
 """scripts/bench_smoothing.py as a user runs it, on a copy of conftest's tiny run (trained
 with --smoothing=5, guided): its guided rows for windows 5 and 1 are the run's own test
-scores with and without the smoothing; at window 1 the window's mean row equals them."""
+scores with and without the smoothing; its rows of the window's mean those of the
+probabilities it kept, smoothed with the mean."""
 
 import json
 import os
@@ -12,6 +13,8 @@ import numpy as np
 import pytest
 
 from cli_batch import run_batch
+from hmp.evaluation.smoothing import smooth
+from hmp.run import experiment
 from hmp.run.inference import TrainedRun
 from models import get_model
 
@@ -52,6 +55,12 @@ def test_rows_score_each_window_as_the_run_scored_its_own(tiny_run, tmp_path):
             assert 0 <= row["validation"] <= 100
         assert [p.name for p in copy.glob("smoothing_probabilities*")] == [
             "smoothing_probabilities_%s.npy" % results_checkpoint(copy)]
+    # the mean's row: the kept probabilities smoothed with the window's mean
+    exp = experiment.prepare(*experiment.load(str(copy)))
+    kept = np.load(copy / ("smoothing_probabilities_%s.npy" % results_checkpoint(copy)))
+    mean = smooth(kept, 5, ~experiment.nodata_mask(exp.scene.cube)).reshape(-1, exp.n_classes)
+    assert rows[0]["oa"] == pytest.approx(100 * np.mean(
+        mean[exp.test.indices].argmax(axis=1) == exp.test.class_ids))
     assert "every row in" in done.stdout and " filter window validation " in done.stdout
     _, stderr = bad.communicate(timeout=300)
     assert bad.returncode == 2
