@@ -94,10 +94,12 @@ def test_a_tiny_run_writes_every_figure(runs):
     configs = result["configs"]
     assert list(configs) == ["even", "planned", "re-balanced", "per layer", "data even",
                              "data", "data local bn", "hybrid", "auto", "auto, 2 a run",
-                             "worker 0 alone, 2 a run", "worker 0 alone", "worker 1 alone",
+                             "data, 2 a run", "worker 0 alone, 2 a run", "worker 0 alone",
+                             "worker 1 alone",
                              "plain TF"]
     assert configs["data local bn"]["layout"] == configs["data"]["layout"]
     assert configs["auto, 2 a run"]["layout"] == configs["auto"]["layout"]
+    assert configs["data, 2 a run"]["layout"] == configs["data"]["layout"]
     assert configs["worker 0 alone, 2 a run"]["load"] == [1.0, 0.0]
     goal = result["goals"]["data"]
     assert goal["baseline"] == "data even" and goal["speedup"] == pytest.approx(
