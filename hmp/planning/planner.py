@@ -49,7 +49,8 @@ EXHAUSTIVE_DEVICES = 16
 REPLICATION_MAX_DIMS = 8
 # mesh="auto" on a measured platform of at most HINT_MAX_DEVICES devices, leaving some
 # out: the multiples of the batch at which the plan looks for a layout that would use
-# them, to say so in its reason (up to 4 more plans: cheap on few devices).
+# them, and the same batch with each replica's own batch-norm statistics (no barriers),
+# to say so in its reason (up to 5 more plans: cheap on few devices).
 HINT_BATCH_FACTORS = (2, 4, 8, 16)
 HINT_MAX_DEVICES = 8
 
@@ -332,7 +333,8 @@ def plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps=None,
 
     With ``mesh="auto"``, a link and at most ``HINT_MAX_DEVICES`` devices, a plan that
     leaves devices out also says at which larger batch (``HINT_BATCH_FACTORS``) a
-    layout would use them, if any.
+    layout would use them, if any, and, for a model with batch norms, whether one would
+    with each replica's own statistics.
 
     Raises:
       ValueError: on bad speeds, devices, caps or mesh, or when no layout fits.
@@ -413,6 +415,8 @@ def _plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps, min
             if hint and link is not None and n <= HINT_MAX_DEVICES:
                 reason += _larger_batch_hint(model_spec, specs, batch_size, min_filters,
                                              link, replicated, alone_margin, best.size)
+                reason += _local_statistics_hint(model_spec, specs, batch_size, min_filters,
+                                                 link, replicated, alone_margin, best.size)
     return Plan(
         model=model_spec.name, mesh=str(best.mesh),
         layout_rules=layout_rules(model_spec.replicating(best.dims), best.mesh),
@@ -450,15 +454,39 @@ def _larger_batch_hint(model_spec, specs, batch_size, min_filters, link, replica
         except InvalidInput:   # e.g. over a memory cap: larger batches fit no better
             return ""
         if len(plan.devices) > kept:
-            hint = (f"; at a batch of {larger} the plan would use {len(plan.devices)} "
-                    f"devices ({plan.mesh})")
-            on_kept = min((c.step for c in plan.candidates
-                           if c.devices == kept and c.step is not None), default=None)
-            if on_kept is None:
-                return hint
-            return (hint + f", predicted {on_kept / plan.prediction.step:.2f}x the "
-                    f"samples/s of {kept} device{'s' if kept > 1 else ''} at that batch")
+            return f"; at a batch of {larger}" + _more_devices(plan, kept, " at that batch")
     return ""
+
+
+def _local_statistics_hint(model_spec, specs, batch_size, min_filters, link, replicated,
+                           alone_margin, kept):
+    """For a model whose batch norms normalise over the global batch (barriers on a batch
+    split), when the auto plan would use more than ``kept`` devices with each replica's
+    own statistics instead: "; with each batch replica's own batch-norm statistics the
+    plan would use N devices (mesh), predicted F x ..."; "" otherwise."""
+    if not model_spec.norm_layers:
+        return ""
+    try:
+        plan = _plan_layout(dataclasses.replace(model_spec, norm_layers=0), specs, None,
+                            batch_size, "auto", None, min_filters, link, replicated,
+                            alone_margin, hint=False)
+    except InvalidInput:
+        return ""
+    if len(plan.devices) <= kept:
+        return ""
+    return "; with each batch replica's own batch-norm statistics" + _more_devices(plan, kept)
+
+
+def _more_devices(plan, kept, where=""):
+    """" the plan would use N devices (mesh), predicted F x the samples/s of ``kept``
+    devices``where``": ``plan``'s devices against its best candidate on ``kept``."""
+    text = f" the plan would use {len(plan.devices)} devices ({plan.mesh})"
+    on_kept = min((c.step for c in plan.candidates
+                   if c.devices == kept and c.step is not None), default=None)
+    if on_kept is None:
+        return text
+    return (text + f", predicted {on_kept / plan.prediction.step:.2f}x the samples/s of "
+            f"{kept} device{'s' if kept > 1 else ''}{where}")
 
 
 def _fastest(layouts, margin, alone_margin):

@@ -1,5 +1,6 @@
 """plan_layout: splits per mesh, auto choice with reasons, memory caps, Plan JSON, errors."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -539,6 +540,30 @@ def test_a_plan_that_leaves_devices_out_says_at_which_larger_batch_they_pay():
     unpriced = plan_layout(spec, [DeviceSpec("a", 1e10), DeviceSpec("b", 1e3)], None, 16,
                            "auto").reason
     assert "1 device left out" in unpriced and "batch of" not in unpriced
+
+
+def test_a_plan_that_leaves_devices_out_for_its_batch_norms_barriers_says_so():
+    """Batch norms with the global batch's statistics wait for every replica twice a step
+    (priced at 3 ms a barrier here): the plan keeps one device at batch 32, and says that
+    with each replica's own statistics (no such barrier) the batch split would pay."""
+    devices = [DeviceSpec(f"/job:w/task:{t}/device:CPU:0", rate, overhead_s=1e-3, host=f"h{t}")
+               for t, rate in enumerate((1e10, 5e9))]
+    link = LinkSpec(1e9, 1e-4, barrier_s=3e-3)
+    normed, local = (dataclasses.replace(hsi_model(), norm_layers=n) for n in (4, 0))
+    plan = plan_layout(normed, devices, None, 32, "auto", link=link)
+    assert plan.devices == [devices[0].name]
+    split = plan_layout(local, devices, None, 32, "auto", link=link)
+    assert split.mesh == "batch:2"
+    speedup = predict(local, devices[:1], parse_mesh("batch:1"), 32, {"batch": [32]},
+                      link).step / split.prediction.step
+    assert plan.reason.endswith(
+        "; with each batch replica's own batch-norm statistics the plan would use 2 devices "
+        "(batch:2), predicted %.2fx the samples/s of 1 device" % speedup), plan.reason
+    # no such hint for a model without batch norms, nor where local statistics do not pay
+    assert "batch-norm" not in plan_layout(local, devices, None, 16, "auto", link=link).reason
+    slow = LinkSpec(1e9, 1e-4, barrier_s=1e-2)
+    assert plan_layout(local, devices, None, 16, "auto", link=slow).devices == [devices[0].name]
+    assert "batch-norm" not in plan_layout(normed, devices, None, 16, "auto", link=slow).reason
 
 
 # --- ranked by the whole step alone: overheads, not only FLOP rates ----------------------
