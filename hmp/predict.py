@@ -66,10 +66,12 @@ flags.DEFINE_bool("tta", None, "Test-time augmentation: average the class probab
                   "each patch's 8 symmetries of the square (default: as the run's --tta); with "
                   "--export, the SavedModel's probabilities do so.")
 flags.DEFINE_integer("smoothing", None, "Smooth each pixel's class probabilities over a "
-                     "square of this many pixels around it, guided by the scene's edges "
-                     "if the run's smoothing was (an odd number; 1: none; default: the "
-                     "run's window, results.json's smoothing). Not in "
+                     "square of this many pixels around it (an odd number; 1: none; "
+                     "default: the run's window, results.json's smoothing). Not in "
                      "--export's SavedModel, which classifies patches.")
+flags.DEFINE_bool("smoothing_guide", None, "Smooth following the scene's edges (the guided "
+                  "filter of hmp.train --smoothing_guide) or, --nosmoothing_guide, with the "
+                  "window's mean (default: as the run).")
 flags.mark_flag_as_required("model_dir")
 FLAGS = flags.FLAGS
 
@@ -88,9 +90,11 @@ def _devices():
     return devices
 
 
-def predict_into(out_dir, run, raster, rows_of_tiles, model, progress, window=1):
+def predict_into(out_dir, run, raster, rows_of_tiles, model, progress, window=1,
+                 guide=None):
     """Classifies ``raster`` a row of tiles at a time (``classify_tiles``), the
-    probabilities smoothed over ``window`` x ``window`` pixels (``smooth_rows``), writing
+    probabilities smoothed over ``window`` x ``window`` pixels (``smooth_rows``; with
+    ``guide``, an ``hmp.data.Guide``, or the mean), writing
     them as they come, then the class maps; each file atomically. Returns (the number of
     no-data pixels, the names of the files written)."""
     height, width = raster.shape[:2]
@@ -102,7 +106,7 @@ def predict_into(out_dir, run, raster, rows_of_tiles, model, progress, window=1)
             "descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
             "fortran_order": False, "shape": (height, width, len(run.class_names))})
         for rows, probabilities, nodata in smooth_rows(   # zeros for no-data pixels
-                classify_tiles(run, raster, rows_of_tiles, model, progress), window):
+                classify_tiles(run, raster, rows_of_tiles, model, progress, guide), window):
             class_map[rows] = np.where(nodata, 0, probabilities.argmax(axis=2) + 1)
             probabilities.tofile(f)
             nodata_pixels += int(nodata.sum())
@@ -130,6 +134,8 @@ def main(argv):
     devices = _devices()
     with cli.blame("smoothing"):
         tta, window = run.classifying(FLAGS.tta, FLAGS.smoothing)
+    with cli.blame("smoothing_guide"):
+        guide = run.guide_for(window, FLAGS.smoothing_guide)
     if FLAGS.export:
         with cli.blame("export", also=(OSError,)):
             files.check_folder_can_be_made(FLAGS.export)
@@ -150,14 +156,14 @@ def main(argv):
         raster = open_cube(run.data_config(**changed))
         run.check_bands(raster.shape[2], raster.info.wavelengths)
     with cli.blame("memory_mb"):
-        rows_of_tiles = tiling(run, raster, FLAGS.memory_mb * 2**20, window)
+        rows_of_tiles = tiling(run, raster, FLAGS.memory_mb * 2**20, window, guide)
     tile = rows_of_tiles[0][0].shape
     tiles = sum(map(len, rows_of_tiles))
     print("%s: %dx%d pixels in %d tile%s of up to %dx%d; %s model of %s on %s%s"
           % (dataset, *raster.shape[:2], tiles, "s"[:tiles > 1], *tile, run.flags["model"],
              run.checkpoint, ", ".join(devices),
              "; probabilities smoothed over %d x %d pixels%s" % (
-                 window, window, ", guided" if run.guide is not None else "")
+                 window, window, ", guided" if guide is not None else "")
              if window > 1 else ""), flush=True)
     with cli.blame("model_dir"):
         model = Classifier(run, devices, FLAGS.batch_size, tile, session_config_for(devices),
@@ -166,7 +172,7 @@ def main(argv):
     try:
         with model, cli.blame("out", also=(OSError,)), cli.blame(*scene_flags):
             nodata, written = predict_into(out_dir, run, raster, rows_of_tiles, model,
-                                           ProgressLine(), window)
+                                           ProgressLine(), window, guide)
     except BaseException:
         if made and os.path.isdir(out_dir) and not os.listdir(out_dir):
             os.rmdir(out_dir)   # nothing written: no empty folder left either

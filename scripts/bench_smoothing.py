@@ -13,7 +13,6 @@ class (in %). The classification's probabilities are kept in each run's folder
 and writes every row to ``--json``.
 """
 
-import itertools
 import os
 
 from hmp import cli
@@ -63,9 +62,17 @@ def rows_of(model_dir, windows, tta):
     valid = ~experiment.nodata_mask(exp.scene.cube)
     present = np.bincount(exp.test.class_ids, minlength=exp.n_classes) > 0
     rows = []
-    for variant, guided in itertools.product((False, True) if tta else (False,),
-                                             (False, True)):
+    for variant in (False, True) if tta else (False,):
         probabilities = scene_probabilities(run, exp, variant)
+        rows += _rows_of_filters(model_dir, exp, probabilities, valid, present, windows,
+                                 variant)
+    return rows
+
+
+def _rows_of_filters(model_dir, exp, probabilities, valid, present, windows, tta):
+    """The rows of one classification (with TTA or not): the mean's, then the guided."""
+    rows = []
+    for guided in (False, True):
         guide = exp.guide_image if guided else None
         validation = (choose_window(probabilities, valid, exp.val.indices,
                                     exp.val.class_ids, windows, guide)[1] if exp.val else {})
@@ -74,7 +81,7 @@ def rows_of(model_dir, windows, tta):
             scores = evaluate(exp.test.class_ids, flat[exp.test.indices].argmax(axis=1),
                               exp.n_classes)
             rows.append({
-                "run": model_dir, "tta": variant, "guided": guided, "window": window,
+                "run": model_dir, "tta": tta, "guided": guided, "window": window,
                 "validation": (100 * validation[window] if validation else None),
                 "oa": 100 * scores.overall_accuracy, "aa": 100 * scores.average_accuracy,
                 "lowest_recall": 100 * float(np.min(scores.per_class_accuracy[present]))})
@@ -87,7 +94,8 @@ def table(rows):
     for row in rows:
         lines.append("%-48s %-4s %-6s %6d %10s %7.2f %7.2f %13.1f" % (
             os.path.basename(os.path.normpath(row["run"]))[-48:], "yes" if row["tta"] else "no",
-            "guided" if row["guided"] else "mean", row["window"], "-" if row["validation"] is None else "%.1f" % row["validation"],
+            "guided" if row["guided"] else "mean", row["window"],
+            "-" if row["validation"] is None else "%.1f" % row["validation"],
             row["oa"], row["aa"], row["lowest_recall"]))
     return "\n".join(lines)
 

@@ -140,7 +140,9 @@ class Guide:
         ``GUIDE_RANGE``: a pixel far beyond the training pixels' range (an outlier,
         another scene's) is an edge all the same, and a bounded guide keeps the
         filter's float32 arithmetic exact enough."""
-        return np.clip(((cube - self.mean) @ self.direction - self.low) / self.span,
+        direction = self.direction.astype(np.float32)   # no float64 copy of the cube
+        offset = float(self.mean @ self.direction) + self.low
+        return np.clip((np.asarray(cube, np.float32) @ direction - offset) / self.span,
                        *GUIDE_RANGE).astype(np.float32)
 
 

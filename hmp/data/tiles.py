@@ -68,7 +68,7 @@ def tile_shape(budget_bytes, image_shape, margin, bytes_per_pixel, bytes_per_res
     preprocessed and classified; ``bytes_per_result``: what a pixel's results cost
     until its row of tiles is written (class probabilities, no-data flag, the
     smoothing's copies); ``held_rows``: rows of results held beside a row of tiles'
-    own (the smoothing's context above and below it).
+    own (the smoothing's context above and below it, within the scene).
 
     Raises:
       InvalidInput: not even a tile of one row fits the budget (the message says
@@ -79,7 +79,7 @@ def tile_shape(budget_bytes, image_shape, margin, bytes_per_pixel, bytes_per_res
     def cost(side):
         rows, cols = min(side, height), min(side, width)
         return (rows + 2 * margin) * (cols + 2 * margin) * bytes_per_pixel \
-            + (rows + held_rows) * width * bytes_per_result
+            + min(rows + held_rows, height) * width * bytes_per_result
 
     if cost(1) > budget_bytes:
         raise InvalidInput(f"{budget_bytes / 2**20:.0f} MB is too little for one tile of "

@@ -55,20 +55,22 @@ class Fitted:
         return self.results["test"]
 
     def predict(self, cube, devices=("/cpu:0",), batch_size=1024, tta=None,
-                smoothing=None):
+                smoothing=None, smoothing_guide=None):
         """Class probabilities (float32 [H, W, classes]) of every pixel of ``cube`` (a
         scene's raw cube [H, W, bands], as the run's scene file holds it; zeros for no-data
         pixels) by the run's best weights, with TTA or not (None: as the run) and smoothed
-        over ``smoothing`` x ``smoothing`` pixels (None: the run's window; guided if the
-        run's smoothing was), as
+        over ``smoothing`` x ``smoothing`` pixels (None: the run's window), guided by the
+        scene's edges or not (``smoothing_guide``; None: as the run), as
         ``python -m hmp.predict`` does (one seed's run only)."""
         self._one_seed("predict")
         run = inference.TrainedRun.open(self.model_dir, lambda name: self.model)
         tta, window = run.classifying(tta, smoothing)
+        guide = run.guide_for(window, smoothing_guide)
         prepared, nodata = run.prepare(np.asarray(cube, np.float32))
         probabilities = inference.classify(run, prepared, list(devices), batch_size,
                                            session_config_for(list(devices)), tta=tta)
-        return smooth(probabilities, window, ~nodata, run.guide_image(prepared))
+        return smooth(probabilities, window, ~nodata,
+                      None if guide is None else guide.image(prepared))
 
     def _one_seed(self, what):
         if self.seeds:

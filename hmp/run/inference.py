@@ -71,7 +71,8 @@ class TrainedRun:
     model: object          # the model (a module with logits), from the application
     wavelengths: tuple = ()   # of the training scene's bands, when its file named them
     smoothing: int = 1   # the window its class probabilities were smoothed over
-    guide: object = None   # the hmp.data.Guide of its smoothing, None: the window's mean
+    guided: bool = False   # whether that smoothing was guided (--smoothing_guide)
+    guide: object = None   # the hmp.data.Guide fitted with it; None for runs from before
 
     @classmethod
     def open(cls, model_dir, get_model):
@@ -89,11 +90,15 @@ class TrainedRun:
                       or tf.train.latest_checkpoint(model_dir))
         if checkpoint is None:
             raise InvalidInput("%s holds no checkpoint" % model_dir)
+        guide = fitted_preprocessing.guide(model_dir)
+        if smoothed_guided(results) and guide is None:
+            raise InvalidInput("%s: results.json says the run's smoothing was guided, but %s "
+                               "holds no guide" % (model_dir, fitted_preprocessing.FILE_NAME))
         return cls(model_dir, results["flags"], list(results["test"]["per_class_accuracy"]),
                    fitted_preprocessing.load(model_dir), checkpoint,
                    get_model(results["flags"]["model"]),
                    fitted_preprocessing.wavelengths(model_dir), smoothed_over(results),
-                   fitted_preprocessing.guide(model_dir) if smoothed_guided(results) else None)
+                   smoothed_guided(results), guide)
 
     def classifying(self, tta=None, smoothing=None):
         """(TTA on or off, the smoothing window) of a prediction: the run's own, or those
@@ -101,6 +106,16 @@ class TrainedRun:
         window = self.smoothing if smoothing is None else smoothing
         check_window(window)
         return (self.flags.get("tta", False) if tta is None else tta), window
+
+    def guide_for(self, window, guided=None):
+        """The hmp.data.Guide to smooth a prediction over ``window`` with, or None for the
+        window's mean (or no smoothing): as the run, or as ``guided`` says (not None);
+        InvalidInput for a guided smoothing of a run that keeps no guide."""
+        guided = self.guided if guided is None else guided
+        if guided and self.guide is None:
+            raise InvalidInput("the run in %s keeps no guide (trained before the guided "
+                               "smoothing): smooth with the window's mean" % self.model_dir)
+        return self.guide if guided and window > 1 else None
 
     @property
     def model_config(self):
@@ -136,11 +151,6 @@ class TrainedRun:
         self.check_bands(scene.cube.shape[2], scene.raster.wavelengths)
         experiment.mask_nodata(scene)   # refuses a scene without a finite pixel
         return self.prepare(scene.cube)
-
-    def guide_image(self, prepared):
-        """[H, W]: the smoothing's guide of the model's input ``prepared`` [H, W, B], or
-        None when the run smooths with the window's mean."""
-        return None if self.guide is None else self.guide.image(prepared)
 
     def prepare(self, cube):
         """(the model's input, the no-data mask) of a cube or a window of one, pixel by
@@ -313,41 +323,45 @@ WINDOW_BYTES_PER_MODEL_BAND = 24
 # Smoothing a row of tiles (``hmp.evaluation.smoothing.smooth_rows``) holds, per class,
 # float32 copies of its rows and of the context's rows above and below them: those
 # waiting, the stack with the rows above, the weighted and the summed probabilities, and
-# the means; guided, also the covariances, the slopes and intercepts and their means (an
-# estimate from the arrays the filter makes, not measured).
+# the means; guided, also the covariances, the slopes and intercepts and their means
+# (estimates from the arrays the filter makes; tracemalloc of the guided filter found
+# about 32 bytes a class and 25 a pixel at its peak: docs/benchmarks.md, "Prediction
+# memory").
 RESULT_BYTES_PER_CLASS = 4
 SMOOTHING_BYTES_PER_CLASS = 20
 GUIDED_SMOOTHING_BYTES_PER_CLASS = 48
 RESULT_BYTES_PER_PIXEL = 17
 
 
-def tiling(run, raster, memory_bytes, window=1):
+def tiling(run, raster, memory_bytes, window=1, guide=None):
     """The rows of tiles (``hmp.data.tiles.tile_rows``) of ``raster``'s scene whose
-    windows and results (smoothed over ``window`` x ``window`` pixels, with the rows of
-    the smoothing's context) fit ``memory_bytes``; their shape is the first tile's."""
+    windows and results (smoothed over ``window`` x ``window`` pixels, with ``guide``
+    or the mean, with the rows of the smoothing's context) fit ``memory_bytes``; their
+    shape is the first tile's."""
     bands_in = fitted_preprocessing.input_bands(run.preprocessor)
     bands_out = fitted_preprocessing.output_bands(run.preprocessor)
     shape = tile_shape(memory_bytes, raster.shape[:2], run.model_config.patch // 2,
                        WINDOW_BYTES_PER_INPUT_BAND * bands_in
                        + WINDOW_BYTES_PER_MODEL_BAND * bands_out,
-                       (RESULT_BYTES_PER_CLASS + _smoothing_bytes(run, window))
+                       (RESULT_BYTES_PER_CLASS + _smoothing_bytes(window, guide))
                        * len(run.class_names) + RESULT_BYTES_PER_PIXEL,
-                       held_rows=2 * context(window, run.guide is not None))
+                       held_rows=2 * context(window, guide is not None))
     return tile_rows(raster.shape[:2], shape)
 
 
-def _smoothing_bytes(run, window):
-    """Bytes per class and pixel of smoothing ``run``'s probabilities over ``window``."""
+def _smoothing_bytes(window, guide):
+    """Bytes per class and pixel of smoothing probabilities over ``window`` (with
+    ``guide``, or the mean)."""
     if window == 1:
         return 0
-    return SMOOTHING_BYTES_PER_CLASS if run.guide is None else GUIDED_SMOOTHING_BYTES_PER_CLASS
+    return SMOOTHING_BYTES_PER_CLASS if guide is None else GUIDED_SMOOTHING_BYTES_PER_CLASS
 
 
-def classify_tiles(run, raster, rows_of_tiles, model, progress=None):
+def classify_tiles(run, raster, rows_of_tiles, model, progress=None, guide=None):
     """Yields, for each row of tiles (top to bottom), its pixel rows (a slice), the class
     probabilities of its pixels (float32 [rows, W, classes]), their no-data mask
-    [rows, W] and the smoothing's guide of them ([rows, W]; None when the run smooths
-    with the window's mean): ``raster`` (an ``hmp.data.raster.Raster``) classified by ``model`` (a
+    [rows, W] and ``guide``'s image of them (an ``hmp.data.Guide``'s, [rows, W]; None
+    without one): ``raster`` (an ``hmp.data.raster.Raster``) classified by ``model`` (a
     :class:`Classifier` of the tiles' shape) a tile at a time, each read with the patch
     radius around it. The probabilities equal :func:`classify`'s of the whole scene.
 
@@ -362,13 +376,13 @@ def classify_tiles(run, raster, rows_of_tiles, model, progress=None):
         rows = row[0].rows
         probabilities = np.zeros((rows.stop - rows.start, width, model.classes), np.float32)
         nodata = np.zeros((rows.stop - rows.start, width), bool)
-        guide = None if run.guide is None else np.zeros((rows.stop - rows.start, width),
-                                                         np.float32)
+        image = None if guide is None else np.zeros((rows.stop - rows.start, width),
+                                                     np.float32)
         for tile in row:
             done += 1
             padded, nodata[:, tile.cols] = padded_tile(raster, tile, margin, run.prepare)
-            if guide is not None:
-                guide[:, tile.cols] = run.guide_image(
+            if image is not None:
+                image[:, tile.cols] = guide.image(
                     padded[margin:margin + tile.shape[0], margin:margin + tile.shape[1]])
 
             def say(pixels):   # of this tile, done so far
@@ -377,5 +391,5 @@ def classify_tiles(run, raster, rows_of_tiles, model, progress=None):
 
             probabilities[:, tile.cols] = model.probabilities(padded, tile.shape, say)
             pixels_done += tile.shape[0] * tile.shape[1]
-        yield rows, probabilities, nodata, guide
+        yield rows, probabilities, nodata, image
     progress(None)

@@ -22,13 +22,13 @@ from hmp.run.experiment import nodata_mask
 class Classified:
     """Class-probability maps [H, W, K] of a scene, zeros but at the ``valid`` pixels
     ([H, W]: classified, with data): the ``mean`` over the patches' symmetries (TTA) and
-    the patches ``as_is``; the ``guide`` image [H, W] they are smoothed with (None: the
+    the patches ``as_is``; the ``guide_image`` [H, W] they are smoothed with (None: the
     window's mean)."""
 
     mean: np.ndarray
     as_is: np.ndarray
     valid: np.ndarray
-    guide: np.ndarray = None
+    guide_image: np.ndarray = None
 
     @classmethod
     def of(cls, exp, pixels, variants, guided=False):
@@ -48,7 +48,7 @@ class Classified:
         """The labelled pixels' probabilities [labelled, K], the mean of the symmetries
         (or the patches as they are) smoothed over ``window`` x ``window`` pixels."""
         return smoothing.smooth(self.as_is if as_is else self.mean, window, self.valid,
-                                self.guide).reshape(-1, exp.n_classes)[exp.labelled.indices]
+                                self.guide_image).reshape(-1, exp.n_classes)[exp.labelled.indices]
 
     def choose_window(self, exp):
         """(the window that classifies ``exp``'s validation pixels best, the accuracy of
@@ -56,7 +56,7 @@ class Classified:
         if not exp.val:
             return smoothing.DEFAULT_WINDOW, {}
         return smoothing.choose_window(self.mean, self.valid, exp.val.indices,
-                                       exp.val.class_ids, guide=self.guide)
+                                       exp.val.class_ids, guide=self.guide_image)
 
 
 def classify(trainer, best, exp, tta, window, guided):
@@ -92,7 +92,7 @@ def scores(exp, classified, leakage, tta, window):
         window, accuracy = classified.choose_window(exp)
         chosen = {"validation_accuracy": accuracy}
         print("smoothing over %d x %d pixels%s: %s" % (
-            window, window, ", guided" if classified.guide is not None else "", (
+            window, window, ", guided" if classified.guide_image is not None else "", (
             "on the %d validation pixels, accuracy %s" % (len(exp.val), ", ".join(
                 "%d: %.3f" % item for item in accuracy.items())) if accuracy else
             "no validation pixels to choose on: the default")), flush=True)
@@ -110,8 +110,8 @@ def scores(exp, classified, leakage, tta, window):
                      plain.kappa))
             paired["test_without_" + name] = report.scores_dict(
                 plain, exp.scene.class_names, exp.train_counts)
-    return predicted_map, scored, paired, {"window": window,
-                                           "guided": classified.guide is not None, **chosen}
+    guided = classified.guide_image is not None and window > 1
+    return predicted_map, scored, paired, {"window": window, "guided": guided, **chosen}
 
 
 def training_fit(exp, classified):

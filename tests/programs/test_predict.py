@@ -21,6 +21,7 @@ import tensorflow.compat.v1 as tf
 from matplotlib import image as mpimage
 
 import harness
+from cli_batch import run_batch
 from hmp.data import PatchExtractor
 from hmp.errors import InvalidInput
 from hmp.evaluation.maps import LEGEND_ROW, class_colors
@@ -128,22 +129,38 @@ def test_predicts_every_pixel_as_the_run_did_on_its_own_devices(run, predicted, 
     np.testing.assert_allclose(probabilities, smooth(unsmoothed, 5, guide=guide), atol=1e-5)
 
 
-def test_a_run_from_before_the_guided_smoothing_predicts_with_the_windows_mean(
-        run, unsmoothed, tmp_path):
-    """A results.json without ``smoothing.guided`` (and so the run's guide unused): the
-    prediction smooths with the plain mean over the run's window."""
+def test_the_smoothing_is_the_runs_or_the_one_asked_for(run, unsmoothed, tmp_path):
+    """A guided run predicts with the window's mean when asked (``smoothing_guide=False``);
+    a run from before the guided smoothing (results.json without ``smoothing.guided``,
+    preprocessing.npz without a guide) smooths with the mean, and refuses in one line
+    to be guided."""
     model_dir, results, exp = run
+    model = get_model(results["flags"]["model"])
+    guided = Fitted(str(model_dir), results, model)
+    np.testing.assert_allclose(guided.predict(exp.scene.cube), smooth(
+        unsmoothed, 5, guide=exp.guide_image), atol=1e-5)
+    np.testing.assert_allclose(guided.predict(exp.scene.cube, smoothing_guide=False),
+                               smooth(unsmoothed, 5), atol=1e-5)
     older = tmp_path / "older"
     shutil.copytree(model_dir, older)
-    del results["smoothing"]["guided"]
-    (older / "results.json").write_text(json.dumps(results))
-    assert inference.TrainedRun.open(str(older), get_model).guide is None
-    model = get_model(results["flags"]["model"])
-    probabilities = Fitted(str(older), results, model).predict(exp.scene.cube)
-    np.testing.assert_allclose(probabilities, smooth(unsmoothed, 5), atol=1e-5)
-    guided = Fitted(str(model_dir), json.loads((model_dir / "results.json").read_text()),
-                    model).predict(exp.scene.cube)
-    np.testing.assert_allclose(guided, smooth(unsmoothed, 5, guide=exp.guide_image), atol=1e-5)
+    old_results = json.loads((older / "results.json").read_text())
+    del old_results["smoothing"]["guided"]
+    (older / "results.json").write_text(json.dumps(old_results))
+    with np.load(older / "preprocessing.npz") as arrays:
+        kept = {name: arrays[name] for name in arrays.files if not name.startswith("guide")}
+    np.savez(older / "preprocessing.npz", **kept)
+    trained = inference.TrainedRun.open(str(older), get_model)
+    assert (trained.guided, trained.guide) == (False, None)
+    default, asked = run_batch("hmp.predict", [
+        {"args": ["--model_dir=%s" % older, "--out=%s" % (tmp_path / "mean")]},
+        {"args": ["--model_dir=%s" % older, "--smoothing_guide", "--out=%s" % (tmp_path / "no")]}])
+    assert default.returncode == 0, default.stderr[-2000:]
+    np.testing.assert_allclose(np.load(tmp_path / "mean" / "probabilities.npy"),
+                               smooth(unsmoothed, 5), atol=1e-5)
+    assert asked.returncode == 2 and not (tmp_path / "no").exists()
+    assert asked.stderr.strip().splitlines()[-1] == (
+        "hmp.predict: error: --smoothing_guide=True: the run in %s keeps no guide (trained "
+        "before the guided smoothing): smooth with the window's mean" % older)
 
 
 def test_png_has_one_pixel_per_scene_pixel_and_a_legend(run, predicted):

@@ -97,9 +97,9 @@ def cli_runs(tmp_path_factory, small_scene):
         "max_steps": [train(*tiny, "--epochs=3", "--max_steps=10", model_dir=folders["max_steps"]),
                       train(*tiny, "--epochs=3", "--max_steps=10", "--resume",
                             model_dir=folders["max_steps"])],
-        # input refused on max_steps's finished run (one epoch on small_scene's data): a
-        # run of its own to refuse would train one epoch more
-        "kept": [train(*tiny, "--overwrite", "--batch_size=100000",
+        # input refused on max_steps's finished run (one epoch on small_scene's data; the
+        # batch runs its runs in this order): a run of its own would train one epoch more
+        "refused_on_max_steps": [train(*tiny, "--overwrite", "--batch_size=100000",
                        model_dir=folders["max_steps"]),
                  train(*tiny, "--resume", "--epochs=2", "--train_fraction=0.3",
                        model_dir=folders["max_steps"])],
@@ -180,7 +180,8 @@ def test_runs_on_given_train_and_test_sets_and_summarises_the_seeds(tmp_path):
         assert results["leakage"] == 0.0   # 5 rows between the sets, patches reach 2
         # the window's mean: so the run records, and so its predictions smooth
         assert results["smoothing"] == {"window": 7, "guided": False}
-        assert inference.TrainedRun.open(str(folder), get_model).guide is None
+        trained = inference.TrainedRun.open(str(folder), get_model)
+        assert not trained.guided and trained.guide_for(7) is None
         accuracies.append(results["test"]["overall_accuracy"])
     assert summary["overall_accuracy"]["mean"] == pytest.approx(np.mean(accuracies))
     assert summary["overall_accuracy"]["std"] == pytest.approx(np.std(accuracies, ddof=1))
@@ -307,7 +308,8 @@ def test_a_models_default_pca_beyond_the_bands_says_how_to_change_it(cli_runs):
 def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
     """--overwrite deletes the old run only once the new run's input is good; --resume
     refuses other data than the run's. The run: max_steps's, trained before these two."""
-    (overwrite, resume), (trained, _) = cli_runs[0]["kept"], cli_runs[0]["max_steps"]
+    overwrite, resume = cli_runs[0]["refused_on_max_steps"]
+    trained, _ = cli_runs[0]["max_steps"]
     kept = cli_runs[1]["max_steps"]
     assert trained.returncode == 0, trained.stderr[-2000:]
     assert overwrite.returncode == 2   # known once the scene is loaded

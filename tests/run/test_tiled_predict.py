@@ -92,14 +92,15 @@ def test_tiled_prediction_equals_the_whole_scenes(trained, devices):
     whole = inference.classify(run, prepared, devices, 50, harness.session_config())
     rows_of_tiles = tile_rows((23, 19), (7, 5))   # 4 x 4 tiles, the last ones smaller
     with inference.Classifier(run, devices, 50, (7, 5), harness.session_config()) as model:
-        strips = list(inference.classify_tiles(run, ArrayRaster(cube), rows_of_tiles, model))
+        strips = list(inference.classify_tiles(run, ArrayRaster(cube), rows_of_tiles, model,
+                                               guide=run.guide))
     assert [rows for rows, _, _, _ in strips] == [slice(0, 7), slice(7, 14), slice(14, 21),
                                                   slice(21, 23)]
     tiled = np.concatenate([probabilities for _, probabilities, _, _ in strips])
     nodata = np.concatenate([mask for _, _, mask, _ in strips])
     # the smoothing's guide (the run smooths guided), tile by tile as of the whole crop
     np.testing.assert_allclose(np.concatenate([guide for *_, guide in strips]),
-                               run.guide_image(prepared), rtol=0, atol=1e-6)
+                               run.guide.image(prepared), rtol=0, atol=1e-6)
     assert tiled.shape == whole.shape == (23, 19, 10)
     np.testing.assert_array_equal(np.argwhere(nodata), [[5, 6]])
     np.testing.assert_allclose(tiled, whole, rtol=0, atol=1e-6)
@@ -119,7 +120,7 @@ def test_the_memory_budget_sets_the_tiles(trained):
     assert rows_of_tiles[0][0] == Tile(slice(0, rows), slice(0, cols))
     # smoothed as the run (guided, window 5): per class the filter's copies, and the
     # context's 4 rows above and below a row of tiles held with it
-    smoothed = inference.tiling(run, raster, 400_000, window=5)
+    smoothed = inference.tiling(run, raster, 400_000, window=5, guide=run.guide)
     rows_5, cols_5 = smoothed[0][0].shape
     assert 1 < rows_5 < 23 and cols_5 < 19
     assert ((rows_5 + 4) * (cols_5 + 4) * per_pixel

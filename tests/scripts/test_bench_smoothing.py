@@ -37,32 +37,38 @@ def test_rows_score_each_window_as_the_run_scored_its_own(tiny_run, tmp_path):
     # (tests/cli_batch.py): one TensorFlow import, not two
     bad = subprocess.Popen([sys.executable, script, *args[:1], "--windows=4"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    jsons = [tmp_path / ("rows-%d.json" % call) for call in (1, 2)]
-    # the second call reads the probabilities the first kept
-    calls = run_batch(script, [{"args": [*args, "--json=%s" % json_]} for json_ in jsons])
-    for json_, done in zip(jsons, calls):
-        assert done.returncode == 0, done.stderr[-2000:]
-        rows = json.loads(json_.read_text())["rows"]
-        assert [(row["guided"], row["window"], row["tta"]) for row in rows] == [
-            (False, 5, False), (False, 1, False), (True, 5, False), (True, 1, False)]
-        assert rows[1]["oa"] == rows[3]["oa"]   # window 1: nothing to filter
-        for row, scores in zip(rows[2:], (results["test"], results["test_without_smoothing"])):
-            assert row["oa"] == pytest.approx(100 * scores["overall_accuracy"])
-            assert row["aa"] == pytest.approx(100 * scores["average_accuracy"])
-            recalls = [r for r, n in zip(scores["per_class_accuracy"].values(),
-                                         np.sum(scores["confusion_matrix"], axis=1)) if n]
-            assert row["lowest_recall"] == pytest.approx(100 * min(recalls))
-            assert 0 <= row["validation"] <= 100
-        assert [p.name for p in copy.glob("smoothing_probabilities*")] == [
-            "smoothing_probabilities_%s.npy" % results_checkpoint(copy)]
-    # the mean's row: the kept probabilities smoothed with the window's mean
-    exp = experiment.prepare(*experiment.load(str(copy)))
-    kept = np.load(copy / ("smoothing_probabilities_%s.npy" % results_checkpoint(copy)))
-    mean = smooth(kept, 5, ~experiment.nodata_mask(exp.scene.cube)).reshape(-1, exp.n_classes)
-    assert rows[0]["oa"] == pytest.approx(100 * np.mean(
-        mean[exp.test.indices].argmax(axis=1) == exp.test.class_ids))
-    assert "every row in" in done.stdout and " filter window validation " in done.stdout
-    _, stderr = bad.communicate(timeout=300)
+    try:
+        jsons = [tmp_path / ("rows-%d.json" % call) for call in (1, 2)]
+        # the second call reads the probabilities the first kept
+        calls = run_batch(script, [{"args": [*args, "--json=%s" % json_]} for json_ in jsons])
+        for json_, done in zip(jsons, calls):
+            assert done.returncode == 0, done.stderr[-2000:]
+            rows = json.loads(json_.read_text())["rows"]
+            assert [(row["guided"], row["window"], row["tta"]) for row in rows] == [
+                (False, 5, False), (False, 1, False), (True, 5, False), (True, 1, False)]
+            for row, scores in zip(rows[2:], (results["test"],
+                                              results["test_without_smoothing"])):
+                assert row["oa"] == pytest.approx(100 * scores["overall_accuracy"])
+                assert row["aa"] == pytest.approx(100 * scores["average_accuracy"])
+                recalls = [r for r, n in zip(scores["per_class_accuracy"].values(),
+                                             np.sum(scores["confusion_matrix"], axis=1)) if n]
+                assert row["lowest_recall"] == pytest.approx(100 * min(recalls))
+                assert 0 <= row["validation"] <= 100
+            assert [p.name for p in copy.glob("smoothing_probabilities*")] == [
+                "smoothing_probabilities_%s.npy" % results_checkpoint(copy)]
+        # the mean's row: the kept probabilities smoothed with the window's mean
+        exp = experiment.prepare(*experiment.load(str(copy)))
+        kept = np.load(copy / ("smoothing_probabilities_%s.npy" % results_checkpoint(copy)))
+        valid = ~experiment.nodata_mask(exp.scene.cube)
+        mean = smooth(kept, 5, valid).reshape(-1, exp.n_classes)
+        assert rows[0]["oa"] == pytest.approx(100 * np.mean(
+            mean[exp.test.indices].argmax(axis=1) == exp.test.class_ids))
+        assert "every row in" in done.stdout and " filter window validation " in done.stdout
+        _, stderr = bad.communicate(timeout=300)
+    finally:
+        if bad.poll() is None:   # never left running after a failure
+            bad.kill()
+            bad.communicate()
     assert bad.returncode == 2
     assert stderr.strip() == ("bench_smoothing.py: error: --windows=4: give an odd "
                               "number of pixels (1: no smoothing)")
