@@ -6,8 +6,8 @@
 
 ``--speeds=auto`` measures every device with ``hmp.measure.speeds.measure_platform``
 (one device at a time) and the link between them with ``hmp.measure.linkprobe``, and
-plans with the measured figures (and the link of ``--platform`` where it gives one;
-its memory figures and hosts stay too), so ``--mesh=auto`` weighs communication; when
+plans with the measured figures (and the link of ``--platform`` where it gives one,
+which is then not measured; its memory figures and hosts stay too), so ``--mesh=auto`` weighs communication; when
 ``--mesh`` may split the model (``auto``, ``model:N``), also each device's op-size
 figures (``hmp.measure.calibration``). ``--precision`` and ``--batch_norm`` are the run's
 (``hmp.train``'s flags of those names): 16-bit activations halve the activations'
@@ -38,7 +38,7 @@ from hmp.planning import (DeviceSpec, check_mesh_size, check_speeds,  # noqa: E4
 from hmp.measure.calibration import describe  # noqa: E402
 from hmp.measure.devices import (LOCAL_JOBS, check_device_string,  # noqa: E402
                                  parse_memory_caps, virtual_cpus)
-from hmp.measure.speeds import measure_platform, relative_speeds  # noqa: E402
+from hmp.measure.speeds import measure_platform, measure_speeds, relative_speeds  # noqa: E402
 from hmp.run.settings import DEFAULT  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -110,10 +110,11 @@ def check_mesh(text, count):
         check_mesh_size(parse_mesh(text), count)
 
 
-def profile(config, spec, devices):
+def profile(config, spec, devices, link_given=False):
     """Measured FLOP rates of ``devices`` (one at a time; ``spec``: the config's
     ``model_spec``) and the link between them (``hmp.measure.linkprobe``; None for one
-    device), with progress on stderr."""
+    device, or when ``link_given``: the plan takes that one, so it is not measured), with
+    progress on stderr."""
     names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
     remote = [n for n in names if tf.DeviceSpec.from_string(n).job not in LOCAL_JOBS]
     if remote and not FLAGS.target:
@@ -123,10 +124,11 @@ def profile(config, spec, devices):
     session_config = tf.ConfigProto(device_count={"CPU": cpus}) if cpus else None
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     try:
-        speeds, link = measure_platform(config, names, FLAGS.batch_size, FLAGS.warmup,
-                                        FLAGS.repeats, FLAGS.target or None, session_config,
-                                        progress=progress, spec=spec,
-                                        op_size=splits_the_model(FLAGS.mesh))
+        measure = measure_speeds if link_given else measure_platform
+        measured = measure(config, names, FLAGS.batch_size, FLAGS.warmup, FLAGS.repeats,
+                           FLAGS.target or None, session_config, progress=progress, spec=spec,
+                           op_size=splits_the_model(FLAGS.mesh))
+        speeds, link = (measured, None) if link_given else measured
     except tf.errors.OpError as e:
         raise cli.UsageError(f"--devices: profiling failed: {e.message.splitlines()[0]}") from e
     print("Measured speeds (training step alone on each device, median of "
@@ -176,7 +178,7 @@ def run():
     with cli.blame("model", "patch_size", "bands", "width", also=(ValueError,)):
         spec = model_spec(config)
     if speeds == "auto":
-        measured, measured_link = profile(config, spec, devices)
+        measured, measured_link = profile(config, spec, devices, link_given=link is not None)
         devices = measured_specs(devices, measured)
         speeds, link = None, link or measured_link
     with cli.blame("devices", "speeds", "mesh", "batch_size", "memory_caps", "min_filters"):
