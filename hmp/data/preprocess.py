@@ -130,8 +130,8 @@ class Guide:
     def fit(cls, cube, train):
         """The guide of ``cube`` [H, W, B] (the model's input) from its ``train`` pixels
         (flat indices or a mask, as ``hmp.data.preprocess.training_pixels`` takes)."""
-        pca = PCA(1).fit(cube, train)
-        projected = training_pixels(pca.transform(cube), train)
+        pca = PCA(1).fit(cube, train)   # projects the training pixels only, not the cube
+        projected = (training_pixels(cube, train) - pca.mean) @ pca.components[:, 0]
         low, high = float(projected.min()), float(projected.max())
         return cls(pca.mean, pca.components[:, 0], low, high - low if high > low else 1.0)
 
