@@ -21,8 +21,8 @@ from hmp.data.patches import (Batch, PatchDataset, PatchExtractor, check_patch_s
                               iterate_scene, split_batch)
 from hmp.data.leakage import split_leakage, window_counts
 from hmp.data.loaders import is_cube_file, load_benchmark_scene, load_scene, load_scene_files
-from hmp.data.preprocess import (PCA, BandScaler, Guide, Preprocessor, TooFewBands,
-                                 pad_cube, training_pixels)
+from hmp.data.preprocess import (PCA, BandScaler, BrightnessNormaliser, Guide, Preprocessor,
+                                 TooFewBands, pad_cube, training_pixels)
 from hmp.data.raster import ArrayRaster, Raster, RasterInfo
 from hmp.data.scene import Scene
 from hmp.data.split_maps import split_from_label_maps
@@ -31,7 +31,8 @@ from hmp.data.splits import (Split, disjoint_split, load_split, save_split,
 from hmp.data.synthetic import synthetic_scene
 
 __all__ = [
-    "ArrayRaster", "BandScaler", "Batch", "Guide", "PCA", "PatchDataset", "PatchExtractor",
+    "ArrayRaster", "BandScaler", "Batch", "BrightnessNormaliser", "Guide", "PCA",
+    "PatchDataset", "PatchExtractor",
     "Preprocessor", "Raster", "RasterInfo", "SCENES", "Scene", "SceneFile", "SceneSpec",
     "Split", "check_patch_size",
     "disjoint_split", "find_file", "is_cube_file", "iterate_scene", "load_benchmark_scene",

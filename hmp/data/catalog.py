@@ -55,6 +55,7 @@ class SceneSpec:
     cube: SceneFile
     labels: SceneFile
     class_names: tuple
+    units: str = None   # what the cube file holds (hmp.data.scene.Scene.units), if known
 
 
 SCENES = {
@@ -71,6 +72,7 @@ SCENES = {
             "Grass-pasture-mowed", "Hay-windrowed", "Oats", "Soybean-notill",
             "Soybean-mintill", "Soybean-clean", "Wheat", "Woods",
             "Buildings-Grass-Trees-Drives", "Stone-Steel-Towers"),
+        units="radiance",   # at-sensor radiance counts (uint16), water-vapour bands left out
     ),
     "paviau": SceneSpec(
         name="paviau",
@@ -97,6 +99,7 @@ SCENES = {
             "Corn_senesced_green_weeds", "Lettuce_romaine_4wk", "Lettuce_romaine_5wk",
             "Lettuce_romaine_6wk", "Lettuce_romaine_7wk", "Vinyard_untrained",
             "Vinyard_vertical_trellis"),
+        units="radiance",   # at-sensor radiance counts, as Indian Pines
     ),
     "pavia_centre": SceneSpec(
         name="pavia_centre",

@@ -64,7 +64,7 @@ def load_benchmark_scene(name, data_dir=None):
     return Scene(name=spec.name,
                  cube=read_array(cube_path, spec.cube.key),
                  labels=read_array(labels_path, spec.labels.key),
-                 class_names=list(spec.class_names))
+                 class_names=list(spec.class_names), units=spec.units)
 
 
 def load_scene_files(cube_path, labels_path, *, cube_key=None, labels_key=None,

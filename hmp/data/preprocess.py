@@ -72,6 +72,38 @@ class BandScaler:
         return ((cube - self.offset) / self.scale).astype(np.float32)
 
 
+# A pixel darker than this share of the training pixels' median brightness is divided by
+# that floor instead of its own brightness: a dark pixel's brightness (near 0, or below it
+# with noise) is mostly noise, and dividing by it would blow its spectrum up.
+BRIGHTNESS_FLOOR_SHARE = 0.25
+
+
+class BrightnessNormaliser:
+    """Divides each pixel's spectrum by its brightness, the mean of its bands, so that
+    what is left is the spectrum's shape: the same under brighter or dimmer light and
+    across fields of one crop in better or worse condition. Brightness below
+    ``BRIGHTNESS_FLOOR_SHARE`` of the training pixels' median is floored there."""
+
+    def __init__(self, floor=None):
+        self.floor = floor
+
+    def fit(self, cube, train):
+        """Learns the floor from the brightness of the training pixels of ``cube``."""
+        median = float(np.median(training_pixels(cube, train).mean(axis=1)))
+        if not median > 0:
+            raise InvalidInput(
+                "dividing spectra by their brightness needs spectra of positive brightness, "
+                f"but the training pixels' median brightness is {median:g}")
+        self.floor = BRIGHTNESS_FLOOR_SHARE * median
+        return self
+
+    def transform(self, cube):
+        """Returns the normalised cube as float32."""
+        _require_fitted(self.floor, "BrightnessNormaliser")
+        brightness = np.mean(cube, axis=-1, keepdims=True, dtype=np.float64)
+        return (cube / np.maximum(brightness, self.floor)).astype(np.float32)
+
+
 class TooFewBands(InvalidInput):
     """More PCA components asked for than the scene has bands."""
 
@@ -147,24 +179,35 @@ class Guide:
 
 
 class Preprocessor:
-    """Band scaling followed by optional PCA, both fitted on the same training pixels."""
+    """Optional brightness normalisation, band scaling, then optional PCA, all fitted on
+    the same training pixels."""
 
-    def __init__(self, scaling="standard", pca_components=None):
+    def __init__(self, scaling="standard", pca_components=None, brightness=False):
+        self.brightness = BrightnessNormaliser() if brightness else None
         self.scaler = BandScaler(scaling) if scaling is not None else None
         self.pca = PCA(pca_components) if pca_components is not None else None
 
     def fit(self, cube, train):
-        """Fits the scaler, then PCA on the scaled training pixels."""
+        """Fits each step on the training pixels of what the steps before it make."""
+        if self.brightness is not None:
+            cube = self.brightness.fit(cube, train).transform(cube)
         if self.scaler is not None:
             cube = self.scaler.fit(cube, train).transform(cube)
         if self.pca is not None:
             self.pca.fit(cube, train)
         return self
 
-    def transform(self, cube):
-        """Applies the fitted steps; returns float32 [H, W, B or k]."""
+    def scale(self, cube):
+        """The fitted steps before the PCA (all bands); returns float32 [H, W, B]."""
+        if self.brightness is not None:
+            cube = self.brightness.transform(cube)
         if self.scaler is not None:
             cube = self.scaler.transform(cube)
+        return np.asarray(cube, dtype=np.float32)
+
+    def transform(self, cube):
+        """Applies the fitted steps; returns float32 [H, W, B or k]."""
+        cube = self.scale(cube)
         if self.pca is not None:
             cube = self.pca.transform(cube)
         return np.asarray(cube, dtype=np.float32)

@@ -13,6 +13,8 @@ import numpy as np
 from hmp.data.raster import RasterInfo
 from hmp.errors import InvalidInput
 
+UNITS = ("radiance", "reflectance", None)   # Scene.units
+
 
 @dataclass
 class Scene:
@@ -26,6 +28,8 @@ class Scene:
         empty, generic names ``"class 1"``..``"class K"`` are filled in.
       raster: what the cube's file says beyond its values (georeference,
         wavelengths, data-ignore value; :class:`hmp.data.raster.RasterInfo`).
+      units: what the cube's values measure, when known: ``"radiance"`` (at-sensor
+        radiance, e.g. a sensor's counts) or ``"reflectance"``; None: not known.
     """
 
     name: str
@@ -33,12 +37,16 @@ class Scene:
     labels: np.ndarray
     class_names: list = field(default_factory=list)
     raster: RasterInfo = field(default_factory=RasterInfo)
+    units: str = None
 
     def __post_init__(self):
         self.cube = np.asarray(self.cube, dtype=np.float32)
         if self.cube.ndim != 3:
             raise InvalidInput(
                 f"scene {self.name!r}: cube must be 3-D [H, W, B], got shape {self.cube.shape}")
+        if self.units not in UNITS:
+            raise InvalidInput(f"scene {self.name!r}: units {self.units!r} are not known; "
+                               f"allowed: radiance, reflectance, or None")
         self.labels = as_label_map(self.labels, what=f"scene {self.name!r}: label map")
         if self.labels.shape != self.cube.shape[:2]:
             raise InvalidInput(

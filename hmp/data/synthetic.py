@@ -144,7 +144,7 @@ def synthetic_scene(layout=GENERATED_LAYOUT, data_dir=None, *, kind="reflectance
     else:
         cube += noise
     cube = cube.reshape(*labels.shape, n_bands)
-    return Scene(name=name, cube=cube, labels=labels, class_names=class_names)
+    return Scene(name=name, cube=cube, labels=labels, class_names=class_names, units=kind)
 
 
 def band_centres(kind, n_bands):

@@ -37,6 +37,9 @@ class DataConfig:
     test_set: str = None
     val_fraction: float = 0.0   # share of each class's training pixels held out to validate
     val_split: str = "random"   # how (VAL_SPLITS): random, spatial, or auto (as the split)
+    # each pixel's spectrum over its brightness (BRIGHTNESS_NORMS): on, off, or auto
+    # (on for a scene of radiance: ``divides_brightness``)
+    brightness_norm: str = "auto"
 
 
 @dataclasses.dataclass
@@ -84,13 +87,26 @@ class Experiment:
     def all_bands(self):
         """The scaled cube with all its bands, before the PCA (a ``PatchExtractor``): the
         scene of a graph that projects the patches itself (``hmp.graph.projection``)."""
-        cube = self.preprocessor.scaler.transform(self.scene.cube)
+        cube = self.preprocessor.scale(self.scene.cube)
         cube[mask_nodata(self.scene)] = 0.0   # as in prepare
         return data.PatchExtractor(cube, self.train.extractor.patch_size)
 
 
 SPLITS = ("random", "disjoint")
 VAL_SPLITS = ("random", "spatial", "auto")
+BRIGHTNESS_NORMS = ("auto", "on", "off")
+
+
+def divides_brightness(config, scene):
+    """Whether the run divides each pixel's spectrum by its brightness
+    (``hmp.data.BrightnessNormaliser``): as ``config.brightness_norm`` says, and with
+    ``auto`` when the scene holds radiance (``Scene.units``). On radiance the brightness
+    a field or the light gives a crop varies more than the crop's spectral shape, and
+    across the generator's radiance scenes dividing it out was level or better; on
+    reflectance it cost accuracy (docs/benchmarks.md, "Dividing by brightness")."""
+    if config.brightness_norm == "auto":
+        return scene.units == "radiance"
+    return config.brightness_norm == "on"
 
 
 def prepare(config, split=None):
@@ -99,10 +115,12 @@ def prepare(config, split=None):
     ``split``: a saved :class:`hmp.data.Split` (e.g. from :func:`load`) to use
     instead of the one ``config`` describes; it must fit the scene's shape.
     """
-    for kind, known in ((config.split, SPLITS), (config.val_split, VAL_SPLITS)):
+    for what, kind, known in (("split", config.split, SPLITS),
+                              ("split", config.val_split, VAL_SPLITS),
+                              ("brightness_norm", config.brightness_norm, BRIGHTNESS_NORMS)):
         if kind not in known:
-            raise InvalidInput("split %r is not known; choose one of %s"
-                               % (kind, ", ".join(known)))
+            raise InvalidInput("%s %r is not known; choose one of %s"
+                               % (what, kind, ", ".join(known)))
     data.check_patch_size(config.patch_size)
     scene = load_scene(config)
     nodata = mask_nodata(scene)
@@ -111,7 +129,8 @@ def prepare(config, split=None):
     elif tuple(split.image_shape) != scene.labels.shape:
         raise InvalidInput("the saved split is for a %dx%d image, but scene %r is %dx%d"
                            % (*split.image_shape, scene.name, *scene.labels.shape))
-    preprocessor = data.Preprocessor("standard", pca_components=config.pca or None).fit(
+    preprocessor = data.Preprocessor("standard", pca_components=config.pca or None,
+                                     brightness=divides_brightness(config, scene)).fit(
         scene.cube, split.train)
     cube = preprocessor.transform(scene.cube)
     cube[nodata] = 0.0   # the training pixels' mean: no NaN reaches a neighbour's patch
@@ -154,8 +173,8 @@ def load(model_dir):
     if missing:
         raise InvalidInput("%s holds no saved split (missing %s); give the folder of a "
                            "training run" % (model_dir, ", ".join(missing)))
-    with open(paths[0]) as f:
-        config = DataConfig(**json.load(f))
+    with open(paths[0]) as f:   # a run from before --brightness_norm did not divide
+        config = DataConfig(**{"brightness_norm": "off", **json.load(f)})
     return config, data.load_split(paths[1])
 
 

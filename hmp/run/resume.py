@@ -15,7 +15,7 @@ from hmp.run.settings import DEFAULT
 # The data settings a resumed run must share with its first invocation (data.json).
 RESUMED_DATA = ("dataset", "synthetic_layout", "synthetic_kind", "patch_size", "pca",
                 "train_fraction", "train_per_class", "split", "seed", "val_fraction",
-                "val_split")
+                "val_split", "brightness_norm")
 
 
 def seed_dirs(folder, model_dir, seeds):

@@ -36,6 +36,10 @@ def load_experiment(settings, get_model, seed):
              len(exp.train), len(exp.test)), flush=True)
     print("split: %s; leakage %.1f%% (test pixels with a training pixel in their %dx%d "
           "patch)" % (exp.split.description, 100 * leakage, patch, patch), flush=True)
+    if exp.preprocessor.brightness is not None:
+        print("spectra divided by their brightness (--brightness_norm=%s%s)"
+              % (data_config.brightness_norm, ": the scene holds radiance"
+                 if data_config.brightness_norm == "auto" else ""), flush=True)
     validation = experiment.describe_validation(exp, data_config)
     if validation:
         print(validation, flush=True)

@@ -25,7 +25,7 @@ from hmp.data.synthetic import GENERATED_LAYOUT, KINDS, LAYOUTS
 from hmp.errors import InvalidInput, whole_number
 from hmp.evaluation.smoothing import DEFAULT_WINDOW, check_window
 from hmp.planning import parse_mesh
-from hmp.run.experiment import SPLITS, VAL_SPLITS, DataConfig
+from hmp.run.experiment import BRIGHTNESS_NORMS, SPLITS, VAL_SPLITS, DataConfig
 from hmp.run.progress import DEFAULT_LOG_EVERY_S
 
 AUTO = "auto"   # --spectral_shift, --spectral_gain measured; --smoothing chosen
@@ -126,7 +126,7 @@ FLAG_FIELDS = {
     **{name: ("recipe", name) for name in ("batch_size", "epochs", "max_steps", "optimizer",
                                            "learning_rate")},
     "runs": ("folder", "runs"), "val_fraction": ("data", "val_fraction"),
-    "val_split": ("data", "val_split"),
+    "val_split": ("data", "val_split"), "brightness_norm": ("data", "brightness_norm"),
     **{name: ("recipe", name) for name in (
         "patience", "schedule", "warmup_epochs", "weight_decay", "augment", "brightness",
         "noise", "spectral_shift", "spectral_gain", "pca_in_graph", "tta",
@@ -243,7 +243,8 @@ class Settings:
             get_model(self.model.name)
         for name, allowed in (("batch_norm", BATCH_STATISTICS), ("precision", PRECISIONS),
                               ("optimizer", OPTIMIZERS), ("class_balanced", CLASS_BALANCING),
-                              ("schedule", SCHEDULES), ("val_split", VAL_SPLITS)):
+                              ("schedule", SCHEDULES), ("val_split", VAL_SPLITS),
+                              ("brightness_norm", BRIGHTNESS_NORMS)):
             if self.value(name) not in allowed:
                 raise cli.UsageError("--%s=%s: choose one of %s"
                                      % (name, self.value(name), ", ".join(allowed)))

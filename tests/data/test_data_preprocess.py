@@ -1,9 +1,10 @@
-"""Scaling and PCA fitted on training pixels only; border padding."""
+"""Brightness, scaling and PCA fitted on training pixels only; border padding."""
 
 import numpy as np
 import pytest
 
-from hmp.data import PCA, BandScaler, Preprocessor, pad_cube, training_pixels
+from hmp.data import (PCA, BandScaler, BrightnessNormaliser, Preprocessor, pad_cube,
+                      training_pixels)
 
 
 @pytest.fixture
@@ -34,7 +35,9 @@ def test_minmax_scaling_maps_training_pixels_to_unit_range(cube, train_mask):
 
 
 @pytest.mark.parametrize("make", [lambda: BandScaler("standard"), lambda: BandScaler("minmax"),
-                                  lambda: PCA(3), lambda: Preprocessor("standard", 4)])
+                                  lambda: PCA(3), lambda: Preprocessor("standard", 4),
+                                  BrightnessNormaliser,
+                                  lambda: Preprocessor("standard", 4, brightness=True)])
 def test_fit_ignores_test_pixels(cube, train_mask, make):
     changed = cube.copy()
     changed[~train_mask] = np.random.default_rng(1).normal(100, 50, changed[~train_mask].shape)
@@ -74,6 +77,36 @@ def test_preprocessor_chains_scaling_and_pca(cube, train_mask):
     signs = np.sign(np.sum(output * expected, axis=(0, 1)))
     np.testing.assert_allclose(output * signs, expected, atol=1e-4)
     np.testing.assert_array_equal(Preprocessor(None).fit_transform(cube, train_mask), cube)
+
+
+def test_brightness_is_divided_out_and_floored_at_a_quarter_of_the_training_median(
+        cube, train_mask):
+    """Each pixel over the mean of its bands; a pixel darker than a quarter of the
+    training pixels' median brightness over that floor (numpy reference)."""
+    cube = cube.copy()
+    cube[7, 3] *= 0.01   # a dark test pixel, below the floor
+    normaliser = BrightnessNormaliser().fit(cube, train_mask)
+    brightness = cube.astype(np.float64).mean(axis=2)
+    floor = 0.25 * np.median(brightness[train_mask])
+    assert normaliser.floor == pytest.approx(floor, rel=1e-12)
+    assert brightness[7, 3] < floor < np.median(brightness)
+    normalised = normaliser.transform(cube)
+    assert normalised.dtype == np.float32 and normalised.shape == cube.shape
+    expected = cube / np.maximum(brightness, floor)[..., None]
+    np.testing.assert_allclose(normalised, expected, rtol=1e-6)
+    np.testing.assert_allclose(normalised[0, 0].mean(), 1.0, rtol=1e-6)
+    # the same spectrum twice as bright gives the same shape; the dark one stays dark
+    np.testing.assert_allclose(normaliser.transform(2 * cube[:2]), normalised[:2], rtol=1e-6)
+    assert normalised[7, 3].mean() == pytest.approx(brightness[7, 3] / floor, rel=1e-6)
+    chained = Preprocessor("standard", 3, brightness=True).fit(cube, train_mask)
+    scaled = BandScaler("standard").fit(normalised, train_mask).transform(normalised)
+    np.testing.assert_allclose(chained.scale(cube), scaled, atol=1e-5)
+    np.testing.assert_allclose(chained.transform(cube),
+                               PCA(3).fit(scaled, train_mask).transform(scaled), atol=1e-4)
+    with pytest.raises(ValueError, match="^dividing spectra by their brightness needs spectra "
+                                         "of positive brightness, but the training pixels' "
+                                         "median brightness is -"):
+        BrightnessNormaliser().fit(cube - 100, train_mask)
 
 
 def test_bad_arguments_are_refused(cube, train_mask):

@@ -10,8 +10,8 @@ import pytest
 import scipy.io
 from scipy import ndimage
 
-from hmp.data import (disjoint_split, load_benchmark_scene, load_ground_truth, load_scene,
-                      read_array, scene_spec)
+from hmp.data import (Scene, disjoint_split, load_benchmark_scene, load_ground_truth,
+                      load_scene, read_array, scene_spec)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SHARED_DATA = pathlib.Path(os.environ.get("HMP_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -70,6 +70,7 @@ def test_pavia_university_loads_from_mat_files_of_both_versions(tmp_path, versio
     np.testing.assert_array_equal(scene.labels, labels)
     assert scene.cube.dtype == np.float32 and scene.labels.dtype == np.int32
     assert scene.class_names[0] == "Asphalt" and scene.n_classes == 9
+    assert scene.units is None   # not known for Pavia University's file
 
 
 def test_v73_reader_undoes_matlab_column_major_storage(tmp_path):
@@ -101,6 +102,7 @@ def test_generic_loader_reads_npy_and_single_array_mat_without_key(tmp_path):
     scene = load_scene(tmp_path / "cube.npy", labels_path=tmp_path / "gt.mat",
                        class_names=["a", "b", "c"])
     assert scene.name == "cube" and scene.class_names == ["a", "b", "c"]
+    assert scene.units is None   # a file's units are not known (--brightness_norm=auto: off)
     np.testing.assert_array_equal(scene.labels, labels)
 
 
@@ -136,6 +138,12 @@ def test_several_arrays_without_key_is_refused(tmp_path):
     scipy.io.savemat(tmp_path / "two.mat", {"a": np.zeros(2), "b": np.ones(2)})
     with pytest.raises(ValueError, match=r"2 arrays \['a', 'b'\]"):
         read_array(tmp_path / "two.mat")
+
+
+def test_units_other_than_radiance_or_reflectance_are_refused():
+    with pytest.raises(ValueError, match="^scene 's': units 'counts' are not known; allowed: "
+                                         "radiance, reflectance, or None$"):
+        Scene("s", np.ones((2, 2, 3)), np.ones((2, 2), np.int32), units="counts")
 
 
 def test_label_map_of_other_shape_than_cube_is_refused(tmp_path):
@@ -178,6 +186,7 @@ def test_real_ground_truth_pairs_with_a_cube_into_a_scene(tmp_path):
                      {"indian_pines_corrected": np.ones((145, 145, 3), np.uint16)})
     scene = load_scene("indian_pines", tmp_path)
     assert scene.cube.shape == (145, 145, 3) and scene.n_classes == 16
+    assert scene.units == "radiance"   # the corrected file's at-sensor counts
     assert np.count_nonzero(scene.labels) == PUBLISHED_TOTALS["indian_pines"]
 
 

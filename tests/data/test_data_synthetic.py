@@ -45,6 +45,7 @@ def test_default_scene_shape_and_types():
     scene = synthetic_scene()
     assert scene.cube.shape == (145, 145, 100) and scene.cube.dtype == np.float32
     assert scene.labels.dtype == np.int32 and scene.n_classes == 10
+    assert scene.units == "reflectance"
     assert set(np.unique(scene.labels)) == set(range(11))  # 0 = unlabelled boundaries
     assert 0.5 < np.count_nonzero(scene.labels) / scene.labels.size < 0.95
 

@@ -90,6 +90,8 @@ def scenes():
 def test_the_radiance_kind_is_quantised_counts_without_water_vapour_bands(scenes):
     from hmp.data.synthetic import band_centres
     cube = scenes["radiance"].cube
+    assert (scenes["radiance"].units, scenes["reflectance"].units) == ("radiance",
+                                                                       "reflectance")
     assert cube.shape == (96, 96, 100)
     assert np.array_equal(cube, np.round(cube)) and 0 <= cube.min() and cube.max() <= 65535
     assert cube.mean() > 1000   # above the dark offset: counts, not reflectance

@@ -3,6 +3,7 @@ split saved in the run folder, the validation share held out as the split holds 
 test pixels, the per-class score table, and the mean/std summary of several runs."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -105,6 +106,39 @@ def test_run_folder_keeps_its_split_and_settings(labels, tmp_path):
         experiment.prepare(config, data.Split(np.array([0]), np.array([1]), (4, 4)))
     with pytest.raises(ValueError, match="holds no saved split"):
         experiment.load(tmp_path / "nothing")
+
+
+@pytest.mark.parametrize("given, units, divides", [
+    ("auto", "radiance", True), ("auto", "reflectance", False), ("auto", None, False),
+    ("on", "reflectance", True), ("on", None, True), ("off", "radiance", False)])
+def test_brightness_is_divided_as_asked_and_by_default_on_radiance(given, units, divides,
+                                                                    labels):
+    scene = data.Scene("s", np.ones((*labels.shape, 3)), labels, units=units)
+    config = experiment.DataConfig(brightness_norm=given)
+    assert experiment.divides_brightness(config, scene) is divides
+
+
+def test_a_radiance_scene_trains_on_spectra_over_their_brightness(labels, tmp_path):
+    """With every default, the radiance kind's pixels reach the model divided by their
+    brightness (floored: ``BrightnessNormaliser``) before the band scaling; the setting
+    is kept in data.json, and a run's data.json from before it means off."""
+    config = experiment.DataConfig(synthetic_kind="radiance", patch_size=3, pca=4, seed=1)
+    exp = experiment.prepare(config)
+    assert exp.scene.units == "radiance"
+    train = exp.split.train
+    reference = data.Preprocessor("standard", 4)
+    reference.fit(data.BrightnessNormaliser().fit(exp.scene.cube, train).transform(
+        exp.scene.cube), train)
+    floor = 0.25 * np.median(exp.scene.cube.reshape(-1, 100)[train].mean(axis=1))
+    assert exp.preprocessor.brightness.floor == pytest.approx(floor, rel=1e-9)
+    np.testing.assert_allclose(exp.preprocessor.pca.components, reference.pca.components,
+                               atol=1e-9)
+    experiment.save(tmp_path, config, exp.split)
+    assert experiment.load(tmp_path)[0] == config
+    saved = json.loads((tmp_path / experiment.CONFIG_FILE).read_text())
+    del saved["brightness_norm"]
+    (tmp_path / experiment.CONFIG_FILE).write_text(json.dumps(saved))
+    assert experiment.load(tmp_path)[0].brightness_norm == "off"
 
 
 def test_summary_of_runs_is_the_mean_and_sample_std():

@@ -22,7 +22,7 @@ from matplotlib import image as mpimage
 
 import harness
 from cli_batch import run_batch
-from hmp.data import PatchExtractor
+from hmp.data import PatchExtractor, Preprocessor
 from hmp.errors import InvalidInput
 from hmp.evaluation.maps import LEGEND_ROW, class_colors
 from hmp.evaluation.metrics import evaluate
@@ -30,7 +30,7 @@ from hmp.evaluation.smoothing import context, neighbourhood, smooth
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Placement
 from hmp.mesh import conv3d_gradient
-from hmp.run import experiment, export, inference
+from hmp.run import experiment, export, fitted_preprocessing, inference
 from hmp.run.fit import Fitted
 from hmp.run.trainer import Trainer
 from models import get_model, model_config
@@ -207,6 +207,25 @@ def test_saved_model_in_plain_tensorflow_gives_the_same_classes_and_tta(
     assert np.abs(tta - _softmax(logits)).max() > 1e-3   # the symmetries do change it
     for other in outputs[1:]:   # TTA's mean is the same for every symmetry of the input
         np.testing.assert_allclose(other["probabilities"], tta, atol=1e-6)
+
+
+def test_a_saved_brightness_normalisation_is_read_back_and_exported_as_fitted(tmp_path):
+    """preprocessing.npz keeps the brightness floor: the preprocessing read back, and the
+    SavedModel's graph (``export``), transform raw pixels as the fitted one does."""
+    rng = np.random.default_rng(4)
+    cube = rng.uniform(500, 3000, (6, 7, 5)) * rng.uniform(0.05, 2, (6, 7, 1))
+    fitted = Preprocessor("standard", 3, brightness=True).fit(cube, np.arange(20))
+    assert 0 < fitted.brightness.floor and (cube.mean(axis=2) < fitted.brightness.floor).any()
+    fitted_preprocessing.save(str(tmp_path), fitted)
+    loaded = fitted_preprocessing.load(str(tmp_path))
+    assert loaded.brightness.floor == fitted.brightness.floor
+    np.testing.assert_array_equal(loaded.transform(cube), fitted.transform(cube))
+    with tf.Graph().as_default(), tf.Session() as session:
+        exported = session.run(export._preprocess(tf.constant(cube, tf.float32), loaded))
+    np.testing.assert_allclose(exported, fitted.transform(cube.astype(np.float32)), atol=1e-5)
+    plain = Preprocessor("standard", 3).fit(cube, np.arange(20))
+    fitted_preprocessing.save(str(tmp_path), plain)
+    assert fitted_preprocessing.load(str(tmp_path)).brightness is None
 
 
 def test_an_exported_graph_keeps_no_hmp_gradient_override():

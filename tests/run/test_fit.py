@@ -187,6 +187,7 @@ def test_a_setting_given_as_none_is_left_out_of_flags_txt():
     ({"precision": "float64"}, "--precision=float64: choose one of float32,"),
     ({"class_balanced": "yes"}, "--class_balanced=yes: choose one of off, sqrt, inverse"),
     ({"val_split": "stripes"}, "--val_split=stripes: choose one of random, spatial, auto"),
+    ({"brightness_norm": "yes"}, "--brightness_norm=yes: choose one of auto, on, off"),
     ({"epoch": 3}, "epoch: not a setting; allowed: hmp.train's flag names (model, "),
 ])
 def test_refused_settings_raise_the_command_lines_message(values, message, tmp_path,
