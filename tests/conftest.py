@@ -2,10 +2,24 @@
 tiny run of ``python -m hmp.train`` that several test files read (in the session's
 hmp.train interpreter, tests/cli_batch.py)."""
 
-import numpy as np
-import pytest
+import importlib.util
+import os
 
-from hmp.cli import import_tensorflow_quietly
+# TensorFlow 2.21 imports Keras at its own import (keras.src.optimizers, and with Keras
+# scikit-learn when it is installed): 0.8 s of CPU a process without scikit-learn, 2.2 s
+# with it, in every xdist worker, tests/cli_batch.py child and process a test starts
+# (they inherit this environment). Neither hmp, its models nor its scripts use Keras or
+# tf.keras. With TF_USE_LEGACY_KERAS and no tf_keras installed, TensorFlow's eager load
+# of Keras fails on the missing package and is skipped (tf.keras would fail; nothing of
+# hmp touches it). Not where tf_keras is installed (it would load that instead), nor
+# where TF_USE_LEGACY_KERAS is set already.
+if importlib.util.find_spec("tf_keras") is None:
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+import numpy as np  # pylint: disable=wrong-import-position
+import pytest  # pylint: disable=wrong-import-position
+
+from hmp.cli import import_tensorflow_quietly  # pylint: disable=wrong-import-position
 
 import_tensorflow_quietly()   # no C++ start-up lines from each xdist worker
 import tensorflow.compat.v1 as tf  # pylint: disable=wrong-import-position
