@@ -11,8 +11,6 @@ import io
 import json
 import re
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -51,13 +49,14 @@ def run(tiny_run):
 @pytest.fixture(scope="module")
 def predicted(run, tmp_path_factory):
     """``python -m hmp.predict --model_dir=COPY`` (on this machine's one default device),
-    COPY a copy of the run's folder elsewhere (its checkpoints name no folder);
-    returns (class map, probabilities, PNG pixels, stdout)."""
+    COPY a copy of the run's folder elsewhere (its checkpoints name no folder), in the
+    session's hmp.predict interpreter (tests/cli_batch.py, which this module's other
+    runs of hmp.predict take too: one TensorFlow import fewer than a process of its
+    own); returns (class map, probabilities, PNG pixels, stdout)."""
     model_dir = tmp_path_factory.mktemp("moved") / "run"
     shutil.copytree(run[0], model_dir)
-    process = subprocess.run([sys.executable, "-m", "hmp.predict",
-                              "--model_dir=%s" % model_dir],
-                             capture_output=True, text=True, timeout=300)
+    process, = run_batch("hmp.predict", [{"args": ["--model_dir=%s" % model_dir]}],
+                         timeout=300)
     assert process.returncode == 0, process.stderr[-2000:]
     out = model_dir / "prediction"
     png = (mpimage.imread(out / "class_map.png")[..., :3] * 255).round().astype(np.uint8)
