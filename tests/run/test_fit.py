@@ -114,13 +114,10 @@ print(json.dumps({
 """
 
 
-def test_settings_of_the_default_flags_are_the_default_settings():
-    child = subprocess.run([sys.executable, "-c", FROM_FLAGS, "--epochs=3", "--pca=0",
-                            "--nopca_in_graph", "--labels=gt.npy",
-                            "--synthetic_layout=generated"],
-                           cwd=REPO, capture_output=True, text=True, timeout=300)
+def test_settings_of_the_default_flags_are_the_default_settings(flag_children):
+    child = flag_children
     assert child.returncode == 0, child.stderr[-2000:]
-    found = json.loads(child.stdout.splitlines()[-1])
+    found = json.loads(child.stdout.splitlines()[-2])
     assert found == {"default": True, "given": True, "values": [3, 0, "gt.npy"],
                      "chosen": [True, False], "other_defaults": []}
     assert DEFAULT.data.pca is None   # not given: the model's own (hybridsn: 45)
@@ -140,11 +137,23 @@ print(json.dumps(seen))
 """
 
 
-def test_class_balanced_alone_keeps_its_meaning_and_takes_values():
+@pytest.fixture(scope="module")
+def flag_children():
+    """FROM_FLAGS (its flags given on the command line), then BALANCING_FROM_FLAGS, in one
+    fresh interpreter (hmp.train's flags parsed in a process of their own, not this
+    one's): one TensorFlow import, not one a script. FROM_FLAGS runs first, on flags
+    never parsed; BALANCING_FROM_FLAGS unparses them before each parse, as between its
+    own. Each prints its JSON as its last line."""
+    return subprocess.run([sys.executable, "-c", FROM_FLAGS + BALANCING_FROM_FLAGS,
+                           "--epochs=3", "--pca=0", "--nopca_in_graph", "--labels=gt.npy",
+                           "--synthetic_layout=generated"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_class_balanced_alone_keeps_its_meaning_and_takes_values(flag_children):
     """--class_balanced was a switch (inverse-frequency weights): alone it still means
     those, --noclass_balanced none; flags.txt writes the value."""
-    child = subprocess.run([sys.executable, "-c", BALANCING_FROM_FLAGS], cwd=REPO,
-                           capture_output=True, text=True, timeout=300)
+    child = flag_children
     assert child.returncode == 0, child.stderr[-2000:]
     assert json.loads(child.stdout.splitlines()[-1]) == [
         [DEFAULT.recipe.class_balanced, []],
