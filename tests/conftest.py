@@ -30,6 +30,26 @@ from hmp.data import synthetic_scene
 tf.disable_eager_execution()
 tf.logging.set_verbosity(tf.logging.ERROR)
 
+# The test files that take longest (40-120 s of CPU each, docs/benchmarks.md "Test suite
+# time"), longest first: they start before the rest (pytest.ini: --no-loadscope-reorder,
+# else xdist orders files by their number of tests), so that no xdist worker is left with
+# one of them while the other has finished.
+SLOW_FIRST = ("cluster/test_launch.py", "programs/test_train_cli.py",
+              "scripts/test_bench_hetero.py", "cluster/test_cluster.py", "run/test_fit.py",
+              "layers/test_models.py", "programs/test_train_runs.py",
+              "programs/test_predict.py", "run/test_steps_per_run.py", "run/test_precision.py",
+              "measure/test_speeds.py")
+
+
+def pytest_collection_modifyitems(items):
+    """The files of ``SLOW_FIRST`` first, in its order; the others after them, as
+    collected (each file's tests keep their order)."""
+    def rank(item):
+        path = item.nodeid.split("::")[0]
+        return next((i for i, slow in enumerate(SLOW_FIRST) if path.endswith(slow)),
+                    len(SLOW_FIRST))
+    items.sort(key=rank)
+
 # test_train_cli.py's TINY for 2 epochs: a small CNN on a 2-device filter split of the
 # synthetic scene (its end-to-end test and tests/programs/test_predict.py read this run),
 # its class probabilities smoothed over a window given (not chosen: so that hmp.predict
