@@ -80,8 +80,8 @@ flags.DEFINE_string("val_split", DEFAULT.data.val_split,
 flags.DEFINE_string("brightness_norm", DEFAULT.data.brightness_norm,
                     "Divide each pixel's spectrum by its brightness (the mean of its bands) "
                     "before the band scaling, so that a field's or the light's brightness "
-                    "does not change it: on, off, or auto (on for a scene of radiance: the "
-                    "Indian Pines and Salinas files, --synthetic_kind=radiance). "
+                    "does not change it: on, off, or auto (on for a scene of radiance: "
+                    "--dataset=indian_pines or salinas, --synthetic_kind=radiance). "
                     "docs/data.md.")
 flags.DEFINE_integer("patience", DEFAULT.recipe.patience,
                      "Stop after this many epochs without a better validation "

@@ -8,7 +8,9 @@
 It takes hmp.train's scene and split flags (``--dataset``, ``--synthetic_layout``,
 ``--split``, ``--train_fraction``, ``--train_set``/``--test_set``, ``--seed``, ...)
 and builds the data with the same code (``hmp.run.experiment.prepare``: scene,
-split, per-band standardisation fitted on the training pixels, ``--pca``),
+split, each pixel divided by its brightness on a scene of radiance as hmp.train's
+``--brightness_norm=auto`` does, per-band standardisation fitted on the training
+pixels, ``--pca``),
 or, with ``--model_dir``, reads the split and data settings a run saved
 (``split.npz``, ``data.json``; for a ``--runs`` folder, those of every
 ``seed-*`` run). The baselines (``baseline_scores.py``): shrinkage LDA and an

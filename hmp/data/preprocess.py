@@ -182,15 +182,15 @@ class Preprocessor:
     """Optional brightness normalisation, band scaling, then optional PCA, all fitted on
     the same training pixels."""
 
-    def __init__(self, scaling="standard", pca_components=None, brightness=False):
-        self.brightness = BrightnessNormaliser() if brightness else None
+    def __init__(self, scaling="standard", pca_components=None, brightness_norm=False):
+        self.brightness_norm = BrightnessNormaliser() if brightness_norm else None
         self.scaler = BandScaler(scaling) if scaling is not None else None
         self.pca = PCA(pca_components) if pca_components is not None else None
 
     def fit(self, cube, train):
         """Fits each step on the training pixels of what the steps before it make."""
-        if self.brightness is not None:
-            cube = self.brightness.fit(cube, train).transform(cube)
+        if self.brightness_norm is not None:
+            cube = self.brightness_norm.fit(cube, train).transform(cube)
         if self.scaler is not None:
             cube = self.scaler.fit(cube, train).transform(cube)
         if self.pca is not None:
@@ -199,8 +199,8 @@ class Preprocessor:
 
     def scale(self, cube):
         """The fitted steps before the PCA (all bands); returns float32 [H, W, B]."""
-        if self.brightness is not None:
-            cube = self.brightness.transform(cube)
+        if self.brightness_norm is not None:
+            cube = self.brightness_norm.transform(cube)
         if self.scaler is not None:
             cube = self.scaler.transform(cube)
         return np.asarray(cube, dtype=np.float32)

@@ -46,7 +46,7 @@ class Scene:
                 f"scene {self.name!r}: cube must be 3-D [H, W, B], got shape {self.cube.shape}")
         if self.units not in UNITS:
             raise InvalidInput(f"scene {self.name!r}: units {self.units!r} are not known; "
-                               f"allowed: radiance, reflectance, or None")
+                               f"allowed: {', '.join(map(str, UNITS))}")
         self.labels = as_label_map(self.labels, what=f"scene {self.name!r}: label map")
         if self.labels.shape != self.cube.shape[:2]:
             raise InvalidInput(

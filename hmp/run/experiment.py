@@ -109,6 +109,16 @@ def divides_brightness(config, scene):
     return config.brightness_norm == "on"
 
 
+def describe_brightness(exp, config):
+    """The line that says the run divides each pixel's spectrum by its brightness, and
+    why; None when it does not."""
+    if exp.preprocessor.brightness_norm is None:
+        return None
+    why = " (the scene holds radiance)" if config.brightness_norm == "auto" else ""
+    return "spectra divided by their brightness: --brightness_norm=%s%s" % (
+        config.brightness_norm, why)
+
+
 def prepare(config, split=None):
     """Loads the scene and builds the datasets described by ``config``.
 
@@ -116,7 +126,7 @@ def prepare(config, split=None):
     instead of the one ``config`` describes; it must fit the scene's shape.
     """
     for what, kind, known in (("split", config.split, SPLITS),
-                              ("split", config.val_split, VAL_SPLITS),
+                              ("val_split", config.val_split, VAL_SPLITS),
                               ("brightness_norm", config.brightness_norm, BRIGHTNESS_NORMS)):
         if kind not in known:
             raise InvalidInput("%s %r is not known; choose one of %s"
@@ -130,7 +140,7 @@ def prepare(config, split=None):
         raise InvalidInput("the saved split is for a %dx%d image, but scene %r is %dx%d"
                            % (*split.image_shape, scene.name, *scene.labels.shape))
     preprocessor = data.Preprocessor("standard", pca_components=config.pca or None,
-                                     brightness=divides_brightness(config, scene)).fit(
+                                     brightness_norm=divides_brightness(config, scene)).fit(
         scene.cube, split.train)
     cube = preprocessor.transform(scene.cube)
     cube[nodata] = 0.0   # the training pixels' mean: no NaN reaches a neighbour's patch

@@ -68,9 +68,9 @@ def _preprocess(patches, preprocessor):
     """The run's brightness normalisation, band scaling and PCA on raw patches, in float64
     as in hmp.data."""
     x = tf.cast(patches, tf.float64)
-    if preprocessor.brightness is not None:
+    if preprocessor.brightness_norm is not None:
         x = x / tf.maximum(tf.reduce_mean(x, axis=-1, keepdims=True),
-                           preprocessor.brightness.floor)
+                           preprocessor.brightness_norm.floor)
     if preprocessor.scaler is not None:
         x = (x - preprocessor.scaler.offset) / preprocessor.scaler.scale
     if preprocessor.pca is not None:

@@ -27,8 +27,8 @@ def save(model_dir, preprocessor, wavelengths=(), guide=None):
     if guide is not None:
         arrays.update(guide_mean=guide.mean, guide_direction=guide.direction,
                       guide_range=np.array([guide.low, guide.span]))
-    if preprocessor.brightness is not None:
-        arrays.update(brightness_floor=np.array(preprocessor.brightness.floor))
+    if preprocessor.brightness_norm is not None:
+        arrays.update(brightness_floor=np.array(preprocessor.brightness_norm.floor))
     if preprocessor.scaler is not None:
         arrays.update(scaling=np.array(preprocessor.scaler.method),
                       offset=preprocessor.scaler.offset, scale=preprocessor.scaler.scale)
@@ -50,9 +50,9 @@ def load(model_dir):
         preprocessor = Preprocessor(str(arrays["scaling"]) if "scaling" in arrays else None,
                                     arrays["pca_components"].shape[1]
                                     if "pca_components" in arrays else None,
-                                    brightness="brightness_floor" in arrays)
-        if preprocessor.brightness is not None:
-            preprocessor.brightness.floor = float(arrays["brightness_floor"])
+                                    brightness_norm="brightness_floor" in arrays)
+        if preprocessor.brightness_norm is not None:
+            preprocessor.brightness_norm.floor = float(arrays["brightness_floor"])
         if preprocessor.scaler is not None:
             preprocessor.scaler.offset, preprocessor.scaler.scale = (arrays["offset"],
                                                                      arrays["scale"])

@@ -36,16 +36,19 @@ def load_experiment(settings, get_model, seed):
              len(exp.train), len(exp.test)), flush=True)
     print("split: %s; leakage %.1f%% (test pixels with a training pixel in their %dx%d "
           "patch)" % (exp.split.description, 100 * leakage, patch, patch), flush=True)
-    if exp.preprocessor.brightness is not None:
-        print("spectra divided by their brightness (--brightness_norm=%s%s)"
-              % (data_config.brightness_norm, ": the scene holds radiance"
-                 if data_config.brightness_norm == "auto" else ""), flush=True)
+    brightness = experiment.describe_brightness(exp, data_config)
+    if brightness:
+        print(brightness, flush=True)
     validation = experiment.describe_validation(exp, data_config)
     if validation:
         print(validation, flush=True)
     if exp.nodata_pixels:
         print(experiment.nodata_summary(exp.nodata_pixels, exp.scene.raster), flush=True)
-    return exp, leakage, data_config
+    # data.json keeps what the run did (on or off), not auto: a resumed run, baselines and
+    # other tools prepare the same pixels whatever the scene's units are said to be later
+    divided = exp.preprocessor.brightness_norm is not None
+    return exp, leakage, dataclasses.replace(data_config,
+                                             brightness_norm="on" if divided else "off")
 
 
 def _pca(settings, get_model):

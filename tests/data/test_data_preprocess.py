@@ -37,7 +37,7 @@ def test_minmax_scaling_maps_training_pixels_to_unit_range(cube, train_mask):
 @pytest.mark.parametrize("make", [lambda: BandScaler("standard"), lambda: BandScaler("minmax"),
                                   lambda: PCA(3), lambda: Preprocessor("standard", 4),
                                   BrightnessNormaliser,
-                                  lambda: Preprocessor("standard", 4, brightness=True)])
+                                  lambda: Preprocessor("standard", 4, brightness_norm=True)])
 def test_fit_ignores_test_pixels(cube, train_mask, make):
     changed = cube.copy()
     changed[~train_mask] = np.random.default_rng(1).normal(100, 50, changed[~train_mask].shape)
@@ -98,7 +98,7 @@ def test_brightness_is_divided_out_and_floored_at_a_quarter_of_the_training_medi
     # the same spectrum twice as bright gives the same shape; the dark one stays dark
     np.testing.assert_allclose(normaliser.transform(2 * cube[:2]), normalised[:2], rtol=1e-6)
     assert normalised[7, 3].mean() == pytest.approx(brightness[7, 3] / floor, rel=1e-6)
-    chained = Preprocessor("standard", 3, brightness=True).fit(cube, train_mask)
+    chained = Preprocessor("standard", 3, brightness_norm=True).fit(cube, train_mask)
     scaled = BandScaler("standard").fit(normalised, train_mask).transform(normalised)
     np.testing.assert_allclose(chained.scale(cube), scaled, atol=1e-5)
     np.testing.assert_allclose(chained.transform(cube),

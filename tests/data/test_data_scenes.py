@@ -142,7 +142,7 @@ def test_several_arrays_without_key_is_refused(tmp_path):
 
 def test_units_other_than_radiance_or_reflectance_are_refused():
     with pytest.raises(ValueError, match="^scene 's': units 'counts' are not known; allowed: "
-                                         "radiance, reflectance, or None$"):
+                                         "radiance, reflectance, None$"):
         Scene("s", np.ones((2, 2, 3)), np.ones((2, 2), np.int32), units="counts")
 
 

@@ -130,15 +130,48 @@ def test_a_radiance_scene_trains_on_spectra_over_their_brightness(labels, tmp_pa
     reference.fit(data.BrightnessNormaliser().fit(exp.scene.cube, train).transform(
         exp.scene.cube), train)
     floor = 0.25 * np.median(exp.scene.cube.reshape(-1, 100)[train].mean(axis=1))
-    assert exp.preprocessor.brightness.floor == pytest.approx(floor, rel=1e-9)
+    assert exp.preprocessor.brightness_norm.floor == pytest.approx(floor, rel=1e-9)
     np.testing.assert_allclose(exp.preprocessor.pca.components, reference.pca.components,
                                atol=1e-9)
+    # the all-band cube a graph projects itself (--pca_in_graph) is divided too
+    np.testing.assert_allclose(exp.preprocessor.pca.transform(exp.all_bands.padded),
+                               exp.train.extractor.padded, atol=1e-4)
     experiment.save(tmp_path, config, exp.split)
     assert experiment.load(tmp_path)[0] == config
     saved = json.loads((tmp_path / experiment.CONFIG_FILE).read_text())
     del saved["brightness_norm"]
     (tmp_path / experiment.CONFIG_FILE).write_text(json.dumps(saved))
     assert experiment.load(tmp_path)[0].brightness_norm == "off"
+
+
+def test_a_run_keeps_whether_it_divided_and_resumes_by_that(tmp_path, capsys):
+    """The seed's data settings say on or off, not auto (data.json keeps what the run
+    did); --resume compares that: a run from before the setting (no key: off) resumes
+    with the default on reflectance and is refused on radiance, where auto divides."""
+    from hmp.cli import UsageError
+    from hmp.run.resume import check_same_data
+    from hmp.run.seed_data import load_experiment
+    from hmp.run.settings import Settings
+    from models import get_model
+    for kind, done in (("radiance", "on"), ("reflectance", "off")):
+        settings = Settings.of(synthetic_kind=kind, patch_size=3, pca=4)
+        exp, _, resolved = load_experiment(settings, get_model, seed=0)
+        assert resolved.brightness_norm == done
+        assert (exp.preprocessor.brightness_norm is not None) is (done == "on")
+        said = capsys.readouterr().out
+        assert ("spectra divided by their brightness: --brightness_norm=auto (the scene "
+                "holds radiance)" in said) is (done == "on")
+        folder = tmp_path / kind
+        experiment.save(folder, dataclasses.replace(resolved, brightness_norm="off"), exp.split)
+        saved = json.loads((folder / experiment.CONFIG_FILE).read_text())
+        del saved["brightness_norm"]
+        (folder / experiment.CONFIG_FILE).write_text(json.dumps(saved))
+        if done == "off":
+            check_same_data(str(folder), resolved)
+        else:
+            with pytest.raises(UsageError, match="trained with brightness_norm=off, not "
+                                                 "brightness_norm=on"):
+                check_same_data(str(folder), resolved)
 
 
 def test_summary_of_runs_is_the_mean_and_sample_std():

@@ -213,18 +213,18 @@ def test_a_saved_brightness_normalisation_is_read_back_and_exported_as_fitted(tm
     SavedModel's graph (``export``), transform raw pixels as the fitted one does."""
     rng = np.random.default_rng(4)
     cube = rng.uniform(500, 3000, (6, 7, 5)) * rng.uniform(0.05, 2, (6, 7, 1))
-    fitted = Preprocessor("standard", 3, brightness=True).fit(cube, np.arange(20))
-    assert 0 < fitted.brightness.floor and (cube.mean(axis=2) < fitted.brightness.floor).any()
+    fitted = Preprocessor("standard", 3, brightness_norm=True).fit(cube, np.arange(20))
+    assert 0 < fitted.brightness_norm.floor and (cube.mean(axis=2) < fitted.brightness_norm.floor).any()
     fitted_preprocessing.save(str(tmp_path), fitted)
     loaded = fitted_preprocessing.load(str(tmp_path))
-    assert loaded.brightness.floor == fitted.brightness.floor
+    assert loaded.brightness_norm.floor == fitted.brightness_norm.floor
     np.testing.assert_array_equal(loaded.transform(cube), fitted.transform(cube))
     with tf.Graph().as_default(), tf.Session() as session:
         exported = session.run(export._preprocess(tf.constant(cube, tf.float32), loaded))
     np.testing.assert_allclose(exported, fitted.transform(cube.astype(np.float32)), atol=1e-5)
     plain = Preprocessor("standard", 3).fit(cube, np.arange(20))
     fitted_preprocessing.save(str(tmp_path), plain)
-    assert fitted_preprocessing.load(str(tmp_path)).brightness is None
+    assert fitted_preprocessing.load(str(tmp_path)).brightness_norm is None
 
 
 def test_an_exported_graph_keeps_no_hmp_gradient_override():
