@@ -129,7 +129,8 @@ def test_auto_speeds_replace_the_platforms_and_keep_its_link(runs):
     assert run.returncode == 0, run.stderr
     plan = json.loads(out.read_text())
     assert plan["time_unit"] == "s"
-    assert all(s < 1e14 for s in plan["speeds"])   # measured, not the platform's 1e15
+    # measured, not the platform's 1e15 (no bound in FLOP/s: that rests on this machine)
+    assert "Measured speeds" in run.stdout and all(s != 1e15 for s in plan["speeds"])
     # the measured op-size figures replace the platform's (half_rate_flops 1e12): each
     # device's profiling line gives its own, none of them the platform's 1e6 MFLOP
     half_rates = re.findall(r"half rate at ([0-9.e+]+) MFLOP per sample and op", run.stdout)
