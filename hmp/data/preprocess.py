@@ -189,13 +189,18 @@ class Preprocessor:
 
     def fit(self, cube, train):
         """Fits each step on the training pixels of what the steps before it make."""
+        scaled = self._fit_scaling(cube, train)
+        if self.pca is not None:
+            self.pca.fit(scaled, train)
+        return self
+
+    def _fit_scaling(self, cube, train):
+        """Fits the steps before the PCA; returns what they make of ``cube`` (float32)."""
         if self.brightness_norm is not None:
             cube = self.brightness_norm.fit(cube, train).transform(cube)
         if self.scaler is not None:
             cube = self.scaler.fit(cube, train).transform(cube)
-        if self.pca is not None:
-            self.pca.fit(cube, train)
-        return self
+        return np.asarray(cube, dtype=np.float32)
 
     def scale(self, cube):
         """The fitted steps before the PCA (all bands); returns float32 [H, W, B]."""
@@ -213,8 +218,11 @@ class Preprocessor:
         return np.asarray(cube, dtype=np.float32)
 
     def fit_transform(self, cube, train):
-        """``fit`` then ``transform`` of the same cube."""
-        return self.fit(cube, train).transform(cube)
+        """``fit`` then ``transform`` of the same cube (its scaling done once)."""
+        scaled = self._fit_scaling(cube, train)
+        if self.pca is None:
+            return scaled
+        return self.pca.fit(scaled, train).transform(scaled)
 
 
 def pad_cube(cube, margin, mode="reflect"):

@@ -140,9 +140,8 @@ def prepare(config, split=None):
         raise InvalidInput("the saved split is for a %dx%d image, but scene %r is %dx%d"
                            % (*split.image_shape, scene.name, *scene.labels.shape))
     preprocessor = data.Preprocessor("standard", pca_components=config.pca or None,
-                                     brightness_norm=divides_brightness(config, scene)).fit(
-        scene.cube, split.train)
-    cube = preprocessor.transform(scene.cube)
+                                     brightness_norm=divides_brightness(config, scene))
+    cube = preprocessor.fit_transform(scene.cube, split.train)
     cube[nodata] = 0.0   # the training pixels' mean: no NaN reaches a neighbour's patch
     extractor = data.PatchExtractor(cube, config.patch_size)
     labelled = np.flatnonzero(scene.labels.ravel() > 0)
