@@ -61,8 +61,8 @@ def measure_field_look(cube, labels, train_pixels, cell=CELL_PIXELS):
     """The field-look strength of a scene (module docstring).
 
     Args:
-      cube: [H, W, B] spectra as the scene's file holds them (the augmentation works on
-        these, or on them divided by their brightness with ``--brightness_norm``).
+      cube: [H, W, B] spectra as the augmentation reads them: as the scene's file holds
+        them, or divided by their brightness (``--brightness_norm``).
       labels: [H, W] class labels, 0 unlabelled.
       train_pixels: flat indices of the training pixels (only these are read).
       cell: side of the grouping cells, in pixels.

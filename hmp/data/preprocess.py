@@ -202,10 +202,16 @@ class Preprocessor:
             cube = self.scaler.fit(cube, train).transform(cube)
         return np.asarray(cube, dtype=np.float32)
 
+    def divided(self, cube):
+        """``cube`` divided by brightness when that step is on, else as given: the
+        spectra the band scaling reads (and the field-look augmentation works on)."""
+        if self.brightness_norm is not None:
+            return self.brightness_norm.transform(cube)
+        return cube
+
     def scale(self, cube):
         """The fitted steps before the PCA (all bands); returns float32 [H, W, B]."""
-        if self.brightness_norm is not None:
-            cube = self.brightness_norm.transform(cube)
+        cube = self.divided(cube)
         if self.scaler is not None:
             cube = self.scaler.transform(cube)
         return np.asarray(cube, dtype=np.float32)

@@ -11,6 +11,7 @@ import tensorflow.compat.v1 as tf
 import harness
 from hmp import data
 from hmp.compat import import_mesh_tensorflow
+from hmp.data.field_look import measure_field_look
 from hmp.graph.augment import augment, field_look
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Augmentation, Placement, Projection, Recipe
@@ -283,3 +284,21 @@ def test_only_a_measured_field_look_yields(small_experiment, given, look, yields
     both its strengths were measured (``auto``)."""
     recipe = training_recipe.recipe(Settings.of(**given), small_experiment)
     assert (recipe.augmentation.field_look, recipe.look_yields) == (look, yields)
+
+
+def test_the_field_look_is_measured_on_the_divided_spectra_it_augments():
+    """With ``--brightness_norm=on`` the augmentation reads divided spectra, so its
+    strength is measured on them (numpy's division here), not on the file's counts."""
+    exp = experiment.prepare(experiment.DataConfig(
+        patch_size=3, pca=None, seed=3, synthetic_kind="radiance", brightness_norm="on"))
+    look = training_recipe.recipe(Settings.of(), exp).augmentation
+    counts = exp.scene.cube.astype(np.float64)
+    brightness = counts.mean(axis=-1, keepdims=True)
+    floor = 0.25 * np.median(brightness.reshape(-1)[np.flatnonzero(exp.split.train)])
+    divided = measure_field_look(counts / np.maximum(brightness, floor), exp.scene.labels,
+                                 exp.train.indices)
+    undivided = measure_field_look(counts, exp.scene.labels, exp.train.indices)
+    assert divided.cells > 0
+    np.testing.assert_allclose([look.spectral_shift, look.spectral_gain],
+                               [divided.spectral_shift, divided.spectral_gain], rtol=1e-6)
+    assert abs(undivided.spectral_gain - divided.spectral_gain) > 0.01
