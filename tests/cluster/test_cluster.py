@@ -49,12 +49,19 @@ def _losses(layout, steps, target="", config=None, check_graph=lambda graph: Non
                          for _ in range(steps)])
 
 
-def test_uneven_split_over_two_workers_equals_one_process(workers):
+@pytest.fixture(scope="module")
+def one_process_losses():
+    """5 losses of the model on one local device: the reference both cluster layouts
+    must equal (the same seeded graph and batch, so built and run once for both)."""
+    return _losses(Placement("", "", ("/cpu:0",), {}), 5)
+
+
+def test_uneven_split_over_two_workers_equals_one_process(workers, one_process_losses):
     spec, devices = workers
     assert spec.count("127.0.0.1:") == 2
     assert devices == tuple("/job:worker/task:%d/device:CPU:%d" % (task, index)
                             for task in (0, 1) for index in (0, 1))
-    expected = _losses(Placement("", "", ("/cpu:0",), {}), 5)
+    expected = one_process_losses
     losses = _losses(Placement("model:2", RULES, devices[::2], SPLITS), 5, workers.target,
                      workers.cluster.session_config())
     # it trains (cnn2d's dropout makes 5 losses noisy, so no "it decreases")
@@ -62,11 +69,12 @@ def test_uneven_split_over_two_workers_equals_one_process(workers):
     np.testing.assert_allclose(losses, expected, rtol=1e-5)
 
 
-def test_two_level_gradient_reduction_over_two_workers_equals_one_process(workers):
+def test_two_level_gradient_reduction_over_two_workers_equals_one_process(workers,
+                                                                         one_process_losses):
     def reduces_within_each_worker_first(graph):
         assert graph.mesh_impl.hosts == ["/job:worker/replica:0/task:%d" % t for t in (0, 0, 1, 1)]
         assert is_hierarchical(graph.mesh_impl.hosts)
-    expected = _losses(Placement("", "", ("/cpu:0",), {}), 5)
+    expected = one_process_losses
     losses = _losses(Placement("batch:4", "batch:batch", workers.devices, {"batch": [6, 4, 3, 3]}),
                      5, workers.target, workers.cluster.session_config(),
                      check_graph=reduces_within_each_worker_first)
