@@ -8,6 +8,7 @@ an error naming it; a killed worker ends ``python -m hmp.train --cluster``
 with one line naming it, and ``--resume`` continues once it is back.
 """
 
+import concurrent.futures
 import os
 import signal
 import subprocess
@@ -181,19 +182,21 @@ def test_train_refuses_a_bad_or_silent_cluster():
 
 
 def test_killed_worker_stops_training_and_resume_continues(workers, tmp_path, small_scene):
-    process = subprocess.Popen(   # a process of its own: it runs while the worker dies
-        [sys.executable, "-m", "hmp.train",
-         *_train_flags(workers, *small_scene, "--epochs=30", "--model_dir=%s" % tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while (not (tmp_path / "ckpt-3.index").exists() and process.poll() is None
-           and time.time() < deadline):
-        time.sleep(0.02)
-    workers.stop(1, signal.SIGKILL)
-    stdout, stderr = process.communicate(timeout=120)
+    # the run in the session's hmp.train interpreter (tests/cli_batch.py), waited for in
+    # a thread of this process: it trains while the worker dies (no TensorFlow start of
+    # its own); its stop is an exit code there, as it is for a process
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        training = thread.submit(run_batch, "hmp.train", [{"args": _train_flags(
+            workers, *small_scene, "--epochs=30", "--model_dir=%s" % tmp_path)}], timeout=240)
+        deadline = time.time() + 120
+        while (not (tmp_path / "ckpt-3.index").exists() and not training.done()
+               and time.time() < deadline):
+            time.sleep(0.02)
+        workers.stop(1, signal.SIGKILL)
+        (returncode, _, stderr), = training.result(timeout=120)
     assert (tmp_path / "ckpt-3.index").exists(), stderr[-2000:]
     lines = [l for l in stderr.splitlines() if l.startswith("hmp.train: error:")]
-    assert process.returncode == 1 and len(lines) == 1, stderr[-2000:]
+    assert returncode == 1 and len(lines) == 1, stderr[-2000:]
     assert "worker 1 (%s) is unreachable" % workers.cluster.addresses[1] in lines[0]
     assert "--resume" in lines[0] and "Traceback" not in stderr
     last = tf.train.latest_checkpoint(str(tmp_path))
