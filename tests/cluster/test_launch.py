@@ -136,31 +136,55 @@ def _start_worker(env, *flags):
                             stderr=subprocess.PIPE, text=True)
 
 
-def test_workers_from_slurm_and_tf_config_form_one_cluster_that_trains(tmp_path, small_scene):
+@pytest.fixture(scope="module")
+def environment_cluster(tmp_path_factory, small_scene):
+    """Two workers from the environment (task 0 from Slurm's variables, task 1 from
+    TF_CONFIG) and the runs that train on them beside each other, as in a batch script.
+    The TF_CONFIG run is test_the_flagfile_of_a_run_repeats_it's first run too, repeated
+    here from its flagfile while the workers are up: a run fewer than a first run of its
+    own. Returns (the first port, each worker's (exit code, stdout, stderr), {name: Run}
+    of "slurm", "tf_config" and "again", {name: its --model_dir})."""
+    folder = tmp_path_factory.mktemp("environment_cluster")
     port = _consecutive_free_ports()
     # task 0 from Slurm's variables, task 1 from TF_CONFIG: the two rules agree
     workers = [_start_worker(_slurm_task(0), "--port_base=%d" % port, "--threads=1"),
                _start_worker(_tf_config(port, task=1), "--threads=1")]
+    model_dirs = {name: folder / name for name in ("slurm", "tf_config", "again")}
     try:   # the trainer starts beside them, as in a batch script, and waits for them
         batch_script = {"SLURM_PROCID": "0", "SLURM_JOB_NODELIST": "localhost",
                         "SLURM_TASKS_PER_NODE": "2"}
         trained = run_batch("hmp.train", [
             {"args": [*TRAIN, *small_scene, "--epochs=1", "--cluster=slurm",
-                      "--port_base=%d" % port, "--model_dir=%s" % (tmp_path / "slurm")],
+                      "--port_base=%d" % port, "--model_dir=%s" % model_dirs["slurm"]],
              "env": batch_script},
-            {"args": [*TRAIN, *small_scene, "--epochs=1", "--cluster=tf_config",
-                      "--model_dir=%s" % (tmp_path / "tf_config")],
+            {"args": [*_tf_config_run(small_scene, model_dirs["tf_config"]), "--overwrite"],
+             "env": _tf_config(port)},
+            {"args": ["--flagfile=%s" % (model_dirs["tf_config"] / "flags.txt"),
+                      "--model_dir=%s" % model_dirs["again"]],
              "env": _tf_config(port)}])
     finally:
         for worker in workers:
             worker.send_signal(signal.SIGTERM)
         ended = [worker.communicate(timeout=30) for worker in workers]
-    for task, (worker, (stdout, stderr)) in enumerate(zip(workers, ended)):
-        assert worker.returncode == 0, stderr[-2000:]
+    return (port, [(worker.returncode, *out) for worker, out in zip(workers, ended)],
+            dict(zip(model_dirs, trained)), model_dirs)
+
+
+def _tf_config_run(small_scene, model_dir):
+    """The flags of environment_cluster's TF_CONFIG run (but --overwrite)."""
+    return [*TRAIN, *small_scene, "--epochs=1", "--cluster=tf_config",
+            "--model_dir=%s" % model_dir]
+
+
+def test_workers_from_slurm_and_tf_config_form_one_cluster_that_trains(environment_cluster):
+    port, ended, runs, model_dirs = environment_cluster
+    for task, (returncode, stdout, stderr) in enumerate(ended):
+        assert returncode == 0, stderr[-2000:]
         assert stdout.startswith("worker %d (localhost:%d) serving" % (task, port + task))
-    for run, source in zip(trained, ("slurm", "tf_config")):
+    for source in ("slurm", "tf_config"):
+        run = runs[source]
         assert run.returncode == 0, run.stderr[-2000:]
-        history = json.loads((tmp_path / source / "history.json").read_text())
+        history = json.loads((model_dirs[source] / "history.json").read_text())
         assert len(history["history"]) == 1
         assert history["plans"][0]["devices"] == ["/job:worker/task:0/device:CPU:0",
                                                   "/job:worker/task:1/device:CPU:0"]
@@ -320,20 +344,18 @@ def test_progress_in_a_file_is_a_line_every_log_every_seconds(monkeypatch, tmp_p
     assert (tmp_path / "log").read_text() == "  b\n  d\n"   # 30 s after it was made, 30 s on
 
 
-def test_the_flagfile_of_a_run_repeats_it(tmp_path, small_scene):
-    first = ["--model=cnn2d", "--width=4", "--patch_size=5", "--devices=/cpu:0", "--notta",
-             *small_scene, "--epochs=1", "--model_dir=%s" % (tmp_path / "first")]
-    flagfile = tmp_path / "first" / "flags.txt"
-    runs = run_batch("hmp.train", [
-        {"args": [*first, "--overwrite"]},
-        {"args": ["--flagfile=%s" % flagfile, "--model_dir=%s" % (tmp_path / "again")]}])
-    assert [run.returncode for run in runs] == [0, 0], runs[-1].stderr[-2000:]
+def test_the_flagfile_of_a_run_repeats_it(environment_cluster, small_scene):
+    _, _, runs, model_dirs = environment_cluster   # TF_CONFIG's run, and it again
+    first = _tf_config_run(small_scene, model_dirs["tf_config"])
+    flagfile = model_dirs["tf_config"] / "flags.txt"
+    assert [runs[name].returncode for name in ("tf_config", "again")] == [0, 0], (
+        runs["again"].stderr[-2000:])
     lines = flagfile.read_text().splitlines()
     assert lines[0].startswith("#")   # a comment saying how to use it
     assert sorted(lines[1:]) == sorted(first)   # every flag as given but --overwrite
-    results = [json.loads((tmp_path / name / "results.json").read_text())
-               for name in ("first", "again")]
+    results = [json.loads((model_dirs[name] / "results.json").read_text())
+               for name in ("tf_config", "again")]
     assert results[1]["flags"] == {**results[0]["flags"], "overwrite": False,
-                                   "model_dir": str(tmp_path / "again")}
+                                   "model_dir": str(model_dirs["again"])}
     np.testing.assert_allclose([e["loss"] for e in results[1]["history"]],
                                [e["loss"] for e in results[0]["history"]], rtol=1e-5)
