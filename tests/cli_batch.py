@@ -62,6 +62,13 @@ def run_batch(program, runs, timeout=600):
         raise
 
 
+def child_pid(program):
+    """The process id of ``program``'s child while it runs (else None): the parent of the
+    processes its runs start."""
+    child = _CHILDREN.get(program)
+    return child.process.pid if child and child.process.poll() is None else None
+
+
 class _Child:
     """A child interpreter that runs ``program``'s batches, one at a time: a batch is
     a line on one pipe (its request and answer files), one byte on another when done."""

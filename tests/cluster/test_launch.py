@@ -7,8 +7,10 @@ step's) and as a batch script has them (the job's, where the trainer runs).
 TensorFlow's resolver expands the node list itself (no ``scontrol``).
 """
 
+import concurrent.futures
 import json
 import os
+import pathlib
 import re
 import signal
 import socket
@@ -19,7 +21,7 @@ import time
 import numpy as np
 import pytest
 
-from cli_batch import run_batch
+from cli_batch import child_pid, run_batch
 from hmp.cluster import launch, sources
 from hmp.cluster.runtime import Cluster, WorkerUnavailable, free_loopback_ports, port_in_use
 from hmp.errors import InvalidInput
@@ -283,23 +285,48 @@ def test_local_workers_train_then_stop_and_a_log_gets_progress_lines(tmp_path, s
     assert [int(s) for s in logged] == list(range(1, steps + 1))
 
 
+BACKGROUND_RUN = [*TRAIN, "--epochs=30", "--checkpoint_every=3",
+                  "--local_workers=" + LOCAL_WORKERS]   # and the scene, its folder
+
+
+def _wait_for_step_3_checkpoint(folder, ended):
+    """Until ``folder`` holds the step-3 checkpoint, the run ended (``ended()``) or 120 s
+    passed."""
+    deadline = time.monotonic() + 120
+    while (not (folder / "ckpt-3.index").exists() and not ended()
+           and time.monotonic() < deadline):
+        time.sleep(0.02)
+
+
 def _train_in_background(tmp_path, small_scene):
     """hmp.train --local_workers in a session of its own (as a terminal's foreground job)
     and its {task: worker pid}, once its step-3 checkpoint is written."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "hmp.train", *TRAIN, *small_scene, "--epochs=30",
-         "--checkpoint_every=3", "--local_workers=" + LOCAL_WORKERS,
+        [sys.executable, "-m", "hmp.train", *BACKGROUND_RUN, *small_scene,
          "--model_dir=%s" % tmp_path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True)
     said = "".join(process.stdout.readline() for _ in range(3))
     pids = _worker_pids(said)
-    deadline = time.monotonic() + 120
-    while (not (tmp_path / "ckpt-3.index").exists() and process.poll() is None
-           and time.monotonic() < deadline):
-        time.sleep(0.02)
+    _wait_for_step_3_checkpoint(tmp_path, lambda: process.poll() is not None)
     assert process.poll() is None, process.communicate()[1][-2000:]
     assert (tmp_path / "ckpt-3.index").exists(), "no step-3 checkpoint: the run never got going"
     return process, pids
+
+
+def _workers_started_by(parent):
+    """{task: pid} of the running hmp.worker processes that process ``parent`` started
+    (read from /proc)."""
+    workers = {}
+    for process in pathlib.Path("/proc").glob("[0-9]*"):
+        try:
+            ppid = int((process / "stat").read_text().rpartition(")")[2].split()[1])
+            args = (process / "cmdline").read_text().split("\0")
+        except (OSError, ValueError):   # it ended meanwhile
+            continue
+        if ppid == parent and "hmp.worker" in args:
+            task, = [a for a in args if a.startswith("--task=")]
+            workers[int(task.partition("=")[2])] = int(process.name)
+    return workers
 
 
 def test_ctrl_c_saves_then_stops_every_local_worker(tmp_path, small_scene):
@@ -313,11 +340,22 @@ def test_ctrl_c_saves_then_stops_every_local_worker(tmp_path, small_scene):
 
 
 def test_a_killed_local_worker_is_named_and_the_other_stopped(tmp_path, small_scene):
-    process, pids = _train_in_background(tmp_path, small_scene)
-    os.kill(pids[1], signal.SIGKILL)
-    _, stderr = process.communicate(timeout=120)
-    lines = [l for l in stderr.splitlines() if l.startswith("hmp.train: error:")]
-    assert process.returncode == 1 and len(lines) == 1, stderr[-2000:]
+    # the run in the session's hmp.train interpreter (tests/cli_batch.py), waited for in
+    # a thread while its worker dies: no TensorFlow start of its own (a Ctrl-C needs a
+    # process of its own; a killed worker does not). Its workers are that interpreter's
+    # children; its stdout, which names them, comes back when the run ends.
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        training = thread.submit(run_batch, "hmp.train", [{"args": [
+            *BACKGROUND_RUN, *small_scene, "--model_dir=%s" % tmp_path]}], timeout=240)
+        _wait_for_step_3_checkpoint(tmp_path, training.done)
+        assert not training.done(), training.result()[0].stderr[-2000:]
+        assert (tmp_path / "ckpt-3.index").exists(), "no step-3 checkpoint: the run never got going"
+        pids = _workers_started_by(child_pid("hmp.train"))
+        os.kill(pids[1], signal.SIGKILL)
+        run, = training.result(timeout=120)
+    assert _worker_pids(run.stdout) == pids
+    lines = [l for l in run.stderr.splitlines() if l.startswith("hmp.train: error:")]
+    assert run.returncode == 1 and len(lines) == 1, run.stderr[-2000:]
     assert re.search(r"worker 1 \(127\.0\.0\.1:\d+\) is unreachable", lines[0]), lines[0]
     assert "run again with --resume (it starts the local workers anew)" in lines[0]
     assert all(_gone(pid) for pid in pids.values())
