@@ -65,6 +65,11 @@ def cli_runs(tmp_path_factory, small_scene):
     own_plan = plan_file(folders["virtual_cpus_plan"] / "p.json",   # small_scene's model
                          model_config("cnn2d", 5, 100, 10, 4), ["/cpu:0", "/cpu:1"], [2, 1],
                          64, "model:2")
+    # max_steps's runs are laid out by that plan on virtual CPUs (--plan, no --devices), so
+    # that their run is test_a_plan_on_virtual_cpus_runs_without_naming_them's too: one
+    # training run, not two
+    on_own_plan = [*(flag for flag in TINY_AUTO if not flag.startswith("--epochs=")),
+                   *small_scene, "--plan=%s" % own_plan]
     cache = {"HMP_CACHE_DIR": str(folders["auto_speeds"] / "cache")}
     rng = np.random.default_rng(0)
     few_bands = folders["few_bands"]
@@ -92,10 +97,9 @@ def cli_runs(tmp_path_factory, small_scene):
         "relative_speeds": [train(*tiny_auto, "--devices=/cpu:0,/cpu:1", "--speeds=2,1",
                                   "--tta", "--smoothing=auto",
                                   model_dir=folders["relative_speeds"])],
-        "virtual_cpus_plan": [train(*tiny_auto, "--plan=%s" % own_plan,
-                                    model_dir=folders["virtual_cpus_plan"] / "run")],
-        "max_steps": [train(*tiny, "--epochs=3", "--max_steps=10", model_dir=folders["max_steps"]),
-                      train(*tiny, "--epochs=3", "--max_steps=10", "--resume",
+        "max_steps": [train(*on_own_plan, "--epochs=3", "--max_steps=10",
+                            model_dir=folders["max_steps"]),
+                      train(*on_own_plan, "--epochs=3", "--max_steps=10", "--resume",
                             model_dir=folders["max_steps"])],
         # input refused on max_steps's finished run (one epoch on small_scene's data; the
         # batch runs its runs in this order): a run of its own would train one epoch more
@@ -469,8 +473,9 @@ def test_tta_and_smoothing_score_as_inference_and_keep_the_scores_without(cli_ru
 
 
 def test_a_plan_on_virtual_cpus_runs_without_naming_them(cli_runs):
-    """--plan brings its own devices: the default --devices (/cpu:0) must not hide /cpu:1."""
-    (run,), tmp_path = cli_runs[0]["virtual_cpus_plan"], cli_runs[1]["virtual_cpus_plan"]
+    """--plan brings its own devices: the default --devices (/cpu:0) must not hide /cpu:1.
+    The run: max_steps's (cli_runs), laid out by the plan."""
+    (run, _), folder = cli_runs[0]["max_steps"], cli_runs[1]["max_steps"]
     assert run.returncode == 0, run.stderr[-2000:]
-    plan = json.loads((tmp_path / "run" / "results.json").read_text())["plan"]
+    plan = json.loads((folder / "results.json").read_text())["plan"]
     assert plan["devices"] == ["/cpu:0", "/cpu:1"] and plan["splits"]["filters1"] == [5, 3]
