@@ -28,6 +28,7 @@ import select
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
 from collections import namedtuple
 
@@ -50,9 +51,7 @@ def run_batch(program, runs, timeout=600):
     Returns:
       A ``Run(returncode, stdout, stderr)`` per entry.
     """
-    child = _CHILDREN.get(program)
-    if child is None or child.process.poll() is not None:
-        child = _CHILDREN[program] = _Child(program)
+    child = _child(program)
     try:
         return [Run(*result) for result in child.run(runs, timeout)]
     except BaseException:
@@ -62,11 +61,19 @@ def run_batch(program, runs, timeout=600):
         raise
 
 
-def child_pid(program):
-    """The process id of ``program``'s child while it runs (else None): the parent of the
-    processes its runs start."""
+def started(program):
+    """The process id of ``program``'s child (the parent of the processes its runs
+    start), started now if it is not running. A test that runs a batch on another thread
+    calls this on the main thread first: a child ends with the thread that started it
+    (``die_with_parent``)."""
+    return _child(program).process.pid
+
+
+def _child(program):
     child = _CHILDREN.get(program)
-    return child.process.pid if child and child.process.poll() is None else None
+    if child is None or child.process.poll() is not None:
+        child = _CHILDREN[program] = _Child(program)
+    return child
 
 
 class _Child:
@@ -76,6 +83,10 @@ class _Child:
     def __init__(self, program):
         # not at the top: the child runs this file before it puts this checkout on sys.path
         from hmp.cluster.subprocesses import die_with_parent   # pylint: disable=import-outside-toplevel
+        if threading.current_thread() is not threading.main_thread():
+            # the kernel's parent-death signal follows the thread that starts the child
+            raise RuntimeError("%s's child started off the main thread would end with that "
+                               "thread: call cli_batch.started(%r) first" % (program, program))
         self.program = program
         self.folder = tempfile.TemporaryDirectory(prefix="hmp-cli-batch-")
         self.log = open(os.path.join(self.folder.name, "child.log"), "w+")

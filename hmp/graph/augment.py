@@ -4,8 +4,8 @@ The patches are cut on the devices (``hmp.graph.scene_input``), so they are
 augmented there too, right after the cut: each sample gets one of the 8
 symmetries of the square (a 90-degree rotation, with or without a
 left-right flip), a brightness factor and, optionally, Gaussian spectral
-noise and a *field look* (``field_look``): its raw spectra shifted along the
-bands and multiplied by a smooth random gain, as a field's spectra differ from
+noise and a *field look* (``field_look``): its unscaled spectra (divided by
+their brightness with ``--brightness_norm``) shifted along the bands and multiplied by a smooth random gain, as a field's spectra differ from
 another's (sensor and atmosphere shift the wavelengths, illumination and plant
 condition the levels). Every draw is a Mesh-TF random tensor, drawn whole and sliced per
 device (``HeteroMeshImpl.random``), so an uneven batch split augments
@@ -31,9 +31,10 @@ SYMMETRIES = 8   # rotations by 0, 90, 180, 270 degrees, each with and without a
 
 
 def field_look(patches, shift_draw, gain_draw, augmentation, strength=1.0):
-    """``patches`` [n, p, p, bands] (standardised) in another field's look, on raw values.
+    """``patches`` [n, p, p, bands] (standardised) in another field's look, on the values
+    before the band scaling (``Preprocessor.divided``).
 
-    Sample i's raw spectrum (``x * band_scale + band_offset``) is read at band
+    Sample i's unscaled spectrum (``x * band_scale + band_offset``) is read at band
     ``b - s_i`` (linear interpolation, the end bands held beyond the ends), with
     ``s_i = k spectral_shift * (2 shift_draw[i] - 1)``, and multiplied by the gain
     ``1 + k spectral_gain * (u0 + u1 cos(pi t) + u2 cos(2 pi t)) / 3`` over the band

@@ -1,6 +1,6 @@
 """The run's PCA inside the graph: patches cut on all the scaled bands, projected on the devices.
 
-The field look (``hmp.graph.augment.field_look``) works on the raw bands, which a
+The field look (``hmp.graph.augment.field_look``) works on all the bands, which a
 model on PCA components never sees when the cube is projected before training
 (``hmp.data.PCA``). With a projection (``hmp.graph.graph_config.Projection``) the
 devices hold the scaled cube with all its bands instead (``Experiment.all_bands``), cut

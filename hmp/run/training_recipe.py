@@ -56,8 +56,8 @@ def _projection(settings, exp):
 
 def _field_look(settings, exp):
     """(the field-look augmentation's settings, whether both strengths are measured: the
-    look may yield); on with --augment. It works on the raw bands, so after PCA only
-    with --pca_in_graph."""
+    look may yield); on with --augment. It works on all the bands before their scaling
+    (divided by brightness where that is on), so after PCA only with --pca_in_graph."""
     names = ("spectral_shift", "spectral_gain")
     strengths = {name: settings.field_look_strength(name) for name in names}
     measured = all(value is None for value in strengths.values())

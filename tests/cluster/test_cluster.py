@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from cli_batch import run_batch
+from cli_batch import run_batch, started
 from hmp.cluster.runtime import (Cluster, WorkerUnavailable, free_loopback_ports, local_cluster,
                                  parse_cpus)
 from hmp.errors import InvalidInput
@@ -185,6 +185,7 @@ def test_killed_worker_stops_training_and_resume_continues(workers, tmp_path, sm
     # the run in the session's hmp.train interpreter (tests/cli_batch.py), waited for in
     # a thread of this process: it trains while the worker dies (no TensorFlow start of
     # its own); its stop is an exit code there, as it is for a process
+    started("hmp.train")   # on this thread: the interpreter ends with the thread starting it
     with concurrent.futures.ThreadPoolExecutor(1) as thread:
         training = thread.submit(run_batch, "hmp.train", [{"args": _train_flags(
             workers, *small_scene, "--epochs=30", "--model_dir=%s" % tmp_path)}], timeout=240)

@@ -21,7 +21,7 @@ import time
 import numpy as np
 import pytest
 
-from cli_batch import child_pid, run_batch
+from cli_batch import run_batch, started
 from hmp.cluster import launch, sources
 from hmp.cluster.runtime import Cluster, WorkerUnavailable, free_loopback_ports, port_in_use
 from hmp.errors import InvalidInput
@@ -344,13 +344,15 @@ def test_a_killed_local_worker_is_named_and_the_other_stopped(tmp_path, small_sc
     # a thread while its worker dies: no TensorFlow start of its own (a Ctrl-C needs a
     # process of its own; a killed worker does not). Its workers are that interpreter's
     # children; its stdout, which names them, comes back when the run ends.
+    interpreter = started("hmp.train")   # on this thread: it ends with the thread starting it
     with concurrent.futures.ThreadPoolExecutor(1) as thread:
         training = thread.submit(run_batch, "hmp.train", [{"args": [
             *BACKGROUND_RUN, *small_scene, "--model_dir=%s" % tmp_path]}], timeout=240)
         _wait_for_step_3_checkpoint(tmp_path, training.done)
         assert not training.done(), training.result()[0].stderr[-2000:]
         assert (tmp_path / "ckpt-3.index").exists(), "no step-3 checkpoint: the run never got going"
-        pids = _workers_started_by(child_pid("hmp.train"))
+        pids = _workers_started_by(interpreter)
+        assert sorted(pids) == [0, 1], "the run's workers not found: %s" % pids
         os.kill(pids[1], signal.SIGKILL)
         run, = training.result(timeout=120)
     assert _worker_pids(run.stdout) == pids
@@ -383,6 +385,8 @@ def test_progress_in_a_file_is_a_line_every_log_every_seconds(monkeypatch, tmp_p
 
 
 def test_the_flagfile_of_a_run_repeats_it(environment_cluster, small_scene):
+    """The run repeated from its flagfile is environment_cluster's TF_CONFIG run (so a
+    failure to form that cluster fails this test too): its flags, then its losses."""
     _, _, runs, model_dirs = environment_cluster   # TF_CONFIG's run, and it again
     first = _tf_config_run(small_scene, model_dirs["tf_config"])
     flagfile = model_dirs["tf_config"] / "flags.txt"

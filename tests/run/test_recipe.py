@@ -288,13 +288,14 @@ def test_only_a_measured_field_look_yields(small_experiment, given, look, yields
 
 def test_the_field_look_is_measured_on_the_divided_spectra_it_augments():
     """With ``--brightness_norm=on`` the augmentation reads divided spectra, so its
-    strength is measured on them (numpy's division here), not on the file's counts."""
+    strength is measured on them (numpy's division here), not on the file's counts.
+    (No pixel of this scene is darker than the floor: the floor is tested in test_data_preprocess.)"""
     exp = experiment.prepare(experiment.DataConfig(
         patch_size=3, pca=None, seed=3, synthetic_kind="radiance", brightness_norm="on"))
     look = training_recipe.recipe(Settings.of(), exp).augmentation
     counts = exp.scene.cube.astype(np.float64)
     brightness = counts.mean(axis=-1, keepdims=True)
-    floor = 0.25 * np.median(brightness.reshape(-1)[np.flatnonzero(exp.split.train)])
+    floor = 0.25 * np.median(brightness.reshape(-1)[exp.split.train])
     divided = measure_field_look(counts / np.maximum(brightness, floor), exp.scene.labels,
                                  exp.train.indices)
     undivided = measure_field_look(counts, exp.scene.labels, exp.train.indices)
