@@ -57,15 +57,17 @@ class FieldLook:
                 % (self.cells, self.classes, self.spectral_shift, self.spectral_gain))
 
 
-def measure_field_look(cube, labels, train_pixels, cell=CELL_PIXELS):
+def measure_field_look(cube, labels, train_pixels, cell=CELL_PIXELS, spectra_of=None):
     """The field-look strength of a scene (module docstring).
 
     Args:
-      cube: [H, W, B] spectra as the augmentation reads them: as the scene's file holds
-        them, or divided by their brightness (``--brightness_norm``).
+      cube: [H, W, B] spectra as the scene's file holds them.
       labels: [H, W] class labels, 0 unlabelled.
       train_pixels: flat indices of the training pixels (only these are read).
       cell: side of the grouping cells, in pixels.
+      spectra_of: what the augmentation reads of the training pixels' spectra [n, B], a
+        pixel at a time (``Preprocessor.divided``: divided by their brightness with
+        ``--brightness_norm``); None: the spectra as they are.
 
     Returns:
       a :class:`FieldLook`; zero strength (and ``cells == 0``) when fewer than
@@ -73,7 +75,8 @@ def measure_field_look(cube, labels, train_pixels, cell=CELL_PIXELS):
     """
     height, width, bands = cube.shape
     pixels = np.asarray(train_pixels, np.int64)
-    spectra = cube.reshape(-1, bands)[pixels].astype(np.float64)
+    spectra = cube.reshape(-1, bands)[pixels]
+    spectra = np.asarray(spectra if spectra_of is None else spectra_of(spectra), np.float64)
     finite = np.all(np.isfinite(spectra), axis=1)
     pixels, spectra = pixels[finite], spectra[finite]
     classes = labels.ravel()[pixels]

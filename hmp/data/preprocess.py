@@ -203,8 +203,9 @@ class Preprocessor:
         return np.asarray(cube, dtype=np.float32)
 
     def divided(self, cube):
-        """``cube`` divided by brightness when that step is on, else as given: the
-        spectra the band scaling reads (and the field-look augmentation works on)."""
+        """``cube`` (spectra along its last axis) divided by brightness when that step
+        is on, else as given: the spectra the band scaling reads (and the field-look
+        augmentation works on)."""
         if self.brightness_norm is not None:
             return self.brightness_norm.transform(cube)
         return cube

@@ -74,8 +74,8 @@ def _field_look(settings, exp):
               "PCA components (--pca_in_graph projects after it)" % exp.bands, flush=True)
         return {}, measured
     if None in strengths.values():
-        found = measure_field_look(exp.preprocessor.divided(exp.scene.cube),
-                                   exp.scene.labels, exp.train.indices)
+        found = measure_field_look(exp.scene.cube, exp.scene.labels, exp.train.indices,
+                                   spectra_of=exp.preprocessor.divided)
         print(found.describe(), flush=True)
         strengths = {name: getattr(found, name) if value is None else value
                      for name, value in strengths.items()}
