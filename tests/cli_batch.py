@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from collections import namedtuple
 
@@ -67,6 +68,14 @@ def started(program):
     calls this on the main thread first: a child ends with the thread that started it
     (``die_with_parent``)."""
     return _child(program).process.pid
+
+
+def wait_for_file(path, ended):
+    """Returns once ``path`` exists or the run that writes it has ended (``ended()``),
+    however long its steps take: no deadline of its own (a hung run is ended by its own
+    time-out, ``run_batch``'s for a batch)."""
+    while not path.exists() and not ended():
+        time.sleep(0.02)
 
 
 def _child(program):

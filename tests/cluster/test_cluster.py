@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from cli_batch import run_batch, started
+from cli_batch import run_batch, started, wait_for_file
 from hmp.cluster.runtime import (Cluster, WorkerUnavailable, free_loopback_ports, local_cluster,
                                  parse_cpus)
 from hmp.errors import InvalidInput
@@ -189,10 +189,7 @@ def test_killed_worker_stops_training_and_resume_continues(workers, tmp_path, sm
     with concurrent.futures.ThreadPoolExecutor(1) as thread:
         training = thread.submit(run_batch, "hmp.train", [{"args": _train_flags(
             workers, *small_scene, "--epochs=30", "--model_dir=%s" % tmp_path)}], timeout=240)
-        deadline = time.time() + 120
-        while (not (tmp_path / "ckpt-3.index").exists() and not training.done()
-               and time.time() < deadline):
-            time.sleep(0.02)
+        wait_for_file(tmp_path / "ckpt-3.index", training.done)
         workers.stop(1, signal.SIGKILL)
         (returncode, _, stderr), = training.result(timeout=120)
     assert (tmp_path / "ckpt-3.index").exists(), stderr[-2000:]

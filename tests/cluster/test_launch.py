@@ -16,12 +16,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
-from cli_batch import run_batch, started
+from cli_batch import run_batch, started, wait_for_file
 from hmp.cluster import launch, sources
 from hmp.cluster.runtime import Cluster, WorkerUnavailable, free_loopback_ports, port_in_use
 from hmp.errors import InvalidInput
@@ -289,15 +288,6 @@ BACKGROUND_RUN = [*TRAIN, "--epochs=30", "--checkpoint_every=3",
                   "--local_workers=" + LOCAL_WORKERS]   # and the scene, its folder
 
 
-def _wait_for_step_3_checkpoint(folder, ended):
-    """Until ``folder`` holds the step-3 checkpoint, the run ended (``ended()``) or 120 s
-    passed."""
-    deadline = time.monotonic() + 120
-    while (not (folder / "ckpt-3.index").exists() and not ended()
-           and time.monotonic() < deadline):
-        time.sleep(0.02)
-
-
 def _train_in_background(tmp_path, small_scene):
     """hmp.train --local_workers in a session of its own (as a terminal's foreground job)
     and its {task: worker pid}, once its step-3 checkpoint is written."""
@@ -307,7 +297,7 @@ def _train_in_background(tmp_path, small_scene):
         text=True, start_new_session=True)
     said = "".join(process.stdout.readline() for _ in range(3))
     pids = _worker_pids(said)
-    _wait_for_step_3_checkpoint(tmp_path, lambda: process.poll() is not None)
+    wait_for_file(tmp_path / "ckpt-3.index", lambda: process.poll() is not None)
     assert process.poll() is None, process.communicate()[1][-2000:]
     assert (tmp_path / "ckpt-3.index").exists(), "no step-3 checkpoint: the run never got going"
     return process, pids
@@ -348,7 +338,7 @@ def test_a_killed_local_worker_is_named_and_the_other_stopped(tmp_path, small_sc
     with concurrent.futures.ThreadPoolExecutor(1) as thread:
         training = thread.submit(run_batch, "hmp.train", [{"args": [
             *BACKGROUND_RUN, *small_scene, "--model_dir=%s" % tmp_path]}], timeout=240)
-        _wait_for_step_3_checkpoint(tmp_path, training.done)
+        wait_for_file(tmp_path / "ckpt-3.index", training.done)
         assert not training.done(), training.result()[0].stderr[-2000:]
         assert (tmp_path / "ckpt-3.index").exists(), "no step-3 checkpoint: the run never got going"
         pids = _workers_started_by(interpreter)

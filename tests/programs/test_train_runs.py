@@ -9,13 +9,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
 import scipy.io
 
-from cli_batch import run_batch
+from cli_batch import run_batch, wait_for_file
 
 TINY = ["--model=cnn2d", "--width=2", "--patch_size=5", "--batch_size=16", "--pca=8",
         "--devices=/cpu:0", "--speeds=1", "--mesh=model:1"]
@@ -43,11 +42,9 @@ def interrupt_after_first_epoch(signum, *args, process=None):
     return process.returncode, "".join(out) + stdout, stderr
 
 
-def kill_at_checkpoint(process, checkpoint, timeout_s=240):
-    """SIGKILLs ``process`` once ``checkpoint`` exists (or after ``timeout_s``)."""
-    deadline = time.time() + timeout_s
-    while time.time() < deadline and not checkpoint.exists():
-        time.sleep(0.05)
+def kill_at_checkpoint(process, checkpoint):
+    """SIGKILLs ``process`` once ``checkpoint`` exists (or once it has ended)."""
+    wait_for_file(checkpoint, lambda: process.poll() is not None)
     process.send_signal(signal.SIGKILL)
     process.wait()
 
