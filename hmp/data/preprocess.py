@@ -197,7 +197,8 @@ class Preprocessor:
     def _fit_scaling(self, cube, train):
         """Fits the steps before the PCA; returns what they make of ``cube`` (float32)."""
         if self.brightness_norm is not None:
-            cube = self.brightness_norm.fit(cube, train).transform(cube)
+            self.brightness_norm.fit(cube, train)
+        cube = self.divided(cube)
         if self.scaler is not None:
             cube = self.scaler.fit(cube, train).transform(cube)
         return np.asarray(cube, dtype=np.float32)

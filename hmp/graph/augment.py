@@ -5,9 +5,10 @@ augmented there too, right after the cut: each sample gets one of the 8
 symmetries of the square (a 90-degree rotation, with or without a
 left-right flip), a brightness factor and, optionally, Gaussian spectral
 noise and a *field look* (``field_look``): its unscaled spectra (divided by
-their brightness with ``--brightness_norm``) shifted along the bands and multiplied by a smooth random gain, as a field's spectra differ from
-another's (sensor and atmosphere shift the wavelengths, illumination and plant
-condition the levels). Every draw is a Mesh-TF random tensor, drawn whole and sliced per
+their brightness with ``--brightness_norm``) shifted along the bands and
+multiplied by a smooth random gain, as a field's spectra differ from another's
+(sensor and atmosphere shift the wavelengths, illumination and plant condition
+the levels). Every draw is a Mesh-TF random tensor, drawn whole and sliced per
 device (``HeteroMeshImpl.random``), so an uneven batch split augments
 exactly as one device does, and a graph seed (``--seed``) repeats it.
 ``training`` (hmp.graph.graph's switch, 0.0 at inference) turns it all off. What is
