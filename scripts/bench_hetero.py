@@ -303,7 +303,8 @@ def rebalanced(plan, spec, run):
 
 
 def build_runs(config, batch, workers, profiled, link):
-    """Every configuration's warmed-up ``Run``, in the order they are timed; the
+    """Every configuration's warmed-up ``Run``, in the order they are timed (those of
+    one layout, model and steps a run on one graph and session, each timed on its own); the
     ``auto`` plan; the cost model's step of the splits ``planned`` (every dim split),
     ``per layer`` and ``data`` on the profiled platform (``profiled``: one CPU device per
     worker as ``hmp.train --cluster`` sees them) and measured link."""
@@ -313,14 +314,21 @@ def build_runs(config, batch, workers, profiled, link):
     session_config = workers.cluster.session_config()
     image_shape = batch.extractor.image_shape
 
+    built = []   # ((layout, model config, steps a run), (session, train op, feed))
+
     def hmp_run(name, layout, description, load, model_config=config, steps_per_run=1):
-        graph = TrainingGraph(model_config, layout, FLAGS.batch_size, image_shape,
-                              steps_per_run=steps_per_run)
-        progress("  building %-14s %s" % (name, description))
-        session = graph.session(batch.extractor.padded, session_config, workers.target)
-        train_op, feed = graph.feed_steps([(batch.indices, batch.labels)] * steps_per_run)
-        return warmed(Run(name, description, load, session, train_op, feed,
-                          steps_per_run=steps_per_run))
+        key = (layout, model_config, steps_per_run)
+        step = next((step for same, step in built if same == key), None)
+        if step is None:
+            graph = TrainingGraph(model_config, layout, FLAGS.batch_size, image_shape,
+                                  steps_per_run=steps_per_run)
+            progress("  building %-14s %s" % (name, description))
+            session = graph.session(batch.extractor.padded, session_config, workers.target)
+            step = (session, *graph.feed_steps([(batch.indices, batch.labels)] * steps_per_run))
+            built.append((key, step))
+        else:   # a configuration's before it (planned = even on equal workers): its graph
+            progress("  sharing  %-14s %s" % (name, description))
+        return warmed(Run(name, description, load, *step, steps_per_run=steps_per_run))
 
     def plan_run(name, plan, steps_per_run=1):
         return hmp_run(name, Placement.from_plan(plan), describe(plan), worker_loads(plan),
