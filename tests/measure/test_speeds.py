@@ -83,7 +83,12 @@ def test_barrier_wait_spreads_the_excess_over_the_barriers():
 
 
 def test_measure_platform_prices_the_split_steps_excess_per_barrier(monkeypatch):
-    # every split step takes 0.25 s, every one-device step 0.1 s (also each share's)
+    # every split step takes 0.25 s, every one-device step 0.1 s (also each share's); no
+    # step is built (nothing would run its graph): each is recorded as (its devices, batch)
+    built = []
+    monkeypatch.setattr(DeviceStep, "_build", lambda self, config, placement, batch, *_:
+                        built.append((placement.devices, batch)))
+    monkeypatch.setattr(DeviceStep, "close", lambda self: None)
     monkeypatch.setattr(SplitStep, "run", lambda self: 0.25)
     monkeypatch.setattr(DeviceStep, "run", lambda self: 0.1)
     messages = []
@@ -98,6 +103,9 @@ def test_measure_platform_prices_the_split_steps_excess_per_barrier(monkeypatch)
     assert spec.norm_layers == 4   # two blocks of two convolutions, each normalised
     assert link.barrier_s == pytest.approx((0.25 - 0.1 - plan.prediction.comm) / (2 * 4 + 1))
     assert "the batch split [4, 4] and each device on its share, 2 steps each" in messages[-1]
+    # each device at the batch and a quarter of it, then the split and each share
+    assert built == [(("/cpu:0",), 8), (("/cpu:0",), 2), (("/cpu:1",), 8), (("/cpu:1",), 2),
+                     (("/cpu:0", "/cpu:1"), 8), (("/cpu:0",), 4), (("/cpu:1",), 4)]
     alone, no_link = measure_platform(TINY, ["/cpu:0"], 8, warmup=1, repeats=1)
     assert len(alone) == 1 and no_link is None
 
