@@ -106,6 +106,8 @@ def cli_runs(tmp_path_factory, small_scene):
         "refused_on_max_steps": [train(*tiny, "--overwrite", "--batch_size=100000",
                        model_dir=folders["max_steps"]),
                  train(*tiny, "--resume", "--epochs=2", "--train_fraction=0.3",
+                       model_dir=folders["max_steps"]),
+                 train(*tiny, "--resume", "--epochs=2", "--model=cnn3d",
                        model_dir=folders["max_steps"])],
         "too_large": [train("--width=1000000", model_dir=folders["too_large"] / "wide"),
                       train("--batch_size=10000000", model_dir=folders["too_large"] / "big")],
@@ -311,8 +313,9 @@ def test_a_models_default_pca_beyond_the_bands_says_how_to_change_it(cli_runs):
 
 def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
     """--overwrite deletes the old run only once the new run's input is good; --resume
-    refuses other data than the run's. The run: max_steps's, trained before these two."""
-    overwrite, resume = cli_runs[0]["refused_on_max_steps"]
+    refuses other data and another model than the run's, before anything is written
+    (no event file either). The run: max_steps's, trained before these."""
+    overwrite, resume, other_model = cli_runs[0]["refused_on_max_steps"]
     trained, _ = cli_runs[0]["max_steps"]
     kept = cli_runs[1]["max_steps"]
     assert trained.returncode == 0, trained.stderr[-2000:]
@@ -323,6 +326,12 @@ def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
         "hmp.train: error: --resume: the run in %s was trained with train_fraction=0.5, not "
         "train_fraction=0.3; resume it with the same data flags, or start over with "
         "--overwrite" % kept)
+    assert other_model.returncode == 2
+    assert other_model.stderr == (
+        "hmp.train: error: --model=cnn3d: the run in %s was trained with --model=cnn2d; "
+        "resume it with that (--flagfile=%s gives all its flags), or start over with "
+        "--overwrite\n" % (kept, kept / "flags.txt"))
+    assert len(list(kept.glob("events.out.tfevents.*"))) == 1
     results = json.loads((kept / "results.json").read_text())
     assert len(results["history"]) == 1 and (kept / "checkpoint").exists()
     assert json.loads((kept / "data.json").read_text())["train_fraction"] == 0.5
@@ -358,8 +367,11 @@ def test_nan_loss_stops_with_message_and_keeps_checkpoint(cli_runs):
     assert "loss became nan" in run.stderr.lower() and "Traceback" not in run.stderr
     assert (folders["nan"] / "checkpoint").exists()
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert other_optimizer.returncode == 2
-    assert "written by another model or optimizer" in other_optimizer.stderr
+    assert other_optimizer.returncode == 2   # refused before its checkpoint is read
+    assert other_optimizer.stderr == (
+        "hmp.train: error: --optimizer=adam: the run in %s was trained with "
+        "--optimizer=sgd; resume it with that (--flagfile=%s gives all its flags), or start "
+        "over with --overwrite\n" % (folders["nan"], folders["nan"] / "flags.txt"))
 
 
 def test_readme_custom_model_trains(cli_runs):
