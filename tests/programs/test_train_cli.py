@@ -108,7 +108,8 @@ def cli_runs(tmp_path_factory, small_scene):
                  train(*tiny, "--resume", "--epochs=2", "--train_fraction=0.3",
                        model_dir=folders["max_steps"]),
                  train(*tiny, "--resume", "--epochs=2", "--model=cnn3d",
-                       model_dir=folders["max_steps"])],
+                       model_dir=folders["max_steps"]),
+                 train(*tiny, "--resume", "--runs=2", model_dir=folders["max_steps"])],
         "too_large": [train("--width=1000000", model_dir=folders["too_large"] / "wide"),
                       train("--batch_size=10000000", model_dir=folders["too_large"] / "big")],
     }
@@ -314,8 +315,9 @@ def test_a_models_default_pca_beyond_the_bands_says_how_to_change_it(cli_runs):
 def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
     """--overwrite deletes the old run only once the new run's input is good; --resume
     refuses other data and another model than the run's, before anything is written
-    (no event file either). The run: max_steps's, trained before these."""
-    overwrite, resume, other_model = cli_runs[0]["refused_on_max_steps"]
+    (no event file either), and --runs, whose seeds' folders would go beside it. The run:
+    max_steps's, trained before these."""
+    overwrite, resume, other_model, runs = cli_runs[0]["refused_on_max_steps"]
     trained, _ = cli_runs[0]["max_steps"]
     kept = cli_runs[1]["max_steps"]
     assert trained.returncode == 0, trained.stderr[-2000:]
@@ -333,6 +335,12 @@ def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
         "--overwrite\n" % (kept, kept / "flags.txt"))
     assert len(list(kept.glob("events.out.tfevents.*"))) == 1
     results = json.loads((kept / "results.json").read_text())
+    assert runs.returncode == 2
+    assert runs.stderr == (
+        "hmp.train: error: --runs=2: --model_dir=%s holds a single run (a checkpoint at "
+        "step %d, results.json, history.json); resume it without --runs, or give another "
+        "--model_dir\n" % (kept, results["step"]))
+    assert not list(kept.glob("seed-*"))
     assert len(results["history"]) == 1 and (kept / "checkpoint").exists()
     assert json.loads((kept / "data.json").read_text())["train_fraction"] == 0.5
 
