@@ -316,6 +316,21 @@ class Settings:
                                                    else ()):
             with self.blame(name):
                 whole_number(self.value(name), name, minimum=0)
+        self._check_split()
+
+    def _check_split(self):
+        """Split settings that another one chosen replaces: chosen beside it, they would be
+        ignored. --train_set and --test_set give the split; --train_per_class (> 0) is
+        instead of --train_fraction."""
+        if self.data.train_set or self.data.test_set:
+            for name in ("split", "train_fraction", "train_per_class"):
+                if self.chosen(name):
+                    raise cli.UsageError("--%s=%s: --train_set and --test_set give the split; "
+                                         "leave --%s out" % (name, self.value(name), name))
+        if self.data.train_per_class and self.chosen("train_fraction"):
+            raise cli.UsageError("--train_fraction=%s, --train_per_class=%s: give one of them "
+                                 "(a share of each class's pixels, or a number of them)"
+                                 % (self.data.train_fraction, self.data.train_per_class))
 
     def _check_scene(self):
         """Settings that only apply to some --dataset: chosen for another, they would be

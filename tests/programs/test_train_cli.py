@@ -239,6 +239,11 @@ BAD_FLAGS = {
     "--optimizer=nope": "--optimizer=nope: choose one of",
     "--rebalance=always": "--rebalance=always: choose off or epoch",
     "--split=nope": "--split=nope: choose one of random, disjoint",
+    "--train_set=a.npy --test_set=b.npy --split=disjoint":
+        "--split=disjoint: --train_set and --test_set give the split; leave --split out",
+    "--train_per_class=5 --train_fraction=0.2":
+        "--train_fraction=0.2, --train_per_class=5: give one of them (a share of each "
+        "class's pixels, or a number of them)",
     "--train_fraction=1.5": "--train_fraction=1.5: train_fraction must lie strictly "
                              "between 0 and 1",
     "--spectral_gain=1.5": "--spectral_gain=1.5: give auto or a number from 0 to 1 (a gain "
