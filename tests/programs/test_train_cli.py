@@ -82,7 +82,9 @@ def cli_runs(tmp_path_factory, small_scene):
         "few_bands": [train("--dataset=%s" % (few_bands / "cube.npy"),
                             "--labels=%s" % (few_bands / "gt.npy"), "--model=hybridsn",
                             model_dir=few_bands / "run")],
-        "other_model_plan": [train(*TINY, "--plan=%s" % other_plan,
+        "other_model_plan": [train(*(flag for flag in TINY if not flag.startswith(
+                                       ("--devices=", "--speeds=", "--mesh="))),
+                                   "--plan=%s" % other_plan,
                                    model_dir=folders["other_model_plan"] / "run")],
         "nan": [train(*tiny, "--optimizer=sgd", "--learning_rate=1e30", "--epochs=1",
                       model_dir=folders["nan"]),
@@ -244,6 +246,10 @@ BAD_FLAGS = {
     "--train_per_class=5 --train_fraction=0.2":
         "--train_fraction=0.2, --train_per_class=5: give one of them (a share of each "
         "class's pixels, or a number of them)",
+    "--plan=p.json --mesh=batch:2": "--mesh=batch:2: --plan=p.json gives the mesh; leave "
+                                    "--mesh out",
+    "--plan=p.json --devices=/cpu:0": "--devices=/cpu:0: --plan=p.json gives the devices; "
+                                      "leave --devices out",
     "--train_fraction=1.5": "--train_fraction=1.5: train_fraction must lie strictly "
                              "between 0 and 1",
     "--spectral_gain=1.5": "--spectral_gain=1.5: give auto or a number from 0 to 1 (a gain "
