@@ -33,7 +33,8 @@ def read_array(path, key=None, key_name="a key", memory_map=False):
     Raises:
       FileNotFoundError: ``path`` does not exist.
       InvalidInput (a ValueError): unsupported suffix, an empty file, a file
-        that cannot be read (truncated, or not of its type), unknown key (the
+        that cannot be read (truncated, or not of its type: a ``.npy`` file without
+        numpy's header is not read at all), unknown key (the
         message lists the keys that exist) or no key given for a file with
         several arrays.
     """
@@ -50,6 +51,7 @@ def read_array(path, key=None, key_name="a key", memory_map=False):
     if suffix == ".npy":
         if key is not None:
             raise InvalidInput(f"{path}: a .npy file holds one unnamed array; got key {key!r}")
+        _check_npy_header(path)
         return _readable(path, lambda: np.load(path, mmap_mode="r" if memory_map else None,
                                                allow_pickle=False))
     if h5py.is_hdf5(path):
@@ -59,6 +61,14 @@ def read_array(path, key=None, key_name="a key", memory_map=False):
                                           scipy.io.loadmat(path).items()
                                           if not name.startswith("__")})
     return _pick(arrays, key, path, key_name)
+
+
+def _check_npy_header(path):
+    """InvalidInput unless ``path`` starts with numpy's .npy header: numpy takes any
+    other file for pickled objects, and its error advises loading it unsafely."""
+    with open(path, "rb") as f:
+        if f.read(len(np.lib.format.MAGIC_PREFIX)) != np.lib.format.MAGIC_PREFIX:
+            raise InvalidInput(f"{path}: not a numpy array file (no .npy header)")
 
 
 def _readable(path, read):

@@ -195,6 +195,11 @@ def test_two_arrays_need_the_cube_key_and_a_truncated_file_is_named(tmp_path):
         read_array(truncated)
     with pytest.raises(InvalidInput, match="^labels file .*truncated.npy: cannot be read"):
         load_scene_files(cube_path, truncated, cube_key="cube")
+    text = tmp_path / "text.npy"   # numpy would take it for pickled objects
+    text.write_text("0 1 2\n")
+    with pytest.raises(InvalidInput, match="^labels file %s: not a numpy array file \\(no "
+                                           "\\.npy header\\)$" % re.escape(str(text))):
+        load_scene_files(cube_path, text, cube_key="cube")
     (tmp_path / "empty.mat").write_bytes(b"")
     with pytest.raises(InvalidInput, match="empty.mat: empty file \\(0 bytes\\)$"):
         read_array(tmp_path / "empty.mat")
