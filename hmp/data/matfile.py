@@ -26,7 +26,8 @@ def read_array(path, key=None, key_name="a key", memory_map=False):
       key: the MATLAB variable name. When None, the file must hold exactly one
         array, which is returned. Not allowed for ``.npy`` files.
       key_name: how the error for a file with several arrays calls the key
-        (e.g. ``"labels_key"``).
+        (e.g. ``"--labels_key"``); None: there is none to give, the file must hold
+        a single array.
       memory_map: a ``.npy`` file is memory-mapped (read when its values are
         used) instead of read; ``.mat`` files are always read whole.
 
@@ -101,8 +102,9 @@ def _pick(arrays, key, path, key_name="a key"):
         raise InvalidInput(f"{path}: holds no array (truncated, or saved empty?)")
     if key is None:
         if len(arrays) != 1:
-            raise InvalidInput(
-                f"{path}: holds {len(arrays)} arrays {names}; name the one to use with {key_name}")
+            raise InvalidInput(f"{path}: holds {len(arrays)} arrays {names}; " + (
+                f"name the one to use with {key_name}" if key_name else
+                "it must hold a single array"))
         return arrays[names[0]]
     if key in arrays:
         return arrays[key]

@@ -186,7 +186,8 @@ def scene_files(tmp_path, cube):
 def test_two_arrays_need_the_cube_key_and_a_truncated_file_is_named(tmp_path):
     cube_path, labels_path = scene_files(tmp_path, np.ones((6, 5, 4), np.float32))
     with pytest.raises(InvalidInput, match=r"cube file .*scene.mat: holds 2 arrays "
-                                           r"\['cube', 'other'\]; name .* with cube_key"):
+                                           r"\['cube', 'other'\]; name the one to use with "
+                                           r"--cube_key$"):
         load_scene_files(cube_path, labels_path)
     assert load_scene_files(cube_path, labels_path, cube_key="cube").cube.shape == (6, 5, 4)
     truncated = tmp_path / "truncated.npy"
