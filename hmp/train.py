@@ -52,8 +52,9 @@ flags.DEFINE_string("speeds", DEFAULT.placement.speeds,
                     "like 70,25,5 (relative; communication is then not priced).")
 flags.DEFINE_string("mesh", DEFAULT.placement.mesh, "model:N, batch:M, batch:M;model:N or auto.")
 flags.DEFINE_string("plan", DEFAULT.placement.plan,
-                    "A plan JSON from scripts/plan_layout.py (overrides "
-                    "--devices, --speeds and --mesh).")
+                    "A plan JSON from scripts/plan_layout.py: it gives the devices, "
+                    "speeds, mesh and memory caps (so none of --devices, --speeds, --mesh, "
+                    "--memory_caps with it).")
 flags.DEFINE_integer("batch_size", DEFAULT.recipe.batch_size, "Global batch size.")
 flags.DEFINE_integer("epochs", DEFAULT.recipe.epochs, "Training epochs (at most: see --patience "
                      "and --max_steps).")

@@ -89,9 +89,9 @@ def load_scene_files(cube_path, labels_path, *, cube_key=None, labels_key=None,
         than the cube; the message names the file.
     """
     cube_path = pathlib.Path(cube_path)
-    raster = _read("cube", lambda: open_raster(cube_path, cube_key, key_name="cube_key"))
+    raster = _read("cube", lambda: open_cube_file(cube_path, cube_key))
     given = _read("labels", lambda: read_label_map(labels_path, labels_key,
-                                                   key_name="labels_key"))
+                                                   key_name="--labels_key"))
     if given.labels.shape != raster.shape[:2]:
         raise InvalidInput(
             f"labels file {labels_path}: the label map is {given.labels.shape[0]} x "
@@ -100,6 +100,13 @@ def load_scene_files(cube_path, labels_path, *, cube_key=None, labels_key=None,
     return Scene(name=name or cube_path.stem, cube=_read("cube", raster.read_all),
                  labels=given.labels, class_names=list(class_names or given.class_names or []),
                  raster=raster.info)
+
+
+def open_cube_file(path, cube_key=None):
+    """The cube file ``path`` as an ``hmp.data.raster.Raster`` (``open_raster``):
+    ``cube_key``, the MATLAB variable of a ``.mat`` file holding several arrays, is
+    hmp's --cube_key, as the errors call it."""
+    return open_raster(path, cube_key, key_name="--cube_key")
 
 
 def _read(role, read):

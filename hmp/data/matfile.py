@@ -26,14 +26,16 @@ def read_array(path, key=None, key_name="a key", memory_map=False):
       key: the MATLAB variable name. When None, the file must hold exactly one
         array, which is returned. Not allowed for ``.npy`` files.
       key_name: how the error for a file with several arrays calls the key
-        (e.g. ``"labels_key"``).
+        (e.g. ``"--labels_key"``); None: there is none to give, the file must hold
+        a single array.
       memory_map: a ``.npy`` file is memory-mapped (read when its values are
         used) instead of read; ``.mat`` files are always read whole.
 
     Raises:
       FileNotFoundError: ``path`` does not exist.
       InvalidInput (a ValueError): unsupported suffix, an empty file, a file
-        that cannot be read (truncated, or not of its type), unknown key (the
+        that cannot be read (truncated, or not of its type: a ``.npy`` file without
+        numpy's header is not read at all), unknown key (the
         message lists the keys that exist) or no key given for a file with
         several arrays.
     """
@@ -50,6 +52,7 @@ def read_array(path, key=None, key_name="a key", memory_map=False):
     if suffix == ".npy":
         if key is not None:
             raise InvalidInput(f"{path}: a .npy file holds one unnamed array; got key {key!r}")
+        _check_npy_header(path)
         return _readable(path, lambda: np.load(path, mmap_mode="r" if memory_map else None,
                                                allow_pickle=False))
     if h5py.is_hdf5(path):
@@ -59,6 +62,14 @@ def read_array(path, key=None, key_name="a key", memory_map=False):
                                           scipy.io.loadmat(path).items()
                                           if not name.startswith("__")})
     return _pick(arrays, key, path, key_name)
+
+
+def _check_npy_header(path):
+    """InvalidInput unless ``path`` starts with numpy's .npy header: numpy takes any
+    other file for pickled objects, and its error advises loading it unsafely."""
+    with open(path, "rb") as f:
+        if f.read(len(np.lib.format.MAGIC_PREFIX)) != np.lib.format.MAGIC_PREFIX:
+            raise InvalidInput(f"{path}: not a numpy array file (no .npy header)")
 
 
 def _readable(path, read):
@@ -91,8 +102,9 @@ def _pick(arrays, key, path, key_name="a key"):
         raise InvalidInput(f"{path}: holds no array (truncated, or saved empty?)")
     if key is None:
         if len(arrays) != 1:
-            raise InvalidInput(
-                f"{path}: holds {len(arrays)} arrays {names}; name the one to use with {key_name}")
+            raise InvalidInput(f"{path}: holds {len(arrays)} arrays {names}; " + (
+                f"name the one to use with {key_name}" if key_name else
+                "it must hold a single array"))
         return arrays[names[0]]
     if key in arrays:
         return arrays[key]

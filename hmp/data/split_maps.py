@@ -39,7 +39,7 @@ def _labelled_pixels(path, labels, role):
     """Sorted flat indices of the pixels labelled in the label-map file ``path`` (any type
     of ``hmp.data.formats``)."""
     try:
-        given = read_label_map(path).labels
+        given = read_label_map(path, key_name=None).labels   # no key flag: one array
     except InvalidInput as error:
         raise InvalidInput(f"{role} {error}") from error
     if given.shape != labels.shape:

@@ -29,7 +29,7 @@ from hmp.measure.devices import session_config_for
 from hmp.run import inference, run_folder
 from hmp.run.progress import say
 from hmp.run.hardware import Hardware
-from hmp.run.resume import check_same_precision, seed_dirs
+from hmp.run.resume import check_same_graph, seed_dirs
 from hmp.run.seed_training import Shared, train_seed
 
 RESUME_HINT = ("; the checkpoints so far are kept: restart the worker, then run again "
@@ -133,7 +133,7 @@ def _seeds(settings, get_model, argv, cluster):
     seeds = settings.seeds
     folders = seed_dirs(settings.folder, model_dir, seeds)
     if settings.folder.resume:
-        check_same_precision(model_dir, settings.model.precision)
+        check_same_graph(model_dir, settings)
     with run_folder.Signals() as signals:
         shared = Shared(settings, get_model, argv, hardware, signals)
         for number, (seed, folder) in enumerate(zip(seeds, folders), 1):

@@ -8,7 +8,9 @@ bands' wavelengths, when the training scene's file named them, are kept beside
 them: a scene of other bands is refused (``hmp.data.raster.check_wavelengths``).
 """
 
+import contextlib
 import os
+import zipfile
 
 import numpy as np
 
@@ -39,14 +41,30 @@ def save(model_dir, preprocessor, wavelengths=(), guide=None):
             np.savez(f, **arrays)
 
 
-def load(model_dir):
-    """The fitted :class:`hmp.data.Preprocessor` saved in ``model_dir``."""
+@contextlib.contextmanager
+def _arrays(model_dir):
+    """The arrays of ``model_dir``/preprocessing.npz (an ``np.lib.npyio.NpzFile``);
+    InvalidInput, naming the folder and the file, when it has none or one numpy cannot
+    read as an .npz file."""
     path = os.path.join(model_dir, FILE_NAME)
     if not os.path.exists(path):
         raise InvalidInput("%s holds no %s (the preprocessing statistics of its training "
                            "pixels); train the run again with this version of hmp"
                            % (model_dir, FILE_NAME))
-    with np.load(path) as arrays:
+    try:
+        arrays = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        arrays = None
+    if not isinstance(arrays, np.lib.npyio.NpzFile):
+        raise InvalidInput("%s holds a damaged %s (not a numpy .npz file); train the run "
+                           "again" % (model_dir, FILE_NAME))
+    with arrays:
+        yield arrays
+
+
+def load(model_dir):
+    """The fitted :class:`hmp.data.Preprocessor` saved in ``model_dir``."""
+    with _arrays(model_dir) as arrays:
         preprocessor = Preprocessor(str(arrays["scaling"]) if "scaling" in arrays else None,
                                     arrays["pca_components"].shape[1]
                                     if "pca_components" in arrays else None,
@@ -65,7 +83,7 @@ def load(model_dir):
 def guide(model_dir):
     """The smoothing's guide (an ``hmp.data.Guide``) fitted with the run, or None for a
     run from before the guided smoothing."""
-    with np.load(os.path.join(model_dir, FILE_NAME)) as arrays:
+    with _arrays(model_dir) as arrays:
         if "guide_direction" not in arrays:
             return None
         return Guide(arrays["guide_mean"], arrays["guide_direction"], *arrays["guide_range"])
@@ -73,7 +91,7 @@ def guide(model_dir):
 
 def wavelengths(model_dir):
     """The band wavelengths of the run's training scene, or () when its file named none."""
-    with np.load(os.path.join(model_dir, FILE_NAME)) as arrays:
+    with _arrays(model_dir) as arrays:
         return tuple(arrays["wavelengths"].tolist()) if "wavelengths" in arrays else ()
 
 

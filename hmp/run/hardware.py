@@ -43,10 +43,6 @@ class Hardware:
         runs)."""
         placement = settings.placement
         devices = _devices(settings, cluster)
-        if placement.memory_caps and placement.plan:
-            raise cli.UsageError("--memory_caps=%s: a --plan file holds its own memory caps "
-                                 "(scripts/plan_layout.py --memory_caps); give one of them"
-                                 % placement.memory_caps)
         with settings.blame("memory_caps"):   # before any work
             parse_memory_caps(placement.memory_caps, len(devices))
         if placement.deterministic:   # before any graph runs

@@ -23,7 +23,7 @@ import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
 from hmp.data import PatchExtractor, Scene, is_cube_file
-from hmp.data.formats import open_raster
+from hmp.data.loaders import open_cube_file
 from hmp.data.raster import ArrayRaster, check_wavelengths
 from hmp.data.tiles import padded_tile, tile_rows, tile_shape
 from hmp.errors import InvalidInput
@@ -166,7 +166,7 @@ def load_scene(config):
     """The scene of an ``experiment.DataConfig``; a cube file may come without labels
     (its label map is then all 0: unlabelled)."""
     if config.labels_path is None and is_cube_file(config.dataset):
-        raster = open_raster(config.dataset, config.cube_key, key_name="cube_key")
+        raster = open_cube_file(config.dataset, config.cube_key)
         return Scene(os.path.splitext(os.path.basename(config.dataset))[0], raster.read_all(),
                      np.zeros(raster.shape[:2], np.int32), raster=raster.info)
     return experiment.load_scene(config)
@@ -177,7 +177,7 @@ def open_cube(config):
     file opened, to be read a tile at a time (its labels are not read); a scene given
     by name loaded."""
     if is_cube_file(config.dataset):
-        return open_raster(config.dataset, config.cube_key, key_name="cube_key")
+        return open_cube_file(config.dataset, config.cube_key)
     scene = experiment.load_scene(config)
     return ArrayRaster(scene.cube, info=scene.raster)
 

@@ -1,8 +1,8 @@
 """The seeds' folders and what ``--resume`` requires of them: a used folder is resumed or
-overwritten only when asked, and a resumed run goes on with the data and the precision
-its first invocation used (its data.json and flags.txt), else one line says which flag
-differs. Nothing here makes or deletes a folder (``hmp.run.run_folder.prepare_model_dir``
-does, once the input is checked).
+overwritten only when asked, and a resumed run goes on with the data and the graph
+(model, width, batch norm, precision, optimizer) its first invocation used (its data.json
+and flags.txt), else one line says which flag differs. Nothing here makes or deletes a
+folder (``hmp.run.run_folder.prepare_model_dir`` does, once the input is checked).
 """
 
 import os
@@ -16,12 +16,21 @@ from hmp.run.settings import DEFAULT
 RESUMED_DATA = ("dataset", "synthetic_layout", "synthetic_kind", "patch_size", "pca",
                 "train_fraction", "train_per_class", "split", "seed", "val_fraction",
                 "val_split", "brightness_norm")
+# The flags a resumed run must share with its first invocation (flags.txt): they decide
+# the variables its checkpoint holds (the model's, the optimizer's slots) or how they
+# compute. --pca and --patch_size are data settings (RESUMED_DATA).
+RESUMED_GRAPH = ("model", "width", "batch_norm", "precision", "optimizer")
 
 
 def seed_dirs(folder, model_dir, seeds):
     """The folder of each seed's run, checked (a used one needs --resume or --overwrite:
     ``folder``, the settings' run folder group). One seed: ``model_dir`` itself;
-    several: its ``seed-<seed>`` folders."""
+    several: its ``seed-<seed>`` folders (refused when ``model_dir`` holds one run)."""
+    single = run_folder.held(model_dir) if len(seeds) > 1 else []
+    if single:   # the seeds' folders would go beside it
+        raise cli.UsageError("--runs=%d: --model_dir=%s holds a single run (%s); resume it "
+                             "without --runs, or give another --model_dir"
+                             % (len(seeds), model_dir, ", ".join(single)))
     folders = ([model_dir] if len(seeds) == 1 else
                [os.path.join(model_dir, "seed-%d" % seed) for seed in seeds])
     for each in folders:
@@ -42,20 +51,25 @@ def resumes(folder, model_dir):
     return resume
 
 
-def check_same_precision(model_dir, precision):
-    """UsageError when --resume would go on in another --precision than the run's first
-    invocation (its flags.txt; a folder without one has nothing to compare): the same
-    weights, but another graph."""
+def check_same_graph(model_dir, settings):
+    """UsageError when --resume would go on with another graph than the run's first
+    invocation (its flags.txt; a folder without one has nothing to compare): the flags
+    ``RESUMED_GRAPH`` of ``settings`` (a :class:`hmp.run.settings.Settings`), each as given
+    there or at its default. Refused before anything is written: TensorFlow would fail
+    to restore the checkpoint only once the run's folder holds its events."""
     started = run_folder.saved_flags(model_dir)
     if started is None:
         return
-    first = started.get("precision", DEFAULT.model.precision)
-    if first != precision:
+    first = {name: started.get(name, str(DEFAULT.value(name))) for name in RESUMED_GRAPH}
+    changed = [name for name in RESUMED_GRAPH if first[name] != str(settings.value(name))]
+    if changed:
         raise cli.UsageError(
-            "--precision=%s: the run in %s was trained with --precision=%s; resume it "
-            "with that (--flagfile=%s gives all its flags), or start over with "
-            "--overwrite" % (precision, model_dir, first,
-                             os.path.join(model_dir, run_folder.FLAGS_FILE)))
+            "%s: the run in %s was trained with %s; resume it with %s (--flagfile=%s gives "
+            "all its flags), or start over with --overwrite"
+            % (", ".join("--%s=%s" % (name, settings.value(name)) for name in changed),
+               model_dir, ", ".join("--%s=%s" % (name, first[name]) for name in changed),
+               "that" if len(changed) == 1 else "those",
+               os.path.join(model_dir, run_folder.FLAGS_FILE)))
 
 
 def check_same_data(model_dir, data_config):

@@ -57,11 +57,11 @@ def check_model_dir(model_dir, resume=False, overwrite=False):
         files.check_folder_can_be_made(model_dir)
     except InvalidInput as error:
         raise cli.UsageError("--model_dir=%s: %s" % (model_dir, error)) from None
-    held = _held(model_dir)
-    if held and not resume and not overwrite:
+    run = held(model_dir)
+    if run and not resume and not overwrite:
         raise cli.UsageError(
             "--model_dir=%s holds a run (%s); continue it with --resume, start over with "
-            "--overwrite, or give another --model_dir" % (model_dir, ", ".join(held)))
+            "--overwrite, or give another --model_dir" % (model_dir, ", ".join(run)))
 
 
 def prepare_model_dir(model_dir, overwrite=False):
@@ -81,7 +81,7 @@ def prepare_model_dir(model_dir, overwrite=False):
                              % (model_dir, error.strerror)) from None
 
 
-def _held(model_dir):
+def held(model_dir):
     """What makes ``model_dir`` a run's folder: a checkpoint, results.json, history.json.
 
     Event files, or the pieces of a checkpoint whose writing was killed

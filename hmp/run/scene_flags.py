@@ -41,14 +41,15 @@ flags.DEFINE_string("synthetic_kind", DataConfig.synthetic_kind,
 flags.DEFINE_float("train_fraction", DataConfig.train_fraction,
                    "Share of each class's pixels used for training.")
 flags.DEFINE_integer("train_per_class", DataConfig.train_per_class,
-                     "Training pixels per class (overrides "
-                     "--train_fraction when > 0).", lower_bound=0)
+                     "Training pixels per class, instead of "
+                     "--train_fraction (0: by --train_fraction).", lower_bound=0)
 flags.DEFINE_string("split", DataConfig.split, "random (stratified) or disjoint (spatially "
                     "separate train and test regions).")
 flags.DEFINE_string("train_set", DataConfig.train_set,
                     "Label-map file (any --labels file type, the "
                     "scene's shape, 0 = not in the set) of the training pixels; with "
-                    "--test_set it replaces --split and --train_fraction.")
+                    "--test_set it gives the split (so no --split, --train_fraction or "
+                    "--train_per_class with it).")
 flags.DEFINE_string("test_set", DataConfig.test_set,
                     "Label-map file of the test pixels (see --train_set).")
 flags.DEFINE_integer("patch_size", DataConfig.patch_size, "Odd patch size (pixels).")

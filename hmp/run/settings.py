@@ -117,6 +117,10 @@ class RunFolderSettings:
 # hmp.train's data defaults: the model's own --pca (None), a tenth to validate.
 TRAIN_DATA = DataConfig(pca=None, val_fraction=0.1)
 
+# The flags whose settings a --plan file gives: {flag: what the plan gives}.
+PLAN_GIVES = {"devices": "the devices", "speeds": "the speeds", "mesh": "the mesh",
+              "memory_caps": "the memory caps (scripts/plan_layout.py --memory_caps)"}
+
 # Every flag of hmp.train (in results.json's order): (group, field).
 FLAG_FIELDS = {
     "model": ("model", "name"), "width": ("model", "width"),
@@ -248,6 +252,7 @@ class Settings:
             if self.value(name) not in allowed:
                 raise cli.UsageError("--%s=%s: choose one of %s"
                                      % (name, self.value(name), ", ".join(allowed)))
+        self._check_plan()
         if self.placement.rebalance not in ("off", "epoch"):
             raise cli.UsageError("--rebalance=%s: choose off or epoch"
                                  % self.placement.rebalance)
@@ -274,6 +279,17 @@ class Settings:
                 raise cli.UsageError("--%s=%g: must be a number >= 0" % (name, value))
         if self.recipe.brightness >= 1:
             raise cli.UsageError("--brightness=%g: must be below 1" % self.recipe.brightness)
+
+    def _check_plan(self):
+        """A --plan file gives the devices, speeds, mesh and memory caps: those flags,
+        chosen beside it, would be ignored."""
+        if self.placement.plan is None:
+            return
+        for name, what in PLAN_GIVES.items():
+            if self.chosen(name):
+                raise cli.UsageError("--%s=%s: --plan=%s gives %s; leave --%s out"
+                                     % (name, self.value(name), self.placement.plan, what,
+                                        name))
 
     def smoothing_window(self):
         """--smoothing as a window side, or None for auto."""
@@ -316,6 +332,21 @@ class Settings:
                                                    else ()):
             with self.blame(name):
                 whole_number(self.value(name), name, minimum=0)
+        self._check_split()
+
+    def _check_split(self):
+        """Split settings that another one chosen replaces: chosen beside it, they would be
+        ignored. --train_set and --test_set give the split; --train_per_class (> 0) is
+        instead of --train_fraction."""
+        if self.data.train_set or self.data.test_set:
+            for name in ("split", "train_fraction", "train_per_class"):
+                if self.chosen(name):
+                    raise cli.UsageError("--%s=%s: --train_set and --test_set give the split; "
+                                         "leave --%s out" % (name, self.value(name), name))
+        if self.data.train_per_class and self.chosen("train_fraction"):
+            raise cli.UsageError("--train_fraction=%s, --train_per_class=%s: give one of them "
+                                 "(a share of each class's pixels, or a number of them)"
+                                 % (self.data.train_fraction, self.data.train_per_class))
 
     def _check_scene(self):
         """Settings that only apply to some --dataset: chosen for another, they would be

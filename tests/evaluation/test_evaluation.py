@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import scipy.io
 
 from hmp import data
 from hmp.data import (disjoint_split, split_from_label_maps, split_leakage, stratified_split,
@@ -74,7 +75,9 @@ def test_split_label_maps_that_do_not_fit_are_refused(labels, tmp_path):
     wrong = train.copy()
     wrong[wrong == 1] = 2
     np.save(tmp_path / "wrong.npy", wrong)
-    cases = {"small.npy": r"test_set .*small.npy has shape \(36, 43\), but the scene is \(37, 43\)",
+    scipy.io.savemat(tmp_path / "two.mat", {"a": train, "b": train})   # no key to name one
+    cases = {"two.mat": r"^test_set .*two.mat: holds 2 arrays \['a', 'b'\]; it must hold a "
+                        r"single array$","small.npy": r"test_set .*small.npy has shape \(36, 43\), but the scene is \(37, 43\)",
              "empty.npy": "test_set .*empty.npy labels no pixel",
              "train.npy": r"pixels are in both the training and the test set",
              "wrong.npy": r"test_set .*wrong.npy: \d+ pixels carry another class than the "

@@ -269,6 +269,24 @@ def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refus
     assert (tmp_path / "a_file").read_text() == ""
 
 
+def test_a_run_without_its_preprocessing_or_with_it_damaged_is_refused_in_one_line(
+        run, tmp_path):
+    missing, damaged = tmp_path / "missing", tmp_path / "damaged"
+    for folder in (missing, damaged):
+        shutil.copytree(run[0], folder)
+    (missing / "preprocessing.npz").unlink()
+    (damaged / "preprocessing.npz").write_text("not arrays\n")
+    refused = run_batch("hmp.predict", [{"args": ["--model_dir=%s" % folder]}
+                                        for folder in (missing, damaged)])
+    assert [(process.returncode, process.stderr) for process in refused] == [
+        (2, "hmp.predict: error: --model_dir=%s: %s holds no preprocessing.npz (the "
+            "preprocessing statistics of its training pixels); train the run again with "
+            "this version of hmp\n" % (missing, missing)),
+        (2, "hmp.predict: error: --model_dir=%s: %s holds a damaged preprocessing.npz (not "
+            "a numpy .npz file); train the run again\n" % (damaged, damaged))]
+    assert not (missing / "prediction").exists() and not (damaged / "prediction").exists()
+
+
 def test_a_batch_split_over_two_devices_gives_the_same_probabilities(run, unsmoothed):
     model_dir, _, exp = run
     trained = inference.TrainedRun.open(str(model_dir), get_model)

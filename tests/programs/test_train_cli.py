@@ -82,7 +82,9 @@ def cli_runs(tmp_path_factory, small_scene):
         "few_bands": [train("--dataset=%s" % (few_bands / "cube.npy"),
                             "--labels=%s" % (few_bands / "gt.npy"), "--model=hybridsn",
                             model_dir=few_bands / "run")],
-        "other_model_plan": [train(*TINY, "--plan=%s" % other_plan,
+        "other_model_plan": [train(*(flag for flag in TINY if not flag.startswith(
+                                       ("--devices=", "--speeds=", "--mesh="))),
+                                   "--plan=%s" % other_plan,
                                    model_dir=folders["other_model_plan"] / "run")],
         "nan": [train(*tiny, "--optimizer=sgd", "--learning_rate=1e30", "--epochs=1",
                       model_dir=folders["nan"]),
@@ -106,7 +108,10 @@ def cli_runs(tmp_path_factory, small_scene):
         "refused_on_max_steps": [train(*tiny, "--overwrite", "--batch_size=100000",
                        model_dir=folders["max_steps"]),
                  train(*tiny, "--resume", "--epochs=2", "--train_fraction=0.3",
-                       model_dir=folders["max_steps"])],
+                       model_dir=folders["max_steps"]),
+                 train(*tiny, "--resume", "--epochs=2", "--model=cnn3d",
+                       model_dir=folders["max_steps"]),
+                 train(*tiny, "--resume", "--runs=2", model_dir=folders["max_steps"])],
         "too_large": [train("--width=1000000", model_dir=folders["too_large"] / "wide"),
                       train("--batch_size=10000000", model_dir=folders["too_large"] / "big")],
     }
@@ -236,6 +241,15 @@ BAD_FLAGS = {
     "--optimizer=nope": "--optimizer=nope: choose one of",
     "--rebalance=always": "--rebalance=always: choose off or epoch",
     "--split=nope": "--split=nope: choose one of random, disjoint",
+    "--train_set=a.npy --test_set=b.npy --split=disjoint":
+        "--split=disjoint: --train_set and --test_set give the split; leave --split out",
+    "--train_per_class=5 --train_fraction=0.2":
+        "--train_fraction=0.2, --train_per_class=5: give one of them (a share of each "
+        "class's pixels, or a number of them)",
+    "--plan=p.json --mesh=batch:2": "--mesh=batch:2: --plan=p.json gives the mesh; leave "
+                                    "--mesh out",
+    "--plan=p.json --devices=/cpu:0": "--devices=/cpu:0: --plan=p.json gives the devices; "
+                                      "leave --devices out",
     "--train_fraction=1.5": "--train_fraction=1.5: train_fraction must lie strictly "
                              "between 0 and 1",
     "--spectral_gain=1.5": "--spectral_gain=1.5: give auto or a number from 0 to 1 (a gain "
@@ -311,8 +325,10 @@ def test_a_models_default_pca_beyond_the_bands_says_how_to_change_it(cli_runs):
 
 def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
     """--overwrite deletes the old run only once the new run's input is good; --resume
-    refuses other data than the run's. The run: max_steps's, trained before these two."""
-    overwrite, resume = cli_runs[0]["refused_on_max_steps"]
+    refuses other data and another model than the run's, before anything is written
+    (no event file either), and --runs, whose seeds' folders would go beside it. The run:
+    max_steps's, trained before these."""
+    overwrite, resume, other_model, runs = cli_runs[0]["refused_on_max_steps"]
     trained, _ = cli_runs[0]["max_steps"]
     kept = cli_runs[1]["max_steps"]
     assert trained.returncode == 0, trained.stderr[-2000:]
@@ -323,7 +339,19 @@ def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
         "hmp.train: error: --resume: the run in %s was trained with train_fraction=0.5, not "
         "train_fraction=0.3; resume it with the same data flags, or start over with "
         "--overwrite" % kept)
+    assert other_model.returncode == 2
+    assert other_model.stderr == (
+        "hmp.train: error: --model=cnn3d: the run in %s was trained with --model=cnn2d; "
+        "resume it with that (--flagfile=%s gives all its flags), or start over with "
+        "--overwrite\n" % (kept, kept / "flags.txt"))
+    assert len(list(kept.glob("events.out.tfevents.*"))) == 1
     results = json.loads((kept / "results.json").read_text())
+    assert runs.returncode == 2
+    assert runs.stderr == (
+        "hmp.train: error: --runs=2: --model_dir=%s holds a single run (a checkpoint at "
+        "step %d, results.json, history.json); resume it without --runs, or give another "
+        "--model_dir\n" % (kept, results["step"]))
+    assert not list(kept.glob("seed-*"))
     assert len(results["history"]) == 1 and (kept / "checkpoint").exists()
     assert json.loads((kept / "data.json").read_text())["train_fraction"] == 0.5
 
@@ -358,8 +386,11 @@ def test_nan_loss_stops_with_message_and_keeps_checkpoint(cli_runs):
     assert "loss became nan" in run.stderr.lower() and "Traceback" not in run.stderr
     assert (folders["nan"] / "checkpoint").exists()
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert other_optimizer.returncode == 2
-    assert "written by another model or optimizer" in other_optimizer.stderr
+    assert other_optimizer.returncode == 2   # refused before its checkpoint is read
+    assert other_optimizer.stderr == (
+        "hmp.train: error: --optimizer=adam: the run in %s was trained with "
+        "--optimizer=sgd; resume it with that (--flagfile=%s gives all its flags), or start "
+        "over with --overwrite\n" % (folders["nan"], folders["nan"] / "flags.txt"))
 
 
 def test_readme_custom_model_trains(cli_runs):

@@ -150,6 +150,7 @@ def test_input_errors_name_file_and_flag_and_bugs_keep_their_traceback(tmp_path)
     scipy.io.savemat(tmp_path / "scene.mat", {"cube": cube, "white": cube[0]})
     np.save(tmp_path / "gt.npy", labels)
     (tmp_path / "short.npy").write_bytes((tmp_path / "gt.npy").read_bytes()[:200])
+    (tmp_path / "text.npy").write_text("0 1 2\n")   # numpy takes it for pickled objects
     (tmp_path / "mymodels").mkdir()
     (tmp_path / "mymodels" / "__init__.py").write_text("")
     (tmp_path / "mymodels" / "bad.py").write_text(BAD_MODEL)
@@ -160,7 +161,18 @@ def test_input_errors_name_file_and_flag_and_bugs_keep_their_traceback(tmp_path)
                         ["1 pixels hold NaN or infinite values: masked as no-data (label 0)",
                          "hmp.train: interrupted at epoch "]),
         "no_key": (2, scene, ["--cube_key=None", "holds 2 arrays ['cube', 'white']; "
-                              "name the one to use with cube_key"]),
+                              "name the one to use with --cube_key"]),
+        "text_npy": (2, ["--dataset=%s" % (tmp_path / "text.npy"), *scene[1:]],
+                     ["--dataset=%s, --labels=%s, --pca=8: cube file %s: not a numpy array "
+                      "file (no .npy header)" % (tmp_path / "text.npy", tmp_path / "gt.npy",
+                                        tmp_path / "text.npy")]),
+        # --train_set has no key flag: its .mat file holds one array
+        "two_array_train_set": (2, [*scene[:2], "--cube_key=cube", "--epochs=1",
+                                    "--train_set=%s" % (tmp_path / "scene.mat"),
+                                    "--test_set=%s" % (tmp_path / "gt.npy")],
+                                ["--test_set=%s, --pca=8: train_set %s: holds 2 arrays ['cube', "
+                                 "'white']; it must hold a single array"
+                                 % (tmp_path / "gt.npy", tmp_path / "scene.mat")]),
         "short": (2, [*scene, "--cube_key=cube", "--labels=%s" % (tmp_path / "short.npy")],
                   ["--labels=%s" % (tmp_path / "short.npy"),
                    "labels file %s: cannot be read" % (tmp_path / "short.npy")]),

@@ -73,7 +73,7 @@ def runs(tmp_path_factory, small_scene):
                  "--mesh=model:2", "--epochs=1", "--memory_caps=2GB,512MiB"],
         "bad_unit": [*TINY, "--memory_caps=2XB"],
         "bad_count": [*TINY, "--devices=/cpu:0,/cpu:1", "--memory_caps=1GB,1GB,1GB"],
-        "with_plan": [*TINY, "--memory_caps=1GB", "--plan=plan.json"],
+        "with_plan": [*TINY[:-1], "--memory_caps=1GB", "--plan=plan.json"],   # no --devices
     }
     done = run_batch("hmp.train", [
         {"args": [*flags, "--model_dir=%s" % (folders[name] / "run")]}
@@ -124,7 +124,8 @@ def test_the_caps_bound_the_plan(runs):
 @pytest.mark.parametrize("name, message", [
     ("bad_unit", "--memory_caps=2XB: '2XB' is not a number of bytes; allowed: one size"),
     ("bad_count", "--memory_caps=1GB,1GB,1GB: 3 sizes for 2 devices; allowed: 2 sizes"),
-    ("with_plan", "--memory_caps=1GB: a --plan file holds its own memory caps"),
+    ("with_plan", "--memory_caps=1GB: --plan=plan.json gives the memory caps "
+                  "(scripts/plan_layout.py --memory_caps); leave --memory_caps out"),
 ])
 def test_bad_caps_are_refused_in_one_line_naming_the_flag(runs, name, message):
     assert refused(*runs[name]).startswith("hmp.train: error: " + message)

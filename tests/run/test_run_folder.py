@@ -186,7 +186,8 @@ def scene_files(tmp_path, cube):
 def test_two_arrays_need_the_cube_key_and_a_truncated_file_is_named(tmp_path):
     cube_path, labels_path = scene_files(tmp_path, np.ones((6, 5, 4), np.float32))
     with pytest.raises(InvalidInput, match=r"cube file .*scene.mat: holds 2 arrays "
-                                           r"\['cube', 'other'\]; name .* with cube_key"):
+                                           r"\['cube', 'other'\]; name the one to use with "
+                                           r"--cube_key$"):
         load_scene_files(cube_path, labels_path)
     assert load_scene_files(cube_path, labels_path, cube_key="cube").cube.shape == (6, 5, 4)
     truncated = tmp_path / "truncated.npy"
@@ -195,6 +196,11 @@ def test_two_arrays_need_the_cube_key_and_a_truncated_file_is_named(tmp_path):
         read_array(truncated)
     with pytest.raises(InvalidInput, match="^labels file .*truncated.npy: cannot be read"):
         load_scene_files(cube_path, truncated, cube_key="cube")
+    text = tmp_path / "text.npy"   # numpy would take it for pickled objects
+    text.write_text("0 1 2\n")
+    with pytest.raises(InvalidInput, match="^labels file %s: not a numpy array file \\(no "
+                                           "\\.npy header\\)$" % re.escape(str(text))):
+        load_scene_files(cube_path, text, cube_key="cube")
     (tmp_path / "empty.mat").write_bytes(b"")
     with pytest.raises(InvalidInput, match="empty.mat: empty file \\(0 bytes\\)$"):
         read_array(tmp_path / "empty.mat")
