@@ -57,8 +57,9 @@ class Hardware:
                     planning.check_mesh_size(planning.parse_mesh(placement.mesh),
                                              len(devices))
             speeds = _speeds(settings, devices)
-        with settings.blame("simulate_slowdown"):
-            slowdown = _slowdown(placement.simulate_slowdown, devices)
+        with settings.blame("simulate_slowdown"):   # of the devices the run trains on
+            slowdown = _slowdown(placement.simulate_slowdown,
+                                 given_plan.devices if given_plan else devices)
         if cluster:
             session_config, target = cluster.session_config(), cluster.target
         else:   # the plan's devices, not (only) --devices' default
@@ -111,7 +112,8 @@ def _slowdown(given, devices):
         device, _, factor = item.rpartition("=")
         if (device not in devices or not factor.replace(".", "", 1).isdigit()
                 or not float(factor) > 0):
-            raise InvalidInput("use DEVICE=FACTOR with a device of --devices and a "
-                               "positive number, got %r" % item)
+            raise InvalidInput("use DEVICE=FACTOR with a device the run trains on "
+                               "(--devices, or --plan's) and a positive number, got %r"
+                               % item)
         slowdown[device] = float(factor)
     return slowdown
