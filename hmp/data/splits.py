@@ -18,6 +18,7 @@ dropped: it mirrors the disjoint split).
 Splits are saved and loaded as ``.npz`` so that runs can share them.
 """
 
+import zipfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -213,15 +214,27 @@ def save_split(path, split):
 
 
 def load_split(path):
-    """Reads a split written by :func:`save_split`."""
-    with np.load(path, allow_pickle=False) as stored:
-        missing = {"train", "test", "image_shape", "description"} - set(stored.files)
-        if missing:
-            raise InvalidInput(f"{path} is not a saved split: missing {sorted(missing)}, "
-                             f"has {sorted(stored.files)}")
-        return Split(train=stored["train"], test=stored["test"],
-                     image_shape=tuple(int(n) for n in stored["image_shape"]),
-                     description=str(stored["description"]))
+    """Reads a split written by :func:`save_split`; InvalidInput naming ``path`` when it
+    holds none."""
+    stored = _npz_arrays(path)
+    missing = {"train", "test", "image_shape", "description"} - set(stored)
+    if missing:
+        raise InvalidInput(f"{path} is not a saved split: missing {sorted(missing)}, "
+                           f"has {sorted(stored)}")
+    return Split(train=stored["train"], test=stored["test"],
+                 image_shape=tuple(int(n) for n in stored["image_shape"]),
+                 description=str(stored["description"]))
+
+
+def _npz_arrays(path):
+    """{name: array} of the .npz file ``path``; InvalidInput when it is not one."""
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            return {name: stored[name] for name in stored.files}
+    # not a zip (numpy takes it for a pickle), cut short, empty, one .npy array (no `with`)
+    except (ValueError, zipfile.BadZipFile, EOFError, TypeError) as error:
+        raise InvalidInput(f"{path} is not a saved split: not an .npz file of arrays") \
+            from error
 
 
 def _pixels_by_class(labels):
