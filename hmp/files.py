@@ -66,3 +66,11 @@ def check_folder_can_be_made(path):
         raise InvalidInput("%s is not a folder" % existing)
     if not os.access(existing, os.W_OK | os.X_OK):
         raise InvalidInput("%s is not writable" % existing)
+
+
+def check_file_can_be_written(path):
+    """InvalidInput unless ``path`` can be written as a file: it is not a folder, and its
+    folder is one or can be made (:func:`check_folder_can_be_made`). Makes nothing."""
+    if os.path.isdir(path):
+        raise InvalidInput("%s is a folder; give a file's path" % path)
+    check_folder_can_be_made(os.path.dirname(os.path.abspath(path)))

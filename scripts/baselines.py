@@ -102,6 +102,8 @@ def _windows():
 def main(argv):
     if len(argv) > 1:
         raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
+    with cli.blame("json"):
+        files.check_file_can_be_written(FLAGS.json)
     windows = _windows()
     sklearn_classifiers()
     planned = _planned_runs()

@@ -109,3 +109,11 @@ def test_a_broken_saved_run_is_one_line_naming_the_file(saved_run, name, text, e
         run_script("--model_dir=%s" % folder, "--json=%s" % (folder / "b.json"))
     assert str(refused.value) == "--model_dir=%s: %s" % (folder, expected.format(folder=folder))
     assert not (folder / "b.json").exists()
+
+
+def test_a_folder_as_json_is_refused_before_any_work(saved_run):
+    folder, _, _ = saved_run
+    with pytest.raises(cli.UsageError) as refused:
+        run_script("--model_dir=%s" % folder, "--json=%s" % folder)
+    assert str(refused.value) == "--json=%s: %s is a folder; give a file's path" % (
+        folder, folder)
