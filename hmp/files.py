@@ -1,5 +1,6 @@
-"""Writing a file atomically: a reader never sees half a file; and checking, before
-any work, that an output folder can be made.
+"""Writing a file atomically: a reader never sees half a file; checking, before any
+work, that an output folder or file can be made; and reading an .npz file that may be
+damaged.
 
 Used by every writer of a run's files (JSON reports, saved splits), so a kill
 in the middle of a write leaves the old file or none, never a broken one.
@@ -9,6 +10,7 @@ import contextlib
 import json
 import os
 import tempfile
+import zipfile
 
 import numpy as np
 
@@ -46,6 +48,17 @@ def write_json(path, payload):
     """Writes ``payload`` as JSON atomically (numpy values become plain numbers and lists)."""
     with atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as f:
         json.dump(payload, f, indent=2, default=_plain)
+
+
+def read_npz(path):
+    """{name: array} of the .npz file ``path``, or None when numpy cannot read it as one
+    of plain arrays: not a zip (numpy takes it for a pickle), empty, cut short, a lone
+    .npy array, object arrays. Each reader words its own error."""
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            return {name: stored[name] for name in stored.files}
+    except (ValueError, EOFError, zipfile.BadZipFile, TypeError):   # TypeError: an array, no `with`
+        return None
 
 
 def _plain(value):

@@ -18,7 +18,6 @@ dropped: it mirrors the disjoint split).
 Splits are saved and loaded as ``.npz`` so that runs can share them.
 """
 
-import zipfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +26,7 @@ from scipy import ndimage
 from hmp.data.patches import check_patch_size
 from hmp.data.scene import as_label_map
 from hmp.errors import InvalidInput, whole_number
-from hmp.files import atomic_path
+from hmp.files import atomic_path, read_npz
 
 
 @dataclass(frozen=True)
@@ -216,7 +215,9 @@ def save_split(path, split):
 def load_split(path):
     """Reads a split written by :func:`save_split`; InvalidInput naming ``path`` when it
     holds none."""
-    stored = _npz_arrays(path)
+    stored = read_npz(path)
+    if stored is None:
+        raise InvalidInput(f"{path} is not a saved split: not an .npz file of arrays")
     missing = {"train", "test", "image_shape", "description"} - set(stored)
     if missing:
         raise InvalidInput(f"{path} is not a saved split: missing {sorted(missing)}, "
@@ -224,17 +225,6 @@ def load_split(path):
     return Split(train=stored["train"], test=stored["test"],
                  image_shape=tuple(int(n) for n in stored["image_shape"]),
                  description=str(stored["description"]))
-
-
-def _npz_arrays(path):
-    """{name: array} of the .npz file ``path``; InvalidInput when it is not one."""
-    try:
-        with np.load(path, allow_pickle=False) as stored:
-            return {name: stored[name] for name in stored.files}
-    # not a zip (numpy takes it for a pickle), cut short, empty, one .npy array (no `with`)
-    except (ValueError, zipfile.BadZipFile, EOFError, TypeError) as error:
-        raise InvalidInput(f"{path} is not a saved split: not an .npz file of arrays") \
-            from error
 
 
 def _pixels_by_class(labels):
