@@ -89,6 +89,19 @@ def blame(*flag_names, also=(), values=None):
         raise UsageError("%s: %s" % (named, error)) from error
 
 
+def whole_numbers(name, minimum=1):
+    """List flag ``name``'s items as ints >= ``minimum``; a UsageError naming the flag
+    when one is not (or the list is empty)."""
+    items = flags.FLAGS[name].value
+    try:
+        numbers = [int(item) for item in items]
+    except ValueError:
+        numbers = []
+    if not numbers or min(numbers) < minimum:
+        raise UsageError("--%s=%s: give whole numbers >= %d" % (name, _as_given(items), minimum))
+    return numbers
+
+
 def _as_given(value):
     """A flag's value as on the command line: a list flag's items joined by commas."""
     return ",".join(map(str, value)) if isinstance(value, list) else value

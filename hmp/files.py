@@ -1,5 +1,6 @@
-"""Writing a file atomically: a reader never sees half a file; and checking, before
-any work, that an output folder can be made.
+"""Writing a file atomically: a reader never sees half a file; checking, before any
+work, that an output folder or file can be made; and reading an .npz file that may be
+damaged.
 
 Used by every writer of a run's files (JSON reports, saved splits), so a kill
 in the middle of a write leaves the old file or none, never a broken one.
@@ -9,6 +10,7 @@ import contextlib
 import json
 import os
 import tempfile
+import zipfile
 
 import numpy as np
 
@@ -48,6 +50,17 @@ def write_json(path, payload):
         json.dump(payload, f, indent=2, default=_plain)
 
 
+def read_npz(path):
+    """{name: array} of the .npz file ``path``, or None when numpy cannot read it as one
+    of plain arrays: not a zip (numpy takes it for a pickle), empty, cut short, a lone
+    .npy array, object arrays. Each reader words its own error."""
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            return {name: stored[name] for name in stored.files}
+    except (ValueError, EOFError, zipfile.BadZipFile, TypeError):   # TypeError: an array, no `with`
+        return None
+
+
 def _plain(value):
     if isinstance(value, np.generic):
         return value.item()
@@ -66,3 +79,11 @@ def check_folder_can_be_made(path):
         raise InvalidInput("%s is not a folder" % existing)
     if not os.access(existing, os.W_OK | os.X_OK):
         raise InvalidInput("%s is not writable" % existing)
+
+
+def check_file_can_be_written(path):
+    """InvalidInput unless ``path`` can be written as a file: it is not a folder, and its
+    folder is one or can be made (:func:`check_folder_can_be_made`). Makes nothing."""
+    if os.path.isdir(path):
+        raise InvalidInput("%s is a folder; give a file's path" % path)
+    check_folder_can_be_made(os.path.dirname(os.path.abspath(path)))

@@ -63,6 +63,26 @@ def train_command(run, folder, data_dir=None, train_args=()):
             + (["--data_dir=" + data_dir] if data_dir else []) + list(train_args))
 
 
+# hmp.train's main with its flag parsing and Settings.check, and no training
+CHECK_TRAIN = ("from hmp import cli, train\n"
+               "train.fit = lambda settings, get_model, argv: settings.check(get_model)\n"
+               "cli.run(train.main, 'hmp.train')")
+
+
+def check_train(run, folder, data_dir=None, train_args=()):
+    """What hmp.train says of the flags it would train ``run`` with (its one-line error,
+    without "hmp.train: error: "), or None when it takes them. A process of its own,
+    as the runs: it imports TensorFlow."""
+    command = train_command(run, folder, data_dir, train_args)
+    checked = subprocess.run([command[0], "-c", CHECK_TRAIN, *command[3:]], text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    if checked.returncode == 0:
+        return None
+    if checked.returncode != 2:   # not the flags: a bug, with its traceback
+        raise RuntimeError("checking hmp.train's flags failed:\n" + checked.stderr[-3000:])
+    return checked.stderr.strip().splitlines()[-1].replace("hmp.train: error: ", "", 1)
+
+
 def baselines_command(run_folder, out, windows):
     """This module run as a job: the baselines of ``run_folder``'s split into ``out``."""
     return [sys.executable, os.path.abspath(__file__), run_folder, out,

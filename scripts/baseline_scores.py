@@ -22,6 +22,18 @@ SVM_C_GRID = (1.0, 10.0, 100.0, 1000.0)
 COORDINATES_ONLY = "1nn-xy"   # the one baseline that reads no spectrum
 
 
+def window_sides(items):
+    """Window sides given as text (a list flag's items) as odd positive ints; InvalidInput
+    when one is not (or none is given)."""
+    try:
+        sides = [int(item) for item in items]
+    except ValueError:
+        sides = []
+    if not sides or any(side < 1 or side % 2 == 0 for side in sides):
+        raise InvalidInput("give odd positive window sides, e.g. 5,9")
+    return sides
+
+
 def sklearn_classifiers():
     """The scikit-learn pieces the baselines use; one line on how to install them if missing."""
     try:

@@ -28,7 +28,7 @@ import os
 
 from absl import flags
 
-from baseline_scores import score_run, sklearn_classifiers
+from baseline_scores import score_run, sklearn_classifiers, window_sides
 from hmp import cli, data, files
 from hmp.evaluation import report
 from hmp.run import experiment, scene_flags
@@ -87,22 +87,13 @@ def table(summary):
     return "\n".join(lines)
 
 
-def _windows():
-    """--windows as odd positive integers."""
-    try:
-        windows = [int(side) for side in FLAGS.windows]
-    except ValueError:
-        windows = []
-    if not windows or any(side < 1 or side % 2 == 0 for side in windows):
-        raise cli.UsageError("--windows=%s: give odd positive window sides, e.g. 5,9"
-                             % ",".join(FLAGS.windows))
-    return windows
-
-
 def main(argv):
     if len(argv) > 1:
         raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
-    windows = _windows()
+    with cli.blame("json"):
+        files.check_file_can_be_written(FLAGS.json)
+    with cli.blame("windows"):
+        windows = window_sides(FLAGS.windows)
     sklearn_classifiers()
     planned = _planned_runs()
     runs = []

@@ -23,13 +23,16 @@ cores with TensorFlow's threads set to that number. Without scikit-learn it
 says so in one line and prints the models only.
 """
 
+import os
 import tempfile
 
 from absl import flags
 
-from accuracy_grid import Run, core_groups, run_grid, table
-from hmp import cli
-from hmp.data.synthetic import KINDS, LAYOUTS
+from accuracy_grid import Run, check_train, core_groups, run_grid, table
+from baseline_scores import window_sides
+from hmp import cli, files
+from hmp.data.catalog import ground_truth_file
+from hmp.data.synthetic import GENERATED_LAYOUT, KINDS, LAYOUTS
 from hmp.run.experiment import SPLITS
 from models import get_model
 
@@ -46,8 +49,8 @@ flags.DEFINE_integer("jobs", 1, "Runs at once.")
 flags.DEFINE_integer("cores_per_job", 0, "CPU cores each run is pinned to (0: an equal "
                      "share of the cores this process may use).")
 flags.DEFINE_string("keep_runs", None, "Keep the run folders (and logs, baselines) here, "
-                    "a new folder (hmp.train refuses to reuse a run's); default: a temporary "
-                    "folder, deleted at the end.")
+                    "a new or empty folder (hmp.train refuses to reuse a run's); default: a "
+                    "temporary folder, deleted at the end.")
 flags.DEFINE_string("json", None, "Write every row (runs, baselines, summary) to this file.")
 flags.DEFINE_list("windows", ["5", "9"], "Window sides of the baselines' mean spectra.")
 
@@ -59,7 +62,8 @@ def _known(value, allowed, kinds):
 
 
 def _grid():
-    """The runs the flags ask for, checked."""
+    """The runs the flags ask for, and the windows of the baselines, checked; loads no
+    TensorFlow."""
     for name in ("models", "layouts", "splits", "seeds"):
         if not FLAGS[name].value:
             raise cli.UsageError("--%s is empty: give at least one" % name)
@@ -71,21 +75,40 @@ def _grid():
                                  % (name, ",".join(FLAGS[name].value), unknown[0], name[:-1],
                                     ", ".join(allowed), ", each with an optional :%s"
                                     % " or :".join(KINDS) if name == "layouts" else ""))
-    with cli.blame("models"):
-        for model in FLAGS.models:
-            get_model(model)
-    try:
-        seeds = [int(seed) for seed in FLAGS.seeds]
-        windows = [int(side) for side in FLAGS.windows]
-    except ValueError:
-        raise cli.UsageError("--seeds=%s --windows=%s: give whole numbers"
-                             % (",".join(FLAGS.seeds), ",".join(FLAGS.windows))) from None
-    if any(side < 1 or side % 2 == 0 for side in windows):
-        raise cli.UsageError("--windows=%s: give odd positive window sides, e.g. 5,9"
-                             % ",".join(FLAGS.windows))
+    seeds = cli.whole_numbers("seeds", minimum=0)
+    with cli.blame("windows"):
+        windows = window_sides(FLAGS.windows)
     grid = [Run(model, layout, split, seed) for layout in FLAGS.layouts
             for split in FLAGS.splits for model in FLAGS.models for seed in seeds]
     return grid, windows
+
+
+def _check_files():
+    """UsageError unless each named layout's ground truth is in --data_dir, --keep_runs
+    is a new or empty folder and --json a file that can be written."""
+    with cli.blame("layouts", "data_dir", also=(FileNotFoundError,)):
+        for name in {layout.partition(":")[0] for layout in FLAGS.layouts}:
+            if name != GENERATED_LAYOUT:
+                ground_truth_file(name, FLAGS.data_dir)
+    if FLAGS.keep_runs:
+        if os.path.isdir(FLAGS.keep_runs) and os.listdir(FLAGS.keep_runs):
+            raise cli.UsageError("--keep_runs=%s: the folder holds files; give a new or "
+                                 "empty folder" % FLAGS.keep_runs)
+        with cli.blame("keep_runs"):
+            files.check_folder_can_be_made(FLAGS.keep_runs)
+    if FLAGS.json:
+        with cli.blame("json"):
+            files.check_file_can_be_written(FLAGS.json)
+
+
+def _check_train_args(run, folder):
+    """UsageError unless hmp.train takes --train_args with the flags ``run`` trains with,
+    checked by hmp.train itself (a process that loads TensorFlow): its one line."""
+    if not FLAGS.train_args:
+        return
+    refused = check_train(run, folder, FLAGS.data_dir, FLAGS.train_args)
+    if refused:
+        raise cli.UsageError("--train_args=%s: %s" % (",".join(FLAGS.train_args), refused))
 
 
 def main(argv):
@@ -94,12 +117,18 @@ def main(argv):
     grid, windows = _grid()
     with cli.blame("jobs", "cores_per_job"):
         groups = core_groups(FLAGS.jobs, FLAGS.cores_per_job)
-    print("%d runs, %d at a time on %d cores each" % (len(grid), len(groups), len(groups[0])),
-          flush=True)
+    _check_files()
+    cli.import_tensorflow_quietly()   # a model's module loads it
+    with cli.blame("models"):
+        for model in FLAGS.models:
+            get_model(model)
     with tempfile.TemporaryDirectory() as scratch:
-        rows, summary = run_grid(grid, FLAGS.keep_runs or scratch, groups, FLAGS.data_dir,
-                                 FLAGS.train_args, windows, FLAGS.json,
-                                 say=lambda line: print(line, flush=True))
+        root = FLAGS.keep_runs or scratch
+        _check_train_args(grid[0], os.path.join(root, grid[0].name))
+        print("%d runs, %d at a time on %d cores each" % (len(grid), len(groups),
+                                                          len(groups[0])), flush=True)
+        rows, summary = run_grid(grid, root, groups, FLAGS.data_dir, FLAGS.train_args,
+                                 windows, FLAGS.json, say=lambda line: print(line, flush=True))
     print(table(rows, summary))
     if FLAGS.json:
         print("every row in %s" % FLAGS.json)

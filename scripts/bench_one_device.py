@@ -14,14 +14,17 @@ TensorFlow's step over hmp's (above 1: hmp is faster).
 
 import statistics
 
-import numpy as np
-import tensorflow.compat.v1 as tf
-from absl import flags
-
-import plain_tf_models
 from hmp import cli
-from hmp.measure.speeds import DeviceStep, in_turns
-from models import model_config
+
+cli.import_tensorflow_quietly()   # before anything imports TensorFlow
+
+import numpy as np  # noqa: E402
+import tensorflow.compat.v1 as tf  # noqa: E402
+from absl import flags  # noqa: E402
+
+import plain_tf_models  # noqa: E402
+from hmp.measure.speeds import DeviceStep, in_turns  # noqa: E402
+from models import model_config  # noqa: E402
 
 flags.DEFINE_list("models", list(plain_tf_models.MODELS), "Models to time (%s)."
                   % ", ".join(plain_tf_models.MODELS))
@@ -29,9 +32,10 @@ flags.DEFINE_list("batch_sizes", ["32", "256"], "Batch sizes of the step.")
 flags.DEFINE_integer("patch", 9, "Spatial patch size.")
 flags.DEFINE_integer("bands", 30, "Bands of the model's input.")
 flags.DEFINE_integer("threads", 0, "Intra-op threads of both sessions (0: TensorFlow's "
-                     "default, every core).")
-flags.DEFINE_integer("steps", 5, "Timed steps per repeat (their median is the repeat's).")
-flags.DEFINE_integer("repeats", 5, "Turns of each step.")
+                     "default, every core).", lower_bound=0)
+flags.DEFINE_integer("steps", 5, "Timed steps per repeat (their median is the repeat's).",
+                     lower_bound=1)
+flags.DEFINE_integer("repeats", 5, "Turns of each step.", lower_bound=1)
 FLAGS = flags.FLAGS
 
 CLASSES = 16
@@ -65,20 +69,26 @@ def time_steps(config, batch_size, session_config, steps, repeats):
             step.close()
 
 
-def main(_):
-    tf.disable_eager_execution()
-    tf.logging.set_verbosity(tf.logging.ERROR)
+def check_flags():
+    """The batch sizes; a UsageError for a model without a plain twin or a size below 1."""
     for name in FLAGS.models:
         if name not in plain_tf_models.MODELS:
             raise cli.UsageError("--models=%s: %r has no plain-TensorFlow twin; choose from %s"
                                  % (",".join(FLAGS.models), name,
                                     ", ".join(plain_tf_models.MODELS)))
+    return cli.whole_numbers("batch_sizes")
+
+
+def main(_):
+    batch_sizes = check_flags()
+    tf.disable_eager_execution()
+    tf.logging.set_verbosity(tf.logging.ERROR)
     session_config = tf.ConfigProto(intra_op_parallelism_threads=FLAGS.threads,
                                     inter_op_parallelism_threads=FLAGS.threads)
     rows = []
     for name in FLAGS.models:
         config = model_config(name, FLAGS.patch, FLAGS.bands, CLASSES)
-        for batch_size in map(int, FLAGS.batch_sizes):
+        for batch_size in batch_sizes:
             times = time_steps(config, batch_size, session_config, FLAGS.steps, FLAGS.repeats)
             median = {label: statistics.median(t) for label, t in times.items()}
             rows.append("| %s | %d | %s | %.2f |" % (

@@ -29,12 +29,12 @@ from hmp import cli
 from hmp.data import synthetic_scene
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("size", 2000, "Rows and columns of the large cube.")
-flags.DEFINE_integer("bands", 200, "Spectral bands.")
+flags.DEFINE_integer("size", 2000, "Rows and columns of the large cube.", lower_bound=1)
+flags.DEFINE_integer("bands", 200, "Spectral bands.", lower_bound=1)
 flags.DEFINE_list("memory_mb", ["256", "1024"], "hmp.predict's --memory_mb values to run.")
 flags.DEFINE_string("work_dir", None, "Folder for the cube and the run (default: a temporary "
                     "folder, deleted at the end).")
-flags.DEFINE_integer("batch_size", 1024, "hmp.predict's --batch_size.")
+flags.DEFINE_integer("batch_size", 1024, "hmp.predict's --batch_size.", lower_bound=1)
 
 TRAIN = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
          "--train_fraction=0.5", "--epochs=1", "--notta", "--devices=/cpu:0"]
@@ -78,6 +78,7 @@ def peak_of(command):
 
 def main(argv):
     del argv
+    cli.whole_numbers("memory_mb")   # hmp.predict's bound, before a run is trained for it
     folder = pathlib.Path(FLAGS.work_dir or tempfile.mkdtemp(prefix="bench_predict_"))
     folder.mkdir(parents=True, exist_ok=True)
     try:

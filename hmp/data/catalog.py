@@ -177,8 +177,14 @@ def find_file(data_dir, file_name, scene_name):
         f"--data_dir={data_dir}")
 
 
+def ground_truth_file(name, data_dir=None):
+    """The ground-truth file of benchmark scene ``name`` in ``data_dir`` (None: the
+    default folder); FileNotFoundError (:func:`find_file`'s) when it is not there."""
+    spec = scene_spec(name)
+    return find_file(data_dir or default_data_dir(), spec.labels.file_name, spec.name)
+
+
 def load_ground_truth(name, data_dir=None):
     """Reads the ground-truth label map of benchmark scene ``name`` as int32 [H, W]."""
-    spec = scene_spec(name)
-    path = find_file(data_dir or default_data_dir(), spec.labels.file_name, spec.name)
-    return as_label_map(read_array(path, spec.labels.key), what=f"{path}: label map")
+    path = ground_truth_file(name, data_dir)
+    return as_label_map(read_array(path, scene_spec(name).labels.key), what=f"{path}: label map")

@@ -26,7 +26,7 @@ from scipy import ndimage
 from hmp.data.patches import check_patch_size
 from hmp.data.scene import as_label_map
 from hmp.errors import InvalidInput, whole_number
-from hmp.files import atomic_path
+from hmp.files import atomic_path, read_npz
 
 
 @dataclass(frozen=True)
@@ -213,15 +213,18 @@ def save_split(path, split):
 
 
 def load_split(path):
-    """Reads a split written by :func:`save_split`."""
-    with np.load(path, allow_pickle=False) as stored:
-        missing = {"train", "test", "image_shape", "description"} - set(stored.files)
-        if missing:
-            raise InvalidInput(f"{path} is not a saved split: missing {sorted(missing)}, "
-                             f"has {sorted(stored.files)}")
-        return Split(train=stored["train"], test=stored["test"],
-                     image_shape=tuple(int(n) for n in stored["image_shape"]),
-                     description=str(stored["description"]))
+    """Reads a split written by :func:`save_split`; InvalidInput naming ``path`` when it
+    holds none."""
+    stored = read_npz(path)
+    if stored is None:
+        raise InvalidInput(f"{path} is not a saved split: not an .npz file of arrays")
+    missing = {"train", "test", "image_shape", "description"} - set(stored)
+    if missing:
+        raise InvalidInput(f"{path} is not a saved split: missing {sorted(missing)}, "
+                           f"has {sorted(stored)}")
+    return Split(train=stored["train"], test=stored["test"],
+                 image_shape=tuple(int(n) for n in stored["image_shape"]),
+                 description=str(stored["description"]))
 
 
 def _pixels_by_class(labels):

@@ -51,8 +51,8 @@ def check_local(devices):
         match = LOCAL_GPU.match(name)
         if match and int(match.group(1)) >= gpus:
             raise InvalidInput(
-                "%s is not a device of this machine, which has %d GPU%s; allowed: /cpu:N "
-                "(N >= 1: virtual CPUs)%s" % (name, gpus, "" if gpus == 1 else "s",
+                "%s is not a device of this machine, which has %d GPU%s; allowed: /cpu:0, "
+                "/cpu:N (N >= 1: virtual CPUs)%s" % (name, gpus, "" if gpus == 1 else "s",
                                              " and /gpu:0 to /gpu:%d" % (gpus - 1) if gpus
                                              else ""))
 

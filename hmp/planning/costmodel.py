@@ -359,7 +359,11 @@ def load_platform(path):
             data = json.load(f)
         devices = [DeviceSpec(**d) for d in data["devices"]]
         link = LinkSpec(**data["link"]) if data.get("link") is not None else None
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as e:
+    except KeyError as e:
+        raise InvalidInput(f'platform file {path} lacks "{e.args[0]}"; allowed: {{"devices": '
+                           f'[{{"name": ..., "flops_per_s": ...}}, ...], "link": {{...}} '
+                           f'(optional)}}') from e
+    except (OSError, json.JSONDecodeError, TypeError, AttributeError, ValueError) as e:
         raise InvalidInput(f"platform file {path}: {type(e).__name__}: {e}") from e
     if not devices:
         raise InvalidInput(f"platform file {path}: no devices")

@@ -44,8 +44,10 @@ def parse_mesh(text):
     sizes = {}
     for part in text.split(";"):
         axis, sep, size = (s.strip() for s in part.partition(":"))
-        if not sep or axis not in AXES:
-            raise InvalidInput(f"bad mesh {text!r}: axis {part.strip()!r} is unknown; {ALLOWED}")
+        if not sep:
+            raise InvalidInput(f"bad mesh {text!r}: {part.strip()!r} is not AXIS:SIZE; {ALLOWED}")
+        if axis not in AXES:
+            raise InvalidInput(f"bad mesh {text!r}: axis {axis!r} is unknown; {ALLOWED}")
         if axis in sizes:
             raise InvalidInput(f"bad mesh {text!r}: axis {axis!r} appears twice; {ALLOWED}")
         if not (size.isascii() and size.isdigit()) or int(size) < 1:

@@ -175,6 +175,11 @@ def save(model_dir, config, split):
     write_json(os.path.join(model_dir, CONFIG_FILE), dataclasses.asdict(config))
 
 
+# the data.json keys that runs from before them lack, and what those runs did
+_ADDED_KEYS = {"val_fraction": 0.0, "synthetic_kind": "reflectance", "val_split": "random",
+              "brightness_norm": "off"}   # a run from before --brightness_norm did not divide
+
+
 def load(model_dir):
     """The data settings and split a run saved with :func:`save`: (DataConfig, Split)."""
     paths = [os.path.join(model_dir, name) for name in (CONFIG_FILE, SPLIT_FILE)]
@@ -182,9 +187,29 @@ def load(model_dir):
     if missing:
         raise InvalidInput("%s holds no saved split (missing %s); give the folder of a "
                            "training run" % (model_dir, ", ".join(missing)))
-    with open(paths[0]) as f:   # a run from before --brightness_norm did not divide
-        config = DataConfig(**{"brightness_norm": "off", **json.load(f)})
-    return config, data.load_split(paths[1])
+    return _load_config(paths[0]), data.load_split(paths[1])
+
+
+def _load_config(path):
+    """The DataConfig a run saved in ``path`` (its data.json); InvalidInput naming the
+    file when it holds none: not JSON, or keys missing or unknown."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except ValueError as error:   # not JSON, or not text
+        raise InvalidInput("%s is not a run's data settings: not JSON (%s)"
+                           % (path, error)) from error
+    names = [field.name for field in dataclasses.fields(DataConfig)]
+    if not isinstance(saved, dict):
+        raise InvalidInput("%s is not a run's data settings: not a JSON object of %s"
+                           % (path, ", ".join(names)))
+    missing = [name for name in names if name not in saved and name not in _ADDED_KEYS]
+    unknown = sorted(set(saved) - set(names))
+    if missing or unknown:
+        raise InvalidInput("%s is not a run's data settings: %s" % (path, "; ".join(
+            "%s keys %s" % (what, ", ".join(keys))
+            for what, keys in (("missing", missing), ("unknown", unknown)) if keys)))
+    return DataConfig(**{**_ADDED_KEYS, **saved})
 
 
 def nodata_mask(cube):

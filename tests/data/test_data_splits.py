@@ -7,6 +7,7 @@ from scipy import ndimage
 
 from hmp.data import (disjoint_split, load_split, save_split, spatial_validation_split,
                       stratified_split, synthetic_scene)
+from hmp.errors import InvalidInput
 
 
 @pytest.fixture(scope="module")
@@ -230,3 +231,21 @@ def test_no_validation_share_leaves_the_training_pixels_whole(labels):
     for fraction in (1.0, -0.1):
         with pytest.raises(ValueError, match="validation fraction must lie in"):
             spatial_validation_split(labels, split.train, fraction, 5)
+
+
+@pytest.mark.parametrize("damage", ["text", "empty", "cut short", "a lone .npy", "objects"])
+def test_a_damaged_split_file_is_refused_naming_it(labels, tmp_path, damage):
+    path = tmp_path / "split.npz"
+    save_split(path, stratified_split(labels, train_per_class=2, seed=0))
+    whole = path.read_bytes()
+    if damage == "a lone .npy":
+        np.save(tmp_path / "array.npy", np.arange(3))
+        (tmp_path / "array.npy").rename(path)
+    elif damage == "objects":
+        np.savez(path, train=np.array([{}], dtype=object))
+    else:
+        path.write_bytes({"text": b"not a split", "empty": b"",
+                          "cut short": whole[:len(whole) // 2]}[damage])
+    with pytest.raises(InvalidInput) as refused:
+        load_split(path)
+    assert str(refused.value) == f"{path} is not a saved split: not an .npz file of arrays"

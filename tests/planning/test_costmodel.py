@@ -190,6 +190,12 @@ def test_load_platform(tmp_path):
     path.write_text("{devices")
     with pytest.raises(ValueError, match=r"platform file .*platform.json: JSONDecodeError"):
         load_platform(path)
+    path.write_text('{"a": 1}')
+    with pytest.raises(ValueError) as refused:
+        load_platform(path)
+    assert str(refused.value) == (f'platform file {path} lacks "devices"; allowed: '
+                                  '{"devices": [{"name": ..., "flops_per_s": ...}, ...], '
+                                  '"link": {...} (optional)}')
 
 
 # -- overhead, synchronisation per layer, shared hosts, local and feed links ------------

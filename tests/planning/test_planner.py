@@ -294,11 +294,12 @@ def test_fewer_filters_than_devices():
 @pytest.mark.parametrize("mesh, message", [
     ("model:2", "mesh model:2 has 2 positions but 3 devices were given"),
     ("batch:2;model:2", "has 4 positions but 3 devices"),
-    ("model", r"bad mesh 'model': axis 'model' is unknown; allowed: "),
+    ("model", r"bad mesh 'model': 'model' is not AXIS:SIZE; allowed: "),
     ("model:0", "size '0' of axis 'model' is not a whole number >= 1"),
     ("model:x", "size 'x' of axis 'model'"),
     ("model:\u00b3", "size '\u00b3' of axis 'model'"),   # a superscript 3: no size
-    ("gpu:3", "axis 'gpu:3' is unknown"),
+    ("gpu:3", "^bad mesh 'gpu:3': axis 'gpu' is unknown; allowed: "),
+    ("rows:2", "^bad mesh 'rows:2': axis 'rows' is unknown; allowed: "),
     ("model:3;model:1", "axis 'model' appears twice"),
     ("model:3;batch:1", "write the batch axis first"),
     ("", "bad mesh ''"),

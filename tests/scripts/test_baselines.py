@@ -10,7 +10,7 @@ import pytest
 from absl import flags
 from absl.testing import flagsaver
 
-from hmp import data
+from hmp import cli, data
 from hmp.errors import InvalidInput
 from hmp.run import experiment
 from script_modules import import_script
@@ -29,6 +29,18 @@ def scene_files(tmp_path_factory):
     return folder
 
 
+@pytest.fixture
+def saved_run(scene_files, tmp_path):
+    """(folder, DataConfig, Split): a run folder as hmp.train leaves one, its data settings
+    and split (not the config's)."""
+    config = experiment.DataConfig(dataset=str(scene_files / "cube.npy"),
+                                   labels_path=str(scene_files / "labels.npy"), patch_size=5)
+    labels = np.load(scene_files / "labels.npy")
+    saved = data.stratified_split(labels, train_per_class=20, seed=7)
+    experiment.save(tmp_path / "run", config, saved)
+    return tmp_path / "run", config, saved
+
+
 def run_script(*argv):
     with flagsaver.flagsaver():
         flags.FLAGS(["baselines", *argv])
@@ -45,16 +57,12 @@ def test_window_means_are_the_means_of_the_patches():
     np.testing.assert_array_equal(found["row, column"], np.stack(np.divmod(pixels, 11), 1))
 
 
-def test_scores_every_baseline_on_a_runs_saved_split(scene_files, tmp_path):
+def test_scores_every_baseline_on_a_runs_saved_split(saved_run, tmp_path):
     pytest.importorskip("sklearn", reason="scikit-learn is an optional extra "
                                           "(pip install -e .[baselines])")
-    config = experiment.DataConfig(dataset=str(scene_files / "cube.npy"),
-                                   labels_path=str(scene_files / "labels.npy"), patch_size=5)
-    labels = np.load(scene_files / "labels.npy")
-    saved = data.stratified_split(labels, train_per_class=20, seed=7)   # not the config's
-    experiment.save(tmp_path / "run", config, saved)
+    folder, config, saved = saved_run
     out = tmp_path / "baselines.json"
-    summary = run_script("--model_dir=%s" % (tmp_path / "run"), "--json=%s" % out)
+    summary = run_script("--model_dir=%s" % folder, "--json=%s" % out)
     written = json.loads(out.read_text())
     assert list(summary) == ["lda pixel", "lda 5x5 mean", "lda 9x9 mean", "svm pixel",
                              "svm 5x5 mean", "svm 9x9 mean", "1nn-xy"]
@@ -77,3 +85,35 @@ def test_missing_scikit_learn_is_one_line_on_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "sklearn.svm", None)   # import fails
     with pytest.raises(InvalidInput, match=r'need scikit-learn: pip install -e "\.\[baselines\]"'):
         baseline_scores.baselines([5])
+
+
+@pytest.mark.parametrize("name, text, expected", [
+    ("split.npz", "not a split", "{folder}/split.npz is not a saved split: not an .npz "
+                                 "file of arrays"),
+    ("data.json", '{"x":', "{folder}/data.json is not a run's data settings: not JSON "
+                           "(Expecting value: line 1 column 6 (char 5))"),
+    ("data.json", "[1]", "{folder}/data.json is not a run's data settings: not a JSON "
+                         "object of dataset, data_dir, labels_path, cube_key, labels_key, "
+                         "synthetic_layout, synthetic_kind, patch_size, pca, train_fraction, "
+                         "train_per_class, split, seed, train_set, test_set, val_fraction, "
+                         "val_split, brightness_norm"),
+    ("data.json", '{"seed": 1, "sead": 2}',
+     "{folder}/data.json is not a run's data settings: missing keys dataset, data_dir, "
+     "labels_path, cube_key, labels_key, synthetic_layout, patch_size, pca, "
+     "train_fraction, train_per_class, split, train_set, test_set; unknown keys sead"),
+])
+def test_a_broken_saved_run_is_one_line_naming_the_file(saved_run, name, text, expected):
+    folder, _, _ = saved_run
+    (folder / name).write_text(text)
+    with pytest.raises(cli.UsageError) as refused:
+        run_script("--model_dir=%s" % folder, "--json=%s" % (folder / "b.json"))
+    assert str(refused.value) == "--model_dir=%s: %s" % (folder, expected.format(folder=folder))
+    assert not (folder / "b.json").exists()
+
+
+def test_a_folder_as_json_is_refused_before_any_work(saved_run):
+    folder, _, _ = saved_run
+    with pytest.raises(cli.UsageError) as refused:
+        run_script("--model_dir=%s" % folder, "--json=%s" % folder)
+    assert str(refused.value) == "--json=%s: %s is a folder; give a file's path" % (
+        folder, folder)

@@ -3,6 +3,7 @@ baselines on a real run's saved split, margins, collapse flags, the table and it
 
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from cli_batch import run_batch
 from hmp import data
 from hmp.errors import InvalidInput
-from script_modules import import_script
+from script_modules import SCRIPTS, import_script
 
 grid = import_script("accuracy_grid")
 
@@ -139,14 +140,15 @@ def test_missing_scikit_learn_is_one_line(monkeypatch):
 
 
 def test_unknown_models_layouts_and_splits_are_refused_before_any_run():
-    bad = {"--models=nope": "--models=nope: model 'nope' is not known; choose one of cnn2d",
+    bad = {"--layouts=generated --models=nope": "--models=nope: model 'nope' is not known; "
+                                                "choose one of cnn2d",
            "--layouts=generated:raw": "--layouts=generated:raw: 'generated:raw' is not a "
                                       "layout; choose from generated, indian_pines",
            "--layouts=generated,nope": "--layouts=generated,nope: 'nope' is not a layout; "
                                        "choose from generated, indian_pines, paviau, salinas",
            "--splits=nope": "--splits=nope: 'nope' is not a split; choose from random, "
                             "disjoint"}
-    runs = run_batch("scripts/bench_accuracy.py", [{"args": [flag]} for flag in bad])
+    runs = run_batch("scripts/bench_accuracy.py", [{"args": flag.split()} for flag in bad])
     for (flag, expected), run in zip(bad.items(), runs):
         assert run.returncode == 2 and run.stdout == "", (flag, run)
         assert run.stderr.splitlines() == [run.stderr.strip()], (flag, run.stderr)
@@ -163,3 +165,36 @@ def test_a_layout_with_a_kind_trains_that_kind_of_synthetic_scene():
     plain = grid.train_command(grid.Run("cnn3d", "generated", "random", 0), "/tmp/run")
     assert "--synthetic_layout=generated" in plain and not any(
         arg.startswith("--synthetic_kind") for arg in plain)
+
+
+def test_bad_seeds_are_one_line_naming_them_alone_before_tensorflow_loads():
+    """A process of its own: its whole stderr, TensorFlow's start-up included, is one line."""
+    run = subprocess.run([sys.executable, str(SCRIPTS / "bench_accuracy.py"), "--seeds=a"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr == "bench_accuracy: error: --seeds=a: give whole numbers >= 0\n"
+
+
+def test_bad_files_and_training_flags_are_refused_before_any_run(tmp_path):
+    keep = tmp_path / "keep"
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "old.log").write_text("")
+    one = ["--models=cnn2d", "--layouts=generated", "--splits=random", "--seeds=0",
+           "--keep_runs=%s" % keep]
+    bad = {"--keep_runs=%s" % (tmp_path / "full"):
+           "--keep_runs=%s: the folder holds files; give a new or empty folder"
+           % (tmp_path / "full"),
+           "--json=%s" % tmp_path: "--json=%s: %s is a folder; give a file's path"
+           % (tmp_path, tmp_path),
+           "--layouts=indian_pines": "--layouts=indian_pines, --data_dir=%s: "
+           "Indian_pines_gt.mat (any upper/lower case) not found in %s; download it with: "
+           "python -m hmp.data.download --dataset=indian_pines --data_dir=%s"
+           % (tmp_path, tmp_path, tmp_path),
+           "--train_args=--epochz=1": "--train_args=--epochz=1: Unknown command line flag "
+                                      "'epochz'. Did you mean: epochs ?"}
+    runs = run_batch("scripts/bench_accuracy.py", [
+        {"args": [*one, "--data_dir=%s" % tmp_path, flag]} for flag in bad])
+    for (flag, expected), run in zip(bad.items(), runs):
+        assert (run.returncode, run.stdout) == (2, ""), (flag, run)
+        assert run.stderr == "bench_accuracy: error: %s\n" % expected
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["full"]   # keep: not made
