@@ -8,9 +8,7 @@ bands' wavelengths, when the training scene's file named them, are kept beside
 them: a scene of other bands is refused (``hmp.data.raster.check_wavelengths``).
 """
 
-import contextlib
 import os
-import zipfile
 
 import numpy as np
 
@@ -41,58 +39,53 @@ def save(model_dir, preprocessor, wavelengths=(), guide=None):
             np.savez(f, **arrays)
 
 
-@contextlib.contextmanager
 def _arrays(model_dir):
-    """The arrays of ``model_dir``/preprocessing.npz (an ``np.lib.npyio.NpzFile``);
-    InvalidInput, naming the folder and the file, when it has none or one numpy cannot
-    read as an .npz file."""
+    """{name: array} of ``model_dir``/preprocessing.npz; InvalidInput, naming the folder
+    and the file, when it has none or one numpy cannot read as an .npz file of plain
+    arrays (``hmp.files.read_npz``)."""
     path = os.path.join(model_dir, FILE_NAME)
     if not os.path.exists(path):
         raise InvalidInput("%s holds no %s (the preprocessing statistics of its training "
                            "pixels); train the run again with this version of hmp"
                            % (model_dir, FILE_NAME))
-    try:
-        arrays = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
-        arrays = None
-    if not isinstance(arrays, np.lib.npyio.NpzFile):
+    arrays = files.read_npz(path)
+    if arrays is None:
         raise InvalidInput("%s holds a damaged %s (not a numpy .npz file); train the run "
                            "again" % (model_dir, FILE_NAME))
-    with arrays:
-        yield arrays
+    return arrays
 
 
 def load(model_dir):
     """The fitted :class:`hmp.data.Preprocessor` saved in ``model_dir``."""
-    with _arrays(model_dir) as arrays:
-        preprocessor = Preprocessor(str(arrays["scaling"]) if "scaling" in arrays else None,
-                                    arrays["pca_components"].shape[1]
-                                    if "pca_components" in arrays else None,
-                                    brightness_norm="brightness_floor" in arrays)
-        if preprocessor.brightness_norm is not None:
-            preprocessor.brightness_norm.floor = float(arrays["brightness_floor"])
-        if preprocessor.scaler is not None:
-            preprocessor.scaler.offset, preprocessor.scaler.scale = (arrays["offset"],
-                                                                     arrays["scale"])
-        if preprocessor.pca is not None:
-            preprocessor.pca.mean, preprocessor.pca.components = (arrays["pca_mean"],
-                                                                  arrays["pca_components"])
+    arrays = _arrays(model_dir)
+    preprocessor = Preprocessor(str(arrays["scaling"]) if "scaling" in arrays else None,
+                                arrays["pca_components"].shape[1]
+                                if "pca_components" in arrays else None,
+                                brightness_norm="brightness_floor" in arrays)
+    if preprocessor.brightness_norm is not None:
+        preprocessor.brightness_norm.floor = float(arrays["brightness_floor"])
+    if preprocessor.scaler is not None:
+        preprocessor.scaler.offset, preprocessor.scaler.scale = (arrays["offset"],
+                                                                 arrays["scale"])
+    if preprocessor.pca is not None:
+        preprocessor.pca.mean, preprocessor.pca.components = (arrays["pca_mean"],
+                                                              arrays["pca_components"])
     return preprocessor
 
 
 def guide(model_dir):
     """The smoothing's guide (an ``hmp.data.Guide``) fitted with the run, or None for a
     run from before the guided smoothing."""
-    with _arrays(model_dir) as arrays:
-        if "guide_direction" not in arrays:
-            return None
-        return Guide(arrays["guide_mean"], arrays["guide_direction"], *arrays["guide_range"])
+    arrays = _arrays(model_dir)
+    if "guide_direction" not in arrays:
+        return None
+    return Guide(arrays["guide_mean"], arrays["guide_direction"], *arrays["guide_range"])
 
 
 def wavelengths(model_dir):
     """The band wavelengths of the run's training scene, or () when its file named none."""
-    with _arrays(model_dir) as arrays:
-        return tuple(arrays["wavelengths"].tolist()) if "wavelengths" in arrays else ()
+    arrays = _arrays(model_dir)
+    return tuple(arrays["wavelengths"].tolist()) if "wavelengths" in arrays else ()
 
 
 def input_bands(preprocessor):

@@ -8,7 +8,6 @@ folder (``hmp.run.run_folder.prepare_model_dir`` does, once the input is checked
 import os
 
 from hmp import cli
-from hmp.errors import InvalidInput
 from hmp.run import experiment, run_folder
 from hmp.run.settings import DEFAULT
 
@@ -75,11 +74,11 @@ def check_same_graph(model_dir, settings):
 def check_same_data(model_dir, data_config):
     """UsageError when --resume would go on with other pixels or patches than the run's
     first invocation used (its data.json); a folder without one has nothing to
-    compare."""
-    try:
-        saved, _ = experiment.load(model_dir)
-    except InvalidInput:
+    compare. InvalidInput, naming the file, for a data.json or split.npz that cannot be
+    read."""
+    if not os.path.isfile(os.path.join(model_dir, experiment.CONFIG_FILE)):
         return
+    saved, _ = experiment.load(model_dir)
     changed = [name for name in RESUMED_DATA
                if getattr(saved, name) != getattr(data_config, name)]
     if changed:

@@ -4,6 +4,7 @@ test pixels, the per-class score table, and the mean/std summary of several runs
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -283,3 +284,16 @@ def test_score_table_shows_each_class_s_training_pixels_and_names_those_never_fo
     assert saved["per_class_train_pixels"] == {"Corn": 40, "Oats": 2, "Wheat": 0, "Woods": 7}
     assert saved["per_class_recall"]["Oats"] == 0.0
     assert "per_class_train_pixels" not in report.scores_dict(scores, names)
+
+
+def test_resume_compares_a_saved_data_json_and_refuses_a_broken_one(tmp_path):
+    """No data.json: nothing to compare; a broken one: refused naming it, not skipped."""
+    from hmp.errors import InvalidInput
+    from hmp.run.resume import check_same_data
+    config = experiment.DataConfig(patch_size=3)
+    check_same_data(str(tmp_path), config)   # an empty folder
+    experiment.save(tmp_path, config, experiment.prepare(config).split)
+    check_same_data(str(tmp_path), config)
+    (tmp_path / experiment.CONFIG_FILE).write_text('{"patch_size":')
+    with pytest.raises(InvalidInput, match=re.escape(str(tmp_path / experiment.CONFIG_FILE))):
+        check_same_data(str(tmp_path), config)
