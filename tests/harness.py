@@ -11,7 +11,6 @@ import collections
 
 import numpy as np
 import tensorflow.compat.v1 as tf
-from tensorflow.core.protobuf import rewriter_config_pb2
 
 import hmp
 from hmp import layers
@@ -65,13 +64,7 @@ def mesh_with_inputs(inputs):
 
 
 def session_config():
-    """The tests' sessions: N_VIRTUAL_CPUS CPU devices, and no Grappler rewrites. Each new
-    graph's first run is otherwise optimised at 0.2-2 s of CPU, a third of what the
-    in-process tests spend; what they check is the graph hmp builds, which the rewrites
-    leave unchanged in meaning. Runs of the programs (tests/cli_batch.py) keep them on,
-    as users get them."""
-    return tf.ConfigProto(device_count={"CPU": N_VIRTUAL_CPUS}, graph_options=tf.GraphOptions(
-        rewrite_options=rewriter_config_pb2.RewriterConfig(disable_meta_optimizer=True)))
+    return tf.ConfigProto(device_count={"CPU": N_VIRTUAL_CPUS})
 
 
 def cnn2d(mesh, x_np, y_np, dtype=tf.float32):
