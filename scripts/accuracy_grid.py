@@ -51,14 +51,16 @@ class Run:
 
 
 def train_command(run, folder, data_dir=None, train_args=()):
-    """``python -m hmp.train`` for ``run`` in ``folder``: 10% of each class, one CPU device,
-    every other setting the model's default unless ``train_args`` says otherwise. A
-    layout ``LAYOUT:KIND`` is that synthetic layout of that ``--synthetic_kind``."""
+    """``python -m hmp.train`` for ``run`` in ``folder``: one CPU device, every other
+    setting hmp.train's or the model's default (10% of each class) unless ``train_args``
+    says otherwise; ``run.split`` unless ``train_args`` give the split (--train_set,
+    --test_set), which hmp.train refuses beside --split. A layout ``LAYOUT:KIND`` is that
+    synthetic layout of that ``--synthetic_kind``."""
     layout, _, kind = run.layout.partition(":")   # e.g. indian_pines:radiance
+    given_split = any(arg.startswith(("--train_set=", "--test_set=")) for arg in train_args)
     command = [sys.executable, "-m", "hmp.train", "--model=" + run.model,
-               "--synthetic_layout=" + layout, "--split=" + run.split,
-               "--seed=%d" % run.seed, "--train_fraction=0.1", "--devices=/cpu:0",
-               "--model_dir=" + folder]
+               "--synthetic_layout=" + layout, "--seed=%d" % run.seed, "--devices=/cpu:0",
+               "--model_dir=" + folder] + ([] if given_split else ["--split=" + run.split])
     return (command + (["--synthetic_kind=" + kind] if kind else [])
             + (["--data_dir=" + data_dir] if data_dir else []) + list(train_args))
 

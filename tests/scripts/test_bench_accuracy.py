@@ -158,13 +158,25 @@ def test_unknown_models_layouts_and_splits_are_refused_before_any_run():
 def test_a_layout_with_a_kind_trains_that_kind_of_synthetic_scene():
     run = grid.Run("hybridsn", "indian_pines:radiance", "disjoint", 1)
     command = grid.train_command(run, "/tmp/run", data_dir="gt")
-    assert command[3:] == ["--model=hybridsn", "--synthetic_layout=indian_pines",
-                           "--split=disjoint", "--seed=1", "--train_fraction=0.1",
-                           "--devices=/cpu:0", "--model_dir=/tmp/run",
+    assert command[3:] == ["--model=hybridsn", "--synthetic_layout=indian_pines", "--seed=1",
+                           "--devices=/cpu:0", "--model_dir=/tmp/run", "--split=disjoint",
                            "--synthetic_kind=radiance", "--data_dir=gt"]
     plain = grid.train_command(grid.Run("cnn3d", "generated", "random", 0), "/tmp/run")
     assert "--synthetic_layout=generated" in plain and not any(
         arg.startswith("--synthetic_kind") for arg in plain)
+
+
+def test_train_args_may_give_the_training_pixels_as_hmp_train_takes_them(tmp_path):
+    """--train_per_class, or a given split (then the grid's --split is left out: hmp.train
+    refuses it beside --train_set), as hmp.train's own check takes them."""
+    run = grid.Run("cnn2d", "generated", "random", 0)
+    given = grid.train_command(run, "/tmp/run", train_args=["--train_set=a.npy",
+                                                             "--test_set=b.npy"])
+    assert given[3:] == ["--model=cnn2d", "--synthetic_layout=generated", "--seed=0",
+                         "--devices=/cpu:0", "--model_dir=/tmp/run", "--train_set=a.npy",
+                         "--test_set=b.npy"]
+    assert grid.check_train(run, str(tmp_path / "run"),
+                            train_args=["--train_per_class=20"]) is None
 
 
 def test_bad_seeds_are_one_line_naming_them_alone_before_tensorflow_loads():
