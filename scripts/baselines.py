@@ -94,8 +94,8 @@ def main(argv):
         files.check_file_can_be_written(FLAGS.json)
     with cli.blame("windows"):
         windows = window_sides(FLAGS.windows)
+    planned = _planned_runs()   # the input first: its errors whether or not scikit-learn is here
     sklearn_classifiers()
-    planned = _planned_runs()
     runs = []
     for number, (config, split) in enumerate(planned, 1):
         print("run %d/%d: %s, seed %d ..." % (number, len(planned), config.dataset,

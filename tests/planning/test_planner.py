@@ -240,7 +240,7 @@ def test_malformed_json_is_refused(plan_file):
     (lambda d: d.pop("splits"), "the top level lacks splits"),
     (lambda d: d.update(batch_size="32"), "batch_size must be a whole number >= 1, got '32'"),
     (lambda d: d.update(mesh="model:4"), r"devices must be a list of 4 entries"),
-    (lambda d: d.update(mesh="gpu:3"), r"axis 'gpu:3' is unknown"),
+    (lambda d: d.update(mesh="gpu:3"), r"bad mesh 'gpu:3': axis 'gpu' is unknown"),
     (lambda d: d["speeds"].__setitem__(1, 0), r"/gpu:1 has speed 0"),
     (lambda d: d["splits"].__setitem__("filters1", [17, 6]), r"splits\['filters1'\] must be 3"),
     (lambda d: d["splits"].__setitem__("filters1", [17, -1, 8]),
