@@ -282,8 +282,9 @@ class Settings:
 
     def _check_plan(self):
         """A --plan file gives the devices, speeds, mesh and memory caps: those flags,
-        chosen beside it, would be ignored."""
-        if self.placement.plan is None:
+        chosen beside it, would be ignored. Not on --resume: a run whose first invocation
+        had them (in its flags.txt) goes on ignoring them."""
+        if self.placement.plan is None or self.folder.resume:
             return
         for name, what in PLAN_GIVES.items():
             if self.chosen(name):
@@ -337,7 +338,10 @@ class Settings:
     def _check_split(self):
         """Split settings that another one chosen replaces: chosen beside it, they would be
         ignored. --train_set and --test_set give the split; --train_per_class (> 0) is
-        instead of --train_fraction."""
+        instead of --train_fraction. Not on --resume: a run whose first invocation had
+        them (in its flags.txt, data.json) goes on ignoring them."""
+        if self.folder.resume:
+            return
         if self.data.train_set or self.data.test_set:
             for name in ("split", "train_fraction", "train_per_class"):
                 if self.chosen(name):

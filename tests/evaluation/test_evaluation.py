@@ -4,7 +4,6 @@ test pixels, the per-class score table, and the mean/std summary of several runs
 
 import dataclasses
 import json
-import re
 
 import numpy as np
 import pytest
@@ -78,7 +77,9 @@ def test_split_label_maps_that_do_not_fit_are_refused(labels, tmp_path):
     np.save(tmp_path / "wrong.npy", wrong)
     scipy.io.savemat(tmp_path / "two.mat", {"a": train, "b": train})   # no key to name one
     cases = {"two.mat": r"^test_set .*two.mat: holds 2 arrays \['a', 'b'\]; it must hold a "
-                        r"single array$","small.npy": r"test_set .*small.npy has shape \(36, 43\), but the scene is \(37, 43\)",
+                        r"single array$",
+             "small.npy": r"test_set .*small.npy has shape \(36, 43\), but the scene is "
+                          r"\(37, 43\)",
              "empty.npy": "test_set .*empty.npy labels no pixel",
              "train.npy": r"pixels are in both the training and the test set",
              "wrong.npy": r"test_set .*wrong.npy: \d+ pixels carry another class than the "
@@ -285,15 +286,3 @@ def test_score_table_shows_each_class_s_training_pixels_and_names_those_never_fo
     assert saved["per_class_recall"]["Oats"] == 0.0
     assert "per_class_train_pixels" not in report.scores_dict(scores, names)
 
-
-def test_resume_compares_a_saved_data_json_and_refuses_a_broken_one(tmp_path):
-    """No data.json: nothing to compare; a broken one: refused naming it, not skipped."""
-    from hmp.errors import InvalidInput
-    from hmp.run.resume import check_same_data
-    config = experiment.DataConfig(patch_size=3)
-    check_same_data(str(tmp_path), config)   # an empty folder
-    experiment.save(tmp_path, config, experiment.prepare(config).split)
-    check_same_data(str(tmp_path), config)
-    (tmp_path / experiment.CONFIG_FILE).write_text('{"patch_size":')
-    with pytest.raises(InvalidInput, match=re.escape(str(tmp_path / experiment.CONFIG_FILE))):
-        check_same_data(str(tmp_path), config)

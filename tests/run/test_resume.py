@@ -1,0 +1,40 @@
+"""What --resume requires of a run's folder (hmp.run.resume) and lets its flags be."""
+
+import pytest
+
+from hmp import cli
+from hmp.errors import InvalidInput
+from hmp.run import experiment
+from hmp.run.resume import check_same_data
+from hmp.run.settings import Settings
+from models import get_model
+
+
+def test_resume_compares_a_saved_data_json_and_refuses_a_broken_one(tmp_path):
+    """No data.json: nothing to compare; a broken one: refused naming it, not skipped."""
+    config = experiment.DataConfig(patch_size=3)
+    check_same_data(str(tmp_path), config)   # an empty folder
+    experiment.save(tmp_path, config, experiment.prepare(config).split)
+    check_same_data(str(tmp_path), config)
+    (tmp_path / experiment.CONFIG_FILE).write_text('{"patch_size":')
+    with pytest.raises(InvalidInput) as refused:
+        check_same_data(str(tmp_path), config)
+    assert str(refused.value) == ("%s is not a run's data settings: not JSON (Expecting "
+                                  "value: line 1 column 15 (char 14))"
+                                  % (tmp_path / experiment.CONFIG_FILE))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (dict(train_set="a.npy", test_set="b.npy", split="disjoint"),
+     "--split=disjoint: --train_set and --test_set give the split; leave --split out"),
+    (dict(plan="p.json", mesh="batch:2"),
+     "--mesh=batch:2: --plan=p.json gives the mesh; leave --mesh out"),
+])
+def test_flags_that_a_first_invocation_ignored_are_refused_but_not_on_its_resume(flags,
+                                                                               message):
+    """A run started before they were refused keeps them in its flags.txt: its
+    --resume --flagfile=flags.txt goes on ignoring them."""
+    with pytest.raises(cli.UsageError) as refused:
+        Settings.of(**flags).check(get_model)
+    assert str(refused.value) == message
+    Settings.of(resume=True, **flags).check(get_model)
