@@ -25,9 +25,13 @@ from hmp.planning.model_spec import LayerSpec, ModelSpec
 
 def model_width(config):
     """The width the model is built with: ``config.width`` or the model's default."""
-    if config.width:
-        return config.width
-    return inspect.signature(config.model.logits).parameters["width"].default
+    return config.width or default_width(config.model)
+
+
+def default_width(model):
+    """The width ``model`` (a module with ``logits(x, classes, width=...)``) builds by
+    default."""
+    return inspect.signature(model.logits).parameters["width"].default
 
 
 def spec_name(config):

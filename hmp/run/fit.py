@@ -133,7 +133,7 @@ def _seeds(settings, get_model, argv, cluster):
     seeds = settings.seeds
     folders = seed_dirs(settings.folder, model_dir, seeds)
     if settings.folder.resume:
-        check_same_graph(model_dir, settings)
+        check_same_graph(model_dir, settings, get_model)
     with run_folder.Signals() as signals:
         shared = Shared(settings, get_model, argv, hardware, signals)
         for number, (seed, folder) in enumerate(zip(seeds, folders), 1):

@@ -1,6 +1,6 @@
 """The seeds' folders and what ``--resume`` requires of them: a used folder is resumed or
 overwritten only when asked, and a resumed run goes on with the data and the graph
-(model, width, batch norm, precision, optimizer) its first invocation used (its data.json
+(model, width, precision, optimizer) its first invocation used (its data.json
 and flags.txt), else one line says which flag differs. Nothing here makes or deletes a
 folder (``hmp.run.run_folder.prepare_model_dir`` does, once the input is checked).
 """
@@ -8,6 +8,8 @@ folder (``hmp.run.run_folder.prepare_model_dir`` does, once the input is checked
 import os
 
 from hmp import cli
+from hmp.errors import InvalidInput
+from hmp.graph.from_graph import default_width
 from hmp.run import experiment, run_folder
 from hmp.run.settings import DEFAULT
 
@@ -17,8 +19,9 @@ RESUMED_DATA = ("dataset", "synthetic_layout", "synthetic_kind", "patch_size", "
                 "val_split", "brightness_norm")
 # The flags a resumed run must share with its first invocation (flags.txt): they decide
 # the variables its checkpoint holds (the model's, the optimizer's slots) or how they
-# compute. --pca and --patch_size are data settings (RESUMED_DATA).
-RESUMED_GRAPH = ("model", "width", "batch_norm", "precision", "optimizer")
+# compute. --pca and --patch_size are data settings (RESUMED_DATA); --batch_norm's modes
+# hold the same variables, and a run may go on in another.
+RESUMED_GRAPH = ("model", "width", "precision", "optimizer")
 
 
 def seed_dirs(folder, model_dir, seeds):
@@ -50,22 +53,35 @@ def resumes(folder, model_dir):
     return resume
 
 
-def check_same_graph(model_dir, settings):
+def check_same_graph(model_dir, settings, get_model):
     """UsageError when --resume would go on with another graph than the run's first
     invocation (its flags.txt; a folder without one has nothing to compare): the flags
     ``RESUMED_GRAPH`` of ``settings`` (a :class:`hmp.run.settings.Settings`), each as given
-    there or at its default. Refused before anything is written: TensorFlow would fail
-    to restore the checkpoint only once the run's folder holds its events."""
+    there or at its default, compared as what they build (``get_model``: the
+    application's model lookup; a model's name or module path, its width 0 or its
+    default). Refused before anything is written: TensorFlow would fail to restore the
+    checkpoint only once the run's folder holds its events."""
     started = run_folder.saved_flags(model_dir)
     if started is None:
         return
     first = {name: started.get(name, str(DEFAULT.value(name))) for name in RESUMED_GRAPH}
-    changed = [name for name in RESUMED_GRAPH if first[name] != str(settings.value(name))]
+    now = {name: str(settings.value(name)) for name in RESUMED_GRAPH}
+
+    def built(flags):
+        try:
+            model = get_model(flags["model"])
+        except InvalidInput:   # a model this installation lacks: as written
+            return flags
+        return {**flags, "model": model,
+                "width": int(flags["width"]) or default_width(model)}
+
+    was, will = built(first), built(now)
+    changed = [name for name in RESUMED_GRAPH if was[name] != will[name]]
     if changed:
         raise cli.UsageError(
             "%s: the run in %s was trained with %s; resume it with %s (--flagfile=%s gives "
             "all its flags), or start over with --overwrite"
-            % (", ".join("--%s=%s" % (name, settings.value(name)) for name in changed),
+            % (", ".join("--%s=%s" % (name, now[name]) for name in changed),
                model_dir, ", ".join("--%s=%s" % (name, first[name]) for name in changed),
                "that" if len(changed) == 1 else "those",
                os.path.join(model_dir, run_folder.FLAGS_FILE)))

@@ -4,8 +4,9 @@ import pytest
 
 from hmp import cli
 from hmp.errors import InvalidInput
-from hmp.run import experiment
-from hmp.run.resume import check_same_data
+from hmp.graph.from_graph import default_width
+from hmp.run import experiment, run_folder
+from hmp.run.resume import check_same_data, check_same_graph
 from hmp.run.settings import Settings
 from models import get_model
 
@@ -38,3 +39,21 @@ def test_flags_that_a_first_invocation_ignored_are_refused_but_not_on_its_resume
         Settings.of(**flags).check(get_model)
     assert str(refused.value) == message
     Settings.of(resume=True, **flags).check(get_model)
+
+
+def test_resume_compares_the_graph_its_flags_build_not_their_text(tmp_path):
+    """The first invocation's flags.txt (here --model=cnn2d, its default width, sync batch
+    norm): the same model by its module path, its default width given, and local batch
+    norm (the same variables) resume; another model or width is refused, naming both."""
+    (tmp_path / run_folder.FLAGS_FILE).write_text("--model=cnn2d\n--epochs=3\n")
+    width = default_width(get_model("cnn2d"))
+    for same in (dict(model="cnn2d"), dict(model="models.cnn2d", width=width),
+                 dict(model="cnn2d", batch_norm="local")):
+        check_same_graph(str(tmp_path), Settings.of(**same), get_model)
+    with pytest.raises(cli.UsageError) as refused:
+        check_same_graph(str(tmp_path), Settings.of(model="cnn3d", width=width + 1),
+                         get_model)
+    assert str(refused.value) == (
+        "--model=cnn3d, --width=%d: the run in %s was trained with --model=cnn2d, --width=0; "
+        "resume it with those (--flagfile=%s gives all its flags), or start over with "
+        "--overwrite" % (width + 1, tmp_path, tmp_path / run_folder.FLAGS_FILE))
