@@ -326,9 +326,10 @@ def build_runs(config, batch, workers, profiled, link):
             session = graph.session(batch.extractor.padded, session_config, workers.target)
             step = (session, *graph.feed_steps([(batch.indices, batch.labels)] * steps_per_run))
             built.append((key, step))
-        else:   # a configuration's before it (planned = even on equal workers): its graph
-            progress("  sharing  %-14s %s" % (name, description))
-        return warmed(Run(name, description, load, *step, steps_per_run=steps_per_run))
+            return warmed(Run(name, description, load, *step, steps_per_run=steps_per_run))
+        # a configuration's before it (planned = even on equal workers): its graph, warm
+        progress("  sharing  %-14s %s" % (name, description))
+        return Run(name, description, load, *step, steps_per_run=steps_per_run)
 
     def plan_run(name, plan, steps_per_run=1):
         return hmp_run(name, Placement.from_plan(plan), describe(plan), worker_loads(plan),
