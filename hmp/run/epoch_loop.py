@@ -6,9 +6,11 @@ changes (``--try_alone``'s trial, ``--rebalance=epoch``'s re-plans:
 A switch keeps the graph it leaves (a switch back restores the checkpoint into it
 instead of building it anew); a plan the rebalancer waits for has its graph made ready
 on a thread meanwhile (``hmp.run.standby``), and once it is, the rebalancer weighs the
-switch again at once: a switch that now pays is made within the epoch, after the block
-of steps then running (``Trainer.train_epoch``'s ``pause``). Every switch goes on from
-the latest checkpoint: the same weights on another plan.
+switch again within the epoch, once ``CONFIRM_STEPS`` steps run since have kept the rate
+its speeds were measured at (else the machine changed since the epochs they come from,
+and they are measured anew): a switch that then pays is made there, after the block of steps then running
+(``Trainer.train_epoch``'s ``pause``). Every switch goes on from the latest checkpoint:
+the same weights on another plan.
 """
 
 import contextlib
@@ -22,6 +24,11 @@ from hmp.run import rebalance
 from hmp.run.look_yield import LookYield
 from hmp.run.standby import Standby
 from hmp.run.trainer import BestEpoch, Paused, Trainer
+
+# Steps run after a standby is ready within an epoch, timed before a switch is weighed.
+CONFIRM_STEPS = 3
+# What times them (a name of its own: tests run stand-in epochs on a clock of theirs).
+clock = time.perf_counter
 
 
 class EpochLoop:
@@ -51,6 +58,7 @@ class EpochLoop:
         self.standby = None   # the graph of the plan the rebalancer waits for, made ready
         self.unready = set()   # plan_keys whose standby failed: a switch there builds anew
         self.due = None   # the plan to switch to within the epoch (_switch_due)
+        self.confirming = None   # (steps left, clock) when a standby got ready this epoch
         self.unsaid = []   # lines of a standby taken within an epoch, said at its pause or end
         placement = settings.placement
         self.rebalancer = (rebalance.Rebalancer(spec, placement.rebalance_threshold)
@@ -88,7 +96,7 @@ class EpochLoop:
         is polled after each block; a switch due once it is ready (``_switch_due``) is
         made there, and the epoch goes on on the new plan, whose part alone its stats
         then time, as a resumed epoch's."""
-        building = self.standby is not None
+        building, self.confirming = self.standby is not None, None
         while True:
             try:
                 return self.trainer.train_epoch(
@@ -118,16 +126,33 @@ class EpochLoop:
     def _switch_due(self, epoch, steps_left):
         """Polled after each block of ``epoch`` that leaves ``steps_left`` of its steps
         while a standby is made ready: once it is (or failed), it is taken as after an
-        epoch (``_standby_done``; its line is said when the epoch pauses or ends) and
-        the rebalancer weighs the plans in play over the epochs left, the share of this
-        one left included. Returns whether a switch is due (to ``due``): the epoch then
-        pauses for it; else it goes on, and its end weighs again (and says so)."""
+        epoch (``_standby_done``; its line is said when the epoch pauses or ends). Once
+        ``CONFIRM_STEPS`` more have run, at the rate the rebalancer's speeds hold for
+        this plan (``Rebalancer.confirm``; else the machine changed, and the rebalancer
+        weighs nothing until an epoch is measured again), it weighs the plans in play
+        over the epochs left, the share of this one left included. Returns whether a
+        switch is due (to ``due``): the epoch then pauses for it; else it goes on, and
+        its end weighs again (and says so)."""
         standby = self.standby
-        if standby is None or not (standby.ready or standby.failed):
+        if self.confirming is None:
+            if standby is None or not (standby.ready or standby.failed):
+                return False
+            self.standby, failure = None, self._standby_done(standby)
+            self.unsaid.append(failure or "standby: the graph of %s is ready, within epoch %d"
+                               % (rebalance.describe_splits(standby.plan), epoch + 1))
+            self.confirming = (steps_left, clock())
             return False
-        self.standby, failure = None, self._standby_done(standby)
-        self.unsaid.append(failure or "standby: the graph of %s is ready, within epoch %d"
-                           % (rebalance.describe_splits(standby.plan), epoch + 1))
+        left, since = self.confirming
+        steps = left - steps_left
+        if steps < CONFIRM_STEPS:
+            return False
+        self.confirming = None
+        rate = steps * self.batch_size / max(clock() - since, 1e-9)
+        if not self.rebalancer.confirm(self.plan, rate):
+            self.unsaid.append("re-balancing: %.0f samples/s over the %d steps since, off "
+                               "the rate its speeds were measured at: the machine changed, "
+                               "its speeds are measured anew" % (rate, steps))
+            return False
         self.due = self.rebalancer.choose(
             self.plan, self.steps_per_epoch,
             self.epochs - epoch - 1 + steps_left / self.steps_per_epoch, self.kept)

@@ -198,6 +198,21 @@ class Rebalancer:
                            "switching" if pays else "staying"))
         return best if pays else None
 
+    def confirm(self, plan, rate):
+        """Whether ``rate`` (samples/s of ``plan`` over a few steps just run) is still the
+        rate of ``plan`` in the regime, within twice the threshold (a few steps are
+        noisier than an epoch): the speeds ``choose`` weighs with still hold. Else the
+        machine changed since the regime's epochs, and the regime ends: nothing is
+        weighed until an epoch is measured again. True when the regime has no rate of
+        ``plan`` to compare with."""
+        regime = self.regime
+        if regime is None or plan_key(plan) not in regime.rates:
+            return True
+        if abs(rate / regime.rates[plan_key(plan)][1] - 1) <= 2 * self.threshold:
+            return True
+        self.regime = None
+        return False
+
     def expect_reuse(self, seconds):
         """What a switch to a kept graph costs until one is measured: ``seconds`` (what
         restoring a checkpoint into a graph made ready took)."""

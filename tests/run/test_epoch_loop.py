@@ -102,6 +102,9 @@ class ScriptedRebalancer:
     def expect_reuse(self, seconds):
         self.reuse.append(seconds)
 
+    def confirm(self, plan, rate):   # the steps run since a standby got ready: as before
+        return True
+
 
 def _loop(tmp_path, trainers, history=(), look_yields=False, steps_per_epoch=4, **settings):
     record = run_folder.History(str(tmp_path / run_folder.HISTORY), history)
@@ -221,7 +224,7 @@ class PausingTrainer(StandInTrainer):
     "saves" it and raises ``Paused``; a restore goes on from the step saved last;
     ``carried``: what each epoch was given."""
 
-    STEPS = 8
+    STEPS = 12
     saved = 0
 
     def __init__(self, *args, **kwargs):
@@ -265,10 +268,11 @@ def _pausing_loop(tmp_path, monkeypatch, rebalancer):
 
 
 def test_a_standby_ready_within_an_epoch_is_switched_to_there(tmp_path, monkeypatch, capsys):
-    """C is waited for after epoch 1; its graph, made ready during epoch 2, is switched to
-    after that epoch's first step (the rebalancer weighing the epochs left with the
-    share of this one left), and the epoch goes on on C with the sums of the step
-    before: recorded once, its times not left out, the switch measured as a restore."""
+    """C is waited for after epoch 1; its graph, made ready during epoch 2 (seen after
+    that epoch's first step), is switched to once CONFIRM_STEPS more steps ran at the
+    regime's rate (the rebalancer weighing the epochs left with the share of this one
+    left), and the epoch goes on on C with the sums of the step before: recorded once,
+    its times not left out, the switch measured as a restore."""
     loop, log, trainers = _pausing_loop(tmp_path, monkeypatch, SwitchingWhenKeptRebalancer)
 
     assert loop.train(first_epoch=0).epoch == 3
@@ -279,10 +283,10 @@ def test_a_standby_ready_within_an_epoch_is_switched_to_there(tmp_path, monkeypa
         ("epoch", 0, "A"), ("epoch", 1, "A"), ("epoch", 2, "C"), ("epoch", 3, "C")]
     a, c = trainers.made["A"], trainers.made["C"]
     assert a.carried == [(0, None), (1, None), (2, None)]
-    assert c.carried == [(2, (0.5, 3.0)), (3, None)]   # the sums at step 17, its checkpoint
+    assert c.carried == [(2, (2.0, 12.0)), (3, None)]   # the sums at step 28, its checkpoint
     rebalancer = loop.rebalancer
-    # after epochs 0 and 1, within epoch 2 with 7 of its 8 steps left, after epoch 2
-    assert rebalancer.weighed == [3, 2, 1 + 7 / 8, 1]
+    # after epochs 0 and 1, within epoch 2 with 8 of its 12 steps left, after epoch 2
+    assert rebalancer.weighed == [3, 2, 1 + 8 / 12, 1]
     assert rebalancer.switches == ["build", None, "reuse", None]   # the first start builds
     assert rebalancer.disturbed == [False, False, False, False]
     assert [plan["name"] for plan in loop.record.plans] == ["A", "C"]
@@ -291,8 +295,41 @@ def test_a_standby_ready_within_an_epoch_is_switched_to_there(tmp_path, monkeypa
     assert ("standby: the graph of filters C is ready, within epoch 3\n"
             "re-balancing: C switching\n"
             "epoch 3/4  loss 1.0000  train acc 0.500  100 samples/s  1.0 s "
-            "(its last 7 of 8 steps)\n") in out
+            "(its last 8 of 12 steps)\n") in out
     assert loop.kept == {rebalance.plan_key(A): a} and loop.plan is C
+
+
+class MovedRateRebalancer(SwitchingWhenKeptRebalancer):
+    """As SwitchingWhenKeptRebalancer, but the steps run since a standby got ready ran
+    off the regime's rate (the machine changed since its epochs)."""
+
+    def confirm(self, plan, rate):
+        self.rates = getattr(self, "rates", []) + [rate]
+        return False
+
+
+def test_a_standby_ready_where_the_rate_moved_waits_for_the_epochs_end(tmp_path,
+                                                                        monkeypatch, capsys):
+    """C's graph is ready within epoch 2, but the CONFIRM_STEPS steps run since (timed on
+    the loop's clock: 1.5 s) ran off the regime's rate: no switch within the epoch, which
+    says so and runs on whole; its end weighs again, and switches."""
+    times = iter([10.0, 11.5])
+    monkeypatch.setattr(epoch_loop, "clock", lambda: next(times))
+    loop, log, trainers = _pausing_loop(tmp_path, monkeypatch, MovedRateRebalancer)
+
+    assert loop.train(first_epoch=0).epoch == 3
+    assert [entry for entry in log if entry[0] == "epoch"] == [
+        ("epoch", 0, "A"), ("epoch", 1, "A"), ("epoch", 2, "A"), ("epoch", 3, "C")]
+    assert trainers.made["A"].carried == [(0, None), (1, None), (2, None)]
+    assert loop.rebalancer.rates == [epoch_loop.CONFIRM_STEPS * 32 / 1.5]
+    assert loop.rebalancer.weighed == [3, 2, 1]   # not within epoch 2
+    out = capsys.readouterr().out
+    assert ("epoch 3/4  loss 1.0000  train acc 0.500  100 samples/s  1.0 s\n"
+            "standby: the graph of filters C is ready, within epoch 3\n"
+            "re-balancing: 64 samples/s over the 3 steps since, off the rate its speeds "
+            "were measured at: the machine changed, its speeds are measured anew\n"
+            "re-balancing: C switching\n") in out
+    assert loop.plan is C
 
 
 def test_a_standby_ready_within_an_epoch_whose_switch_does_not_pay_waits_for_its_end(

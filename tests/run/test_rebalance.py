@@ -80,6 +80,24 @@ def test_a_regime_averages_speeds_until_a_plan_runs_at_another_rate():
     assert rebalancer.regime.rates[rebalance.plan_key(even)][1] == pytest.approx(80.0)
 
 
+def test_a_few_steps_off_the_regimes_rate_end_it():
+    """Within twice the threshold the regime holds; off it, the regime ends and nothing
+    is weighed until an epoch is measured again."""
+    even, other = batch_plan([1, 1]), batch_plan([3, 1])
+    rebalancer = rebalance.Rebalancer(spec(), threshold=0.1)
+    assert rebalancer.confirm(even, 10.0)   # no regime: nothing to compare with
+    measured(rebalancer, even, [1.0, 3.0], 100.0)
+    assert rebalancer.confirm(even, 119.0) and rebalancer.confirm(even, 81.0)
+    assert rebalancer.confirm(other, 10.0)   # no rate of that plan in the regime
+    assert rebalancer.choose(even, 10, 5) is not None   # device 1 is slow: away from it
+    assert not rebalancer.confirm(even, 79.0)
+    assert rebalancer.regime is None and rebalancer.choose(even, 10, 5) is None
+    measured(rebalancer, even, [1.0, 1.0], 79.0)   # a new regime from the next epoch
+    assert rebalancer.regime.epochs == 1 and rebalancer.choose(even, 10, 5) is None
+    measured(rebalancer, even, [1.0, 1.0], 79.0)
+    assert not rebalancer.confirm(even, 121.0 * 79 / 100)
+
+
 def test_a_switch_costs_its_seconds_and_the_extra_start_of_the_epoch_after_it():
     even = batch_plan([1, 1])
     rebalancer = rebalance.Rebalancer(spec(), threshold=0.1)
