@@ -180,15 +180,23 @@ class Settings:
 
     def replace(self, **values):
         """These settings with ``values`` (flag names) set and given."""
-        unknown = sorted(set(values) - set(FLAG_FIELDS))
-        if unknown:
-            raise InvalidInput("%s: not a setting; allowed: hmp.train's flag names (%s)"
-                               % (", ".join(unknown), ", ".join(FLAG_FIELDS)))
+        return self._with(values, self.given | set(values))
+
+    def without(self, *names):
+        """These settings with flags ``names`` at their defaults and not given, as if left
+        off the command line (e.g. ``devices`` before a ``plan`` is given)."""
+        _known(names)
+        return self._with({name: DEFAULT.value(name) for name in names},
+                          self.given - set(names))
+
+    def _with(self, values, given):
+        """These settings with ``values`` (flag names) set, and ``given`` as given."""
+        _known(values)
         groups = {}
         for name, value in values.items():
             group, field = FLAG_FIELDS[name]
             groups.setdefault(group, {})[field] = value
-        return dataclasses.replace(self, given=self.given | set(values), **{
+        return dataclasses.replace(self, given=frozenset(given), **{
             group: dataclasses.replace(getattr(self, group), **fields)
             for group, fields in groups.items()})
 
@@ -393,6 +401,14 @@ class Settings:
 
 
 DEFAULT = Settings()
+
+
+def _known(names):
+    """InvalidInput unless every one of ``names`` is a flag of hmp.train."""
+    unknown = sorted(set(names) - set(FLAG_FIELDS))
+    if unknown:
+        raise InvalidInput("%s: not a setting; allowed: hmp.train's flag names (%s)"
+                           % (", ".join(unknown), ", ".join(FLAG_FIELDS)))
 
 
 def model_recipe(model):

@@ -180,6 +180,19 @@ def test_max_steps_leaves_the_whole_epochs_that_fit(epochs, max_steps):
         assert recipe.epochs_within(steps_per_epoch) == expected, steps_per_epoch
 
 
+def test_without_takes_settings_back_to_their_defaults_and_not_given():
+    """A base of settings made for devices given, then a plan: --devices left out, as the
+    command line would (a plan gives its devices)."""
+    base = Settings.of(devices="/cpu:0,/cpu:1", epochs=3, split="disjoint")
+    planned = base.without("devices", "split").replace(plan="p.json")
+    assert planned.given == {"epochs", "plan"}
+    assert (planned.placement.devices, planned.data.split) == (None, DEFAULT.data.split)
+    assert planned.flag_lines() == ["--plan=p.json", "--epochs=3"]   # FLAG_FIELDS order
+    planned.check(get_model)   # --devices beside --plan would be refused
+    with pytest.raises(InvalidInput, match="^epoch: not a setting"):
+        base.without("epoch")
+
+
 def test_a_setting_given_as_none_is_left_out_of_flags_txt():
     assert Settings.of(devices=None, epochs=3).flag_lines() == ["--epochs=3"]
 
