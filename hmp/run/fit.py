@@ -88,11 +88,26 @@ def fit(settings, get_model, argv=()):
     """
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)
+    settings.check(get_model)
+    model_dir, folders = _run_folders(settings, get_model)   # before any worker starts
     with _cluster(settings) as cluster:
         hint = LOCAL_RESUME_HINT if settings.placement.local_workers else RESUME_HINT
         with cluster.failures(hint) if cluster else contextlib.nullcontext():
-            settings.check(get_model)
-            return _seeds(settings, get_model, list(argv), cluster)
+            return _seeds(settings, get_model, list(argv), cluster, model_dir, folders)
+
+
+def _run_folders(settings, get_model):
+    """(the run's folder, each seed's), checked (``hmp.run.resume``: a used one needs
+    --resume or --overwrite; --resume goes on with the run's graph). On a cluster
+    absolute paths: task 0 writes the checkpoints, and no path relative to its folder."""
+    placement = settings.placement
+    model_dir = settings.model_dir
+    if placement.cluster is not None or placement.local_workers is not None:
+        model_dir = os.path.abspath(model_dir)
+    folders = seed_dirs(settings.folder, model_dir, settings.seeds)
+    if settings.folder.resume:
+        check_same_graph(model_dir, settings, get_model)
+    return model_dir, folders
 
 
 @contextlib.contextmanager
@@ -123,17 +138,12 @@ def _cluster(settings):
         yield cluster
 
 
-def _seeds(settings, get_model, argv, cluster):
+def _seeds(settings, get_model, argv, cluster, model_dir, folders):
     """Trains every seed of ``settings`` on ``cluster`` (or this machine: None), each in
-    its folder; returns the :class:`Fitted` run (several seeds: their summary)."""
+    its folder of ``folders`` (several: in ``model_dir``); returns the :class:`Fitted`
+    run (several seeds: their summary)."""
     hardware = Hardware.of(settings, cluster)
-    model_dir = settings.model_dir
-    if cluster:   # task 0 writes the checkpoints: no path relative to its folder
-        model_dir = os.path.abspath(model_dir)
     seeds = settings.seeds
-    folders = seed_dirs(settings.folder, model_dir, seeds)
-    if settings.folder.resume:
-        check_same_graph(model_dir, settings, get_model)
     with run_folder.Signals() as signals:
         shared = Shared(settings, get_model, argv, hardware, signals)
         for number, (seed, folder) in enumerate(zip(seeds, folders), 1):

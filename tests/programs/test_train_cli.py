@@ -110,7 +110,7 @@ def cli_runs(tmp_path_factory, small_scene):
                  train(*tiny, "--resume", "--epochs=2", "--train_fraction=0.3",
                        model_dir=folders["max_steps"]),
                  train(*tiny, "--resume", "--epochs=2", "--model=cnn3d",
-                       model_dir=folders["max_steps"]),
+                       "--local_workers=0:1", model_dir=folders["max_steps"]),
                  train(*tiny, "--resume", "--runs=2", model_dir=folders["max_steps"])],
         "too_large": [train("--width=1000000", model_dir=folders["too_large"] / "wide"),
                       train("--batch_size=10000000", model_dir=folders["too_large"] / "big")],
@@ -326,8 +326,8 @@ def test_a_models_default_pca_beyond_the_bands_says_how_to_change_it(cli_runs):
 def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
     """--overwrite deletes the old run only once the new run's input is good; --resume
     refuses other data and another model than the run's, before anything is written
-    (no event file either), and --runs, whose seeds' folders would go beside it. The run:
-    max_steps's, trained before these."""
+    (no event file either) and before any worker starts (--local_workers), and --runs,
+    whose seeds' folders would go beside it. The run: max_steps's, trained before these."""
     overwrite, resume, other_model, runs = cli_runs[0]["refused_on_max_steps"]
     trained, _ = cli_runs[0]["max_steps"]
     kept = cli_runs[1]["max_steps"]
@@ -339,7 +339,7 @@ def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
         "hmp.train: error: --resume: the run in %s was trained with train_fraction=0.5, not "
         "train_fraction=0.3; resume it with the same data flags, or start over with "
         "--overwrite" % kept)
-    assert other_model.returncode == 2
+    assert other_model.returncode == 2 and "local worker" not in other_model.stdout
     assert other_model.stderr == (
         "hmp.train: error: --model=cnn3d: the run in %s was trained with --model=cnn2d; "
         "resume it with that (--flagfile=%s gives all its flags), or start over with "
