@@ -339,12 +339,11 @@ def test_a_killed_local_worker_is_named_and_the_other_stopped(tmp_path, small_sc
         training = thread.submit(run_batch, "hmp.train", [{"args": [
             *BACKGROUND_RUN, *small_scene, "--model_dir=%s" % tmp_path]}], timeout=240)
         wait_for_file(tmp_path / "ckpt-3.index", training.done)
-        assert not training.done(), training.result()[0].stderr[-2000:]
         assert (tmp_path / "ckpt-3.index").exists(), "no step-3 checkpoint: the run never got going"
         pids = _workers_started_by(interpreter)
         assert sorted(pids) == [0, 1], "the run's workers not found: %s" % pids
         os.kill(pids[1], signal.SIGKILL)
-        run, = training.result(timeout=120)
+        run, = training.result()   # run_batch's own time-out ends a hang
     assert _worker_pids(run.stdout) == pids
     lines = [l for l in run.stderr.splitlines() if l.startswith("hmp.train: error:")]
     assert run.returncode == 1 and len(lines) == 1, run.stderr[-2000:]

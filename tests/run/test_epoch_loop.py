@@ -310,9 +310,10 @@ class MovedRateRebalancer(SwitchingWhenKeptRebalancer):
 
 def test_a_standby_ready_where_the_rate_moved_waits_for_the_epochs_end(tmp_path,
                                                                         monkeypatch, capsys):
-    """C's graph is ready within epoch 2, but the CONFIRM_STEPS steps run since (timed on
-    the loop's clock: 1.5 s) ran off the regime's rate: no switch within the epoch, which
-    says so and runs on whole; its end weighs again, and switches."""
+    """C's graph is ready within epoch 2, but the CONFIRM_STEPS steps run since ran off the
+    regime's rate (timed on a stand-in for the loop's clock, never the wall clock: 1.5
+    between its two readings): no switch within the epoch, which says so and runs on
+    whole; its end weighs again, and switches."""
     times = iter([10.0, 11.5])
     monkeypatch.setattr(epoch_loop, "clock", lambda: next(times))
     loop, log, trainers = _pausing_loop(tmp_path, monkeypatch, MovedRateRebalancer)
