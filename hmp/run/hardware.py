@@ -21,8 +21,9 @@ from hmp.run.settings import AUTO
 class Hardware:
     """The devices a fit trains on and how its sessions reach them.
 
-    ``speeds``: one number per device (``--speeds``), or None (measured, or the plan
-    given); ``given_plan``: the ``--plan`` file's :class:`hmp.planning.Plan`, or None;
+    ``devices``: ``--plan``'s when one is given, else ``--devices`` (or this machine's,
+    or the cluster's); ``speeds``: one number per device (``--speeds``), or None
+    (measured, or the plan given); ``given_plan``: the ``--plan`` file's :class:`hmp.planning.Plan`, or None;
     ``slowdown``: {device: factor} (``--simulate_slowdown``); ``cluster``: the
     workers (``hmp.cluster``), or None.
     """
@@ -42,30 +43,27 @@ class Hardware:
         With ``--deterministic``, makes TensorFlow's ops deterministic (before any graph
         runs)."""
         placement = settings.placement
-        devices = _devices(settings, cluster)
-        with settings.blame("memory_caps"):   # before any work
-            parse_memory_caps(placement.memory_caps, len(devices))
-        if placement.deterministic:   # before any graph runs
-            require_determinism()
         given_plan, speeds = None, None
         if placement.plan:
             with settings.blame("plan"):   # its model: once it is built
                 given_plan = planning.Plan.from_json(placement.plan)
-        else:
+        devices = list(given_plan.devices) if given_plan else _devices(settings, cluster)
+        with settings.blame("memory_caps"):   # before any work
+            parse_memory_caps(placement.memory_caps, len(devices))
+        if placement.deterministic:   # before any graph runs
+            require_determinism()
+        if given_plan is None:
             if placement.mesh != AUTO:   # before any profiling
                 with settings.blame("mesh", "devices"):
                     planning.check_mesh_size(planning.parse_mesh(placement.mesh),
                                              len(devices))
             speeds = _speeds(settings, devices)
-        with settings.blame("simulate_slowdown"):   # of the devices the run trains on
-            slowdown = _slowdown(placement.simulate_slowdown,
-                                 given_plan.devices if given_plan else devices)
+        with settings.blame("simulate_slowdown"):
+            slowdown = _slowdown(placement.simulate_slowdown, devices)
         if cluster:
             session_config, target = cluster.session_config(), cluster.target
-        else:   # the plan's devices, not (only) --devices' default
-            session_config = session_config_for(
-                devices + (given_plan.devices if given_plan else []))
-            target = ""
+        else:
+            session_config, target = session_config_for(devices), ""
         return cls(devices, speeds, given_plan, slowdown, cluster, session_config, target)
 
 

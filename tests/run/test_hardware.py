@@ -23,7 +23,7 @@ def fixture_plan_file(tmp_path):
 
 def test_a_plans_devices_are_the_ones_a_slowdown_names(plan_file):
     hardware = Hardware.of(Settings.of(plan=plan_file, simulate_slowdown="/cpu:1=3"), None)
-    assert hardware.given_plan.devices == ["/cpu:0", "/cpu:1"]
+    assert hardware.devices == hardware.given_plan.devices == ["/cpu:0", "/cpu:1"]
     assert hardware.slowdown == {"/cpu:1": 3.0}
 
 
