@@ -15,6 +15,7 @@ import time
 import numpy as np
 from scipy import ndimage
 
+from hmp import cli
 from hmp.errors import InvalidInput
 from hmp.evaluation import metrics, report
 
@@ -22,15 +23,13 @@ SVM_C_GRID = (1.0, 10.0, 100.0, 1000.0)
 COORDINATES_ONLY = "1nn-xy"   # the one baseline that reads no spectrum
 
 
-def window_sides(items):
-    """Window sides given as text (a list flag's items) as odd positive ints; InvalidInput
-    when one is not (or none is given)."""
-    try:
-        sides = [int(item) for item in items]
-    except ValueError:
-        sides = []
-    if not sides or any(side < 1 or side % 2 == 0 for side in sides):
-        raise InvalidInput("give odd positive window sides, e.g. 5,9")
+def window_sides(name="windows"):
+    """List flag ``name``'s window sides, odd whole numbers (``hmp.cli.whole_numbers``); a
+    UsageError naming the flag when one is not."""
+    sides = cli.whole_numbers(name)
+    if any(side % 2 == 0 for side in sides):
+        raise cli.UsageError("--%s=%s: give odd positive window sides, e.g. 5,9"
+                             % (name, ",".join(map(str, sides))))
     return sides
 
 

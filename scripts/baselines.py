@@ -92,8 +92,7 @@ def main(argv):
         raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
     with cli.blame("json"):
         files.check_file_can_be_written(FLAGS.json)
-    with cli.blame("windows"):
-        windows = window_sides(FLAGS.windows)
+    windows = window_sides()
     planned = _planned_runs()   # the input first: its errors whether or not scikit-learn is here
     sklearn_classifiers()
     runs = []

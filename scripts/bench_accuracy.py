@@ -76,8 +76,7 @@ def _grid():
                                     ", ".join(allowed), ", each with an optional :%s"
                                     % " or :".join(KINDS) if name == "layouts" else ""))
     seeds = cli.whole_numbers("seeds", minimum=0)
-    with cli.blame("windows"):
-        windows = window_sides(FLAGS.windows)
+    windows = window_sides()
     grid = [Run(model, layout, split, seed) for layout in FLAGS.layouts
             for split in FLAGS.splits for model in FLAGS.models for seed in seeds]
     return grid, windows
