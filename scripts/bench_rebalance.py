@@ -100,16 +100,16 @@ def summary(ended, switched, decisions, results):
     epochs = sorted(ended)
     last = epochs[-LAST:]
     # every epoch trains all its steps: one switched within records its last ones only
-    samples = len(last) * max(h["steps"] for h in history) * FLAGS.batch_size
+    epoch_samples = max(h["steps"] for h in history) * FLAGS.batch_size
     splits, plan = [], 0
     for epoch in epochs:
         splits.append(" ".join(str(v) for v in plans[plan]["splits"].values()))
         if epoch in switched:
             plan += 1
     since = [e for e in epochs if e > FLAGS.disturb_after]
-    return {"last_samples_per_s": samples / (ended[last[-1]] - ended[last[0] - 1]),
-            "disturbed_on_samples_per_s": (len(since) * max(h["steps"] for h in history)
-                                           * FLAGS.batch_size
+    return {"last_samples_per_s": (len(last) * epoch_samples
+                                   / (ended[last[-1]] - ended[last[0] - 1])),
+            "disturbed_on_samples_per_s": (len(since) * epoch_samples
                                            / (ended[since[-1]] - ended[FLAGS.disturb_after])),
             "last_hmp_samples_per_s": statistics.mean(history[e - 1]["samples_per_second"]
                                                       for e in last),
