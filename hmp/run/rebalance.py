@@ -110,10 +110,12 @@ class Rebalancer:
     waits until the slowdown has lost as much time as the switch costs (ski rental).
     ``waiting`` is the plan it stayed off for that cost alone (it would save the
     threshold an epoch): the run builds its graph meanwhile (``hmp.run.standby``), and
-    a switch to it then costs a kept graph's (``expect_reuse``); a plan it waited for
-    stays in play while its graph is kept, priced from the mean speeds as the fresh plan
-    is. An epoch during which the run built such a graph on the same devices is
-    ``disturbed``: its times are left out.
+    a switch to it then costs a kept graph's (``expect_reuse``). Every plan it has
+    measured or waited for stays in play while its graph is kept, priced from the mean
+    speeds as the fresh plan is when it has not run in the regime: after the machine
+    changed back, the plan it left is a restore away, where a fresh plan a little
+    faster would cost a new graph. An epoch during which the run built a graph on the
+    same devices is ``disturbed``: its times are left out.
     """
 
     def __init__(self, spec, threshold=DEFAULT_THRESHOLD):
@@ -123,7 +125,7 @@ class Rebalancer:
         self.startup = 0.0    # startup_seconds of the last epoch after no switch
         self.message = ""
         self.waiting = None   # the plan a new graph's cost alone kept from being chosen
-        self.waited = {}      # plan_key -> every plan it has waited for
+        self.known = {}       # plan_key -> every plan it has measured or waited for
 
     def measure(self, plan, stats, switch=None, disturbed=False):
         """Takes an epoch that ran on ``plan`` (``stats``: its ``EpochStats``; its busy
@@ -132,6 +134,7 @@ class Rebalancer:
         what the epoch's start took beyond that of an epoch after no switch. A
         ``disturbed`` epoch (the run built a graph meanwhile; it follows no switch) is
         left out."""
+        self.known[plan_key(plan)] = plan
         if disturbed:
             return
         startup = startup_seconds(stats, plan.batch_size)
@@ -174,8 +177,8 @@ class Rebalancer:
                                  in zip(other.prediction.load, regime.speeds)) / max(busy)
 
         fresh = replan(plan, self.spec, busy, self.threshold)
-        waited = [other for key, other in self.waited.items() if key in kept]
-        for other in ([fresh] if fresh is not None else []) + waited:
+        in_play = [other for key, other in self.known.items() if key in kept]
+        for other in ([fresh] if fresh is not None else []) + in_play:
             key = plan_key(other)
             if key not in candidates and key != plan_key(plan):
                 candidates[key] = (other, predicted(other))
@@ -189,7 +192,7 @@ class Rebalancer:
         saves = seconds <= (1 - self.threshold) * current
         pays = net > 0 and saves
         if saves and not pays and key not in kept:
-            self.waiting = self.waited[key] = best
+            self.waiting = self.known[key] = best
         self.message = ("re-balancing: %s predicted %.2f s an epoch against %.2f s on %s; "
                         "switch %.2f s (%s), saved over %.3g epoch%s: %s"
                         % (describe_splits(best), seconds, current, describe_splits(plan),

@@ -173,6 +173,31 @@ def test_a_plan_kept_off_by_its_graphs_cost_is_waited_for_then_switched_to_when_
     assert rebalancer.choose(even, 10, epochs_left=5) is None and rebalancer.waiting is None
 
 
+def test_once_the_machine_changes_back_the_plan_left_is_a_restore_away():
+    """After a switch away from a slowed device, the device is fast again: the plan left
+    (kept, measured in an earlier regime) is priced from the new regime's speeds and
+    switched back to at a kept graph's cost, where the fresh plan, a little faster on
+    paper, would cost a new graph and would only be waited for."""
+    even, skewed = batch_plan([1, 1]), batch_plan([3, 1])   # [32, 32], [48, 16]
+    rebalancer = rebalance.Rebalancer(spec(), threshold=0.1)
+    measured(rebalancer, even, [1.0, 3.0], 64.0)      # device 1 a third as fast
+    measured(rebalancer, skewed, [1.5, 1.5], 128.0)   # the switch paid
+    # 25% faster on the same plan: a new regime, device 1 at 0.52 against 0.5
+    measured(rebalancer, skewed, [1.5, 0.25 / 0.52], 160.0)
+    assert rebalancer.regime.epochs == 1
+    assert rebalancer.regime.speeds == pytest.approx([0.5, 0.52])
+    rebalancer.cost.update(build=5.0, reuse=0.5)
+    assert rebalancer.choose(skewed, 10, 5, kept={rebalance.plan_key(even)}) is even
+    assert rebalancer.waiting is None
+    assert rebalancer.message == (   # 10 x 64 / 160 = 4 s; 4 s x 1.0 / 1.5
+        "re-balancing: batch [32, 32] predicted 2.67 s an epoch against 4.00 s on "
+        "batch [48, 16]; switch 0.50 s (kept graph), saved over 1 epoch: switching")
+    # without its graph the plan left is not in play: the fresh one is waited for
+    assert rebalancer.choose(skewed, 10, 5) is None
+    assert rebalancer.waiting.splits == {"batch": [31, 33]}
+    assert rebalancer.message.endswith("switch 5.00 s (new graph), saved over 1 epoch: staying")
+
+
 def test_a_plan_that_ran_slower_is_undone_cheaply_and_noise_flips_nothing():
     even, skewed = batch_plan([1, 1]), batch_plan([3, 1])   # [32, 32], [48, 16]
     rebalancer = rebalance.Rebalancer(spec(), threshold=0.1)
