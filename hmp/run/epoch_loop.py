@@ -10,7 +10,8 @@ switch again within the epoch, once ``CONFIRM_STEPS`` steps run since have kept 
 its speeds were measured at (else the machine changed since the epochs they come from,
 and they are measured anew): a switch that then pays is made there, after the block of steps then running
 (``Trainer.train_epoch``'s ``pause``). Every switch goes on from the latest checkpoint:
-the same weights on another plan.
+the same weights on another plan. The epochs a graph was built in, and the part of one
+before such a switch, are measured as disturbed: what they lost is what the build cost.
 """
 
 import contextlib
@@ -106,7 +107,8 @@ class EpochLoop:
                                                         batch_size=self.batch_size),
                     pause=functools.partial(self._switch_due, epoch) if building else None,
                 ), building
-            except Paused as paused:
+            except Paused as paused:   # its part ran while the standby was built
+                self.rebalancer.measure(self.plan, paused.stats, disturbed=True)
                 self.unsaid.append(self.rebalancer.message)
                 self._say()
                 carried = self.record.carried(paused.step, self.batch_size)

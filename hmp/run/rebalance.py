@@ -114,14 +114,22 @@ class Rebalancer:
     measured or waited for stays in play while its graph is kept, priced from the mean
     speeds as the fresh plan is when it has not run in the regime: after the machine
     changed back, the plan it left is a restore away, where a fresh plan a little
-    faster would cost a new graph. An epoch during which the run built a graph on the
-    same devices is ``disturbed``: its times are left out.
+    faster would cost a new graph. An epoch (or the part of one before a switch within
+    it) during which the run built a graph is ``disturbed``: its speeds are left out, and
+    the time it took beyond its plan's rate in the regime is what the graph's build took
+    from training (``cost["standby"]``, once the first epoch after it is measured;
+    nothing until one is: free, as it is where the client does not share the devices'
+    cores). A plan is waited for only when its saving over the epochs after the next
+    pays that back.
     """
 
     def __init__(self, spec, threshold=DEFAULT_THRESHOLD):
         self.spec, self.threshold = spec, threshold
         self.regime = None
-        self.cost = {}        # "build" (a new graph), "reuse" (a kept one): seconds
+        # "build" (a new graph), "reuse" (a kept one), "standby" (training time a graph
+        # built meanwhile took): seconds
+        self.cost = {}
+        self.standby_lost = None   # the disturbed time so far of a build under way
         self.startup = 0.0    # startup_seconds of the last epoch after no switch
         self.message = ""
         self.waiting = None   # the plan a new graph's cost alone kept from being chosen
@@ -133,10 +141,14 @@ class Rebalancer:
         ``switch`` before it: None, or (kind, seconds), whose cost is those seconds and
         what the epoch's start took beyond that of an epoch after no switch. A
         ``disturbed`` epoch (the run built a graph meanwhile; it follows no switch) is
-        left out."""
+        left out but for the time it lost, which the next epoch not disturbed makes the
+        cost of a standby."""
         self.known[plan_key(plan)] = plan
         if disturbed:
+            self._add_standby_loss(plan, stats)
             return
+        if self.standby_lost is not None:
+            self.cost["standby"], self.standby_lost = self.standby_lost, None
         startup = startup_seconds(stats, plan.batch_size)
         if switch is None:
             self.startup = startup
@@ -191,14 +203,22 @@ class Rebalancer:
             key=lambda row: (row[0], -row[1]))
         saves = seconds <= (1 - self.threshold) * current
         pays = net > 0 and saves
+        standby = ""
         if saves and not pays and key not in kept:
-            self.waiting = self.known[key] = best
+            # made ready during the next epoch, it saves over the epochs after it
+            later = (current - seconds) * (epochs_left - 1)
+            if later > self.cost.get("standby", 0.0):
+                self.waiting = self.known[key] = best
+            else:
+                standby = ("; its graph built meanwhile would save %.2f s after the next "
+                           "epoch, against %.2f s a build took from training: not built"
+                           % (max(0.0, later), self.cost.get("standby", 0.0)))
         self.message = ("re-balancing: %s predicted %.2f s an epoch against %.2f s on %s; "
-                        "switch %.2f s (%s), saved over %.3g epoch%s: %s"
+                        "switch %.2f s (%s), saved over %.3g epoch%s: %s%s"
                         % (describe_splits(best), seconds, current, describe_splits(plan),
                            self._cost(key, kept), "kept graph" if key in kept else "new graph",
                            epochs, "" if epochs == 1 else "s",
-                           "switching" if pays else "staying"))
+                           "switching" if pays else "staying", standby))
         return best if pays else None
 
     def confirm(self, plan, rate):
@@ -220,6 +240,16 @@ class Rebalancer:
         """What a switch to a kept graph costs until one is measured: ``seconds`` (what
         restoring a checkpoint into a graph made ready took)."""
         self.cost.setdefault("reuse", seconds)
+
+    def _add_standby_loss(self, plan, stats):
+        """Adds to ``standby_lost`` what ``stats`` (a disturbed epoch or part of one) took
+        beyond its steps at ``plan``'s rate in the regime and an epoch's usual start;
+        nothing when the regime has no rate of ``plan``."""
+        regime, key = self.regime, plan_key(plan)
+        if regime is None or key not in regime.rates or not stats.steps:
+            return
+        expected = stats.steps * plan.batch_size / regime.rates[key][1] + self.startup
+        self.standby_lost = (self.standby_lost or 0.0) + max(0.0, stats.seconds - expected)
 
     def _cost(self, key, kept):
         """A switch to the plan of ``key``: its kept graph's, or a new one's (a kept

@@ -77,11 +77,12 @@ class Stopped(Exception):
 class Paused(Exception):
     """Training paused within epoch ``epoch`` (0-based) because ``pause()`` asked for it,
     with a checkpoint of global step ``step`` saved: another trainer goes on from it
-    (a plan made ready during the epoch, ``hmp.run.epoch_loop``)."""
+    (a plan made ready during the epoch, ``hmp.run.epoch_loop``). ``stats``: the
+    :class:`EpochStats` of the steps this trainer ran of the epoch."""
 
-    def __init__(self, epoch, step):
+    def __init__(self, epoch, step, stats):
         super().__init__("paused at epoch %d step %d" % (epoch + 1, step))
-        self.epoch, self.step = epoch, step
+        self.epoch, self.step, self.stats = epoch, step, stats
 
 
 @dataclasses.dataclass
@@ -383,7 +384,7 @@ class Trainer:
                 self.save(step)
             if pausing:
                 self.progress(None)
-                raise Paused(epoch, int(step))
+                raise Paused(epoch, int(step), stats_now())
             if stopping:
                 self.progress(None)
                 if last and before_save is not None:

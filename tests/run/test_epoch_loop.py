@@ -87,13 +87,14 @@ class ScriptedRebalancer:
 
     def __init__(self, spec, threshold):
         self.switches, self.message, self.waiting, self.reuse = [], "", None, []
-        self.disturbed = []
+        self.disturbed, self.steps = [], []
         self.epoch = -1
 
     def measure(self, plan, stats, switch=None, disturbed=False):
         self.epoch = stats.epoch
         self.switches.append(switch and switch[0])
         self.disturbed.append(disturbed)
+        self.steps.append(stats.steps)
 
     def choose(self, plan, steps, epochs_left, kept=()):
         self.waiting = self.WAITING.get(self.epoch)
@@ -240,7 +241,8 @@ class PausingTrainer(StandInTrainer):
                 self.step = self.STEPS * epoch + done
                 before_checkpoint(self.step, 0.5 * done, 3.0 * done)
                 PausingTrainer.saved = self.step
-                raise epoch_loop.Paused(epoch, self.step)
+                raise epoch_loop.Paused(epoch, self.step,
+                                        EpochStats(epoch, 1.0, 0.5, 100.0, 1.0, steps=done - first))
         self.step = PausingTrainer.saved = self.STEPS * (epoch + 1)
         stats = super().train_epoch(epoch, epochs, before_save, look_strength)
         stats.steps = self.STEPS - first
@@ -287,8 +289,11 @@ def test_a_standby_ready_within_an_epoch_is_switched_to_there(tmp_path, monkeypa
     rebalancer = loop.rebalancer
     # after epochs 0 and 1, within epoch 2 with 8 of its 12 steps left, after epoch 2
     assert rebalancer.weighed == [3, 2, 1 + 8 / 12, 1]
-    assert rebalancer.switches == ["build", None, "reuse", None]   # the first start builds
-    assert rebalancer.disturbed == [False, False, False, False]
+    # the first start builds; the part of epoch 2 before the pause (4 steps) ran while
+    # C's graph was built: measured disturbed, as the standby's cost
+    assert rebalancer.switches == ["build", None, None, "reuse", None]
+    assert rebalancer.disturbed == [False, False, True, False, False]
+    assert rebalancer.steps == [12, 12, 4, 8, 12]
     assert [plan["name"] for plan in loop.record.plans] == ["A", "C"]
     assert len(run_folder.read_json(str(tmp_path / run_folder.HISTORY))["history"]) == 4
     out = capsys.readouterr().out

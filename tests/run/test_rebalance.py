@@ -173,6 +173,37 @@ def test_a_plan_kept_off_by_its_graphs_cost_is_waited_for_then_switched_to_when_
     assert rebalancer.choose(even, 10, epochs_left=5) is None and rebalancer.waiting is None
 
 
+def test_a_standby_costs_what_its_epochs_lost_and_must_pay_that_back():
+    """The time the disturbed epochs (and the part of one before a pause) took beyond
+    their steps at the regime's rate and an epoch's usual start is the standby's cost,
+    known once an epoch after it is measured; a plan is waited for only when its saving
+    over the epochs after the next exceeds it (free until measured)."""
+    even = batch_plan([1, 1])
+    rebalancer = rebalance.Rebalancer(spec(), threshold=0.1)
+    # 10 s an epoch at 64 samples/s, its first two steps 0.5 s beyond: [48, 16] takes 5 s
+    rebalancer.measure(even, epoch([1.0, 3.0], seconds=10.0, startup=0.5))
+    rebalancer.cost["build"] = 20.0
+    assert rebalancer.choose(even, 10, epochs_left=2) is None
+    assert rebalancer.waiting.splits == {"batch": [48, 16]}   # 5 s after the next: free
+    rebalancer.measure(even, epoch([4.0, 4.0], seconds=16.0, startup=0.5), disturbed=True)
+    part = EpochStats(1, 1.0, 0.5, 0.0, 0.5 + 4.5, [2.0, 2.0], steps=4)   # 4 steps: 4 s
+    rebalancer.measure(even, part, disturbed=True)
+    assert rebalancer.regime.epochs == 1 and "standby" not in rebalancer.cost
+    assert rebalancer.standby_lost == pytest.approx(6.0 + 0.5)
+    rebalancer.measure(even, epoch([1.0, 3.0], seconds=10.0, startup=0.5))
+    assert rebalancer.cost["standby"] == pytest.approx(6.5) and rebalancer.standby_lost is None
+    assert rebalancer.choose(even, 10, epochs_left=2) is None and rebalancer.waiting is None
+    assert rebalancer.message.endswith(
+        "switch 20.00 s (new graph), saved over 2 epochs: staying; its graph built meanwhile "
+        "would save 5.00 s after the next epoch, against 6.50 s a build took from training: "
+        "not built")
+    assert rebalancer.choose(even, 10, epochs_left=3) is None
+    assert rebalancer.waiting.splits == {"batch": [48, 16]}   # 10 s after the next
+    # a disturbed epoch of a plan without a rate in the regime prices nothing
+    rebalancer.measure(batch_plan([3, 1]), epoch([4.0, 4.0], seconds=30.0), disturbed=True)
+    assert rebalancer.standby_lost is None
+
+
 def test_once_the_machine_changes_back_the_plan_left_is_a_restore_away():
     """After a switch away from a slowed device, the device is fast again: the plan left
     (kept, measured in an earlier regime) is priced from the new regime's speeds and
