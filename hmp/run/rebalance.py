@@ -209,10 +209,10 @@ class Rebalancer:
             later = (current - seconds) * (epochs_left - 1)
             if later > self.cost.get("standby", 0.0):
                 self.waiting = self.known[key] = best
-            else:
+            elif later > 0:   # (no epoch after the next: nothing to weigh)
                 standby = ("; its graph built meanwhile would save %.2f s after the next "
                            "epoch, against %.2f s a build took from training: not built"
-                           % (max(0.0, later), self.cost.get("standby", 0.0)))
+                           % (later, self.cost["standby"]))
         self.message = ("re-balancing: %s predicted %.2f s an epoch against %.2f s on %s; "
                         "switch %.2f s (%s), saved over %.3g epoch%s: %s%s"
                         % (describe_splits(best), seconds, current, describe_splits(plan),

@@ -131,6 +131,7 @@ def test_a_new_plan_is_chosen_only_when_it_pays_back_its_switch():
     assert rebalancer.choose(even, 10, epochs_left=5) is None
     measured(rebalancer, even, [1.0, 3.0], 64.0)
     assert rebalancer.choose(even, 10, epochs_left=1) is None
+    assert rebalancer.waiting is None and rebalancer.message.endswith("staying")   # last epoch
     assert rebalancer.choose(even, 10, epochs_left=5).splits == {"batch": [48, 16]}
 
 
