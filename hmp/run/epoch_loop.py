@@ -92,10 +92,11 @@ class EpochLoop:
 
     def _train_epoch(self, epoch, carried):
         """(the ``EpochStats`` of ``epoch``, whether a graph was made ready on the devices
-        while it trained: its times are left out). ``carried``: the sums of its steps
-        before the checkpoint it goes on from. While a standby is made ready the epoch
-        is polled after each block; a switch due once it is ready (``_switch_due``) is
-        made there, and the epoch goes on on the new plan, whose part alone its stats
+        while it trained: its speeds are left out, what it lost is the build's cost).
+        ``carried``: the sums of its steps before the checkpoint it goes on from. While a
+        standby is made ready the epoch is polled after each block; a switch due once it
+        is ready (``_switch_due``) is made there (the part before it measured as
+        disturbed), and the epoch goes on on the new plan, whose part alone its stats
         then time, as a resumed epoch's."""
         building, self.confirming = self.standby is not None, None
         while True:
@@ -189,9 +190,9 @@ class EpochLoop:
 
     def _between_epochs(self, epoch, stats, disturbed):
         """After ``epoch`` (``stats``): the rebalancer measures it (``disturbed``: a
-        standby was made ready during it, so its times are left out), a finished
-        standby is taken, and the plan switches when it changes; a plan the rebalancer
-        waits for gets a standby."""
+        standby was made ready during it: its speeds are left out, what it lost is the
+        build's cost), a finished standby is taken, and the plan switches when it
+        changes; a plan the rebalancer waits for gets a standby."""
         rebalancer = self.rebalancer
         if rebalancer is not None:
             rebalancer.measure(self.plan, stats, self.switched, disturbed)
@@ -207,6 +208,7 @@ class EpochLoop:
                 and key not in self.kept and key not in self.unready):
             print("standby: building the graph of %s while training goes on"
                   % rebalance.describe_splits(waiting), flush=True)
+            rebalancer.standby_started()
             self.standby = Standby(waiting, self.trainers.build,
                                    lambda: tf.train.latest_checkpoint(self.model_dir),
                                    functools.partial(Trainer.warm_up,

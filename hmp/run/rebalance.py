@@ -110,17 +110,23 @@ class Rebalancer:
     waits until the slowdown has lost as much time as the switch costs (ski rental).
     ``waiting`` is the plan it stayed off for that cost alone (it would save the
     threshold an epoch): the run builds its graph meanwhile (``hmp.run.standby``), and
-    a switch to it then costs a kept graph's (``expect_reuse``). Every plan it has
-    measured or waited for stays in play while its graph is kept, priced from the mean
-    speeds as the fresh plan is when it has not run in the regime: after the machine
-    changed back, the plan it left is a restore away, where a fresh plan a little
-    faster would cost a new graph. An epoch (or the part of one before a switch within
-    it) during which the run built a graph is ``disturbed``: its speeds are left out, and
-    the time it took beyond its plan's rate in the regime is what the graph's build took
-    from training (``cost["standby"]``, once the first epoch after it is measured;
-    nothing until one is: free, as it is where the client does not share the devices'
-    cores). A plan is waited for only when its saving over the epochs after the next
-    pays that back.
+    a switch to it then costs a kept graph's (``expect_reuse``). Every plan on the
+    regime's devices and the current mesh whose graph is kept stays in play, priced from
+    the mean speeds as the fresh plan is when it has not run in the regime: after the
+    machine changed back, the plan it left is a restore away, where a fresh plan a
+    little faster would cost a new graph.
+
+    A standby's cost. An epoch (or the part of one before a switch within it) during
+    which the run built a graph is ``disturbed``: its speeds are left out, and the time
+    its steady steps took beyond its plan's rate in the regime is what the build took
+    from training. The sum over the build's epochs (``standby_started`` begins it)
+    becomes ``cost["standby"]`` once the next epoch not disturbed shows the regime
+    went on; a regime that ends meanwhile (the machine changed) leaves it unpriced. Until
+    one is priced a standby is free, as it is where the client has cores of its own. A
+    plan is waited for only when its saving over the epochs after the next (the one its
+    graph is built in) pays back that cost and the switch's restore: all the epochs
+    left, not the regime's (ski rental weighs buying a switch; a standby is the cheap
+    hedge that makes one cheap).
     """
 
     def __init__(self, spec, threshold=DEFAULT_THRESHOLD):
@@ -129,26 +135,26 @@ class Rebalancer:
         # "build" (a new graph), "reuse" (a kept one), "standby" (training time a graph
         # built meanwhile took): seconds
         self.cost = {}
-        self.standby_lost = None   # the disturbed time so far of a build under way
+        self.standby_lost = None   # the time the build under way took so far (None: none priced)
         self.startup = 0.0    # startup_seconds of the last epoch after no switch
         self.message = ""
         self.waiting = None   # the plan a new graph's cost alone kept from being chosen
-        self.known = {}       # plan_key -> every plan it has measured or waited for
+        # plan_key -> plan, of every plan measured or waited for: the plans of the keys
+        # that ``choose``'s ``kept`` names
+        self.plans = {}
 
     def measure(self, plan, stats, switch=None, disturbed=False):
         """Takes an epoch that ran on ``plan`` (``stats``: its ``EpochStats``; its busy
         times and samples/s: nothing from an epoch too short to trace a step) and the
         ``switch`` before it: None, or (kind, seconds), whose cost is those seconds and
         what the epoch's start took beyond that of an epoch after no switch. A
-        ``disturbed`` epoch (the run built a graph meanwhile; it follows no switch) is
-        left out but for the time it lost, which the next epoch not disturbed makes the
-        cost of a standby."""
-        self.known[plan_key(plan)] = plan
+        ``disturbed`` epoch (the run built a graph meanwhile) is left out, its switch
+        unmeasured, but for the time it lost: a standby's cost (class docstring)."""
+        self.plans[plan_key(plan)] = plan
         if disturbed:
             self._add_standby_loss(plan, stats)
             return
-        if self.standby_lost is not None:
-            self.cost["standby"], self.standby_lost = self.standby_lost, None
+        lost, self.standby_lost = self.standby_lost, None
         startup = startup_seconds(stats, plan.batch_size)
         if switch is None:
             self.startup = startup
@@ -164,8 +170,10 @@ class Rebalancer:
                 or (key in regime.rates
                     and abs(rate / regime.rates[key][1] - 1) > self.threshold)):
             self.regime = regime = Regime(tuple(plan.devices), speeds)
-        else:
+        else:   # the regime went on: a build's loss in it was the build's
             regime.add(speeds)
+            if lost is not None:
+                self.cost["standby"] = lost
         regime.rates[key] = (plan, rate)
 
     def choose(self, plan, steps, epochs_left, kept=()):
@@ -189,7 +197,9 @@ class Rebalancer:
                                  in zip(other.prediction.load, regime.speeds)) / max(busy)
 
         fresh = replan(plan, self.spec, busy, self.threshold)
-        in_play = [other for key, other in self.known.items() if key in kept]
+        in_play = [other for key, other in self.plans.items()
+                   if key in kept and tuple(other.devices) == regime.devices
+                   and other.mesh == plan.mesh]
         for other in ([fresh] if fresh is not None else []) + in_play:
             key = plan_key(other)
             if key not in candidates and key != plan_key(plan):
@@ -207,12 +217,13 @@ class Rebalancer:
         if saves and not pays and key not in kept:
             # made ready during the next epoch, it saves over the epochs after it
             later = (current - seconds) * (epochs_left - 1)
-            if later > self.cost.get("standby", 0.0):
-                self.waiting = self.known[key] = best
+            price = self.cost.get("standby", 0.0) + self.cost.get("reuse", 0.0)
+            if later > price:
+                self.waiting = self.plans[key] = best
             elif later > 0:   # (no epoch after the next: nothing to weigh)
                 standby = ("; its graph built meanwhile would save %.2f s after the next "
-                           "epoch, against %.2f s a build took from training: not built"
-                           % (later, self.cost["standby"]))
+                           "epoch, against %.2f s (what a build took from training, and "
+                           "a restore): not built" % (later, price))
         self.message = ("re-balancing: %s predicted %.2f s an epoch against %.2f s on %s; "
                         "switch %.2f s (%s), saved over %.3g epoch%s: %s%s"
                         % (describe_splits(best), seconds, current, describe_splits(plan),
@@ -233,8 +244,13 @@ class Rebalancer:
             return True
         if abs(rate / regime.rates[plan_key(plan)][1] - 1) <= 2 * self.threshold:
             return True
-        self.regime = None
+        self.regime, self.standby_lost = None, None   # a build's loss is not the build's
         return False
+
+    def standby_started(self):
+        """A graph is being built while training goes on: the time lost from here on is
+        its cost."""
+        self.standby_lost = 0.0
 
     def expect_reuse(self, seconds):
         """What a switch to a kept graph costs until one is measured: ``seconds`` (what
@@ -242,14 +258,20 @@ class Rebalancer:
         self.cost.setdefault("reuse", seconds)
 
     def _add_standby_loss(self, plan, stats):
-        """Adds to ``standby_lost`` what ``stats`` (a disturbed epoch or part of one) took
-        beyond its steps at ``plan``'s rate in the regime and an epoch's usual start;
-        nothing when the regime has no rate of ``plan``."""
-        regime, key = self.regime, plan_key(plan)
-        if regime is None or key not in regime.rates or not stats.steps:
+        """Adds to ``standby_lost`` the time ``stats`` (a disturbed epoch or part of one)
+        took beyond its steps at ``plan``'s rate in the regime, both steady rates (a
+        start's first steps and the traced ones left out, as after any switch); the
+        build is left unpriced when there is no such rate (no regime, another plan's,
+        too few steps)."""
+        if self.standby_lost is None:
             return
-        expected = stats.steps * plan.batch_size / regime.rates[key][1] + self.startup
-        self.standby_lost = (self.standby_lost or 0.0) + max(0.0, stats.seconds - expected)
+        regime, key = self.regime, plan_key(plan)
+        if regime is None or key not in regime.rates or not stats.steady_samples_per_second:
+            self.standby_lost = None
+            return
+        samples = stats.steps * plan.batch_size
+        self.standby_lost += max(0.0, samples / stats.steady_samples_per_second
+                                 - samples / regime.rates[key][1])
 
     def _cost(self, key, kept):
         """A switch to the plan of ``key``: its kept graph's, or a new one's (a kept

@@ -78,7 +78,8 @@ class Paused(Exception):
     """Training paused within epoch ``epoch`` (0-based) because ``pause()`` asked for it,
     with a checkpoint of global step ``step`` saved: another trainer goes on from it
     (a plan made ready during the epoch, ``hmp.run.epoch_loop``). ``stats``: the
-    :class:`EpochStats` of the steps this trainer ran of the epoch."""
+    :class:`EpochStats` of the steps this trainer ran of the epoch (``steps``: how many;
+    its time up to the pause's checkpoint; no validation accuracy)."""
 
     def __init__(self, epoch, step, stats):
         super().__init__("paused at epoch %d step %d" % (epoch + 1, step))
@@ -94,6 +95,7 @@ class EpochStats:
     seconds: float
     busy_seconds: list = None   # per device: the median of the epoch's traced steps
     # steps run: the epoch's last ones only, after a resume or a switch within it
+    # (``Paused.stats``: the first ones, before the pause)
     steps: int = None
     val_accuracy: float = None  # overall accuracy on the validation pixels, if any
     # samples/s after the first two steps (one-off graph optimisation, the first traced
@@ -378,13 +380,14 @@ class Trainer:
                 read = self._read_metrics(step, epoch)   # before any save
                 loss_sum, correct = read[0] + carried[0], read[1] + carried[1]
                 counted = earlier + steps
+            part = stats_now() if pausing else None   # the steps, not the pause's save
             if (checkpoint or stopping or pausing) and not last and before_checkpoint is not None:
                 before_checkpoint(int(step), loss_sum, correct)
             if checkpoint or pausing:
                 self.save(step)
             if pausing:
                 self.progress(None)
-                raise Paused(epoch, int(step), stats_now())
+                raise Paused(epoch, int(step), part)
             if stopping:
                 self.progress(None)
                 if last and before_save is not None:

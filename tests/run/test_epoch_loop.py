@@ -87,7 +87,7 @@ class ScriptedRebalancer:
 
     def __init__(self, spec, threshold):
         self.switches, self.message, self.waiting, self.reuse = [], "", None, []
-        self.disturbed, self.steps = [], []
+        self.disturbed, self.steps, self.plans, self.started = [], [], [], []
         self.epoch = -1
 
     def measure(self, plan, stats, switch=None, disturbed=False):
@@ -95,6 +95,7 @@ class ScriptedRebalancer:
         self.switches.append(switch and switch[0])
         self.disturbed.append(disturbed)
         self.steps.append(stats.steps)
+        self.plans.append(plan.name)
 
     def choose(self, plan, steps, epochs_left, kept=()):
         self.waiting = self.WAITING.get(self.epoch)
@@ -102,6 +103,9 @@ class ScriptedRebalancer:
 
     def expect_reuse(self, seconds):
         self.reuse.append(seconds)
+
+    def standby_started(self):   # after the epoch it was last told of
+        self.started.append(self.epoch)
 
     def confirm(self, plan, rate):   # the steps run since a standby got ready: as before
         return True
@@ -194,6 +198,7 @@ def test_a_failed_standby_is_said_once_and_not_built_again(tmp_path, monkeypatch
     # only the epoch its graph was being made ready in is left out of the speeds; after
     # the last epoch no standby starts for the plan waited for
     assert loop.rebalancer.disturbed == [False, False, True, False, False]
+    assert loop.rebalancer.started == [1]   # once, as said
     out = capsys.readouterr().out
     assert out.count("standby: building the graph of filters C") == 1
     assert ("standby: the graph of filters C could not be made ready (MemoryError); a "
@@ -294,6 +299,8 @@ def test_a_standby_ready_within_an_epoch_is_switched_to_there(tmp_path, monkeypa
     assert rebalancer.switches == ["build", None, None, "reuse", None]
     assert rebalancer.disturbed == [False, False, True, False, False]
     assert rebalancer.steps == [12, 12, 4, 8, 12]
+    assert rebalancer.plans == ["A", "A", "A", "C", "C"]   # the part before the pause: A's
+    assert rebalancer.started == [1]   # the build's cost counted from after epoch 1
     assert [plan["name"] for plan in loop.record.plans] == ["A", "C"]
     assert len(run_folder.read_json(str(tmp_path / run_folder.HISTORY))["history"]) == 4
     out = capsys.readouterr().out

@@ -174,35 +174,90 @@ def test_a_plan_kept_off_by_its_graphs_cost_is_waited_for_then_switched_to_when_
     assert rebalancer.choose(even, 10, epochs_left=5) is None and rebalancer.waiting is None
 
 
+def steady(steps, seconds):
+    """The EpochStats of a disturbed part of ``steps`` steps of 64 samples, steady over
+    ``seconds`` (its start left out: 3 s beyond)."""
+    return EpochStats(1, 1.0, 0.5, 0.0, seconds + 3.0, [4.0, 4.0], steps=steps,
+                      steady_samples_per_second=steps * 64 / seconds)
+
+
 def test_a_standby_costs_what_its_epochs_lost_and_must_pay_that_back():
-    """The time the disturbed epochs (and the part of one before a pause) took beyond
-    their steps at the regime's rate and an epoch's usual start is the standby's cost,
-    known once an epoch after it is measured; a plan is waited for only when its saving
-    over the epochs after the next exceeds it (free until measured)."""
+    """The time the steady steps of the epochs a graph was built in (and of the part of
+    one before a pause) took beyond their rate in the regime is the standby's cost, once
+    the next epoch shows the regime went on; a plan is waited for only when its saving
+    over the epochs after the next pays that and a restore (a standby is free until
+    priced)."""
     even = batch_plan([1, 1])
     rebalancer = rebalance.Rebalancer(spec(), threshold=0.1)
-    # 10 s an epoch at 64 samples/s, its first two steps 0.5 s beyond: [48, 16] takes 5 s
-    rebalancer.measure(even, epoch([1.0, 3.0], seconds=10.0, startup=0.5))
+    measured(rebalancer, even, [1.0, 3.0], 64.0)   # 10 s an epoch: [48, 16] takes 5 s
     rebalancer.cost["build"] = 20.0
     assert rebalancer.choose(even, 10, epochs_left=2) is None
     assert rebalancer.waiting.splits == {"batch": [48, 16]}   # 5 s after the next: free
-    rebalancer.measure(even, epoch([4.0, 4.0], seconds=16.0, startup=0.5), disturbed=True)
-    part = EpochStats(1, 1.0, 0.5, 0.0, 0.5 + 4.5, [2.0, 2.0], steps=4)   # 4 steps: 4 s
-    rebalancer.measure(even, part, disturbed=True)
+    rebalancer.standby_started()
+    rebalancer.measure(even, steady(10, 16.0), disturbed=True)   # 6 s lost
+    rebalancer.measure(even, steady(4, 4.5), disturbed=True)     # 0.5 s lost
     assert rebalancer.regime.epochs == 1 and "standby" not in rebalancer.cost
-    assert rebalancer.standby_lost == pytest.approx(6.0 + 0.5)
-    rebalancer.measure(even, epoch([1.0, 3.0], seconds=10.0, startup=0.5))
+    assert rebalancer.standby_lost == pytest.approx(6.5)
+    measured(rebalancer, even, [1.0, 3.0], 64.0)   # the regime went on
+    assert rebalancer.regime.epochs == 2
     assert rebalancer.cost["standby"] == pytest.approx(6.5) and rebalancer.standby_lost is None
+    rebalancer.expect_reuse(1.0)
     assert rebalancer.choose(even, 10, epochs_left=2) is None and rebalancer.waiting is None
     assert rebalancer.message.endswith(
         "switch 20.00 s (new graph), saved over 2 epochs: staying; its graph built meanwhile "
-        "would save 5.00 s after the next epoch, against 6.50 s a build took from training: "
-        "not built")
+        "would save 5.00 s after the next epoch, against 7.50 s (what a build took from "
+        "training, and a restore): not built")
     assert rebalancer.choose(even, 10, epochs_left=3) is None
     assert rebalancer.waiting.splits == {"batch": [48, 16]}   # 10 s after the next
-    # a disturbed epoch of a plan without a rate in the regime prices nothing
-    rebalancer.measure(batch_plan([3, 1]), epoch([4.0, 4.0], seconds=30.0), disturbed=True)
+
+
+def test_a_build_whose_regime_ends_is_not_priced():
+    """A build's loss stays unpriced when the machine changed meanwhile: the next epoch
+    starts a new regime, ``confirm`` ends it, or a part has no rate to compare with."""
+    even = batch_plan([1, 1])
+    rebalancer = rebalance.Rebalancer(spec(), threshold=0.1)
+    measured(rebalancer, even, [1.0, 3.0], 64.0)
+    rebalancer.standby_started()
+    rebalancer.measure(even, steady(10, 16.0), disturbed=True)
+    measured(rebalancer, even, [1.0, 3.0], 80.0)   # 25% faster: a new regime
+    assert rebalancer.regime.epochs == 1
+    assert "standby" not in rebalancer.cost and rebalancer.standby_lost is None
+    rebalancer.standby_started()
+    rebalancer.measure(even, steady(10, 16.0), disturbed=True)
+    assert not rebalancer.confirm(even, 40.0)   # the regime ends within the epoch
     assert rebalancer.standby_lost is None
+    rebalancer.measure(even, steady(10, 16.0), disturbed=True)   # no regime: nothing
+    assert rebalancer.standby_lost is None
+    measured(rebalancer, even, [1.0, 3.0], 80.0)
+    for unpriced in (batch_plan([3, 1]), even):   # another plan's rate; too few steps
+        rebalancer.standby_started()
+        stats = steady(10, 16.0) if unpriced is not even else EpochStats(
+            1, 1.0, 0.5, 0.0, 2.0, None, steps=2)
+        rebalancer.measure(unpriced, stats, disturbed=True)
+        assert rebalancer.standby_lost is None
+        measured(rebalancer, even, [1.0, 3.0], 80.0)
+        assert "standby" not in rebalancer.cost
+
+
+def test_kept_plans_on_other_devices_or_meshes_are_not_in_play():
+    """A kept plan is priced from the regime's speeds only on its devices and mesh: the
+    alone trial's one-device plan, or a filter split, would be mispriced."""
+    even = batch_plan([1, 1])
+    alone = plan_layout(spec(), DEVICES[:1], [1], 64, "batch:1")
+    filters = plan_layout(spec(), DEVICES, [3, 1], 64, "model:2")   # off device 1 too
+    rebalancer = rebalance.Rebalancer(spec(), threshold=0.1)
+    measured(rebalancer, alone, [1.0], 64.0)
+    measured(rebalancer, filters, [1.0, 1.0], 64.0)
+    measured(rebalancer, even, [1.0, 3.0], 100.0)
+    measured(rebalancer, even, [1.0, 3.0], 64.0)   # a regime of its own
+    assert list(rebalancer.regime.rates) == [rebalance.plan_key(even)]
+    rebalancer.cost.update(build=20.0, reuse=0.5)
+    # priced from these speeds, each would pay back a restore: alone (zip would pair
+    # its one load with device 0's speed) 6.67 s, the filter split 5.3 s, against 10 s
+    kept = {rebalance.plan_key(alone), rebalance.plan_key(filters)}
+    assert rebalancer.choose(even, 10, epochs_left=5, kept=kept) is None
+    assert rebalancer.message.startswith("re-balancing: batch [48, 16] predicted")
+    assert rebalancer.waiting.splits == {"batch": [48, 16]}
 
 
 def test_once_the_machine_changes_back_the_plan_left_is_a_restore_away():
@@ -220,7 +275,6 @@ def test_once_the_machine_changes_back_the_plan_left_is_a_restore_away():
     assert rebalancer.regime.speeds == pytest.approx([0.5, 0.52])
     rebalancer.cost.update(build=5.0, reuse=0.5)
     assert rebalancer.choose(skewed, 10, 5, kept={rebalance.plan_key(even)}) is even
-    assert rebalancer.waiting is None
     assert rebalancer.message == (   # 10 x 64 / 160 = 4 s; 4 s x 1.0 / 1.5
         "re-balancing: batch [32, 32] predicted 2.67 s an epoch against 4.00 s on "
         "batch [48, 16]; switch 0.50 s (kept graph), saved over 1 epoch: switching")

@@ -175,6 +175,8 @@ def test_the_trainer_in_blocks_trains_checkpoints_and_stops_as_step_by_step(exp,
                             before_checkpoint=lambda step, *sums: partials.update(
                                 {step: sums}))
     assert paused.value.step == stopped.value.step + 2 == resumed.step
+    part = paused.value.stats   # the 2 steps this trainer ran of the epoch
+    assert (part.epoch, part.steps, part.val_accuracy) == (0, 2, None)
     assert tf.train.latest_checkpoint(str(folder)).endswith("-%d" % paused.value.step)
     polls = []
     whole = resumed.train_epoch(0, 1, carried=partials[paused.value.step],
