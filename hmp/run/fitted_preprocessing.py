@@ -17,6 +17,9 @@ from hmp.data import Guide, Preprocessor
 from hmp.errors import InvalidInput
 
 FILE_NAME = "preprocessing.npz"
+# The arrays ``save`` writes together: each key's companions.
+TOGETHER = {"scaling": ("offset", "scale"), "pca_components": ("pca_mean",),
+            "guide_direction": ("guide_mean", "guide_range")}
 
 
 def save(model_dir, preprocessor, wavelengths=(), guide=None):
@@ -52,6 +55,13 @@ def _arrays(model_dir):
     if arrays is None:
         raise InvalidInput("%s holds a damaged %s (not a numpy .npz file); train the run "
                            "again" % (model_dir, FILE_NAME))
+    missing = sorted(companion for key, companions in TOGETHER.items() if key in arrays
+                     for companion in companions if companion not in arrays)
+    if missing or not {"scaling", "pca_components"} & set(arrays):
+        raise InvalidInput("%s holds a %s that hmp did not write (%s); train the run again"
+                           % (model_dir, FILE_NAME,
+                              "no %s" % ", ".join(missing) if missing
+                              else "neither band scaling nor PCA"))
     return arrays
 
 

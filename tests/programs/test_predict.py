@@ -227,6 +227,28 @@ def test_a_saved_brightness_normalisation_is_read_back_and_exported_as_fitted(tm
     assert fitted_preprocessing.load(str(tmp_path)).brightness_norm is None
 
 
+def test_a_preprocessing_file_hmp_did_not_write_is_refused_naming_what_it_lacks(tmp_path):
+    """An .npz of other arrays, or one missing a written array's companions, is refused
+    (it would have preprocessed nothing, or failed with a KeyError)."""
+    rng = np.random.default_rng(5)
+    cube = rng.uniform(0, 1, (6, 7, 5))
+    fitted_preprocessing.save(str(tmp_path), Preprocessor("standard", 3).fit(cube, np.arange(20)))
+    with np.load(tmp_path / fitted_preprocessing.FILE_NAME) as stored:
+        written = dict(stored)
+    for arrays, lacking in (({"weights": np.ones(3)}, "neither band scaling nor PCA"),
+                            ({k: v for k, v in written.items() if k != "scale"}, "no scale"),
+                            ({k: v for k, v in written.items() if k != "pca_mean"},
+                             "no pca_mean")):
+        np.savez(tmp_path / fitted_preprocessing.FILE_NAME, **arrays)
+        with pytest.raises(InvalidInput, match="^%s holds a preprocessing.npz that hmp did not "
+                                               "write \\(%s\\); train the run again$"
+                                               % (tmp_path, lacking)):
+            fitted_preprocessing.load(str(tmp_path))
+    np.savez(tmp_path / fitted_preprocessing.FILE_NAME, **written)
+    np.testing.assert_array_equal(fitted_preprocessing.load(str(tmp_path)).transform(cube),
+                                  Preprocessor("standard", 3).fit(cube, np.arange(20)).transform(cube))
+
+
 def test_an_exported_graph_keeps_no_hmp_gradient_override():
     """A SavedModel's ops carry no ``_gradient_op_type`` (hmp's 3-D convolution gradient,
     which plain TensorFlow does not know); every other attribute stays."""
