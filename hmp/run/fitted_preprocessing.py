@@ -17,15 +17,18 @@ from hmp.data import Guide, Preprocessor
 from hmp.errors import InvalidInput
 
 FILE_NAME = "preprocessing.npz"
-# The arrays ``save`` writes together: each key's companions.
-TOGETHER = {"scaling": ("offset", "scale"), "pca_components": ("pca_mean",),
-            "guide_direction": ("guide_mean", "guide_range")}
+# The arrays ``save`` writes together, all or none: band scaling, PCA, the guide.
+TOGETHER = (("scaling", "offset", "scale"), ("pca_components", "pca_mean"),
+            ("guide_direction", "guide_mean", "guide_range"))
 
 
 def save(model_dir, preprocessor, wavelengths=(), guide=None):
     """Writes ``preprocessor``'s statistics, the scene's band ``wavelengths`` (if any) and
     the smoothing's ``guide`` (an ``hmp.data.Guide``, if any) to
-    ``model_dir``/preprocessing.npz, atomically."""
+    ``model_dir``/preprocessing.npz, atomically. A run's preprocessing scales its bands,
+    reduces them, or both (``load`` refuses a file of neither)."""
+    if preprocessor.scaler is None and preprocessor.pca is None:
+        raise ValueError("a run's preprocessing scales its bands or reduces them (PCA)")
     arrays = {"wavelengths": np.asarray(wavelengths, np.float64)} if len(wavelengths) else {}
     if guide is not None:
         arrays.update(guide_mean=guide.mean, guide_direction=guide.direction,
@@ -55,12 +58,12 @@ def _arrays(model_dir):
     if arrays is None:
         raise InvalidInput("%s holds a damaged %s (not a numpy .npz file); train the run "
                            "again" % (model_dir, FILE_NAME))
-    missing = sorted(companion for key, companions in TOGETHER.items() if key in arrays
-                     for companion in companions if companion not in arrays)
+    missing = [name for group in TOGETHER if set(group) & set(arrays)
+               for name in group if name not in arrays]
     if missing or not {"scaling", "pca_components"} & set(arrays):
         raise InvalidInput("%s holds a %s that hmp did not write (%s); train the run again"
                            % (model_dir, FILE_NAME,
-                              "no %s" % ", ".join(missing) if missing
+                              "it lacks %s" % " and ".join(missing) if missing
                               else "neither band scaling nor PCA"))
     return arrays
 

@@ -235,18 +235,24 @@ def test_a_preprocessing_file_hmp_did_not_write_is_refused_naming_what_it_lacks(
     fitted_preprocessing.save(str(tmp_path), Preprocessor("standard", 3).fit(cube, np.arange(20)))
     with np.load(tmp_path / fitted_preprocessing.FILE_NAME) as stored:
         written = dict(stored)
+    def without(*names):
+        return {k: v for k, v in written.items() if k not in names}
+
     for arrays, lacking in (({"weights": np.ones(3)}, "neither band scaling nor PCA"),
-                            ({k: v for k, v in written.items() if k != "scale"}, "no scale"),
-                            ({k: v for k, v in written.items() if k != "pca_mean"},
-                             "no pca_mean")):
+                            (without("scale"), "it lacks scale"),
+                            (without("offset", "scale"), "it lacks offset and scale"),
+                            (without("scaling"), "it lacks scaling"),   # companions alone
+                            (without("pca_mean"), "it lacks pca_mean")):
         np.savez(tmp_path / fitted_preprocessing.FILE_NAME, **arrays)
-        with pytest.raises(InvalidInput, match="^%s holds a preprocessing.npz that hmp did not "
-                                               "write \\(%s\\); train the run again$"
-                                               % (tmp_path, lacking)):
+        with pytest.raises(InvalidInput, match="^%s$" % re.escape(
+                "%s holds a preprocessing.npz that hmp did not write (%s); train the run "
+                "again" % (tmp_path, lacking))):
             fitted_preprocessing.load(str(tmp_path))
     np.savez(tmp_path / fitted_preprocessing.FILE_NAME, **written)
     np.testing.assert_array_equal(fitted_preprocessing.load(str(tmp_path)).transform(cube),
                                   Preprocessor("standard", 3).fit(cube, np.arange(20)).transform(cube))
+    with pytest.raises(ValueError, match="scales its bands or reduces them"):   # nor written
+        fitted_preprocessing.save(str(tmp_path), Preprocessor(None).fit(cube, np.arange(20)))
 
 
 def test_an_exported_graph_keeps_no_hmp_gradient_override():
