@@ -121,8 +121,10 @@ def _inter_op_threads():
     """--inter_op_threads, or --threads but at least 2 (0 when both are TensorFlow's
     default). With one inter-op thread a worker runs its own ops depth-first and
     serves another task's tensors (its batch slice, a gradient all-reduce hand-over)
-    only after them, which serialises a data-parallel step: measured 3000-3300
-    samples/s for two workers against 5800-6100 with two threads (docs/benchmarks.md)."""
+    only after them, which serialises a data-parallel step: hmp.train --cluster over two
+    workers ran at 3285 and 3028 samples/s with one inter-op thread against 5857, 5747 and
+    4839, 4956 with two (docs/benchmarks.md, "Heterogeneity", the table of hmp.train
+    --cluster, its rows of 2026-11-22)."""
     if FLAGS.inter_op_threads:
         return FLAGS.inter_op_threads
     return max(2, FLAGS.threads) if FLAGS.threads else 0

@@ -38,9 +38,11 @@ MIN_ABSOLUTE_FLOPS = 1e6
 # much faster than the best on fewer (against one device: unless the run measures that
 # choice itself, hmp.train's --try_alone: ``alone_margin=0``). The cost model is within
 # about 20% of measured steps, and the two predictions err alike; on 8 against 2 cores a
-# split predicted 6% faster than the fast worker alone ran 12-14% slower (cnn2d), one
-# predicted 7% faster ran 13% faster (cnn3d) and one predicted 17% faster ran no faster
-# (hybridsn; docs/benchmarks.md, 8 against 2 cores).
+# split predicted 6% faster than the fast worker alone ran 12-14% slower (cnn2d: 20.9
+# against 22.2 ms, 0.86x and 0.88x), one predicted 7% faster ran 13% faster (cnn3d: 96.9
+# against 104 ms, 1.13x) and one predicted 17% faster ran no faster (hybridsn: 103 against
+# 124 ms, 1.00x; docs/benchmarks.md, "Heterogeneity on 8 against 2 cores", "Before the
+# split margin" and the table of hmp.train --local_workers).
 SPLIT_MARGIN = 0.10
 # mesh="auto" tries every subset size and every mesh up to this many devices (see subset_sizes).
 EXHAUSTIVE_DEVICES = 16

@@ -326,9 +326,10 @@ WINDOW_BYTES_PER_MODEL_BAND = 24
 # float32 copies of its rows and of the context's rows above and below them: those
 # waiting, the stack with the rows above, the weighted and the summed probabilities, and
 # the means; guided, also the covariances, the slopes and intercepts and their means
-# (estimates from the arrays the filter makes; tracemalloc of the guided filter found
-# about 32 bytes a class and 25 a pixel at its peak: docs/benchmarks.md, "Prediction
-# memory").
+# (estimates from the arrays the filter makes; a tracemalloc of the guided 7 x 7 filter,
+# smooth_rows alone with 40 classes, found 41 bytes a class and pixel for one block of
+# rows, 81 for blocks of 20 rows and 134 for blocks of 7, where the estimate with the
+# context's rows gives 52, 83 and 141: docs/benchmarks.md, "Prediction memory").
 RESULT_BYTES_PER_CLASS = 4
 SMOOTHING_BYTES_PER_CLASS = 20
 GUIDED_SMOOTHING_BYTES_PER_CLASS = 48
