@@ -139,21 +139,26 @@ FAST_CPU, SLOW_CPU = 0, 1   # without --workers: worker 0 (fast) and 1 (slowed) 
 WORKERS = 2
 VIRTUAL_CPUS = 2            # per worker, for the hybrid mesh
 # The competing process pins itself before it starts spinning.
-COMPETITOR = "import os; os.sched_setaffinity(0, {%d})\nwhile True: pass"
+COMPETITOR = "while True: pass"
 
 
 @contextlib.contextmanager
 def competing_load(cpu, count):
     """Runs ``count`` CPU-bound processes pinned to ``cpu``; kills them on leaving.
 
-    Yields their ``subprocess.Popen`` objects. They are killed and reaped also
-    when the block raises, so none outlives the benchmark.
+    Yields their ``subprocess.Popen`` objects, pinned before they start (in the child,
+    before its program runs: no moment on another core). They are killed and reaped
+    also when the block raises, so none outlives the benchmark.
     """
+    def start_pinned():
+        die_with_parent()
+        os.sched_setaffinity(0, {cpu})
+
     processes = []
     try:
         for _ in range(count):
-            processes.append(subprocess.Popen([sys.executable, "-c", COMPETITOR % cpu],
-                                              preexec_fn=die_with_parent))
+            processes.append(subprocess.Popen([sys.executable, "-c", COMPETITOR],
+                                              preexec_fn=start_pinned))
         yield processes
     finally:
         for process in processes:

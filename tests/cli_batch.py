@@ -37,8 +37,12 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 Run = namedtuple("Run", "returncode stdout stderr")
 
+# Seconds after which a test takes a program it runs as hung, and fails: a guard against a
+# hang, the same for every program and batch, not a speed limit (tests assert no speed).
+HUNG_S = 600
 
-def run_batch(program, runs, timeout=600):
+
+def run_batch(program, runs, timeout=HUNG_S):
     """Runs ``program`` once per entry of ``runs``, in order, in its child process.
 
     Args:

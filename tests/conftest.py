@@ -24,7 +24,7 @@ from hmp.cli import import_tensorflow_quietly  # pylint: disable=wrong-import-po
 import_tensorflow_quietly()   # no C++ start-up lines from each xdist worker
 import tensorflow.compat.v1 as tf  # pylint: disable=wrong-import-position
 
-from cli_batch import run_batch
+from cli_batch import HUNG_S, run_batch
 from hmp.data import synthetic_scene
 
 tf.disable_eager_execution()
@@ -64,7 +64,7 @@ def tiny_run(tmp_path_factory):
     """(the ``cli_batch.Run`` of hmp.train with TINY_RUN, its --model_dir)."""
     model_dir = tmp_path_factory.mktemp("tiny_run")
     run, = run_batch("hmp.train", [{"args": [*TINY_RUN, "--model_dir=%s" % model_dir]}],
-                     timeout=300)
+                     timeout=HUNG_S)
     return run, model_dir
 
 

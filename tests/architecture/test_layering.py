@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from cli_batch import HUNG_S
+
 import hmp
 
 FLOORS = "import hmp.data, hmp.planning, hmp.hosts, hmp.layer_math"
@@ -27,7 +29,7 @@ def loaded():
         "%s\nprint(sorted(m for m in ('tensorflow', 'mesh_tensorflow') if m in sys.modules))\n"
         % statement for statement in STATEMENTS)
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True, timeout=120)
+                         check=True, timeout=HUNG_S)
     return dict(zip(STATEMENTS, run.stdout.strip().splitlines()[-len(STATEMENTS):]))
 
 

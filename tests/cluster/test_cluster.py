@@ -10,10 +10,10 @@ with one line naming it, and ``--resume`` continues once it is back.
 
 import concurrent.futures
 import os
+import select
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -188,7 +188,7 @@ def test_killed_worker_stops_training_and_resume_continues(workers, tmp_path, sm
     started("hmp.train")   # on this thread: the interpreter ends with the thread starting it
     with concurrent.futures.ThreadPoolExecutor(1) as thread:
         training = thread.submit(run_batch, "hmp.train", [{"args": _train_flags(
-            workers, *small_scene, "--epochs=30", "--model_dir=%s" % tmp_path)}], timeout=240)
+            workers, *small_scene, "--epochs=30", "--model_dir=%s" % tmp_path)}])
         wait_for_file(tmp_path / "ckpt-3.index", training.done)
         workers.stop(1, signal.SIGKILL)
         (returncode, _, stderr), = training.result()   # run_batch's own time-out ends a hang
@@ -211,19 +211,23 @@ def test_killed_worker_stops_training_and_resume_continues(workers, tmp_path, sm
 def test_a_child_started_with_die_with_parent_ends_when_its_parent_is_killed(tmp_path):
     # The parent starts a sleeping child with die_with_parent, prints its pid and sleeps;
     # SIGKILL to the parent must end the child too (no orphaned worker or busy loop).
+    # The child says so on the shared stdout if it outlives its sleep: the test waits for
+    # it to end, however long that takes, and reads how it ended (no deadline).
     parent = subprocess.Popen([sys.executable, "-c", (
         "import subprocess, sys, time\n"
         "from hmp.cluster.subprocesses import die_with_parent\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+        "child = subprocess.Popen([sys.executable, '-c', "
+        "'import time; time.sleep(60); print(\"outlived its parent\")'],"
         " preexec_fn=die_with_parent)\n"
         "print(child.pid, flush=True)\n"
         "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
     child = int(parent.stdout.readline())
+    ended = os.pidfd_open(child)   # readable once the child has ended
     parent.kill()
     parent.wait()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and _alive(child):
-        time.sleep(0.1)
+    assert parent.stdout.read() == ""   # end of file: the child is ending, silently
+    select.select([ended], [], [])   # its files close before it has ended: wait for that
+    os.close(ended)
     assert not _alive(child)
 
 

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from cli_batch import run_batch, started, wait_for_file
+from cli_batch import HUNG_S, run_batch, started, wait_for_file
 from hmp.cluster import launch, sources
 from hmp.cluster.runtime import Cluster, WorkerUnavailable, free_loopback_ports, port_in_use
 from hmp.errors import InvalidInput
@@ -166,7 +166,7 @@ def environment_cluster(tmp_path_factory, small_scene):
     finally:
         for worker in workers:
             worker.send_signal(signal.SIGTERM)
-        ended = [worker.communicate(timeout=30) for worker in workers]
+        ended = [worker.communicate(timeout=HUNG_S) for worker in workers]
     return (port, [(worker.returncode, *out) for worker, out in zip(workers, ended)],
             dict(zip(model_dirs, trained)), model_dirs)
 
@@ -322,7 +322,7 @@ def _workers_started_by(parent):
 def test_ctrl_c_saves_then_stops_every_local_worker(tmp_path, small_scene):
     process, pids = _train_in_background(tmp_path, small_scene)
     os.killpg(process.pid, signal.SIGINT)   # what Ctrl-C at a terminal sends
-    _, stderr = process.communicate(timeout=120)
+    _, stderr = process.communicate(timeout=HUNG_S)
     lines = [l for l in stderr.splitlines() if l.startswith("hmp.train: ")]
     assert process.returncode == 130 and len(lines) == 1, stderr[-2000:]
     assert "interrupted at epoch" in lines[0] and "--resume" in lines[0]
@@ -337,7 +337,7 @@ def test_a_killed_local_worker_is_named_and_the_other_stopped(tmp_path, small_sc
     interpreter = started("hmp.train")   # on this thread: it ends with the thread starting it
     with concurrent.futures.ThreadPoolExecutor(1) as thread:
         training = thread.submit(run_batch, "hmp.train", [{"args": [
-            *BACKGROUND_RUN, *small_scene, "--model_dir=%s" % tmp_path]}], timeout=240)
+            *BACKGROUND_RUN, *small_scene, "--model_dir=%s" % tmp_path]}])
         wait_for_file(tmp_path / "ckpt-3.index", training.done)
         assert (tmp_path / "ckpt-3.index").exists(), "no step-3 checkpoint: the run never got going"
         pids = _workers_started_by(interpreter)

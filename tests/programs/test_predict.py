@@ -19,7 +19,7 @@ import tensorflow.compat.v1 as tf
 from matplotlib import image as mpimage
 
 import harness
-from cli_batch import run_batch
+from cli_batch import HUNG_S, run_batch
 from hmp.data import PatchExtractor, Preprocessor
 from hmp.errors import InvalidInput
 from hmp.evaluation.maps import LEGEND_ROW, class_colors
@@ -56,7 +56,7 @@ def predicted(run, tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("moved") / "run"
     shutil.copytree(run[0], model_dir)
     process, = run_batch("hmp.predict", [{"args": ["--model_dir=%s" % model_dir]}],
-                         timeout=300)
+                         timeout=HUNG_S)
     assert process.returncode == 0, process.stderr[-2000:]
     out = model_dir / "prediction"
     png = (mpimage.imread(out / "class_map.png")[..., :3] * 255).round().astype(np.uint8)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import scipy.io
 
-from cli_batch import run_batch, wait_for_file
+from cli_batch import HUNG_S, run_batch, wait_for_file
 
 TINY = ["--model=cnn2d", "--width=2", "--patch_size=5", "--batch_size=16", "--pca=8",
         "--devices=/cpu:0", "--speeds=1", "--mesh=model:1"]
@@ -38,7 +38,7 @@ def interrupt_after_first_epoch(signum, *args, process=None):
         if line.startswith("epoch "):
             process.send_signal(signum)
             break
-    stdout, stderr = process.communicate(timeout=300)
+    stdout, stderr = process.communicate(timeout=HUNG_S)
     return process.returncode, "".join(out) + stdout, stderr
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import hmp
+from cli_batch import HUNG_S
 from hmp.errors import InvalidInput
 from hmp.evaluation.metrics import evaluate
 from hmp.run import experiment
@@ -147,7 +148,7 @@ def flag_children():
     return subprocess.run([sys.executable, "-c", FROM_FLAGS + BALANCING_FROM_FLAGS,
                            "--epochs=3", "--pca=0", "--nopca_in_graph", "--labels=gt.npy",
                            "--synthetic_layout=generated"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+                          cwd=REPO, capture_output=True, text=True, timeout=HUNG_S)
 
 
 def test_class_balanced_alone_keeps_its_meaning_and_takes_values(flag_children):

@@ -12,6 +12,7 @@ import tensorflow as tf2
 import tensorflow.compat.v1 as tf
 
 import hmp
+from cli_batch import HUNG_S
 from hmp.mesh.numerics import exact_float32, rounds_float32
 from hmp.run.profiler import busy_times, step_timed
 
@@ -115,7 +116,7 @@ def test_a_deterministic_run_builds_every_graph_with_seeds(tmp_path, small_scene
         [sys.executable, "-m", "hmp.train", "--deterministic", "--model=cnn2d", "--width=4",
          "--patch_size=5", "--batch_size=64", "--devices=/cpu:0,/cpu:1", "--speeds=2,1",
          "--mesh=model:2", "--epochs=1", "--notta", *small_scene,
-         "--model_dir=%s" % tmp_path], capture_output=True, text=True, timeout=300,
+         "--model_dir=%s" % tmp_path], capture_output=True, text=True, timeout=HUNG_S,
         cwd=pathlib.Path(__file__).parents[2])
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads((tmp_path / "results.json").read_text())["flags"]["deterministic"]

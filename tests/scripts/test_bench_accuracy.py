@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from cli_batch import run_batch
+from cli_batch import HUNG_S, run_batch
 from hmp import data
 from hmp.errors import InvalidInput
 from script_modules import SCRIPTS, import_script
@@ -182,7 +182,7 @@ def test_train_args_may_give_the_training_pixels_as_hmp_train_takes_them(tmp_pat
 def test_bad_seeds_are_one_line_naming_them_alone_before_tensorflow_loads():
     """A process of its own: its whole stderr, TensorFlow's start-up included, is one line."""
     run = subprocess.run([sys.executable, str(SCRIPTS / "bench_accuracy.py"), "--seeds=a"],
-                         capture_output=True, text=True, timeout=120, check=False)
+                         capture_output=True, text=True, timeout=HUNG_S, check=False)
     assert (run.returncode, run.stdout) == (2, "")
     assert run.stderr == "bench_accuracy: error: --seeds=a: give whole numbers >= 0\n"
 

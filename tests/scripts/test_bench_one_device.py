@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+from cli_batch import HUNG_S
 from script_modules import SCRIPTS
 
 SCRIPT = str(SCRIPTS / "bench_one_device.py")
@@ -17,6 +18,6 @@ def test_bad_flags_are_one_line_with_no_tensorflow_start_up_lines():
     started = {flag: subprocess.Popen([sys.executable, SCRIPT, flag], stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True) for flag in bad}
     for flag, expected in bad.items():
-        stdout, stderr = started[flag].communicate(timeout=120)
+        stdout, stderr = started[flag].communicate(timeout=HUNG_S)
         assert (started[flag].returncode, stdout) == (2, ""), (flag, stderr)
         assert stderr == "bench_one_device: error: %s\n" % expected

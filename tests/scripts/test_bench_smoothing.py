@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from cli_batch import run_batch
+from cli_batch import HUNG_S, run_batch
 from hmp.evaluation.smoothing import smooth
 from hmp.run import experiment
 from hmp.run.inference import TrainedRun
@@ -64,7 +64,7 @@ def test_rows_score_each_window_as_the_run_scored_its_own(tiny_run, tmp_path):
         assert rows[0]["oa"] == pytest.approx(100 * np.mean(
             mean[exp.test.indices].argmax(axis=1) == exp.test.class_ids))
         assert "every row in" in done.stdout and " filter window validation " in done.stdout
-        _, stderr = bad.communicate(timeout=300)
+        _, stderr = bad.communicate(timeout=HUNG_S)
     finally:
         if bad.poll() is None:   # never left running after a failure
             bad.kill()

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from cli_batch import Run, run_batch_with_out
+from cli_batch import HUNG_S, Run, run_batch_with_out
 from hmp.errors import InvalidInput
 from hmp.graph.from_graph import model_spec
 from hmp.planning import Plan, plan_layout
@@ -52,7 +52,7 @@ def runs(tmp_path_factory):
          "bad_caps": [*TINY, "--speeds=3,2,1", "--memory_caps=1.2.3,1GB,1GB"],
          "even_patch": [*TINY, "--patch_size=4", "--speeds=1,1", "--devices=/cpu:0,/cpu:1"]},
         folder)
-    stdout, stderr = bad_flag.communicate(timeout=120)
+    stdout, stderr = bad_flag.communicate(timeout=HUNG_S)
     return {**plans, "bad_flag": (Run(bad_flag.returncode, stdout, stderr), bad_out)}
 
 
