@@ -8,6 +8,7 @@ bands' wavelengths, when the training scene's file named them, are kept beside
 them: a scene of other bands is refused (``hmp.data.raster.check_wavelengths``).
 """
 
+import collections
 import os
 
 import numpy as np
@@ -68,9 +69,30 @@ def _arrays(model_dir):
     return arrays
 
 
+class SavedPreprocessing(collections.namedtuple(
+        "SavedPreprocessing", "preprocessor guide wavelengths")):
+    """What a run's ``preprocessing.npz`` holds: the fitted :class:`hmp.data.Preprocessor`,
+    the smoothing's guide (an ``hmp.data.Guide``; None for a run from before the guided
+    smoothing) and the band wavelengths of its training scene (() when its file named
+    none)."""
+
+
+def read(model_dir):
+    """The :class:`SavedPreprocessing` of ``model_dir`` (one read of its file)."""
+    arrays = _arrays(model_dir)
+    guide = (Guide(arrays["guide_mean"], arrays["guide_direction"], *arrays["guide_range"])
+             if "guide_direction" in arrays else None)
+    wavelengths = tuple(arrays["wavelengths"].tolist()) if "wavelengths" in arrays else ()
+    return SavedPreprocessing(_preprocessor(arrays), guide, wavelengths)
+
+
 def load(model_dir):
     """The fitted :class:`hmp.data.Preprocessor` saved in ``model_dir``."""
-    arrays = _arrays(model_dir)
+    return _preprocessor(_arrays(model_dir))
+
+
+def _preprocessor(arrays):
+    """The :class:`hmp.data.Preprocessor` of a file's ``arrays``."""
     preprocessor = Preprocessor(str(arrays["scaling"]) if "scaling" in arrays else None,
                                 arrays["pca_components"].shape[1]
                                 if "pca_components" in arrays else None,
@@ -84,21 +106,6 @@ def load(model_dir):
         preprocessor.pca.mean, preprocessor.pca.components = (arrays["pca_mean"],
                                                               arrays["pca_components"])
     return preprocessor
-
-
-def guide(model_dir):
-    """The smoothing's guide (an ``hmp.data.Guide``) fitted with the run, or None for a
-    run from before the guided smoothing."""
-    arrays = _arrays(model_dir)
-    if "guide_direction" not in arrays:
-        return None
-    return Guide(arrays["guide_mean"], arrays["guide_direction"], *arrays["guide_range"])
-
-
-def wavelengths(model_dir):
-    """The band wavelengths of the run's training scene, or () when its file named none."""
-    arrays = _arrays(model_dir)
-    return tuple(arrays["wavelengths"].tolist()) if "wavelengths" in arrays else ()
 
 
 def input_bands(preprocessor):

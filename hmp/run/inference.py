@@ -90,15 +90,14 @@ class TrainedRun:
                       or tf.train.latest_checkpoint(model_dir))
         if checkpoint is None:
             raise InvalidInput("%s holds no checkpoint" % model_dir)
-        guide = fitted_preprocessing.guide(model_dir)
-        if smoothed_guided(results) and guide is None:
+        saved = fitted_preprocessing.read(model_dir)
+        if smoothed_guided(results) and saved.guide is None:
             raise InvalidInput("%s: results.json says the run's smoothing was guided, but %s "
                                "holds no guide" % (model_dir, fitted_preprocessing.FILE_NAME))
         return cls(model_dir, results["flags"], list(results["test"]["per_class_accuracy"]),
-                   fitted_preprocessing.load(model_dir), checkpoint,
-                   get_model(results["flags"]["model"]),
-                   fitted_preprocessing.wavelengths(model_dir), smoothed_over(results),
-                   smoothed_guided(results), guide)
+                   saved.preprocessor, checkpoint, get_model(results["flags"]["model"]),
+                   saved.wavelengths, smoothed_over(results), smoothed_guided(results),
+                   saved.guide)
 
     def classifying(self, tta=None, smoothing=None):
         """(TTA on or off, the smoothing window) of a prediction: the run's own, or those
