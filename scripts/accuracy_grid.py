@@ -19,7 +19,7 @@ import numpy as np
 
 from baseline_scores import COORDINATES_ONLY, score_run, sklearn_classifiers
 from hmp import data, files
-from hmp.cluster.subprocesses import die_with_parent
+from hmp.cluster.subprocesses import pinned
 from hmp.errors import InvalidInput
 from hmp.run import experiment
 
@@ -109,14 +109,9 @@ def start_job(command, cores, log_path):
     """Starts ``command`` pinned to ``cores`` (os.sched_setaffinity in the child) with
     TensorFlow's intra- and inter-op threads set to their number; output to ``log_path``."""
     env = dict(os.environ, **{name: str(len(cores)) for name in THREAD_VARIABLES})
-
-    def pin():
-        os.sched_setaffinity(0, cores)
-        die_with_parent()
-
     with open(log_path, "w") as log:
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                preexec_fn=pin)
+                                preexec_fn=pinned(cores))
 
 
 def run_jobs(jobs, groups):

@@ -92,7 +92,7 @@ import plain_tf_models  # noqa: E402
 from hmp import files  # noqa: E402
 from hmp.cluster.launch import parse_worker_list  # noqa: E402
 from hmp.cluster.runtime import JOB, local_cluster  # noqa: E402
-from hmp.cluster.subprocesses import die_with_parent  # noqa: E402
+from hmp.cluster.subprocesses import pinned  # noqa: E402
 from hmp.errors import InvalidInput  # noqa: E402
 from hmp.graph.from_graph import model_spec  # noqa: E402
 from hmp.graph.graph import TrainingGraph  # noqa: E402
@@ -150,15 +150,11 @@ def competing_load(cpu, count):
     before its program runs: no moment on another core). They are killed and reaped
     also when the block raises, so none outlives the benchmark.
     """
-    def start_pinned():
-        die_with_parent()
-        os.sched_setaffinity(0, {cpu})
-
     processes = []
     try:
         for _ in range(count):
             processes.append(subprocess.Popen([sys.executable, "-c", COMPETITOR],
-                                              preexec_fn=start_pinned))
+                                              preexec_fn=pinned({cpu})))
         yield processes
     finally:
         for process in processes:

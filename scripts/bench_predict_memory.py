@@ -78,17 +78,18 @@ def peak_of(command):
 
 def main(argv):
     del argv
-    cli.whole_numbers("memory_mb")   # hmp.predict's bound, before a run is trained for it
+    # hmp.predict's bounds, checked before a run is trained for them
+    memory_mb = cli.whole_numbers("memory_mb")
     folder = pathlib.Path(FLAGS.work_dir or tempfile.mkdtemp(prefix="bench_predict_"))
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        run(folder)
+        run(folder, memory_mb)
     finally:
         if FLAGS.work_dir is None:
             shutil.rmtree(folder)
 
 
-def run(folder):
+def run(folder, memory_mb):
     small = synthetic_scene(height=64, width=64, n_classes=5, n_bands=FLAGS.bands, seed=0,
                             field_size=10, region_smoothness=4)
     to_int16 = lambda cube: np.round(cube * 1000).astype(np.int16)   # noqa: E731
@@ -111,12 +112,12 @@ def run(folder):
     print("trained cnn2d (width 4, 5x5 patches) in %.0f s" % seconds, flush=True)
     rows = [["scene", "--memory_mb", "tiles", "peak RSS", "seconds (with start)",
              "pixels/s"]]
-    cases = [("64 x 64", folder / "small.hdr", FLAGS.memory_mb[0])] + [
-        ("%d x %d" % (size, size), folder / "large.hdr", mb) for mb in FLAGS.memory_mb]
-    for name, path, memory_mb in cases:
+    cases = [("64 x 64", folder / "small.hdr", memory_mb[0])] + [
+        ("%d x %d" % (size, size), folder / "large.hdr", mb) for mb in memory_mb]
+    for name, path, bound in cases:
         code, peak, seconds, output = peak_of(
             [sys.executable, "-m", "hmp.predict", "--model_dir=%s" % (folder / "run"),
-             "--dataset=%s" % path, "--memory_mb=%s" % memory_mb,
+             "--dataset=%s" % path, "--memory_mb=%d" % bound,
              "--batch_size=%d" % FLAGS.batch_size, "--devices=/cpu:0",
              "--out=%s" % (folder / "prediction")])
         if code:
@@ -124,7 +125,7 @@ def run(folder):
         tiles = next(line for line in output.splitlines() if " tile" in line)
         tiles = tiles.split(" pixels in ")[1].split(";")[0]
         pixels = int(name.split(" x ")[0]) ** 2
-        rows.append([name, memory_mb, tiles, "%.2f GB" % (peak / 1e9), "%.0f" % seconds,
+        rows.append([name, str(bound), tiles, "%.2f GB" % (peak / 1e9), "%.0f" % seconds,
                      "%.0f" % (pixels / seconds)])
         print("  ".join(rows[-1]), flush=True)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

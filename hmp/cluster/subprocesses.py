@@ -1,6 +1,7 @@
 """Child processes that never outlive the process that started them (no TensorFlow here)."""
 
 import ctypes
+import os
 import signal
 import sys
 
@@ -13,3 +14,12 @@ def die_with_parent():
     so no worker or load generator outlives a killed benchmark or test."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def pinned(cpus):
+    """A ``preexec_fn`` for a child that runs on ``cpus`` alone from its first instruction
+    and dies with its parent (``die_with_parent``)."""
+    def start():
+        os.sched_setaffinity(0, cpus)
+        die_with_parent()
+    return start

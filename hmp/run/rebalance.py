@@ -91,6 +91,11 @@ class Regime:
                        for mean, new in zip(self.speeds, speeds)]
         self.epochs += 1
 
+    def off_rate(self, key, rate, tolerance):
+        """Whether ``rate`` is more than ``tolerance`` (a share) away from the rate of the
+        plan of ``key`` here (False when it has none)."""
+        return key in self.rates and abs(rate / self.rates[key][1] - 1) > tolerance
+
 
 class Rebalancer:
     """--rebalance=epoch: after each epoch (or within one, once a plan's graph is made
@@ -167,8 +172,7 @@ class Rebalancer:
             return
         speeds, key, regime = measured_speeds(plan, busy), plan_key(plan), self.regime
         if (regime is None or regime.devices != tuple(plan.devices)
-                or (key in regime.rates
-                    and abs(rate / regime.rates[key][1] - 1) > self.threshold)):
+                or regime.off_rate(key, rate, self.threshold)):
             self.regime = regime = Regime(tuple(plan.devices), speeds)
         else:   # the regime went on: a build's loss in it was the build's
             regime.add(speeds)
@@ -239,10 +243,8 @@ class Rebalancer:
         machine changed since the regime's epochs, and the regime ends: nothing is
         weighed until an epoch is measured again. True when the regime has no rate of
         ``plan`` to compare with."""
-        regime = self.regime
-        if regime is None or plan_key(plan) not in regime.rates:
-            return True
-        if abs(rate / regime.rates[plan_key(plan)][1] - 1) <= 2 * self.threshold:
+        if self.regime is None or not self.regime.off_rate(plan_key(plan), rate,
+                                                           2 * self.threshold):
             return True
         self.regime, self.standby_lost = None, None   # a build's loss is not the build's
         return False
