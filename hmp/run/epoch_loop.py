@@ -26,10 +26,9 @@ from hmp.run.look_yield import LookYield
 from hmp.run.standby import Standby
 from hmp.run.trainer import BestEpoch, Paused, Trainer
 
-# Steps run after a standby is ready within an epoch, timed before a switch is weighed.
+# Steady steps run after a standby is ready within an epoch, timed (as the trainer
+# times an epoch's steady rate) before a switch is weighed.
 CONFIRM_STEPS = 3
-# What times them (a name of its own: tests run stand-in epochs on a clock of theirs).
-clock = time.perf_counter
 
 
 class EpochLoop:
@@ -59,7 +58,7 @@ class EpochLoop:
         self.standby = None   # the graph of the plan the rebalancer waits for, made ready
         self.unready = set()   # plan_keys whose standby failed: a switch there builds anew
         self.due = None   # the plan to switch to within the epoch (_switch_due)
-        self.confirming = None   # (steps left, clock) when a standby got ready this epoch
+        self.confirming = None   # (steady steps, seconds) when a standby got ready this epoch
         self.unsaid = []   # lines of a standby taken within an epoch, said at its pause or end
         placement = settings.placement
         self.rebalancer = (rebalance.Rebalancer(spec, placement.rebalance_threshold)
@@ -126,11 +125,13 @@ class EpochLoop:
             print("\n".join(said), flush=True)
         self.unsaid = []
 
-    def _switch_due(self, epoch, steps_left):
+    def _switch_due(self, epoch, steps_left, steady_steps, steady_seconds):
         """Polled after each block of ``epoch`` that leaves ``steps_left`` of its steps
-        while a standby is made ready: once it is (or failed), it is taken as after an
-        epoch (``_standby_done``; its line is said when the epoch pauses or ends). Once
-        ``CONFIRM_STEPS`` more have run, at the rate the rebalancer's speeds hold for
+        while a standby is made ready (``steady_steps`` and ``steady_seconds``: the
+        trainer's counts of the epoch's steady steps so far): once it is (or failed), it
+        is taken as after an epoch (``_standby_done``; its line is said when the epoch
+        pauses or ends). Once ``CONFIRM_STEPS`` more steady steps have run, at the rate
+        the rebalancer's speeds hold for
         this plan (``Rebalancer.confirm``; else the machine changed, and the rebalancer
         weighs nothing until an epoch is measured again), it weighs the plans in play
         over the epochs left, the share of this one left included. Returns whether a
@@ -143,14 +144,13 @@ class EpochLoop:
             self.standby, failure = None, self._standby_done(standby)
             self.unsaid.append(failure or "standby: the graph of %s is ready, within epoch %d"
                                % (rebalance.describe_splits(standby.plan), epoch + 1))
-            self.confirming = (steps_left, clock())
+            self.confirming = (steady_steps, steady_seconds)
             return False
-        left, since = self.confirming
-        steps = left - steps_left
+        steps = steady_steps - self.confirming[0]
         if steps < CONFIRM_STEPS:
             return False
-        self.confirming = None
-        rate = steps * self.batch_size / max(clock() - since, 1e-9)
+        seconds, self.confirming = steady_seconds - self.confirming[1], None
+        rate = steps * self.batch_size / max(seconds, 1e-9)
         if not self.rebalancer.confirm(self.plan, rate):
             self.unsaid.append("re-balancing: %.0f samples/s over the %d steps since, off "
                                "the rate its speeds were measured at: the machine changed, "

@@ -317,8 +317,10 @@ class Trainer:
         Raises :class:`Stopped` after the block during which ``stop()`` became
         true, with a checkpoint of its last step saved (in the epoch's last block or
         its validation: the epoch recorded first, ``before_save``, without validation).
-        ``pause(steps_left)``: polled after each block that leaves ``MEASURED_STEPS`` or
-        more of the epoch (None: never); when it returns true the trainer calls
+        ``pause(steps_left, steady_steps, steady_seconds)``: polled after each block that
+        leaves ``MEASURED_STEPS`` or more of the epoch (None: never), with the steps and
+        seconds so far that ``steady_samples_per_second`` counts (so a caller times steps
+        as the epoch's rate is timed); when it returns true the trainer calls
         ``before_checkpoint``, saves a checkpoint of its last step and raises
         :class:`Paused`.
         """
@@ -374,7 +376,7 @@ class Trainer:
             checkpoint = passes(step - size, step, self.checkpoint_every) and not last
             stopping = self.stop()
             pausing = (not stopping and pause is not None and total - steps >= MEASURED_STEPS
-                       and pause(total - steps))
+                       and pause(total - steps, steady_steps, steady_seconds))
             if (passes(steps - size, steps, METRICS_EVERY) or last or checkpoint or stopping
                     or pausing):
                 read = self._read_metrics(step, epoch)   # before any save

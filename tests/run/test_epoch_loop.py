@@ -242,7 +242,8 @@ class PausingTrainer(StandInTrainer):
         self.carried.append((epoch, carried))
         first = self.step - self.STEPS * epoch
         for done in range(first + 1, self.STEPS - MEASURED_STEPS + 1):
-            if pause and pause(self.STEPS - done):
+            # steady: every step after the epoch's first, 0.5 s each
+            if pause and pause(self.STEPS - done, done - first - 1, 0.5 * (done - first - 1)):
                 self.step = self.STEPS * epoch + done
                 before_checkpoint(self.step, 0.5 * done, 3.0 * done)
                 PausingTrainer.saved = self.step
@@ -323,11 +324,9 @@ class MovedRateRebalancer(SwitchingWhenKeptRebalancer):
 def test_a_standby_ready_where_the_rate_moved_waits_for_the_epochs_end(tmp_path,
                                                                         monkeypatch, capsys):
     """C's graph is ready within epoch 2, but the CONFIRM_STEPS steps run since ran off the
-    regime's rate (timed on a stand-in for the loop's clock, never the wall clock: 1.5
-    between its two readings): no switch within the epoch, which says so and runs on
-    whole; its end weighs again, and switches."""
-    times = iter([10.0, 11.5])
-    monkeypatch.setattr(epoch_loop, "clock", lambda: next(times))
+    regime's rate (timed as the trainer times steady steps, here 0.5 s each: 1.5 s):
+    no switch within the epoch, which says so and runs on whole; its end weighs again,
+    and switches."""
     loop, log, trainers = _pausing_loop(tmp_path, monkeypatch, MovedRateRebalancer)
 
     assert loop.train(first_epoch=0).epoch == 3

@@ -180,7 +180,7 @@ def test_the_trainer_in_blocks_trains_checkpoints_and_stops_as_step_by_step(exp,
     assert tf.train.latest_checkpoint(str(folder)).endswith("-%d" % paused.value.step)
     polls = []
     whole = resumed.train_epoch(0, 1, carried=partials[paused.value.step],
-                                pause=lambda left: polls.append((resumed.step, left)))
+                                pause=lambda left, *_: polls.append((resumed.step, left)))
     assert whole.steps == total - paused.value.step
     # polled after every step that leaves enough of the epoch to measure
     assert polls == [(step, total - step) for step in
