@@ -119,13 +119,13 @@ def in_symmetry(x, symmetry):
         splittable_dims=[x.shape.dims[0]], name="test_symmetry")
 
 
-def symmetry_probabilities(session, probabilities, symmetry, feed, tta):
+def symmetry_probabilities(session, probabilities, feed_of, tta):
     """Test-time augmentation: [variants, batch, classes], the values of the class
-    ``probabilities`` with ``feed`` for the patches as they are (variant 0) and, with
-    ``tta``, in the other 7 symmetries of the square (1..7), fed to the int32 scalar
-    placeholder ``symmetry`` that ``in_symmetry`` turns the patches by. Their mean over
-    the variants is the TTA prediction."""
-    return np.stack([session.run(probabilities, {**feed, symmetry: k})
+    ``probabilities`` with ``feed_of(k)`` for the patches as they are (variant 0, k = 0)
+    and, with ``tta``, in the other 7 symmetries of the square (1..7): the feed that
+    gives k to the int32 scalar placeholder(s) ``in_symmetry`` turns the patches by.
+    Their mean over the variants is the TTA prediction."""
+    return np.stack([session.run(probabilities, feed_of(k))
                      for k in range(SYMMETRIES if tta else 1)])
 
 

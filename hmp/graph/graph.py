@@ -28,6 +28,7 @@ from hmp.graph.graph_config import Recipe
 from hmp.graph.projection import project
 from hmp.graph.scene_input import SceneCubes, patches_around
 from hmp.mesh import ops
+from hmp.mesh.device_inputs import DeviceInputs
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
 from hmp.mesh.optimizers import learning_rate_at, make_optimizer
@@ -173,14 +174,19 @@ class DeviceMetrics:
 def _device_parts(lowering, mesh_impl, scalar):
     """Per-device TensorFlow scalars that add up to the mtf ``scalar``, with no all-reduce:
     the partial sums of its pending one (``mtf.LazyAllreduceSum``), each divided by the
-    number of devices that hold the same partial sum."""
+    number of devices that hold the same partial sum, on its device (unplaced, the
+    division could land on another task: two hand-overs in the middle of every step)."""
     lowered = lowering.tensors[scalar]
     if isinstance(lowered, mtf.LazyAllreduceSum):
         parts, summed_over = lowered.laid_out_input.tensor_list, lowered.mesh_axes
     else:
         parts, summed_over = lowered.to_laid_out_tensor().tensor_list, []
     copies = mesh_impl.size // math.prod(mesh_impl.shape[a].size for a in summed_over)
-    return [p / copies for p in parts]
+    divided = []
+    for device, part in zip(mesh_impl.devices, parts):
+        with tf.device(device):
+            divided.append(part / copies)
+    return divided
 
 
 class TrainingGraph:
@@ -196,6 +202,14 @@ class TrainingGraph:
     per j steps. Each step equals the step of a graph of one (the same variables,
     random draws keyed by the global step); ``train_op`` is ``train_ops[0]``, and the
     loss, probabilities and placeholders are the first step's.
+
+    Each device is fed its own slice of the step's placeholders and keeps its own step
+    counter, from which it computes the learning rate and the random draws' key
+    (``hmp.mesh.device_inputs``): nothing crosses between devices before the step's
+    first collective. So feed it through ``feed`` or ``feed_steps`` (a feed of the
+    placeholders alone leaves the devices' own unfed), and run
+    ``copy_masters_to_slices`` after the weights are initialised or restored (it also
+    sets the counters to the global step).
     """
 
     def __init__(self, config, placement, batch_size, image_shape, optimizer="adam",
@@ -212,12 +226,14 @@ class TrainingGraph:
             tf.set_random_seed(seed)   # the same seed gives the same initial weights
             self.global_step = tf.train.get_or_create_global_step()
             # 1.0 while training; ``feed(..., training=False)`` feeds 0.0 (inference).
-            self.training = tf.placeholder_with_default(1.0, [], name="training")
+            # These three are fed through ``feed`` only: each device has its own.
+            self._training = tf.placeholder_with_default(1.0, [], name="training")
             # Feed k to classify the patches in symmetry k (hmp.graph.augment.symmetries).
-            self.symmetry = tf.placeholder_with_default(0, [], name="symmetry")
+            self._symmetry = tf.placeholder_with_default(0, [], name="symmetry")
             # The share of the field look's strengths drawn (hmp.run.look_yield).
-            self.look_strength = tf.placeholder_with_default(1.0, [], name="look_strength")
+            self._look_strength = tf.placeholder_with_default(1.0, [], name="look_strength")
             self.metrics = DeviceMetrics(placement.devices, 2)
+            self.device_inputs = DeviceInputs(self.global_step)
             self._steps = []
             for k in range(steps_per_run):
                 self._steps.append(self._lowered_step(
@@ -233,7 +249,8 @@ class TrainingGraph:
             self.correct = first.correct
             self.train_ops = [step.train_op for step in self._steps]
             self.train_op = self.train_ops[0]   # runs one step; its value is the step after it
-            self.copy_masters_to_slices = self.lowering.copy_masters_to_slices()
+            self.copy_masters_to_slices = tf.group(self.lowering.copy_masters_to_slices(),
+                                                   self.device_inputs.sync())
             self.copy_slices_to_masters = self.lowering.copy_slices_to_masters()
             # Local batch statistics: each replica's moving statistics, averaged before
             # they are saved or classify (``average_replicas``); None without them.
@@ -265,11 +282,14 @@ class TrainingGraph:
                 later.enter_context(tf.control_dependencies([after]))
             known = {key: len(tf.get_collection(key))
                      for key in (layers.UPDATE_OPS, layers.REPLICA_STATISTICS)}
-            rate = learning_rate_at(self.global_step, learning_rate, recipe.schedule,
-                                    recipe.total_steps, recipe.warmup_steps)
+            def rate_at(step):
+                return learning_rate_at(step, learning_rate, recipe.schedule,
+                                        recipe.total_steps, recipe.warmup_steps)
+            rate = rate_at(self.global_step)   # on each device, from its own step
+            self.device_inputs.of_step(rate, rate_at)
             graph, mesh, loss, logits, correct = build_model_graph(
                 config, batch_size, patches_around(self.scene, indices), y,
-                self.training, recipe, self.symmetry, self.look_strength)
+                self._training, recipe, self._symmetry, self._look_strength)
             updates = train_step(
                 loss, make_optimizer(optimizer, mtf.import_tf_tensor(mesh, rate, mtf.Shape([])),
                                      recipe.weight_decay),
@@ -277,11 +297,14 @@ class TrainingGraph:
             # batch norm's moving averages
             updates += tf.get_collection(layers.UPDATE_OPS)[known[layers.UPDATE_OPS]:]
             mesh_impl = HeteroMeshImpl(placement.mesh_shape, placement.layout_rules,
-                                       list(placement.devices), placement.splits)
+                                       list(placement.devices), placement.splits,
+                                       device_inputs=self.device_inputs)
             lowering = HeteroLowering(graph, {mesh: mesh_impl})
             accumulate = self.metrics.accumulate(lowering, mesh_impl, [loss, correct])
+            # each device's counter: after its own reads of it, nothing else
+            counted = self.device_inputs.increments()
             with tf.control_dependencies(
-                    [lowering.lowered_operation(u) for u in updates] + [accumulate]):
+                    [lowering.lowered_operation(u) for u in updates] + [accumulate] + counted):
                 train_op = tf.assign_add(self.global_step, 1)
             return _LoweredStep(
                 indices, y, rate, graph, mesh_impl, lowering,
@@ -291,17 +314,21 @@ class TrainingGraph:
                 tf.get_collection(layers.REPLICA_STATISTICS)[
                     known[layers.REPLICA_STATISTICS]:])
 
-    def feed(self, indices, labels, training=True, look_strength=None):
+    def feed(self, indices, labels, training=True, look_strength=None, symmetry=0):
         """The feed of one step: flat pixel indices and 0-based labels, ``batch_size``
         each; ``training=False`` for inference (batch norm's moving averages, no
-        dropout, no augmentation); ``look_strength``: the share of the field look's
-        strengths drawn while training (None: all, and nothing more is fed)."""
+        dropout, no augmentation), with the patches turned into ``symmetry`` (0: as they
+        are; ``hmp.graph.augment.symmetries``); ``look_strength``: the share of the
+        field look's strengths drawn while training (None: all, and nothing more is
+        fed). Each device is fed its own (``hmp.mesh.device_inputs``)."""
         feed = {self.indices: indices, self.y: labels}
         if not training:
-            feed[self.training] = 0.0
+            feed[self._training] = 0.0
+            if symmetry:
+                feed[self._symmetry] = symmetry
         elif look_strength is not None:
-            feed[self.look_strength] = look_strength
-        return feed
+            feed[self._look_strength] = look_strength
+        return self.device_inputs.feed(feed)
 
     def feed_steps(self, batches, look_strength=None):
         """``(train op, feed)`` running one step on each of ``batches`` (1 to
@@ -310,10 +337,10 @@ class TrainingGraph:
         if not 1 <= len(batches) <= len(self._steps):
             raise ValueError("a run takes 1 to %d steps, got %d"
                              % (len(self._steps), len(batches)))
-        feed = {} if look_strength is None else {self.look_strength: look_strength}
+        feed = {} if look_strength is None else {self._look_strength: look_strength}
         for step, (indices, labels) in zip(self._steps, batches):
             feed[step.indices], feed[step.y] = indices, labels
-        return self.train_ops[len(batches) - 1], feed
+        return self.train_ops[len(batches) - 1], self.device_inputs.feed(feed)
 
     def average_replicas(self, session):
         """Averages the replicas' copies of local batch statistics (``hmp.layers``) in

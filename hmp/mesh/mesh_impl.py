@@ -66,6 +66,10 @@ class HeteroMeshImpl(PlacementMeshImpl):
         then across hosts (``hmp.mesh.collectives``); "flat" uses Mesh-TensorFlow's
         ring over all devices. They differ only when some host has several
         devices and there are several hosts.
+      device_inputs: a ``hmp.mesh.device_inputs.DeviceInputs``, or None: imports of
+        fed placeholders and of functions of the step, and the random draws' key,
+        made on each device (fed to it, or from its own step counter) instead of
+        sliced where they lie.
 
     Raises:
       ValueError: a split names a dimension the layout does not lay out, has
@@ -76,7 +80,7 @@ class HeteroMeshImpl(PlacementMeshImpl):
     """
 
     def __init__(self, shape, layout, devices, splits=None, hosts=None,
-                 allreduce="hierarchical"):
+                 allreduce="hierarchical", device_inputs=None):
         super().__init__(shape, layout, list(devices))
         if len(self.devices) != self.size:
             raise ValueError(
@@ -90,6 +94,7 @@ class HeteroMeshImpl(PlacementMeshImpl):
             raise ValueError("allreduce: %r is not 'hierarchical' or 'flat'" % (allreduce,))
         self.allreduce_kind = allreduce
         self._random_ops = 0   # random tensors made so far (see ``random``)
+        self.device_inputs = device_inputs
 
     def _validated_hosts(self, hosts):
         """``{device: host}``, from ``hosts`` or from the device strings."""
@@ -312,6 +317,12 @@ class HeteroMeshImpl(PlacementMeshImpl):
             return copy
 
     def make_slices(self, tf_tensor, tensor_shape):
+        if self.device_inputs is not None:
+            made = self.device_inputs.slices(
+                tf_tensor, [self.slice_extent(tensor_shape, pnum) for pnum in range(self.size)],
+                self.devices)
+            if made is not None:
+                return made
         if self.tensor_layout(tensor_shape).is_fully_replicated:
             return [tf_tensor] * self.size
         slices = []
@@ -346,7 +357,8 @@ class HeteroMeshImpl(PlacementMeshImpl):
         as stock Mesh-TF does. In a graph with a global step, uniform and normal
         draws are stateless, keyed by (that seed, the global step): a run resumed
         from a checkpoint, or rebuilt on a new plan, draws what an uninterrupted
-        run draws at the same step.
+        run draws at the same step. With ``device_inputs`` each device reads the step
+        from its own counter, equal to the global step.
         """
         op_key = self._random_op_key()
         seed = zlib.crc32(str(op_key).encode("utf-8")) & 0x7FFFFFFF
@@ -355,7 +367,9 @@ class HeteroMeshImpl(PlacementMeshImpl):
         def random_slice(pnum):
             extent = self.slice_extent(shape, pnum)
             if step is not None and stateless is not None:
-                key = tf.stack([tf.constant(seed, tf.int64), tf.cast(step, tf.int64)])
+                own = (tf.cast(step, tf.int64) if self.device_inputs is None
+                       else self.device_inputs.step(self.devices[pnum]))
+                key = tf.stack([tf.constant(seed, tf.int64), own])
                 whole = stateless(shape.to_integer_list, seed=key, **kwargs)
             else:
                 whole = tf_fn(shape.to_integer_list, seed=seed, **kwargs)

@@ -281,9 +281,10 @@ class Classifier:
             indices = np.zeros(self.batch_size, np.int32)   # pixel 0 fills a last short batch
             chunk = pixels[start:start + self.batch_size]
             indices[:len(chunk)] = chunk
-            values = symmetry_probabilities(self.session, self.graph.probabilities,
-                                            self.graph.symmetry, {self.graph.indices: indices},
-                                            self.tta).mean(axis=0)
+            values = symmetry_probabilities(
+                self.session, self.graph.probabilities,
+                lambda k, indices=indices: {self.graph.indices: indices, self.graph.symmetry: k},
+                self.tta).mean(axis=0)
             probabilities[start:start + len(chunk)] = values[:len(chunk)]
             progress(start + len(chunk))
         return probabilities.reshape(rows, cols, -1)

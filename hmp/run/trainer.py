@@ -465,8 +465,10 @@ class Trainer:
             padded = np.zeros(self.batch_size, np.int64)   # pixel 0 fills a last short batch
             padded[:len(indices)] = indices
             variants.append(symmetry_probabilities(
-                self.session, self.graph.probabilities, self.graph.symmetry,
-                self.graph.feed(padded, labels, training=False), tta)[:, :len(indices)])
+                self.session, self.graph.probabilities,
+                lambda k, padded=padded: self.graph.feed(padded, labels, training=False,
+                                                         symmetry=k),
+                tta)[:, :len(indices)])
             done = start // self.batch_size + 1
             self.progress("classifying  batch %d/%d  %s" % (
                 done, batches, rate_and_eta(done, batches, time.perf_counter() - started,

@@ -1,5 +1,7 @@
 """The scene on the devices: patches cut in the graph equal numpy's, steps feed only indices."""
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
@@ -82,22 +84,88 @@ def test_a_cube_of_another_shape_is_refused():
         cubes.load(None, np.zeros((11, 9, 2), np.float32))
 
 
-def test_a_training_step_feeds_only_pixel_indices_and_labels():
+def dependencies(op):
+    """Every op ``op`` waits for (its inputs' and control inputs', transitively)."""
+    seen, pending = set(), [op]
+    while pending:
+        current = pending.pop()
+        for before in [t.op for t in current.inputs] + list(current.control_inputs):
+            if before not in seen:
+                seen.add(before)
+                pending.append(before)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def split_graph():
+    """A cnn2d TrainingGraph on a batch split [5, 3] of two devices, and the devices."""
     config = model_config("cnn2d", PATCH, BANDS, n_classes=3, width=4)
-    graph = TrainingGraph(config, Placement("batch:2", "batch:batch", tuple(harness.CPUS[:2]),
-                                         {"batch": [5, 3]}), 8, IMAGE)
+    devices = tuple(harness.CPUS[:2])
+    return TrainingGraph(config, Placement("batch:2", "batch:batch", devices,
+                                           {"batch": [5, 3]}), 8, IMAGE), devices
+
+
+def test_a_training_step_feeds_only_pixel_indices_and_labels_each_device_its_own(
+        split_graph):
+    graph, devices = split_graph
     fed = {op.name: op.outputs[0] for op in graph.tf_graph.get_operations()
            if op.type == "Placeholder"}
-    assert set(graph.feed(np.zeros(8), np.zeros(8))) == {fed["pixel_indices"], fed["labels"]}
     assert fed["pixel_indices"].dtype == tf.int32 and fed["pixel_indices"].shape == (8,)
-    # a run whose field look yields adds one scalar to a run of one step or several
-    yielding = {fed["pixel_indices"], fed["labels"], graph.look_strength}
-    assert set(graph.feed(np.zeros(8), np.zeros(8), look_strength=0.5)) == yielding
-    assert set(graph.feed_steps([(np.zeros(8), np.zeros(8))], 0.5)[1]) == yielding
-    assert graph.look_strength.shape == () and graph.look_strength.op.type == (
-        "PlaceholderWithDefault")
+    indices, labels = np.arange(8, dtype=np.int32), np.arange(8, dtype=np.int32) % 3
+    feed = graph.feed(indices, labels)
+    # each device's slice of the batch, on that device (nothing crosses to it)
+    own = {(re.sub(r"_\d+$", "", t.op.name.split("/")[-1]),
+            tf.DeviceSpec.from_string(t.device).to_string()): value for t, value in feed.items()}
+    cpu = [tf.DeviceSpec.from_string(d).to_string() for d in devices]
+    assert sorted(own) == sorted((name, d) for name in ("pixel_indices", "labels") for d in cpu)
+    np.testing.assert_array_equal(own["pixel_indices", cpu[0]], indices[:5])
+    np.testing.assert_array_equal(own["pixel_indices", cpu[1]], indices[5:])
+    np.testing.assert_array_equal(own["labels", cpu[1]], labels[5:])
+    # classifying: each device is fed the inference switch and the patches' symmetry
+    inference = graph.feed(indices, labels, training=False, symmetry=3)
+    switches = sorted((re.sub(r"_\d+$", "", t.op.name.split("/")[-1]),
+                       tf.DeviceSpec.from_string(t.device).to_string(), value)
+                      for t, value in inference.items() if t not in feed)
+    assert [(name, d, float(v)) for name, d, v in switches] == sorted(
+        [("symmetry", d, 3.0) for d in cpu] + [("training", d, 0.0) for d in cpu])
+    # a run whose field look yields adds one scalar to a run of one step or several (this
+    # recipe has no field look: the graph's own, which nothing reads)
+    yielding = set(feed) | {graph._look_strength}   # pylint: disable=protected-access
+    assert set(graph.feed(indices, labels, look_strength=0.5)) == yielding
+    assert set(graph.feed_steps([(indices, labels)], 0.5)[1]) == yielding
     # The only float placeholder is the cube, loaded once; it is not a training variable.
     floats = [name for name, t in fed.items() if t.dtype == tf.float32]
     assert floats == ["scene_cube"]
     with graph.tf_graph.as_default():
         assert not any("scene_cube" in v.name for v in tf.global_variables())
+
+
+def test_each_device_keys_its_draws_and_learning_rate_by_a_step_counter_of_its_own(
+        split_graph):
+    graph, devices = split_graph
+    step = dependencies(graph.train_op.op)
+    global_step = graph.global_step.handle.op
+    reads = [op for op in step if op.type == "ReadVariableOp"]
+    # the step reads no global step (on task 0 of a cluster: a hand-over to every other
+    # task before it could draw its augmentation); each device reads its own counter
+    assert not [op for op in reads if op.inputs[0].op is global_step]
+    counters = {op.inputs[0].op for op in reads if "step_counter" in op.inputs[0].op.name}
+    cpu = sorted(tf.DeviceSpec.from_string(d).to_string() for d in devices)
+    assert sorted(tf.DeviceSpec.from_string(c.device).to_string() for c in counters) == cpu
+    assert all(op.device == op.inputs[0].op.device for op in reads
+               if op.inputs[0].op in counters)
+    # the counters follow the global step: set at the start, and after a restore (here
+    # the step assigned), by copy_masters_to_slices, and counted by every step
+    with graph.tf_graph.as_default():
+        counter_values = [tf.identity(v) for v in tf.local_variables()
+                          if "step_counter" in v.name]
+        set_step = graph.global_step.assign(41)
+    session = graph.session(scene_extractor().padded, harness.session_config())
+    with session:
+        assert session.run(counter_values) == [0, 0]
+        indices, labels = np.arange(8, dtype=np.int32), np.arange(8, dtype=np.int32) % 3
+        assert session.run(*graph.feed_steps([(indices, labels)])) == 1
+        assert session.run(counter_values) == [1, 1]
+        session.run(set_step)
+        session.run(graph.copy_masters_to_slices)
+        assert session.run(counter_values) == [41, 41]

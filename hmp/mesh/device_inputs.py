@@ -1,0 +1,139 @@
+"""What each device of a training step reads, kept or fed on the device itself.
+
+A lowered step imports TensorFlow tensors made outside the mesh: the fed pixel indices
+and labels, the ``training``, ``symmetry`` and field-look placeholders, the learning
+rate and the random draws' key, both functions of the global step. Stock Mesh-TF slices
+an import where the tensor lies (the client's task) and every other device receives its
+slice at the start of each step: on a cluster, a dozen hand-overs from task 0 before
+another task can start, and a device that waits on them starts late. With
+``DeviceInputs`` (``HeteroMeshImpl(..., device_inputs=...)``):
+
+* a fed placeholder is fed to each device directly: the import makes a placeholder of
+  the device's slice on each device (``slices``), and :meth:`feed` turns a feed of
+  the whole value into the feed of every device's slice (TensorFlow sends a fed value
+  with the request that starts the device's part of the step);
+* each device keeps its own step counter (a local variable, not saved), equal to the
+  global step: the random draws are keyed by it (``step``) and a tensor registered as
+  a function of the global step (``of_step``, the learning rate) is computed from it
+  on each device. ``increments`` advance the counters at a step's end, each after
+  its device's reads of it; ``sync()`` sets them to the global step after the weights
+  (and the step) are initialised or restored.
+
+The values are the same as without: a split still equals one device.
+"""
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+PLACEHOLDERS = ("Placeholder", "PlaceholderWithDefault")
+
+
+class DeviceInputs:
+    """The per-device inputs of one training graph (shared by its lowered steps)."""
+
+    def __init__(self, global_step):
+        self.global_step = global_step
+        self._counters = {}   # device: its step counter (a local int64 variable)
+        self._reads = {}   # device: the reads of its counter since the last increments
+        self._fed = {}   # placeholder: [(the device's placeholder, its slice: begin, size)]
+        self._made = {}   # (placeholder, devices, extents): the devices' placeholders
+        self._of_step = {}   # tensor (by id): (tensor, function of a step tensor)
+
+    # -- the step counters --------------------------------------------------
+    def step(self, device):
+        """The step (an int64 scalar on ``device``): its counter, read."""
+        if device not in self._counters:
+            with tf.device(device), tf.control_dependencies(None):
+                self._counters[device] = tf.Variable(
+                    0, dtype=tf.int64, trainable=False, name="step_counter",
+                    collections=[tf.GraphKeys.LOCAL_VARIABLES])
+        with tf.device(device):
+            read = self._counters[device].read_value()
+        self._reads.setdefault(device, []).append(read)
+        return read
+
+    def of_step(self, tensor, function):
+        """Registers ``tensor`` (made from the global step) as ``function(step)``: an
+        import of it computes ``function`` on each device from the device's step."""
+        self._of_step[id(tensor)] = (tensor, function)
+
+    def increments(self):
+        """Ops adding 1 to each device's counter, each after the reads of it made since
+        the last call (the step's): a step's last ops."""
+        ops = []
+        for device, reads in self._reads.items():
+            with tf.device(device), tf.control_dependencies(reads):
+                ops.append(self._counters[device].assign_add(1).op)
+        self._reads = {}
+        return ops
+
+    def sync(self):
+        """A new op setting every counter to the global step (after the weights and the step
+        are initialised or restored); a no-op without counters."""
+        ops = []
+        for device, counter in self._counters.items():
+            with tf.device(device):
+                ops.append(counter.assign(tf.cast(self.global_step, tf.int64)).op)
+        return tf.group(*ops)
+
+    # -- imports --------------------------------------------------------------
+    def slices(self, tf_tensor, extents, devices):
+        """Each device's slice of ``tf_tensor`` made on the device itself (``extents``:
+        per device, ``(begin, size)`` of each dimension), or None when ``tf_tensor`` is
+        neither fed nor a function of the step."""
+        if id(tf_tensor) in self._of_step:
+            function = self._of_step[id(tf_tensor)][1]
+            out = []
+            for device, extent in zip(devices, extents):
+                with tf.device(device):
+                    whole = function(self.step(device))
+                    out.append(_sliced(whole, extent))
+            return out
+        if tf_tensor.op.type not in PLACEHOLDERS:
+            return None
+        default = (tf.get_static_value(tf_tensor.op.inputs[0])
+                   if tf_tensor.op.type == "PlaceholderWithDefault" else None)
+        if tf_tensor.op.type == "PlaceholderWithDefault" and default is None:
+            return None   # a default that is not a constant: sliced where it lies
+        key = (tf_tensor, tuple(devices), tuple(tuple(extent) for extent in extents))
+        if key in self._made:
+            return self._made[key]
+        name = tf_tensor.op.name.split("/")[-1]
+        out = []
+        for device, extent in zip(devices, extents):
+            shape = [size for _, size in extent]
+            with tf.device(device), tf.control_dependencies(None):
+                if default is None:
+                    placeholder = tf.placeholder(tf_tensor.dtype, shape, name=name)
+                else:
+                    placeholder = tf.placeholder_with_default(
+                        tf.constant(_cut(default, extent), tf_tensor.dtype), shape, name=name)
+            self._fed.setdefault(tf_tensor, []).append((placeholder, extent))
+            out.append(placeholder)
+        self._made[key] = out
+        return out
+
+    def feed(self, feed):
+        """``feed`` with each value of a placeholder fed on the devices given to each
+        device's placeholder instead, cut to its slice (and to the placeholder itself
+        only if something else reads it)."""
+        out = {}
+        for placeholder, value in feed.items():
+            owns = self._fed.get(placeholder, ())
+            for own, extent in owns:
+                out[own] = _cut(np.asarray(value), extent)
+            if not owns or placeholder.consumers():
+                out[placeholder] = value
+        return out
+
+
+def _cut(value, extent):
+    """The numpy slice ``extent`` ((begin, size) per dimension) of ``value``."""
+    return value[tuple(slice(begin, begin + size) for begin, size in extent)]
+
+
+def _sliced(tensor, extent):
+    """The TensorFlow slice ``extent`` of ``tensor`` (itself for a scalar)."""
+    if not extent:
+        return tensor
+    return tf.slice(tensor, [begin for begin, _ in extent], [size for _, size in extent])
