@@ -115,6 +115,16 @@ class Plan:
             raise InvalidInput(f"{where}: {e}") from e
         check_splits(view, parse_mesh(self.mesh), self.batch_size, self.splits, where)
 
+    def check_batch(self, batch_size, where="plan"):
+        """InvalidInput unless this plan is for a global batch of ``batch_size`` samples: a
+        batch split's samples per device add up to the plan's batch, and its prices are
+        for that batch."""
+        if batch_size != self.batch_size:
+            raise InvalidInput(f"{where} is for a batch of {self.batch_size}, not "
+                               f"{batch_size}; train with --batch_size={self.batch_size}, "
+                               f"or plan again with scripts/plan_layout.py "
+                               f"--batch_size={batch_size}")
+
     def check_devices(self, devices, where="plan"):
         """ValueError unless this plan is for exactly ``devices`` (count and names, in order).
 

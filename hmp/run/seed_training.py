@@ -202,8 +202,11 @@ def _check_fits(shared, exp, model_config, recipe, spec):
     if given_plan is None:   # memory before work: before any folder or profiling
         check_memory(settings, devices, spec, caps)
     else:
+        where = "plan file %s" % settings.placement.plan
         with settings.blame("plan"):
-            given_plan.check_model(spec, "plan file %s" % settings.placement.plan)
+            given_plan.check_model(spec, where)
+        with settings.blame("plan", "batch_size"):
+            given_plan.check_batch(settings.recipe.batch_size, where)
     return caps
 
 

@@ -56,8 +56,9 @@ def cli_runs(tmp_path_factory, small_scene):
     name's runs write in a folder of their own; a BAD_FLAGS run is named by its flags.
     The runs that train do so on conftest's ``small_scene``."""
     from models import model_config
-    names = ("no_checkpoint", "few_bands", "other_model_plan", "nan", "readme_model",
-             "auto_speeds", "relative_speeds", "virtual_cpus_plan", "too_large", "max_steps")
+    names = ("no_checkpoint", "few_bands", "other_model_plan", "other_batch_plan", "nan",
+             "readme_model", "auto_speeds", "relative_speeds", "virtual_cpus_plan",
+             "too_large", "max_steps")
     folders = {name: tmp_path_factory.mktemp(name) for name in names}
     other_plan = plan_file(folders["other_model_plan"] / "plan.json",
                            model_config("cnn3d", 9, 200, 16), ["/cpu:0", "/cpu:1"], [1, 1],
@@ -86,6 +87,10 @@ def cli_runs(tmp_path_factory, small_scene):
                                        ("--devices=", "--speeds=", "--mesh="))),
                                    "--plan=%s" % other_plan,
                                    model_dir=folders["other_model_plan"] / "run")],
+        # own_plan is for a batch of 64 (TINY_AUTO's); 32 would train another batch than
+        # planned (a batch split's samples per device add up to 64: a traceback)
+        "other_batch_plan": [train(*on_own_plan, "--epochs=1", "--batch_size=32",
+                                   model_dir=folders["other_batch_plan"] / "run")],
         "nan": [train(*tiny, "--optimizer=sgd", "--learning_rate=1e30", "--epochs=1",
                       model_dir=folders["nan"]),
                 train(*tiny, "--resume", "--epochs=1", "--optimizer=sgd",
@@ -378,6 +383,17 @@ def test_plan_for_another_model_is_refused(cli_runs):
     assert run.returncode == 2
     plan = folders["other_model_plan"] / "plan.json"
     assert "--plan=%s" % plan in run.stderr and "model" in run.stderr
+
+
+def test_plan_for_another_batch_size_is_refused_before_anything_is_written(cli_runs):
+    (run,), folders = cli_runs[0]["other_batch_plan"], cli_runs[1]
+    plan = folders["virtual_cpus_plan"] / "p.json"
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert run.stderr == (
+        "hmp.train: error: --plan=%s, --batch_size=32: plan file %s is for a batch of 64, "
+        "not 32; train with --batch_size=64, or plan again with scripts/plan_layout.py "
+        "--batch_size=32\n" % (plan, plan))
+    assert list(folders["other_batch_plan"].iterdir()) == []
 
 
 def test_nan_loss_stops_with_message_and_keeps_checkpoint(cli_runs):
