@@ -2,7 +2,7 @@
 
 A folder that holds a run (checkpoints, results) is not silently reused: a
 new run there needs ``--resume`` (continue it) or ``--overwrite`` (delete the
-run's files first). ``history.json`` records every epoch of every invocation,
+run's files first); one that holds other files than a run's is refused. ``history.json`` records every epoch of every invocation,
 written atomically before each epoch's checkpoint, so a resumed run's
 ``results.json`` holds the whole history; ``flags.txt`` the flags that started
 the run (``--flagfile``). :class:`Signals` turns SIGINT and
@@ -22,6 +22,7 @@ import tensorflow.compat.v1 as tf
 from hmp import cli, files
 from hmp.errors import InvalidInput
 from hmp.graph.graph import CHECKPOINTS_KEPT
+from hmp.measure import speedcache
 from hmp.run import experiment
 
 FLAGS_FILE = "flags.txt"   # the flags that started the run, for --flagfile
@@ -35,6 +36,11 @@ RUN_FILES = ("checkpoint", "ckpt-*", "best_checkpoint", "best-ckpt-*", "results.
              FLAGS_FILE, FLAGS_FILE + ".*.tmp")
 HISTORY = "history.json"
 SUMMARY = "summary.json"   # --runs: the runs' mean and standard deviation
+# What else may be in a run's folder: the measured speeds (hmp.run.plan_choice), the seeds'
+# runs of --runs, hmp.predict's default --out. Anything more makes it no run's folder.
+WRITE_PROBE = ".write_test"   # prepare_model_dir's, removed at once
+RUN_ENTRIES = RUN_FILES + (speedcache.FILE_NAME, speedcache.FILE_NAME + ".*.tmp", "seed-*",
+                           "prediction")
 
 
 def run_files(model_dir, patterns=RUN_FILES):
@@ -62,6 +68,23 @@ def check_model_dir(model_dir, resume=False, overwrite=False):
         raise cli.UsageError(
             "--model_dir=%s holds a run (%s); continue it with --resume, start over with "
             "--overwrite, or give another --model_dir" % (model_dir, ", ".join(run)))
+    others = [] if run else foreign(model_dir)
+    if others:   # a new run would scatter its files among them (and replace any of its names)
+        raise cli.UsageError(
+            "--model_dir=%s holds no run but other files (%s%s); give a new or empty folder"
+            % (model_dir, ", ".join(others[:3]),
+               " and %d more" % (len(others) - 3) if len(others) > 3 else ""))
+
+
+def foreign(model_dir):
+    """The names in ``model_dir`` (sorted) that no run writes (``RUN_ENTRIES``), but hidden
+    ones (.DS_Store, an editor's, the write probe); [] for a folder that is not there."""
+    try:
+        names = {name for name in os.listdir(model_dir) if not name.startswith(".")}
+    except OSError:
+        return []
+    return sorted(names - {os.path.basename(path)
+                           for path in run_files(model_dir, RUN_ENTRIES)})
 
 
 def prepare_model_dir(model_dir, overwrite=False):
@@ -72,7 +95,7 @@ def prepare_model_dir(model_dir, overwrite=False):
             for path in run_files(model_dir):   # ckpt-N_temp: a folder of a killed save
                 shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
         os.makedirs(model_dir, exist_ok=True)
-        probe = os.path.join(model_dir, ".write_test")
+        probe = os.path.join(model_dir, WRITE_PROBE)
         with open(probe, "w"):
             pass
         os.remove(probe)

@@ -139,6 +139,29 @@ def test_a_used_model_dir_is_refused_without_resume_or_overwrite(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]   # only hmp's files go
 
 
+def test_a_folder_of_other_files_than_a_runs_is_refused_for_a_new_run(tmp_path):
+    """--model_dir=/etc, or a folder of data: a new run would scatter its checkpoints among
+    the files there (and replace a data.json or flags.txt of its own names)."""
+    (tmp_path / "seed-0").mkdir()   # --runs's seeds, hmp.predict's default --out
+    (tmp_path / "prediction").mkdir()
+    for name in ("speeds.json", "events.out.tfevents.1.x", ".DS_Store"):
+        (tmp_path / name).write_text("")
+    run_folder.check_model_dir(str(tmp_path))   # what a run leaves, hidden files: fine
+    for name in ("notes.txt", "cube.mat", "gt.npy", "data", "b.txt"):
+        (tmp_path / name).write_text("")
+    message = ("--model_dir=%s holds no run but other files (b.txt, cube.mat, data and 2 "
+               "more); give a new or empty folder" % tmp_path)
+    for overwrite in (False, True):   # --overwrite deletes a run's files, and only those
+        with pytest.raises(cli.UsageError) as refused:
+            run_folder.check_model_dir(str(tmp_path), overwrite=overwrite)
+        assert str(refused.value) == message
+    (tmp_path / "results.json").write_text("{}")   # a run, among the user's files
+    with pytest.raises(cli.UsageError, match="holds a run"):
+        run_folder.check_model_dir(str(tmp_path))
+    run_folder.check_model_dir(str(tmp_path), overwrite=True)
+    run_folder.check_model_dir(str(tmp_path), resume=True)
+
+
 def test_a_model_dir_under_a_file_is_refused_before_anything_is_made(tmp_path):
     (tmp_path / "afile").write_text("")
     for model_dir in (tmp_path / "afile", tmp_path / "afile" / "run"):
