@@ -34,7 +34,7 @@ from hmp import files
 from hmp.data.raster_writer import write_class_map
 from hmp.evaluation import maps
 from hmp.evaluation.smoothing import smooth_rows
-from hmp.measure.devices import check_local, gpu_count, session_config_for
+from hmp.measure.devices import check_local, device_list, gpu_count, session_config_for
 from hmp.run import experiment, export
 from hmp.run.inference import DATA_FLAGS, Classifier, TrainedRun, classify_tiles, open_cube, tiling
 from hmp.run.progress import ProgressLine
@@ -82,10 +82,8 @@ OUTPUTS = ("class_map.npy", "class_map.png")
 def _devices():
     if FLAGS.devices is None:
         return ["/gpu:0" if gpu_count() else "/cpu:0"]
-    devices = [d.strip() for d in FLAGS.devices.split(",") if d.strip()]
     with cli.blame("devices"):
-        if not devices:
-            raise cli.UsageError("give at least one TensorFlow device, e.g. /cpu:0")
+        devices = device_list(FLAGS.devices)
         check_local(devices)
     return devices
 

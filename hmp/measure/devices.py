@@ -39,6 +39,16 @@ def virtual_cpus(devices):
     return max(indices) + 1 if indices else 0
 
 
+def device_list(devices):
+    """The device names of ``devices``, a comma-separated string (as ``--devices``) or a
+    sequence of names; InvalidInput when it names none."""
+    names = devices.split(",") if isinstance(devices, str) else list(devices)
+    names = [name.strip() for name in names if name.strip()]
+    if not names:
+        raise InvalidInput("give at least one TensorFlow device, e.g. /cpu:0")
+    return names
+
+
 def check_local(devices):
     """Raises InvalidInput for a device list naming a device twice, a string that is no
     TensorFlow device, or a GPU this machine does not have."""

@@ -22,10 +22,11 @@ import tensorflow.compat.v1 as tf
 
 from hmp import cli, files
 from hmp.cluster import launch, sources
-from hmp.errors import InvalidInput
+from hmp.data.raster import ArrayRaster
+from hmp.errors import InvalidInput, whole_number
 from hmp.evaluation import report
 from hmp.evaluation.smoothing import smooth
-from hmp.measure.devices import session_config_for
+from hmp.measure.devices import check_local, device_list, session_config_for
 from hmp.run import inference, run_folder
 from hmp.run.progress import say
 from hmp.run.hardware import Hardware
@@ -61,14 +62,20 @@ class Fitted:
         pixels) by the run's best weights, with TTA or not (None: as the run) and smoothed
         over ``smoothing`` x ``smoothing`` pixels (None: the run's window), guided by the
         scene's edges or not (``smoothing_guide``; None: as the run), as
-        ``python -m hmp.predict`` does (one seed's run only)."""
+        ``python -m hmp.predict`` does (one seed's run only). ``devices``: names, or one
+        comma-separated string as ``--devices``. InvalidInput for a cube of other bands,
+        a device this machine lacks, a batch_size below 1."""
         self._one_seed("predict")
         run = inference.TrainedRun.open(self.model_dir, lambda name: self.model)
+        run.check_bands(ArrayRaster(cube).shape[2])   # a cube [H, W, bands] of the run's bands
+        devices = device_list(devices)
+        check_local(devices)
+        batch_size = whole_number(batch_size, "batch_size")
         tta, window = run.classifying(tta, smoothing)
         guide = run.guide_for(window, smoothing_guide)
         prepared, nodata = run.prepare(np.asarray(cube, np.float32))
-        probabilities = inference.classify(run, prepared, list(devices), batch_size,
-                                           session_config_for(list(devices)), tta=tta)
+        probabilities = inference.classify(run, prepared, devices, batch_size,
+                                           session_config_for(devices), tta=tta)
         return smooth(probabilities, window, ~nodata,
                       None if guide is None else guide.image(prepared))
 

@@ -11,7 +11,7 @@ import dataclasses
 
 from hmp import cli, planning
 from hmp.errors import InvalidInput
-from hmp.measure.devices import (check_local, default_devices, parse_memory_caps,
+from hmp.measure.devices import (check_local, default_devices, device_list, parse_memory_caps,
                                  session_config_for)
 from hmp.mesh.numerics import require_determinism
 from hmp.run.settings import AUTO
@@ -73,14 +73,11 @@ def _devices(settings, cluster):
     given, placement = settings.placement.devices, settings.placement
     if given is None:
         return list(cluster.devices) if cluster else default_devices()
-    devices = [d.strip() for d in given.split(",") if d.strip()]
-    if not devices:
-        raise cli.UsageError("--devices=%s: give at least one TensorFlow device, e.g. "
-                             "/cpu:0" % given)
-    if not cluster:
-        with settings.blame("devices"):
+    with settings.blame("devices"):
+        devices = device_list(given)
+        if not cluster:
             check_local(devices)
-        return devices
+            return devices
     if len(set(devices)) != len(devices):
         raise cli.UsageError("--devices=%s: a device is named twice" % given)
     with settings.blame("devices", "local_workers" if placement.local_workers

@@ -315,6 +315,16 @@ def test_a_run_without_its_preprocessing_or_with_it_damaged_is_refused_in_one_li
     assert not (missing / "prediction").exists() and not (damaged / "prediction").exists()
 
 
+def test_a_device_list_of_no_device_is_refused_naming_the_flag(run, tmp_path):
+    out = tmp_path / "out"
+    refused, = run_batch("hmp.predict", [{"args": ["--model_dir=%s" % run[0], "--devices=,",
+                                                   "--out=%s" % out]}])
+    assert (refused.returncode, refused.stderr) == (
+        2, "hmp.predict: error: --devices=,: give at least one TensorFlow device, e.g. "
+           "/cpu:0\n")
+    assert not out.exists()
+
+
 def test_a_batch_split_over_two_devices_gives_the_same_probabilities(run, unsmoothed):
     model_dir, _, exp = run
     trained = inference.TrainedRun.open(str(model_dir), get_model)

@@ -92,6 +92,24 @@ def test_a_fitted_run_predicts_the_test_pixels_as_it_scored_them(fitted):
                                .sum(axis=-1), 1, rtol=1e-5)
 
 
+def test_a_fitted_run_refuses_a_cube_or_devices_it_cannot_classify(fitted):
+    """As hmp.predict refuses them (one message, naming what is wrong), not numpy's or
+    TensorFlow's errors from deep inside; devices also as --devices's string."""
+    _, _, run = fitted
+    cube = experiment.load_scene(experiment.load(run.model_dir)[0]).cube[:12, :12]
+    for args, message in [
+            ((cube[:, :, :50],), "the cube has 50 bands; the run in %s was trained on 100"
+                                 % run.model_dir),
+            ((cube[:, :, 0],), "cube: a cube must be 3-D [H, W, B], got shape (12, 12)"),
+            ((cube, ","), "give at least one TensorFlow device, e.g. /cpu:0"),
+            ((cube, ["/gpu:7"]), "/gpu:7 is not a device of this machine"),
+            ((cube, "/cpu:0", 0), "batch_size must be a whole number >= 1, got 0")]:
+        with pytest.raises(InvalidInput) as refused:
+            run.predict(*args)
+        assert str(refused.value).startswith(message), str(refused.value)
+    np.testing.assert_array_equal(run.predict(cube, " /cpu:0,"), run.predict(cube))
+
+
 # Run in a child: hmp.train's flags would clash with a script's in this interpreter.
 FROM_FLAGS = """
 import json, sys
