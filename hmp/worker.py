@@ -25,7 +25,7 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 from absl import flags
 
 from hmp.cluster import sources
-from hmp.cluster.runtime import JOB, parse_cpus, port_in_use
+from hmp.cluster.runtime import JOB, check_port, parse_cpus, port_in_use
 from hmp.errors import InvalidInput
 from hmp.measure.devices import default_devices
 from hmp.mesh.numerics import exact_float32, require_determinism
@@ -58,6 +58,8 @@ def _cluster_and_task():
         raise cli.UsageError("--cluster: give every task's host:port, e.g. "
                              "127.0.0.1:2222,127.0.0.1:2223, or start the worker with "
                              "TF_CONFIG set or with srun in a Slurm job")
+    with cli.blame("port_base"):
+        check_port(FLAGS.port_base)
     try:
         cluster, task = sources.resolve(source, port_base=FLAGS.port_base)
     except InvalidInput as error:   # TF_CONFIG's and Slurm's messages name them

@@ -18,6 +18,7 @@ naming it. ``local_cluster`` starts worker processes on free loopback ports
 
 import contextlib
 import dataclasses
+import numbers
 import os
 import re
 import signal
@@ -31,10 +32,11 @@ import tensorflow.compat.v1 as tf
 
 from hmp.cli import TrainingError
 from hmp.cluster.subprocesses import die_with_parent
-from hmp.errors import InvalidInput
+from hmp.errors import InvalidInput, is_positive_number
 
 JOB = "worker"
 DEFAULT_TIMEOUT_S = 60.0
+PORTS = range(1, 65536)   # TCP's
 LISTED = "--cluster"   # a Cluster's origin when its addresses were listed (Cluster.parse)
 # The errors TensorFlow raises when a task is gone (Unavailable), does not
 # answer in time (DeadlineExceeded) or lost its state by restarting (Aborted).
@@ -56,14 +58,21 @@ def device(task, index=0):
 
 def _address(text):
     host, colon, port = text.strip().rpartition(":")
-    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not colon or not host or not port.isdigit() or int(port) not in PORTS:
         raise InvalidInput("%r is not host:port (e.g. 127.0.0.1:2222)" % text.strip())
     return "%s:%d" % (host, int(port))
 
 
+def check_port(port):
+    """``port`` (a worker's, or --port_base) unless it is no TCP port: ``InvalidInput``."""
+    if isinstance(port, bool) or not isinstance(port, numbers.Integral) or port not in PORTS:
+        raise InvalidInput("a port is a whole number from 1 to 65535, got %r" % port)
+    return int(port)
+
+
 def check_timeout(timeout_s):
     """``timeout_s`` as a float; ``InvalidInput`` unless it is positive."""
-    if not timeout_s > 0:
+    if not is_positive_number(timeout_s):
         raise InvalidInput("the timeout must be positive, got %r" % timeout_s)
     return float(timeout_s)
 

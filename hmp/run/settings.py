@@ -246,6 +246,7 @@ class Settings:
         what is allowed) for a value not allowed; ``get_model``: the application's
         model lookup (``models.get_model``)."""
         # imported here: these names load TensorFlow  # pylint: disable=import-outside-toplevel
+        from hmp.cluster.runtime import check_port, check_timeout
         from hmp.graph.graph_config import PRECISIONS
         from hmp.layers import BATCH_STATISTICS
         from hmp.mesh.optimizers import OPTIMIZERS, SCHEDULES
@@ -287,6 +288,10 @@ class Settings:
                 raise cli.UsageError("--%s=%g: must be a number >= 0" % (name, value))
         if self.recipe.brightness >= 1:
             raise cli.UsageError("--brightness=%g: must be below 1" % self.recipe.brightness)
+        with self.blame("cluster_timeout"):   # also when no cluster uses them, as any value
+            check_timeout(self.placement.cluster_timeout)
+        with self.blame("port_base"):
+            check_port(self.placement.port_base)
 
     def _check_plan(self):
         """A --plan file gives the devices, speeds, mesh and memory caps: those flags,

@@ -126,7 +126,10 @@ def _worker(*flags):
 BAD_WORKER_FLAGS = {"--task=2": "--task=2: give a task index from 0 to 1",
                     "--task=0 --cpus=0,99": "--cpus=0,99: give CPU numbers this process may use",
                     "--task=0 --threads=-1": "--threads=-1: must be 0",
-                    "--task=0 --inter_op_threads=-1": "--inter_op_threads=-1: must be 0"}
+                    "--task=0 --inter_op_threads=-1": "--inter_op_threads=-1: must be 0",
+                    # refused as any value, not only where Slurm would use it
+                    "--task=2 --port_base=0": "--port_base=0: a port is a whole number from "
+                                              "1 to 65535, got 0"}
 
 
 def test_worker_pins_cpus_stops_on_sigint_and_refuses_bad_flags():

@@ -230,6 +230,11 @@ def test_a_setting_given_as_none_is_left_out_of_flags_txt():
     ({"val_split": "stripes"}, "--val_split=stripes: choose one of random, spatial, auto"),
     ({"brightness_norm": "yes"}, "--brightness_norm=yes: choose one of auto, on, off"),
     ({"epoch": 3}, "epoch: not a setting; allowed: hmp.train's flag names (model, "),
+    # refused as any value, also with no cluster to use them
+    ({"cluster_timeout": -5.0}, "--cluster_timeout=-5.0: the timeout must be positive, got "
+                                "-5.0"),
+    ({"port_base": 70000}, "--port_base=70000: a port is a whole number from 1 to 65535, "
+                           "got 70000"),
 ])
 def test_refused_settings_raise_the_command_lines_message(values, message, tmp_path,
                                                          monkeypatch):
