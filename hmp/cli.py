@@ -76,7 +76,8 @@ def blame(*flag_names, also=(), values=None):
     reading the files the flags name. Any other exception passes unchanged: a
     bug (a ValueError of a custom model, say) is no fault of the flags.
     ``values``: {flag name: value} to name (a run's ``hmp.run.settings.Settings``);
-    None: the parsed flags'.
+    None: the parsed flags'. A flag without a value (None: not given, its default
+    applies) is not named beside flags with one: "--data_dir=None" is no value a user gave.
     """
     try:
         yield
@@ -85,7 +86,9 @@ def blame(*flag_names, also=(), values=None):
     except (InvalidInput, *also) as error:
         given = values if values is not None else {
             name: flags.FLAGS[name].value for name in flag_names}
-        named = ", ".join("--%s=%s" % (name, _as_given(given[name])) for name in flag_names)
+        valued = [name for name in flag_names if given[name] is not None]
+        named = ", ".join(["--%s=%s" % (name, _as_given(given[name])) for name in valued]
+                          or ["--%s (not given)" % name for name in flag_names])
         raise UsageError("%s: %s" % (named, error)) from error
 
 

@@ -33,6 +33,7 @@ def load_scene(name_or_path, data_dir=None, *, labels_path=None, cube_key=None,
       labels_path, cube_key, labels_key, class_names: for a cube given by path,
         see :func:`load_scene_files`.
     """
+    check_scene_name(name_or_path)
     if name_or_path == SYNTHETIC:
         return synthetic_scene(data_dir=data_dir, **synthetic_options)
     if synthetic_options:
@@ -41,14 +42,20 @@ def load_scene(name_or_path, data_dir=None, *, labels_path=None, cube_key=None,
             f"not to {name_or_path!r}")
     if _is_benchmark_name(name_or_path):
         return load_benchmark_scene(name_or_path, data_dir)
-    if is_cube_file(name_or_path):
-        if labels_path is None:
-            raise InvalidInput(f"cube file {name_or_path} given without labels_path")
-        return load_scene_files(name_or_path, labels_path, cube_key=cube_key,
-                                labels_key=labels_key, class_names=class_names)
-    raise InvalidInput(
-        f"unknown scene {name_or_path!r}; allowed: {', '.join([*SCENES, SYNTHETIC])}, "
-        f"or the path of a cube file ({', '.join(SUPPORTED_SUFFIXES)}) and its label map")
+    if labels_path is None:   # a cube file
+        raise InvalidInput(f"cube file {name_or_path} given without labels_path")
+    return load_scene_files(name_or_path, labels_path, cube_key=cube_key,
+                            labels_key=labels_key, class_names=class_names)
+
+
+def check_scene_name(name_or_path):
+    """InvalidInput unless ``name_or_path`` names a scene :func:`load_scene` knows: the
+    synthetic one, a benchmark's, or a cube file (by its suffix)."""
+    if not (name_or_path == SYNTHETIC or _is_benchmark_name(name_or_path)
+            or is_cube_file(name_or_path)):
+        raise InvalidInput(
+            f"unknown scene {name_or_path!r}; allowed: {', '.join([*SCENES, SYNTHETIC])}, "
+            f"or the path of a cube file ({', '.join(SUPPORTED_SUFFIXES)}) and its label map")
 
 
 def load_benchmark_scene(name, data_dir=None):

@@ -19,7 +19,7 @@ import os
 
 from hmp import cli
 from hmp.data import check_patch_size, is_cube_file
-from hmp.data.loaders import SYNTHETIC
+from hmp.data.loaders import SYNTHETIC, check_scene_name
 from hmp.data.splits import check_train_fraction
 from hmp.data.synthetic import GENERATED_LAYOUT, KINDS, LAYOUTS
 from hmp.errors import InvalidInput, whole_number
@@ -369,6 +369,8 @@ class Settings:
         """Settings that only apply to some --dataset: chosen for another, they would be
         ignored."""
         dataset = self.data.dataset
+        with self.blame("dataset"):   # before the flags that only some scenes take
+            check_scene_name(dataset)
         if is_cube_file(dataset):
             if not self.data.labels_path:
                 raise cli.UsageError("--dataset=%s: a cube file needs its label map: give "

@@ -205,11 +205,14 @@ def test_runs_on_given_train_and_test_sets_and_summarises_the_seeds(tmp_path):
 BAD_FLAGS = {
     "--model=nope": "--model=nope: model 'nope' is not known; choose one of cnn2d, cnn3d",
     "--model=no.such.module": "--model=no.such.module: model module 'no.such.module' cannot",
-    "--dataset=nope": "--dataset=nope, --data_dir=None: unknown scene 'nope'; allowed: "
+    "--dataset=nope": "--dataset=nope: unknown scene 'nope'; allowed: "
                       "indian_pines, paviau, salinas, pavia_centre, ksc, botswana, synthetic, "
                       "or the path of a cube file (.mat, .npy, .hdr, .img, .dat, .raw, .bsq, "
                       ".bil, .bip, .tif, .tiff, .vrt, .jp2) and its label map",
     "--dataset=cube.mat": "--dataset=cube.mat: a cube file needs its label map: give --labels",
+    # a file hmp does not read: not "--labels only for a --dataset given as a cube file"
+    "--dataset=cube.h5 --labels=gt.h5": "--dataset=cube.h5: unknown scene 'cube.h5'; "
+                                        "allowed: indian_pines,",
     "--labels=gt.mat": "--labels=gt.mat: only for a --dataset given as a cube file, "
                        "not --dataset=synthetic",
     "--dataset=paviau --cube_key=x": "--cube_key=x: only for a --dataset given as a cube file",

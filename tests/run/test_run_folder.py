@@ -302,6 +302,15 @@ def test_blame_turns_only_invalid_input_into_a_flag_error():
     with pytest.raises(cli.UsageError, match="^--runs_test_list_flag=model:2,foo: bad mesh$"):
         with cli.blame(listed):   # a list flag as typed, not as a Python list
             raise InvalidInput("bad mesh")
+    unset = "runs_test_unset_flag"   # a flag left at its default None: no value to name
+    if unset not in flags.FLAGS:
+        flags.DEFINE_string(unset, None, "for this test")
+    with pytest.raises(cli.UsageError, match="^--runs_test_flag=x: no such scene$"):
+        with cli.blame(name, unset):
+            raise InvalidInput("no such scene")
+    with pytest.raises(cli.UsageError, match=r"^--runs_test_unset_flag \(not given\): none$"):
+        with cli.blame(unset):
+            raise InvalidInput("none")
 
 
 def test_files_written_atomically_are_readable_as_any_new_file(tmp_path):
