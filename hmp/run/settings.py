@@ -15,6 +15,7 @@ import them when they run.
 """
 
 import dataclasses
+import numbers
 import os
 
 from hmp import cli
@@ -113,6 +114,13 @@ class RunFolderSettings:
     runs: int = 1
     log_every: float = DEFAULT_LOG_EVERY_S
 
+
+# {group: {field: its type}} of Settings' groups (Settings._check_types: its numbers)
+_FIELD_TYPES = {group: {field.name: field.type for field in dataclasses.fields(kind)}
+                for group, kind in (("data", DataConfig), ("model", ModelSettings),
+                                    ("recipe", RecipeSettings),
+                                    ("placement", PlacementSettings),
+                                    ("folder", RunFolderSettings))}
 
 # hmp.train's data defaults: the model's own --pca (None), a tenth to validate.
 TRAIN_DATA = DataConfig(pca=None, val_fraction=0.1)
@@ -251,6 +259,7 @@ class Settings:
         from hmp.layers import BATCH_STATISTICS
         from hmp.mesh.optimizers import OPTIMIZERS, SCHEDULES
         from hmp.run.training_recipe import CLASS_BALANCING
+        self._check_types()
         self.check_data()
         with self.blame("model"):
             get_model(self.model.name)
@@ -269,7 +278,8 @@ class Settings:
             with self.blame("mesh"):
                 parse_mesh(self.placement.mesh)
         for name, minimum in (("batch_size", 1), ("epochs", 1), ("max_steps", 0), ("runs", 1),
-                              ("width", 0), ("checkpoint_every", 0), ("steps_per_run", 1)):
+                              ("width", 0), ("checkpoint_every", 0), ("steps_per_run", 1),
+                              ("patience", 0)):
             with self.blame(name):
                 whole_number(self.value(name), name, minimum=minimum)
         if not self.recipe.learning_rate > 0:
@@ -281,7 +291,7 @@ class Settings:
         for name in ("spectral_shift", "spectral_gain"):
             self.field_look_strength(name)
         self.smoothing_window()
-        for name in ("patience", "warmup_epochs", "weight_decay", "brightness", "noise",
+        for name in ("warmup_epochs", "weight_decay", "brightness", "noise",
                      "rebalance_threshold", "log_every"):
             value = self.value(name)
             if value is not None and not value >= 0:   # nan too
@@ -292,6 +302,16 @@ class Settings:
             check_timeout(self.placement.cluster_timeout)
         with self.blame("port_base"):
             check_port(self.placement.port_base)
+
+    def _check_types(self):
+        """A number's setting given as something else (from Python, e.g.
+        ``learning_rate="0.1"``): refused in one line, as the flag parser refuses it, not
+        a TypeError of a comparison (whole numbers: the checks of their values)."""
+        for name, (group, field) in FLAG_FIELDS.items():
+            value = self.value(name)
+            if _FIELD_TYPES[group][field] is float and value is not None and (
+                    isinstance(value, bool) or not isinstance(value, numbers.Real)):
+                raise cli.UsageError("--%s=%r: give a number" % (name, value))
 
     def _check_plan(self):
         """A --plan file gives the devices, speeds, mesh and memory caps: those flags,

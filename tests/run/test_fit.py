@@ -230,6 +230,10 @@ def test_a_setting_given_as_none_is_left_out_of_flags_txt():
     ({"val_split": "stripes"}, "--val_split=stripes: choose one of random, spatial, auto"),
     ({"brightness_norm": "yes"}, "--brightness_norm=yes: choose one of auto, on, off"),
     ({"epoch": 3}, "epoch: not a setting; allowed: hmp.train's flag names (model, "),
+    # from Python, a number as text or a fraction of a whole number: not a TypeError
+    ({"learning_rate": "0.1"}, "--learning_rate='0.1': give a number"),
+    ({"val_fraction": True}, "--val_fraction=True: give a number"),
+    ({"patience": 2.5}, "--patience=2.5: patience must be a whole number >= 0, got 2.5"),
     # refused as any value, also with no cluster to use them
     ({"cluster_timeout": -5.0}, "--cluster_timeout=-5.0: the timeout must be positive, got "
                                 "-5.0"),
