@@ -19,7 +19,10 @@ another task can start, and a device that waits on them starts late. With
   its device's reads of it; ``sync()`` sets them to the global step after the weights
   (and the step) are initialised or restored.
 
-The values are the same as without: a split still equals one device.
+The placeholders, counters and functions of the step lie on the CPU of the device's own
+task (a GPU's host: what TensorFlow keeps in host memory anyway, and no kernel a GPU may
+lack), a CPU device on itself. The values are the same as without: a split still equals
+one device.
 """
 
 import numpy as np
@@ -41,13 +44,14 @@ class DeviceInputs:
 
     # -- the step counters --------------------------------------------------
     def step(self, device):
-        """The step (an int64 scalar on ``device``): its counter, read."""
+        """The step of ``device`` (an int64 scalar on its host, ``host_of``): its
+        counter, read."""
         if device not in self._counters:
-            with tf.device(device), tf.control_dependencies(None):
+            with tf.device(host_of(device)), tf.control_dependencies(None):
                 self._counters[device] = tf.Variable(
                     0, dtype=tf.int64, trainable=False, name="step_counter",
                     collections=[tf.GraphKeys.LOCAL_VARIABLES])
-        with tf.device(device):
+        with tf.device(host_of(device)):
             read = self._counters[device].read_value()
         self._reads.setdefault(device, []).append(read)
         return read
@@ -62,7 +66,7 @@ class DeviceInputs:
         the last call (the step's): a step's last ops."""
         ops = []
         for device, reads in self._reads.items():
-            with tf.device(device), tf.control_dependencies(reads):
+            with tf.device(host_of(device)), tf.control_dependencies(reads):
                 ops.append(self._counters[device].assign_add(1).op)
         self._reads = {}
         return ops
@@ -72,7 +76,7 @@ class DeviceInputs:
         are initialised or restored); a no-op without counters."""
         ops = []
         for device, counter in self._counters.items():
-            with tf.device(device):
+            with tf.device(host_of(device)):
                 ops.append(counter.assign(tf.cast(self.global_step, tf.int64)).op)
         return tf.group(*ops)
 
@@ -85,7 +89,7 @@ class DeviceInputs:
             function = self._of_step[id(tf_tensor)][1]
             out = []
             for device, extent in zip(devices, extents):
-                with tf.device(device):
+                with tf.device(host_of(device)):
                     whole = function(self.step(device))
                     out.append(_sliced(whole, extent))
             return out
@@ -102,7 +106,7 @@ class DeviceInputs:
         out = []
         for device, extent in zip(devices, extents):
             shape = [size for _, size in extent]
-            with tf.device(device), tf.control_dependencies(None):
+            with tf.device(host_of(device)), tf.control_dependencies(None):
                 if default is None:
                     placeholder = tf.placeholder(tf_tensor.dtype, shape, name=name)
                 else:
@@ -125,6 +129,15 @@ class DeviceInputs:
             if not owns or placeholder.consumers():
                 out[placeholder] = value
         return out
+
+
+def host_of(device):
+    """Where ``device``'s inputs lie: itself for a CPU (or no device), else the first CPU
+    of its task (``/job:worker/task:1/device:GPU:0`` -> ``.../device:CPU:0``)."""
+    spec = tf.DeviceSpec.from_string(device)
+    if spec.device_type is None or spec.device_type.upper() == "CPU":
+        return device
+    return spec.replace(device_type="CPU", device_index=0).to_string()
 
 
 def _cut(value, extent):

@@ -12,6 +12,7 @@ from hmp.compat import import_mesh_tensorflow
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Placement
 from hmp.graph.scene_input import SceneCubes, cut_patches
+from hmp.mesh.device_inputs import host_of
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
 from models import model_config
@@ -169,3 +170,11 @@ def test_each_device_keys_its_draws_and_learning_rate_by_a_step_counter_of_its_o
         session.run(set_step)
         session.run(graph.copy_masters_to_slices)
         assert session.run(counter_values) == [41, 41]
+
+
+@pytest.mark.parametrize("device, host", [
+    ("/cpu:1", "/cpu:1"), ("", ""), ("/gpu:0", "/device:CPU:0"),
+    ("/job:worker/task:1/device:GPU:2", "/job:worker/task:1/device:CPU:0"),
+    ("/job:worker/task:1/device:CPU:0", "/job:worker/task:1/device:CPU:0")])
+def test_a_gpus_step_inputs_lie_on_the_cpu_of_its_task(device, host):
+    assert host_of(device) == host
