@@ -160,7 +160,9 @@ def test_input_errors_name_file_and_flag_and_bugs_keep_their_traceback(tmp_path)
         "nan_sigterm": (143, [*scene, "--cube_key=cube", "--epochs=1000"],
                         ["1 pixels hold NaN or infinite values: masked as no-data (label 0)",
                          "hmp.train: interrupted at epoch "]),
-        "no_key": (2, scene, ["--cube_key=None", "holds 2 arrays ['cube', 'white']; "
+        # a flag not given is not named beside those given (not "--cube_key=None")
+        "no_key": (2, scene, ["--dataset=%s, --labels=%s, --pca=8: " % (
+            tmp_path / "scene.mat", tmp_path / "gt.npy"), "holds 2 arrays ['cube', 'white']; "
                               "name the one to use with --cube_key"]),
         "text_npy": (2, ["--dataset=%s" % (tmp_path / "text.npy"), *scene[1:]],
                      ["--dataset=%s, --labels=%s, --pca=8: cube file %s: not a numpy array "
