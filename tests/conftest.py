@@ -1,8 +1,10 @@
 """Test setup: TF1 graph mode (Mesh-TensorFlow builds graphs, not eager code), and one
 tiny run of ``python -m hmp.train`` that several test files read (in the session's
-hmp.train interpreter, tests/cli_batch.py)."""
+hmp.train interpreter, tests/cli_batch.py; once a session, also under xdist)."""
 
+import fcntl
 import importlib.util
+import json
 import os
 
 # TensorFlow 2.21 imports Keras at its own import (keras.src.optimizers, and with Keras
@@ -24,7 +26,7 @@ from hmp.cli import import_tensorflow_quietly  # pylint: disable=wrong-import-po
 import_tensorflow_quietly()   # no C++ start-up lines from each xdist worker
 import tensorflow.compat.v1 as tf  # pylint: disable=wrong-import-position
 
-from cli_batch import HUNG_S, run_batch
+from cli_batch import HUNG_S, Run, run_batch
 from hmp.data import synthetic_scene
 
 tf.disable_eager_execution()
@@ -61,11 +63,25 @@ TINY_RUN = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
-    """(the ``cli_batch.Run`` of hmp.train with TINY_RUN, its --model_dir)."""
-    model_dir = tmp_path_factory.mktemp("tiny_run")
-    run, = run_batch("hmp.train", [{"args": [*TINY_RUN, "--model_dir=%s" % model_dir]}],
-                     timeout=HUNG_S)
-    return run, model_dir
+    """(the ``cli_batch.Run`` of hmp.train with TINY_RUN, its --model_dir). Its readers only
+    read its folder (they copy it to write), so one run serves the whole test session:
+    under xdist, the first worker to need it runs it in the session's folder above the
+    workers' own, and a worker that needs it meanwhile waits for it (a file lock)."""
+    def train(model_dir):
+        run, = run_batch("hmp.train", [{"args": [*TINY_RUN, "--model_dir=%s" % model_dir]}],
+                         timeout=HUNG_S)
+        return run
+
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        model_dir = tmp_path_factory.mktemp("tiny_run")
+        return train(model_dir), model_dir
+    shared = tmp_path_factory.getbasetemp().parent   # this session's, above popen-gwN
+    model_dir, answer = shared / "tiny_run", shared / "tiny_run.json"
+    with open(shared / "tiny_run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes
+        if not answer.exists():
+            answer.write_text(json.dumps(train(model_dir)))
+        return Run(*json.loads(answer.read_text())), model_dir
 
 
 @pytest.fixture(scope="session")
