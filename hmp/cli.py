@@ -114,9 +114,25 @@ def _parse_flags(prog):
     def parse(argv):
         try:
             return flags.FLAGS(argv)
+        except flags.CantOpenFlagFileError as error:   # absl's "ERROR:: Unable to open ..."
+            _fail(prog, _unreadable_flagfile(argv) or str(error).replace("ERROR:: ", "", 1), 2)
         except flags.Error as error:
             _fail(prog, error, 2)
     return parse
+
+
+def _unreadable_flagfile(argv):
+    """``--flagfile=PATH: cannot be read (why)`` of the first ``--flagfile`` of the command
+    line that cannot be opened; None when each can (one named inside another cannot)."""
+    for arg in argv[1:]:
+        name, equals, path = arg.lstrip("-").partition("=")
+        if name == "flagfile" and equals:
+            try:
+                with open(path, encoding="utf-8"):
+                    pass
+            except OSError as error:
+                return "--flagfile=%s: cannot be read (%s)" % (path, error.strerror)
+    return None
 
 
 def _fail(prog, error, code):
