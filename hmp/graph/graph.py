@@ -3,10 +3,11 @@
 ``TrainingGraph`` is what the trainer, the profiler and the benchmarks run: it
 builds the model's Mesh-TF graph for a global batch, lowers it on a
 ``HeteroMeshImpl`` with the given splits, and exposes the TensorFlow pieces
-(the pixel-index, label and symmetry placeholders, loss, class probabilities, the ordered
-training step, the master/slice copy ops, a saver of whole tensors). Its
-input is the scene on the devices (``hmp.graph.scene_input``): load the padded
-cube once with ``load_scene``, then feed pixel indices every step. What it is built
+(the pixel-index and label placeholders, fed with the switches of training, symmetry
+and field look through ``feed``, the loss, class probabilities, the ordered training
+step, the master/slice copy ops, a saver of whole tensors). Its input is the scene on
+the devices (``hmp.graph.scene_input``): load the padded cube once with
+``load_scene``, then feed pixel indices every step. What it is built
 from (the model's config, the placement, the recipe) are plain values of
 ``hmp.graph.graph_config``; the TensorFlow side of the model's config is :func:`model_logits`.
 """
@@ -204,8 +205,8 @@ class TrainingGraph:
     loss, probabilities and placeholders are the first step's.
 
     Each device is fed its own slice of the step's placeholders and keeps its own step
-    counter, from which it computes the learning rate and the random draws' key
-    (``hmp.mesh.device_inputs``): nothing crosses between devices before the step's
+    counter, from which it computes the learning rate, the random draws' key and
+    Adafactor's decay (``hmp.mesh.device_inputs``): nothing crosses between devices before the step's
     first collective. So feed it through ``feed`` or ``feed_steps`` (a feed of the
     placeholders alone leaves the devices' own unfed), and run
     ``copy_masters_to_slices`` after the weights are initialised or restored (it also
@@ -241,7 +242,6 @@ class TrainingGraph:
                     self._steps[-1].train_op if self._steps else None))
             first = self._steps[0]
             self.indices, self.y = first.indices, first.y
-            self.learning_rate = first.learning_rate
             self.mesh_impl, self.lowering, self.mtf_graph = (
                 first.mesh_impl, first.lowering, first.mtf_graph)
             self.loss = first.loss
@@ -282,17 +282,19 @@ class TrainingGraph:
                 later.enter_context(tf.control_dependencies([after]))
             known = {key: len(tf.get_collection(key))
                      for key in (layers.UPDATE_OPS, layers.REPLICA_STATISTICS)}
-            def rate_at(step):
-                return learning_rate_at(step, learning_rate, recipe.schedule,
-                                        recipe.total_steps, recipe.warmup_steps)
-            rate = rate_at(self.global_step)   # on each device, from its own step
-            self.device_inputs.of_step(rate, rate_at)
             graph, mesh, loss, logits, correct = build_model_graph(
                 config, batch_size, patches_around(self.scene, indices), y,
                 self._training, recipe, self._symmetry, self._look_strength)
+
+            def at_step(function):   # an mtf scalar of function(step), on each device
+                value = function(self.global_step)   # what the devices' imports replace
+                self.device_inputs.of_step(value, function)
+                return mtf.import_tf_tensor(mesh, value, mtf.Shape([]))
+
+            rate = at_step(lambda step: learning_rate_at(
+                step, learning_rate, recipe.schedule, recipe.total_steps, recipe.warmup_steps))
             updates = train_step(
-                loss, make_optimizer(optimizer, mtf.import_tf_tensor(mesh, rate, mtf.Shape([])),
-                                     recipe.weight_decay),
+                loss, make_optimizer(optimizer, rate, recipe.weight_decay, at_step),
                 config.compute.loss_scale)
             # batch norm's moving averages
             updates += tf.get_collection(layers.UPDATE_OPS)[known[layers.UPDATE_OPS]:]
@@ -307,7 +309,7 @@ class TrainingGraph:
                     [lowering.lowered_operation(u) for u in updates] + [accumulate] + counted):
                 train_op = tf.assign_add(self.global_step, 1)
             return _LoweredStep(
-                indices, y, rate, graph, mesh_impl, lowering,
+                indices, y, graph, mesh_impl, lowering,
                 lowering.export_to_tf_tensor(loss),
                 tf.nn.softmax(lowering.export_to_tf_tensor(logits)),
                 lowering.export_to_tf_tensor(correct), train_op,
@@ -365,13 +367,12 @@ class TrainingGraph:
 @dataclasses.dataclass(frozen=True)
 class _LoweredStep:
     """One lowered training step of a ``TrainingGraph``: its placeholders (pixel indices,
-    labels), learning rate, mtf graph, mesh implementation and lowering, exported loss,
+    labels), mtf graph, mesh implementation and lowering, exported loss,
     class probabilities and number right, the op that runs it, and its replica-local
     batch statistics (mtf variables)."""
 
     indices: tf.Tensor
     y: tf.Tensor
-    learning_rate: tf.Tensor
     mtf_graph: object
     mesh_impl: HeteroMeshImpl
     lowering: HeteroLowering

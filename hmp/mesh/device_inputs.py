@@ -14,8 +14,8 @@ another task can start, and a device that waits on them starts late. With
   with the request that starts the device's part of the step);
 * each device keeps its own step counter (a local variable, not saved), equal to the
   global step: the random draws are keyed by it (``step``) and a tensor registered as
-  a function of the global step (``of_step``, the learning rate) is computed from it
-  on each device. ``increments`` advance the counters at a step's end, each after
+  a function of the global step (``of_step``: the learning rate, Adafactor's decay) is
+  computed from it on each device. ``increments`` advance the counters at a step's end, each after
   its device's reads of it; ``sync()`` sets them to the global step after the weights
   (and the step) are initialised or restored.
 
@@ -47,7 +47,8 @@ class DeviceInputs:
         """The step of ``device`` (an int64 scalar on its host, ``host_of``): its
         counter, read."""
         if device not in self._counters:
-            with tf.device(host_of(device)), tf.control_dependencies(None):
+            with tf.device(host_of(device)), tf.control_dependencies(None), \
+                    tf.name_scope(None):
                 self._counters[device] = tf.Variable(
                     0, dtype=tf.int64, trainable=False, name="step_counter",
                     collections=[tf.GraphKeys.LOCAL_VARIABLES])
@@ -62,12 +63,13 @@ class DeviceInputs:
         self._of_step[id(tensor)] = (tensor, function)
 
     def increments(self):
-        """Ops adding 1 to each device's counter, each after the reads of it made since
-        the last call (the step's): a step's last ops."""
+        """Ops adding 1 to every counter, each after the reads of it made since the last
+        call (the step's): a step's last ops."""
         ops = []
-        for device, reads in self._reads.items():
-            with tf.device(host_of(device)), tf.control_dependencies(reads):
-                ops.append(self._counters[device].assign_add(1).op)
+        for device, counter in self._counters.items():
+            with tf.device(host_of(device)), \
+                    tf.control_dependencies(self._reads.get(device, [])):
+                ops.append(counter.assign_add(1).op)
         self._reads = {}
         return ops
 
@@ -102,11 +104,12 @@ class DeviceInputs:
         key = (tf_tensor, tuple(devices), tuple(tuple(extent) for extent in extents))
         if key in self._made:
             return self._made[key]
-        name = tf_tensor.op.name.split("/")[-1]
+        name = tf_tensor.op.name.split("/")[-1]   # its own, as the profiler knows it
         out = []
         for device, extent in zip(devices, extents):
             shape = [size for _, size in extent]
-            with tf.device(host_of(device)), tf.control_dependencies(None):
+            with tf.device(host_of(device)), tf.control_dependencies(None), \
+                    tf.name_scope(None):
                 if default is None:
                     placeholder = tf.placeholder(tf_tensor.dtype, shape, name=name)
                 else:

@@ -185,7 +185,8 @@ OPTIMIZERS = {
     # Decoupled weight decay (AdamW): w <- w - lr (adam step + wd w).
     "adam": lambda lr, wd: Adam(
         lr, weight_decay_rate=wd, exclude_from_weight_decay=[n + "$" for n in NOT_DECAYED]),
-    "adafactor": lambda lr, wd: _with_l2(mtf.optimize.AdafactorOptimizer(learning_rate=lr), wd),
+    "adafactor": lambda lr, wd, decay_rate=None: _with_l2(
+        mtf.optimize.AdafactorOptimizer(learning_rate=lr, decay_rate=decay_rate), wd),
     "lars": lambda lr, wd: Lars(lr, weight_decay=wd),
 }
 
@@ -195,15 +196,27 @@ DEFAULT_WEIGHT_DECAY = {"adam": 1e-2, "lars": 1e-4}
 SCHEDULES = ("constant", "cosine", "step")
 
 
-def make_optimizer(name, learning_rate, weight_decay=None):
+def adafactor_decay_rate(step):
+    """Adafactor's second-moment decay at ``step`` (a TensorFlow integer scalar): Mesh-TF's
+    default (``adafactor_decay_rate_pow``, exponent 0.8), of a step given rather than
+    read from the global step."""
+    return 1.0 - tf.pow(tf.cast(step, tf.float32) + 1.0, -0.8)
+
+
+def make_optimizer(name, learning_rate, weight_decay=None, at_step=None):
     """The optimizer called ``name`` (one of ``OPTIMIZERS``) at ``learning_rate``
     (a float or an mtf scalar, e.g. from :func:`learning_rate_at`) with
-    ``weight_decay`` (None: ``DEFAULT_WEIGHT_DECAY``)."""
+    ``weight_decay`` (None: ``DEFAULT_WEIGHT_DECAY``). ``at_step(function)``: an mtf
+    scalar of ``function(step)`` (a function of a TensorFlow step, e.g. computed on each
+    device from its own step), for what an optimizer computes from the step (Adafactor's
+    decay); None: from the global step, as Mesh-TF does."""
     if name not in OPTIMIZERS:
         raise ValueError("optimizer %r is not known; choose one of %s"
                          % (name, sorted(OPTIMIZERS)))
     if weight_decay is None:
         weight_decay = DEFAULT_WEIGHT_DECAY.get(name, 0.0)
+    if name == "adafactor" and at_step is not None:
+        return OPTIMIZERS[name](learning_rate, weight_decay, at_step(adafactor_decay_rate))
     return OPTIMIZERS[name](learning_rate, weight_decay)
 
 

@@ -97,6 +97,12 @@ def dependencies(op):
     return seen
 
 
+def global_step_reads(graph):
+    """The reads of the global step that ``graph``'s training step waits for."""
+    return [op for op in dependencies(graph.train_op.op) if op.type == "ReadVariableOp"
+            and op.inputs[0].op is graph.global_step.handle.op]
+
+
 @pytest.fixture(scope="module")
 def split_graph():
     """A cnn2d TrainingGraph on a batch split [5, 3] of two devices, and the devices."""
@@ -145,11 +151,10 @@ def test_each_device_keys_its_draws_and_learning_rate_by_a_step_counter_of_its_o
         split_graph):
     graph, devices = split_graph
     step = dependencies(graph.train_op.op)
-    global_step = graph.global_step.handle.op
-    reads = [op for op in step if op.type == "ReadVariableOp"]
     # the step reads no global step (on task 0 of a cluster: a hand-over to every other
     # task before it could draw its augmentation); each device reads its own counter
-    assert not [op for op in reads if op.inputs[0].op is global_step]
+    assert not global_step_reads(graph)
+    reads = [op for op in step if op.type == "ReadVariableOp"]
     counters = {op.inputs[0].op for op in reads if "step_counter" in op.inputs[0].op.name}
     cpu = sorted(tf.DeviceSpec.from_string(d).to_string() for d in devices)
     assert sorted(tf.DeviceSpec.from_string(c.device).to_string() for c in counters) == cpu
@@ -178,3 +183,12 @@ def test_each_device_keys_its_draws_and_learning_rate_by_a_step_counter_of_its_o
     ("/job:worker/task:1/device:CPU:0", "/job:worker/task:1/device:CPU:0")])
 def test_a_gpus_step_inputs_lie_on_the_cpu_of_its_task(device, host):
     assert host_of(device) == host
+
+
+def test_adafactors_decay_is_computed_from_each_devices_own_step():
+    """Mesh-TF's Adafactor reads the global step for its decay: hmp gives it each
+    device's step instead."""
+    config = model_config("cnn2d", PATCH, BANDS, n_classes=3, width=4)
+    graph = TrainingGraph(config, Placement("batch:2", "batch:batch", tuple(harness.CPUS[:2]),
+                                            {"batch": [5, 3]}), 8, IMAGE, optimizer="adafactor")
+    assert not global_step_reads(graph)
