@@ -212,26 +212,33 @@ def test_killed_worker_stops_training_and_resume_continues(workers, tmp_path, sm
 
 
 def test_a_child_started_with_die_with_parent_ends_when_its_parent_is_killed(tmp_path):
-    # The parent starts a sleeping child with die_with_parent, prints its pid and sleeps;
-    # SIGKILL to the parent must end the child too (no orphaned worker or busy loop).
-    # The child says so on the shared stdout if it outlives its sleep: the test waits for
-    # it to end, however long that takes, and reads how it ended (no deadline).
+    # The parent starts a child with die_with_parent and waits; the child reports the
+    # signal the kernel will send it when its parent dies (prctl PR_GET_PDEATHSIG) and
+    # waits for a signal. Neither sleeps: nothing here depends on how long anything
+    # takes. SIGKILL to the parent must then end the child (no orphaned worker or busy
+    # loop); the test waits for that on the child's pidfd.
     parent = subprocess.Popen([sys.executable, "-c", (
-        "import subprocess, sys, time\n"
+        "import signal, subprocess, sys\n"
         "from hmp.cluster.subprocesses import die_with_parent\n"
         "child = subprocess.Popen([sys.executable, '-c', "
-        "'import time; time.sleep(60); print(\"outlived its parent\")'],"
+        "'import ctypes, signal; s = ctypes.c_int(); "
+        "ctypes.CDLL(None).prctl(2, ctypes.byref(s)); "   # PR_GET_PDEATHSIG
+        "print(\"child\", s.value, flush=True); signal.pause()'],"
         " preexec_fn=die_with_parent)\n"
-        "print(child.pid, flush=True)\n"
-        "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
-    child = int(parent.stdout.readline())
-    ended = os.pidfd_open(child)   # readable once the child has ended
-    parent.kill()
-    parent.wait()
-    assert parent.stdout.read() == ""   # end of file: the child is ending, silently
-    select.select([ended], [], [])   # its files close before it has ended: wait for that
+        "print('parent', child.pid, flush=True)\n"
+        "signal.pause()\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        said = dict(parent.stdout.readline().split() for _ in range(2))   # in either order
+        child = int(said["parent"])
+        ended = os.pidfd_open(child)   # readable once the child has ended
+    finally:
+        parent.kill()   # also when the test fails: no waiting parent left behind
+        parent.wait()
+    assert int(said["child"]) == signal.SIGTERM
+    select.select([ended], [], [])
     os.close(ended)
     assert not _alive(child)
+    assert parent.stdout.read() == ""   # nothing more was said
 
 
 def _alive(pid):
