@@ -174,6 +174,7 @@ def main(argv):
     with local_cluster(2, cpus=cpus, threads=threads,
                        inter_op_threads=FLAGS.inter_op_threads) as workers, \
             tempfile.TemporaryDirectory(prefix="bench-rebalance-") as folder:
+        judged, target = goal()
         for model in FLAGS.models:
             runs = {}
             for rebalance in ("off", "epoch"):
@@ -182,8 +183,8 @@ def main(argv):
                                                  os.path.join(folder, model), slowed_cpu))
             text, ratio = table(model, runs)
             print(text, flush=True)
-            results[model] = {"runs": runs, "ratio": ratio,
-                              "goal": "%s >= %.2f" % (WHEN[goal()[0]], goal()[1])}
+            results[model] = {"runs": runs, "ratio": ratio, "goal": "%s >= %.2f" % (
+                WHEN[judged], target)}
     files.write_json(FLAGS.out, {
         "date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(sys.argv),
         "machine": before, "workers": {"cpus": cpus, "threads": threads},

@@ -38,9 +38,9 @@ class DeviceInputs:
         self.global_step = global_step
         self._counters = {}   # device: its step counter (a local int64 variable)
         self._reads = {}   # device: the reads of its counter since the last increments
-        self._fed = {}   # placeholder: [(the device's placeholder, its slice: begin, size)]
-        self._made = {}   # (placeholder, devices, extents): the devices' placeholders
-        self._of_step = {}   # tensor (by id): (tensor, function of a step tensor)
+        # placeholder: {(devices, their slices' extents): the devices' placeholders}
+        self._fed = {}
+        self._of_step = {}   # tensor: the function of a step tensor it is
 
     # -- the step counters --------------------------------------------------
     def step(self, device):
@@ -60,7 +60,7 @@ class DeviceInputs:
     def of_step(self, tensor, function):
         """Registers ``tensor`` (made from the global step) as ``function(step)``: an
         import of it computes ``function`` on each device from the device's step."""
-        self._of_step[id(tensor)] = (tensor, function)
+        self._of_step[tensor] = function
 
     def increments(self):
         """Ops adding 1 to every counter, each after the reads of it made since the last
@@ -87,8 +87,8 @@ class DeviceInputs:
         """Each device's slice of ``tf_tensor`` made on the device itself (``extents``:
         per device, ``(begin, size)`` of each dimension), or None when ``tf_tensor`` is
         neither fed nor a function of the step."""
-        if id(tf_tensor) in self._of_step:
-            function = self._of_step[id(tf_tensor)][1]
+        if tf_tensor in self._of_step:
+            function = self._of_step[tf_tensor]
             out = []
             for device, extent in zip(devices, extents):
                 with tf.device(host_of(device)):
@@ -101,9 +101,10 @@ class DeviceInputs:
                    if tf_tensor.op.type == "PlaceholderWithDefault" else None)
         if tf_tensor.op.type == "PlaceholderWithDefault" and default is None:
             return None   # a default that is not a constant: sliced where it lies
-        key = (tf_tensor, tuple(devices), tuple(tuple(extent) for extent in extents))
-        if key in self._made:
-            return self._made[key]
+        where = (tuple(devices), tuple(tuple(extent) for extent in extents))
+        made = self._fed.setdefault(tf_tensor, {})
+        if where in made:
+            return made[where]
         name = tf_tensor.op.name.split("/")[-1]   # its own, as the profiler knows it
         out = []
         for device, extent in zip(devices, extents):
@@ -115,9 +116,8 @@ class DeviceInputs:
                 else:
                     placeholder = tf.placeholder_with_default(
                         tf.constant(_cut(default, extent), tf_tensor.dtype), shape, name=name)
-            self._fed.setdefault(tf_tensor, []).append((placeholder, extent))
             out.append(placeholder)
-        self._made[key] = out
+        made[where] = out
         return out
 
     def feed(self, feed):
@@ -126,10 +126,10 @@ class DeviceInputs:
         only if something else reads it)."""
         out = {}
         for placeholder, value in feed.items():
-            owns = self._fed.get(placeholder, ())
-            for own, extent in owns:
-                out[own] = _cut(np.asarray(value), extent)
-            if not owns or placeholder.consumers():
+            made, whole = self._fed.get(placeholder, {}), np.asarray(value)
+            for (_, extents), owns in made.items():
+                out.update((own, _cut(whole, extent)) for own, extent in zip(owns, extents))
+            if not made or placeholder.consumers():
                 out[placeholder] = value
         return out
 
