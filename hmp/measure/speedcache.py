@@ -5,9 +5,9 @@ An entry is the measurement of one setting -- ``cache_key``: the model
 the scene's bands, in-graph projection, augmentation), batch size, optimizer, device names,
 the cluster's worker addresses (None outside ``--cluster`` mode), and the
 hmp and TensorFlow versions -- with per device its samples/s (median, min,
-max), FLOP/s, per-step overhead and op-size figures (``half_rate_flops`` and
-``elementwise_s_per_element``, None when not measured: profiling for a plan that
-cannot split the model skips them), the link (a ``LinkSpec``, or None) and when it
+max), FLOP/s, per-step overhead, channel block (``hmp.measure.channel_blocks``) and
+op-size figures (``half_rate_flops`` and ``elementwise_s_per_element``, None when not
+measured: profiling for a plan that cannot split the model skips them), the link (a ``LinkSpec``, or None) and when it
 was measured. In memory a device's figures are the planner's ``DeviceSpec`` (as
 ``hmp.measure.speeds`` measures it, on its host: ``linkprobe.with_hosts``); in the
 file, an object of the keys ``SPEED_FIELDS`` (``speed_json``, ``speed_of``). An entry with op-size figures also serves a run that
@@ -35,13 +35,13 @@ from hmp import files
 from hmp.measure.linkprobe import with_hosts
 from hmp.planning import DeviceSpec, LinkSpec
 
-FORMAT = "hmp-speeds/4"  # /2: each speed has its overhead_s; /3: and its op-size figures;
-# /4: the link has its wait per barrier (LinkSpec.barrier_s)
+FORMAT = "hmp-speeds/5"  # /2: each speed has its overhead_s; /3: and its op-size figures;
+# /4: the link has its wait per barrier (LinkSpec.barrier_s); /5: each speed its channel_block
 FILE_NAME = "speeds.json"
 OP_SIZE_FIGURES = ("half_rate_flops", "elementwise_s_per_element")
 # A device's figures in the file, in this order: its name, then DeviceSpec fields.
 SPEED_FIELDS = ("device", "samples_per_s", "min_samples_per_s", "max_samples_per_s",
-                "flops_per_s", "overhead_s", *OP_SIZE_FIGURES)
+                "flops_per_s", "overhead_s", "channel_block", *OP_SIZE_FIGURES)
 MAX_ENTRIES = 64
 
 

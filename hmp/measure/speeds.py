@@ -43,6 +43,7 @@ from hmp.graph.from_graph import model_spec, model_width
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Placement, Recipe
 from hmp.measure import calibration
+from hmp.measure.channel_blocks import with_channel_blocks
 from hmp.measure.linkprobe import measure_link, with_hosts
 from hmp.planning import DeviceSpec, costmodel, parse_mesh, plan_layout
 
@@ -148,7 +149,8 @@ def measure_speeds(config, devices, batch_size, warmup=2, repeats=5, target=None
     steps = _warmed_steps(config, devices, batch_size, warmup, repeats, target,
                           session_config, optimizer, progress, spec, op_size, recipe)
     try:
-        return _timed(steps, config, devices, batch_size, repeats, progress, spec, op_size)
+        return _timed(steps, config, devices, batch_size, repeats, progress, spec, op_size,
+                      target, session_config)
     finally:
         for step in steps.values():
             step.close()
@@ -169,7 +171,7 @@ def measure_platform(config, devices, batch_size, warmup=2, repeats=5, target=No
                           session_config, optimizer, progress, spec, op_size, recipe)
     try:
         speeds = _timed(steps, config, devices, batch_size, repeats, progress, spec,
-                        op_size)
+                        op_size, target, session_config)
         link = measure_link(devices, target, session_config, progress=progress,
                             busy=[steps[d, STEP, batch_size].run for d in devices])
     finally:
@@ -314,8 +316,10 @@ def in_turns(steps, repeats, per_turn=1):
     return seconds
 
 
-def _timed(steps, config, devices, batch_size, repeats, progress, spec, op_size):
-    """DeviceSpecs from ``repeats`` steps of each of ``steps``, round-robin; with
+def _timed(steps, config, devices, batch_size, repeats, progress, spec, op_size, target,
+           session_config):
+    """DeviceSpecs from ``repeats`` steps of each of ``steps``, round-robin, on their
+    hosts and with their channel blocks (``hmp.measure.channel_blocks``); with
     ``op_size``, their op-size figures too (``_op_size_fit``), else None."""
     if progress:
         progress(_timing_line(steps, config, repeats))
@@ -336,7 +340,7 @@ def _timed(steps, config, devices, batch_size, repeats, progress, spec, op_size)
         speeds.append(DeviceSpec(device, overhead_s=overhead, samples_per_s=rate,
                                  min_samples_per_s=batch_size / max(full),
                                  max_samples_per_s=batch_size / min(full), **figures))
-    return with_hosts(speeds)
+    return with_channel_blocks(with_hosts(speeds), target, session_config)
 
 
 def relative_speeds(speeds):

@@ -204,3 +204,27 @@ def _offsets(offsets, n, names):
             raise InvalidInput(f"{describe_device(i, names)} has overhead {offsets[i]!r}: "
                                "overheads must be finite and >= 0")
     return values
+
+
+def apportion_in_blocks(total, speeds, block, minimum=1, caps=None, *, names=None,
+                        unit="units"):
+    """``apportion`` of ``total`` in whole blocks of ``block`` units where it can: every
+    share a multiple of ``block`` but the largest, which holds the last, partial block
+    (``apportion_in_blocks(64, [1.89, 1], 16) == [48, 16]`` where ``apportion`` gives
+    ``[42, 22]``). For work done in blocks (a convolution's output channels,
+    ``DeviceSpec.channel_block``), a share's cost is its blocks: 22 of 64 filters cost
+    as much as 32. Falls back to ``apportion`` of single units when the blocks
+    cannot give every device its minimum within its cap (fewer blocks than devices).
+    """
+    blocks = -(-total // block)
+    block_caps = None if caps is None else [None if c is None else c // block for c in caps]
+    fewest = max(1, -(-minimum // block))
+    fits = blocks >= fewest * len(speeds) and (
+        block_caps is None or sum(blocks if c is None else c for c in block_caps) >= blocks)
+    if block <= 1 or not fits or any(c is not None and c < fewest for c in block_caps or ()):
+        return apportion(total, speeds, minimum, caps, names=names, unit=unit)
+    shares = [b * block for b in apportion(blocks, speeds, fewest, block_caps,
+                                           names=names, unit=f"blocks of {block} {unit}")]
+    shares[int(np.argmax(shares))] -= blocks * block - total
+    return shares
+

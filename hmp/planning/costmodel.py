@@ -43,6 +43,15 @@ its filter share, unlike FLOPs. (The adds of the model-axis all-reduces are
 not counted here: the link's figures are measured with an add at every
 hand-over.) A device's busy time is the sum over layers.
 
+Channel blocks. A convolution computes its output channels in blocks
+(``DeviceSpec.channel_block``, ``k``: oneDNN's vector width on a CPU), so for an
+output-split convolution ``f`` in the FLOP term is ``ceil(c / k) / ceil(C / k)``
+for a share of ``c`` of its ``C`` filters, not ``c / C``: 23 of 64 filters cost
+as much as 32 with ``k = 16``. The one-device layout (``c = C``) keeps ``f = 1``,
+so the measured rates, which include the model's own whole-layer blocks, stay
+its rates. Input-split convolutions and dense layers follow their share (no
+staircase in their timings).
+
 Synchronisation. Model parallelism joins the devices at a collective after
 (nearly) every layer, so the slowest device gates every layer, not only the
 step: compute = sum over layers of the slowest device on that layer (equal
@@ -136,7 +145,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hmp.errors import InvalidInput, is_positive_number
+from hmp.errors import InvalidInput, is_positive_number, whole_number
 from hmp.hosts import group_by_host, is_hierarchical
 from hmp.planning.layout import check_mesh_size, check_splits
 
@@ -144,6 +153,7 @@ BYTES_PER_ELEMENT = 4  # float32: weights, optimizer slots, gradient sums, input
 TRAIN_FLOPS_FACTOR = 3  # forward + backward ~= 3 x forward
 PARAM_COPIES = 4  # weights, gradients, Adam's two moments (the default optimizer)
 LOW_PRECISION_PARAM_COPIES = 2  # mixed precision: the weights' 16-bit read and gradient
+CONVOLUTIONS = ("conv2d", "conv3d")   # the layer kinds whose outputs come in channel blocks
 FED_BYTES_PER_SAMPLE = 8  # an int32 pixel index and an int32 label (patches are cut on devices)
 
 
@@ -221,6 +231,13 @@ class DeviceSpec:
       Measured as a bias add + ReLU and their gradients on an activation-sized
       tensor, alone (two sizes: the slope per element). 0 (default): not priced.
 
+    * ``channel_block``: a convolution's output channels are computed in blocks of
+      this many (oneDNN on a CPU lays channels out in blocks of the vector width in
+      float32 lanes: 16 with AVX-512, 8 with AVX2), so a device's share of an
+      output-split convolution costs its whole blocks: 23 of 64 filters as much as
+      32, 41 as much as 48 (``docs/costmodel.md``). 1 (default): no blocks, the cost
+      follows the filters (a GPU, or figures given by hand).
+
     ``half_rate_flops`` and ``elementwise_s_per_element`` are None where they were not
     measured (the profiler without op-size figures): priced as 0. A measured device
     (``hmp.measure.speeds``) also carries its one-device training step's samples per
@@ -242,10 +259,12 @@ class DeviceSpec:
     samples_per_s: float | None = None
     min_samples_per_s: float | None = None
     max_samples_per_s: float | None = None
+    channel_block: int = 1
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
             raise InvalidInput(f"device name must be a non-empty string, got {self.name!r}")
+        whole_number(self.channel_block, f"channel_block of device {self.name!r}")
         _positive(self.flops_per_s, f"flops_per_s of device {self.name!r}")
         _positive(self.mem_bytes, f"mem_bytes of device {self.name!r}", allow_none=True)
         _positive(self.mem_bw, f"mem_bw of device {self.name!r}", allow_none=True)
@@ -399,6 +418,22 @@ def weight_fractions(model_spec, mesh, splits):
         for i, layer in enumerate(model_spec.layers):
             if layer.split_dim is not None:
                 fractions[i] = np.asarray(splits[layer.split_dim]) / layer.split_size
+    return fractions
+
+
+def blocked_fractions(model_spec, mesh, splits, devices):
+    """(layers, batch rows, model columns): the fraction of each layer's compute each
+    device does: its weight fraction, or for an output-split convolution its whole
+    channel blocks over the layer's (module docstring, ``DeviceSpec.channel_block``)."""
+    fractions = np.repeat(weight_fractions(model_spec, mesh, splits)[:, None, :],
+                          mesh.batch, axis=1)
+    if "model" not in mesh.axes:
+        return fractions
+    blocks = np.array([d.channel_block for d in devices]).reshape(mesh.batch, mesh.model)
+    for i, layer in enumerate(model_spec.layers):
+        if layer.kind in CONVOLUTIONS and layer.split_role == "output":
+            share = np.asarray(splits[layer.split_dim])[None, :]
+            fractions[i] = np.ceil(share / blocks) / np.ceil(layer.split_size / blocks)
     return fractions
 
 
@@ -676,7 +711,7 @@ def predict(model_spec, devices, mesh, batch_size, splits, link=None):
     Args:
       model_spec: a ModelSpec.
       devices: one DeviceSpec per mesh position (row-major, see layout.py); their
-        optional ``overhead_s``, ``host`` and ``host_cores`` are used.
+        optional ``overhead_s``, ``host``, ``host_cores`` and ``channel_block`` are used.
       mesh: a layout.Mesh.
       batch_size: the global batch.
       splits: sizes per laid-out dim (checked with ``layout.check_splits``).
@@ -700,7 +735,9 @@ def predict(model_spec, devices, mesh, batch_size, splits, link=None):
     half = np.array([d.half_rate_flops or 0.0 for d in devices]).reshape(shape)
     fixed = TRAIN_FLOPS_FACTOR * (flops > 0)[:, None, None] * batch_rows[None, :, None] \
         * half[None]
-    seconds = (layer_flops + fixed) / np.array([d.flops_per_s for d in devices]).reshape(shape)
+    blocked = TRAIN_FLOPS_FACTOR * flops[:, None, None] * batch_rows[None, :, None] \
+        * blocked_fractions(model_spec, mesh, splits, devices)
+    seconds = (blocked + fixed) / np.array([d.flops_per_s for d in devices]).reshape(shape)
     # (layers, rows, columns) activation elements every device holds: whole when replicated.
     held = batch_rows[None, :, None] \
         * (outputs[:, None] * _output_fractions(model_spec, fractions))[:, None, :]

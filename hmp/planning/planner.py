@@ -25,9 +25,10 @@ from typing import NamedTuple
 import numpy as np
 
 from hmp.errors import InvalidInput, is_positive_number, whole_number
-from hmp.planning.apportion import apportion, check_speeds
-from hmp.planning.costmodel import (DeviceSpec, alone_flops_per_s, memory_bytes, predict,
-                                    train_flops_per_sample, weight_fractions)
+from hmp.planning.apportion import apportion, apportion_in_blocks, check_speeds
+from hmp.planning.costmodel import (CONVOLUTIONS, DeviceSpec, alone_flops_per_s,
+                                    memory_bytes, predict, train_flops_per_sample,
+                                    weight_fractions)
 from hmp.planning.layout import candidate_meshes, check_mesh_size, layout_rules, parse_mesh
 from hmp.planning.plan import Candidate, Plan, format_time, layer_entries
 
@@ -137,12 +138,21 @@ def _row_rates(model_spec, specs, mesh):
     return flops.sum(axis=1) / train_flops_per_sample(model_spec), overhead.max(axis=1)
 
 
+def _blocked_dims(model_spec):
+    """The split dims that are some convolution's output channels: computed in channel
+    blocks (``DeviceSpec.channel_block``)."""
+    return {l.split_dim for l in model_spec.layers
+            if l.kind in CONVOLUTIONS and l.split_role == "output"}
+
+
 def _speed_splits(model_spec, specs, mesh, batch_size, min_filters):
     """The splits for one mesh: apportioned by speed, within the memory caps.
 
     Model columns first (filter caps from each column's memory headroom at the
-    speed-proportional batch), then batch rows given those filters (sample
-    caps from what is left), then a final check of every device.
+    speed-proportional batch; a convolution's output filters in whole channel
+    blocks of the devices' largest ``channel_block``, ``apportion_in_blocks``), then
+    batch rows given those filters (sample caps from what is left), then a final
+    check of every device.
     """
     names = [d.name for d in specs]
     speed = np.array([d.flops_per_s for d in specs]).reshape(mesh.batch, mesh.model)
@@ -163,10 +173,12 @@ def _speed_splits(model_spec, specs, mesh, batch_size, min_filters):
             headroom = np.where(full > fixed, (caps - fixed) / (full - fixed), np.inf)
         headroom = np.maximum(headroom.min(axis=0), 0)  # per model column
         columns = _group_labels(names, mesh, "model")
+        block = max(d.channel_block for d in specs)
         for dim, size in model_spec.split_dims().items():
-            splits[dim] = apportion(size, speed.sum(axis=0), min_filters,
-                                    _units_cap(headroom, size, min_filters),
-                                    names=columns, unit=f"{dim} filters")
+            splits[dim] = apportion_in_blocks(
+                size, speed.sum(axis=0), block if dim in _blocked_dims(model_spec) else 1,
+                min_filters, _units_cap(headroom, size, min_filters),
+                names=columns, unit=f"{dim} filters")
     fractions = weight_fractions(model_spec, mesh, splits)
     if "batch" in mesh.axes:
         held = memory_bytes(model_spec, [0], fractions)[0]

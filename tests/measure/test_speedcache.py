@@ -33,7 +33,8 @@ class Measurer:
         self.calls += 1
         speeds = [DeviceSpec(self.devices[0], 3e9, overhead_s=2e-3, samples_per_s=100.0,
                              min_samples_per_s=90.0, max_samples_per_s=110.0,
-                             half_rate_flops=None, elementwise_s_per_element=None),
+                             half_rate_flops=None, elementwise_s_per_element=None,
+                             channel_block=16),
                   DeviceSpec(self.devices[1], 1.5e9 * self.calls, samples_per_s=50.0 * self.calls,
                              min_samples_per_s=40.0, max_samples_per_s=60.0 * self.calls,
                              half_rate_flops=None, elementwise_s_per_element=None)]
@@ -71,16 +72,17 @@ def test_miss_measures_and_stores_everywhere_then_hits(paths):
     assert (measure.calls, path, said, warned) == (1, None, [], [])
     assert flops(entry) == [3e9, 1.5e9] and entry.link == LINK
     assert [s.overhead_s for s in entry.speeds] == [2e-3, 0.0]
+    assert [s.channel_block for s in entry.speeds] == [16, 1]
     assert not entry.has_op_size   # measured without them: None
     for p in paths:
         data = json.loads(open(p).read())
-        assert data["format"] == "hmp-speeds/4" and len(data["entries"]) == 1
+        assert data["format"] == "hmp-speeds/5" and len(data["entries"]) == 1
         assert data["entries"][0]["key"]["devices"] == DEVICES
         assert data["entries"][0]["link"]["local"]["latency_s"] == 1e-5
-        assert data["entries"][0]["speeds"][0] == {   # the keys of hmp-speeds/4, in order
+        assert data["entries"][0]["speeds"][0] == {   # the keys of hmp-speeds/5, in order
             "device": "/cpu:0", "samples_per_s": 100.0, "min_samples_per_s": 90.0,
             "max_samples_per_s": 110.0, "flops_per_s": 3e9, "overhead_s": 2e-3,
-            "half_rate_flops": None, "elementwise_s_per_element": None}
+            "channel_block": 16, "half_rate_flops": None, "elementwise_s_per_element": None}
         assert list(data["entries"][0]["speeds"][0]) == list(speedcache.SPEED_FIELDS)
     again, path, said, warned = get(key(), paths, measure)
     assert measure.calls == 1 and path == paths[0] and warned == []
@@ -108,25 +110,25 @@ def test_op_size_figures_round_trip_and_serve_both_kinds_of_run(paths):
 
 
 def test_an_entry_written_before_reads_as_device_specs_on_their_hosts(paths):
-    """A file as hmp-speeds/4 has always been written: each speed its figures by name."""
+    """A file as hmp-speeds/5 has always been written: each speed its figures by name."""
     os.makedirs(os.path.dirname(paths[0]))
     worker = "/job:worker/task:%d/device:CPU:0"
     speed = ('{"device": "%s", "samples_per_s": 80.0, "min_samples_per_s": 70.0, '
              '"max_samples_per_s": 90.0, "flops_per_s": 2e9, "overhead_s": 0.001, '
-             '"half_rate_flops": %s, "elementwise_s_per_element": %s}')
+             '"channel_block": %d, "half_rate_flops": %s, "elementwise_s_per_element": %s}')
     with open(paths[0], "w", encoding="utf-8") as f:
-        f.write('{"format": "hmp-speeds/4", "entries": [{"key": {"devices": ["%s", "%s"]}, '
+        f.write('{"format": "hmp-speeds/5", "entries": [{"key": {"devices": ["%s", "%s"]}, '
                 '"measured_at": "2025-01-01T00:00:00+00:00", "speeds": [%s, %s], '
                 '"link": {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-4}}]}'
-                % (worker % 0, worker % 1, speed % (worker % 0, "null", "null"),
-                   speed % (worker % 1, "200000.0", "1e-09")))
+                % (worker % 0, worker % 1, speed % (worker % 0, 16, "null", "null"),
+                   speed % (worker % 1, 8, "200000.0", "1e-09")))
     (entry,) = speedcache.load(paths[0], pytest.fail)
     assert entry.speeds == [
         DeviceSpec(worker % 0, 2e9, overhead_s=1e-3, host="/job:worker/replica:0/task:0",
-                   half_rate_flops=None, elementwise_s_per_element=None,
+                   half_rate_flops=None, elementwise_s_per_element=None, channel_block=16,
                    samples_per_s=80.0, min_samples_per_s=70.0, max_samples_per_s=90.0),
         DeviceSpec(worker % 1, 2e9, overhead_s=1e-3, host="/job:worker/replica:0/task:1",
-                   half_rate_flops=2e5, elementwise_s_per_element=1e-9,
+                   half_rate_flops=2e5, elementwise_s_per_element=1e-9, channel_block=8,
                    samples_per_s=80.0, min_samples_per_s=70.0, max_samples_per_s=90.0)]
     assert entry.link == LinkSpec(1e9, 1e-4) and not entry.has_op_size
 
@@ -176,25 +178,32 @@ def test_the_key_names_versions_and_setting():
 def test_a_file_of_another_hmp_version_says_so(paths):
     os.makedirs(os.path.dirname(paths[0]))
     with open(paths[0], "w", encoding="utf-8") as f:
-        f.write('{"format": "hmp-speeds/3", "entries": []}')
+        f.write('{"format": "hmp-speeds/4", "entries": []}')
     _, _, _, warned = get(key(), paths, Measurer())
-    assert warned == ["warning: ignoring the speed cache %s (hmp-speeds/3, written by another "
-                      "version of hmp; this one reads hmp-speeds/4)" % paths[0]]
+    assert warned == ["warning: ignoring the speed cache %s (hmp-speeds/4, written by another "
+                      "version of hmp; this one reads hmp-speeds/5)" % paths[0]]
 
 
 @pytest.mark.parametrize("content", [
     "{not json", "[]", '{"format": "other", "entries": []}',
-    '{"format": "hmp-speeds/4", "entries": {}}',
-    '{"format": "hmp-speeds/4", "entries": [{"key": {"devices": ["/cpu:0"]}, '
+    '{"format": "hmp-speeds/5", "entries": {}}',
+    '{"format": "hmp-speeds/5", "entries": [{"key": {"devices": ["/cpu:0"]}, '
     '"measured_at": "x", "speeds": [{"device": "/cpu:0", "samples_per_s": -1, '
     '"min_samples_per_s": 1, "max_samples_per_s": 1, "flops_per_s": 1, "overhead_s": 0, '
-    '"half_rate_flops": null, "elementwise_s_per_element": null}], "link": null}]}',
-    '{"format": "hmp-speeds/4", "entries": [{"key": {"devices": ["/cpu:0"]}, '
+    '"channel_block": 1, "half_rate_flops": null, "elementwise_s_per_element": null}], '
+    '"link": null}]}',
+    '{"format": "hmp-speeds/5", "entries": [{"key": {"devices": ["/cpu:0"]}, '
     '"measured_at": "x", "speeds": [{"device": "/cpu:0", "samples_per_s": 1, '
     '"min_samples_per_s": 1, "max_samples_per_s": 1, "flops_per_s": 1, "overhead_s": -1, '
-    '"half_rate_flops": null, "elementwise_s_per_element": null}], "link": null}]}',
+    '"channel_block": 1, "half_rate_flops": null, "elementwise_s_per_element": null}], '
+    '"link": null}]}',
+    '{"format": "hmp-speeds/5", "entries": [{"key": {"devices": ["/cpu:0"]}, '
+    '"measured_at": "x", "speeds": [{"device": "/cpu:0", "samples_per_s": 1, '
+    '"min_samples_per_s": 1, "max_samples_per_s": 1, "flops_per_s": 1, "overhead_s": 0, '
+    '"channel_block": 0, "half_rate_flops": null, "elementwise_s_per_element": null}], '
+    '"link": null}]}',
     '{"format": "hmp-speeds/2", "entries": []}',  # before op-size figures
-    '{"format": "hmp-speeds/4", "entries": [{"key": {"devices": []}, "measured_at": "x", '
+    '{"format": "hmp-speeds/5", "entries": [{"key": {"devices": []}, "measured_at": "x", '
     '"speeds": [], "link": {"bandwidth_bytes_per_s": 0}}]}',
     "\udcff",
 ])

@@ -9,6 +9,7 @@ import tensorflow.compat.v1 as tf
 
 from hmp.graph.from_graph import model_spec
 from hmp.graph.graph_config import Augmentation, Projection, Recipe
+from hmp.measure.channel_blocks import CPU_FLAGS_FILE, lanes_of
 from hmp.measure.speeds import (DeviceStep, SplitStep, affine_fit, barrier_wait,
                                 measure_platform, measure_speeds, relative_speeds,
                                 small_batch)
@@ -31,8 +32,10 @@ def test_measure_speeds_reports_every_device_and_its_op_size_figures():
     assert [s.name for s in speeds] == ["/cpu:0", "/cpu:1"]
     tiny_spec = model_spec(TINY)
     for s in speeds:
-        # The planner's DeviceSpecs, on their host: two CPUs of one process share its cores.
+        # The planner's DeviceSpecs, on their host: two CPUs of one process share its cores,
+        # and its vector width (hmp.measure.channel_blocks)
         assert (s.host, s.host_cores) == ("localhost", 1)
+        assert s.channel_block == lanes_of(open(CPU_FLAGS_FILE).read())
         # The peak rate, op-size terms and overhead reproduce the median step: overhead
         # + batch x (3 (F + L h) / peak + E e), F = 3 x forward FLOPs per sample.
         assert s.overhead_s + 8 * 3 * TINY_FLOPS / alone_flops_per_s(tiny_spec, s) \
@@ -115,6 +118,7 @@ def test_measure_speeds_runs_on_a_session_target():
     device = "/job:localhost/task:0/device:CPU:0"
     (speed,) = measure_speeds(TINY, [device], 4, warmup=0, repeats=1, target=server.target)
     assert speed.name == device
+    assert speed.channel_block == lanes_of(open(CPU_FLAGS_FILE).read())
     assert relative_speeds([speed]) == [1.0]
     # Without op_size: the FLOP rate is the slope's, no op-size figures.
     assert speed.half_rate_flops is speed.elementwise_s_per_element is None

@@ -7,6 +7,7 @@ import pytest
 
 from hmp.errors import is_positive_number
 from hmp.planning import apportion
+from hmp.planning.apportion import apportion_in_blocks
 
 
 def water_filled(total, speeds, minimum, caps):
@@ -223,3 +224,38 @@ def test_bad_offsets_are_named(offsets, message):
 def test_the_one_test_of_amounts(value, positive, non_negative):
     assert is_positive_number(value) is positive
     assert is_positive_number(value, allow_zero=True) is non_negative
+
+
+# --- in channel blocks -----------------------------------------------------------------
+
+def test_in_blocks_each_share_is_whole_blocks_but_the_largest():
+    # 4 blocks of 16 at 1.89:1 -> 2.61, 1.39 blocks -> [3, 1]; by single filters [42, 22]
+    assert apportion_in_blocks(64, [1.89, 1], 16) == [48, 16]
+    assert apportion(64, [1.89, 1]) == [42, 22]
+    # 100 filters = 7 blocks (the last of 4): [5, 2] blocks, the largest holds the partial one
+    assert apportion_in_blocks(100, [3, 1], 16) == [68, 32]
+    assert apportion_in_blocks(64, [1, 1, 1, 1], 16) == [16] * 4
+
+
+@pytest.mark.parametrize("total", [16, 33, 64, 100, 129])
+@pytest.mark.parametrize("speeds", [[1, 1], [1.89, 1], [5, 2, 1], [1, 3, 3]])
+def test_in_blocks_costs_the_blocks_apportion_gives(total, speeds):
+    block = 8
+    blocks = math.ceil(total / block)
+    shares = apportion_in_blocks(total, speeds, block)
+    if blocks < len(speeds):   # a block each is more than there is: single filters
+        assert shares == apportion(total, speeds)
+        return
+    assert sum(shares) == total and min(shares) >= 1
+    assert [math.ceil(s / block) for s in shares] == apportion(blocks, speeds)
+    assert sum(s % block != 0 for s in shares) <= 1
+
+
+def test_in_blocks_falls_back_to_single_units_where_blocks_cannot_serve():
+    assert apportion_in_blocks(8, [1, 1], 16) == apportion(8, [1, 1]) == [4, 4]   # one block
+    # a cap under one block
+    assert apportion_in_blocks(64, [2, 1], 16, caps=[None, 10]) == apportion(
+        64, [2, 1], caps=[None, 10]) == [54, 10]
+    assert apportion_in_blocks(64, [2, 1], 1) == apportion(64, [2, 1])
+    # a minimum of 20 filters is two blocks each
+    assert apportion_in_blocks(64, [2, 1], 16, minimum=20) == [32, 32]

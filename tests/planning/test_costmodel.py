@@ -584,3 +584,49 @@ def test_elementwise_field_is_checked_and_loaded(tmp_path):
     found, _ = load_platform(path)
     assert found == [DeviceSpec("/cpu:0", 1e11, elementwise_s_per_element=1.5e-9)]
     assert DeviceSpec("/cpu:0", 1e11).elementwise_s_per_element == 0.0
+
+
+def blocked_pair(filters=64):
+    """conv1 splits its output filters, conv2 its input channels, fc its outputs."""
+    return ModelSpec("blocked", [
+        conv_layer_spec("conv1", "conv2d", (4, 4), 3, 3, filters, split_dim="filters1",
+                        split_role="output"),
+        conv_layer_spec("conv2", "conv2d", (4, 4), 1, filters, 2, split_dim="filters1",
+                        split_role="input"),
+        dense_layer_spec("fc", 32, filters, split_dim="hidden", split_role="output"),
+    ], (4, 4, 3))
+
+
+def test_an_output_split_convolution_costs_its_whole_channel_blocks():
+    spec = blocked_pair()
+    conv1, conv2, fc = (l.flops_per_sample for l in spec.layers)
+    batch, splits = 10, {"filters1": [41, 23], "hidden": [41, 23]}
+    blocked = [dataclasses.replace(d, channel_block=16) for d in devices(2e9, 1e9)]
+    plain = predict(spec, devices(2e9, 1e9), parse_mesh("model:2"), batch, splits)
+    p = predict(spec, blocked, parse_mesh("model:2"), batch, splits)
+    # conv1: 41 of 64 filters are 3 of 4 blocks, 23 are 2; conv2 and fc follow the share
+    for busy, rate, blocks, share in ((p.busy[0], 2e9, 3, 41), (p.busy[1], 1e9, 2, 23)):
+        assert busy == pytest.approx(3 * batch * (conv1 * blocks / 4 + (conv2 + fc) * share / 64)
+                                     / rate)
+    assert plain.busy == pytest.approx([3 * batch * (conv1 + conv2 + fc) * s / 64 / r
+                                        for s, r in ((41, 2e9), (23, 1e9))])
+    assert p.load == plain.load   # the FLOPs shares are the filters'
+    # one device computes the whole layer at its measured rate, blocks or not
+    alone = predict(spec, blocked[:1], parse_mesh("model:1"), batch, {"filters1": [64],
+                                                                     "hidden": [64]})
+    assert alone.busy == pytest.approx([3 * batch * (conv1 + conv2 + fc) / 2e9])
+
+
+def test_a_share_under_one_block_costs_the_block():
+    spec = blocked_pair(filters=12)   # under one block of 16: each device computes all
+    blocked = [dataclasses.replace(d, channel_block=16) for d in devices(1e9, 1e9)]
+    p = predict(spec, blocked, parse_mesh("model:2"), 10, {"filters1": [8, 4], "hidden": [8, 4]})
+    conv1, conv2, fc = (l.flops_per_sample for l in spec.layers)
+    assert p.busy == pytest.approx([3 * 10 * (conv1 + (conv2 + fc) * s / 12) / 1e9
+                                    for s in (8, 4)])
+
+
+def test_a_channel_block_is_a_whole_number():
+    with pytest.raises(InvalidInput, match="channel_block of device 'x' must be a whole "
+                                           "number >= 1, got 0"):
+        DeviceSpec("x", 1e9, channel_block=0)

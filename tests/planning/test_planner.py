@@ -655,3 +655,17 @@ def test_auto_is_never_predicted_slower_than_any_device_alone(link, platforms):
             if c.step is not None:
                 bound = c.step if c.devices <= len(plan.devices) else c.step / (1 - margin)
                 assert step <= bound * (1 + 1e-12), (c, batch, devices)
+
+
+def test_convolution_filters_are_split_in_the_devices_channel_blocks():
+    spec = ModelSpec("wide", list(hsi_model(filters=(64, 32)).layers[:4]) + [
+        dense_layer_spec("hidden", 9 * 9 * 16, 64, split_dim="hidden", split_role="output")],
+        (9, 9, 16))
+    plain = [DeviceSpec("/cpu:0", 1.89e9), DeviceSpec("/cpu:1", 1e9)]
+    blocked = [dataclasses.replace(d, channel_block=16) for d in plain]
+    assert plan_layout(spec, plain, None, 32, "model:2").splits == {
+        "filters1": apportion(64, [1.89, 1]), "filters2": apportion(32, [1.89, 1]),
+        "hidden": apportion(64, [1.89, 1])}
+    # 4 blocks -> [3, 1], 2 blocks -> [1, 1]; a dense layer's outputs are not blocked
+    assert plan_layout(spec, blocked, None, 32, "model:2").splits == {
+        "filters1": [48, 16], "filters2": [16, 16], "hidden": apportion(64, [1.89, 1])}
