@@ -68,6 +68,9 @@ class Plan:
     # [{"device": "/cpu:0", "step": 6.7e-3 (None: it fits no one-device layout),
     #   "rate": 5e10 (FLOP/s at which it computes the model alone)}]
     alone: list = field(default_factory=list)
+    # Each device's DeviceSpec.channel_block, in the order of ``devices`` (empty in older
+    # plans and where every device has 1): a re-plan apportions filters in those blocks.
+    channel_blocks: list = field(default_factory=list)
 
     def replicated_dims(self):
         return [record["dim"] for record in self.replicated]
@@ -283,7 +286,7 @@ def _dict(value, where, field, keys):
 def _parse(data, where):
     """Builds a Plan from parsed JSON, checking every field."""
     fields = [f for f in Plan.__dataclass_fields__
-              if f not in ("left_out", "replicated", "alone")]  # optional (newer)
+              if f not in ("left_out", "replicated", "alone", "channel_blocks")]  # optional
     data = _dict(data, where, "the top level", ["format"] + fields)
     if data["format"] != FORMAT:
         _fail(where, "format", repr(FORMAT), data["format"])
@@ -363,7 +366,16 @@ def _parse(data, where):
                           "a device name not among the plan's devices"),
         replicated=_records(data, where, "replicated", "dim", "saved_s", splits,
                             "a split dim the plan does not split", nullable=True),
-        alone=_alone(data, where))
+        alone=_alone(data, where),
+        channel_blocks=_channel_blocks(data, where, n))
+
+
+def _channel_blocks(data, where, n):
+    """The plan's optional ``channel_blocks`` (absent in older plans: none), checked."""
+    blocks = _list(data.get("channel_blocks", []), where, "channel_blocks")
+    if blocks and len(blocks) != n:
+        _fail(where, "channel_blocks", f"none or {n} entries, one per device", blocks)
+    return [whole_number(b, f"{where}: channel_blocks[{i}]") for i, b in enumerate(blocks)]
 
 
 def _alone(data, where):

@@ -441,7 +441,8 @@ def _plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps, min
         memory_caps=([d.mem_bytes for d in kept]
                      if any(d.mem_bytes is not None for d in kept) else None),
         candidates=candidates, reason=reason, left_out=left_out, replicated=best.records,
-        alone=alone)
+        alone=alone, channel_blocks=([d.channel_block for d in kept]
+                                     if any(d.channel_block > 1 for d in kept) else []))
 
 
 def _layout_of(model_spec, subset, mesh, batch_size, min_filters, link, replicated):

@@ -22,7 +22,7 @@ that loses to the fastest device alone costs one epoch, not the run.
 import dataclasses
 import json
 
-from hmp.planning import plan_layout
+from hmp.planning import DeviceSpec, plan_layout
 
 DEFAULT_THRESHOLD = 0.10
 
@@ -50,8 +50,11 @@ def replan(plan, model_spec, busy_seconds, threshold=DEFAULT_THRESHOLD):
         return None
     if imbalance(busy_seconds) <= threshold:
         return None
-    new_plan = plan_layout(model_spec, plan.devices, measured_speeds(plan, busy_seconds),
-                           plan.batch_size, plan.mesh, replicated=plan.replicated_dims())
+    blocks = plan.channel_blocks or [1] * len(plan.devices)
+    devices = [DeviceSpec(d, speed, channel_block=block) for d, speed, block in zip(
+        plan.devices, measured_speeds(plan, busy_seconds), blocks)]
+    new_plan = plan_layout(model_spec, devices, None, plan.batch_size, plan.mesh,
+                           replicated=plan.replicated_dims())
     if new_plan.splits == plan.splits:
         return None
     # still left out, still replicated

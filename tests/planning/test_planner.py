@@ -254,6 +254,10 @@ def test_malformed_json_is_refused(plan_file):
     (lambda d: d.update(time_unit="hours"), "time_unit must be one of"),
     (lambda d: d.update(format="other"), "format must be 'hmp-plan/1'"),
     (lambda d: d["layers"][0].update(split_dim=3), r"layers\[0\].split_dim must be a string"),
+    (lambda d: d.update(channel_blocks=[16, 16]),
+     r"channel_blocks must be none or 3 entries, one per device, got \[16, 16\]"),
+    (lambda d: d.update(channel_blocks=[16, 0, 16]),
+     r"channel_blocks\[1\] must be a whole number >= 1, got 0"),
 ])
 def test_bad_structure_is_named(plan_file, change, message):
     edit(plan_file, change)
@@ -413,8 +417,9 @@ def test_left_out_devices_round_trip_and_old_plans_still_load(tmp_path):
     with pytest.raises(ValueError, match=r"is for devices \['/gpu:0', '/gpu:1'\] \(left "
                                          r"out: /cpu:0\), not \['/gpu:1', '/gpu:0'\]"):
         Plan.from_json(path, devices=["/gpu:1", "/gpu:0"])
-    # a plan written before left_out, replicated, alone and Candidate.devices existed
-    del data["left_out"], data["replicated"], data["alone"]
+    # a plan written before left_out, replicated, alone, channel_blocks and
+    # Candidate.devices existed
+    del data["left_out"], data["replicated"], data["alone"], data["channel_blocks"]
     for c in data["candidates"]:
         del c["devices"], c["ranking"]
     old = tmp_path / "old.json"
@@ -422,6 +427,7 @@ def test_left_out_devices_round_trip_and_old_plans_still_load(tmp_path):
     loaded = Plan.from_json(old, model_spec=fc_model())
     assert loaded.left_out == [] and all(c.devices is None for c in loaded.candidates)
     assert loaded.replicated == [] and loaded.alone == [] and loaded.fastest_alone() is None
+    assert loaded.channel_blocks == []
     assert "mesh model:2" in loaded.explain()
     # a bad record names the field
     data["left_out"] = [{"device": "/gpu:0", "speed": 1.0, "reason": "x"}]
@@ -657,7 +663,7 @@ def test_auto_is_never_predicted_slower_than_any_device_alone(link, platforms):
                 assert step <= bound * (1 + 1e-12), (c, batch, devices)
 
 
-def test_convolution_filters_are_split_in_the_devices_channel_blocks():
+def test_convolution_filters_are_split_in_the_devices_channel_blocks(tmp_path):
     spec = ModelSpec("wide", list(hsi_model(filters=(64, 32)).layers[:4]) + [
         dense_layer_spec("hidden", 9 * 9 * 16, 64, split_dim="hidden", split_role="output")],
         (9, 9, 16))
@@ -667,5 +673,10 @@ def test_convolution_filters_are_split_in_the_devices_channel_blocks():
         "filters1": apportion(64, [1.89, 1]), "filters2": apportion(32, [1.89, 1]),
         "hidden": apportion(64, [1.89, 1])}
     # 4 blocks -> [3, 1], 2 blocks -> [1, 1]; a dense layer's outputs are not blocked
-    assert plan_layout(spec, blocked, None, 32, "model:2").splits == {
+    plan = plan_layout(spec, blocked, None, 32, "model:2")
+    assert plan.splits == {
         "filters1": [48, 16], "filters2": [16, 16], "hidden": apportion(64, [1.89, 1])}
+    assert plan.channel_blocks == [16, 16]   # kept for a re-plan, in the JSON
+    path = tmp_path / "plan.json"
+    plan.to_json(path)
+    assert Plan.from_json(path, model_spec=spec) == plan

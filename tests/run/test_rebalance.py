@@ -7,7 +7,7 @@ import re
 import pytest
 
 from cli_batch import run_batch
-from hmp.planning import ModelSpec, conv_layer_spec, plan_layout
+from hmp.planning import DeviceSpec, ModelSpec, conv_layer_spec, plan_layout
 from hmp.run import rebalance
 from hmp.run.trainer import EpochStats
 
@@ -43,6 +43,22 @@ def test_replan_moves_filters_from_slow_device_only_above_threshold():
     new_plan = rebalance.replan(plan, spec(), [1.0, 2.0, 1.0])
     assert new_plan.splits["f"] == [12, 6, 12]
     assert new_plan.mesh == plan.mesh
+
+
+def test_a_replan_keeps_the_plans_channel_blocks():
+    wide = ModelSpec("wide", [
+        conv_layer_spec("conv1", "conv2d", (5, 5), 3, 10, 64, split_dim="f", split_role="output"),
+        conv_layer_spec("conv2", "conv2d", (5, 5), 3, 64, 8, split_dim="f", split_role="input"),
+    ], (5, 5, 10))
+    names = ["/cpu:0", "/cpu:1"]
+    plan = plan_layout(wide, [DeviceSpec(d, 1.0, channel_block=16) for d in names], None, 8,
+                       "model:2")
+    assert plan.splits["f"] == [32, 32] and plan.channel_blocks == [16, 16]
+    # device 1 took twice as long: 4 blocks at 2:1 are [3, 1]; single filters [43, 21]
+    assert rebalance.replan(plan, wide, [1.0, 2.0]).splits["f"] == [48, 16]
+    plain = plan_layout(wide, names, [1, 1], 8, "model:2")
+    assert plain.channel_blocks == []
+    assert rebalance.replan(plain, wide, [1.0, 2.0]).splits["f"] == [43, 21]
 
 
 DEVICES = ["/cpu:0", "/cpu:1"]
