@@ -18,9 +18,9 @@ The speed ratio this gives is measured, not assumed.
 
 For each model of ``--models`` (on the built-in synthetic scene: 9x9 patches of
 100 bands, or as many PCA components as the model's own ``--pca`` default, 10
-classes; the scene is loaded onto every worker once and a step
-feeds one batch of its training pixels' indices, ``hmp.graph.scene_input``), in one
-run:
+classes; the scene is loaded onto every worker once, and one batch of its training
+pixels' indices and labels too, which every step takes as ``hmp.train``'s steps take
+theirs: ``TrainingGraph.load_batches``), in one run:
 
 1. Each worker's speed is profiled alone, and the link between them idle and
    while both train (``hmp.measure.speeds.measure_platform``): the plans are made
@@ -325,7 +325,8 @@ def build_runs(config, batch, workers, profiled, link):
                                   steps_per_run=steps_per_run)
             progress("  building %-14s %s" % (name, description))
             session = graph.session(batch.extractor.padded, session_config, workers.target)
-            step = (session, *graph.feed_steps([(batch.indices, batch.labels)] * steps_per_run))
+            graph.load_batches(session, [(batch.indices, batch.labels)])   # as hmp.train does
+            step = (session, *graph.kept_steps(steps_per_run))
             built.append((key, step))
             return warmed(Run(name, description, load, *step, steps_per_run=steps_per_run))
         # a configuration's before it (planned = even on equal workers): its graph, warm

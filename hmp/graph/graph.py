@@ -43,6 +43,8 @@ CHECKPOINTS_KEPT = 3
 # The name scope of a graph's k-th step for k >= 2 (``TrainingGraph.steps_per_run``); the
 # first step's ops have none of their own.
 LATER_STEP_SCOPE = "step_%d"
+# The roles of the step's inputs kept on the devices (``load_batches``)
+KEPT_INDICES, KEPT_LABELS = "pixel_indices", "labels"
 
 
 def model_logits(config, x, classes, training=True):
@@ -276,6 +278,8 @@ class TrainingGraph:
             # would let its consumers skip it
             indices = tf.placeholder(tf.int32, [batch_size], name="pixel_indices")
             y = tf.placeholder(tf.int32, [batch_size], name="labels")
+            self.device_inputs.keep(indices, KEPT_INDICES)
+            self.device_inputs.keep(y, KEPT_LABELS)
             if after is not None:
                 later.enter_context(tf.name_scope(LATER_STEP_SCOPE % (k + 1)))
                 later.enter_context(tf.variable_scope(tf.get_variable_scope(), reuse=True))
@@ -344,6 +348,24 @@ class TrainingGraph:
             feed[step.indices], feed[step.y] = indices, labels
         return self.train_ops[len(batches) - 1], self.device_inputs.feed(feed)
 
+    def load_batches(self, session, batches):
+        """Keeps ``batches`` (``(indices, labels)`` per step) on the devices, each device
+        its slices, in one run (``hmp.mesh.device_inputs``): from the global step now, each
+        step run by ``kept_steps`` takes the next of them, and after the last they start
+        over. A step fed its batch (``feed``, ``feed_steps``) still takes the fed one."""
+        session.run(*self.device_inputs.load({KEPT_INDICES: [b[0] for b in batches],
+                                              KEPT_LABELS: [b[1] for b in batches]}))
+
+    def kept_steps(self, count, look_strength=None):
+        """``(train op, feed)`` running the next ``count`` (1 to ``steps_per_run``) of the
+        batches kept on the devices (``load_batches``) in one ``session.run``: nothing is
+        fed but ``look_strength`` (as for ``feed``), so no device waits for a hand-over
+        from the client's task before its step."""
+        if not 1 <= count <= len(self._steps):
+            raise ValueError("a run takes 1 to %d steps, got %d" % (len(self._steps), count))
+        feed = {} if look_strength is None else {self._look_strength: look_strength}
+        return self.train_ops[count - 1], self.device_inputs.feed(feed)
+
     def average_replicas(self, session):
         """Averages the replicas' copies of local batch statistics (``hmp.layers``) in
         ``session``; nothing (no round trip) for a graph without them."""
@@ -356,7 +378,12 @@ class TrainingGraph:
 
     def session(self, padded_cube, config=None, target=""):
         """A session on this graph (``target``: a gRPC master, or "" for in-process),
-        initialised with fresh weights and the scene ``padded_cube``."""
+        initialised with fresh weights and the scene ``padded_cube``. Its variables are
+        its own (``isolate_session_state``): on a server, another graph's of the same
+        names (a profile at another batch, a plan kept beside) are other variables."""
+        config = tf.ConfigProto.FromString(config.SerializeToString()) if config else \
+            tf.ConfigProto()
+        config.isolate_session_state = True
         session = tf.Session(target=target or "", graph=self.tf_graph, config=config)
         session.run(self.init)
         session.run(self.copy_masters_to_slices)

@@ -76,8 +76,9 @@ class DeviceStep:
     """The model's whole training step on one device, in a session of its own.
 
     A ``TrainingGraph`` on the one-device layout, fresh weights, a fixed
-    random scene on the device and a fixed random batch of its pixels fed
-    every step. ``recipe``: the run's, so that its augmentation and in-graph PCA
+    random scene on the device and a fixed random batch of its pixels, kept on the
+    device and taken by every step (``TrainingGraph.load_batches``), as the trainer's
+    steps take theirs. ``recipe``: the run's, so that its augmentation and in-graph PCA
     projection (``Recipe.projection``: the scene then has the raw bands) are timed
     with the model.
     """
@@ -93,8 +94,8 @@ class DeviceStep:
         graph = TrainingGraph(config, placement, batch_size, batch.image_shape, optimizer,
                               recipe=recipe)
         self.session = graph.session(batch.padded_cube, session_config, target)
-        self._feed = batch.feed(graph)
-        self._train_op = graph.train_op
+        graph.load_batches(self.session, [(batch.indices, batch.labels)])
+        self._train_op, self._feed = graph.kept_steps(1)
 
     def run(self):
         """Runs one step; returns its wall time in seconds."""

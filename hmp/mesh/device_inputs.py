@@ -10,8 +10,13 @@ another task can start, and a device that waits on them starts late. With
 
 * a fed placeholder is fed to each device directly: the import makes a placeholder of
   the device's slice on each device (``slices``), and :meth:`feed` turns a feed of
-  the whole value into the feed of every device's slice (TensorFlow sends a fed value
-  with the request that starts the device's part of the step);
+  the whole value into the feed of every device's slice. TensorFlow receives every fed
+  value on the client's task (task 0) and sends it on to the device's task within the
+  step, so another task's first op waits for that hand-over at every step;
+* a placeholder marked ``keep`` (the step's pixel indices and labels) is also kept on
+  the devices: each device holds its slices of a run of steps (``rows``, loaded once
+  per epoch by :meth:`load`, one hand-over per epoch) and a step that does not feed it
+  reads the row of its own step counter, so no hand-over precedes a device's step;
 * each device keeps its own step counter (a local variable, not saved), equal to the
   global step: the random draws are keyed by it (``step``) and a tensor registered as
   a function of the global step (``of_step``: the learning rate, Adafactor's decay) is
@@ -41,6 +46,11 @@ class DeviceInputs:
         # placeholder: {(devices, their slices' extents): the devices' placeholders}
         self._fed = {}
         self._of_step = {}   # tensor: the function of a step tensor it is
+        self._kept = {}   # placeholder: its role ("pixel_indices"): kept on the devices
+        # (device, role, extent): _Rows, shared by the placeholders of a role (one per
+        # lowered step of a run of several)
+        self._rows = {}
+        self._first = {}   # device: the step its rows begin at (a local int64 variable)
 
     # -- the step counters --------------------------------------------------
     def step(self, device):
@@ -106,12 +116,17 @@ class DeviceInputs:
         if where in made:
             return made[where]
         name = tf_tensor.op.name.split("/")[-1]   # its own, as the profiler knows it
+        role = self._kept.get(tf_tensor)
         out = []
         for device, extent in zip(devices, extents):
             shape = [size for _, size in extent]
+            if role is not None:
+                row = self._row(device, role, tuple(extent), tf_tensor.dtype)
             with tf.device(host_of(device)), tf.control_dependencies(None), \
                     tf.name_scope(None):
-                if default is None:
+                if role is not None:
+                    placeholder = tf.placeholder_with_default(row, shape, name=name)
+                elif default is None:
                     placeholder = tf.placeholder(tf_tensor.dtype, shape, name=name)
                 else:
                     placeholder = tf.placeholder_with_default(
@@ -119,6 +134,51 @@ class DeviceInputs:
             out.append(placeholder)
         made[where] = out
         return out
+
+    # -- kept inputs --------------------------------------------------------------
+    def keep(self, placeholder, role):
+        """Marks a fed ``placeholder`` (before the lowering imports it) as one of the
+        ``role`` (one per kind of input: the placeholders of a run's several steps
+        share it) kept on the devices: a step that does not feed it reads its row."""
+        self._kept[placeholder] = role
+
+    def _row(self, device, role, extent, dtype):
+        """The row of ``device``'s own step in its kept slices ``extent`` of ``role``."""
+        key = (device, role, extent)
+        if key not in self._rows:
+            with tf.device(host_of(device)), tf.control_dependencies(None), \
+                    tf.name_scope(None):
+                if device not in self._first:
+                    self._first[device] = tf.Variable(
+                        0, dtype=tf.int64, trainable=False, name="rows_first_step",
+                        collections=[tf.GraphKeys.LOCAL_VARIABLES])
+                self._rows[key] = _Rows(role, [size for _, size in extent], dtype)
+        step = self.step(device)
+        with tf.device(host_of(device)):
+            return self._rows[key].at(step - self._first[device])
+
+    def load(self, values):
+        """``(ops, feed)`` that keep ``values`` (``{role: [the whole fed value of each
+        step]}``, every role's steps alike) on the devices, each its slices: the next
+        step (from the global step now) reads the first, and the run starts over after
+        the last. Raises ValueError unless ``values`` has every role kept (and no other),
+        each with the same number of steps."""
+        kept = {role for _, role, _ in self._rows}
+        if set(values) != kept:
+            raise ValueError("the roles kept on the devices are %s, got %s"
+                             % (", ".join(sorted(kept)), ", ".join(sorted(values))))
+        counts = {len(steps) for steps in values.values()}
+        if len(counts) != 1 or 0 in counts:
+            raise ValueError("every role needs the same number of steps, at least 1; got "
+                             + ", ".join("%s %d" % (r, len(v)) for r, v in values.items()))
+        ops, feed = [], {}
+        for (device, role, extent), rows in self._rows.items():
+            ops.append(rows.assign)
+            feed[rows.value] = np.stack([_cut(np.asarray(v), extent) for v in values[role]])
+        for device, first in self._first.items():
+            with tf.device(host_of(device)):
+                ops.append(first.assign(tf.cast(self.global_step, tf.int64)).op)
+        return ops, feed
 
     def feed(self, feed):
         """``feed`` with each value of a placeholder fed on the devices given to each
@@ -132,6 +192,23 @@ class DeviceInputs:
             if not made or placeholder.consumers():
                 out[placeholder] = value
         return out
+
+
+class _Rows:
+    """A device's kept slices of one role: a local variable of ``[steps] + shape``, its
+    op loading a fed value of any count of steps, and rows by step."""
+
+    def __init__(self, role, shape, dtype):
+        self.variable = tf.Variable(
+            tf.zeros([0] + shape, dtype), trainable=False, shape=[None] + shape,
+            name=role + "_rows", collections=[tf.GraphKeys.LOCAL_VARIABLES])
+        self.value = tf.placeholder(dtype, [None] + shape, name=role + "_rows_fed")
+        self.assign = self.variable.assign(self.value, read_value=False)
+
+    def at(self, steps_in):
+        """The row ``steps_in`` (an int64 scalar) steps after the first, cyclically."""
+        rows = self.variable.read_value()
+        return tf.gather(rows, tf.math.floormod(steps_in, tf.shape(rows, out_type=tf.int64)[0]))
 
 
 def host_of(device):

@@ -290,9 +290,10 @@ class Trainer:
                                                 drop_remainder=True)
         pairs = [(b.indices, b.labels) for b, _ in zip(batches, range(self.graph.steps_per_run))]
         self.session.run(self.graph.metrics.reset)   # local: a restore does not set them
+        self.graph.load_batches(self.session, pairs)   # taken as an epoch's steps take theirs
         sizes = {1, self.graph.steps_per_run}   # the blocks an epoch runs (block_size)
         for size in sorted(n for n in sizes if n <= len(pairs)):
-            self.session.run(*self.graph.feed_steps(pairs[:size], look_strength))
+            self.session.run(*self.graph.kept_steps(size, look_strength))
 
     # -- training ------------------------------------------------------------
     def train_epoch(self, epoch, epochs, before_save=None, look_strength=None, carried=None,
@@ -328,6 +329,8 @@ class Trainer:
         batches = list(self.experiment.train.batches(
             self.batch_size, seed=self.seed, epoch=epoch, drop_remainder=True,
             start_step=start_step))
+        # the devices keep the epoch's batches: its steps feed nothing
+        self.graph.load_batches(self.session, [(b.indices, b.labels) for b in batches])
         self.session.run(self.graph.metrics.reset)
         step, steps, busy_steps = None, 0, []
         traced = traced_steps(start_step, self.steps_per_epoch)
@@ -356,15 +359,11 @@ class Trainer:
 
         while steps < total:
             size = block_size(steps, total, self.graph.steps_per_run, traced)
-            block = batches[steps:steps + size]
             if steps in traced:
-                step, step_busy = self._traced_step(
-                    self.graph.train_op, self.graph.feed(block[0].indices, block[0].labels,
-                                                         look_strength=look_strength))
+                step, step_busy = self._traced_step(*self.graph.kept_steps(1, look_strength))
                 busy_steps.append(step_busy)
             else:
-                step = self.session.run(*self.graph.feed_steps(
-                    [(b.indices, b.labels) for b in block], look_strength))
+                step = self.session.run(*self.graph.kept_steps(size, look_strength))
             steps += size
             ended = time.perf_counter()
             if steps - size not in traced and size in compiled:

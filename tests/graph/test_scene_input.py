@@ -192,3 +192,44 @@ def test_adafactors_decay_is_computed_from_each_devices_own_step():
     graph = TrainingGraph(config, Placement("batch:2", "batch:batch", tuple(harness.CPUS[:2]),
                                             {"batch": [5, 3]}), 8, IMAGE, optimizer="adafactor")
     assert not global_step_reads(graph)
+
+
+def test_a_step_run_without_a_feed_takes_its_batch_from_the_rows_kept_on_its_device():
+    """``load_batches`` then ``kept_steps`` trains exactly as feeding each batch does, in
+    blocks of several steps a run, cyclically, and from the global step at the load; no
+    step feeds anything, and each device reads its rows on its own host."""
+    config = model_config("cnn2d", PATCH, BANDS, n_classes=3, width=4)
+    devices = tuple(harness.CPUS[:2])
+    graph = TrainingGraph(config, Placement("batch:2", "batch:batch", devices,
+                                            {"batch": [5, 3]}), 8, IMAGE, steps_per_run=2)
+    rng = np.random.RandomState(1)
+    batches = [(rng.permutation(35)[:8].astype(np.int32), rng.randint(0, 3, 8).astype(np.int32))
+               for _ in range(4)]
+    with graph.tf_graph.as_default():
+        weights = tf.trainable_variables()
+        rows = [v for v in tf.local_variables() if "_rows" in v.name]
+    cpu = sorted(tf.DeviceSpec.from_string(d).to_string() for d in devices)
+    assert sorted(tf.DeviceSpec.from_string(v.device).to_string() for v in rows) == sorted(
+        cpu * 2)   # pixel indices and labels, one of each per device
+    fed = graph.session(scene_extractor().padded, harness.session_config())
+    kept = graph.session(scene_extractor().padded, harness.session_config())
+    with fed, kept:
+        graph.load_batches(kept, batches[:3])
+        for block in ([0, 1], [2], [0]):   # the fourth step starts the rows over
+            op, feed = graph.kept_steps(len(block))
+            assert feed == {}
+            assert kept.run(op) == fed.run(*graph.feed_steps([batches[i] for i in block]))
+        graph.load_batches(kept, batches[3:])   # read from the step now (4)
+        assert kept.run(graph.kept_steps(1)[0]) == fed.run(*graph.feed_steps(batches[3:])) == 5
+        for mine, theirs in zip(kept.run(weights), fed.run(weights)):
+            np.testing.assert_array_equal(mine, theirs)
+        # a fed batch still wins over the kept one
+        assert kept.run(*graph.feed_steps(batches[:1])) == fed.run(
+            *graph.feed_steps(batches[:1])) == 6
+        for mine, theirs in zip(kept.run(weights), fed.run(weights)):
+            np.testing.assert_array_equal(mine, theirs)
+    with pytest.raises(ValueError, match="every role needs the same number of steps"):
+        graph.device_inputs.load({"pixel_indices": [batches[0][0]], "labels": []})
+    with pytest.raises(ValueError, match="the roles kept on the devices are labels, "
+                                         "pixel_indices, got symmetry"):
+        graph.device_inputs.load({"symmetry": [0]})
