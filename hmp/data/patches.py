@@ -3,7 +3,7 @@
 The padded cube is kept once; a batch is its pixel indices and labels, and
 its patches [n, p, p, B] are gathered from the cube by index only when asked
 for, so memory stays at one cube plus one batch no matter how many pixels an
-epoch covers. (Training does not ask: it feeds the indices and every device
+epoch covers. (Training does not ask: the devices take the indices and each
 cuts its own patches from its copy of ``PatchExtractor.padded``; see
 ``hmp.graph.scene_input``.)
 

@@ -206,11 +206,12 @@ class TrainingGraph:
     random draws keyed by the global step); ``train_op`` is ``train_ops[0]``, and the
     loss, probabilities and placeholders are the first step's.
 
-    Each device is fed its own slice of the step's placeholders and keeps its own step
-    counter, from which it computes the learning rate, the random draws' key and
-    Adafactor's decay (``hmp.mesh.device_inputs``): nothing crosses between devices before the step's
-    first collective. So feed it through ``feed`` or ``feed_steps`` (a feed of the
-    placeholders alone leaves the devices' own unfed), and run
+    Each device is fed its own slice of the step's placeholders (or keeps the batches of a
+    run of steps, ``load_batches`` and ``kept_steps``) and keeps its own step counter,
+    from which it computes the learning rate, the random draws' key and Adafactor's decay
+    (``hmp.mesh.device_inputs``): nothing crosses between devices before the step's first
+    collective. So feed it through ``feed`` or ``feed_steps`` (a feed of the placeholders
+    alone leaves the devices' own unfed), or run ``kept_steps``, and run
     ``copy_masters_to_slices`` after the weights are initialised or restored (it also
     sets the counters to the global step).
     """
