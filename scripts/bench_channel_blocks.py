@@ -12,7 +12,6 @@ step and that time over the time of ``--reference`` filters.
   python scripts/bench_channel_blocks.py --filters=8,16,20,23,24,32,41,48,64
 """
 
-import os
 import time
 
 from hmp import cli
@@ -23,7 +22,7 @@ import numpy as np  # noqa: E402
 import tensorflow.compat.v1 as tf  # noqa: E402
 from absl import flags  # noqa: E402
 
-from hmp.measure.channel_blocks import CPU_FLAGS_FILE, lanes_of  # noqa: E402
+from hmp.measure.channel_blocks import channel_blocks  # noqa: E402
 
 flags.DEFINE_list("filters", ["8", "16", "20", "23", "24", "32", "41", "48", "64"],
                   "Filter counts to time.")
@@ -80,7 +79,7 @@ def main(_):
                 session.run(op)
             best[key] = min(best[key], 1e3 * (time.perf_counter() - started) / FLAGS.steps)
         print("repeat %d/%d done" % (repeat + 1, FLAGS.repeats), flush=True)
-    lanes = lanes_of(open(CPU_FLAGS_FILE).read()) if os.path.exists(CPU_FLAGS_FILE) else 1
+    (lanes,) = channel_blocks(["/cpu:0"])
     print("\nbatch %d, patch %dx%d (3-D: x %d bands), one thread; this host's channel block "
           "(hmp.measure.channel_blocks): %d" % (FLAGS.batch_size, FLAGS.patch, FLAGS.patch,
                                                FLAGS.depth, lanes))

@@ -7,7 +7,8 @@ builds the model's Mesh-TF graph for a global batch, lowers it on a
 and field look through ``feed``, the loss, class probabilities, the ordered training
 step, the master/slice copy ops, a saver of whole tensors). Its input is the scene on
 the devices (``hmp.graph.scene_input``): load the padded cube once with
-``load_scene``, then feed pixel indices every step. What it is built
+``load_scene``, then an epoch's pixel indices and labels (``load_batches``, run by
+``kept_steps``) or feed them every step. What it is built
 from (the model's config, the placement, the recipe) are plain values of
 ``hmp.graph.graph_config``; the TensorFlow side of the model's config is :func:`model_logits`.
 """
@@ -340,14 +341,12 @@ class TrainingGraph:
     def feed_steps(self, batches, look_strength=None):
         """``(train op, feed)`` running one step on each of ``batches`` (1 to
         ``steps_per_run`` ``(indices, labels)`` pairs) in one ``session.run``; the op's
-        value is the global step after the last. ``look_strength`` as for ``feed``."""
-        if not 1 <= len(batches) <= len(self._steps):
-            raise ValueError("a run takes 1 to %d steps, got %d"
-                             % (len(self._steps), len(batches)))
-        feed = {} if look_strength is None else {self._look_strength: look_strength}
+        value is the global step after the last. ``look_strength`` as for ``feed``. (The
+        trainer's steps take kept batches, ``kept_steps``; tests compare them with this.)"""
+        train_op, feed = self._run_of(len(batches), look_strength)
         for step, (indices, labels) in zip(self._steps, batches):
             feed[step.indices], feed[step.y] = indices, labels
-        return self.train_ops[len(batches) - 1], self.device_inputs.feed(feed)
+        return train_op, self.device_inputs.feed(feed)
 
     def load_batches(self, session, batches):
         """Keeps ``batches`` (``(indices, labels)`` per step) on the devices, each device
@@ -361,11 +360,17 @@ class TrainingGraph:
         """``(train op, feed)`` running the next ``count`` (1 to ``steps_per_run``) of the
         batches kept on the devices (``load_batches``) in one ``session.run``: nothing is
         fed but ``look_strength`` (as for ``feed``), so no device waits for a hand-over
-        from the client's task before its step."""
+        from the client's task before its step. Before any ``load_batches`` of this
+        session, running it fails on the kept batches' uninitialised variables."""
+        train_op, feed = self._run_of(count, look_strength)
+        return train_op, self.device_inputs.feed(feed)
+
+    def _run_of(self, count, look_strength):
+        """The train op of a run of ``count`` steps and the feed of ``look_strength``."""
         if not 1 <= count <= len(self._steps):
             raise ValueError("a run takes 1 to %d steps, got %d" % (len(self._steps), count))
-        feed = {} if look_strength is None else {self._look_strength: look_strength}
-        return self.train_ops[count - 1], self.device_inputs.feed(feed)
+        return (self.train_ops[count - 1],
+                {} if look_strength is None else {self._look_strength: look_strength})
 
     def average_replicas(self, session):
         """Averages the replicas' copies of local batch statistics (``hmp.layers``) in
@@ -382,10 +387,11 @@ class TrainingGraph:
         initialised with fresh weights and the scene ``padded_cube``. Its variables are
         its own (``isolate_session_state``): on a server, another graph's of the same
         names (a profile at another batch, a plan kept beside) are other variables."""
-        config = tf.ConfigProto.FromString(config.SerializeToString()) if config else \
-            tf.ConfigProto()
-        config.isolate_session_state = True
-        session = tf.Session(target=target or "", graph=self.tf_graph, config=config)
+        isolated = tf.ConfigProto()
+        if config is not None:
+            isolated.CopyFrom(config)
+        isolated.isolate_session_state = True
+        session = tf.Session(target=target or "", graph=self.tf_graph, config=isolated)
         session.run(self.init)
         session.run(self.copy_masters_to_slices)
         self.load_scene(session, padded_cube)

@@ -5,10 +5,11 @@ step from the client to the mesh (16.6 MB at batch 512 of 9x9x100 patches),
 and in cluster mode on from task 0 to every other task. Instead the
 preprocessed, border-padded cube is loaded once into a variable on every host
 (``SceneCubes.load``), and a step takes only the batch's flat pixel indices
-(4 bytes a sample: fed, or kept on the devices, ``TrainingGraph.load_batches``). ``cut_patches`` is an mtf operation whose slice on each
-device is the patches of that device's batch slice, gathered from its host's
-copy of the cube: patches never travel, and devices of a model-parallel row
-cut the same patches side by side instead of receiving them.
+(4 bytes a sample: fed, or kept on the devices, ``TrainingGraph.load_batches``).
+``cut_patches`` is an mtf operation whose slice on each device is the patches of
+that device's batch slice, gathered from its host's copy of the cube: patches never
+travel, and devices of a model-parallel row cut the same patches side by side
+instead of receiving them.
 
 Copies: the CPU devices of one host (a process or ``hmp.worker`` task) share
 one cube in host memory; every other device (a GPU) holds its own, so no step

@@ -34,8 +34,9 @@ def lanes_of(cpuinfo):
 
 
 def channel_blocks(devices, target=None, session_config=None):
-    """Each of ``devices``' channel block: its host's lanes for a CPU, 1 for others.
-    One session run reads the flags of every host with a CPU device among them."""
+    """Each of ``devices``' channel block: its host's lanes for a CPU, 1 for others
+    (and for a host without the flags file). One session reads the flags of every host
+    with a CPU device among them, a run per host."""
     hosts = {}
     for device in devices:
         if is_cpu(device):
@@ -52,7 +53,7 @@ def channel_blocks(devices, target=None, session_config=None):
             for host, read in reads.items():
                 try:
                     lanes[host] = lanes_of(session.run(read).decode("utf-8", "replace"))
-                except tf.errors.OpError:   # no such file: not Linux
+                except tf.errors.NotFoundError:   # no such file: not Linux
                     lanes[host] = 1
     return [lanes[host_of(d)] if is_cpu(d) else 1 for d in devices]
 

@@ -4,13 +4,14 @@ An entry is the measurement of one setting -- ``cache_key``: the model
 (name, width, patch, bands, classes), the work before it (``Recipe.input_work``:
 the scene's bands, in-graph projection, augmentation), batch size, optimizer, device names,
 the cluster's worker addresses (None outside ``--cluster`` mode), and the
-hmp and TensorFlow versions -- with per device its samples/s (median, min,
-max), FLOP/s, per-step overhead, channel block (``hmp.measure.channel_blocks``) and
-op-size figures (``half_rate_flops`` and ``elementwise_s_per_element``, None when not
-measured: profiling for a plan that cannot split the model skips them), the link (a ``LinkSpec``, or None) and when it
-was measured. In memory a device's figures are the planner's ``DeviceSpec`` (as
-``hmp.measure.speeds`` measures it, on its host: ``linkprobe.with_hosts``); in the
-file, an object of the keys ``SPEED_FIELDS`` (``speed_json``, ``speed_of``). An entry with op-size figures also serves a run that
+hmp and TensorFlow versions -- with per device its samples/s (median, min, max),
+FLOP/s, per-step overhead, channel block (``hmp.measure.channel_blocks``) and op-size figures
+(``half_rate_flops`` and ``elementwise_s_per_element``, None when not measured:
+profiling for a plan that cannot split the model skips them), the link (a
+``LinkSpec``, or None) and when it was measured. In memory a device's figures are
+the planner's ``DeviceSpec`` (as ``hmp.measure.speeds`` measures it, on its host:
+``linkprobe.with_hosts``); in the file, an object of the keys ``SPEED_FIELDS``
+(``speed_json``, ``speed_of``). An entry with op-size figures also serves a run that
 needs none; one without them does not serve a run that needs them.
 ``hmp.train`` keeps entries in the run folder (``<model_dir>/speeds.json``) and
 in a user cache (``user_cache_path``: ``$HMP_CACHE_DIR/speeds.json`` or

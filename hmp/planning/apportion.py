@@ -209,12 +209,15 @@ def _offsets(offsets, n, names):
 def apportion_in_blocks(total, speeds, block, minimum=1, caps=None, *, names=None,
                         unit="units"):
     """``apportion`` of ``total`` in whole blocks of ``block`` units where it can: every
-    share a multiple of ``block`` but the largest, which holds the last, partial block
+    share a multiple of ``block`` but one, which holds the last, partial block: of the
+    shares that stay at least ``minimum`` without its missing units, the one of the most
+    units per speed (the device that would finish last; on a tie the first)
     (``apportion_in_blocks(64, [1.89, 1], 16) == [48, 16]`` where ``apportion`` gives
-    ``[42, 22]``). For work done in blocks (a convolution's output channels,
-    ``DeviceSpec.channel_block``), a share's cost is its blocks: 22 of 64 filters cost
-    as much as 32. Falls back to ``apportion`` of single units when the blocks
-    cannot give every device its minimum within its cap (fewer blocks than devices).
+    ``[42, 22]``; ``apportion_in_blocks(100, [3, 1], 16) == [80, 20]``). For work done in blocks (a convolution's output
+    channels, ``DeviceSpec.channel_block``), a share's cost is its blocks: 22 of 64
+    filters cost as much as 32. Falls back to ``apportion`` of single units when the
+    blocks cannot give every device its minimum within its cap (fewer blocks than
+    devices, or no share that can hold the partial block).
     """
     blocks = -(-total // block)
     block_caps = None if caps is None else [None if c is None else c // block for c in caps]
@@ -225,6 +228,10 @@ def apportion_in_blocks(total, speeds, block, minimum=1, caps=None, *, names=Non
         return apportion(total, speeds, minimum, caps, names=names, unit=unit)
     shares = [b * block for b in apportion(blocks, speeds, fewest, block_caps,
                                            names=names, unit=f"blocks of {block} {unit}")]
-    shares[int(np.argmax(shares))] -= blocks * block - total
+    missing = blocks * block - total
+    holders = [i for i, share in enumerate(shares) if share - missing >= minimum]
+    if not holders:
+        return apportion(total, speeds, minimum, caps, names=names, unit=unit)
+    holder = max(holders, key=lambda i: (shares[i] / speeds[i], -i))
+    shares[holder] -= missing
     return shares
-

@@ -113,11 +113,13 @@ barrier (``barriers``); the profiler measures it in a data split of the model's 
 step (``hmp.measure.speeds.measure_platform``).
 
 Input. The scene is loaded onto the devices once (``hmp.graph.scene_input``); with
-``link.feed`` (the client's link to the first device's host) a step feeds
+``link.feed`` (the client's link to the first device's host) a fed step feeds
 every sample's pixel index and label there (``FED_BYTES_PER_SAMPLE``), and
 every other host receives those of the samples its devices need (its batch
 rows; the whole batch to a model-parallel row) over the link under load, one
-host after another. Patches never travel: every device cuts its own.
+host after another. Patches never travel: every device cuts its own. The trainer's
+steps feed nothing (each epoch's batches are kept on the devices,
+``TrainingGraph.load_batches``) and its measured link has no ``feed``.
 
 Step time = compute + all communication (not overlapped with compute: on a
 CPU link, e.g. loopback between workers of one machine, sending and
@@ -293,7 +295,8 @@ class LinkSpec:
       e.g. in-process hand-overs between virtual devices while ``self`` is
       gRPC between workers. None: ``self`` everywhere.
     * ``feed``: the client's link to the first device's host, over which the
-      batch is fed every step. None: feeding is not priced.
+      batch is fed every step (``scripts/bench_costmodel.py``'s fed steps). None:
+      feeding is not priced (the trainer's steps, which feed nothing).
     * ``cpu_share`` (0 to 1, default 0): how much of a hand-over's time is CPU
       work of the hosts at its ends rather than time in a network (1: a
       loopback or in-process "link" on the devices' own cores, where sending
@@ -525,7 +528,7 @@ class Prediction:
     compute: float  # sum over layers of the slowest device (>= max over devices of busy)
     comm: float  # all communication
     busy: list  # per device: compute seconds per step
-    load: list  # per device: its share of all FLOPs computed
+    load: list  # per device: its share of all FLOPs computed (in whole channel blocks)
     memory: list  # per device: bytes held
 
 
@@ -728,13 +731,12 @@ def predict(model_spec, devices, mesh, batch_size, splits, link=None):
     batch_rows = _batch_rows(mesh, batch_size, splits)
 
     shape = (mesh.batch, mesh.model)
-    # (layers, rows, columns) FLOPs and bytes of every layer on every device.
-    layer_flops = TRAIN_FLOPS_FACTOR * (flops[:, None] * fractions)[:, None, :] \
-        * batch_rows[None, :, None]
     # Op-size efficiency: a fixed half_rate_flops per sample and layer op with FLOPs.
     half = np.array([d.half_rate_flops or 0.0 for d in devices]).reshape(shape)
     fixed = TRAIN_FLOPS_FACTOR * (flops > 0)[:, None, None] * batch_rows[None, :, None] \
         * half[None]
+    # (layers, rows, columns) training FLOPs of every layer on every device, an
+    # output-split convolution's in whole channel blocks
     blocked = TRAIN_FLOPS_FACTOR * flops[:, None, None] * batch_rows[None, :, None] \
         * blocked_fractions(model_spec, mesh, splits, devices)
     seconds = (blocked + fixed) / np.array([d.flops_per_s for d in devices]).reshape(shape)
@@ -752,7 +754,7 @@ def predict(model_spec, devices, mesh, batch_size, splits, link=None):
     overhead = np.array([d.overhead_s for d in devices]).reshape(shape)
     seconds = seconds + overhead[None] / len(model_spec.layers)
     busy = seconds.sum(axis=0).ravel()
-    device_flops = layer_flops.sum(axis=0).ravel()
+    device_flops = blocked.sum(axis=0).ravel()
 
     comm = 0.0
     if link is not None:

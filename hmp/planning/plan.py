@@ -72,6 +72,11 @@ class Plan:
     # plans and where every device has 1): a re-plan apportions filters in those blocks.
     channel_blocks: list = field(default_factory=list)
 
+    def device_channel_blocks(self):
+        """Each device's channel block, in the order of ``devices`` (1 where the plan
+        keeps none)."""
+        return self.channel_blocks or [1] * len(self.devices)
+
     def replicated_dims(self):
         return [record["dim"] for record in self.replicated]
 

@@ -173,10 +173,10 @@ def _speed_splits(model_spec, specs, mesh, batch_size, min_filters):
             headroom = np.where(full > fixed, (caps - fixed) / (full - fixed), np.inf)
         headroom = np.maximum(headroom.min(axis=0), 0)  # per model column
         columns = _group_labels(names, mesh, "model")
-        block = max(d.channel_block for d in specs)
+        block, blocked = max(d.channel_block for d in specs), _blocked_dims(model_spec)
         for dim, size in model_spec.split_dims().items():
             splits[dim] = apportion_in_blocks(
-                size, speed.sum(axis=0), block if dim in _blocked_dims(model_spec) else 1,
+                size, speed.sum(axis=0), block if dim in blocked else 1,
                 min_filters, _units_cap(headroom, size, min_filters),
                 names=columns, unit=f"{dim} filters")
     fractions = weight_fractions(model_spec, mesh, splits)

@@ -50,9 +50,8 @@ def replan(plan, model_spec, busy_seconds, threshold=DEFAULT_THRESHOLD):
         return None
     if imbalance(busy_seconds) <= threshold:
         return None
-    blocks = plan.channel_blocks or [1] * len(plan.devices)
     devices = [DeviceSpec(d, speed, channel_block=block) for d, speed, block in zip(
-        plan.devices, measured_speeds(plan, busy_seconds), blocks)]
+        plan.devices, measured_speeds(plan, busy_seconds), plan.device_channel_blocks())]
     new_plan = plan_layout(model_spec, devices, None, plan.batch_size, plan.mesh,
                            replicated=plan.replicated_dims())
     if new_plan.splits == plan.splits:

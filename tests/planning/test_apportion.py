@@ -232,8 +232,10 @@ def test_in_blocks_each_share_is_whole_blocks_but_the_largest():
     # 4 blocks of 16 at 1.89:1 -> 2.61, 1.39 blocks -> [3, 1]; by single filters [42, 22]
     assert apportion_in_blocks(64, [1.89, 1], 16) == [48, 16]
     assert apportion(64, [1.89, 1]) == [42, 22]
-    # 100 filters = 7 blocks (the last of 4): [5, 2] blocks, the largest holds the partial one
-    assert apportion_in_blocks(100, [3, 1], 16) == [68, 32]
+    # 100 filters = 7 blocks (the last of 4): [5, 2] blocks; the slow device, which
+    # would finish last, holds the partial one
+    assert apportion_in_blocks(100, [3, 1], 16) == [80, 20]
+    assert apportion_in_blocks(17, [5, 1], 16) == [16, 1]
     assert apportion_in_blocks(64, [1, 1, 1, 1], 16) == [16] * 4
 
 
@@ -257,5 +259,10 @@ def test_in_blocks_falls_back_to_single_units_where_blocks_cannot_serve():
     assert apportion_in_blocks(64, [2, 1], 16, caps=[None, 10]) == apportion(
         64, [2, 1], caps=[None, 10]) == [54, 10]
     assert apportion_in_blocks(64, [2, 1], 1) == apportion(64, [2, 1])
-    # a minimum of 20 filters is two blocks each
+    # a minimum of 20 filters is two blocks each; the partial block goes where the share
+    # keeps its minimum, or nowhere
     assert apportion_in_blocks(64, [2, 1], 16, minimum=20) == [32, 32]
+    # (49 = 4 blocks less 15: a share of 32 less 15 is under 20)
+    assert apportion_in_blocks(49, [1, 2], 16, minimum=20) == apportion(49, [1, 2], 20) \
+        == [20, 29]
+    assert apportion_in_blocks(56, [1, 2], 16, minimum=20) == [24, 32]   # the slow one holds it

@@ -1,6 +1,7 @@
 """--rebalance=epoch: the split moves away from a slow device when that pays back its
 switch, a switch that lost is undone, and the loss does not change."""
 
+import dataclasses
 import json
 import re
 
@@ -56,6 +57,17 @@ def test_a_replan_keeps_the_plans_channel_blocks():
     assert plan.splits["f"] == [32, 32] and plan.channel_blocks == [16, 16]
     # device 1 took twice as long: 4 blocks at 2:1 are [3, 1]; single filters [43, 21]
     assert rebalance.replan(plan, wide, [1.0, 2.0]).splits["f"] == [48, 16]
+    # a plan's own predicted busy times give back its speeds, the partial block
+    # included (the load is its blocked work): 40 filters are [24, 16] at 2:1
+    uneven = plan_layout(dataclasses.replace(wide, layers=[
+        conv_layer_spec("conv1", "conv2d", (5, 5), 3, 10, 40, split_dim="f", split_role="output"),
+        conv_layer_spec("conv2", "conv2d", (5, 5), 3, 40, 8, split_dim="f",
+                        split_role="input")]),
+        [DeviceSpec(d, s, channel_block=16) for d, s in zip(names, (2.0, 1.0))], None, 8,
+        "model:2")
+    assert uneven.splits["f"] == [24, 16]
+    speeds = rebalance.measured_speeds(uneven, uneven.prediction.busy)
+    assert speeds[0] / speeds[1] == pytest.approx(2.0)
     plain = plan_layout(wide, names, [1, 1], 8, "model:2")
     assert plain.channel_blocks == []
     assert rebalance.replan(plain, wide, [1.0, 2.0]).splits["f"] == [43, 21]
