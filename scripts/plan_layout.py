@@ -138,7 +138,8 @@ def profile(config, spec, devices, link_given=False):
         print(f"  {s.name}  {s.samples_per_s:.4g} samples/s ({s.min_samples_per_s:.4g} - "
               f"{s.max_samples_per_s:.4g})  relative {relative:.3f}  "
               f"{s.flops_per_s:.4g} FLOP/s  {1e3 * s.overhead_s:.3g} ms of every step"
-              + (f"  {op_size}" if op_size else ""))
+              + (f"  {op_size}" if op_size else "")
+              + (f"  channel block {s.channel_block}" if s.channel_block > 1 else ""))
     if link is not None:
         print(f"  link: {link.figures()}")
     print()

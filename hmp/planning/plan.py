@@ -207,7 +207,9 @@ class Plan:
                 sizes = self.splits[dim]
                 rows.append([layer["name"], dim, str(layer["split_size"])]
                             + [str(sizes[i % model_size]) for i in range(len(self.devices))])
-        lines += ["Filters per device (\"all\": not split, every device holds the whole layer)"]
+        lines += ["Filters per device (\"all\": not split, every device holds the whole layer)"
+                  + ("; output-split convolutions in whole channel blocks of %d"
+                     % max(self.channel_blocks) if self.channel_blocks else "")]
         lines += aligned_columns(rows)
         return "\n".join(lines)
 

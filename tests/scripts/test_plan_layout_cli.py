@@ -11,6 +11,7 @@ import pytest
 from cli_batch import HUNG_S, Run, run_batch_with_out
 from hmp.errors import InvalidInput
 from hmp.graph.from_graph import model_spec
+from hmp.measure.channel_blocks import CPU_FLAGS_FILE, lanes_of
 from hmp.planning import Plan, plan_layout
 from models import model_config
 from script_modules import SCRIPTS
@@ -122,6 +123,10 @@ def test_auto_speeds_are_measured(runs):
     assert sum(plan["splits"]["batch"]) == plan["batch_size"] == 3
     assert "profiling /cpu:2 (2/2)" in run.stderr and "Measured speeds" in run.stdout
     assert "profiling the link between /cpu:0 and /cpu:2" in run.stderr
+    # each device's channel block, this host's vector width, where it has one
+    lanes = lanes_of(open(CPU_FLAGS_FILE).read())
+    assert run.stdout.count("  channel block %d" % lanes) == (2 if lanes > 1 else 0)
+    assert plan.get("channel_blocks", []) == ([lanes] * 2 if lanes > 1 else [])
 
 
 def test_auto_speeds_replace_the_platforms_and_keep_its_link(runs):
