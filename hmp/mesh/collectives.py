@@ -20,7 +20,18 @@ from hmp.compat import import_mesh_tensorflow
 from hmp.hosts import group_by_host, is_hierarchical
 
 mtf = import_mesh_tensorflow()
-allreduce_ring = mtf.placement_mesh_impl.allreduce_ring
+
+
+def ring_allreduce(xs, devices, reduction_fn_string="SUM"):
+    """Mesh-TF's ring all-reduce of ``xs`` (one tensor per device of ``devices``), but two
+    devices exchange their whole tensors: each sends one message and reduces the two in
+    the same order (``x0 + x1`` on both, as the ring does). Mesh-TF's ring cuts a large
+    tensor into one shard per device, which for two devices sends the same bytes as two
+    messages each way."""
+    if len(xs) == 2:
+        return mtf.placement_mesh_impl.allreduce_ring_single_shard(
+            xs, devices, reduction_fn_string)
+    return mtf.placement_mesh_impl.allreduce_ring(xs, devices, reduction_fn_string)
 
 
 def host_of(device):
@@ -59,7 +70,7 @@ def hierarchical_allreduce(xs, devices, hosts, reduction_fn_string="SUM"):
         raise ValueError("hierarchical_allreduce: %d tensors, %d devices and %d hosts"
                          % (len(xs), len(devices), len(hosts)))
     if not is_hierarchical(hosts):
-        return allreduce_ring(xs, devices, reduction_fn_string)
+        return ring_allreduce(xs, devices, reduction_fn_string)
     reduce = mtf.binary_reduction_fn(reduction_fn_string)
     groups = list(group_by_host(hosts).values())
     leaders = [positions[0] for positions in groups]
@@ -70,7 +81,7 @@ def hierarchical_allreduce(xs, devices, hosts, reduction_fn_string="SUM"):
             for position in positions[1:]:
                 result = reduce(result, xs[position])
         host_results.append(result)
-    totals = allreduce_ring(host_results, [devices[p] for p in leaders], reduction_fn_string)
+    totals = ring_allreduce(host_results, [devices[p] for p in leaders], reduction_fn_string)
     outputs = [None] * len(xs)
     for positions, total in zip(groups, totals):
         outputs[positions[0]] = total

@@ -11,12 +11,14 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import hmp
-from hmp.mesh.collectives import allreduce_ring, hierarchical_allreduce, host_of
+from hmp.compat import import_mesh_tensorflow
+from hmp.mesh.collectives import hierarchical_allreduce, host_of, ring_allreduce
 from hmp.hosts import is_hierarchical
 from hmp.mesh import optimizers
 import harness
 
 CPUS = harness.CPUS
+allreduce_ring = import_mesh_tensorflow().placement_mesh_impl.allreduce_ring   # Mesh-TF's
 SMALL, LARGE = (3, 5), (96, 64)   # below / above the ring's sharding threshold (1024)
 
 
@@ -57,6 +59,42 @@ def test_two_level_allreduce_matches_the_flat_ring_on_random_floats():
         functools.partial(hierarchical_allreduce, hosts=[0, 0, 1, 1]), arrays)
     for a, b in zip(two_level, flat):
         assert harness.max_relative_error(a, b) < 1e-6
+
+
+@pytest.mark.parametrize("shape", [SMALL, LARGE])
+def test_two_devices_exchange_their_whole_tensors_as_mesh_tfs_ring_sums_them(shape):
+    """One message each way (Mesh-TF's ring sends a large tensor as two shards), and
+    the same bits on both devices as the ring's."""
+    rng = np.random.RandomState(2)
+    arrays = [rng.randn(*shape).astype(np.float32) for _ in range(2)]
+    ours, _ = _run_allreduce(ring_allreduce, arrays)
+    theirs, _ = _run_allreduce(allreduce_ring, arrays)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(ours[0], ours[1])
+    with tf.Graph().as_default():
+        xs = []
+        for device in CPUS[:2]:
+            with tf.device(device):
+                xs.append(tf.zeros(shape))
+        received = {d: _received(y, d) for d, y in zip(CPUS[:2], ring_allreduce(xs, CPUS[:2]))}
+    assert received == {CPUS[0]: 1, CPUS[1]: 1}
+
+
+def _received(tensor, device):
+    """How many tensors of other devices ``tensor`` (on ``device``) reads, transitively."""
+    seen, stack, count = set(), [tensor.op], 0
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        for t in op.inputs:
+            if tf.DeviceSpec.from_string(t.op.device) != tf.DeviceSpec.from_string(device):
+                count += 1
+            else:
+                stack.append(t.op)
+    return count
 
 
 def _cross_host_traffic(tensors, host_of_device):
