@@ -50,7 +50,9 @@ class DeviceInputs:
         # (device, role, extent): _Rows, shared by the placeholders of a role (one per
         # lowered step of a run of several)
         self._rows = {}
-        self._first = {}   # device: the step its rows begin at (a local int64 variable)
+        # device: the step its rows begin at (a local int64 variable), and the op setting
+        # it to the global step (made once, with the variable: a load adds no op)
+        self._first = {}
 
     # -- the step counters --------------------------------------------------
     def step(self, device):
@@ -149,13 +151,15 @@ class DeviceInputs:
             with tf.device(host_of(device)), tf.control_dependencies(None), \
                     tf.name_scope(None):
                 if device not in self._first:
-                    self._first[device] = tf.Variable(
-                        0, dtype=tf.int64, trainable=False, name="rows_first_step",
-                        collections=[tf.GraphKeys.LOCAL_VARIABLES])
+                    first = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                        name="rows_first_step",
+                                        collections=[tf.GraphKeys.LOCAL_VARIABLES])
+                    self._first[device] = (
+                        first, first.assign(tf.cast(self.global_step, tf.int64)).op)
                 self._rows[key] = _Rows(role, [size for _, size in extent], dtype)
         step = self.step(device)
         with tf.device(host_of(device)):
-            return self._rows[key].at(step - self._first[device])
+            return self._rows[key].at(step - self._first[device][0])
 
     def load(self, values):
         """``(ops, feed)`` that keep ``values`` (``{role: [the whole fed value of each
@@ -171,13 +175,10 @@ class DeviceInputs:
         if len(counts) != 1 or 0 in counts:
             raise ValueError("every role needs the same number of steps, at least 1; got "
                              + ", ".join("%s %d" % (r, len(v)) for r, v in values.items()))
-        ops, feed = [], {}
-        for (device, role, extent), rows in self._rows.items():
-            ops.append(rows.assign)
-            feed[rows.value] = np.stack([_cut(np.asarray(v), extent) for v in values[role]])
-        for device, first in self._first.items():
-            with tf.device(host_of(device)):
-                ops.append(first.assign(tf.cast(self.global_step, tf.int64)).op)
+        ops = [rows.assign for rows in self._rows.values()]
+        ops += [at_global_step for _, at_global_step in self._first.values()]
+        feed = {rows.value: np.stack([_cut(np.asarray(v), extent) for v in values[role]])
+                for (_, role, extent), rows in self._rows.items()}
         return ops, feed
 
     def feed(self, feed):

@@ -213,6 +213,7 @@ def test_a_step_run_without_a_feed_takes_its_batch_from_the_rows_kept_on_its_dev
         cpu * 2)   # pixel indices and labels, one of each per device
     fed = graph.session(scene_extractor().padded, harness.session_config())
     kept = graph.session(scene_extractor().padded, harness.session_config())
+    ops = len(graph.tf_graph.get_operations())
     with fed, kept:
         graph.load_batches(kept, batches[:3])
         for block in ([0, 1], [2], [0]):   # the fourth step starts the rows over
@@ -220,6 +221,7 @@ def test_a_step_run_without_a_feed_takes_its_batch_from_the_rows_kept_on_its_dev
             assert feed == {}
             assert kept.run(op) == fed.run(*graph.feed_steps([batches[i] for i in block]))
         graph.load_batches(kept, batches[3:])   # read from the step now (4)
+        assert len(graph.tf_graph.get_operations()) == ops   # a load adds no op
         assert kept.run(graph.kept_steps(1)[0]) == fed.run(*graph.feed_steps(batches[3:])) == 5
         for mine, theirs in zip(kept.run(weights), fed.run(weights)):
             np.testing.assert_array_equal(mine, theirs)
