@@ -209,7 +209,8 @@ class Plan:
                             + [str(sizes[i % model_size]) for i in range(len(self.devices))])
         lines += ["Filters per device (\"all\": not split, every device holds the whole layer)"
                   + ("; output-split convolutions in whole channel blocks of %d"
-                     % max(self.channel_blocks) if self.channel_blocks else "")]
+                     % max(self.channel_blocks)
+                     if self.channel_blocks and set(self.splits) - {"batch"} else "")]
         lines += aligned_columns(rows)
         return "\n".join(lines)
 
