@@ -38,6 +38,7 @@ from hmp.measure.devices import check_local, device_list, gpu_count, session_con
 from hmp.run import experiment, export
 from hmp.run.inference import DATA_FLAGS, Classifier, TrainedRun, classify_tiles, open_cube, tiling
 from hmp.run.progress import ProgressLine
+from hmp.run.settings import check_file_flags
 
 flags.DEFINE_string("model_dir", None, "The run's folder (hmp.train's --model_dir).")
 flags.DEFINE_string("out", None, "Folder for class_map.npy, class_map.png and "
@@ -149,6 +150,7 @@ def main(argv):
     changed = {name: FLAGS[name].value for name in DATA_FLAGS if FLAGS[name].present}
     scene_flags = changed or ["model_dir"]
     dataset = changed.get("dataset", run.flags["dataset"])
+    check_file_flags(dataset, changed)
     print("loading %s ..." % dataset, flush=True)
     with cli.blame(*scene_flags, also=(OSError,)):
         raster = open_cube(run.data_config(**changed))

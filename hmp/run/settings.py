@@ -396,11 +396,7 @@ class Settings:
                 raise cli.UsageError("--dataset=%s: a cube file needs its label map: give "
                                      "--labels" % dataset)
         else:
-            for name in ("labels", "cube_key", "labels_key"):
-                if self.value(name) is not None:
-                    raise cli.UsageError("--%s=%s: only for a --dataset given as a cube "
-                                         "file, not --dataset=%s"
-                                         % (name, self.value(name), dataset))
+            check_file_flags(dataset, {name: self.value(name) for name in FILE_FLAGS})
         for name in ("synthetic_layout", "synthetic_kind"):
             if dataset != SYNTHETIC and self.chosen(name):
                 raise cli.UsageError("--%s=%s: only for --dataset=synthetic, not --dataset=%s"
@@ -428,6 +424,18 @@ class Settings:
 
 
 DEFAULT = Settings()
+FILE_FLAGS = ("labels", "cube_key", "labels_key")   # only for a --dataset given as a file
+
+
+def check_file_flags(dataset, values):
+    """UsageError when ``values`` (``{flag: value or None}``) gives a flag of
+    ``FILE_FLAGS`` for a ``dataset`` that is not a cube file (it would be ignored)."""
+    if is_cube_file(dataset):
+        return
+    for name in FILE_FLAGS:
+        if values.get(name) is not None:
+            raise cli.UsageError("--%s=%s: only for a --dataset given as a cube file, not "
+                                 "--dataset=%s" % (name, values[name], dataset))
 
 
 def _known(names):

@@ -325,6 +325,21 @@ def test_a_device_list_of_no_device_is_refused_naming_the_flag(run, tmp_path):
     assert not out.exists()
 
 
+def test_a_file_scenes_flag_for_a_named_scene_is_refused_as_hmp_train_refuses_it(run, tmp_path):
+    """--labels, --cube_key and --labels_key would be ignored for the run's synthetic scene
+    (or a benchmark scene named): one line, as hmp.train says it, nothing written."""
+    out = tmp_path / "out"
+    refused = run_batch("hmp.predict", [
+        {"args": ["--model_dir=%s" % run[0], "--out=%s" % out, flag]}
+        for flag in ("--labels=gt.mat", "--cube_key=x")])
+    assert [(p.returncode, p.stderr) for p in refused] == [
+        (2, "hmp.predict: error: --labels=gt.mat: only for a --dataset given as a cube file, "
+            "not --dataset=synthetic\n"),
+        (2, "hmp.predict: error: --cube_key=x: only for a --dataset given as a cube file, "
+            "not --dataset=synthetic\n")]
+    assert not out.exists()
+
+
 def test_a_batch_split_over_two_devices_gives_the_same_probabilities(run, unsmoothed):
     model_dir, _, exp = run
     trained = inference.TrainedRun.open(str(model_dir), get_model)
