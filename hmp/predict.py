@@ -138,10 +138,11 @@ def main(argv):
     if FLAGS.export:
         with cli.blame("export", also=(OSError,)):
             files.check_folder_can_be_made(FLAGS.export)
-            export.export_saved_model(run, FLAGS.export, tta=tta)
-        print("SavedModel in %s (signature %r: patches -> logits, probabilities%s)"
+            replaced = export.export_saved_model(run, FLAGS.export, tta=tta)
+        print("SavedModel in %s (signature %r: patches -> logits, probabilities%s)%s"
               % (FLAGS.export, export.SIGNATURE,
-                 " averaged over the 8 symmetries" if tta else ""), flush=True)
+                 " averaged over the 8 symmetries" if tta else "",
+                 "; it replaced the SavedModel there" if replaced else ""), flush=True)
         if FLAGS.out is None:
             return
     out_dir = FLAGS.out or os.path.join(FLAGS.model_dir, "prediction")

@@ -24,6 +24,7 @@ import tempfile
 
 import tensorflow.compat.v1 as tf
 
+from hmp.errors import InvalidInput
 from hmp.graph.augment import SYMMETRIES, symmetries
 from hmp.graph.graph import build_logits_graph, imported
 from hmp.mesh.lowering import HeteroLowering
@@ -32,6 +33,7 @@ from hmp.run import fitted_preprocessing
 from hmp.run.inference import restore_weights
 
 SIGNATURE = "serving_default"
+SAVED_MODEL_FILE = "saved_model.pb"   # what marks a folder as a SavedModel
 CHUNK = 256   # patches per run of the frozen model
 
 
@@ -80,7 +82,10 @@ def _preprocess(patches, preprocessor):
 
 def export_saved_model(run, path, chunk=CHUNK, tta=False):
     """Writes ``run``'s model as a SavedModel folder ``path`` (replaced whole, atomically);
-    with ``tta``, its ``probabilities`` average the patches' 8 symmetries."""
+    with ``tta``, its ``probabilities`` average the patches' 8 symmetries. Returns whether
+    it replaced an earlier SavedModel; raises InvalidInput, writing nothing, when ``path``
+    holds anything else (``replaces``)."""
+    replaced = replaces(path)
     config = run.model_config
     frozen, input_name, output_name = frozen_logits(run, chunk)
     raw_bands = fitted_preprocessing.input_bands(run.preprocessor)
@@ -113,6 +118,19 @@ def export_saved_model(run, path, chunk=CHUNK, tta=False):
                     {"patches": patches},
                     {"logits": logits[0], "probabilities": probabilities})})
             builder.save()
+    return replaced
+
+
+def replaces(path):
+    """Whether an export to ``path`` replaces an earlier SavedModel there (False: nothing
+    there, or an empty folder); InvalidInput when ``path`` holds anything else, which an
+    export would delete."""
+    if not os.path.exists(path) or (os.path.isdir(path) and not os.listdir(path)):
+        return False
+    if not os.path.isfile(os.path.join(path, SAVED_MODEL_FILE)):
+        raise InvalidInput("%s holds no SavedModel (%s) but other files, which an export "
+                           "there would delete; give a new folder" % (path, SAVED_MODEL_FILE))
+    return True
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ run's results.json for the events.
 import glob
 import io
 import json
+import os
 import re
 import shutil
 
@@ -462,3 +463,25 @@ def test_the_checkpoint_lists_name_no_folder_so_a_run_can_move(run):
         paths = [line.split(": ")[1].strip('"') for line in
                  (run[0] / name).read_text().splitlines()]
         assert paths and all(re.fullmatch(r"(best-)?ckpt-\d+", p) for p in paths), paths
+
+
+def test_an_export_replaces_only_an_earlier_saved_model(run, tmp_path):
+    """A folder of other files is refused in one line and left as it was (an export
+    there would delete it); an earlier SavedModel is replaced, and said so."""
+    assert not export.replaces(str(tmp_path / "new"))
+    (tmp_path / "empty").mkdir()
+    assert not export.replaces(str(tmp_path / "empty"))
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / export.SAVED_MODEL_FILE).write_bytes(b"")
+    assert export.replaces(str(earlier))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    refused, = run_batch("hmp.predict", [{"args": ["--model_dir=%s" % run[0],
+                                                   "--export=%s" % other]}])
+    assert (refused.returncode, refused.stderr) == (
+        2, "hmp.predict: error: --export=%s: %s holds no SavedModel (saved_model.pb) but "
+           "other files, which an export there would delete; give a new folder\n"
+           % (other, other))
+    assert os.listdir(other) == ["notes.txt"]
