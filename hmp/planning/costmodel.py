@@ -155,7 +155,6 @@ BYTES_PER_ELEMENT = 4  # float32: weights, optimizer slots, gradient sums, input
 TRAIN_FLOPS_FACTOR = 3  # forward + backward ~= 3 x forward
 PARAM_COPIES = 4  # weights, gradients, Adam's two moments (the default optimizer)
 LOW_PRECISION_PARAM_COPIES = 2  # mixed precision: the weights' 16-bit read and gradient
-CONVOLUTIONS = ("conv2d", "conv3d")   # the layer kinds whose outputs come in channel blocks
 FED_BYTES_PER_SAMPLE = 8  # an int32 pixel index and an int32 label (patches are cut on devices)
 
 
@@ -434,7 +433,7 @@ def blocked_fractions(model_spec, mesh, splits, devices):
         return fractions
     blocks = np.array([d.channel_block for d in devices]).reshape(mesh.batch, mesh.model)
     for i, layer in enumerate(model_spec.layers):
-        if layer.kind in CONVOLUTIONS and layer.split_role == "output":
+        if layer.in_channel_blocks:
             share = np.asarray(splits[layer.split_dim])[None, :]
             fractions[i] = np.ceil(share / blocks) / np.ceil(layer.split_size / blocks)
     return fractions

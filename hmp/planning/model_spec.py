@@ -26,6 +26,7 @@ from hmp.errors import InvalidInput, whole_number
 from hmp.layer_math import conv_flops, dense_flops, output_size, pool_flops
 
 KINDS = ("conv2d", "conv3d", "dense", "pool")
+CONVOLUTIONS = ("conv2d", "conv3d")   # the kinds whose output channels come in blocks
 ROLES = ("output", "input")
 
 
@@ -65,6 +66,12 @@ class LayerSpec:
         if not math.isfinite(self.flops_per_sample) or self.flops_per_sample < 0:
             raise InvalidInput(f"{where}: flops_per_sample {self.flops_per_sample!r} "
                              "must be finite and >= 0")
+
+    @property
+    def in_channel_blocks(self):
+        """Whether a device's share of this layer costs its whole channel blocks
+        (``DeviceSpec.channel_block``): an output-split convolution's."""
+        return self.kind in CONVOLUTIONS and self.split_role == "output"
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,8 @@ import numpy as np
 
 from hmp.errors import InvalidInput, is_positive_number, whole_number
 from hmp.planning.apportion import apportion, apportion_in_blocks, check_speeds
-from hmp.planning.costmodel import (CONVOLUTIONS, DeviceSpec, alone_flops_per_s,
-                                    memory_bytes, predict, train_flops_per_sample,
-                                    weight_fractions)
+from hmp.planning.costmodel import (DeviceSpec, alone_flops_per_s, memory_bytes, predict,
+                                    train_flops_per_sample, weight_fractions)
 from hmp.planning.layout import candidate_meshes, check_mesh_size, layout_rules, parse_mesh
 from hmp.planning.plan import Candidate, Plan, format_time, layer_entries
 
@@ -138,13 +137,6 @@ def _row_rates(model_spec, specs, mesh):
     return flops.sum(axis=1) / train_flops_per_sample(model_spec), overhead.max(axis=1)
 
 
-def _blocked_dims(model_spec):
-    """The split dims that are some convolution's output channels: computed in channel
-    blocks (``DeviceSpec.channel_block``)."""
-    return {l.split_dim for l in model_spec.layers
-            if l.kind in CONVOLUTIONS and l.split_role == "output"}
-
-
 def _speed_splits(model_spec, specs, mesh, batch_size, min_filters):
     """The splits for one mesh: apportioned by speed, within the memory caps.
 
@@ -173,7 +165,8 @@ def _speed_splits(model_spec, specs, mesh, batch_size, min_filters):
             headroom = np.where(full > fixed, (caps - fixed) / (full - fixed), np.inf)
         headroom = np.maximum(headroom.min(axis=0), 0)  # per model column
         columns = _group_labels(names, mesh, "model")
-        block, blocked = max(d.channel_block for d in specs), _blocked_dims(model_spec)
+        block = max(d.channel_block for d in specs)
+        blocked = {l.split_dim for l in model_spec.layers if l.in_channel_blocks}
         for dim, size in model_spec.split_dims().items():
             splits[dim] = apportion_in_blocks(
                 size, speed.sum(axis=0), block if dim in blocked else 1,

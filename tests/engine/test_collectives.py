@@ -81,41 +81,38 @@ def test_two_devices_exchange_their_whole_tensors_as_mesh_tfs_ring_sums_them(sha
     assert received == {CPUS[0]: 1, CPUS[1]: 1}
 
 
-def _received(tensor, device):
-    """How many tensors of other devices ``tensor`` (on ``device``) reads, transitively."""
-    seen, stack, count = set(), [tensor.op], 0
-    while stack:
-        op = stack.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        for t in op.inputs:
-            if tf.DeviceSpec.from_string(t.op.device) != tf.DeviceSpec.from_string(device):
-                count += 1
-            else:
-                stack.append(t.op)
-    return count
-
-
-def _cross_host_traffic(tensors, host_of_device):
-    """Bytes handed from a device of one host to an op on another, in the
-    graph that computes ``tensors``, and the devices that send or receive them.
-    Unplaced ops (the inputs fed in, master variables) are not counted."""
+def _edges(tensors):
+    """Every (input tensor, op) edge of the graph that computes ``tensors``, the devices
+    at both ends canonical (``/job:.../device:CPU:0``; "" for an unplaced op)."""
     def canonical(device):
         return tf.DeviceSpec.from_string(device).to_string()
-    host = {canonical(d): h for d, h in host_of_device.items()}
-    seen, stack, crossed, endpoints = set(), [t.op for t in tensors], 0, set()
+    seen, stack = set(), [t.op for t in tensors]
     while stack:
         op = stack.pop()
         if op in seen:
             continue
         seen.add(op)
         for tensor in op.inputs:
-            source, target = canonical(tensor.op.device), canonical(op.device)
-            if source in host and target in host and host[source] != host[target]:
-                crossed += tensor.shape.num_elements() * tensor.dtype.size
-                endpoints |= {source, target}
+            yield tensor, canonical(tensor.op.device), canonical(op.device)
             stack.append(tensor.op)
+
+
+def _received(tensor, device):
+    """How many tensors of other devices the graph of ``tensor`` hands to ``device``."""
+    device = tf.DeviceSpec.from_string(device).to_string()
+    return sum(target == device != source for _, source, target in _edges([tensor]))
+
+
+def _cross_host_traffic(tensors, host_of_device):
+    """Bytes handed from a device of one host to an op on another, in the
+    graph that computes ``tensors``, and the devices that send or receive them.
+    Unplaced ops (the inputs fed in, master variables) are not counted."""
+    host = {tf.DeviceSpec.from_string(d).to_string(): h for d, h in host_of_device.items()}
+    crossed, endpoints = 0, set()
+    for tensor, source, target in _edges(tensors):
+        if source in host and target in host and host[source] != host[target]:
+            crossed += tensor.shape.num_elements() * tensor.dtype.size
+            endpoints |= {source, target}
     return crossed, endpoints
 
 
