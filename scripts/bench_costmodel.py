@@ -83,7 +83,6 @@ from hmp.planning.costmodel import FED_BYTES_PER_SAMPLE, per_sample_totals
 from hmp.planning.plan import aligned_columns
 from hmp.measure.calibration import (ElementwiseStep, elementwise_slope, fit_op_size,
                                      half_width)
-from hmp.measure.channel_blocks import channel_blocks
 from hmp.measure.linkprobe import (HANDOVER_BYTES, HOPS, handover_seconds, hop_chain,
                                    link_from_handovers, no_rewrites)
 from hmp.measure.speeds import DeviceStep, measure_speeds, random_batch
@@ -346,10 +345,9 @@ def calibrate(plat, cfg, full_spec, devices):
     local = (measure_link(plat, plat.link_pairs["local"])[0]
              if plat.link_pairs["local"] else None)
     cores = host_cores(plat, cfg, devices, work_alone)
-    blocks = dict(zip(devices, channel_blocks(devices, plat.target, plat.config)))
     full = [DeviceSpec(d, rate, overhead_s=overhead, host=plat.hosts[d],
                        host_cores=cores.get(plat.hosts[d]), half_rate_flops=half,
-                       elementwise_s_per_element=e, channel_block=blocks[d])
+                       elementwise_s_per_element=e, channel_block=alone[d].channel_block)
             for d, rate, overhead, half, e in specs]
     full_link = dataclasses.replace(link, local=local, feed=feed_link, loaded=loaded)
     basic = [DeviceSpec(d, alone[d].flops_per_s) for d in devices]
