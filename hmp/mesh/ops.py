@@ -288,25 +288,40 @@ reshape = mtf.reshape
 
 
 class _Barrier(mtf.Operation):
-    """Identity of several tensors, each available only once all are computed."""
+    """Identity of several tensors, each available only once all are computed (or, with
+    ``per_device_if_replicated`` and every input replicated on every device, once that
+    device's own copies of all are)."""
 
-    def __init__(self, xs, name=None):
+    def __init__(self, xs, per_device_if_replicated, name=None):
         super().__init__(xs, name=name or "barrier")
+        self._per_device_if_replicated = per_device_if_replicated
         self._outputs = [mtf.Tensor(self, x.shape, x.dtype) for x in xs]
 
     def lower(self, lowering):
         mesh_impl = lowering.mesh_impl(self)
         laid_out = [lowering.tensors[x].to_laid_out_tensor() for x in self.inputs]
-        everything = [t for lo in laid_out for t in lo.tensor_list]
-        with tf.control_dependencies(everything):
-            for output, lo in zip(self.outputs, laid_out):
-                lowering.set_tensor_lowering(
-                    output, mesh_impl.slicewise(tf.identity, lo))
+        if self._per_device_if_replicated and all(
+                mesh_impl.tensor_layout(x).is_fully_replicated for x in self.inputs):
+            waits = [[lo.tensor_list[pnum] for lo in laid_out] for pnum in range(mesh_impl.size)]
+        else:
+            waits = [[t for lo in laid_out for t in lo.tensor_list]] * mesh_impl.size
+
+        def after_waits(pnum, x):
+            with tf.control_dependencies(waits[pnum]):
+                return tf.identity(x)
+
+        for output, lo in zip(self.outputs, laid_out):
+            lowering.set_tensor_lowering(
+                output, mesh_impl.slicewise(after_waits, mesh_impl.laid_out_pnum(), lo))
 
 
-def barrier(xs, name=None):
-    """Returns copies of ``xs`` that are computed only after all of ``xs``."""
-    return _Barrier(list(xs), name=name).outputs
+def barrier(xs, per_device_if_replicated=False, name=None):
+    """Returns copies of ``xs`` that are computed only after all of ``xs``.
+
+    With ``per_device_if_replicated``, where every one of ``xs`` is replicated on every
+    device, each device's copies wait for that device's own copies of ``xs`` only: no
+    exchange between the devices."""
+    return _Barrier(list(xs), per_device_if_replicated, name=name).outputs
 
 
 class _ReplicaMean(mtf.Operation):

@@ -8,6 +8,12 @@ still reading it: silently wrong gradients, more likely the more devices run
 in parallel. :func:`train_step` routes all gradients through one barrier, so
 every update starts only after the whole backward pass has finished.
 
+Where no variable is split (a pure batch split, or one device), every device holds
+its own copy of each variable, read by that device's forward and backward pass only,
+and each device's gradients depend on its own passes; so each device's updates wait
+for that device's own summed gradients (``ops.barrier``'s ``per_device_if_replicated``),
+and the barrier adds no exchange between the devices to the all-reduce's.
+
 The gradient sums over the batch axis run as one all-reduce per step
 (``hmp.mesh.bucketing``), not one per weight tensor.
 
@@ -54,5 +60,5 @@ def train_step(loss, optimizer, loss_scale=1.0):
                              name="gradient_sums")
     if loss_scale != 1:
         summed = [g * (1.0 / loss_scale) for g in summed]
-    ordered_grads = ops.barrier(summed, name="all_gradients")
+    ordered_grads = ops.barrier(summed, per_device_if_replicated=True, name="all_gradients")
     return optimizer.apply_grads(ordered_grads, [v for _, v in trained])

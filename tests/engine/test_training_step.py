@@ -89,7 +89,7 @@ def test_3d_cnn_trains_like_single_device_on_batch_split():
                 <= WEIGHT_TOLERANCE["momentum"]), name
 
 
-def _early_reads(ordered, optimizer="sgd"):
+def _early_reads(ordered, optimizer="sgd", config=harness.MODEL_SPLIT):
     """Variable reads that an update of the same variable does not wait for.
 
     Lowers one training step of ``optimizer`` (``hmp.mesh.optimizers``, with its
@@ -105,7 +105,7 @@ def _early_reads(ordered, optimizer="sgd"):
     step = make_optimizer(optimizer, 0.1, weight_decay=0.01)
     updates = (hmp.train_step(loss, step) if ordered
                else harness.unordered_train_step(loss, step))
-    _, lowering = harness.lower(graph, mesh, harness.MODEL_SPLIT)
+    _, lowering = harness.lower(graph, mesh, config)
     tf_loss = lowering.export_to_tf_tensor(loss)
     assigns = [op for u in updates for op in _assign_ops(lowering.lowered_operation(u))]
     assert assigns
@@ -139,12 +139,36 @@ def _ancestors(ops):
     return seen
 
 
+@pytest.mark.parametrize("config", ["model", "batch"])
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
-def test_every_update_waits_for_all_gradient_reads(optimizer):
-    """Also the weight decay's write, which needs no gradient of its own."""
-    assert _early_reads(ordered=True, optimizer=optimizer) == []
+def test_every_update_waits_for_all_gradient_reads(optimizer, config):
+    """Also the weight decay's write, which needs no gradient of its own. On the batch
+    split each device's updates wait for its own summed gradients only."""
+    assert _early_reads(True, optimizer, harness.UNEVEN_CONFIGS[config]) == []
 
 
-def test_naive_step_lets_updates_race_with_gradient_reads():
+@pytest.mark.parametrize("config", ["model", "batch"])
+def test_naive_step_lets_updates_race_with_gradient_reads(config):
     """The check above can fail: without the barrier, reads go unordered."""
-    assert _early_reads(ordered=False)
+    assert _early_reads(False, config=harness.UNEVEN_CONFIGS[config])
+
+
+@pytest.mark.parametrize("config", ["model", "batch", "hybrid"])
+def test_barrier_waits_across_devices_only_where_variables_are_split(config):
+    """Where filters are split, each device's ordered gradients wait for every device's;
+    on a batch split (every variable a copy per device) for the device's own only, so the
+    barrier adds no exchange between devices to the all-reduce's."""
+    config = harness.UNEVEN_CONFIGS[config]
+    tf.reset_default_graph()
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "mesh")
+    loss, _ = harness.cnn2d(mesh, *harness.data_2d())
+    hmp.train_step(loss, make_optimizer("sgd", 0.1))
+    harness.lower(graph, mesh, config)
+    ordered = [op for op in tf.get_default_graph().get_operations()
+               if op.name.startswith("all_gradients/") and op.type == "Identity"]
+    waited_for = {op.device: {c.device for c in op.control_inputs} for op in ordered}
+    devices = set(waited_for)
+    assert len(devices) == len(config.devices)
+    for device, others in waited_for.items():
+        assert others == ({device} if config is harness.BATCH_SPLIT else devices), device
