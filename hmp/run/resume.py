@@ -27,12 +27,15 @@ RESUMED_GRAPH = ("model", "width", "precision", "optimizer")
 def seed_dirs(folder, model_dir, seeds):
     """The folder of each seed's run, checked (a used one needs --resume or --overwrite:
     ``folder``, the settings' run folder group). One seed: ``model_dir`` itself;
-    several: its ``seed-<seed>`` folders (refused when ``model_dir`` holds one run)."""
+    several: its ``seed-<seed>`` folders (refused when ``model_dir`` holds one run, or
+    other files than runs')."""
     single = run_folder.held(model_dir) if len(seeds) > 1 else []
     if single:   # the seeds' folders would go beside it
         raise cli.UsageError("--runs=%d: --model_dir=%s holds a single run (%s); resume it "
                              "without --runs, or give another --model_dir"
                              % (len(seeds), model_dir, ", ".join(single)))
+    if len(seeds) > 1:
+        run_folder.check_holds_only_runs(model_dir)
     folders = ([model_dir] if len(seeds) == 1 else
                [os.path.join(model_dir, "seed-%d" % seed) for seed in seeds])
     for each in folders:

@@ -68,8 +68,16 @@ def check_model_dir(model_dir, resume=False, overwrite=False):
         raise cli.UsageError(
             "--model_dir=%s holds a run (%s); continue it with --resume, start over with "
             "--overwrite, or give another --model_dir" % (model_dir, ", ".join(run)))
-    others = [] if run else foreign(model_dir)
-    if others:   # a new run would scatter its files among them (and replace any of its names)
+    if not run:
+        check_holds_only_runs(model_dir)
+
+
+def check_holds_only_runs(model_dir):
+    """Refuses (:class:`hmp.cli.UsageError`) a ``model_dir`` that holds other files than
+    runs write (:func:`foreign`): a new run, or the seeds' runs of --runs, would scatter
+    their files among them (and replace any of their names)."""
+    others = foreign(model_dir)
+    if others:
         raise cli.UsageError(
             "--model_dir=%s holds no run but other files (%s%s); give a new or empty folder"
             % (model_dir, ", ".join(others[:3]),

@@ -6,8 +6,8 @@ from hmp import cli
 from hmp.errors import InvalidInput
 from hmp.graph.from_graph import default_width
 from hmp.run import experiment, run_folder
-from hmp.run.resume import check_same_data, check_same_graph
-from hmp.run.settings import Settings
+from hmp.run.resume import check_same_data, check_same_graph, seed_dirs
+from hmp.run.settings import RunFolderSettings, Settings
 from models import get_model
 
 
@@ -57,3 +57,23 @@ def test_resume_compares_the_graph_its_flags_build_not_their_text(tmp_path):
         "--model=cnn3d, --width=%d: the run in %s was trained with --model=cnn2d, --width=0; "
         "resume it with those (--flagfile=%s gives all its flags), or start over with "
         "--overwrite" % (width + 1, tmp_path, tmp_path / run_folder.FLAGS_FILE))
+
+
+def test_the_seeds_folder_of_several_runs_holds_only_runs(tmp_path):
+    """--runs=2 --model_dir=<a folder of data>: the seeds' folders and summary.json would go
+    among the user's files (--overwrite too: it deletes runs' files only)."""
+    (tmp_path / "seed-0").mkdir()
+    (tmp_path / "summary.json").write_text("{}")
+    for overwrite in (False, True):
+        folder = RunFolderSettings(overwrite=overwrite)
+        assert seed_dirs(folder, str(tmp_path), [0, 1]) == [
+            str(tmp_path / "seed-0"), str(tmp_path / "seed-1")]
+    (tmp_path / "cube.mat").write_text("")
+    for overwrite in (False, True):
+        with pytest.raises(cli.UsageError) as refused:
+            seed_dirs(RunFolderSettings(overwrite=overwrite), str(tmp_path), [0, 1])
+        assert str(refused.value) == ("--model_dir=%s holds no run but other files (cube.mat); "
+                                      "give a new or empty folder" % tmp_path)
+    assert seed_dirs(RunFolderSettings(), str(tmp_path / "seed-0"), [0]) == [
+        str(tmp_path / "seed-0")]   # one seed: the folder itself, a new one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cube.mat", "seed-0", "summary.json"]
