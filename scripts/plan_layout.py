@@ -42,7 +42,9 @@ from hmp.measure.speeds import measure_platform, measure_speeds, relative_speeds
 from hmp.run.settings import DEFAULT  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("model", "cnn2d", models.MODEL_NAMES, "The model.")
+flags.DEFINE_string("model", "cnn2d", "The model: " + ", ".join(models.MODEL_NAMES)
+                    + ", or a module path (mypackage.mymodel) with logits and SPLIT_DIMS, "
+                    "as hmp.train --model.")
 flags.DEFINE_integer("width", 0, "Model width (filters of its first layer scale with it); "
                      "0: the model's default.", lower_bound=0)
 flags.DEFINE_integer("patch_size", 9, "Spatial patch size (odd, pixels per side).")
@@ -174,8 +176,10 @@ def run():
     with cli.blame("memory_caps"):
         caps = parse_memory_caps(FLAGS.memory_caps, len(devices))
     check_mesh(FLAGS.mesh, len(devices))
-    config = models.model_config(FLAGS.model, FLAGS.patch_size, FLAGS.bands, FLAGS.classes,
-                                 FLAGS.width, FLAGS.batch_norm, FLAGS.precision)
+    with cli.blame("model"):
+        config = models.model_config(FLAGS.model, FLAGS.patch_size, FLAGS.bands,
+                                     FLAGS.classes, FLAGS.width, FLAGS.batch_norm,
+                                     FLAGS.precision)
     with cli.blame("model", "patch_size", "bands", "width", also=(ValueError,)):
         spec = model_spec(config)
     if speeds == "auto":

@@ -6,6 +6,7 @@ import fcntl
 import importlib.util
 import json
 import os
+import pathlib
 
 # TensorFlow 2.21 imports Keras at its own import (keras.src.optimizers, and with Keras
 # scikit-learn when it is installed): 0.8 s of CPU a process without scikit-learn, 2.2 s
@@ -97,3 +98,18 @@ def small_scene(tmp_path_factory):
     np.save(folder / "labels.npy", scene.labels)
     return ["--dataset=%s" % (folder / "cube.npy"), "--labels=%s" % (folder / "labels.npy"),
             "--train_fraction=0.5"]
+
+
+@pytest.fixture(scope="session")
+def readme_models(tmp_path_factory):
+    """A folder holding the README's example model as a user would save it,
+    ``mymodels/small.py``: the folder to put on a run's ``sys.path``
+    (``--model=mymodels.small``)."""
+    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    block = readme.split("<!-- example:custom-model -->")[1].split("```python")[1]
+    folder = tmp_path_factory.mktemp("readme_models")
+    package = folder / "mymodels"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "small.py").write_text(block.split("```")[0])
+    return folder

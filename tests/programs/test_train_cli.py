@@ -1,7 +1,6 @@
 """``python -m hmp.train`` end to end: runs, errors, resumes (kill, resume: test_train_runs.py)."""
 
 import json
-import pathlib
 import shutil
 
 import numpy as np
@@ -30,17 +29,6 @@ def train(*args, model_dir=None, env=None, pythonpath=None):
     return {**run, "pythonpath": str(pythonpath)} if pythonpath else run
 
 
-def readme_model_package(folder):
-    """The README's example model as a user would save it: ``mymodels/small.py``."""
-    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
-    block = readme.split("<!-- example:custom-model -->")[1].split("```python")[1]
-    package = folder / "mymodels"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "small.py").write_text(block.split("```")[0])
-    return folder
-
-
 def plan_file(path, config, devices, speeds, batch_size, mesh):
     """A plan JSON, as scripts/plan_layout.py writes it (tests/scripts/test_plan_layout_cli.py)."""
     from hmp.graph.from_graph import model_spec
@@ -50,7 +38,7 @@ def plan_file(path, config, devices, speeds, batch_size, mesh):
 
 
 @pytest.fixture(scope="module")
-def cli_runs(tmp_path_factory, small_scene):
+def cli_runs(tmp_path_factory, small_scene, readme_models):
     """({name: [Run, ...]}, {name: folder}) of every run of this module, in order in
     one interpreter (tests/cli_batch.py): one TensorFlow import, not one a run. Each
     name's runs write in a folder of their own; a BAD_FLAGS run is named by its flags.
@@ -98,7 +86,7 @@ def cli_runs(tmp_path_factory, small_scene):
                 train(*tiny, "--resume", "--epochs=2", model_dir=folders["nan"])],
         "readme_model": [train(*tiny, "--model=mymodels.small", "--epochs=1",
                                model_dir=folders["readme_model"] / "run",
-                               pythonpath=readme_model_package(folders["readme_model"]))],
+                               pythonpath=readme_models)],
         "auto_speeds": [train(*two, model_dir=folders["auto_speeds"] / "a", env=cache),
                         train(*two, model_dir=folders["auto_speeds"] / "b", env=cache)],
         "relative_speeds": [train(*tiny_auto, "--devices=/cpu:0,/cpu:1", "--speeds=2,1",

@@ -19,10 +19,11 @@ from script_modules import SCRIPTS
 SCRIPT = str(SCRIPTS / "plan_layout.py")
 TINY = ["--model=cnn2d", "--width=4", "--patch_size=5", "--bands=8", "--classes=4",
         "--batch_size=12"]
+MODULE_MODEL = ["--model=mymodels.small", *TINY[1:]]
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, readme_models):
     """{name: (Run, its --out file)}: the runs that write a plan, in one interpreter
     (tests/cli_batch.py), and "bad_flag", a process of its own (its whole stderr,
     TensorFlow's start-up included, is under test) started beside them."""
@@ -51,8 +52,13 @@ def runs(tmp_path_factory):
          "caps": [*TINY, "--speeds=3,2,1", "--mesh=model:3",
                   "--memory_caps=.5GB,512MiB,1e9"],
          "bad_caps": [*TINY, "--speeds=3,2,1", "--memory_caps=1.2.3,1GB,1GB"],
-         "even_patch": [*TINY, "--patch_size=4", "--speeds=1,1", "--devices=/cpu:0,/cpu:1"]},
-        folder)
+         "even_patch": [*TINY, "--patch_size=4", "--speeds=1,1", "--devices=/cpu:0,/cpu:1"],
+         # conftest's readme_models is on every run's path, as with hmp.train --model
+         "module_model": [*MODULE_MODEL, "--speeds=2,1", "--devices=/cpu:0,/cpu:1",
+                          "--mesh=model:2"],
+         "unknown_model": [*TINY[1:], "--model=cnn9", "--speeds=1,1,1"],
+         "unknown_module": [*TINY[1:], "--model=mymodels.nosuch", "--speeds=1,1,1"]},
+        folder, pythonpath=readme_models)
     stdout, stderr = bad_flag.communicate(timeout=HUNG_S)
     return {**plans, "bad_flag": (Run(bad_flag.returncode, stdout, stderr), bad_out)}
 
@@ -105,6 +111,30 @@ def test_a_bad_flag_is_one_line_and_exit_code_2(runs):
     assert run.stderr.splitlines() == [run.stderr.strip()]
     assert run.stderr.startswith("plan_layout: error: --mesh=model:x: bad mesh 'model:x'")
     assert "allowed" in run.stderr and not out.exists()
+
+
+def test_a_model_module_path_is_planned_as_hmp_train_would(runs, readme_models, monkeypatch):
+    """``--model`` takes hmp.train's module paths (the README's example model); the plan
+    is the planner's for that model, and hmp.train would accept it."""
+    monkeypatch.syspath_prepend(str(readme_models))
+    run, out = runs["module_model"]
+    assert run.returncode == 0, run.stderr
+    config = model_config("mymodels.small", 5, 8, 4, width=4)
+    expected = plan_layout(model_spec(config), ["/cpu:0", "/cpu:1"], [2, 1], 12, "model:2")
+    plan = Plan.from_json(out, model_spec=model_spec(config))
+    assert plan.model == "mymodels.small(width=4, input=5x5x8, classes=4)"
+    assert plan.splits == expected.splits == {"filters1": [5, 3]}
+
+
+def test_an_unknown_model_is_one_line(runs):
+    for name, message in (
+            ("unknown_model", "--model=cnn9: model 'cnn9' is not known; choose one of cnn2d, "),
+            ("unknown_module", "--model=mymodels.nosuch: model module 'mymodels.nosuch' "
+                               "cannot be imported: No module named 'mymodels.nosuch'")):
+        run, out = runs[name]
+        assert run.returncode == 2 and not out.exists(), name
+        assert run.stderr.startswith("plan_layout: error: " + message), run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
 
 
 def test_an_even_patch_size_is_refused_before_planning(runs):
