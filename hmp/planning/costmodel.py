@@ -527,7 +527,7 @@ class Prediction:
     compute: float  # sum over layers of the slowest device (>= max over devices of busy)
     comm: float  # all communication
     busy: list  # per device: compute seconds per step
-    load: list  # per device: its share of all FLOPs computed (in whole channel blocks)
+    load: list  # per device: its FLOPs (in whole channel blocks) over the mesh's by single filters
     memory: list  # per device: bytes held
 
 
@@ -762,8 +762,11 @@ def predict(model_spec, devices, mesh, batch_size, splits, link=None):
                 + _batch_axis_time(model_spec, mesh, fractions, link, hosts)
                 + feed_time(batch_rows, hosts, link))
     compute = gated_compute(seconds.reshape(len(model_spec.layers), -1), devices)
-    total_flops = device_flops.sum()
+    # the mesh's work by single filters: the same for every split, so that the loads of
+    # two plans on one mesh compare (hmp.run.rebalance prices one plan by another's speeds)
+    plain_flops = (TRAIN_FLOPS_FACTOR * (flops[:, None] * fractions)[:, None, :]
+                   * batch_rows[None, :, None]).sum()
     return Prediction(
         step=compute + comm, compute=compute, comm=comm, busy=busy.tolist(),
-        load=(device_flops / total_flops if total_flops else device_flops).tolist(),
+        load=(device_flops / plain_flops if plain_flops else device_flops).tolist(),
         memory=memory_bytes(model_spec, batch_rows, fractions).ravel().tolist())

@@ -208,8 +208,9 @@ class Plan:
                 rows.append([layer["name"], dim, str(layer["split_size"])]
                             + [str(sizes[i % model_size]) for i in range(len(self.devices))])
         lines += ["Filters per device (\"all\": not split, every device holds the whole layer)"
-                  + ("; output-split convolutions in whole channel blocks of %d"
-                     % max(self.channel_blocks)
+                  + ("; an output-split convolution's share costs its device's whole "
+                     "channel blocks (%s filters)" % ", ".join(
+                         str(b) for b in sorted(set(self.channel_blocks)))
                      if self.channel_blocks and set(self.splits) - {"batch"} else "")]
         lines += aligned_columns(rows)
         return "\n".join(lines)

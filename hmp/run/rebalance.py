@@ -41,7 +41,9 @@ def measured_speeds(plan, busy_seconds):
 
 
 def replan(plan, model_spec, busy_seconds, threshold=DEFAULT_THRESHOLD):
-    """A new plan on the same mesh if the imbalance exceeds ``threshold``, else None.
+    """A new plan on the same mesh if the imbalance exceeds ``threshold``, else None:
+    ``plan``'s devices at their measured speeds, in their channel blocks, under its
+    memory caps.
 
     Returns None as well when re-planning gives the same splits (the shares
     are already as even as whole filters and samples allow).
@@ -53,7 +55,7 @@ def replan(plan, model_spec, busy_seconds, threshold=DEFAULT_THRESHOLD):
     devices = [DeviceSpec(d, speed, channel_block=block) for d, speed, block in zip(
         plan.devices, measured_speeds(plan, busy_seconds), plan.device_channel_blocks())]
     new_plan = plan_layout(model_spec, devices, None, plan.batch_size, plan.mesh,
-                           replicated=plan.replicated_dims())
+                           memory_caps=plan.memory_caps, replicated=plan.replicated_dims())
     if new_plan.splits == plan.splits:
         return None
     # still left out, still replicated

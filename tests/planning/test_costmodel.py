@@ -610,10 +610,12 @@ def test_an_output_split_convolution_costs_its_whole_channel_blocks():
                                      / rate)
     assert plain.busy == pytest.approx([3 * batch * (conv1 + conv2 + fc) * s / 64 / r
                                         for s, r in ((41, 2e9), (23, 1e9))])
-    # each device's share of the work is its blocked FLOPs' (a re-plan divides it by its
-    # busy time: hmp.run.rebalance.measured_speeds)
+    # each device's load is its blocked FLOPs over the whole model's by single filters, the
+    # same for every split (a re-plan divides it by its busy time and prices other splits
+    # with it: hmp.run.rebalance.measured_speeds)
     work = [conv1 * blocks / 4 + (conv2 + fc) * share / 64 for blocks, share in ((3, 41), (2, 23))]
-    assert p.load == pytest.approx([w / sum(work) for w in work])
+    assert p.load == pytest.approx([w / (conv1 + conv2 + fc) for w in work])
+    assert plain.load == pytest.approx([41 / 64, 23 / 64])
     # one device computes the whole layer at its measured rate, blocks or not
     alone = predict(spec, blocked[:1], parse_mesh("model:1"), batch, {"filters1": [64],
                                                                      "hidden": [64]})

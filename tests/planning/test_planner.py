@@ -677,7 +677,8 @@ def test_convolution_filters_are_split_in_the_devices_channel_blocks(tmp_path):
     assert plan.splits == {
         "filters1": [48, 16], "filters2": [16, 16], "hidden": apportion(64, [1.89, 1])}
     assert plan.channel_blocks == [16, 16]   # kept for a re-plan, in the JSON
-    assert "output-split convolutions in whole channel blocks of 16" in plan.explain()
+    assert ("an output-split convolution's share costs its device's whole channel blocks "
+            "(16 filters)") in plan.explain()
     data = plan_layout(spec, blocked, None, 32, "batch:2")   # no filters split: no blocks
     assert data.channel_blocks == [16, 16] and "channel blocks" not in data.explain()
     path = tmp_path / "plan.json"

@@ -9,6 +9,8 @@ import pytest
 
 from cli_batch import run_batch
 from hmp.planning import DeviceSpec, ModelSpec, conv_layer_spec, plan_layout
+from hmp.planning.costmodel import predict
+from hmp.planning.layout import parse_mesh
 from hmp.run import rebalance
 from hmp.run.trainer import EpochStats
 
@@ -46,6 +48,18 @@ def test_replan_moves_filters_from_slow_device_only_above_threshold():
     assert new_plan.mesh == plan.mesh
 
 
+def test_a_replan_keeps_the_plans_memory_caps():
+    devices = ["/cpu:0", "/cpu:1", "/cpu:2"]
+    even = plan_layout(spec(), devices, [1, 1, 1], 8, "model:3")
+    caps = [even.prediction.memory[0] * 1.01, None, None]   # device 0 holds 10 filters, no more
+    plan = plan_layout(spec(), devices, [1, 1, 1], 8, "model:3", memory_caps=caps)
+    assert plan.splits == even.splits and plan.memory_caps == caps
+    uncapped = rebalance.replan(even, spec(), [1.0, 2.0, 1.0]).splits["f"]
+    new_plan = rebalance.replan(plan, spec(), [1.0, 2.0, 1.0])
+    assert uncapped[0] > 10 and new_plan.splits["f"][0] == 10
+    assert new_plan.prediction.memory[0] <= caps[0] and new_plan.memory_caps == caps
+
+
 def test_a_replan_keeps_the_plans_channel_blocks():
     wide = ModelSpec("wide", [
         conv_layer_spec("conv1", "conv2d", (5, 5), 3, 10, 64, split_dim="f", split_role="output"),
@@ -59,15 +73,22 @@ def test_a_replan_keeps_the_plans_channel_blocks():
     assert rebalance.replan(plan, wide, [1.0, 2.0]).splits["f"] == [48, 16]
     # a plan's own predicted busy times give back its speeds, the partial block
     # included (the load is its blocked work): 40 filters are [24, 16] at 2:1
-    uneven = plan_layout(dataclasses.replace(wide, layers=[
+    uneven_spec = dataclasses.replace(wide, layers=[
         conv_layer_spec("conv1", "conv2d", (5, 5), 3, 10, 40, split_dim="f", split_role="output"),
-        conv_layer_spec("conv2", "conv2d", (5, 5), 3, 40, 8, split_dim="f",
-                        split_role="input")]),
-        [DeviceSpec(d, s, channel_block=16) for d, s in zip(names, (2.0, 1.0))], None, 8,
+        conv_layer_spec("conv2", "conv2d", (5, 5), 3, 40, 8, split_dim="f", split_role="input")])
+    uneven = plan_layout(
+        uneven_spec, [DeviceSpec(d, s, channel_block=16) for d, s in zip(names, (2.0, 1.0))], None, 8,
         "model:2")
     assert uneven.splits["f"] == [24, 16]
     speeds = rebalance.measured_speeds(uneven, uneven.prediction.busy)
     assert speeds[0] / speeds[1] == pytest.approx(2.0)
+    # and price another split as the cost model does (Rebalancer.choose: load / speed),
+    # however many blocks it wastes: [20, 20] is 2 blocks each, 4 where [24, 16] is 3
+    other = predict(uneven_spec, [DeviceSpec(d, s, channel_block=16)
+                                  for d, s in zip(names, (2.0, 1.0))],
+                    parse_mesh("model:2"), 8, {"f": [20, 20]})
+    assert [load / speed for load, speed in zip(other.load, speeds)] == pytest.approx(
+        other.busy)
     plain = plan_layout(wide, names, [1, 1], 8, "model:2")
     assert plain.channel_blocks == []
     assert rebalance.replan(plain, wide, [1.0, 2.0]).splits["f"] == [43, 21]
