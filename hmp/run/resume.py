@@ -19,9 +19,11 @@ RESUMED_DATA = ("dataset", "synthetic_layout", "synthetic_kind", "patch_size", "
                 "val_split", "brightness_norm")
 # The flags a resumed run must share with its first invocation (flags.txt): they decide
 # the variables its checkpoint holds (the model's, the optimizer's slots) or how they
-# compute. --pca and --patch_size are data settings (RESUMED_DATA); --batch_norm's modes
-# hold the same variables, and a run may go on in another.
-RESUMED_GRAPH = ("model", "width", "precision", "optimizer")
+# compute, or what its global step counts (--batch_size: a step of that many samples, so
+# the epoch and the sample a resumed run goes on from). --pca and --patch_size are data
+# settings (RESUMED_DATA); --batch_norm's modes hold the same variables, and a run may
+# go on in another.
+RESUMED_GRAPH = ("model", "width", "precision", "optimizer", "batch_size")
 
 
 def seed_dirs(folder, model_dir, seeds):

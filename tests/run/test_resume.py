@@ -57,6 +57,14 @@ def test_resume_compares_the_graph_its_flags_build_not_their_text(tmp_path):
         "--model=cnn3d, --width=%d: the run in %s was trained with --model=cnn2d, --width=0; "
         "resume it with those (--flagfile=%s gives all its flags), or start over with "
         "--overwrite" % (width + 1, tmp_path, tmp_path / run_folder.FLAGS_FILE))
+    # the global step counts steps of --batch_size samples: another would go on from
+    # another epoch and sample (the default, 32, where flags.txt has none)
+    with pytest.raises(cli.UsageError) as refused:
+        check_same_graph(str(tmp_path), Settings.of(model="cnn2d", batch_size=16), get_model)
+    assert str(refused.value) == (
+        "--batch_size=16: the run in %s was trained with --batch_size=32; resume it with "
+        "that (--flagfile=%s gives all its flags), or start over with --overwrite"
+        % (tmp_path, tmp_path / run_folder.FLAGS_FILE))
 
 
 def test_the_seeds_folder_of_several_runs_holds_only_runs(tmp_path):
