@@ -228,7 +228,11 @@ def load_split(path):
 
 
 def _pixels_by_class(labels):
-    """Yields (label, sorted flat indices) for every class present in ``labels``."""
+    """Yields (label, sorted flat indices) for every class present in ``labels``;
+    InvalidInput when no pixel is labelled."""
+    if not np.any(labels > 0):
+        raise InvalidInput("the label map has no labelled pixel (every label is 0): "
+                           "nothing to split")
     flat = labels.ravel()
     order = np.argsort(flat, kind="stable")
     present, starts = np.unique(flat[order], return_index=True)

@@ -65,6 +65,17 @@ def test_class_with_too_few_pixels_is_refused():
         stratified_split(labels, train_per_class=3)
 
 
+def test_a_map_without_labelled_pixels_is_refused():
+    unlabelled = np.zeros((6, 5), np.int32)
+    for split in (lambda: stratified_split(unlabelled, train_fraction=0.5),
+                  lambda: stratified_split(unlabelled, train_per_class=1),
+                  lambda: disjoint_split(unlabelled, train_fraction=0.5, patch_size=3)):
+        with pytest.raises(InvalidInput) as refused:
+            split()
+        assert str(refused.value) == ("the label map has no labelled pixel (every label is "
+                                      "0): nothing to split")
+
+
 def test_fraction_and_count_are_exclusive(labels):
     with pytest.raises(ValueError, match="exactly one"):
         stratified_split(labels, train_fraction=0.1, train_per_class=5)
