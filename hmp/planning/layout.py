@@ -64,7 +64,7 @@ def check_mesh_size(mesh, device_count):
     """``mesh`` (a Mesh) has one position per device, or InvalidInput says it has not."""
     if mesh.size != device_count:
         raise InvalidInput(f"mesh {mesh} has {mesh.size} positions but {device_count} "
-                           "devices were given")
+                           f"device{'s were' if device_count != 1 else ' was'} given")
 
 
 def splits_the_model(mesh):

@@ -132,7 +132,8 @@ def train_seed(shared, model_dir, seed):
     window = settings.smoothing_window()   # None: chosen on the validation pixels
     classified, step = _train_and_classify(
         loop, first_epoch, exp, recipe, settings.recipe.tta, window,
-        settings.recipe.smoothing_guide, model_dir, shared.signals)
+        settings.recipe.smoothing_guide, shared.signals,
+        "--flagfile=%s --resume" % os.path.join(settings.model_dir, run_folder.FLAGS_FILE))
     predicted_map, scored, paired, smoothed = scoring.scores(
         exp, classified, leakage, settings.recipe.tta, window)
     fit = scoring.training_fit(exp, classified)
@@ -234,12 +235,12 @@ def _plan(shared, spec, model_config, caps, model_dir, recipe, first_epoch, reco
                            first_epoch, recorded_trial)
 
 
-def _train_and_classify(loop, first_epoch, exp, recipe, tta, window, guided, model_dir,
-                        signals):
+def _train_and_classify(loop, first_epoch, exp, recipe, tta, window, guided, signals,
+                        resume_flags):
     """(``hmp.run.scoring.Classified``, the step training ended at) after
     ``loop``'s epochs from ``first_epoch``. A signal: every trainer closed and
-    :class:`hmp.cli.Interrupted` naming where it stopped; any other error: every
-    trainer closed, the error raised."""
+    :class:`hmp.cli.Interrupted` naming where it stopped and the flags that continue
+    the run (``resume_flags``); any other error: every trainer closed, the error raised."""
     try:
         stats = loop.train(first_epoch)
         loop.close_spare()
@@ -252,8 +253,8 @@ def _train_and_classify(loop, first_epoch, exp, recipe, tta, window, guided, mod
         where = ("while classifying (training had finished at step %d)" % stopped.step
                  if stopped.classifying else
                  "at epoch %d step %d" % (stopped.epoch + 1, stopped.step))
-        raise cli.Interrupted("interrupted %s; continue with --resume --model_dir=%s"
-                              % (where, model_dir), signals.signum) from None
+        raise cli.Interrupted("interrupted %s; continue with %s" % (where, resume_flags),
+                              signals.signum) from None
     except BaseException:   # e.g. a lost worker: no session outlives the workers it used
         loop.close_all(after_error=True)
         raise

@@ -74,7 +74,8 @@ def test_interrupted_and_killed_runs_resume_where_they_stopped(tmp_path, small_s
     assert rc == 130 and len(lines) == 1, stderr[-2000:]
     assert "Traceback" not in stderr
     assert lines[0].startswith("hmp.train: interrupted at epoch ")
-    assert lines[0].endswith("; continue with --resume --model_dir=%s" % interrupted)
+    hint = "--flagfile=%s --resume" % (interrupted / "flags.txt")
+    assert lines[0].endswith("; continue with " + hint)
     step = int(lines[0].split(" step ")[1].split(";")[0])
     assert (interrupted / ("ckpt-%d.index" % step)).exists()
 
@@ -82,7 +83,7 @@ def test_interrupted_and_killed_runs_resume_where_they_stopped(tmp_path, small_s
     cache = {"HMP_CACHE_DIR": str(tmp_path / "cache")}
     again, done, finished, resumed, uninterrupted = run_batch("hmp.train", [
         {"args": [*resumable, "--model_dir=%s" % interrupted]},
-        {"args": [*resumable, "--model_dir=%s" % interrupted, "--resume"]},
+        {"args": hint.split()},   # as the line says
         {"args": [*resumable, "--model_dir=%s" % interrupted, "--resume"]},
         {"args": [*resumable, "--model_dir=%s" % killed, "--resume"]},
         {"args": [*resumable, "--model_dir=%s" % straight], "env": cache}])
