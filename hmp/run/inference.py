@@ -15,6 +15,7 @@ probabilities the whole scene's graph would give it (:func:`classify`).
 """
 
 import dataclasses
+import glob
 import os
 import time
 
@@ -83,8 +84,10 @@ class TrainedRun:
                                "no such folder")
         results = run_folder.read_json(os.path.join(model_dir, "results.json"))
         if results is None or "test" not in results:
-            raise InvalidInput("%s holds no finished run (no readable results.json)"
-                               % model_dir)
+            seeds = sorted(glob.glob(os.path.join(glob.escape(model_dir), "seed-*")))
+            raise InvalidInput("%s holds no finished run (no readable results.json)%s"
+                               % (model_dir, "; it holds the runs of --runs: give one of "
+                                  "them, e.g. %s" % seeds[0] if seeds else ""))
         # the weights that classified the run's test pixels: its best epoch's, if it kept one
         checkpoint = (tf.train.latest_checkpoint(model_dir, latest_filename=BestEpoch.FILE)
                       or tf.train.latest_checkpoint(model_dir))

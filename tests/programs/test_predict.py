@@ -277,8 +277,16 @@ def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refus
     model_dir = run[0]
     with pytest.raises(InvalidInput, match="^no such folder$"):
         inference.TrainedRun.open(str(tmp_path / "nothing"), get_model)
-    with pytest.raises(InvalidInput, match="holds no finished run"):
+    with pytest.raises(InvalidInput) as refused:
         inference.TrainedRun.open(str(tmp_path), get_model)
+    assert str(refused.value) == "%s holds no finished run (no readable results.json)" % tmp_path
+    (tmp_path / "seed-1").mkdir()   # the folder of --runs=2: its runs are its seeds'
+    (tmp_path / "seed-0").mkdir()
+    with pytest.raises(InvalidInput) as refused:
+        inference.TrainedRun.open(str(tmp_path), get_model)
+    assert str(refused.value) == (
+        "%s holds no finished run (no readable results.json); it holds the runs of --runs: "
+        "give one of them, e.g. %s" % (tmp_path, tmp_path / "seed-0"))
     for name in ("results.json", "preprocessing.npz"):
         (tmp_path / name).write_bytes((model_dir / name).read_bytes())
     with pytest.raises(InvalidInput, match="holds no checkpoint"):
