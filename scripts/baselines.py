@@ -13,9 +13,10 @@ split, each pixel divided by its brightness on a scene of radiance as hmp.train'
 pixels, ``--pca``),
 or, with ``--model_dir``, reads the split and data settings a run saved
 (``split.npz``, ``data.json``; for a ``--runs`` folder, those of every
-``seed-*`` run). The baselines (``baseline_scores.py``): shrinkage LDA and an
-RBF SVM on the pixel's spectrum and on the mean spectrum of its 5 x 5 and 9 x 9
-window, and 1-NN on the pixel's (row, column) alone.
+``seed-*`` run), and then refuses those flags and ``--runs``. The baselines
+(``baseline_scores.py``): shrinkage LDA and an RBF SVM on the pixel's spectrum and
+on the mean spectrum of its 5 x 5 and 9 x 9 window, and 1-NN on the pixel's (row,
+column) alone.
 
 Prints OA, AA and kappa per baseline (mean and std over runs) and writes them,
 with every run's per-class scores, to ``--json``. Needs scikit-learn: ``pip
@@ -36,13 +37,15 @@ from hmp.run.settings import Settings
 
 flags.adopt_module_key_flags(scene_flags)
 flags.DEFINE_string("model_dir", None, "A training run's folder: use the split and data "
-                    "settings it saved (then the scene and split flags are ignored).")
+                    "settings it saved (so no scene or split flag, nor --runs, with it).")
 flags.DEFINE_integer("runs", 1, "Without --model_dir: seeds --seed, --seed+1, ... (each its "
                      "own split and, for the synthetic scene, its own scene).")
 flags.DEFINE_list("windows", ["5", "9"], "Sides of the windows whose mean spectrum is a "
                   "feature (odd).")
 flags.DEFINE_string("json", "baselines.json", "Where to write the results.")
 FLAGS = flags.FLAGS
+
+SAVED_BY_A_RUN = (*scene_flags.NAMES, "runs")   # what --model_dir's folder gives
 
 
 def _saved_runs(model_dir):
@@ -58,6 +61,11 @@ def _saved_runs(model_dir):
 def _planned_runs():
     """[(DataConfig, saved Split or None)] that the flags ask for."""
     if FLAGS.model_dir:
+        given = ["--%s=%s" % (name, FLAGS[name].value) for name in SAVED_BY_A_RUN
+                 if FLAGS[name].present]
+        if given:
+            raise cli.UsageError("%s: not with --model_dir, whose run folder gives the scene "
+                                 "and split (data.json, split.npz)" % ", ".join(given))
         with cli.blame("model_dir"):
             return _saved_runs(FLAGS.model_dir)
     if FLAGS.runs < 1:

@@ -117,3 +117,20 @@ def test_a_folder_as_json_is_refused_before_any_work(saved_run):
         run_script("--model_dir=%s" % folder, "--json=%s" % folder)
     assert str(refused.value) == "--json=%s: %s is a folder; give a file's path" % (
         folder, folder)
+
+
+@pytest.mark.parametrize("given, named", [
+    (["--split=disjoint"], "--split=disjoint"),
+    (["--runs=3", "--patch_size=7"], "--patch_size=7, --runs=3"),
+    (["--seed=0", "--data_dir=elsewhere"], "--data_dir=elsewhere, --seed=0"),
+])
+def test_scene_split_and_runs_flags_with_a_model_dir_are_refused_naming_them(
+        saved_run, given, named):
+    """The run's folder gives the scene and split: such flags beside --model_dir would be
+    ignored, so they are refused, even at their defaults (--seed=0), before any work."""
+    folder, _, _ = saved_run
+    with pytest.raises(cli.UsageError) as refused:
+        run_script("--model_dir=%s" % folder, *given, "--json=%s" % (folder / "b.json"))
+    assert str(refused.value) == ("%s: not with --model_dir, whose run folder gives the scene "
+                                  "and split (data.json, split.npz)" % named)
+    assert not (folder / "b.json").exists()
