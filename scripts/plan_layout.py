@@ -22,7 +22,7 @@ import sys
 
 from absl import flags
 
-from hmp import cli
+from hmp import cli, files
 
 cli.import_tensorflow_quietly()   # before anything imports TensorFlow
 
@@ -161,6 +161,8 @@ def measured_specs(devices, measured):
 
 def run():
     """Reads the flags, plans, prints and writes the plan."""
+    with cli.blame("out"):   # before any planning or measuring
+        files.check_file_can_be_written(FLAGS.out)
     with cli.blame("patch_size"):
         check_patch_size(FLAGS.patch_size)
     devices, link = parse_devices(FLAGS.devices), None
@@ -193,7 +195,7 @@ def run():
     try:
         plan.to_json(FLAGS.out)
     except OSError as e:
-        raise cli.UsageError(f"--out: cannot write {FLAGS.out!r}: {e.strerror}") from e
+        raise cli.UsageError(f"--out={FLAGS.out}: cannot write it: {e.strerror}") from e
     print(f"\nwrote {FLAGS.out}")
 
 

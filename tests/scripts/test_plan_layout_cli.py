@@ -33,6 +33,8 @@ def runs(tmp_path_factory, readme_models):
         "devices": [{"name": d, "flops_per_s": 1e15, "half_rate_flops": 1e12}
                     for d in ("/cpu:0", "/cpu:2")],
         "link": {"bandwidth_bytes_per_s": 1e9, "latency_s": 10.0}}))
+    (folder / "out_folder.json").mkdir()   # --out of "out_folder": a folder
+    (folder / "a_file").write_text("mine")   # --out of "a_file/p": in a file
     bad_out = folder / "bad_flag.json"
     bad_flag = subprocess.Popen([sys.executable, SCRIPT, *TINY, "--mesh=model:x",
                                  f"--out={bad_out}"], stdout=subprocess.PIPE,
@@ -57,7 +59,10 @@ def runs(tmp_path_factory, readme_models):
          "module_model": [*MODULE_MODEL, "--speeds=2,1", "--devices=/cpu:0,/cpu:1",
                           "--mesh=model:2"],
          "unknown_model": [*TINY[1:], "--model=cnn9", "--speeds=1,1,1"],
-         "unknown_module": [*TINY[1:], "--model=mymodels.nosuch", "--speeds=1,1,1"]},
+         "unknown_module": [*TINY[1:], "--model=mymodels.nosuch", "--speeds=1,1,1"],
+         # --speeds=auto: refused before measuring
+         "out_folder": [*TINY, "--speeds=auto", "--devices=/cpu:0,/cpu:2"],
+         "a_file/p": [*TINY, "--speeds=auto", "--devices=/cpu:0,/cpu:2"]},
         folder, pythonpath=readme_models)
     stdout, stderr = bad_flag.communicate(timeout=HUNG_S)
     return {**plans, "bad_flag": (Run(bad_flag.returncode, stdout, stderr), bad_out)}
@@ -142,6 +147,19 @@ def test_an_even_patch_size_is_refused_before_planning(runs):
     assert run.returncode == 2 and not out.exists()
     assert run.stderr.strip() == ("plan_layout: error: --patch_size=4: patch_size must be an "
                                   "odd positive integer (e.g. 5, 7, 9), got 4")
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_measuring(runs):
+    """--out a folder, or a file's path in a file: one line naming --out and what it is,
+    before any measuring, and the file there left as it was."""
+    folder = runs["out_folder"][1]
+    a_file = runs["a_file/p"][1].parent
+    for name, reason in (("out_folder", f"{folder} is a folder; give a file's path"),
+                         ("a_file/p", f"{a_file} is not a folder")):
+        run, out = runs[name]
+        assert (run.returncode, run.stdout, run.stderr) == (
+            2, "", f"plan_layout: error: --out={out}: {reason}\n"), name
+    assert not any(folder.iterdir()) and a_file.read_text() == "mine"
 
 
 def test_auto_speeds_are_measured(runs):
