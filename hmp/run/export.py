@@ -34,6 +34,10 @@ from hmp.run.inference import restore_weights
 
 SIGNATURE = "serving_default"
 SAVED_MODEL_FILE = "saved_model.pb"   # what marks a folder as a SavedModel
+# A SavedModel's own entries (TensorFlow's saved_model constants; its Builder writes the
+# first and variables/, tf.saved_model.save fingerprint.pb too, either assets/ when it has
+# any): an export replaces these in its folder and keeps every other file there.
+ENTRIES = (SAVED_MODEL_FILE, "fingerprint.pb", "variables", "assets")
 CHUNK = 256   # patches per run of the frozen model
 
 
@@ -81,10 +85,11 @@ def _preprocess(patches, preprocessor):
 
 
 def export_saved_model(run, path, chunk=CHUNK, tta=False):
-    """Writes ``run``'s model as a SavedModel folder ``path`` (replaced whole, atomically);
-    with ``tta``, its ``probabilities`` average the patches' 8 symmetries. Returns whether
-    it replaced an earlier SavedModel; raises InvalidInput, writing nothing, when ``path``
-    holds anything else (``replaces``)."""
+    """Writes ``run``'s model as a SavedModel in folder ``path``, beside any other files
+    there, replacing an earlier SavedModel's entries (``ENTRIES``) only once the new one is
+    whole; with ``tta``, its ``probabilities`` average the patches' 8 symmetries. Returns
+    whether it replaced an earlier SavedModel; raises InvalidInput, writing nothing, when
+    ``path`` holds some of ``ENTRIES`` without one (``replaces``)."""
     replaced = replaces(path)
     config = run.model_config
     frozen, input_name, output_name = frozen_logits(run, chunk)
@@ -110,7 +115,7 @@ def export_saved_model(run, path, chunk=CHUNK, tta=False):
         logits = tf.reshape(tf.reshape(logits, [-1, config.n_classes])[:n],
                             [variants, -1, config.n_classes])
         probabilities = tf.reduce_mean(tf.nn.softmax(logits), axis=0)
-        with tf.Session(graph=graph) as session, _replacing_folder(path) as temporary:
+        with tf.Session(graph=graph) as session, _replacing_entries(path) as temporary:
             builder = tf.saved_model.Builder(temporary)
             builder.add_meta_graph_and_variables(
                 session, [tf.saved_model.tag_constants.SERVING],
@@ -122,21 +127,24 @@ def export_saved_model(run, path, chunk=CHUNK, tta=False):
 
 
 def replaces(path):
-    """Whether an export to ``path`` replaces an earlier SavedModel there (False: nothing
-    there, or an empty folder); InvalidInput when ``path`` holds anything else, which an
-    export would delete."""
-    if not os.path.exists(path) or (os.path.isdir(path) and not os.listdir(path)):
-        return False
-    if not os.path.isfile(os.path.join(path, SAVED_MODEL_FILE)):
-        raise InvalidInput("%s holds no SavedModel (%s) but other files, which an export "
-                           "there would delete; give a new folder" % (path, SAVED_MODEL_FILE))
-    return True
+    """Whether an export to ``path`` replaces an earlier SavedModel there (its ``ENTRIES``;
+    other files there are kept); InvalidInput when ``path`` holds some of ``ENTRIES`` but
+    no saved_model.pb: not an earlier SavedModel's, they would be lost."""
+    if os.path.isfile(os.path.join(path, SAVED_MODEL_FILE)):
+        return True
+    found = [name for name in ENTRIES if os.path.lexists(os.path.join(path, name))]
+    if found:
+        raise InvalidInput("%s holds %s but no %s (no earlier SavedModel), which an export "
+                           "there would replace; give another folder"
+                           % (path, ", ".join(found), SAVED_MODEL_FILE))
+    return False
 
 
 @contextlib.contextmanager
-def _replacing_folder(path):
-    """Yields a path (not yet made) beside ``path``; the folder made there replaces ``path``
-    on success and is removed on failure, so ``path`` is never half written."""
+def _replacing_entries(path):
+    """Yields a path (not yet made) beside ``path`` for the SavedModel; on success its
+    entries replace ``ENTRIES`` in the folder ``path`` (made if need be), other files
+    there kept; on failure, ``path`` is left as it was."""
     parent = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(parent, exist_ok=True)
@@ -145,9 +153,30 @@ def _replacing_folder(path):
     except OSError as error:
         raise OSError("cannot write in %s: %s" % (parent, error.strerror)) from None
     try:
-        yield os.path.join(staging, "saved_model")
+        new = os.path.join(staging, "saved_model")
+        yield new
         if os.path.isdir(path):
-            shutil.rmtree(path)
-        os.replace(os.path.join(staging, "saved_model"), path)
+            _swap_entries(new, path, os.path.join(staging, "earlier"))
+        else:
+            os.replace(new, path)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _swap_entries(new, path, aside):
+    """Moves the ``ENTRIES`` in folder ``path`` into ``aside`` (made here), then every entry
+    of folder ``new`` into ``path``; when a move fails, the moves before it are undone."""
+    os.mkdir(aside)
+    moves = [(os.path.join(path, name), os.path.join(aside, name)) for name in ENTRIES
+             if os.path.lexists(os.path.join(path, name))]
+    moves += [(os.path.join(new, name), os.path.join(path, name))
+              for name in sorted(os.listdir(new))]
+    done = []
+    try:
+        for source, target in moves:
+            os.replace(source, target)
+            done.append((source, target))
+    except BaseException:
+        for source, target in reversed(done):
+            os.replace(target, source)
+        raise

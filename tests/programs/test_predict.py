@@ -10,6 +10,7 @@ import glob
 import io
 import json
 import os
+import pathlib
 import re
 import shutil
 
@@ -473,23 +474,84 @@ def test_the_checkpoint_lists_name_no_folder_so_a_run_can_move(run):
         assert paths and all(re.fullmatch(r"(best-)?ckpt-\d+", p) for p in paths), paths
 
 
-def test_an_export_replaces_only_an_earlier_saved_model(run, tmp_path):
-    """A folder of other files is refused in one line and left as it was (an export
-    there would delete it); an earlier SavedModel is replaced, and said so."""
+def _tree(folder):
+    """{path relative to ``folder``: file bytes, or None for a folder} of all it holds."""
+    return {str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes()
+            for p in sorted(folder.rglob("*"))}
+
+
+def test_an_export_replaces_only_an_earlier_saved_models_entries(run, tmp_path):
+    """An earlier SavedModel's entries are replaced, and said so, and a folder of other
+    files gets the SavedModel beside them: the other files are kept in both. A folder with
+    a SavedModel's entry but no saved_model.pb is refused in one line and left as it was."""
     assert not export.replaces(str(tmp_path / "new"))
     (tmp_path / "empty").mkdir()
     assert not export.replaces(str(tmp_path / "empty"))
-    earlier = tmp_path / "earlier"
-    earlier.mkdir()
-    (earlier / export.SAVED_MODEL_FILE).write_bytes(b"")
-    assert export.replaces(str(earlier))
-    other = tmp_path / "other"
-    other.mkdir()
-    (other / "notes.txt").write_text("mine")
-    refused, = run_batch("hmp.predict", [{"args": ["--model_dir=%s" % run[0],
-                                                   "--export=%s" % other]}])
-    assert (refused.returncode, refused.stderr) == (
-        2, "hmp.predict: error: --export=%s: %s holds no SavedModel (saved_model.pb) but "
-           "other files, which an export there would delete; give a new folder\n"
-           % (other, other))
-    assert os.listdir(other) == ["notes.txt"]
+    (tmp_path / "empty").rmdir()
+    earlier, other, stray = tmp_path / "earlier", tmp_path / "other", tmp_path / "stray"
+    for folder in (earlier, other, stray):
+        (folder / "notes").mkdir(parents=True)
+        (folder / "README.txt").write_text("mine")
+        (folder / "notes" / "a.txt").write_text("also mine")
+    for name in ("saved_model.pb", "fingerprint.pb"):   # as tf.saved_model.save leaves them
+        (earlier / name).write_bytes(b"earlier")
+    (earlier / "variables").mkdir()
+    (earlier / "variables" / "variables.index").write_bytes(b"earlier")
+    (stray / "variables").mkdir()
+    before = _tree(stray)
+    exported, replaced, refused = run_batch("hmp.predict", [
+        {"args": ["--model_dir=%s" % run[0], "--export=%s" % folder]}
+        for folder in (other, earlier, stray)])
+    assert exported.returncode == replaced.returncode == 0, (exported.stderr, replaced.stderr)
+    assert "replaced" not in exported.stdout
+    assert "; it replaced the SavedModel there\n" in replaced.stdout
+    for folder in (other, earlier):   # the earlier entries gone, none left beside
+        tree = _tree(folder)
+        kept = {name: data for name, data in tree.items()
+                if name.split("/")[0] not in export.ENTRIES}
+        assert kept == {"README.txt": b"mine", "notes": None, "notes/a.txt": b"also mine"}
+        assert {name.split("/")[0] for name in tree} - set(kept) == {
+            "saved_model.pb", "variables"}   # what TensorFlow's Builder writes
+        assert tree.keys() == _tree(other).keys()
+    assert (earlier / "saved_model.pb").read_bytes() != b"earlier"
+    with tf.Graph().as_default():
+        assert "serving_default" in tf2.saved_model.load(str(earlier)).signatures
+    assert (refused.returncode, refused.stdout, refused.stderr) == (
+        2, "", "hmp.predict: error: --export=%s: %s holds variables but no saved_model.pb "
+               "(no earlier SavedModel), which an export there would replace; give another "
+               "folder\n" % (stray, stray))
+    assert _tree(stray) == before
+    assert sorted(os.listdir(tmp_path)) == ["earlier", "other", "stray"]   # no staging left
+
+
+def test_an_export_that_fails_half_way_leaves_the_folder_as_it_was(tmp_path, monkeypatch):
+    """A failure while the SavedModel is written, or while its entries are moved in (here
+    the third move: two of the earlier SavedModel's entries moved aside), leaves the
+    folder as it was and nothing beside it."""
+    folder = tmp_path / "model"
+    (folder / "variables").mkdir(parents=True)
+    for name in ("saved_model.pb", "fingerprint.pb", "README.txt", "variables/v.index"):
+        (folder / name).write_text("earlier " + name)
+    before = _tree(folder)
+    with pytest.raises(RuntimeError, match="^the builder failed$"):
+        with export._replacing_entries(str(folder)) as new:
+            os.mkdir(new)
+            (pathlib.Path(new) / "saved_model.pb").write_text("new")
+            raise RuntimeError("the builder failed")
+    assert _tree(folder) == before and os.listdir(tmp_path) == ["model"]
+    moves, replace = [], os.replace
+
+    def third_fails(source, target):
+        moves.append(os.path.basename(source))
+        if len(moves) == 3:
+            raise OSError(28, "No space left on device")
+        replace(source, target)
+
+    monkeypatch.setattr(os, "replace", third_fails)
+    with pytest.raises(OSError, match="No space left on device"):
+        with export._replacing_entries(str(folder)) as new:
+            os.makedirs(os.path.join(new, "variables"))
+            for name in ("saved_model.pb", "variables/v.index"):
+                (pathlib.Path(new) / name).write_text("new")
+    assert moves[:3] == ["saved_model.pb", "fingerprint.pb", "variables"]
+    assert _tree(folder) == before and os.listdir(tmp_path) == ["model"]
