@@ -137,11 +137,12 @@ def _cluster(settings):
         raise cli.UsageError("--cluster=%s, --local_workers=%s: give one of them (workers "
                              "running already, or started here)"
                              % (placement.cluster, placement.local_workers))
+    with settings.blame("local_workers"):
+        workers = launch.parse_worker_list(placement.local_workers)
     with contextlib.ExitStack() as stack:
-        with settings.blame("local_workers", "cluster_timeout"):   # the input, not the run
+        with settings.blame("local_workers", "cluster_timeout"):   # the start, not the run
             cluster = stack.enter_context(launch.local_workers(
-                launch.parse_worker_list(placement.local_workers), placement.cluster_timeout,
-                say))
+                workers, placement.cluster_timeout, say))
         yield cluster
 
 

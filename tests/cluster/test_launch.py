@@ -240,8 +240,7 @@ def test_worker_lists_take_cpu_sets_and_threads_and_bad_ones_are_one_line():
     with pytest.raises(InvalidInput, match="worker 1 would be pinned to CPUs %d; this process "
                                            "may use CPUs %s" % (outside, allowed)):
         launch.check_cpus_allowed([([CPUS[0]], 1), ([outside], 1)])
-    refused = {"--local_workers=0-1": "--local_workers=0-1, --cluster_timeout=60.0: give "
-                                      "CPUS:THREADS per worker",
+    refused = {"--local_workers=0-1": "--local_workers=0-1: give CPUS:THREADS per worker",
                "--local_workers=%d:1,%d:1" % (CPUS[0], outside):
                "worker 1 would be pinned to CPUs %d; this process may use CPUs %s"
                % (outside, allowed),
