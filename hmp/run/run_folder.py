@@ -126,11 +126,13 @@ def held(model_dir):
 
 def save_flags(model_dir, flags):
     """Writes ``flags`` (``--name=value`` strings of ``hmp.train``), one a line, atomically
-    to ``model_dir/flags.txt``: ``--flagfile=`` that file starts the run again (later
-    flags override it, e.g. ``--model_dir`` for a new folder)."""
+    to ``model_dir/flags.txt``: ``--flagfile=`` that file with ``--resume`` continues the
+    run, with ``--overwrite`` starts it again (later flags override it, e.g.
+    ``--model_dir`` for a moved folder)."""
     path = os.path.join(model_dir, FLAGS_FILE)
     with files.atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as f:
-        f.write("# python -m hmp.train --flagfile=%s starts this run again\n" % path)
+        f.write("# python -m hmp.train --flagfile=%s --resume continues this run "
+                "(--overwrite instead: starts it again)\n" % path)
         f.writelines(flag + "\n" for flag in flags)
 
 
