@@ -29,7 +29,7 @@ from hmp.graph.augment import SYMMETRIES, symmetries
 from hmp.graph.graph import build_logits_graph, imported
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
-from hmp.run import fitted_preprocessing
+from hmp.run import fitted_preprocessing, run_folder
 from hmp.run.inference import restore_weights
 
 SIGNATURE = "serving_default"
@@ -128,8 +128,12 @@ def export_saved_model(run, path, chunk=CHUNK, tta=False):
 
 def replaces(path):
     """Whether an export to ``path`` replaces an earlier SavedModel there (its ``ENTRIES``;
-    other files there are kept); InvalidInput when ``path`` holds some of ``ENTRIES`` but
-    no saved_model.pb: not an earlier SavedModel's, they would be lost."""
+    other files there are kept); InvalidInput when ``path`` holds a run, or some of
+    ``ENTRIES`` but no saved_model.pb: not an earlier SavedModel's, they would be lost."""
+    run = run_folder.held(path)
+    if run:   # a SavedModel among a run's files: a --runs or a resume would refuse them
+        raise InvalidInput("%s holds a run (%s); give another folder"
+                           % (path, ", ".join(run)))
     if os.path.isfile(os.path.join(path, SAVED_MODEL_FILE)):
         return True
     found = [name for name in ENTRIES if os.path.lexists(os.path.join(path, name))]

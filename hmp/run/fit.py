@@ -137,12 +137,12 @@ def _cluster(settings):
         raise cli.UsageError("--cluster=%s, --local_workers=%s: give one of them (workers "
                              "running already, or started here)"
                              % (placement.cluster, placement.local_workers))
-    with settings.blame("local_workers"):
-        workers = launch.parse_worker_list(placement.local_workers)
     with contextlib.ExitStack() as stack:
-        with settings.blame("local_workers", "cluster_timeout"):   # the start, not the run
+        # the input, not the run (--cluster_timeout is checked with the other flags)
+        with settings.blame("local_workers"):
             cluster = stack.enter_context(launch.local_workers(
-                workers, placement.cluster_timeout, say))
+                launch.parse_worker_list(placement.local_workers), placement.cluster_timeout,
+                say))
         yield cluster
 
 

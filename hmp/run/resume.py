@@ -1,7 +1,8 @@
 """The seeds' folders and what ``--resume`` requires of them: a used folder is resumed or
 overwritten only when asked, and a resumed run goes on with the data and the graph
-(model, width, precision, optimizer) its first invocation used (its data.json
-and flags.txt), else one line says which flag differs. Nothing here makes or deletes a
+(model, width, precision, optimizer, batch size) its first invocation used (its
+data.json, and flags.txt: each invocation's flags, these the same in all), else one line
+says which flag differs. Nothing here makes or deletes a
 folder (``hmp.run.run_folder.prepare_model_dir`` does, once the input is checked).
 """
 
@@ -17,7 +18,8 @@ from hmp.run.settings import DEFAULT
 RESUMED_DATA = ("dataset", "synthetic_layout", "synthetic_kind", "patch_size", "pca",
                 "train_fraction", "train_per_class", "split", "seed", "val_fraction",
                 "val_split", "brightness_norm")
-# The flags a resumed run must share with its first invocation (flags.txt): they decide
+# The flags a resumed run must share with its first invocation (flags.txt, rewritten by
+# each invocation with these the same): they decide
 # the variables its checkpoint holds (the model's, the optimizer's slots) or how they
 # compute, or what its global step counts (--batch_size: a step of that many samples, so
 # the epoch and the sample a resumed run goes on from). --pca and --patch_size are data
@@ -30,16 +32,16 @@ def seed_dirs(folder, model_dir, seeds):
     """The folder of each seed's run, checked (a used one needs --resume or --overwrite:
     ``folder``, the settings' run folder group). One seed: ``model_dir`` itself;
     several: its ``seed-<seed>`` folders (refused when ``model_dir`` holds one run, or
-    other files than runs')."""
+    holds none of the seeds' runs but other files)."""
     single = run_folder.held(model_dir) if len(seeds) > 1 else []
     if single:   # the seeds' folders would go beside it
         raise cli.UsageError("--runs=%d: --model_dir=%s holds a single run (%s); resume it "
                              "without --runs, or give another --model_dir"
                              % (len(seeds), model_dir, ", ".join(single)))
-    if len(seeds) > 1:
-        run_folder.check_holds_only_runs(model_dir)
     folders = ([model_dir] if len(seeds) == 1 else
                [os.path.join(model_dir, "seed-%d" % seed) for seed in seeds])
+    if len(seeds) > 1 and not any(run_folder.held(each) for each in folders):
+        run_folder.check_holds_only_runs(model_dir)   # as a run's folder: once it holds one, not
     for each in folders:
         run_folder.check_model_dir(each, folder.resume, folder.overwrite)
     if folder.resume and len(folders) == 1 and run_folder.checkpoint_step(model_dir) is None:

@@ -214,13 +214,14 @@ def _check_fits(shared, exp, model_config, recipe, spec):
 def _make_folder(settings, model_dir, data_config, exp):
     """The seed's folder made (emptied with --overwrite), with what hmp.predict and
     scripts/baselines.py read back: the data (data.json, the split), the fitted
-    preprocessing, and the flags (kept from the first invocation on --resume)."""
+    preprocessing, and this invocation's flags (a resume's replace the earlier ones: the
+    data and graph flags are the same, checked; its --model_dir, --epochs or devices may
+    be new, and the flag file continues the run as it goes on now)."""
     run_folder.prepare_model_dir(model_dir, settings.folder.overwrite)
     experiment.save(model_dir, data_config, exp.split)
     fitted_preprocessing.save(model_dir, exp.preprocessor, exp.scene.raster.wavelengths,
                              exp.guide)
-    if not settings.folder.resume:
-        run_folder.save_flags(settings.model_dir, settings.flag_lines())
+    run_folder.save_flags(settings.model_dir, settings.flag_lines())
 
 
 def _plan(shared, spec, model_config, caps, model_dir, recipe, first_epoch, recorded_trial):

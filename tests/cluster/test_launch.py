@@ -242,15 +242,16 @@ def test_worker_lists_take_cpu_sets_and_threads_and_bad_ones_are_one_line():
         launch.check_cpus_allowed([([CPUS[0]], 1), ([outside], 1)])
     refused = {"--local_workers=0-1": "--local_workers=0-1: give CPUS:THREADS per worker",
                "--local_workers=%d:1,%d:1" % (CPUS[0], outside):
-               "worker 1 would be pinned to CPUs %d; this process may use CPUs %s"
-               % (outside, allowed),
+               "--local_workers=%d:1,%d:1: worker 1 would be pinned to CPUs %d; this process "
+               "may use CPUs %s" % (CPUS[0], outside, outside, allowed),
                "--local_workers=0:1 --cluster=a:1": "--cluster=a:1, --local_workers=0:1: "
                                                     "give one of them"}
     runs = run_batch("hmp.train", [{"args": flags.split()} for flags in refused])
     for (flags, message), run in zip(refused.items(), runs):
         lines = [l for l in run.stderr.splitlines() if l.startswith("hmp.train: error:")]
         assert run.returncode == 2 and len(lines) == 1, run.stderr[-2000:]
-        assert message in lines[0] and "Traceback" not in run.stderr, flags
+        assert lines[0].startswith("hmp.train: error: " + message), lines[0]
+        assert "Traceback" not in run.stderr, flags
 
 
 WORKER_LINE = re.compile(r"^  worker (\d) \(127\.0\.0\.1:\d+\): pid (\d+), CPUs (\d+), 1 thread")

@@ -485,6 +485,10 @@ def test_an_export_replaces_only_an_earlier_saved_models_entries(run, tmp_path):
     files gets the SavedModel beside them: the other files are kept in both. A folder with
     a SavedModel's entry but no saved_model.pb is refused in one line and left as it was."""
     assert not export.replaces(str(tmp_path / "new"))
+    with pytest.raises(InvalidInput) as refused:   # a run's folder, the run itself
+        export.replaces(str(run[0]))
+    assert str(refused.value).startswith("%s holds a run (a checkpoint at step " % run[0])
+    assert str(refused.value).endswith("results.json, history.json); give another folder")
     (tmp_path / "empty").mkdir()
     assert not export.replaces(str(tmp_path / "empty"))
     (tmp_path / "empty").rmdir()

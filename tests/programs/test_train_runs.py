@@ -5,6 +5,7 @@ progress) are in tests/run/test_run_folder.py.
 """
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -81,12 +82,16 @@ def test_interrupted_and_killed_runs_resume_where_they_stopped(tmp_path, small_s
 
 
     cache = {"HMP_CACHE_DIR": str(tmp_path / "cache")}
-    again, done, finished, resumed, uninterrupted = run_batch("hmp.train", [
+    moved = tmp_path / "moved"   # the interrupted run, moved: resumed there, one epoch longer
+    shutil.copytree(interrupted, moved)
+    again, done, finished, resumed, uninterrupted, moved_on = run_batch("hmp.train", [
         {"args": [*resumable, "--model_dir=%s" % interrupted]},
         {"args": hint.split()},   # as the line says
         {"args": [*resumable, "--model_dir=%s" % interrupted, "--resume"]},
         {"args": [*resumable, "--model_dir=%s" % killed, "--resume"]},
-        {"args": [*resumable, "--model_dir=%s" % straight], "env": cache}])
+        {"args": [*resumable, "--model_dir=%s" % straight], "env": cache},
+        {"args": ["--flagfile=%s" % (moved / "flags.txt"), "--model_dir=%s" % moved,
+                  "--resume", "--epochs=%d" % (EPOCHS + 1)]}])
     assert again.returncode == 2 and "--resume" in again.stderr   # no silent start-over
 
     assert done.returncode == 0, done.stderr[-2000:]
@@ -98,6 +103,14 @@ def test_interrupted_and_killed_runs_resume_where_they_stopped(tmp_path, small_s
     assert finished.returncode == 0, finished.stderr[-2000:]
     assert "is finished (%d epochs" % EPOCHS in finished.stdout
     assert json.loads((interrupted / "results.json").read_text()) == results
+    # the moved run went on in its new folder, and its flag file now continues it there
+    assert moved_on.returncode == 0, moved_on.stderr[-2000:]
+    assert "resumed from %s" % (moved / ("ckpt-%d" % step)) in moved_on.stdout
+    assert [h["epoch"] for h in json.loads((moved / "results.json").read_text())[
+        "history"]] == list(range(EPOCHS + 1))
+    flags = (moved / "flags.txt").read_text().splitlines()
+    assert "--model_dir=%s" % moved in flags and "--epochs=%d" % (EPOCHS + 1) in flags
+    assert "--resume" not in flags
 
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-2000:]
     _check_one_default_device_without_profiling(uninterrupted, straight, tmp_path / "cache")

@@ -85,3 +85,11 @@ def test_the_seeds_folder_of_several_runs_holds_only_runs(tmp_path):
     assert seed_dirs(RunFolderSettings(), str(tmp_path / "seed-0"), [0]) == [
         str(tmp_path / "seed-0")]   # one seed: the folder itself, a new one
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cube.mat", "seed-0", "summary.json"]
+    # once it holds a seed's run it is a series' folder, as a run's is with others' files
+    # beside it: resumed or overwritten when asked
+    (tmp_path / "seed-0" / "history.json").write_text("{}")
+    for asked in (dict(resume=True), dict(overwrite=True)):
+        assert seed_dirs(RunFolderSettings(**asked), str(tmp_path), [0, 1]) == [
+            str(tmp_path / "seed-0"), str(tmp_path / "seed-1")]
+    with pytest.raises(cli.UsageError, match="seed-0 holds a run"):
+        seed_dirs(RunFolderSettings(), str(tmp_path), [0, 1])
