@@ -18,6 +18,7 @@ line ``plan_layout: error: ...`` on stderr and exit code 2.
 """
 
 import dataclasses
+import os
 import sys
 
 from absl import flags
@@ -205,6 +206,9 @@ def main(argv):
                              "(--name=value)")
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)
+    # a --model module path is found as `python -m hmp.train` finds it, in the current
+    # folder too (python puts a script's own folder on the path, not that one)
+    sys.path.append(os.getcwd())
     run()
 
 

@@ -149,13 +149,13 @@ def _close_children():
         _CHILDREN.popitem()[1].close()
 
 
-def run_batch_with_out(program, args, folder, pythonpath=None):
+def run_batch_with_out(program, args, folder, cwd=None):
     """{name: (Run, its file)} of ``program`` run with each ``args[name]`` plus
-    ``--out=<folder>/<name>.json``, in one child process (``run_batch``), each with
-    ``pythonpath`` (if any) first on ``sys.path``."""
+    ``--out=<folder>/<name>.json``, in one child process (``run_batch``), each in the
+    folder ``cwd`` (if given)."""
     outs = {name: pathlib.Path(folder, f"{name}.json") for name in args}
-    paths = {"pythonpath": str(pythonpath)} if pythonpath else {}
-    runs = run_batch(program, [{"args": [*flags, f"--out={outs[name]}"], **paths}
+    where = {"cwd": str(cwd)} if cwd else {}
+    runs = run_batch(program, [{"args": [*flags, f"--out={outs[name]}"], **where}
                                for name, flags in args.items()])
     return {name: (run, outs[name]) for name, run in zip(args, runs)}
 

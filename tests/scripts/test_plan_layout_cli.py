@@ -55,7 +55,7 @@ def runs(tmp_path_factory, readme_models):
                   "--memory_caps=.5GB,512MiB,1e9"],
          "bad_caps": [*TINY, "--speeds=3,2,1", "--memory_caps=1.2.3,1GB,1GB"],
          "even_patch": [*TINY, "--patch_size=4", "--speeds=1,1", "--devices=/cpu:0,/cpu:1"],
-         # conftest's readme_models is on every run's path, as with hmp.train --model
+         # every run in conftest's readme_models: the user's model in the current folder
          "module_model": [*MODULE_MODEL, "--speeds=2,1", "--devices=/cpu:0,/cpu:1",
                           "--mesh=model:2"],
          "unknown_model": [*TINY[1:], "--model=cnn9", "--speeds=1,1,1"],
@@ -63,7 +63,7 @@ def runs(tmp_path_factory, readme_models):
          # --speeds=auto: refused before measuring
          "out_folder": [*TINY, "--speeds=auto", "--devices=/cpu:0,/cpu:2"],
          "a_file/p": [*TINY, "--speeds=auto", "--devices=/cpu:0,/cpu:2"]},
-        folder, pythonpath=readme_models)
+        folder, cwd=readme_models)
     stdout, stderr = bad_flag.communicate(timeout=HUNG_S)
     return {**plans, "bad_flag": (Run(bad_flag.returncode, stdout, stderr), bad_out)}
 
