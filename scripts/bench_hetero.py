@@ -566,9 +566,10 @@ def link_figures(link):
 
 
 def where_the_time_goes(configs):
-    """Per split configuration and worker, in ms of a traced step: its share of the
-    FLOPs, busy time against that share of its busy time alone, and the rest."""
-    lines = ["where the time goes (traced step, ms; per worker: FLOP share, busy "
+    """Per split configuration and worker, in ms of a traced step: its load (its FLOPs in
+    whole channel blocks over the model's: ``Prediction.load``), busy time against that
+    share of its busy time alone, and the rest."""
+    lines = ["where the time goes (traced step, ms; per worker: load, busy "
              "(expected from its busy time alone), communication + waiting):"]
     for name, c in configs.items():
         if min(c["load"]) > 0:
