@@ -77,7 +77,7 @@ def summarise_runs(test_scores):
 
 def summary_table(summary, names):
     """One line per run (``names``), then mean and standard deviation, in percent (kappa x100)."""
-    lines = ["%-20s %8s %8s %8s" % ("run", "OA", "AA", "kappa")]
+    lines = ["%-20s %8s %8s %8s" % ("run", "OA %", "AA %", "kappa%")]   # kappa x100
     for i, name in enumerate(names):
         lines.append("%-20s %8.2f %8.2f %8.2f" % (
             name[:20], *(100 * summary[m]["runs"][i] for m in SUMMARY_MEASURES)))

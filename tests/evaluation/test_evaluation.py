@@ -185,6 +185,7 @@ def test_summary_of_runs_is_the_mean_and_sample_std():
         assert summary[measure]["std"] == pytest.approx(
             (sum((v - sum(values) / 3) ** 2 for v in values) / 2) ** 0.5)
     table = report.summary_table(summary, ["seed 0", "seed 1", "seed 2"]).splitlines()
+    assert table[0].split() == ["run", "OA", "%", "AA", "%", "kappa%"]   # kappa x100 too
     assert table[-2].split() == ["mean", "80.00", "76.67", "75.00"]
     assert table[-1].split() == ["std", "10.00", "15.28", "10.00"]
     assert report.summarise_runs(runs[:1])["kappa"]["std"] == 0.0
