@@ -24,7 +24,6 @@ install -e ".[baselines]"``.
 """
 
 import dataclasses
-import glob
 import os
 
 from absl import flags
@@ -32,7 +31,7 @@ from absl import flags
 from baseline_scores import score_run, sklearn_classifiers, window_sides
 from hmp import cli, data, files
 from hmp.evaluation import report
-from hmp.run import experiment, scene_flags
+from hmp.run import experiment, run_folder, scene_flags
 from hmp.run.settings import Settings
 
 flags.adopt_module_key_flags(scene_flags)
@@ -52,7 +51,7 @@ def _saved_runs(model_dir):
     """[(DataConfig, Split)] saved in a run's folder, or in each seed-* folder of a --runs one."""
     if os.path.isfile(os.path.join(model_dir, experiment.CONFIG_FILE)):
         return [experiment.load(model_dir)]
-    folders = sorted(glob.glob(os.path.join(glob.escape(model_dir), "seed-*")))
+    folders = run_folder.seed_folders(model_dir)
     if not folders:
         return [experiment.load(model_dir)]   # the error names the missing files
     return [experiment.load(folder) for folder in folders]

@@ -15,7 +15,6 @@ probabilities the whole scene's graph would give it (:func:`classify`).
 """
 
 import dataclasses
-import glob
 import os
 import time
 
@@ -84,7 +83,7 @@ class TrainedRun:
                                "no such folder")
         results = run_folder.read_json(os.path.join(model_dir, "results.json"))
         if results is None or "test" not in results:
-            seeds = sorted(glob.glob(os.path.join(glob.escape(model_dir), "seed-*")))
+            seeds = run_folder.seed_folders(model_dir)
             raise InvalidInput("%s holds no finished run (no readable results.json)%s"
                                % (model_dir, "; it holds the runs of --runs: give one of "
                                   "them, e.g. %s" % seeds[0] if seeds else ""))

@@ -39,9 +39,10 @@ def seed_dirs(folder, model_dir, seeds):
                              "without --runs, or give another --model_dir"
                              % (len(seeds), model_dir, ", ".join(single)))
     folders = ([model_dir] if len(seeds) == 1 else
-               [os.path.join(model_dir, "seed-%d" % seed) for seed in seeds])
+               [run_folder.seed_folder(model_dir, seed) for seed in seeds])
     if len(seeds) > 1 and not any(run_folder.held(each) for each in folders):
-        run_folder.check_holds_only_runs(model_dir)   # as a run's folder: once it holds one, not
+        # a new series' folder, like a new run's, holds nothing but runs' files
+        run_folder.check_holds_only_runs(model_dir)
     for each in folders:
         run_folder.check_model_dir(each, folder.resume, folder.overwrite)
     if folder.resume and len(folders) == 1 and run_folder.checkpoint_step(model_dir) is None:

@@ -36,11 +36,28 @@ RUN_FILES = ("checkpoint", "ckpt-*", "best_checkpoint", "best-ckpt-*", "results.
              FLAGS_FILE, FLAGS_FILE + ".*.tmp")
 HISTORY = "history.json"
 SUMMARY = "summary.json"   # --runs: the runs' mean and standard deviation
+SEED_PREFIX = "seed-"   # --runs: seed N's run is the series folder's seed-N
 # What else may be in a run's folder: the measured speeds (hmp.run.plan_choice), the seeds'
 # runs of --runs, hmp.predict's default --out. Anything more makes it no run's folder.
 WRITE_PROBE = ".write_test"   # prepare_model_dir's, removed at once
-RUN_ENTRIES = RUN_FILES + (speedcache.FILE_NAME, speedcache.FILE_NAME + ".*.tmp", "seed-*",
-                           "prediction")
+RUN_ENTRIES = RUN_FILES + (speedcache.FILE_NAME, speedcache.FILE_NAME + ".*.tmp",
+                           SEED_PREFIX + "*", "prediction")
+
+
+def seed_folder(model_dir, seed):
+    """The folder of seed ``seed``'s run in the folder ``model_dir`` of a --runs series."""
+    return os.path.join(model_dir, SEED_PREFIX + str(seed))
+
+
+def seed_folders(model_dir):
+    """The seeds' run folders that ``model_dir`` (a --runs series' folder) holds, sorted."""
+    return run_files(model_dir, [SEED_PREFIX + "*"])
+
+
+def resume_flags(model_dir):
+    """The flags of ``python -m hmp.train`` that continue the run whose flags.txt is in
+    ``model_dir`` (``save_flags``: the flags it goes on with, its folder included)."""
+    return "--flagfile=%s --resume" % os.path.join(model_dir, FLAGS_FILE)
 
 
 def run_files(model_dir, patterns=RUN_FILES):
@@ -131,8 +148,8 @@ def save_flags(model_dir, flags):
     ``--model_dir`` for a moved folder)."""
     path = os.path.join(model_dir, FLAGS_FILE)
     with files.atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as f:
-        f.write("# python -m hmp.train --flagfile=%s --resume continues this run "
-                "(--overwrite instead: starts it again)\n" % path)
+        f.write("# python -m hmp.train %s continues this run (--overwrite instead of "
+                "--resume: starts it again)\n" % resume_flags(model_dir))
         f.writelines(flag + "\n" for flag in flags)
 
 

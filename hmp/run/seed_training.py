@@ -133,7 +133,7 @@ def train_seed(shared, model_dir, seed):
     classified, step = _train_and_classify(
         loop, first_epoch, exp, recipe, settings.recipe.tta, window,
         settings.recipe.smoothing_guide, shared.signals,
-        "--flagfile=%s --resume" % os.path.join(settings.model_dir, run_folder.FLAGS_FILE))
+        run_folder.resume_flags(settings.model_dir))
     predicted_map, scored, paired, smoothed = scoring.scores(
         exp, classified, leakage, settings.recipe.tta, window)
     fit = scoring.training_fit(exp, classified)
