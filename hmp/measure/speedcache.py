@@ -36,8 +36,9 @@ from hmp import files
 from hmp.measure.linkprobe import with_hosts
 from hmp.planning import DeviceSpec, LinkSpec
 
-FORMAT = "hmp-speeds/5"  # /2: each speed has its overhead_s; /3: and its op-size figures;
-# /4: the link has its wait per barrier (LinkSpec.barrier_s); /5: each speed its channel_block
+FORMAT = "hmp-speeds/6"  # /2: each speed has its overhead_s; /3: and its op-size figures;
+# /4: the link has its wait per barrier (LinkSpec.barrier_s); /5: each speed its channel_block;
+# /6: barrier_s net of a two-device all-reduce priced at one hand-over (it was two)
 FILE_NAME = "speeds.json"
 OP_SIZE_FIGURES = ("half_rate_flops", "elementwise_s_per_element")
 # A device's figures in the file, in this order: its name, then DeviceSpec fields.

@@ -392,13 +392,15 @@ def load_platform(path):
 
 
 def ring_allreduce_time(nbytes, n, link):
-    """Ring all-reduce of ``nbytes`` over ``n`` devices: reduce-scatter + all-gather.
-
-    Each of the ``2 (n - 1)`` steps sends a ``1/n`` chunk to the next device.
+    """All-reduce of ``nbytes`` over ``n`` devices, as ``hmp.mesh.collectives.ring_allreduce``
+    runs it: a ring's reduce-scatter + all-gather, ``2 (n - 1)`` steps each sending a
+    ``1/n`` chunk to the next device; two devices exchange their whole tensors at once,
+    one hand-over (the same bytes as the ring's two half-chunks, one latency).
     """
     if n <= 1:
         return 0.0
-    return 2 * (n - 1) / n * nbytes / link.bandwidth_bytes_per_s + 2 * (n - 1) * link.latency_s
+    hand_overs = 1 if n == 2 else 2 * (n - 1)
+    return 2 * (n - 1) / n * nbytes / link.bandwidth_bytes_per_s + hand_overs * link.latency_s
 
 
 def ring_allgather_time(piece_bytes, link):

@@ -76,10 +76,10 @@ def test_miss_measures_and_stores_everywhere_then_hits(paths):
     assert not entry.has_op_size   # measured without them: None
     for p in paths:
         data = json.loads(open(p).read())
-        assert data["format"] == "hmp-speeds/5" and len(data["entries"]) == 1
+        assert data["format"] == "hmp-speeds/6" and len(data["entries"]) == 1
         assert data["entries"][0]["key"]["devices"] == DEVICES
         assert data["entries"][0]["link"]["local"]["latency_s"] == 1e-5
-        assert data["entries"][0]["speeds"][0] == {   # the keys of hmp-speeds/5, in order
+        assert data["entries"][0]["speeds"][0] == {   # the keys of hmp-speeds/6, in order
             "device": "/cpu:0", "samples_per_s": 100.0, "min_samples_per_s": 90.0,
             "max_samples_per_s": 110.0, "flops_per_s": 3e9, "overhead_s": 2e-3,
             "channel_block": 16, "half_rate_flops": None, "elementwise_s_per_element": None}
@@ -110,14 +110,14 @@ def test_op_size_figures_round_trip_and_serve_both_kinds_of_run(paths):
 
 
 def test_an_entry_written_before_reads_as_device_specs_on_their_hosts(paths):
-    """A file as hmp-speeds/5 has always been written: each speed its figures by name."""
+    """A file as hmp-speeds/6 has always been written: each speed its figures by name."""
     os.makedirs(os.path.dirname(paths[0]))
     worker = "/job:worker/task:%d/device:CPU:0"
     speed = ('{"device": "%s", "samples_per_s": 80.0, "min_samples_per_s": 70.0, '
              '"max_samples_per_s": 90.0, "flops_per_s": 2e9, "overhead_s": 0.001, '
              '"channel_block": %d, "half_rate_flops": %s, "elementwise_s_per_element": %s}')
     with open(paths[0], "w", encoding="utf-8") as f:
-        f.write('{"format": "hmp-speeds/5", "entries": [{"key": {"devices": ["%s", "%s"]}, '
+        f.write('{"format": "hmp-speeds/6", "entries": [{"key": {"devices": ["%s", "%s"]}, '
                 '"measured_at": "2025-01-01T00:00:00+00:00", "speeds": [%s, %s], '
                 '"link": {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-4}}]}'
                 % (worker % 0, worker % 1, speed % (worker % 0, 16, "null", "null"),
@@ -178,32 +178,32 @@ def test_the_key_names_versions_and_setting():
 def test_a_file_of_another_hmp_version_says_so(paths):
     os.makedirs(os.path.dirname(paths[0]))
     with open(paths[0], "w", encoding="utf-8") as f:
-        f.write('{"format": "hmp-speeds/4", "entries": []}')
+        f.write('{"format": "hmp-speeds/5", "entries": []}')
     _, _, _, warned = get(key(), paths, Measurer())
-    assert warned == ["warning: ignoring the speed cache %s (hmp-speeds/4, written by another "
-                      "version of hmp; this one reads hmp-speeds/5)" % paths[0]]
+    assert warned == ["warning: ignoring the speed cache %s (hmp-speeds/5, written by another "
+                      "version of hmp; this one reads hmp-speeds/6)" % paths[0]]
 
 
 @pytest.mark.parametrize("content", [
     "{not json", "[]", '{"format": "other", "entries": []}',
-    '{"format": "hmp-speeds/5", "entries": {}}',
-    '{"format": "hmp-speeds/5", "entries": [{"key": {"devices": ["/cpu:0"]}, '
+    '{"format": "hmp-speeds/6", "entries": {}}',
+    '{"format": "hmp-speeds/6", "entries": [{"key": {"devices": ["/cpu:0"]}, '
     '"measured_at": "x", "speeds": [{"device": "/cpu:0", "samples_per_s": -1, '
     '"min_samples_per_s": 1, "max_samples_per_s": 1, "flops_per_s": 1, "overhead_s": 0, '
     '"channel_block": 1, "half_rate_flops": null, "elementwise_s_per_element": null}], '
     '"link": null}]}',
-    '{"format": "hmp-speeds/5", "entries": [{"key": {"devices": ["/cpu:0"]}, '
+    '{"format": "hmp-speeds/6", "entries": [{"key": {"devices": ["/cpu:0"]}, '
     '"measured_at": "x", "speeds": [{"device": "/cpu:0", "samples_per_s": 1, '
     '"min_samples_per_s": 1, "max_samples_per_s": 1, "flops_per_s": 1, "overhead_s": -1, '
     '"channel_block": 1, "half_rate_flops": null, "elementwise_s_per_element": null}], '
     '"link": null}]}',
-    '{"format": "hmp-speeds/5", "entries": [{"key": {"devices": ["/cpu:0"]}, '
+    '{"format": "hmp-speeds/6", "entries": [{"key": {"devices": ["/cpu:0"]}, '
     '"measured_at": "x", "speeds": [{"device": "/cpu:0", "samples_per_s": 1, '
     '"min_samples_per_s": 1, "max_samples_per_s": 1, "flops_per_s": 1, "overhead_s": 0, '
     '"channel_block": 0, "half_rate_flops": null, "elementwise_s_per_element": null}], '
     '"link": null}]}',
     '{"format": "hmp-speeds/2", "entries": []}',  # before op-size figures
-    '{"format": "hmp-speeds/5", "entries": [{"key": {"devices": []}, "measured_at": "x", '
+    '{"format": "hmp-speeds/6", "entries": [{"key": {"devices": []}, "measured_at": "x", '
     '"speeds": [], "link": {"bandwidth_bytes_per_s": 0}}]}',
     "\udcff",
 ])

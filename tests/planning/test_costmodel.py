@@ -99,9 +99,9 @@ def test_data_parallel_by_hand():
     flops = sum(l.flops_per_sample for l in spec.layers)
     p = predict(spec, devices(3e9, 1e9), parse_mesh("batch:2"), 8, {"batch": [6, 2]}, LINK)
     assert p.busy == pytest.approx([3 * flops * 6 / 3e9, 3 * flops * 2 / 1e9])
-    # one bucketed all-reduce of every weight: 2 hand-overs
+    # one bucketed all-reduce of every weight: two devices exchange it whole, 1 hand-over
     comm = gradient_allreduces([4 * l.params for l in spec.layers], 2, LINK)
-    assert comm == pytest.approx(2 / 2 * 4 * params / 1e9 + 2 * 1e-5)
+    assert comm == pytest.approx(2 / 2 * 4 * params / 1e9 + 1e-5)
     assert p.comm == pytest.approx(comm)
 
 
@@ -361,7 +361,8 @@ def test_all_weight_gradients_are_one_allreduce(n):
     link = LinkSpec(1e15, 1e-4)  # latency only
     p = predict(spec, devices(*[1e9] * n), parse_mesh(f"batch:{n}"), 4 * n,
                 {"batch": [4] * n}, link)
-    assert p.comm == pytest.approx(2 * (n - 1) * 1e-4, rel=1e-6)   # one ring, not six
+    hand_overs = 1 if n == 2 else 2 * (n - 1)   # two devices exchange once; a ring 2 (n-1)
+    assert p.comm == pytest.approx(hand_overs * 1e-4, rel=1e-6)   # one all-reduce, not six
 
 
 @pytest.mark.parametrize("mesh, splits, rings", [
@@ -377,8 +378,8 @@ def test_norm_layers_add_two_allreduces_each_forward_idle_backward_loaded(mesh, 
     base, more = (predict(spec, devices(*[1e9] * n), parse_mesh(mesh), 8, splits, link)
                   for spec in (plain, normed))
     # per column: 3 layers x (one forward all-reduce at 1e-4 + one backward at 3e-4 per
-    # hand-over), each 2 (M - 1) = 2 hand-overs; the columns run at once
-    assert more.comm - base.comm == pytest.approx(3 * 2 * (1e-4 + 3e-4))
+    # hand-over), each one hand-over (M = 2 devices exchange once); the columns run at once
+    assert more.comm - base.comm == pytest.approx(3 * (1e-4 + 3e-4))
     assert more.compute == base.compute
     single = [predict(spec, devices(1e9), parse_mesh("batch:1"), 8, {"batch": [8]}, link)
               for spec in (plain, normed)]
@@ -426,12 +427,12 @@ def test_two_level_allreduce_across_hosts_by_hand():
     link = LinkSpec(1e9, 1e-4, local=local)
     size = 8e6
     # 2 hosts x 2 devices: reduce onto each leader and copy back (2 hand-overs of the
-    # whole tensor on the local link), a ring of the 2 leaders over the link.
-    two_level = 2 * (1e-6 + size / 1e10) + (2 * 1 / 2 * size / 1e9 + 2 * 1e-4)
+    # whole tensor on the local link), the 2 leaders exchange once over the link.
+    two_level = 2 * (1e-6 + size / 1e10) + (size / 1e9 + 1e-4)
     assert allreduce_pricer(["h0", "h0", "h1", "h1"], link)(size) == pytest.approx(two_level)
     # 3 devices on h0, 1 on h1: the larger host counts
     assert allreduce_pricer(["h0", "h0", "h0", "h1"], link)(size) == pytest.approx(
-        4 * (1e-6 + size / 1e10) + (size / 1e9 + 2 * 1e-4))
+        4 * (1e-6 + size / 1e10) + (size / 1e9 + 1e-4))
     # one host: a ring on the local link; all on different hosts: a ring on the link
     assert allreduce_pricer(["h0"] * 4, link)(size) == pytest.approx(
         ring_allreduce_time(size, 4, local))
@@ -506,8 +507,8 @@ def test_link_under_load_prices_backward_model_axis_and_input_hand_overs_only():
     stem = conv_layer_spec("stem", "conv2d", (4, 4), 1, 3, 3)
     deep = ModelSpec("deep", [stem, *spec.layers], (4, 4, 3))
     p = predict(deep, specs, parse_mesh("model:2"), 10, splits, loaded)
-    by_hand = (2 / 2 * 4 * 10 * 16 * 3 / 4e8 + 2 * 7e-4  # backward, 16x3 per sample, loaded
-               + 2 / 2 * 4 * 10 * 16 * 2 / 1e9 + 2 * 1e-4  # forward, 16x2 per sample, idle
+    by_hand = (4 * 10 * 16 * 3 / 4e8 + 7e-4  # backward, 16x3 per sample, loaded, 1 hand-over
+               + 4 * 10 * 16 * 2 / 1e9 + 1e-4  # forward, 16x2 per sample, idle
                + feed + 7e-4 + 10 * sample / 4e8)
     assert p.comm == pytest.approx(by_hand)
 
