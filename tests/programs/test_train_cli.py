@@ -208,9 +208,9 @@ BAD_FLAGS = {
                                                    "--dataset=synthetic, not --dataset=paviau",
     "--synthetic_layout=nope": "--synthetic_layout=nope: choose one of generated, "
                                "indian_pines, paviau, salinas",
+    # the flags given, not --dataset at its default (synthetic), whose layout they choose
     "--synthetic_layout=salinas --data_dir=/nonexistent":
-        "--dataset=synthetic, --synthetic_layout=salinas, --data_dir=/nonexistent: "
-        "Salinas_gt.mat",
+        "error: --synthetic_layout=salinas, --data_dir=/nonexistent: Salinas_gt.mat",
     "--width=-3": "--width=-3: width must be a whole number >= 0, got -3",
     "--dataset=indian_pines --data_dir=/nonexistent": "Indian_pines_corrected.mat",
     "--speeds=1,x": "--speeds='1,x': give auto, measure or one number per device",

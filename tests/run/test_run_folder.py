@@ -313,6 +313,18 @@ def test_blame_turns_only_invalid_input_into_a_flag_error():
             raise InvalidInput("none")
 
 
+def test_settings_blame_the_flags_the_user_chose_among_those_named():
+    from hmp.run.settings import Settings
+    settings = Settings.of(synthetic_layout="salinas", data_dir="/nowhere")
+    with pytest.raises(cli.UsageError,   # --dataset left at its default: not named
+                       match="^--synthetic_layout=salinas, --data_dir=/nowhere: no file$"):
+        with settings.blame("dataset", "synthetic_layout", "data_dir"):
+            raise InvalidInput("no file")
+    with pytest.raises(cli.UsageError, match="^--dataset=synthetic, --epochs=60: too few$"):
+        with Settings().blame("dataset", "epochs"):   # none chosen: every one with a value
+            raise InvalidInput("too few")
+
+
 def test_files_written_atomically_are_readable_as_any_new_file(tmp_path):
     files.write_json(tmp_path / "a.json", {"x": 1})
     (tmp_path / "b.txt").write_text("")   # the mode this process gives a new file
