@@ -20,6 +20,7 @@ import numpy as np
 from baseline_scores import COORDINATES_ONLY, score_run, sklearn_classifiers
 from hmp import data, files
 from hmp.cluster.subprocesses import pinned
+from hmp.data.synthetic import GENERATED_LAYOUT
 from hmp.errors import InvalidInput
 from hmp.run import experiment
 
@@ -55,14 +56,16 @@ def train_command(run, folder, data_dir=None, train_args=()):
     setting hmp.train's or the model's default (10% of each class) unless ``train_args``
     says otherwise; ``run.split`` unless ``train_args`` give the split (--train_set,
     --test_set), which hmp.train refuses beside --split. A layout ``LAYOUT:KIND`` is that
-    synthetic layout of that ``--synthetic_kind``."""
+    synthetic layout of that ``--synthetic_kind``; ``data_dir`` holds the ground truth of a
+    named layout (the generated one reads none)."""
     layout, _, kind = run.layout.partition(":")   # e.g. indian_pines:radiance
     given_split = any(arg.startswith(("--train_set=", "--test_set=")) for arg in train_args)
     command = [sys.executable, "-m", "hmp.train", "--model=" + run.model,
                "--synthetic_layout=" + layout, "--seed=%d" % run.seed, "--devices=/cpu:0",
                "--model_dir=" + folder] + ([] if given_split else ["--split=" + run.split])
     return (command + (["--synthetic_kind=" + kind] if kind else [])
-            + (["--data_dir=" + data_dir] if data_dir else []) + list(train_args))
+            + (["--data_dir=" + data_dir] if data_dir and layout != GENERATED_LAYOUT else [])
+            + list(train_args))
 
 
 # hmp.train's main with its flag parsing and Settings.check, and no training

@@ -409,15 +409,23 @@ class Settings:
         if self.data.synthetic_layout not in LAYOUTS:
             raise cli.UsageError("--synthetic_layout=%s: choose one of %s"
                                  % (self.data.synthetic_layout, ", ".join(LAYOUTS)))
+        if self.chosen("data_dir") and "data_dir" not in self.scene_flags():
+            raise cli.UsageError(
+                "--data_dir=%s: only for a benchmark scene or a --synthetic_layout of one; "
+                "--dataset=%s%s reads no file from it" % (
+                    self.data.data_dir, dataset, " (--synthetic_layout=%s)" % GENERATED_LAYOUT
+                    if dataset == SYNTHETIC else ""))
 
     def scene_flags(self):
         """The flags that name the scene's files (blamed when they cannot be read)."""
         data = self.data
         given_split = tuple(name for name in ("train_set", "test_set") if self.value(name))
         if not is_cube_file(data.dataset):   # synthetic or a benchmark scene
-            layout = ("synthetic_layout",) if data.dataset == SYNTHETIC and \
-                data.synthetic_layout != GENERATED_LAYOUT else ()
-            return ("dataset",) + layout + ("data_dir",) + given_split
+            if data.dataset != SYNTHETIC:   # its files are in --data_dir
+                return ("dataset", "data_dir") + given_split
+            if data.synthetic_layout != GENERATED_LAYOUT:   # its ground truth is
+                return ("dataset", "synthetic_layout", "data_dir") + given_split
+            return ("dataset",) + given_split
         mat = [self.chosen(name) or str(path).lower().endswith(".mat") for name, path in
                (("cube_key", data.dataset), ("labels_key", data.labels_path))]
         return (("dataset", "labels")

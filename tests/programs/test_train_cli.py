@@ -211,6 +211,9 @@ BAD_FLAGS = {
     # the flags given, not --dataset at its default (synthetic), whose layout they choose
     "--synthetic_layout=salinas --data_dir=/nonexistent":
         "error: --synthetic_layout=salinas, --data_dir=/nonexistent: Salinas_gt.mat",
+    "--data_dir=/tmp": "--data_dir=/tmp: only for a benchmark scene or a --synthetic_layout "
+                       "of one; --dataset=synthetic (--synthetic_layout=generated) reads no "
+                       "file from it",
     "--width=-3": "--width=-3: width must be a whole number >= 0, got -3",
     "--dataset=indian_pines --data_dir=/nonexistent": "Indian_pines_corrected.mat",
     "--speeds=1,x": "--speeds='1,x': give auto, measure or one number per device",

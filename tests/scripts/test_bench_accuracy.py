@@ -161,9 +161,10 @@ def test_a_layout_with_a_kind_trains_that_kind_of_synthetic_scene():
     assert command[3:] == ["--model=hybridsn", "--synthetic_layout=indian_pines", "--seed=1",
                            "--devices=/cpu:0", "--model_dir=/tmp/run", "--split=disjoint",
                            "--synthetic_kind=radiance", "--data_dir=gt"]
-    plain = grid.train_command(grid.Run("cnn3d", "generated", "random", 0), "/tmp/run")
+    plain = grid.train_command(grid.Run("cnn3d", "generated", "random", 0), "/tmp/run",
+                               data_dir="gt")   # the generated layout reads no ground truth
     assert "--synthetic_layout=generated" in plain and not any(
-        arg.startswith("--synthetic_kind") for arg in plain)
+        arg.startswith(("--synthetic_kind", "--data_dir")) for arg in plain)
 
 
 def test_train_args_may_give_the_training_pixels_as_hmp_train_takes_them(tmp_path):
