@@ -66,3 +66,17 @@ def test_half_width_resolves_the_model_default(width, half):
     config = model_config("cnn2d", patch=5, bands=4, n_classes=3, width=width)  # default 32
     halved = calibration.half_width(config)
     assert (halved.width if halved else None) == half
+
+
+def test_the_profiling_line_says_where_no_op_size_effect_was_found():
+    from hmp.planning import DeviceSpec
+    measured = DeviceSpec("/cpu:0", 1.54e11, half_rate_flops=1.31e5,
+                          elementwise_s_per_element=7.6e-10)
+    assert calibration.describe(measured) == (
+        "peak 154 GFLOP/s, half rate at 0.131 MFLOP per sample and op, element-wise "
+        "0.76 ns per element")
+    flat = DeviceSpec("/cpu:0", 1.54e11, half_rate_flops=0.0, elementwise_s_per_element=0.0)
+    assert calibration.describe(flat) == (
+        "peak 154 GFLOP/s, as fast on small ops, element-wise 0 ns per element")
+    unmeasured = DeviceSpec("/cpu:0", 1.54e11, half_rate_flops=None)
+    assert calibration.describe(unmeasured) == ""
