@@ -63,13 +63,15 @@ def mesh_with_inputs(inputs):
                          for value, dims in inputs]
 
 
-def session_config():
-    """The virtual CPUs, and no graph rewrites (Grappler): the engine's tests compare the
-    graphs hmp builds, and rewriting a split step of thousands of ops takes seconds at its
-    first run (a third of these tests' time). The programs' tests run TensorFlow's
-    rewrites, as users do."""
+def session_config(rewrites=False):
+    """The virtual CPUs; TensorFlow's graph rewrites (Grappler) only with ``rewrites``.
+    The engine's tests compare the graphs hmp builds, and rewriting a split step of
+    thousands of ops takes seconds at its first run (a third of these tests' time).
+    ``train`` runs them, as users' runs do (and the programs' tests): the ordered step's
+    guard against the optimizer race must hold under the runtime's rewrites of control
+    edges too."""
     config = tf.ConfigProto(device_count={"CPU": N_VIRTUAL_CPUS})
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    config.graph_options.rewrite_options.disable_meta_optimizer = not rewrites
     return config
 
 
@@ -189,7 +191,7 @@ def train(model, data, config, make_optimizer, steps, weights, ordered=True, los
     tf_loss = lowering.export_to_tf_tensor(loss)
     tf_updates = tf.group([lowering.lowered_operation(op) for op in updates])
     losses = []
-    with tf.Session(config=session_config()) as session:
+    with tf.Session(config=session_config(rewrites=True)) as session:
         initialise(session, graph, lowering, weights)
         for _ in range(steps):
             losses.append(session.run([tf_loss, tf_updates])[0])
