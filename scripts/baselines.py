@@ -103,11 +103,12 @@ def main(argv):
     planned = _planned_runs()   # the input first: its errors whether or not scikit-learn is here
     sklearn_classifiers()
     runs = []
+    scene = _scene()
     for number, (config, split) in enumerate(planned, 1):
         print("run %d/%d: %s, seed %d ..." % (number, len(planned), config.dataset,
                                                config.seed), flush=True)
-        with cli.blame(*(("model_dir",) if FLAGS.model_dir else _scene().scene_flags()),
-                       also=(OSError,)):
+        with (cli.blame("model_dir", also=(OSError,)) if FLAGS.model_dir else
+              scene.blame(*scene.scene_flags(), also=(OSError,))):
             exp = experiment.prepare(config, split)
         leakage = data.split_leakage(exp.split, config.patch_size)
         print("  %s: %d training / %d test pixels; leakage %.1f%%"

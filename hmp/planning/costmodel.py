@@ -64,11 +64,12 @@ over ``host_cores``.
 Communication (ring algorithms over ``n`` devices, link bandwidth ``bw`` and
 latency ``a``, payload ``B`` bytes)::
 
-    all-reduce:  2 (n - 1) / n * B / bw + 2 (n - 1) a
+    all-reduce:  2 (n - 1) / n * B / bw + h a,  h = 2 (n - 1); h = 1 for n = 2
     all-gather:  (n - 1) * max_piece / bw + (n - 1) a   (= (n-1)/n B/bw if even)
 
 ``a`` is the cost of one hand-over (a message and the op that takes it);
-``2 (n - 1)`` and ``n - 1`` are the hand-overs one after another. A
+``h`` and ``n - 1`` are the hand-overs one after another (two devices exchange
+their whole tensors at once: ``hmp.mesh.collectives.ring_allreduce``). A
 collective among devices of one host uses the link's ``local`` figures
 (another process or machine is not involved), others the link itself.
 Hand-overs that run while the devices at their ends compute other work of
@@ -556,7 +557,7 @@ def allreduce_pricer(hosts, link):
     two-level all-reduce of ``hmp.mesh.collectives``: every host reduces onto its
     leader and copies the result back (``2 (k - 1)`` hand-overs of the whole
     tensor on the local link, ``k`` the most devices on one host), and the
-    leaders run a ring over ``link``.
+    leaders run a ring over ``link`` (two leaders exchange once).
     """
     hosts = list(hosts)
     if len(hosts) <= 1:

@@ -28,7 +28,8 @@ flags.DEFINE_string("labels_key", DataConfig.labels_key,
                     "--labels .mat file holds several arrays.")
 flags.DEFINE_string("data_dir", DataConfig.data_dir,
                     "Folder with the scene files (default $HMP_DATA_DIR "
-                    "or ./data); for --synthetic_layout of a real scene, its ground truth.")
+                    "or ./data); for --synthetic_layout of a real scene, its ground truth "
+                    "(refused where nothing is read: the generated scene, a cube file).")
 flags.DEFINE_string("synthetic_layout", DataConfig.synthetic_layout,
                     "Class layout of the synthetic scene: "
                     "generated, or a scene's name, e.g. indian_pines (ground truth in "

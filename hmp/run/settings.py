@@ -409,7 +409,9 @@ class Settings:
         if self.data.synthetic_layout not in LAYOUTS:
             raise cli.UsageError("--synthetic_layout=%s: choose one of %s"
                                  % (self.data.synthetic_layout, ", ".join(LAYOUTS)))
-        if self.chosen("data_dir") and "data_dir" not in self.scene_flags():
+        # not on --resume: a run whose flags.txt has it (accepted before 2026-11-28) goes on
+        if (self.chosen("data_dir") and "data_dir" not in self.scene_flags()
+                and not self.folder.resume):
             raise cli.UsageError(
                 "--data_dir=%s: only for a benchmark scene or a --synthetic_layout of one; "
                 "--dataset=%s%s reads no file from it" % (

@@ -58,6 +58,9 @@ def test_ring_collective_formulas():
     # all-reduce: 2 (n-1)/n * B/bw + 2 (n-1) latency
     assert ring_allreduce_time(1e6, 4, LINK) == pytest.approx(2 * 3 / 4 * 1e-3 + 6e-5)
     assert ring_allreduce_time(1e6, 1, LINK) == 0
+    # two devices exchange their whole tensors once (collectives.ring_allreduce): the
+    # ring's bytes, one latency
+    assert ring_allreduce_time(1e6, 2, LINK) == pytest.approx(1e-3 + 1e-5)
     # all-gather of even pieces: (n-1)/n * B/bw + (n-1) latency; uneven: the largest piece.
     assert ring_allgather_time([250e3] * 4, LINK) == pytest.approx(3 / 4 * 1e-3 + 3e-5)
     assert ring_allgather_time([700e3, 100e3, 100e3, 100e3], LINK) == pytest.approx(3 * 7e-4 + 3e-5)

@@ -325,6 +325,20 @@ def test_settings_blame_the_flags_the_user_chose_among_those_named():
             raise InvalidInput("too few")
 
 
+def test_data_dir_is_refused_where_nothing_is_read_from_it_but_on_resume():
+    from hmp.run.settings import Settings
+    for scene, named in (({}, "--dataset=synthetic (--synthetic_layout=generated)"),
+                         ({"dataset": "cube.npy", "labels": "gt.npy"}, "--dataset=cube.npy")):
+        with pytest.raises(cli.UsageError, match=re.escape(
+                "--data_dir=/gt: only for a benchmark scene or a --synthetic_layout of one; "
+                "%s reads no file from it" % named)):
+            Settings.of(data_dir="/gt", **scene).check_data()
+        # a run whose flags.txt holds it (accepted before) resumes with its flags
+        Settings.of(data_dir="/gt", resume=True, **scene).check_data()
+    for scene in ({"synthetic_layout": "salinas"}, {"dataset": "paviau"}):   # read there
+        Settings.of(data_dir="/gt", **scene).check_data()
+
+
 def test_files_written_atomically_are_readable_as_any_new_file(tmp_path):
     files.write_json(tmp_path / "a.json", {"x": 1})
     (tmp_path / "b.txt").write_text("")   # the mode this process gives a new file
