@@ -69,7 +69,9 @@ def session_config(rewrites=False):
     thousands of ops takes seconds at its first run (a third of these tests' time).
     ``train`` runs them, as users' runs do (and the programs' tests): the ordered step's
     guard against the optimizer race must hold under the runtime's rewrites of control
-    edges too."""
+    edges too; so do tests that compare what a program wrote with the same graph run here
+    (tests/programs/test_predict.py: a class is an argmax, which another rounding of a
+    near tie would flip)."""
     config = tf.ConfigProto(device_count={"CPU": N_VIRTUAL_CPUS})
     config.graph_options.rewrite_options.disable_meta_optimizer = not rewrites
     return config
