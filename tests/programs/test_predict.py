@@ -35,8 +35,9 @@ from hmp.run.fit import Fitted
 from hmp.run.trainer import Trainer
 from models import get_model, model_config
 
-# TensorFlow's graph rewrites on, as hmp.predict runs: its classes (argmaxes) are compared
-# with this process's (harness.session_config)
+# TensorFlow's graph rewrites on, as hmp.predict runs, where its classes (argmaxes) are
+# compared with this process's (harness.session_config); off where values are compared
+# within a tolerance
 SESSION = harness.session_config(rewrites=True)
 
 
@@ -360,7 +361,7 @@ def test_a_batch_split_over_two_devices_gives_the_same_probabilities(run, unsmoo
     cube, nodata = trained.preprocess(exp.scene)
     assert not nodata.any()
     probabilities = inference.classify(trained, cube[:16, :14], ["/cpu:0", "/cpu:1"], 50,
-                                       SESSION)   # 4 batches and 24 pixels
+                                       harness.session_config())   # 4 batches and 24 pixels
     inner = (slice(2, 14), slice(2, 12))   # whose patches lie inside the 16 x 14 crop
     np.testing.assert_allclose(probabilities[inner], unsmoothed[inner], atol=1e-5)
 
@@ -385,13 +386,13 @@ def tta(run):
     model_dir, _, exp = run
     trained = inference.TrainedRun.open(str(model_dir), get_model)
     crop = trained.preprocess(exp.scene)[0][:14, :14]
-    one, two = (inference.classify(trained, crop, devices, 51, SESSION,
+    one, two = (inference.classify(trained, crop, devices, 51, harness.session_config(),
                                    tta=True)
                 for devices in (["/cpu:0"], ["/cpu:0", "/cpu:1"]))   # 4 batches, 196 pixels
     graph = inference.InferenceGraph(trained.model_config,
                                      inference.batch_placement(["/cpu:0"], 196), 196, (14, 14))
     variants = []
-    with tf.Session(graph=graph.tf_graph, config=SESSION) as session:
+    with tf.Session(graph=graph.tf_graph, config=harness.session_config()) as session:
         graph.restore(session, trained.checkpoint)
         for k in range(8):
             graph.scene.load(session, PatchExtractor(np.ascontiguousarray(
@@ -418,7 +419,7 @@ def test_training_runs_tta_on_its_own_plan_as_inference_does(run, tta, tmp_path)
     graph = TrainingGraph(trained.model_config, Placement(
         plan["mesh"], plan["layout_rules"], tuple(plan["devices"]), plan["splits"]),
         flags["batch_size"], exp.scene.labels.shape)
-    trainer = Trainer(graph, exp, str(tmp_path), session_config=SESSION)
+    trainer = Trainer(graph, exp, str(tmp_path), session_config=harness.session_config())
     trainer.restore(trained.checkpoint)
     rows, cols = np.divmod(exp.labelled.indices, exp.scene.labels.shape[1])
     inner = exp.labelled.indices[(rows >= 2) & (rows < 12) & (cols >= 2) & (cols < 12)]
