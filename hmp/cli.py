@@ -69,21 +69,28 @@ def import_tensorflow_quietly():
 
 
 @contextlib.contextmanager
-def blame(*flag_names, also=(), values=None):
+def blame(*flag_names, also=(), values=None, chosen=None):
     """Re-raises an InvalidInput from the block as a UsageError naming the flags.
 
     ``also``: further exception classes to treat so, e.g. ``(OSError,)`` around
     reading the files the flags name. Any other exception passes unchanged: a
     bug (a ValueError of a custom model, say) is no fault of the flags.
     ``values``: {flag name: value} to name (a run's ``hmp.run.settings.Settings``);
-    None: the parsed flags'. A flag without a value (None: not given, its default
-    applies) is not named beside flags with one: "--data_dir=None" is no value a user gave.
+    None: the parsed flags'. ``chosen``: the names the user chose (given, or set off
+    their defaults); None: the parsed flags given on the command line. Of the flags
+    listed, the chosen ones are named, or all when none was: a refusal does not name a
+    flag left at its default beside one the user gave. A flag without a value (None: not
+    given, its default applies) is not named beside flags with one: "--data_dir=None" is
+    no value a user gave.
     """
     try:
         yield
     except UsageError:
         raise
     except (InvalidInput, *also) as error:
+        if chosen is None:
+            chosen = {name for name in flag_names if values is None and flags.FLAGS[name].present}
+        flag_names = [name for name in flag_names if name in chosen] or flag_names
         given = values if values is not None else {
             name: flags.FLAGS[name].value for name in flag_names}
         valued = [name for name in flag_names if given[name] is not None]

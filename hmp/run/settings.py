@@ -235,10 +235,10 @@ class Settings:
                 and self.value(name) is not None]   # None given: the flag's absence
 
     def blame(self, *names, also=()):
-        """:func:`hmp.cli.blame` naming these settings' values of the flags ``names``: those
-        of them the user chose (given, or set off their defaults), or all when none was."""
-        chosen = [name for name in names if self.chosen(name)]
-        return cli.blame(*(chosen or names), also=also, values=self.flag_values())
+        """:func:`hmp.cli.blame` naming these settings' values of the flags ``names`` (those
+        of them the user chose, or all when none was)."""
+        return cli.blame(*names, also=also, values=self.flag_values(),
+                         chosen={name for name in names if self.chosen(name)})
 
     @property
     def model_dir(self):

@@ -311,6 +311,13 @@ def test_blame_turns_only_invalid_input_into_a_flag_error():
     with pytest.raises(cli.UsageError, match=r"^--runs_test_unset_flag \(not given\): none$"):
         with cli.blame(unset):
             raise InvalidInput("none")
+    flags.FLAGS[listed].present = 1   # given on the command line: named alone
+    try:
+        with pytest.raises(cli.UsageError, match="^--runs_test_list_flag=model:2,foo: bad$"):
+            with cli.blame(name, listed):
+                raise InvalidInput("bad")
+    finally:
+        flags.FLAGS[listed].present = 0
 
 
 def test_settings_blame_the_flags_the_user_chose_among_those_named():
