@@ -17,7 +17,6 @@ and its input shape, so ``Plan.from_json`` refuses it for another model or input
 line ``plan_layout: error: ...`` on stderr and exit code 2.
 """
 
-import dataclasses
 import os
 import sys
 
@@ -39,7 +38,8 @@ from hmp.planning import (DeviceSpec, check_mesh_size, check_speeds,  # noqa: E4
 from hmp.measure.calibration import describe  # noqa: E402
 from hmp.measure.devices import (LOCAL_JOBS, check_device_string,  # noqa: E402
                                  parse_memory_caps, virtual_cpus)
-from hmp.measure.speeds import measure_platform, measure_speeds, relative_speeds  # noqa: E402
+from hmp.measure.speeds import (measure_platform, measure_speeds, relative_speeds,  # noqa: E402
+                                with_given_figures)
 from hmp.run.settings import DEFAULT  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -149,17 +149,6 @@ def profile(config, spec, devices, link_given=False):
     return speeds, link
 
 
-def measured_specs(devices, measured):
-    """The measured DeviceSpecs (each device on its host: virtual CPUs of this process
-    share its cores); a ``--platform`` device (a DeviceSpec) keeps its memory figures
-    and any host it names."""
-    return [dataclasses.replace(spec, mem_bytes=given.mem_bytes, mem_bw=given.mem_bw,
-                                host=given.host or spec.host,
-                                host_cores=given.host_cores or spec.host_cores)
-            if isinstance(given, DeviceSpec) else spec
-            for spec, given in zip(measured, devices)]
-
-
 def run():
     """Reads the flags, plans, prints and writes the plan."""
     with cli.blame("out"):   # before any planning or measuring
@@ -187,7 +176,7 @@ def run():
         spec = model_spec(config)
     if speeds == "auto":
         measured, measured_link = profile(config, spec, devices, link_given=link is not None)
-        devices = measured_specs(devices, measured)
+        devices = with_given_figures(measured, devices)
         speeds, link = None, link or measured_link
     with cli.blame("devices", "speeds", "mesh", "batch_size", "memory_caps", "min_filters"):
         plan = plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh, caps,

@@ -344,6 +344,17 @@ def _timed(steps, config, devices, batch_size, repeats, progress, spec, op_size,
     return with_channel_blocks(with_hosts(speeds), target, session_config)
 
 
+def with_given_figures(measured, given):
+    """The ``measured`` DeviceSpecs (each device on its host: virtual CPUs of one process
+    share its cores); a ``given`` device that is a DeviceSpec (a ``--platform`` file's)
+    keeps its memory figures and any host it names, the rest is measured."""
+    return [dataclasses.replace(spec, mem_bytes=device.mem_bytes, mem_bw=device.mem_bw,
+                                host=device.host or spec.host,
+                                host_cores=device.host_cores or spec.host_cores)
+            if isinstance(device, DeviceSpec) else spec
+            for spec, device in zip(measured, given)]
+
+
 def relative_speeds(speeds):
     """Each device's samples/s over the sum over all of ``speeds`` (measured
     DeviceSpecs): relative speeds, which sum to 1."""

@@ -12,8 +12,8 @@ from hmp.graph.graph_config import Augmentation, Projection, Recipe
 from hmp.measure.channel_blocks import CPU_FLAGS_FILE, lanes_of
 from hmp.measure.speeds import (DeviceStep, SplitStep, affine_fit, barrier_wait,
                                 measure_platform, measure_speeds, relative_speeds,
-                                small_batch)
-from hmp.planning import plan_layout
+                                small_batch, with_given_figures)
+from hmp.planning import DeviceSpec, plan_layout
 from hmp.planning.costmodel import alone_flops_per_s
 from models import model_config
 
@@ -76,6 +76,20 @@ def test_the_profiled_step_is_the_runs_step_with_its_augmentation_and_projection
     names = {op.name.partition("/")[0] for op in plain.session.graph.get_operations()}
     plain.close()
     assert not {"pca_projection", "field_look"} & names
+
+
+def test_measured_figures_replace_a_platforms_and_its_memory_and_host_stay():
+    given = [DeviceSpec("/cpu:0", 1e15, half_rate_flops=1e12, mem_bytes=2e9, mem_bw=1e10,
+                        host="h0", host_cores=4), "/cpu:1"]
+    measured = [DeviceSpec("/cpu:0", 5e10, overhead_s=1e-3, half_rate_flops=2e5,
+                           host="localhost", host_cores=2),
+                DeviceSpec("/cpu:1", 4e10, host="localhost", host_cores=2)]
+    assert with_given_figures(measured, given) == [
+        DeviceSpec("/cpu:0", 5e10, overhead_s=1e-3, half_rate_flops=2e5, mem_bytes=2e9,
+                   mem_bw=1e10, host="h0", host_cores=4),
+        measured[1]]   # a device given by name: all measured
+    unhosted = dataclasses.replace(given[0], host=None, host_cores=None)
+    assert with_given_figures(measured[:1], [unhosted])[0].host == "localhost"
 
 
 def test_barrier_wait_spreads_the_excess_over_the_barriers():
