@@ -88,8 +88,9 @@ def blame(*flag_names, also=(), values=None, chosen=None):
     except UsageError:
         raise
     except (InvalidInput, *also) as error:
-        if chosen is None:
-            chosen = {name for name in flag_names if values is None and flags.FLAGS[name].present}
+        if chosen is None:   # the command line's, where the values are the parsed flags'
+            chosen = (() if values is not None else
+                      {name for name in flag_names if flags.FLAGS[name].present})
         flag_names = [name for name in flag_names if name in chosen] or flag_names
         given = values if values is not None else {
             name: flags.FLAGS[name].value for name in flag_names}

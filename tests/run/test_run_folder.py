@@ -25,6 +25,7 @@ from hmp.graph.graph_config import Placement
 from hmp.graph.graph import CHECKPOINTS_KEPT
 from hmp.run import experiment, run_folder
 from hmp.run.progress import ProgressLine
+from hmp.run.settings import Settings
 from hmp.run.trainer import EpochStats, Stopped, Trainer, traced_steps
 from models import model_config
 
@@ -321,7 +322,6 @@ def test_blame_turns_only_invalid_input_into_a_flag_error():
 
 
 def test_settings_blame_the_flags_the_user_chose_among_those_named():
-    from hmp.run.settings import Settings
     settings = Settings.of(synthetic_layout="salinas", data_dir="/nowhere")
     with pytest.raises(cli.UsageError,   # --dataset left at its default: not named
                        match="^--synthetic_layout=salinas, --data_dir=/nowhere: no file$"):
@@ -333,7 +333,6 @@ def test_settings_blame_the_flags_the_user_chose_among_those_named():
 
 
 def test_data_dir_is_refused_where_nothing_is_read_from_it_but_on_resume():
-    from hmp.run.settings import Settings
     for scene, named in (({}, "--dataset=synthetic (--synthetic_layout=generated)"),
                          ({"dataset": "cube.npy", "labels": "gt.npy"}, "--dataset=cube.npy")):
         with pytest.raises(cli.UsageError, match=re.escape(
