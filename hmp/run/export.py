@@ -146,20 +146,23 @@ def replaces(path):
 
 @contextlib.contextmanager
 def _replacing_entries(path):
-    """Yields a path (not yet made) beside ``path`` for the SavedModel; on success its
-    entries replace ``ENTRIES`` in the folder ``path`` (made if need be), other files
-    there kept; on failure, ``path`` is left as it was."""
-    parent = os.path.dirname(os.path.abspath(path))
+    """Yields a path (not yet made) for the SavedModel; on success its entries replace
+    ``ENTRIES`` in the folder ``path`` (made if need be), other files there kept; on
+    failure, ``path`` is left as it was. The SavedModel is written on the filesystem it
+    moves to: inside ``path`` when that folder exists (it may be a mount point of its
+    own, which a move from its parent could not reach), else beside it."""
+    within = os.path.isdir(path)
+    where = os.path.abspath(path) if within else os.path.dirname(os.path.abspath(path))
     try:
-        os.makedirs(parent, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=os.path.basename(path) + ".", suffix=".tmp",
-                                   dir=parent)
+        os.makedirs(where, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix="." + os.path.basename(os.path.abspath(path)) + ".",
+                                   suffix=".tmp", dir=where)
     except OSError as error:
-        raise OSError("cannot write in %s: %s" % (parent, error.strerror)) from None
+        raise OSError("cannot write in %s: %s" % (where, error.strerror)) from None
     try:
         new = os.path.join(staging, "saved_model")
         yield new
-        if os.path.isdir(path):
+        if within:
             _swap_entries(new, path, os.path.join(staging, "earlier"))
         else:
             os.replace(new, path)

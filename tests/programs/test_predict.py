@@ -6,6 +6,7 @@ checkpoint, the confusion matrix in its results.json, numpy's softmax, and the
 run's results.json for the events.
 """
 
+import errno
 import glob
 import io
 import json
@@ -531,6 +532,35 @@ def test_an_export_replaces_only_an_earlier_saved_models_entries(run, tmp_path):
                "folder\n" % (stray, stray))
     assert _tree(stray) == before
     assert sorted(os.listdir(tmp_path)) == ["earlier", "other", "stray"]   # no staging left
+
+
+def test_an_export_into_a_folder_of_its_own_filesystem_moves_nothing_across(tmp_path,
+                                                                           monkeypatch):
+    """A folder that exists (a mount point, say) gets its SavedModel written inside it:
+    here every move from outside the folder into it fails as a move across filesystems
+    does (EXDEV), and the export still replaces the earlier entries, leaving nothing
+    behind inside the folder or beside it."""
+    folder = tmp_path / "mounted"
+    folder.mkdir()
+    for name in ("saved_model.pb", "README.txt"):
+        (folder / name).write_text("earlier " + name)
+    replace = os.replace
+
+    def within_one_filesystem(source, target):
+        inside = [str(p).startswith(str(folder) + os.sep) for p in (source, target)]
+        if inside[0] != inside[1]:
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        replace(source, target)
+
+    monkeypatch.setattr(os, "replace", within_one_filesystem)
+    with export._replacing_entries(str(folder)) as new:
+        os.makedirs(os.path.join(new, "variables"))
+        for name in ("saved_model.pb", "variables/v.index"):
+            (pathlib.Path(new) / name).write_text("new " + name)
+    assert _tree(folder) == {"README.txt": b"earlier README.txt",
+                             "saved_model.pb": b"new saved_model.pb", "variables": None,
+                             "variables/v.index": b"new variables/v.index"}
+    assert os.listdir(tmp_path) == ["mounted"]
 
 
 def test_an_export_that_fails_half_way_leaves_the_folder_as_it_was(tmp_path, monkeypatch):
