@@ -158,7 +158,10 @@ def _seeds(settings, get_model, argv, cluster, model_dir, folders):
             if len(seeds) > 1:
                 print("run %d/%d: seed %d in %s" % (number, len(seeds), seed, folder),
                       flush=True)
-            train_seed(shared, folder, seed)
+            try:
+                train_seed(shared, folder, seed)
+            finally:   # the next seed's loading and planning: a signal stops at once
+                signals.armed = False
     model = get_model(settings.model.name)
     fitted = tuple(Fitted(folder, run_folder.read_json(os.path.join(folder, "results.json")),
                           model) for folder in folders)

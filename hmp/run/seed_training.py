@@ -111,15 +111,17 @@ def train_seed(shared, model_dir, seed):
     with settings.blame("model", "patch_size", "width"):
         spec = model_spec(model_config)
     caps = _check_fits(shared, exp, model_config, recipe, spec)
-    # the input is good: now the folder is made (an old run deleted with --overwrite)
-    _make_folder(given, model_dir, data_config, exp)
     # The checkpoint's step and epoch.
     start_step = (run_folder.checkpoint_step(model_dir) or 0) if resume else 0
     first_epoch = start_step // steps_per_epoch
-    # Every invocation's epochs: a resumed run keeps those before its checkpoint.
+    # Every invocation's epochs: a resumed run keeps those before its checkpoint (read
+    # here, written once an epoch ends).
     record = run_folder.History.open(model_dir, resume, first_epoch, start_step, shared.argv)
+    # the plan before the folder: a mesh or split the planner refuses leaves it as it was
     plan, fastest, runner_up = _plan(shared, spec, model_config, caps, model_dir, recipe,
                                      first_epoch, record.trial)
+    # the input is good: now the folder is made (an old run deleted with --overwrite)
+    _make_folder(given, model_dir, data_config, exp)
     print(plan.explain(), flush=True)
     trainers = Trainers(shared, model_config, exp, recipe, model_dir, seed,
                         ProgressLine(log_every=folder.log_every))
@@ -134,12 +136,14 @@ def train_seed(shared, model_dir, seed):
         loop, first_epoch, exp, recipe, settings.recipe.tta, window,
         settings.recipe.smoothing_guide, shared.signals,
         run_folder.resume_flags(settings.model_dir))
-    predicted_map, scored, paired, smoothed = scoring.scores(
-        exp, classified, leakage, settings.recipe.tta, window)
-    fit = scoring.training_fit(exp, classified)
-    pictures = scoring.save_pictures(model_dir, loop.trainer.writer, step, exp,
-                                     predicted_map, scored)
-    loop.trainer.close()
+    try:
+        predicted_map, scored, paired, smoothed = scoring.scores(
+            exp, classified, leakage, settings.recipe.tta, window)
+        fit = scoring.training_fit(exp, classified)
+        pictures = scoring.save_pictures(model_dir, loop.trainer.writer, step, exp,
+                                         predicted_map, scored)
+    finally:
+        loop.trainer.close()
     best = loop.best
     results = {"flags": {**given.flag_values(), "seed": seed},
                "epochs": settings.recipe.epochs,

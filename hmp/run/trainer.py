@@ -221,10 +221,14 @@ class Trainer:
                              % (self.batch_size, len(experiment.train)))
         self.session = tf.Session(target, graph=graph.tf_graph, config=session_config)
         self._savers = {}   # latest_filename -> tf.train.Saver, for other checkpoint series
-        graph.load_scene(self.session, (experiment.all_bands if graph.projection is not None
-                                         else experiment.train.extractor).padded)
-        with graph.tf_graph.as_default():
-            self.writer = tf.summary.FileWriter(model_dir, graph.tf_graph)
+        try:   # a failed load (memory, a lost worker) leaves no session open
+            graph.load_scene(self.session, (experiment.all_bands if graph.projection is not None
+                                             else experiment.train.extractor).padded)
+            with graph.tf_graph.as_default():
+                self.writer = tf.summary.FileWriter(model_dir, graph.tf_graph)
+        except BaseException:
+            self.session.close()
+            raise
 
     # -- state ---------------------------------------------------------------
     def initialise(self, resume):

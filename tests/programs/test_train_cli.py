@@ -101,6 +101,8 @@ def cli_runs(tmp_path_factory, small_scene, readme_models):
         # batch runs its runs in this order): a run of its own would train one epoch more
         "refused_on_max_steps": [train(*tiny, "--overwrite", "--batch_size=100000",
                        model_dir=folders["max_steps"]),
+                 train(*tiny, "--overwrite", THREE, "--speeds=1,1,1", "--mesh=batch:3",
+                       "--batch_size=2", model_dir=folders["max_steps"]),
                  train(*tiny, "--resume", "--epochs=2", "--train_fraction=0.3",
                        model_dir=folders["max_steps"]),
                  train(*tiny, "--resume", "--epochs=2", "--model=cnn3d",
@@ -326,16 +328,20 @@ def test_a_models_default_pca_beyond_the_bands_says_how_to_change_it(cli_runs):
 
 
 def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
-    """--overwrite deletes the old run only once the new run's input is good; --resume
-    refuses other data and another model than the run's, before anything is written
-    (no event file either) and before any worker starts (--local_workers), and --runs,
-    whose seeds' folders would go beside it. The run: max_steps's, trained before these."""
-    overwrite, resume, other_model, runs = cli_runs[0]["refused_on_max_steps"]
+    """--overwrite deletes the old run only once the new run's input is good (its batch,
+    its plan); --resume refuses other data and another model than the run's, before
+    anything is written (no event file either) and before any worker starts
+    (--local_workers), and --runs, whose seeds' folders would go beside it. The run:
+    max_steps's, trained before these."""
+    overwrite, unplanned, resume, other_model, runs = cli_runs[0]["refused_on_max_steps"]
     trained, _ = cli_runs[0]["max_steps"]
     kept = cli_runs[1]["max_steps"]
     assert trained.returncode == 0, trained.stderr[-2000:]
     assert overwrite.returncode == 2   # known once the scene is loaded
     assert "--batch_size=100000: larger than the" in overwrite.stderr
+    assert unplanned.returncode == 2   # known once the planner has the model
+    assert unplanned.stderr.endswith(
+        "--mesh=batch:3: 2 samples cannot give 3 devices at least 1 each (at most 0 each)\n")
     assert resume.returncode == 2
     assert resume.stderr.strip() == (
         "hmp.train: error: --resume: the run in %s was trained with train_fraction=0.5, not "

@@ -6,7 +6,9 @@ builds) and the README's example run as written.
 """
 
 import json
+import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -15,6 +17,7 @@ import pytest
 
 import hmp
 from cli_batch import HUNG_S
+from hmp.cli import Interrupted
 from hmp.errors import InvalidInput
 from hmp.evaluation.metrics import evaluate
 from hmp.run import experiment
@@ -272,6 +275,29 @@ def test_readme_python_api_example_runs_as_written(tmp_path, monkeypatch):
         truth = namespace["scene"].labels.ravel()[split.test] - 1
         confusion = evaluate(truth, class_map.ravel()[split.test] - 1, 10).confusion
         np.testing.assert_array_equal(confusion, results["test"]["confusion_matrix"])
+
+
+def test_a_signal_before_a_later_seed_trains_stops_at_once(tmp_path):
+    """Ctrl-C while the second of two seeds loads its data: it stops at once, nothing to
+    save (as before the first seed trained), not after the second seed's first step."""
+    model_dir = tmp_path / "runs"
+    signalled = []
+
+    def get_model_then_ctrl_c(name):   # called as each seed builds its model
+        if (model_dir / "seed-0" / "results.json").exists() and not signalled:
+            signalled.append(name)
+            os.kill(os.getpid(), signal.SIGINT)
+        return get_model(name)
+
+    settings = Settings.of(model="cnn2d", width=2, patch_size=5, batch_size=64,
+                           train_fraction=0.05, epochs=1, tta=False, devices="/cpu:0",
+                           runs=2, model_dir=str(model_dir))
+    with pytest.raises(Interrupted, match="^interrupted before training started; nothing "
+                                          "to save$"):
+        hmp.fit(settings, get_model_then_ctrl_c)
+    assert signalled
+    assert (model_dir / "seed-0" / "checkpoint").exists()
+    assert not (model_dir / "seed-1" / "checkpoint").exists()
 
 
 def test_a_run_of_several_seeds_names_its_seeds_for_scores_and_prediction():

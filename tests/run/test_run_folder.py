@@ -15,6 +15,7 @@ import signal
 import numpy as np
 import pytest
 import scipy.io
+import tensorflow.compat.v1 as tf
 
 import harness
 from hmp import cli, files
@@ -58,6 +59,25 @@ def test_each_step_is_checkpointed_once(tiny_experiment, tmp_path, monkeypatch):
     trainer.close()
     steps = [step for step, prefix in saved if prefix == "ckpt" and step]
     assert steps == list(range(1, trainer.steps_per_epoch + 1))
+
+def test_a_trainer_whose_scene_fails_to_load_leaves_no_session_open(tiny_experiment,
+                                                                    tmp_path, monkeypatch):
+    opened = []
+    original = tf.Session.__init__
+
+    def recorded(self, *args, **kwargs):
+        opened.append(self)
+        original(self, *args, **kwargs)
+
+    def lost_worker(self, session, padded_cube):
+        raise tf.errors.UnavailableError(None, None, "worker 1 is gone")
+
+    monkeypatch.setattr(tf.Session, "__init__", recorded)
+    monkeypatch.setattr(TrainingGraph, "load_scene", lost_worker)
+    with pytest.raises(tf.errors.UnavailableError, match="worker 1 is gone"):
+        make_trainer(tiny_experiment, tmp_path)
+    assert len(opened) == 1 and opened[0]._closed
+
 
 @pytest.mark.parametrize("start, steps, expected", [
     (0, 100, {1, 50, 99}), (0, 4, {1, 2, 3}), (0, 3, {1, 2}), (0, 2, {1}), (0, 1, set()),
