@@ -152,6 +152,9 @@ def _seeds(settings, get_model, argv, cluster, model_dir, folders):
     run (several seeds: their summary)."""
     hardware = Hardware.of(settings, cluster)
     seeds = settings.seeds
+    # an old series goes as a whole, once the first seed's input is known good
+    replaced = (run_folder.series_replaced(model_dir, folders)
+                if settings.folder.overwrite and len(seeds) > 1 else [])
     with run_folder.Signals() as signals:
         shared = Shared(settings, get_model, argv, hardware, signals)
         for number, (seed, folder) in enumerate(zip(seeds, folders), 1):
@@ -159,7 +162,7 @@ def _seeds(settings, get_model, argv, cluster, model_dir, folders):
                 print("run %d/%d: seed %d in %s" % (number, len(seeds), seed, folder),
                       flush=True)
             try:
-                train_seed(shared, folder, seed)
+                train_seed(shared, folder, seed, replaced if number == 1 else ())
             finally:   # the next seed's loading and planning: a signal stops at once
                 signals.armed = False
     model = get_model(settings.model.name)

@@ -50,8 +50,11 @@ def seed_folder(model_dir, seed):
 
 
 def seed_folders(model_dir):
-    """The seeds' run folders that ``model_dir`` (a --runs series' folder) holds, sorted."""
-    return run_files(model_dir, [SEED_PREFIX + "*"])
+    """The seeds' run folders that ``model_dir`` (a --runs series' folder) holds, sorted:
+    those with a run's data (``experiment.CONFIG_FILE``; not one left with its measured
+    speeds alone by an --overwrite)."""
+    return [folder for folder in run_files(model_dir, [SEED_PREFIX + "*"])
+            if os.path.exists(os.path.join(folder, experiment.CONFIG_FILE))]
 
 
 def resume_flags(model_dir):
@@ -112,13 +115,26 @@ def foreign(model_dir):
                            for path in run_files(model_dir, RUN_ENTRIES)})
 
 
-def prepare_model_dir(model_dir, overwrite=False):
+def series_replaced(model_dir, folders):
+    """The run folders of the --runs series in ``model_dir`` that an --overwrite with the
+    seeds' ``folders`` replaces beside the first seed's: the series' own (its summary) and
+    every other seed's, also those the new series has too (each would otherwise keep its
+    old run until its seed starts) or has not (they would stay for good)."""
+    return [model_dir] + [folder for folder in seed_folders(model_dir) if folder != folders[0]]
+
+
+def prepare_model_dir(model_dir, overwrite=False, replaced=()):
     """Makes ``model_dir`` (checked by :func:`check_model_dir`) and checks it is writable;
-    with ``overwrite``, deletes the run's files first (and nothing else)."""
+    with ``overwrite``, deletes the run's files first (and nothing else), and those of the
+    folders ``replaced`` (:func:`series_replaced`; a seed's folder left empty goes too)."""
     try:
         if overwrite:
-            for path in run_files(model_dir):   # ckpt-N_temp: a folder of a killed save
-                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+            for folder in (model_dir, *replaced):
+                for path in run_files(folder):   # ckpt-N_temp: a folder of a killed save
+                    shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+            for folder in replaced:
+                if os.path.basename(folder).startswith(SEED_PREFIX) and not os.listdir(folder):
+                    os.rmdir(folder)
         os.makedirs(model_dir, exist_ok=True)
         probe = os.path.join(model_dir, WRITE_PROBE)
         with open(probe, "w"):

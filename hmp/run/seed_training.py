@@ -80,9 +80,11 @@ class Trainers:
         return trainer
 
 
-def train_seed(shared, model_dir, seed):
+def train_seed(shared, model_dir, seed, replaced=()):
     """Trains seed ``seed`` in ``model_dir``: on --plan's plan (checked against the model
-    here), else on one planned from the speeds (--speeds's numbers, or measured)."""
+    here), else on one planned from the speeds (--speeds's numbers, or measured). With
+    --overwrite, the runs in the folders ``replaced`` are deleted with the old run in
+    ``model_dir`` (``run_folder.series_replaced``)."""
     given, folder = shared.settings, shared.settings.folder
     started = time.time()
     exp, leakage, data_config = load_experiment(given, shared.get_model, seed)
@@ -121,7 +123,7 @@ def train_seed(shared, model_dir, seed):
     plan, fastest, runner_up = _plan(shared, spec, model_config, caps, model_dir, recipe,
                                      first_epoch, record.trial)
     # the input is good: now the folder is made (an old run deleted with --overwrite)
-    _make_folder(given, model_dir, data_config, exp)
+    _make_folder(given, model_dir, data_config, exp, replaced)
     print(plan.explain(), flush=True)
     trainers = Trainers(shared, model_config, exp, recipe, model_dir, seed,
                         ProgressLine(log_every=folder.log_every))
@@ -215,13 +217,13 @@ def _check_fits(shared, exp, model_config, recipe, spec):
     return caps
 
 
-def _make_folder(settings, model_dir, data_config, exp):
+def _make_folder(settings, model_dir, data_config, exp, replaced):
     """The seed's folder made (emptied with --overwrite), with what hmp.predict and
     scripts/baselines.py read back: the data (data.json, the split), the fitted
     preprocessing, and this invocation's flags (a resume's replace the earlier ones: the
     data and graph flags are the same, checked; its --model_dir, --epochs or devices may
     be new, and the flag file continues the run as it goes on now)."""
-    run_folder.prepare_model_dir(model_dir, settings.folder.overwrite)
+    run_folder.prepare_model_dir(model_dir, settings.folder.overwrite, replaced)
     experiment.save(model_dir, data_config, exp.split)
     fitted_preprocessing.save(model_dir, exp.preprocessor, exp.scene.raster.wavelengths,
                              exp.guide)

@@ -287,8 +287,9 @@ def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refus
     with pytest.raises(InvalidInput) as refused:
         inference.TrainedRun.open(str(tmp_path), get_model)
     assert str(refused.value) == "%s holds no finished run (no readable results.json)" % tmp_path
-    (tmp_path / "seed-1").mkdir()   # the folder of --runs=2: its runs are its seeds'
-    (tmp_path / "seed-0").mkdir()
+    for seed in (1, 0):   # the folder of --runs=2: its runs are its seeds' (their data)
+        (tmp_path / ("seed-%d" % seed)).mkdir()
+        (tmp_path / ("seed-%d" % seed) / "data.json").write_text("{}")
     with pytest.raises(InvalidInput) as refused:
         inference.TrainedRun.open(str(tmp_path), get_model)
     assert str(refused.value) == (

@@ -20,7 +20,7 @@ from cli_batch import HUNG_S
 from hmp.cli import Interrupted
 from hmp.errors import InvalidInput
 from hmp.evaluation.metrics import evaluate
-from hmp.run import experiment
+from hmp.run import experiment, run_folder
 from hmp.run.fit import Fitted
 from hmp.run.settings import DEFAULT, FLAG_FIELDS, Settings
 from models import get_model
@@ -298,6 +298,31 @@ def test_a_signal_before_a_later_seed_trains_stops_at_once(tmp_path):
     assert signalled
     assert (model_dir / "seed-0" / "checkpoint").exists()
     assert not (model_dir / "seed-1" / "checkpoint").exists()
+
+
+def test_overwriting_a_series_replaces_every_seed_of_the_old_one(tmp_path):
+    """--overwrite of a --runs series: once the first seed's input is good, every old
+    seed's run goes (seed-2, which the new series of two has not, with it; its measured
+    speeds stay, as a run's do) and the old summary with them."""
+    model_dir = tmp_path / "series"
+    for seed in (0, 1, 2):   # an old series of three
+        folder = model_dir / ("seed-%d" % seed)
+        folder.mkdir(parents=True)
+        for name in ("data.json", "results.json", "history.json"):
+            (folder / name).write_text("{}")
+    (model_dir / "seed-2" / "speeds.json").write_text("{}")
+    (model_dir / "summary.json").write_text('{"seeds": [0, 1, 2]}')
+    settings = Settings.of(model="cnn2d", width=2, patch_size=5, batch_size=64,
+                           train_fraction=0.05, epochs=1, tta=False, devices="/cpu:0",
+                           runs=2, overwrite=True, model_dir=str(model_dir))
+    fitted = hmp.fit(settings, get_model)
+    assert [pathlib.Path(seed.model_dir).name for seed in fitted.seeds] == ["seed-0", "seed-1"]
+    assert json.loads((model_dir / "summary.json").read_text())["seeds"] == [0, 1]
+    assert sorted(p.name for p in (model_dir / "seed-2").iterdir()) == ["speeds.json"]
+    assert run_folder.seed_folders(str(model_dir)) == [str(model_dir / "seed-0"),
+                                                       str(model_dir / "seed-1")]
+    for seed in (0, 1):
+        assert json.loads((model_dir / ("seed-%d" % seed) / "history.json").read_text())
 
 
 def test_a_run_of_several_seeds_names_its_seeds_for_scores_and_prediction():
