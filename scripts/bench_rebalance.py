@@ -5,8 +5,9 @@ of its own with one intra-op thread; ``--workers`` to place them otherwise), equ
 the start. For each model of ``--models``, ``hmp.train --cluster`` trains ``--epochs``
 epochs on ``--mesh=batch:2`` (``--notry_alone``, ``--notta``) twice on them: with
 ``--rebalance=off`` and with ``--rebalance=epoch``. Once epoch ``--disturb_after`` has
-ended, ``--slowdown`` CPU-bound processes start on the second worker's core
-(``bench_hetero.competing_load``) and spin until that run ends, or, with
+ended, ``--slowdown`` CPU-bound processes start on the first CPU of worker
+``--disturbed_worker`` (the second, 1, by default; 0: the one that starts with the larger
+share of the batch) (``bench_hetero.competing_load``) and spin until that run ends, or, with
 ``--disturb_for=N``, until N epochs later (a passing disturbance: the run should move
 back). The speeds are profiled by the first run before any disturbance (a speed cache
 of this benchmark's own), so both runs start from the same plan.
@@ -44,6 +45,8 @@ flags.DEFINE_integer("disturb_after", 3, "The competing processes start once thi
                      "has ended.")
 flags.DEFINE_integer("disturb_for", 0, "The competing processes stop after this many "
                      "epochs (0: they spin until the run ends).", lower_bound=0)
+flags.DEFINE_enum("disturbed_worker", "1", ["0", "1"], "The worker whose first CPU the "
+                  "competing processes share.")
 flags.DEFINE_float("train_fraction", 0.6, "Training share of each class's pixels (of the "
                    "built-in scene).")
 FLAGS.set_default("models", ["cnn2d"])
@@ -132,8 +135,9 @@ def goal():
 
 def table(model, runs):
     """(the table of a model's run pair, the ratio ``goal`` judges it by)."""
-    lines = ["", "%s, batch %d, %d epochs, %d busy loop(s) beside worker 1 after epoch %d%s"
-             % (model, FLAGS.batch_size, FLAGS.epochs, FLAGS.slowdown, FLAGS.disturb_after,
+    lines = ["", "%s, batch %d, %d epochs, %d busy loop(s) beside worker %s after epoch %d%s"
+             % (model, FLAGS.batch_size, FLAGS.epochs, FLAGS.slowdown, FLAGS.disturbed_worker,
+                FLAGS.disturb_after,
                 " until epoch %d" % (FLAGS.disturb_after + FLAGS.disturb_for)
                 if FLAGS.disturb_for else "")]
     rows = [["--rebalance", "last %d samples/s (wall)" % LAST, "(hmp)",
@@ -169,7 +173,8 @@ def main(argv):
         raise cli.UsageError("--disturb_for=%d: the disturbance must end before the last "
                              "epoch (--disturb_after + --disturb_for < --epochs = %d)"
                              % (FLAGS.disturb_for, FLAGS.epochs))
-    cpus, threads, slowed_cpu = worker_placement()
+    cpus, threads, _ = worker_placement()
+    slowed_cpu = cpus[int(FLAGS.disturbed_worker)][0]
     before, results = machine(), {}
     with local_cluster(2, cpus=cpus, threads=threads,
                        inter_op_threads=FLAGS.inter_op_threads) as workers, \
@@ -189,8 +194,8 @@ def main(argv):
         "date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(sys.argv),
         "machine": before, "workers": {"cpus": cpus, "threads": threads},
         "flags": {name: FLAGS[name].value for name in (
-            "models", "batch_size", "epochs", "disturb_after", "disturb_for", "train_fraction",
-            "slowdown", "inter_op_threads", "workers")},
+            "models", "batch_size", "epochs", "disturb_after", "disturb_for", "disturbed_worker",
+            "train_fraction", "slowdown", "inter_op_threads", "workers")},
         "models": results})
     print("wrote %s" % FLAGS.out, flush=True)
 
