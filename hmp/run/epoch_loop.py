@@ -218,7 +218,7 @@ class EpochLoop:
 
     def _standby_done(self, standby):
         """Takes a finished ``standby``'s trainer into ``kept`` (a switch to its plan then
-        restores a checkpoint, at about what its own restore took), unless the seed is
+        restores a checkpoint, at about what its timed restore took), unless the seed is
         on that plan or keeps its graph already. Returns None, or the line that says why
         it failed (training goes on, a switch to that plan builds its graph anew)."""
         if standby.failed is not None:

@@ -7,8 +7,10 @@ optimisation: seconds, which a switch must pay back before the run ends. A
 :class:`Standby` does that work on a thread of its own while the current plan trains
 (its session runs release the interpreter, so the two overlap): once ``ready``, the
 switch to its plan costs a restore of the latest checkpoint, as a switch back to a kept
-graph does. ``restore_seconds`` is what its own restore took, the rebalancer's estimate
-of such a switch before one has been measured.
+graph does. ``restore_seconds`` is what such a restore took on it, the rebalancer's
+estimate of that switch before one has been measured: a restore after its first (whose
+run also prepares the restore on the devices, once: 1.6 s where a later one took 0.04 s,
+docs/benchmarks.md, "Dynamic load") and after the warm-up.
 """
 
 import contextlib
@@ -18,8 +20,9 @@ import time
 
 class Standby:
     """Builds ``plan``'s trainer with ``build(plan)`` on a thread, then restores the
-    weights of ``checkpoint()`` (a path) into it and runs ``warm_up(trainer)`` (a step
-    whose effects the switch's restore undoes: it compiles the graph on the devices).
+    weights of ``checkpoint()`` (a path) into it, runs ``warm_up(trainer)`` (a step
+    whose effects the switch's restore undoes: it compiles the graph on the devices)
+    and restores ``checkpoint()`` again, timed (``restore_seconds``).
 
     ``ready``: the trainer is there (``take()`` hands it over); ``failed``: the error
     the build raised (``take()`` raises it); ``wait()`` returns once either holds;
@@ -39,10 +42,11 @@ class Standby:
         trainer = None
         try:
             trainer = build(self.plan)
-            started = time.perf_counter()
             trainer.restore(checkpoint())
-            self.restore_seconds = time.perf_counter() - started
             warm_up(trainer)
+            started = time.perf_counter()
+            trainer.restore(checkpoint())   # as a switch will: the setup done
+            self.restore_seconds = time.perf_counter() - started
         except BaseException as error:   # handed to the thread that takes the trainer
             self._error = error
             if trainer is not None:

@@ -10,35 +10,43 @@ import harness
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Placement
 from hmp.run import experiment
+from hmp.run import standby as standby_module
 from hmp.run.standby import Standby
 from hmp.run.trainer import Trainer
 from models import model_config
 
 
 class FakeTrainer:
-    def __init__(self, log):
-        self.log = log
+    """Its first restore takes 5 s on ``clock`` (a list of one float: the time), each
+    later one 0.25 s."""
+
+    def __init__(self, log, clock=None):
+        self.log, self.clock = log, clock or [0.0]
 
     def restore(self, path):
+        self.clock[0] += 0.25 if ("restore", path) in self.log else 5.0
         self.log.append(("restore", path))
 
     def close(self):
         self.log.append("close")
 
 
-def test_a_standby_builds_restores_and_warms_up_on_its_thread_then_hands_over():
-    log, release = [], threading.Event()
+def test_a_standby_builds_restores_and_warms_up_on_its_thread_then_hands_over(monkeypatch):
+    log, release, clock = [], threading.Event(), [0.0]
+    monkeypatch.setattr(standby_module.time, "perf_counter", lambda: clock[0])
 
     def build(plan):
         release.wait(10)
         log.append(("build", plan, threading.current_thread().name))
-        return FakeTrainer(log)
+        return FakeTrainer(log, clock)
 
     standby = Standby("plan", build, lambda: "ckpt-7", lambda t: log.append("warm up"))
     assert not standby.ready and standby.failed is None   # still building
     release.set()
     trainer = standby.take()
-    assert log == [("build", "plan", "hmp-standby"), ("restore", "ckpt-7"), "warm up"]
+    assert log == [("build", "plan", "hmp-standby"), ("restore", "ckpt-7"), "warm up",
+                   ("restore", "ckpt-7")]
+    assert standby.restore_seconds == 0.25   # a switch's restore: not the first's setup
     assert isinstance(trainer, FakeTrainer)
     standby.close()   # a taken trainer is the taker's
     assert "close" not in log
@@ -62,8 +70,9 @@ def test_a_standby_closes_what_it_built_when_not_taken_or_when_it_fails():
 
 def test_a_switch_to_a_standby_trains_on_as_the_run_would_have(tmp_path):
     """A batch split trains 3 steps and checkpoints; another split of the same model is
-    made ready on a thread meanwhile (its warm-up step changes its weights and step);
-    restored at the switch, its next steps' losses are the first split's."""
+    made ready on a thread meanwhile (its warm-up step changes its weights and step, its
+    timed restore after it sets them back to a checkpoint's); restored at the switch, its
+    next steps' losses are the first split's."""
     exp = experiment.prepare(experiment.DataConfig(patch_size=5, train_fraction=0.15,
                                                    pca=12, seed=3))
     config = model_config("cnn2d", 5, exp.bands, exp.n_classes, width=4)
@@ -91,8 +100,8 @@ def test_a_switch_to_a_standby_trains_on_as_the_run_would_have(tmp_path):
     expected = steps(running, batches[3:])
     switched = standby.take()
     try:
-        # its warm-up step after its restore of step 0's or step 3's checkpoint
-        assert switched.step in (1, 4)
+        # its restore after its warm-up step: of step 0's or step 3's checkpoint
+        assert switched.step in (0, 3)
         switched.restore(tf.train.latest_checkpoint(folder))
         assert switched.step == 3 and switched.graph is not running.graph
         losses = steps(switched, batches[3:])
