@@ -121,8 +121,9 @@ flags.DEFINE_integer("repeats", 5, "Interleaved repeats of every configuration."
 flags.DEFINE_integer("warmup", 3, "Untimed steps per configuration first.")
 flags.DEFINE_integer("profile_steps", 10, "Steps per worker when measuring speeds alone.")
 flags.DEFINE_integer("trace_steps", 3, "Traced steps per configuration (busy times).")
-flags.DEFINE_integer("steps_per_run", 1, "Above 1: also time auto, data and worker 0 alone "
-                     "with this many steps per session.run (hmp.train --steps_per_run).")
+flags.DEFINE_integer("steps_per_run", 1, "Steps per session.run (hmp.train --steps_per_run): "
+                     "here, above 1, auto, data and worker 0 alone are also timed with it; "
+                     "bench_rebalance.py trains with it.")
 flags.DEFINE_integer("slowdown", 2, "CPU-bound processes competing with the slow worker "
                      "for its core (0: two equal workers).")
 flags.DEFINE_integer("inter_op_threads", 2, "Inter-op threads of each worker (each has "

@@ -3,7 +3,8 @@
 Two ``hmp.worker`` processes as ``bench_hetero.py`` starts them (each pinned to a core
 of its own with one intra-op thread; ``--workers`` to place them otherwise), equal at
 the start. For each model of ``--models``, ``hmp.train --cluster`` trains ``--epochs``
-epochs on ``--mesh=batch:2`` (``--notry_alone``, ``--notta``) twice on them: with
+epochs on ``--mesh=batch:2`` (``--notry_alone``, ``--notta``, ``--steps_per_run``) twice
+on them: with
 ``--rebalance=off`` and with ``--rebalance=epoch``. Once epoch ``--disturb_after`` has
 ended, ``--slowdown`` CPU-bound processes start on the first CPU of worker
 ``--disturbed_worker`` (the second, 1, by default; 0: the one that starts with the larger
@@ -70,6 +71,7 @@ def train(model, spec, rebalance, folder, slowed_cpu):
                "--batch_size=%d" % FLAGS.batch_size, "--epochs=%d" % FLAGS.epochs,
                "--train_fraction=%g" % FLAGS.train_fraction, "--mesh=batch:2",
                "--notry_alone", "--notta", "--rebalance=" + rebalance,
+               "--steps_per_run=%d" % FLAGS.steps_per_run,
                "--model_dir=" + os.path.join(folder, rebalance)]
     ended, switched, decisions = {}, [], []
     os.makedirs(folder, exist_ok=True)
@@ -195,7 +197,7 @@ def main(argv):
         "machine": before, "workers": {"cpus": cpus, "threads": threads},
         "flags": {name: FLAGS[name].value for name in (
             "models", "batch_size", "epochs", "disturb_after", "disturb_for", "disturbed_worker",
-            "train_fraction", "slowdown", "inter_op_threads", "workers")},
+            "train_fraction", "steps_per_run", "slowdown", "inter_op_threads", "workers")},
         "models": results})
     print("wrote %s" % FLAGS.out, flush=True)
 
