@@ -157,8 +157,9 @@ flags.DEFINE_string("model_dir", DEFAULT.folder.model_dir, "Checkpoints, results
 flags.DEFINE_bool("resume", DEFAULT.folder.resume,
                   "Continue from the latest checkpoint in --model_dir.")
 flags.DEFINE_bool("overwrite", DEFAULT.folder.overwrite,
-                  "Start over in a --model_dir that holds a run: first "
-                  "delete its checkpoints, results, maps and event files.")
+                  "Start over in a --model_dir that holds a run (or a --runs series): "
+                  "its checkpoints, results, maps and event files are deleted once the "
+                  "new run's input and plan are good.")
 flags.DEFINE_integer("checkpoint_every", DEFAULT.folder.checkpoint_every,
                      "Also checkpoint every N steps (0: every epoch).",
                      lower_bound=0)

@@ -165,6 +165,10 @@ def _seeds(settings, get_model, argv, cluster, model_dir, folders):
                 train_seed(shared, folder, seed, replaced if number == 1 else ())
             finally:   # the next seed's loading and planning: a signal stops at once
                 signals.armed = False
+            if signals() and number < len(seeds):   # one came as the seed was scored
+                raise cli.Interrupted("interrupted after the run of seed %d; continue the "
+                                      "series with %s" % (seed, run_folder.resume_flags(
+                                          settings.model_dir)), signals.signum)
     model = get_model(settings.model.name)
     fitted = tuple(Fitted(folder, run_folder.read_json(os.path.join(folder, "results.json")),
                           model) for folder in folders)

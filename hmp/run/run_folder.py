@@ -51,10 +51,10 @@ def seed_folder(model_dir, seed):
 
 def seed_folders(model_dir):
     """The seeds' run folders that ``model_dir`` (a --runs series' folder) holds, sorted:
-    those with a run's data (``experiment.CONFIG_FILE``; not one left with its measured
-    speeds alone by an --overwrite)."""
+    those with a run (:func:`held`) or its data (``experiment.CONFIG_FILE``), not one an
+    --overwrite left with its measured speeds alone."""
     return [folder for folder in run_files(model_dir, [SEED_PREFIX + "*"])
-            if os.path.exists(os.path.join(folder, experiment.CONFIG_FILE))]
+            if held(folder) or os.path.exists(os.path.join(folder, experiment.CONFIG_FILE))]
 
 
 def resume_flags(model_dir):
@@ -132,8 +132,9 @@ def prepare_model_dir(model_dir, overwrite=False, replaced=()):
             for folder in (model_dir, *replaced):
                 for path in run_files(folder):   # ckpt-N_temp: a folder of a killed save
                     shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-            for folder in replaced:
-                if os.path.basename(folder).startswith(SEED_PREFIX) and not os.listdir(folder):
+            for folder in replaced:   # the other seeds' folders, beside model_dir
+                if (os.path.dirname(folder) == os.path.dirname(model_dir)
+                        and os.path.isdir(folder) and not os.listdir(folder)):
                     os.rmdir(folder)
         os.makedirs(model_dir, exist_ok=True)
         probe = os.path.join(model_dir, WRITE_PROBE)

@@ -2,8 +2,9 @@
 
 In order: the data loaded for the seed (``hmp.run.seed_data``), what ``--resume``
 requires (``hmp.run.resume``), the model and its recipe (``hmp.run.training_recipe``),
-the checks that the scene and the model fit the devices (before any folder is made),
-the folder made, the plan (``hmp.run.plan_choice``), the epochs
+the checks that the scene and the model fit the devices, the plan
+(``hmp.run.plan_choice``; measured speeds are cached in the folder), then the folder made
+(with --overwrite, only now the old run deleted), the epochs
 (``hmp.run.epoch_loop``), the labelled pixels and those around them classified, their
 class probabilities smoothed and the test pixels scored (``hmp.run.scoring``),
 results.json written. A signal stops after a step with a

@@ -14,13 +14,14 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow.compat.v1 as tf
 
 import hmp
 from cli_batch import HUNG_S
 from hmp.cli import Interrupted
 from hmp.errors import InvalidInput
 from hmp.evaluation.metrics import evaluate
-from hmp.run import experiment, run_folder
+from hmp.run import experiment, run_folder, seed_training
 from hmp.run.fit import Fitted
 from hmp.run.settings import DEFAULT, FLAG_FIELDS, Settings
 from models import get_model
@@ -277,6 +278,11 @@ def test_readme_python_api_example_runs_as_written(tmp_path, monkeypatch):
         np.testing.assert_array_equal(confusion, results["test"]["confusion_matrix"])
 
 
+# two seeds of a tiny run on one device: the runs of hmp.fit itself
+TINY_SERIES = dict(model="cnn2d", width=2, patch_size=5, batch_size=64, train_fraction=0.05,
+                   epochs=1, tta=False, devices="/cpu:0", runs=2)
+
+
 def test_a_signal_before_a_later_seed_trains_stops_at_once(tmp_path):
     """Ctrl-C while the second of two seeds loads its data: it stops at once, nothing to
     save (as before the first seed trained), not after the second seed's first step."""
@@ -289,15 +295,52 @@ def test_a_signal_before_a_later_seed_trains_stops_at_once(tmp_path):
             os.kill(os.getpid(), signal.SIGINT)
         return get_model(name)
 
-    settings = Settings.of(model="cnn2d", width=2, patch_size=5, batch_size=64,
-                           train_fraction=0.05, epochs=1, tta=False, devices="/cpu:0",
-                           runs=2, model_dir=str(model_dir))
     with pytest.raises(Interrupted, match="^interrupted before training started; nothing "
                                           "to save$"):
-        hmp.fit(settings, get_model_then_ctrl_c)
+        hmp.fit(Settings.of(**TINY_SERIES, model_dir=str(model_dir)), get_model_then_ctrl_c)
     assert signalled
     assert (model_dir / "seed-0" / "checkpoint").exists()
     assert not (model_dir / "seed-1" / "checkpoint").exists()
+
+
+def test_a_signal_while_a_seed_is_scored_stops_before_the_next(tmp_path, monkeypatch):
+    """Ctrl-C while seed 0 is scored (after its training): its run is finished and
+    written, and the series stops there, saying how to continue it, before seed 1."""
+    model_dir = tmp_path / "runs"
+    training_fit = seed_training.scoring.training_fit
+
+    def fit_then_ctrl_c(*args):
+        if not (model_dir / "seed-0" / "results.json").exists():
+            os.kill(os.getpid(), signal.SIGINT)
+        return training_fit(*args)
+
+    monkeypatch.setattr(seed_training.scoring, "training_fit", fit_then_ctrl_c)
+    with pytest.raises(Interrupted) as interrupted:
+        hmp.fit(Settings.of(**TINY_SERIES, model_dir=str(model_dir)), get_model)
+    assert str(interrupted.value) == (
+        "interrupted after the run of seed 0; continue the series with --flagfile=%s --resume"
+        % (model_dir / "flags.txt"))
+    assert (model_dir / "seed-0" / "results.json").exists()
+    assert not (model_dir / "seed-1").exists()
+
+
+def test_scoring_that_fails_leaves_no_session_open(tmp_path, monkeypatch):
+    opened = []
+    original = tf.Session.__init__
+
+    def recorded(self, *args, **kwargs):
+        opened.append(self)
+        original(self, *args, **kwargs)
+
+    def failing(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tf.Session, "__init__", recorded)
+    monkeypatch.setattr(seed_training.scoring, "save_pictures", failing)
+    with pytest.raises(OSError, match="No space left on device"):
+        hmp.fit(Settings.of(**{**TINY_SERIES, "runs": 1}, model_dir=str(tmp_path / "run")),
+                get_model)
+    assert opened and all(session._closed for session in opened)
 
 
 def test_overwriting_a_series_replaces_every_seed_of_the_old_one(tmp_path):
@@ -312,10 +355,8 @@ def test_overwriting_a_series_replaces_every_seed_of_the_old_one(tmp_path):
             (folder / name).write_text("{}")
     (model_dir / "seed-2" / "speeds.json").write_text("{}")
     (model_dir / "summary.json").write_text('{"seeds": [0, 1, 2]}')
-    settings = Settings.of(model="cnn2d", width=2, patch_size=5, batch_size=64,
-                           train_fraction=0.05, epochs=1, tta=False, devices="/cpu:0",
-                           runs=2, overwrite=True, model_dir=str(model_dir))
-    fitted = hmp.fit(settings, get_model)
+    fitted = hmp.fit(Settings.of(**TINY_SERIES, overwrite=True, model_dir=str(model_dir)),
+                     get_model)
     assert [pathlib.Path(seed.model_dir).name for seed in fitted.seeds] == ["seed-0", "seed-1"]
     assert json.loads((model_dir / "summary.json").read_text())["seeds"] == [0, 1]
     assert sorted(p.name for p in (model_dir / "seed-2").iterdir()) == ["speeds.json"]

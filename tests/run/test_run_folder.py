@@ -60,25 +60,6 @@ def test_each_step_is_checkpointed_once(tiny_experiment, tmp_path, monkeypatch):
     steps = [step for step, prefix in saved if prefix == "ckpt" and step]
     assert steps == list(range(1, trainer.steps_per_epoch + 1))
 
-def test_a_trainer_whose_scene_fails_to_load_leaves_no_session_open(tiny_experiment,
-                                                                    tmp_path, monkeypatch):
-    opened = []
-    original = tf.Session.__init__
-
-    def recorded(self, *args, **kwargs):
-        opened.append(self)
-        original(self, *args, **kwargs)
-
-    def lost_worker(self, session, padded_cube):
-        raise tf.errors.UnavailableError(None, None, "worker 1 is gone")
-
-    monkeypatch.setattr(tf.Session, "__init__", recorded)
-    monkeypatch.setattr(TrainingGraph, "load_scene", lost_worker)
-    with pytest.raises(tf.errors.UnavailableError, match="worker 1 is gone"):
-        make_trainer(tiny_experiment, tmp_path)
-    assert len(opened) == 1 and opened[0]._closed
-
-
 @pytest.mark.parametrize("start, steps, expected", [
     (0, 100, {1, 50, 99}), (0, 4, {1, 2, 3}), (0, 3, {1, 2}), (0, 2, {1}), (0, 1, set()),
     (95, 100, {1, 2, 4})])
@@ -193,6 +174,38 @@ def test_a_model_dir_under_a_file_is_refused_before_anything_is_made(tmp_path):
     assert not (tmp_path / "new").exists()
     run_folder.prepare_model_dir(str(tmp_path / "new" / "run"))
     assert (tmp_path / "new" / "run").is_dir()
+
+
+def test_a_new_series_in_a_folder_named_like_a_seed_is_made_under_overwrite(tmp_path):
+    """--runs with --overwrite in a folder not there yet, whose name starts as a seed's
+    does: the first seed's folder is made in it, nothing else is taken for an old seed."""
+    series = str(tmp_path / "seed-sweep")
+    folders = [run_folder.seed_folder(series, seed) for seed in (0, 1)]
+    replaced = run_folder.series_replaced(series, folders)
+    assert replaced == [series]
+    run_folder.prepare_model_dir(folders[0], overwrite=True, replaced=replaced)
+    assert os.listdir(series) == ["seed-0"] and os.path.isdir(folders[0])
+
+
+# -- 2b. no session outlives a trainer that fails to start ----------------------------------
+
+def test_a_trainer_whose_scene_fails_to_load_leaves_no_session_open(tiny_experiment,
+                                                                    tmp_path, monkeypatch):
+    opened = []
+    original = tf.Session.__init__
+
+    def recorded(self, *args, **kwargs):
+        opened.append(self)
+        original(self, *args, **kwargs)
+
+    def lost_worker(self, session, padded_cube):
+        raise tf.errors.UnavailableError(None, None, "worker 1 is gone")
+
+    monkeypatch.setattr(tf.Session, "__init__", recorded)
+    monkeypatch.setattr(TrainingGraph, "load_scene", lost_worker)
+    with pytest.raises(tf.errors.UnavailableError, match="worker 1 is gone"):
+        make_trainer(tiny_experiment, tmp_path)
+    assert len(opened) == 1 and opened[0]._closed
 
 
 # -- 3. the history of every invocation --------------------------------------------------
