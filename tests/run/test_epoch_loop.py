@@ -148,7 +148,8 @@ def test_switches_build_a_new_plan_reuse_a_kept_one_and_take_a_standby(tmp_path,
         ("epoch", 4, "C"), ("epoch", 5, "C")]
     assert [entry for entry in log if entry[0] != "epoch"] == [
         ("start", "A", False), ("start", "B", True), ("restore", "A"),
-        ("build", "C"), ("restore", "C"), ("warm_up", "C"), ("restore", "C")]
+        ("build", "C"), ("restore", "C"), ("warm_up", "C"), ("restore", "C"),   # the standby's
+        ("restore", "C")]   # the switch's
     assert loop.rebalancer.switches == ["build", "build", "reuse", None, "reuse", None]
     # epoch 3 ran while C's graph was made ready: its times are left out
     assert loop.rebalancer.disturbed == [False, False, False, True, False, False]
@@ -285,7 +286,7 @@ def test_a_standby_ready_within_an_epoch_is_switched_to_there(tmp_path, monkeypa
 
     assert loop.train(first_epoch=0).epoch == 3
     assert [entry for entry in log if entry[0] != "epoch"] == [
-        ("build", "C"), ("restore", "C"), ("warm_up", "C"),   # the standby's
+        ("build", "C"), ("restore", "C"), ("warm_up", "C"), ("restore", "C"),   # the standby's
         ("restore", "C")]   # the switch's
     assert [entry for entry in log if entry[0] == "epoch"] == [
         ("epoch", 0, "A"), ("epoch", 1, "A"), ("epoch", 2, "C"), ("epoch", 3, "C")]
@@ -353,7 +354,7 @@ def test_a_standby_ready_within_an_epoch_whose_switch_does_not_pay_waits_for_its
 
     assert loop.train(first_epoch=0).epoch == 3
     assert [entry for entry in log if entry[0] != "epoch"] == [
-        ("build", "C"), ("restore", "C"), ("warm_up", "C")]
+        ("build", "C"), ("restore", "C"), ("warm_up", "C"), ("restore", "C")]
     assert {entry[2] for entry in log if entry[0] == "epoch"} == {"A"}
     assert trainers.made["A"].carried == [(epoch, None) for epoch in range(4)]
     assert loop.rebalancer.disturbed == [False, False, True, False]
