@@ -193,7 +193,7 @@ def test_auto_speeds_replace_the_platforms_and_keep_its_link(runs):
     # both devices measured (their figures replace the platform's: with_given_figures)
     _assert_measured(["/cpu:0", "/cpu:2"], run.stdout)
     # each device's profiling line gives its own measured op-size figures
-    assert len(re.findall(r"half rate at [0-9.e+]+ MFLOP per sample and op|"
+    assert len(re.findall(r"half rate at [0-9.e+-]+ MFLOP per sample and op|"
                           r"no op-size effect measured", run.stdout)) == 2, run.stdout
     # the platform's link (10 s a hand-over) leaves one device alone; it is not measured
     assert plan["mesh"] == "batch:1" and "profiling the link" not in run.stderr
