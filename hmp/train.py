@@ -24,6 +24,7 @@ from hmp.evaluation.smoothing import WINDOWS
 from hmp.graph.graph_config import PRECISIONS
 from hmp.layers import BATCH_STATISTICS
 from hmp.mesh.optimizers import OPTIMIZERS, SCHEDULES
+from hmp.planning.planner import SPLIT_MARGIN
 from hmp.run import scene_flags
 from hmp.run.fit import fit
 from hmp.run.settings import DEFAULT, FLAG_FIELDS, Settings
@@ -168,9 +169,10 @@ flags.DEFINE_string("rebalance", DEFAULT.placement.rebalance,
                     "measured busy times, and switch when that is predicted to pay back.")
 flags.DEFINE_bool("try_alone", DEFAULT.placement.try_alone,
                   "With --mesh=auto, when the plan spreads over several "
-                  "devices: train the next epoch on the layout priced next within 10%, if "
+                  "devices: train the next epoch on the layout priced next within %d%%, if "
                   "any, then one on the fastest device alone, and keep whichever ran the "
-                  "most samples/s (a measured guard against a mispriced plan).")
+                  "most samples/s (a measured guard against a mispriced plan)."
+                  % round(100 * SPLIT_MARGIN))
 flags.DEFINE_float("rebalance_threshold", DEFAULT.placement.rebalance_threshold,
                    "Re-balancing's noise level: re-plan when "
                    "max/min device busy time exceeds 1 + this, switch only to a plan "

@@ -28,6 +28,7 @@ from hmp.evaluation.smoothing import DEFAULT_WINDOW, check_window
 from hmp.planning import parse_mesh
 from hmp.run.experiment import BRIGHTNESS_NORMS, SPLITS, VAL_SPLITS, DataConfig
 from hmp.run.progress import DEFAULT_LOG_EVERY_S
+from hmp.run.rebalance import DEFAULT_THRESHOLD
 
 AUTO = "auto"   # --spectral_shift, --spectral_gain measured; --smoothing chosen
 
@@ -90,7 +91,7 @@ class PlacementSettings:
     plan: str = None   # a plan JSON file
     rebalance: str = "off"
     try_alone: bool = True
-    rebalance_threshold: float = 0.1
+    rebalance_threshold: float = DEFAULT_THRESHOLD
     # training steps per session.run (hmp.graph.graph.TrainingGraph.steps_per_run)
     steps_per_run: int = 1
     cluster: str = None
