@@ -145,11 +145,11 @@ def runner_up(plan, spec, measured, batch_size, caps, link):
 def trial_can_run(settings, first_epoch, recorded):
     """Whether ``--try_alone``'s trial can run from ``first_epoch`` on a plan of several
     devices: it is on with --mesh=auto, and the run has the epochs a fresh trial needs,
-    or a trial ``recorded`` before a resume (which that run planned for: its plan is
-    made again the same way, and the trial taken up)."""
-    return _trial_on(settings) and (
-        recorded is not None
-        or settings.recipe.epochs - first_epoch >= rebalance.AloneTrial.FRESH_EPOCHS)
+    or those that a trial ``recorded`` before a resume still needs (that run planned for
+    it: its plan is made again the same way, and the trial taken up)."""
+    needed = (rebalance.AloneTrial.FRESH_EPOCHS if recorded is None
+              else rebalance.AloneTrial.epochs_needed_after(recorded, first_epoch))
+    return _trial_on(settings) and settings.recipe.epochs - first_epoch >= needed
 
 
 def _trial_on(settings):

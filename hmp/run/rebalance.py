@@ -364,9 +364,7 @@ class AloneTrial:
                         if key.get(name) != self.key.get(name))
             return ("trial: the one before the resume is not taken up: it was for %s %s, "
                     "this run is for %s" % (name, key.get(name), self.key.get(name)))
-        for which in self.names:   # in the order they ran
-            if which not in record["rates"] or record["epochs"][which] >= first_epoch:
-                break
+        for which in _measured_before(self.names, record, first_epoch):
             self.rates[which] = record["rates"][which]
             self.epochs[which] = record["epochs"][which]
         if self.done:
@@ -413,3 +411,24 @@ class AloneTrial:
         """Epochs the trial still needs: one per layout not yet measured, one on the
         fastest."""
         return len(self.names) + 1 - len(self.rates)
+
+    @classmethod
+    def epochs_needed_after(cls, record, first_epoch):
+        """The ``epochs_needed`` of a trial that takes up ``record`` (its ``record()``
+        before a resume from ``first_epoch``), before the trial is made: its layouts are
+        the record's (a runner-up where its key names one)."""
+        names = [name for name in cls.ORDER
+                 if name != "runner-up" or "runner_up" in (record.get("key") or {})]
+        return len(names) + 1 - len(_measured_before(names, record, first_epoch))
+
+
+def _measured_before(names, record, first_epoch):
+    """The layouts of ``names`` (in the order they run) that ``record`` holds a rate of,
+    measured in an epoch before ``first_epoch``, up to the first it does not (a later
+    epoch was not checkpointed, and runs again)."""
+    measured = []
+    for which in names:
+        if which not in record["rates"] or record["epochs"][which] >= first_epoch:
+            break
+        measured.append(which)
+    return measured

@@ -80,10 +80,12 @@ def test_a_resume_takes_up_the_rates_of_checkpointed_epochs_of_the_same_setting(
 
 @pytest.mark.parametrize("values, first_epoch, recorded, runs", [
     ({}, 0, None, True), ({"epochs": 5}, 2, None, True), ({"epochs": 5}, 3, None, False),
-    ({"epochs": 5}, 4, RECORD, True), ({"try_alone": False}, 0, None, False),
+    # RECORD's plan measured in epoch 3: one epoch alone and one on the faster still
+    ({"epochs": 6}, 4, RECORD, True), ({"epochs": 5}, 4, RECORD, False),
+    ({"try_alone": False}, 0, None, False),
     ({"mesh": "batch:2"}, 0, RECORD, False)])
-def test_the_trial_can_run_with_auto_and_the_epochs_a_fresh_one_needs(values, first_epoch,
-                                                                       recorded, runs):
+def test_the_trial_can_run_with_auto_and_the_epochs_it_still_needs(values, first_epoch,
+                                                                     recorded, runs):
     assert trial_can_run(Settings.of(**values), first_epoch, recorded) is runs
 
 
@@ -111,7 +113,9 @@ def test_where_the_trial_runs_a_split_predicted_faster_at_all_is_planned(
 
 @pytest.mark.parametrize("epochs, first_epoch, recorded, raced", [
     (6, 0, None, True), (4, 0, None, True), (3, 0, None, False), (6, 4, RECORD, False),
-    (6, 4, {**RECORD, "key": {**KEY, "runner_up": {"mesh": "batch:2"}}}, True)])
+    # the plan measured in epoch 3: the runner-up, the device alone and the faster still
+    (7, 4, {**RECORD, "key": {**KEY, "runner_up": {"mesh": "batch:2"}}}, True),
+    (6, 4, {**RECORD, "key": {**KEY, "runner_up": {"mesh": "batch:2"}}}, False)])
 def test_a_layout_priced_within_the_margin_of_the_plan_races_in_the_trial(
         monkeypatch, epochs, first_epoch, recorded, raced):
     """With a 1 ms hand-over at 4e8 B/s the same model prices model:2 at 20.2 ms (19.2 ms
