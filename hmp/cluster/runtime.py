@@ -4,10 +4,13 @@ A cluster is a list of ``host:port`` addresses, one ``python -m hmp.worker``
 process each: a ``tf.distribute.Server`` of the job "worker", task N at the
 N-th address. The list comes from ``--cluster``, TF_CONFIG or Slurm
 (``hmp.cluster.sources``) or from workers started here (``local_cluster``).
-Nothing here speaks its own protocol: the trainer's session connects to task 0
-over gRPC (``grpc://<task 0>``), which acts as TensorFlow's master and runs
-each mesh device's part of the graph on the task that owns it
-(``/job:worker/task:N/device:CPU:0``).
+Nothing here speaks its own protocol: the trainer's sessions connect over gRPC to a
+TensorFlow server of the trainer's own process (``client_server``, the job "client"),
+TensorFlow's master for the cluster: it runs each mesh device's part of the graph on
+the task that owns it (``/job:worker/task:N/device:CPU:0``) and the ops placed nowhere
+(the saver's, the global step's) itself. So no worker does a master's work beside its
+share of a step (on a loaded worker it held every step back), and checkpoints are
+written where the trainer runs.
 
 ``Cluster`` parses and checks a cluster string, names its devices, session
 target and session configuration, finds the worker that stopped answering
@@ -18,6 +21,7 @@ naming it. ``local_cluster`` starts worker processes on free loopback ports
 
 import contextlib
 import dataclasses
+import functools
 import numbers
 import os
 import re
@@ -26,6 +30,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import tensorflow.compat.v1 as tf
@@ -35,7 +40,9 @@ from hmp.cluster.subprocesses import die_with_parent
 from hmp.errors import InvalidInput, is_positive_number
 
 JOB = "worker"
+CLIENT_JOB = "client"   # the trainer's own server, the master of its sessions
 DEFAULT_TIMEOUT_S = 60.0
+CLOSE_WAIT_S = 5.0   # how long ``close_session`` waits for a session to close
 PORTS = range(1, 65536)   # TCP's
 LISTED = "--cluster"   # a Cluster's origin when its addresses were listed (Cluster.parse)
 # The errors TensorFlow raises when a task is gone (Unavailable), does not
@@ -120,6 +127,7 @@ class Cluster:
         return ",".join(self.addresses)
 
     def cluster_spec(self):
+        """The workers' cluster, as each ``hmp.worker`` starts with it."""
         return tf.train.ClusterSpec({JOB: list(self.addresses)})
 
     @property
@@ -127,10 +135,18 @@ class Cluster:
         """One CPU device per task, in task order."""
         return tuple(device(task) for task in range(len(self.addresses)))
 
+    @functools.cached_property
+    def client_address(self):
+        """``host:port`` of this process's server (``client_server``) as the workers
+        reach it: this machine's address towards task 0. The workers connect to it for
+        what the master's own ops give them (a restore's weights)."""
+        host, _, port = self.addresses[0].rpartition(":")
+        return _joined(_address_towards(host, int(port)), _port(client_server().target))
+
     @property
     def target(self):
-        """The session target: task 0, TensorFlow's master for the cluster."""
-        return "grpc://" + self.addresses[0]
+        """The session target: this process's server, TensorFlow's master for the cluster."""
+        return "grpc://" + self.client_address
 
     @property
     def identity(self):
@@ -152,10 +168,15 @@ class Cluster:
 
         Every operation times out after ``timeout_s``. Each session keeps its
         variables to itself (``isolate_session_state``), so they are freed
-        when it closes instead of living on in the workers for the next run.
+        when it closes instead of living on in the workers for the next run. The
+        session's cluster is the workers and this process's server (``target``), which
+        the master tells the workers of (TensorFlow's cluster propagation).
         """
-        return tf.ConfigProto(operation_timeout_in_ms=int(1000 * self.timeout_s),
-                              isolate_session_state=True)
+        config = tf.ConfigProto(operation_timeout_in_ms=int(1000 * self.timeout_s),
+                                isolate_session_state=True)
+        config.cluster_def.CopyFrom(tf.train.ClusterSpec(
+            {CLIENT_JOB: [self.client_address], JOB: list(self.addresses)}).as_cluster_def())
+        return config
 
     def check_devices(self, devices):
         """``ValueError`` unless every device belongs to a task of this cluster."""
@@ -273,6 +294,60 @@ class Cluster:
                 type(error), "is unreachable")
             raise WorkerUnavailable("%s %s (%s)%s" % (who, reason, _summary(error), hint)
                                     ) from None
+
+
+def close_session(session, wait_s=CLOSE_WAIT_S):
+    """Closes ``session``, waiting at most ``wait_s`` seconds.
+
+    After a step failed on a lost worker, TensorFlow's master closes the session only
+    once its clean-up of that step on the lost worker has timed out (the cluster's
+    timeout): the close then goes on, on a thread of its own, and the caller goes on
+    (e.g. to report the lost worker and exit). An error of a close that ends in time
+    is raised."""
+    errors = []
+
+    def close():
+        try:
+            session.close()
+        except Exception as error:   # pylint: disable=broad-except  (raised below)
+            errors.append(error)
+
+    closing = threading.Thread(target=close, name="closing a session", daemon=True)
+    closing.start()
+    closing.join(wait_s)
+    if errors:
+        raise errors[0]
+
+
+@functools.cache
+def client_server():
+    """This process's TensorFlow server, started at its first call and kept while the
+    process lives (TensorFlow cannot stop one): the master of every session on a
+    cluster (``Cluster.target``). It listens on a free port of every interface."""
+    return tf.distribute.Server.create_local_server()
+
+
+def _port(target):
+    return int(target.rpartition(":")[2])
+
+
+def _joined(host, port):
+    """``host:port``, an IPv6 host in brackets."""
+    return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
+
+
+def _address_towards(host, port):
+    """The address of this machine's interface on the route to ``host`` (a datagram
+    socket's, connected to it: nothing is sent); ``host`` itself if it does not resolve
+    (the cluster's own checks then name it)."""
+    try:
+        family, kind, _, _, peer = socket.getaddrinfo(host.strip("[]"), port,
+                                                      type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, kind) as probe:
+            probe.connect(peer)
+            return probe.getsockname()[0]
+    except OSError:
+        return host
 
 
 def _accepts_connections(address, timeout_s):

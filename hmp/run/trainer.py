@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from hmp.cli import TrainingError   # defined in cli; callers may use hmp.run.trainer.TrainingError
+from hmp.cluster.runtime import close_session
 from hmp.errors import InvalidInput
 from hmp.graph.augment import SYMMETRIES, symmetry_probabilities
 from hmp.run import events
@@ -227,7 +228,7 @@ class Trainer:
             with graph.tf_graph.as_default():
                 self.writer = tf.summary.FileWriter(model_dir, graph.tf_graph)
         except BaseException:
-            self.session.close()
+            close_session(self.session)
             raise
 
     # -- state ---------------------------------------------------------------
@@ -482,6 +483,8 @@ class Trainer:
         return np.concatenate(variants, axis=1)
 
     def close(self):
+        """Closes the event file and the session (``close_session``: a session whose
+        step failed on a lost worker is left to close on its own)."""
         self.writer.close()
-        self.session.close()
+        close_session(self.session)
 

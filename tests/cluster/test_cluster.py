@@ -14,14 +14,15 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
 from cli_batch import run_batch, started, wait_for_file
-from hmp.cluster.runtime import (Cluster, WorkerUnavailable, free_loopback_ports, local_cluster,
-                                 parse_cpus)
+from hmp.cluster.runtime import (Cluster, WorkerUnavailable, client_server, close_session,
+                                 device, free_loopback_ports, local_cluster, parse_cpus)
 from hmp.errors import InvalidInput
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Placement
@@ -98,6 +99,53 @@ def test_stopped_worker_ends_the_step_with_its_name(workers):
     assert str(error.value).startswith(
         "worker 1 (%s) did not answer within 2 s" % cluster.addresses[1])
     assert str(error.value).endswith("; hint")
+
+
+def test_the_trainers_process_is_the_master_and_runs_the_ops_placed_nowhere(workers, tmp_path):
+    """The session's master is this process's own server (the job "client"): the ops
+    given no device (the global step's, the saver's) run here, not on task 0, and a
+    restore hands the weights saved here back to a worker."""
+    cluster = workers.cluster
+    assert cluster.target == "grpc://127.0.0.1:%s" % client_server().target.rpartition(":")[2]
+    with tf.Graph().as_default():
+        step = tf.train.get_or_create_global_step()
+        with tf.device(device(1)):
+            weights = tf.Variable([1.0, 2.0, 3.0])
+        scale = weights.assign(weights * 2.0)
+        count = step.assign_add(1)
+        saver = tf.train.Saver()
+        devices_run = set()
+        with tf.Session(cluster.target, config=cluster.session_config()) as session:
+            session.run(tf.global_variables_initializer())
+            metadata = tf.RunMetadata()
+            session.run([scale, count], options=tf.RunOptions(output_partition_graphs=True),
+                        run_metadata=metadata)
+            devices_run = {node.device for graph in metadata.partition_graphs
+                           for node in graph.node}
+            saved = saver.save(session, str(tmp_path / "ckpt"))
+            session.run([scale, count])
+            saver.restore(session, saved)
+            np.testing.assert_array_equal(session.run(weights), [2.0, 4.0, 6.0])
+            assert session.run(step) == 1
+    assert devices_run == {"/job:client/replica:0/task:0/device:CPU:0",
+                           "/job:worker/replica:0/task:1/device:CPU:0"}
+    assert os.path.exists(saved + ".index")
+
+
+def test_a_session_whose_step_failed_on_a_lost_worker_is_left_to_close_on_its_own():
+    """TensorFlow's master closes such a session only once its clean-up of the failed step
+    on the lost worker has timed out (60 s here); ``close_session`` returns before."""
+    with local_cluster(2) as workers, tf.Graph().as_default():
+        with tf.device(device(1)):
+            total = tf.reduce_sum(tf.ones([4]))
+        session = tf.Session(workers.target, config=workers.cluster.session_config())
+        assert session.run(total) == 4.0
+        workers.stop(1, signal.SIGKILL)
+        with pytest.raises(tf.errors.UnavailableError):
+            session.run(total)
+        close_session(session, wait_s=0.5)
+        closing = [t for t in threading.enumerate() if t.name == "closing a session"]
+        assert closing and all(t.daemon and t.is_alive() for t in closing)
 
 
 def test_bad_cluster_flags_are_refused():
