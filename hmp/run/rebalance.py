@@ -118,7 +118,9 @@ class Rebalancer:
     as are left: after one slow epoch, within the next one; a new graph that costs more
     waits until the slowdown has lost as much time as the switch costs (ski rental).
     ``waiting`` is the plan it stayed off for that cost alone (it would save the
-    threshold an epoch): the run builds its graph meanwhile (``hmp.run.standby``), and
+    threshold an epoch; of such plans without a graph, the fastest, also beside a kept
+    plan that weighed better for its cheap switch alone): the run builds its graph
+    meanwhile (``hmp.run.standby``), and
     a switch to it then costs a kept graph's (``expect_reuse``). Every plan on the
     regime's devices and the current mesh whose graph is kept stays in play, priced from
     the mean speeds as the fresh plan is when it has not run in the regime: after the
@@ -215,12 +217,16 @@ class Rebalancer:
         if not candidates:
             return None
         epochs = min(regime.epochs, epochs_left)
+        rows = [((current - seconds) * epochs - self._cost(key, kept), seconds, key, other)
+                for key, (other, seconds) in candidates.items()]
         net, seconds, key, best = max(   # the most saved; of equals, the fastest
-            (((current - seconds) * epochs - self._cost(key, kept), seconds, key, other)
-             for key, (other, seconds) in candidates.items()),
-            key=lambda row: (row[0], -row[1]))
-        saves = seconds <= (1 - self.threshold) * current
-        pays = net > 0 and saves
+            rows, key=lambda row: (row[0], -row[1]))
+        fast = (1 - self.threshold) * current   # a plan must run in this to save
+        pays = net > 0 and seconds <= fast
+        unbuilt = [row for row in rows if row[2] not in kept and row[1] <= fast]
+        if not pays and unbuilt:   # weighed for a standby: the fastest plan without a graph
+            net, seconds, key, best = min(unbuilt, key=lambda row: row[1])
+        saves = seconds <= fast
         standby = ""
         if saves and not pays and key not in kept:
             # made ready during the next epoch, it saves over the epochs after it

@@ -223,6 +223,23 @@ def test_a_plan_kept_off_by_its_graphs_cost_is_waited_for_then_switched_to_when_
     assert rebalancer.choose(even, 10, epochs_left=5) is None and rebalancer.waiting is None
 
 
+def test_a_plan_without_a_graph_is_waited_for_beside_a_kept_one_that_saves_nothing():
+    """The plan kept from before is slower on today's speeds (it loads the device now slowed
+    yet more): the plan off that device, whose new graph does not pay back within the
+    regime's epoch, is still the one built meanwhile."""
+    even, skewed = batch_plan([1, 1]), batch_plan([3, 1])   # [32, 32], [48, 16]
+    rebalancer = rebalance.Rebalancer(spec(), threshold=0.1)
+    measured(rebalancer, even, [1.0, 1.0], 100.0)
+    measured(rebalancer, skewed, [1.5, 0.5], 95.0)   # kept, within 5% of the even plan
+    measured(rebalancer, even, [3.0, 1.0], 64.0)     # device 0 a third as fast: a new regime
+    rebalancer.cost.update(build=20.0, reuse=0.5)
+    assert rebalancer.choose(even, 10, epochs_left=5, kept={rebalance.plan_key(skewed)}) is None
+    assert rebalancer.waiting.splits == {"batch": [16, 48]}
+    assert rebalancer.message == (   # the kept plan: 10 s x 4.5 / 3 = 15 s (net -5.5 s)
+        "re-balancing: batch [16, 48] predicted 5.00 s an epoch against 10.00 s on "
+        "batch [32, 32]; switch 20.00 s (new graph), saved over 1 epoch: staying")
+
+
 def steady(steps, seconds):
     """The EpochStats of a disturbed part of ``steps`` steps of 64 samples, steady over
     ``seconds`` (its start left out: 3 s beyond)."""
