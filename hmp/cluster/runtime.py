@@ -22,6 +22,7 @@ naming it. ``local_cluster`` starts worker processes on free loopback ports
 import contextlib
 import dataclasses
 import functools
+import ipaddress
 import numbers
 import os
 import re
@@ -43,6 +44,9 @@ JOB = "worker"
 CLIENT_JOB = "client"   # the trainer's own server, the master of its sessions
 DEFAULT_TIMEOUT_S = 60.0
 CLOSE_WAIT_S = 5.0   # how long ``close_session`` waits for a session to close
+# The trainer's host as the workers reach it, where its address on the route to them is
+# not (NAT, a container); ``Cluster.client_address``.
+TRAINER_HOST_ENV = "HMP_TRAINER_HOST"
 PORTS = range(1, 65536)   # TCP's
 LISTED = "--cluster"   # a Cluster's origin when its addresses were listed (Cluster.parse)
 # The errors TensorFlow raises when a task is gone (Unavailable), does not
@@ -138,10 +142,15 @@ class Cluster:
     @functools.cached_property
     def client_address(self):
         """``host:port`` of this process's server (``client_server``) as the workers
-        reach it: this machine's address towards task 0. The workers connect to it for
-        what the master's own ops give them (a restore's weights)."""
-        host, _, port = self.addresses[0].rpartition(":")
-        return _joined(_address_towards(host, int(port)), _port(client_server().target))
+        reach it: ``$HMP_TRAINER_HOST``, else this machine's address on the route to the
+        first worker it does not reach on its loopback interface (else to task 0). The
+        workers connect to it for what the master's own ops give them (the master
+        weights, a restore's)."""
+        found = [_address_towards(*address.rpartition(":")[::2])
+                 for address in self.addresses]
+        host = os.environ.get(TRAINER_HOST_ENV) or next(
+            (ip for ip in found if not _is_loopback(ip)), found[0])
+        return _joined(host, _port(client_server().target))
 
     @property
     def target(self):
@@ -233,6 +242,29 @@ class Cluster:
             raise WorkerUnavailable("%s cannot run ops on every task of %s: was each worker "
                                     "started with this cluster (%s)?"
                                     % (self.describe(0), self.spec, self.origin))
+        if not self.reach_trainer(timeout_s=min(10.0, self.timeout_s)):
+            raise WorkerUnavailable(
+                "the workers of %s cannot reach this trainer at %s (its address on the route "
+                "to them): set %s to an address of this machine that they reach"
+                % (self.spec, self.client_address, TRAINER_HOST_ENV))
+
+    def reach_trainer(self, timeout_s=5.0):
+        """True if every task receives a value from this process's server (the master,
+        at ``client_address``) within ``timeout_s``."""
+        config = self.session_config()
+        config.operation_timeout_in_ms = int(1000 * timeout_s)
+        with tf.Graph().as_default():
+            with tf.device("/job:%s/task:0/device:CPU:0" % CLIENT_JOB):
+                one = tf.constant(1)
+            received = []
+            for task in range(len(self.addresses)):
+                with tf.device(device(task)):
+                    received.append(tf.identity(one))
+            try:
+                with tf.Session(self.target, config=config) as session:
+                    return session.run(tf.add_n(received)) == len(received)
+            except tf.errors.OpError:
+                return False
 
     def _check_addresses(self):
         """``WorkerUnavailable`` naming the first task whose host does not resolve, or
@@ -297,7 +329,7 @@ class Cluster:
 
 
 def close_session(session, wait_s=CLOSE_WAIT_S):
-    """Closes ``session``, waiting at most ``wait_s`` seconds.
+    """Closes ``session``, waiting at most ``wait_s`` seconds; True if it closed by then.
 
     After a step failed on a lost worker, TensorFlow's master closes the session only
     once its clean-up of that step on the lost worker has timed out (the cluster's
@@ -317,6 +349,7 @@ def close_session(session, wait_s=CLOSE_WAIT_S):
     closing.join(wait_s)
     if errors:
         raise errors[0]
+    return not closing.is_alive()
 
 
 @functools.cache
@@ -340,14 +373,22 @@ def _address_towards(host, port):
     """The address of this machine's interface on the route to ``host`` (a datagram
     socket's, connected to it: nothing is sent); ``host`` itself if it does not resolve
     (the cluster's own checks then name it)."""
+    host = host.strip("[]")
     try:
-        family, kind, _, _, peer = socket.getaddrinfo(host.strip("[]"), port,
+        family, kind, _, _, peer = socket.getaddrinfo(host, int(port),
                                                       type=socket.SOCK_DGRAM)[0]
         with socket.socket(family, kind) as probe:
             probe.connect(peer)
             return probe.getsockname()[0]
     except OSError:
         return host
+
+
+def _is_loopback(host):
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:   # a name
+        return False
 
 
 def _accepts_connections(address, timeout_s):

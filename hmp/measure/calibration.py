@@ -26,6 +26,7 @@ import time
 
 import tensorflow.compat.v1 as tf
 
+from hmp.cluster.runtime import close_session
 from hmp.graph.from_graph import model_width
 from hmp.planning.costmodel import TRAIN_FLOPS_FACTOR
 
@@ -107,7 +108,7 @@ class ElementwiseStep:
         return time.perf_counter() - start
 
     def close(self):
-        self.session.close()
+        close_session(self.session)   # a lost worker's session closes on its own
 
 
 def describe(device):

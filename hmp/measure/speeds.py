@@ -39,6 +39,7 @@ import time
 
 import numpy as np
 
+from hmp.cluster.runtime import close_session
 from hmp.graph.from_graph import model_spec, model_width
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Placement, Recipe
@@ -104,7 +105,7 @@ class DeviceStep:
         return time.perf_counter() - start
 
     def close(self):
-        self.session.close()
+        close_session(self.session)   # a lost worker's session closes on its own
 
 
 class SplitStep(DeviceStep):

@@ -3,16 +3,16 @@
 A lowered step imports TensorFlow tensors made outside the mesh: the fed pixel indices
 and labels, the ``training``, ``symmetry`` and field-look placeholders, the learning
 rate and the random draws' key, both functions of the global step. Stock Mesh-TF slices
-an import where the tensor lies (the client's task) and every other device receives its
-slice at the start of each step: on a cluster, a dozen hand-overs from task 0 before
-another task can start, and a device that waits on them starts late. With
+an import where the tensor lies (the master's task) and every other device receives its
+slice at the start of each step: on a cluster, a dozen hand-overs before another task
+can start, and a device that waits on them starts late. With
 ``DeviceInputs`` (``HeteroMeshImpl(..., device_inputs=...)``):
 
 * a fed placeholder is fed to each device directly: the import makes a placeholder of
   the device's slice on each device (``slices``), and :meth:`feed` turns a feed of
   the whole value into the feed of every device's slice. TensorFlow receives every fed
-  value on the client's task (task 0) and sends it on to the device's task within the
-  step, so another task's first op waits for that hand-over at every step;
+  value on the master's task and sends it on to the device's task within the step, so
+  another task's first op waits for that hand-over at every step;
 * a placeholder marked ``keep`` (the step's pixel indices and labels) is also kept on
   the devices: each device holds its slices of a run of steps (``rows``, loaded once
   per epoch by :meth:`load`, one hand-over per epoch) and a step that does not feed it

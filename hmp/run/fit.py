@@ -106,7 +106,7 @@ def fit(settings, get_model, argv=()):
 def _run_folders(settings, get_model):
     """(the run's folder, each seed's), checked (``hmp.run.resume``: a used one needs
     --resume or --overwrite; --resume goes on with the run's graph). On a cluster
-    absolute paths: task 0 writes the checkpoints, and no path relative to its folder."""
+    absolute paths, as the saver's ops (in this process's server) take them."""
     placement = settings.placement
     model_dir = settings.model_dir
     if placement.cluster is not None or placement.local_workers is not None:

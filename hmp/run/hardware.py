@@ -1,7 +1,7 @@
 """What a fit trains on, checked before any work: the devices (``--devices``, else this
 machine's or the cluster's), their speeds (``--speeds``'s numbers, or None: measured),
 a ``--plan`` file's plan, ``--simulate_slowdown``'s factors, and the sessions' config
-and target (this process, or the cluster's task 0).
+and target (this process, or its own server, the master for the cluster).
 
 Every seed of a fit shares one :class:`Hardware`; the plan on it is made per seed
 (``hmp.run.plan_choice``), where the model is known.

@@ -14,7 +14,6 @@ import select
 import signal
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -143,9 +142,21 @@ def test_a_session_whose_step_failed_on_a_lost_worker_is_left_to_close_on_its_ow
         workers.stop(1, signal.SIGKILL)
         with pytest.raises(tf.errors.UnavailableError):
             session.run(total)
-        close_session(session, wait_s=0.5)
-        closing = [t for t in threading.enumerate() if t.name == "closing a session"]
-        assert closing and all(t.daemon and t.is_alive() for t in closing)
+        assert not close_session(session, wait_s=0.5)
+
+
+def test_workers_that_cannot_reach_the_trainer_are_refused_in_one_line(workers, monkeypatch):
+    monkeypatch.setenv("HMP_TRAINER_HOST", "trainer.invalid")   # a name nobody resolves
+    cluster = Cluster(workers.cluster.addresses, timeout_s=2)
+    assert cluster.client_address.startswith("trainer.invalid:")
+    with pytest.raises(WorkerUnavailable) as error:
+        cluster.check_answers()
+    assert str(error.value) == (
+        "the workers of %s cannot reach this trainer at %s (its address on the route to "
+        "them): set HMP_TRAINER_HOST to an address of this machine that they reach"
+        % (cluster.spec, cluster.client_address))
+    monkeypatch.delenv("HMP_TRAINER_HOST")
+    Cluster(workers.cluster.addresses, timeout_s=2).check_answers()   # 127.0.0.1: reached
 
 
 def test_bad_cluster_flags_are_refused():
