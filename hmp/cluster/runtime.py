@@ -352,6 +352,16 @@ def close_session(session, wait_s=CLOSE_WAIT_S):
     return not closing.is_alive()
 
 
+@contextlib.contextmanager
+def session_on(target, **kwargs):
+    """``tf.Session(target, **kwargs)``, closed by ``close_session`` on leaving."""
+    session = tf.Session(target, **kwargs)
+    try:
+        yield session
+    finally:
+        close_session(session)
+
+
 @functools.cache
 def client_server():
     """This process's TensorFlow server, started at its first call and kept while the

@@ -15,6 +15,7 @@ import dataclasses
 
 import tensorflow.compat.v1 as tf
 
+from hmp.cluster.runtime import session_on
 from hmp.mesh.collectives import host_of, is_cpu
 
 # The widest instruction set a CPU's flags name, and its float32 lanes, widest first.
@@ -49,7 +50,7 @@ def channel_blocks(devices, target=None, session_config=None):
             for host, device in hosts.items():
                 with tf.device(device):
                     reads[host] = tf.io.read_file(CPU_FLAGS_FILE)
-        with tf.Session(target or "", graph=graph, config=session_config) as session:
+        with session_on(target or "", graph=graph, config=session_config) as session:
             for host, read in reads.items():
                 try:
                     lanes[host] = lanes_of(session.run(read).decode("utf-8", "replace"))

@@ -32,6 +32,7 @@ import time
 
 import tensorflow.compat.v1 as tf
 
+from hmp.cluster.runtime import session_on
 from hmp.hosts import group_by_host
 from hmp.mesh.collectives import host_of, is_cpu
 from hmp.planning import LinkSpec
@@ -120,7 +121,7 @@ def handover_seconds(pair, target=None, session_config=None, repeats=9, busy=())
             with tf.device(pair[0]):
                 start = tf.Variable(tf.zeros([nbytes // 4]))
             chains.append([hop_chain(start, pair, hops) for hops in (1, HOPS + 1)])
-        with tf.Session(target or "", config=no_rewrites(session_config)) as session, \
+        with session_on(target or "", config=no_rewrites(session_config)) as session, \
                 running(busy):
             session.run(tf.global_variables_initializer())
             for short, long in chains:  # warm-up
