@@ -21,6 +21,7 @@ import time
 
 import tensorflow.compat.v1 as tf
 
+from hmp.cluster.runtime import CLOSE_WAIT_S
 from hmp.run import rebalance
 from hmp.run.look_yield import LookYield
 from hmp.run.standby import Standby
@@ -170,14 +171,19 @@ class EpochLoop:
 
     def close_all(self, after_error=False):
         """Closes every trainer open (after an error: quietly, the error to report is
-        raised; no session outlives the workers it used)."""
-        for other in [self.trainer, *self.kept.values(),
-                      *([self.standby] if self.standby else [])]:
+        raised, waiting ``CLOSE_WAIT_S`` in all for the trainers' sessions, which a lost
+        worker holds; no session outlives the workers it used)."""
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        for trainer in [self.trainer, *self.kept.values()]:
             if after_error:
                 with contextlib.suppress(tf.errors.OpError):
-                    other.close()
+                    trainer.close(max(0.0, deadline - time.monotonic()))
             else:
-                other.close()
+                trainer.close()
+        if self.standby:
+            with contextlib.suppress(tf.errors.OpError) if after_error else \
+                    contextlib.nullcontext():
+                self.standby.close()
 
     def _record(self, stats):
         """Records an epoch before its checkpoint: the trial's rate goes with it."""

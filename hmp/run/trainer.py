@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from hmp.cli import TrainingError   # defined in cli; callers may use hmp.run.trainer.TrainingError
-from hmp.cluster.runtime import close_session
+from hmp.cluster.runtime import CLOSE_WAIT_S, close_session
 from hmp.errors import InvalidInput
 from hmp.graph.augment import SYMMETRIES, symmetry_probabilities
 from hmp.run import events
@@ -482,9 +482,9 @@ class Trainer:
             return np.zeros((SYMMETRIES if tta else 1, 0, self.experiment.n_classes), np.float32)
         return np.concatenate(variants, axis=1)
 
-    def close(self):
+    def close(self, wait_s=CLOSE_WAIT_S):
         """Closes the event file and the session (``close_session``: a session whose
-        step failed on a lost worker is left to close on its own)."""
+        step failed on a lost worker is left to close on its own after ``wait_s``)."""
         self.writer.close()
-        close_session(self.session)
+        close_session(self.session, wait_s)
 

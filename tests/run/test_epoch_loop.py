@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from hmp.cluster.runtime import CLOSE_WAIT_S
 from hmp.run import epoch_loop, look_yield, rebalance, run_folder
 from hmp.run.settings import Settings
 from hmp.run.standby import Standby
@@ -58,8 +59,8 @@ class StandInTrainer:
     def warm_up(self, look_strength=None):
         self.log.append(("warm_up", self.plan.name))
 
-    def close(self):
-        self.closed = True
+    def close(self, wait_s=None):
+        self.closed, self.close_wait_s = True, wait_s
 
 
 class StandInTrainers:
@@ -172,8 +173,8 @@ def test_training_stops_early_and_close_all_closes_every_trainer(tmp_path, capsy
     assert (loop.best.epoch, loop.best.accuracy, loop.best.path) == (0, 0.5, "best-ckpt")
     assert "early stop: no better validation accuracy for 2 epochs" in capsys.readouterr().out
     assert loop.rebalancer is None and log[0] == ("start", "A", False)
-    loop.close_all(after_error=True)
-    assert trainers.made["A"].closed
+    loop.close_all(after_error=True)   # its session's close waited for within CLOSE_WAIT_S
+    assert trainers.made["A"].closed and 0 < trainers.made["A"].close_wait_s <= CLOSE_WAIT_S
 
 
 class WaitingRebalancer(ScriptedRebalancer):
