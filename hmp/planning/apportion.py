@@ -50,8 +50,8 @@ def check_speeds(speeds, names=None):
         raise InvalidInput("speeds is empty: need one speed per device")
     if names is not None and len(speeds) != len(names):
         raise InvalidInput(
-            f"got {len(speeds)} speeds for {len(names)} devices: "
-            "need exactly one speed per device")
+            f"got {len(speeds)} speed{'s' * (len(speeds) != 1)} for {len(names)} "
+            f"device{'s' * (len(names) != 1)}: need exactly one speed per device")
     for i, speed in enumerate(speeds):
         if speed is None:
             raise InvalidInput(f"{describe_device(i, names)} has no speed (None)")

@@ -134,6 +134,8 @@ def test_bad_speeds(speeds, message):
 def test_bad_speed_is_named_by_device_name():
     with pytest.raises(ValueError, match=r"/cpu:0 has speed 0"):
         apportion(12, [70, 0], names=["/gpu:0", "/cpu:0"])
+    with pytest.raises(ValueError, match="got 2 speeds for 1 device: need"):
+        apportion(10, [1.0, 2.0], names=["a"])
     with pytest.raises(ValueError, match="got 2 speeds for 3 devices"):
         apportion(12, [70, 5], names=["a", "b", "c"])
 
