@@ -10,6 +10,7 @@ and keeps its traceback (exit code 1).
 import contextlib
 import importlib
 import os
+import re
 import signal
 import sys
 
@@ -125,8 +126,30 @@ def _parse_flags(prog):
         except flags.CantOpenFlagFileError as error:   # absl's "ERROR:: Unable to open ..."
             _fail(prog, _unreadable_flagfile(argv) or str(error).replace("ERROR:: ", "", 1), 2)
         except flags.Error as error:
-            _fail(prog, error, 2)
+            _fail(prog, _flag_error(error), 2)
     return parse
+
+
+# absl's words for a value its parser refuses, and what is allowed instead
+_ABSL_REFUSALS = (
+    (re.compile(r"^flag --(\w+)=(.*?): invalid literal for int\(\) with base 10: .*$"),
+     "--%s=%s: not a whole number"),
+    (re.compile(r"^flag --(\w+)=(.*?): could not convert string to float: .*$"),
+     "--%s=%s: not a number"),
+    (re.compile(r"^flag --(\w+)=None: Flag --\w+ must have a value other than None\.$"),
+     "--%s is required"),
+)
+
+
+def _flag_error(error):
+    """absl's message of a flag it refused, in hmp's words where absl's are Python's
+    (``--batch_size=abc: not a whole number``)."""
+    text = str(error)
+    for pattern, words in _ABSL_REFUSALS:
+        found = pattern.match(text)
+        if found:
+            return words % found.groups()
+    return text
 
 
 def _unreadable_flagfile(argv):

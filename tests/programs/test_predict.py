@@ -342,6 +342,12 @@ def test_a_device_list_of_no_device_is_refused_naming_the_flag(run, tmp_path):
     assert not out.exists()
 
 
+def test_a_missing_model_dir_is_refused_in_hmps_words():
+    refused, = run_batch("hmp.predict", [{"args": []}])
+    assert (refused.returncode, refused.stderr) == (
+        2, "hmp.predict: error: --model_dir is required\n")
+
+
 def test_a_file_scenes_flag_for_a_named_scene_is_refused_as_hmp_train_refuses_it(run, tmp_path):
     """--labels, --cube_key and --labels_key would be ignored for the run's synthetic scene
     (or a benchmark scene named): one line, as hmp.train says it, nothing written."""
