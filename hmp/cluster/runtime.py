@@ -207,16 +207,11 @@ class Cluster:
         config = tf.ConfigProto(operation_timeout_in_ms=int(1000 * timeout_s),
                                 device_filters=["/job:%s/task:%d" % (JOB, t)
                                                 for t in {via, *tasks}])
-        with tf.Graph().as_default():
-            ones = []
+        def ones():
             for task in tasks:
                 with tf.device(device(task)):
-                    ones.append(tf.constant(1))
-            try:
-                with tf.Session("grpc://" + self.addresses[via], config=config) as session:
-                    return session.run(tf.add_n(ones)) == len(ones)
-            except tf.errors.OpError:
-                return False
+                    yield tf.constant(1)
+        return _each_gives_one("grpc://" + self.addresses[via], config, ones)
 
     def check_answers(self, say=None):
         """Raises ``WorkerUnavailable`` naming a task whose host is unknown here, two
@@ -253,18 +248,14 @@ class Cluster:
         at ``client_address``) within ``timeout_s``."""
         config = self.session_config()
         config.operation_timeout_in_ms = int(1000 * timeout_s)
-        with tf.Graph().as_default():
+
+        def received():
             with tf.device("/job:%s/task:0/device:CPU:0" % CLIENT_JOB):
                 one = tf.constant(1)
-            received = []
             for task in range(len(self.addresses)):
                 with tf.device(device(task)):
-                    received.append(tf.identity(one))
-            try:
-                with tf.Session(self.target, config=config) as session:
-                    return session.run(tf.add_n(received)) == len(received)
-            except tf.errors.OpError:
-                return False
+                    yield tf.identity(one)
+        return _each_gives_one(self.target, config, received)
 
     def _check_addresses(self):
         """``WorkerUnavailable`` naming the first task whose host does not resolve, or
@@ -326,6 +317,19 @@ class Cluster:
                 type(error), "is unreachable")
             raise WorkerUnavailable("%s %s (%s)%s" % (who, reason, _summary(error), hint)
                                     ) from None
+
+
+def _each_gives_one(target, config, ones):
+    """True if the tensors ``ones()`` makes in a graph of its own (each 1, on a device of
+    the cluster) sum to their number in a session on ``target``; False on any error of
+    TensorFlow's (e.g. ``config``'s operation timeout)."""
+    with tf.Graph().as_default():
+        made = list(ones())
+        try:
+            with tf.Session(target, config=config) as session:
+                return session.run(tf.add_n(made)) == len(made)
+        except tf.errors.OpError:
+            return False
 
 
 def close_session(session, wait_s=CLOSE_WAIT_S):

@@ -173,16 +173,15 @@ class EpochLoop:
         """Closes every trainer open (after an error: quietly, the error to report is
         raised, waiting ``CLOSE_WAIT_S`` in all for the trainers' sessions, which a lost
         worker holds; no session outlives the workers it used)."""
+        quietly = functools.partial(contextlib.suppress, tf.errors.OpError) if after_error \
+            else contextlib.nullcontext
         deadline = time.monotonic() + CLOSE_WAIT_S
         for trainer in [self.trainer, *self.kept.values()]:
-            if after_error:
-                with contextlib.suppress(tf.errors.OpError):
-                    trainer.close(max(0.0, deadline - time.monotonic()))
-            else:
-                trainer.close()
+            with quietly():
+                trainer.close(max(0.0, deadline - time.monotonic()) if after_error
+                              else CLOSE_WAIT_S)
         if self.standby:
-            with contextlib.suppress(tf.errors.OpError) if after_error else \
-                    contextlib.nullcontext():
+            with quietly():
                 self.standby.close()
 
     def _record(self, stats):

@@ -14,6 +14,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -131,18 +132,34 @@ def test_the_trainers_process_is_the_master_and_runs_the_ops_placed_nowhere(work
     assert os.path.exists(saved + ".index")
 
 
-def test_a_session_whose_step_failed_on_a_lost_worker_is_left_to_close_on_its_own():
-    """TensorFlow's master closes such a session only once its clean-up of the failed step
-    on the lost worker has timed out (60 s here); ``close_session`` returns before."""
-    with local_cluster(2) as workers, tf.Graph().as_default():
-        with tf.device(device(1)):
-            total = tf.reduce_sum(tf.ones([4]))
-        session = tf.Session(workers.target, config=workers.cluster.session_config())
-        assert session.run(total) == 4.0
-        workers.stop(1, signal.SIGKILL)
-        with pytest.raises(tf.errors.UnavailableError):
-            session.run(total)
-        assert not close_session(session, wait_s=0.5)
+class StandInSession:
+    """A session whose ``close`` blocks until ``release`` is set (as TensorFlow's master
+    holds a session whose step failed on a lost worker until the cluster's timeout),
+    then raises ``error`` if given."""
+
+    def __init__(self, error=None):
+        self.release, self.closed, self.error = threading.Event(), threading.Event(), error
+
+    def close(self):
+        self.release.wait(60)   # bounded: a close_session that waits fails, not hangs
+        self.closed.set()
+        if self.error:
+            raise self.error
+
+
+def test_a_session_that_does_not_close_in_time_is_left_to_close_on_its_own():
+    held = StandInSession()
+    assert close_session(held, wait_s=0) is False   # returned while the close goes on
+    assert not held.closed.is_set()
+    held.release.set()
+    assert held.closed.wait(60)   # and it closes on its thread once let go
+    quick = StandInSession()
+    quick.release.set()
+    assert close_session(quick, wait_s=None) is True
+    failing = StandInSession(tf.errors.UnavailableError(None, None, "gone"))
+    failing.release.set()
+    with pytest.raises(tf.errors.UnavailableError, match="gone"):
+        close_session(failing, wait_s=None)   # an error of a close in time is raised
 
 
 def test_workers_that_cannot_reach_the_trainer_are_refused_in_one_line(workers, monkeypatch):

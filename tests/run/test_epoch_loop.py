@@ -4,6 +4,7 @@ graph kept, a plan waited for is made ready by a standby and then switched to by
 restore; early stop; every spare trainer is closed before classifying."""
 
 import dataclasses
+import types
 
 import pytest
 
@@ -164,7 +165,7 @@ def test_switches_build_a_new_plan_reuse_a_kept_one_and_take_a_standby(tmp_path,
     assert len(run_folder.read_json(str(tmp_path / run_folder.HISTORY))["history"]) == 6
 
 
-def test_training_stops_early_and_close_all_closes_every_trainer(tmp_path, capsys):
+def test_training_stops_early_and_close_all_closes_every_trainer(tmp_path, capsys, monkeypatch):
     log = []
     trainers = StandInTrainers(log, accuracies={0: 0.5, 1: 0.4, 2: 0.3})
     loop = _loop(tmp_path, trainers, epochs=5, patience=2)
@@ -173,8 +174,10 @@ def test_training_stops_early_and_close_all_closes_every_trainer(tmp_path, capsy
     assert (loop.best.epoch, loop.best.accuracy, loop.best.path) == (0, 0.5, "best-ckpt")
     assert "early stop: no better validation accuracy for 2 epochs" in capsys.readouterr().out
     assert loop.rebalancer is None and log[0] == ("start", "A", False)
-    loop.close_all(after_error=True)   # its session's close waited for within CLOSE_WAIT_S
-    assert trainers.made["A"].closed and 0 < trainers.made["A"].close_wait_s <= CLOSE_WAIT_S
+    with monkeypatch.context() as frozen:   # no time passes: the whole wait is its own
+        frozen.setattr(epoch_loop, "time", types.SimpleNamespace(monotonic=lambda: 100.0))
+        loop.close_all(after_error=True)   # its session's close waited for CLOSE_WAIT_S in all
+    assert trainers.made["A"].closed and trainers.made["A"].close_wait_s == CLOSE_WAIT_S
 
 
 class WaitingRebalancer(ScriptedRebalancer):
