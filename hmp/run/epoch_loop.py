@@ -172,17 +172,15 @@ class EpochLoop:
     def close_all(self, after_error=False):
         """Closes every trainer open (after an error: quietly, the error to report is
         raised, waiting ``CLOSE_WAIT_S`` in all for the trainers' sessions, which a lost
-        worker holds; no session outlives the workers it used)."""
+        worker holds, and a standby's build; no session outlives the workers it used)."""
         quietly = functools.partial(contextlib.suppress, tf.errors.OpError) if after_error \
             else contextlib.nullcontext
         deadline = time.monotonic() + CLOSE_WAIT_S
-        for trainer in [self.trainer, *self.kept.values()]:
+        standby = [self.standby] if self.standby else []
+        for closing in [self.trainer, *self.kept.values(), *standby]:
             with quietly():
-                trainer.close(max(0.0, deadline - time.monotonic()) if after_error
+                closing.close(max(0.0, deadline - time.monotonic()) if after_error
                               else CLOSE_WAIT_S)
-        if self.standby:
-            with quietly():
-                self.standby.close()
 
     def _record(self, stats):
         """Records an epoch before its checkpoint: the trial's rate goes with it."""

@@ -17,6 +17,8 @@ import contextlib
 import threading
 import time
 
+from hmp.cluster.runtime import CLOSE_WAIT_S
+
 
 class Standby:
     """Builds ``plan``'s trainer with ``build(plan)`` on a thread, then restores the
@@ -26,13 +28,16 @@ class Standby:
 
     ``ready``: the trainer is there (``take()`` hands it over); ``failed``: the error
     the build raised (``take()`` raises it); ``wait()`` returns once either holds;
-    ``close()`` waits and closes a trainer that was not taken.
+    ``close(wait_s)`` closes a trainer that was not taken, waiting at most ``wait_s``
+    for the build: a build still under way then closes its trainer itself when it ends
+    (a build on a lost worker waits for TensorFlow's operation timeout).
     """
 
     def __init__(self, plan, build, checkpoint, warm_up):
         self.plan = plan
         self.restore_seconds = None
         self._trainer, self._error = None, None
+        self._lock, self._closed = threading.Lock(), False
         self._thread = threading.Thread(target=self._prepare,
                                         args=(build, checkpoint, warm_up),
                                         name="hmp-standby", daemon=True)
@@ -53,7 +58,12 @@ class Standby:
                 with contextlib.suppress(Exception):   # e.g. its worker is gone
                     trainer.close()
             return
-        self._trainer = trainer
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._trainer = trainer
+        if closed:   # nobody will take it
+            trainer.close()
 
     @property
     def ready(self):
@@ -75,9 +85,13 @@ class Standby:
         trainer, self._trainer = self._trainer, None
         return trainer
 
-    def close(self):
-        """Waits for the build to end and closes its trainer unless taken."""
-        self.wait()
-        if self._trainer is not None:
-            self._trainer.close()
-            self._trainer = None
+    def close(self, wait_s=CLOSE_WAIT_S):
+        """Closes the trainer built unless taken, waiting at most ``wait_s`` seconds for
+        the build to end; True if it had ended (else its thread closes what it builds)."""
+        self._thread.join(wait_s)
+        with self._lock:
+            self._closed = True
+            trainer, self._trainer = self._trainer, None
+        if trainer is not None:
+            trainer.close()
+        return not self._thread.is_alive()

@@ -174,10 +174,13 @@ def test_training_stops_early_and_close_all_closes_every_trainer(tmp_path, capsy
     assert (loop.best.epoch, loop.best.accuracy, loop.best.path) == (0, 0.5, "best-ckpt")
     assert "early stop: no better validation accuracy for 2 epochs" in capsys.readouterr().out
     assert loop.rebalancer is None and log[0] == ("start", "A", False)
-    with monkeypatch.context() as frozen:   # no time passes: the whole wait is its own
-        frozen.setattr(epoch_loop, "time", types.SimpleNamespace(monotonic=lambda: 100.0))
-        loop.close_all(after_error=True)   # its session's close waited for CLOSE_WAIT_S in all
-    assert trainers.made["A"].closed and trainers.made["A"].close_wait_s == CLOSE_WAIT_S
+    loop.standby = standby = StandInTrainer(B, log)   # a standby's build under way: closed too
+    clock = iter([100.0, 100.0 + CLOSE_WAIT_S / 4, 100.0 + CLOSE_WAIT_S / 2])
+    with monkeypatch.context() as timed:   # the first close took a quarter of the wait
+        timed.setattr(epoch_loop, "time", types.SimpleNamespace(monotonic=lambda: next(clock)))
+        loop.close_all(after_error=True)   # the sessions' closes wait CLOSE_WAIT_S in all
+    assert trainers.made["A"].closed and trainers.made["A"].close_wait_s == CLOSE_WAIT_S * 3 / 4
+    assert standby.closed and standby.close_wait_s == CLOSE_WAIT_S / 2
 
 
 class WaitingRebalancer(ScriptedRebalancer):

@@ -55,7 +55,8 @@ def test_a_standby_builds_restores_and_warms_up_on_its_thread_then_hands_over(mo
 def test_a_standby_closes_what_it_built_when_not_taken_or_when_it_fails():
     log = []
     standby = Standby("plan", lambda plan: FakeTrainer(log), lambda: "ckpt", lambda t: None)
-    standby.close()
+    standby.wait()
+    assert standby.close() is True
     assert log[-1] == "close" and not standby.ready
 
     def failing_warm_up(trainer):
@@ -66,6 +67,22 @@ def test_a_standby_closes_what_it_built_when_not_taken_or_when_it_fails():
     with pytest.raises(tf.errors.UnavailableError):
         standby.take()
     assert isinstance(standby.failed, tf.errors.UnavailableError) and log[-1] == "close"
+
+
+def test_a_standby_closed_while_building_returns_at_once_and_its_build_closes_its_trainer():
+    log, release = [], threading.Event()
+
+    def build(plan):   # a build held up, as on a lost worker until TensorFlow's timeout
+        release.wait(10)
+        return FakeTrainer(log)
+
+    standby = Standby("plan", build, lambda: "ckpt", lambda t: log.append("warm up"))
+    assert standby.close(wait_s=0) is False   # the build still under way
+    assert log == []
+    release.set()
+    standby.wait()
+    assert log == [("restore", "ckpt"), "warm up", ("restore", "ckpt"), "close"]
+    assert not standby.ready   # nothing left to take
 
 
 def test_a_switch_to_a_standby_trains_on_as_the_run_would_have(tmp_path):
