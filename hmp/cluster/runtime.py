@@ -47,6 +47,9 @@ CLOSE_WAIT_S = 5.0   # how long ``close_session`` waits for a session to close
 # The trainer's host as the workers reach it, where its address on the route to them is
 # not (NAT, a container); ``Cluster.client_address``.
 TRAINER_HOST_ENV = "HMP_TRAINER_HOST"
+# The port the trainer's server listens on (``client_server``), for a firewall that opens
+# one; unset: a free one.
+TRAINER_PORT_ENV = "HMP_TRAINER_PORT"
 PORTS = range(1, 65536)   # TCP's
 LISTED = "--cluster"   # a Cluster's origin when its addresses were listed (Cluster.parse)
 # The errors TensorFlow raises when a task is gone (Unavailable), does not
@@ -370,8 +373,31 @@ def session_on(target, **kwargs):
 def client_server():
     """This process's TensorFlow server, started at its first call and kept while the
     process lives (TensorFlow cannot stop one): the master of every session on a
-    cluster (``Cluster.target``). It listens on a free port of every interface."""
-    return tf.distribute.Server.create_local_server()
+    cluster (``Cluster.target``). It listens on every interface, on port
+    ``$HMP_TRAINER_PORT`` (``trainer_port``), else on a free one; an InvalidInput naming
+    the variable when it cannot listen there."""
+    value = os.environ.get(TRAINER_PORT_ENV, "")
+    port = trainer_port(value)
+    if not port:
+        return tf.distribute.Server.create_local_server()
+    try:
+        return tf.distribute.Server({"localhost": ["localhost:%d" % port]}, protocol="grpc",
+                                    start=True)
+    except tf.errors.OpError as error:
+        reason = ("the port is in use on this machine" if port_in_use(port)
+                  else error.message.strip())
+        raise InvalidInput("%s=%s: this trainer cannot listen there: %s"
+                           % (TRAINER_PORT_ENV, value, reason)) from None
+
+
+def trainer_port(value):
+    """The port an ``HMP_TRAINER_PORT`` value names; 0 (a free one) for ""."""
+    if not value:
+        return 0
+    if not value.isdigit() or int(value) not in PORTS:
+        raise InvalidInput("%s=%s: give a port number from %d to %d, or leave it unset for "
+                           "a free one" % (TRAINER_PORT_ENV, value, PORTS[0], PORTS[-1]))
+    return int(value)
 
 
 def _port(target):

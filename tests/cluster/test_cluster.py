@@ -12,6 +12,7 @@ import concurrent.futures
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -20,9 +21,10 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from cli_batch import run_batch, started, wait_for_file
+from cli_batch import HUNG_S, run_batch, started, wait_for_file
 from hmp.cluster.runtime import (Cluster, WorkerUnavailable, client_server, close_session,
-                                 device, free_loopback_ports, local_cluster, parse_cpus)
+                                 device, free_loopback_ports, local_cluster, parse_cpus,
+                                 trainer_port)
 from hmp.errors import InvalidInput
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Placement
@@ -174,6 +176,45 @@ def test_workers_that_cannot_reach_the_trainer_are_refused_in_one_line(workers, 
         % (cluster.spec, cluster.client_address))
     monkeypatch.delenv("HMP_TRAINER_HOST")
     Cluster(workers.cluster.addresses, timeout_s=2).check_answers()   # 127.0.0.1: reached
+
+
+def test_the_trainer_listens_on_the_port_given_and_names_one_it_cannot_take(workers):
+    """In a process of its own: this one's server (``client_server``) is started."""
+    free, taken_port = free_loopback_ports(2)
+    program = (
+        "import os, sys\n"
+        "from hmp.cluster.runtime import Cluster, client_server\n"
+        "from hmp.errors import InvalidInput\n"
+        "os.environ['HMP_TRAINER_PORT'] = sys.argv[1]\n"
+        "try:\n"
+        "    client_server()\n"
+        "except InvalidInput as error:\n"
+        "    print(error)\n"
+        "os.environ['HMP_TRAINER_PORT'] = sys.argv[2]\n"
+        "cluster = Cluster(sys.argv[3].split(','), timeout_s=10)\n"
+        "cluster.check_answers()   # the workers reach it there\n"
+        "print(client_server().target, cluster.target)\n")
+    with socket.socket() as taken:
+        taken.bind(("", taken_port))
+        taken.listen()
+        run = subprocess.run([sys.executable, "-c", program, str(taken_port), str(free),
+                              ",".join(workers.cluster.addresses)],
+                             capture_output=True, text=True, timeout=HUNG_S)
+    assert run.returncode == 0, run.stderr[-2000:]
+    refused, served = run.stdout.splitlines()
+    assert refused == ("HMP_TRAINER_PORT=%d: this trainer cannot listen there: the port is "
+                       "in use on this machine" % taken_port)
+    own, master = served.split()
+    assert own == "grpc://localhost:%d" % free and master == "grpc://127.0.0.1:%d" % free
+
+
+@pytest.mark.parametrize("value", ["x", "0", "65536", "-1", "80.5"])
+def test_a_trainer_port_that_is_no_port_is_refused_in_one_line(value):
+    with pytest.raises(InvalidInput) as error:
+        trainer_port(value)
+    assert str(error.value) == ("HMP_TRAINER_PORT=%s: give a port number from 1 to 65535, "
+                                "or leave it unset for a free one" % value)
+    assert (trainer_port(""), trainer_port("8470")) == (0, 8470)
 
 
 def test_bad_cluster_flags_are_refused():
