@@ -127,6 +127,8 @@ def _parse_flags(prog):
             _fail(prog, _unreadable_flagfile(argv) or str(error).replace("ERROR:: ", "", 1), 2)
         except flags.Error as error:
             _fail(prog, _flag_error(error), 2)
+        except SystemExit as exit_:   # absl's --help (--helpfull, ...): its text, then exit 1
+            sys.exit(0 if exit_.code == 1 else exit_.code)   # help asked for is no error
     return parse
 
 

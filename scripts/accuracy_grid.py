@@ -383,5 +383,15 @@ def baselines_available():
     return True, None
 
 
+def _main(args):
+    """``RUN_DIR OUT.json SIDES``: one run's baselines (a job bench_accuracy.py starts)."""
+    asked = args[:1] in (["-h"], ["--help"])
+    if asked or len(args) != 3 or not all(side.isdigit() for side in args[2].split(",")):
+        print(__doc__.strip(), file=sys.stdout if asked else sys.stderr)   # how to use it
+        return 0 if asked else 2
+    score_baselines(args[0], args[1], [int(side) for side in args[2].split(",")])
+    return 0
+
+
 if __name__ == "__main__":
-    score_baselines(sys.argv[1], sys.argv[2], [int(side) for side in sys.argv[3].split(",")])
+    sys.exit(_main(sys.argv[1:]))

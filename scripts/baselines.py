@@ -1,4 +1,4 @@
-"""Simple baselines on exactly the split of an hmp training run: is the CNN worth it?
+r"""Simple baselines on exactly the split of an hmp training run: is the CNN worth it?
 
     python scripts/baselines.py                                  # hmp.train's defaults
     python scripts/baselines.py --synthetic_layout=indian_pines --data_dir=data \
@@ -26,13 +26,17 @@ install -e ".[baselines]"``.
 import dataclasses
 import os
 
-from absl import flags
+from hmp import cli
 
-from baseline_scores import score_run, sklearn_classifiers, window_sides
-from hmp import cli, data, files
-from hmp.evaluation import report
-from hmp.run import experiment, run_folder, scene_flags
-from hmp.run.settings import Settings
+cli.import_tensorflow_quietly()   # before anything imports TensorFlow
+
+from absl import flags  # noqa: E402
+
+from baseline_scores import score_run, sklearn_classifiers, window_sides  # noqa: E402
+from hmp import data, files  # noqa: E402
+from hmp.evaluation import report  # noqa: E402
+from hmp.run import experiment, run_folder, scene_flags  # noqa: E402
+from hmp.run.settings import Settings  # noqa: E402
 
 flags.adopt_module_key_flags(scene_flags)
 flags.DEFINE_string("model_dir", None, "A training run's folder: use the split and data "
@@ -111,8 +115,10 @@ def main(argv):
               scene.blame(*scene.scene_flags(), also=(OSError,))):
             exp = experiment.prepare(config, split)
         leakage = data.split_leakage(exp.split, config.patch_size)
-        print("  %s: %d training / %d test pixels; leakage %.1f%%"
-              % (exp.split.description, len(exp.split.train), len(exp.split.test),
+        held = ("" if not exp.val else " (hmp.train fits %d of the training pixels and "
+                "validates on %d)" % (len(exp.train), len(exp.val)))
+        print("  %s: %d training / %d test pixels%s; leakage %.1f%%"
+              % (exp.split.description, len(exp.split.train), len(exp.split.test), held,
                  100 * leakage), flush=True)
         runs.append({"data": dataclasses.asdict(config), "split": exp.split.description,
                      "leakage": leakage, "scores": score_run(exp, windows)})

@@ -68,25 +68,28 @@ import statistics
 import threading
 import time
 
-import tensorflow.compat.v1 as tf
-from absl import flags
-
 from hmp import cli
-from hmp.cluster.runtime import local_cluster
-from hmp.graph.from_graph import model_spec
-from hmp.graph.graph import TrainingGraph
-from hmp.graph.graph_config import Placement
-from models import model_config
-from hmp.hosts import group_by_host
-from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict
-from hmp.planning.costmodel import FED_BYTES_PER_SAMPLE, per_sample_totals
-from hmp.planning.plan import aligned_columns
-from hmp.measure.calibration import (ElementwiseStep, elementwise_slope, fit_op_size,
+
+cli.import_tensorflow_quietly()   # before anything imports TensorFlow
+
+import tensorflow.compat.v1 as tf  # noqa: E402
+from absl import flags  # noqa: E402
+
+from hmp.cluster.runtime import local_cluster  # noqa: E402
+from hmp.graph.from_graph import model_spec  # noqa: E402
+from hmp.graph.graph import TrainingGraph  # noqa: E402
+from hmp.graph.graph_config import Placement  # noqa: E402
+from models import model_config  # noqa: E402
+from hmp.hosts import group_by_host  # noqa: E402
+from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict  # noqa: E402
+from hmp.planning.costmodel import FED_BYTES_PER_SAMPLE, per_sample_totals  # noqa: E402
+from hmp.planning.plan import aligned_columns  # noqa: E402
+from hmp.measure.calibration import (ElementwiseStep, elementwise_slope, fit_op_size,  # noqa: E402
                                      half_width)
-from hmp.measure.linkprobe import (HANDOVER_BYTES, HOPS, handover_seconds, hop_chain,
+from hmp.measure.linkprobe import (HANDOVER_BYTES, HOPS, handover_seconds, hop_chain,  # noqa: E402
                                    link_from_handovers, no_rewrites)
-from hmp.measure.speeds import DeviceStep, measure_speeds, random_batch
-from hmp.run.profiler import run_traced
+from hmp.measure.speeds import DeviceStep, measure_speeds, random_batch  # noqa: E402
+from hmp.run.profiler import run_traced  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("model", "cnn2d", ["cnn2d", "cnn3d", "hybrid", "spectral"], "The model.")

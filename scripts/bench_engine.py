@@ -12,16 +12,19 @@ and the table reports the median steps/s and the ratio hmp / stock.
 import statistics
 import time
 
-import numpy as np
-import tensorflow.compat.v1 as tf
-from absl import flags
-
-import hmp
-import models.cnn2d
 from hmp import cli
-from hmp.compat import import_mesh_tensorflow
-from hmp.graph.graph import build_model_graph, imported
-from models import model_config
+
+cli.import_tensorflow_quietly()   # before anything imports TensorFlow
+
+import numpy as np  # noqa: E402
+import tensorflow.compat.v1 as tf  # noqa: E402
+from absl import flags  # noqa: E402
+
+import hmp  # noqa: E402
+import models.cnn2d  # noqa: E402
+from hmp.compat import import_mesh_tensorflow  # noqa: E402
+from hmp.graph.graph import build_model_graph, imported  # noqa: E402
+from models import model_config  # noqa: E402
 
 mtf = import_mesh_tensorflow()
 

@@ -12,14 +12,17 @@ Adam. Every optimizer computes the same update (up to rounding).
 
 import statistics
 
-import tensorflow.compat.v1 as tf
-from absl import flags
-
 from hmp import cli
-from hmp.compat import import_mesh_tensorflow
-from hmp.measure.speeds import DeviceStep, in_turns
-from hmp.mesh import optimizers
-from models import model_config
+
+cli.import_tensorflow_quietly()   # before anything imports TensorFlow
+
+import tensorflow.compat.v1 as tf  # noqa: E402
+from absl import flags  # noqa: E402
+
+from hmp.compat import import_mesh_tensorflow  # noqa: E402
+from hmp.measure.speeds import DeviceStep, in_turns  # noqa: E402
+from hmp.mesh import optimizers  # noqa: E402
+from models import model_config  # noqa: E402
 
 mtf = import_mesh_tensorflow()
 

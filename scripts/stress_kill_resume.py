@@ -28,6 +28,10 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from hmp import cli  # noqa: E402
+
+cli.import_tensorflow_quietly()   # before anything imports TensorFlow
+
 import tensorflow.compat.v1 as tf  # noqa: E402
 
 FLAGS = ["--model=cnn2d", "--width=2", "--patch_size=5", "--batch_size=16", "--pca=8",

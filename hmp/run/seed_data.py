@@ -31,8 +31,10 @@ def load_experiment(settings, get_model, seed):
                                    % (error, data_config.pca, settings.model.name)) from None
     patch = given.patch_size
     leakage = data.split_leakage(exp.split, patch)
-    print("%s: %dx%d pixels, %d bands, %d classes; %d training / %d test pixels"
-          % (exp.scene.name, *exp.scene.labels.shape, exp.bands, exp.n_classes,
+    bands = exp.scene.cube.shape[2]
+    seen = "" if exp.bands == bands else " (the model sees %d PCA components)" % exp.bands
+    print("%s: %dx%d pixels, %d bands%s, %d classes; %d training / %d test pixels"
+          % (exp.scene.name, *exp.scene.labels.shape, bands, seen, exp.n_classes,
              len(exp.train), len(exp.test)), flush=True)
     print("split: %s; leakage %.1f%% (test pixels with a training pixel in their %dx%d "
           "patch)" % (exp.split.description, 100 * leakage, patch, patch), flush=True)

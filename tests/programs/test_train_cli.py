@@ -47,7 +47,7 @@ def cli_runs(tmp_path_factory, small_scene, readme_models):
     from models import model_config
     names = ("no_checkpoint", "few_bands", "other_model_plan", "other_batch_plan", "nan",
              "readme_model", "auto_speeds", "relative_speeds", "virtual_cpus_plan",
-             "too_large", "max_steps")
+             "too_large", "max_steps", "help")
     folders = {name: tmp_path_factory.mktemp(name) for name in names}
     other_plan = plan_file(folders["other_model_plan"] / "plan.json",
                            model_config("cnn3d", 9, 200, 16), ["/cpu:0", "/cpu:1"], [1, 1],
@@ -108,6 +108,8 @@ def cli_runs(tmp_path_factory, small_scene, readme_models):
                  train(*tiny, "--resume", "--epochs=2", "--model=cnn3d",
                        "--local_workers=0:1", model_dir=folders["max_steps"]),
                  train(*tiny, "--resume", "--runs=2", model_dir=folders["max_steps"])],
+        "help": [{"args": [flag], "cwd": str(folders["help"])}   # a run would write there
+                 for flag in ("--help", "--helpfull")],
         "too_large": [train("--width=1000000", model_dir=folders["too_large"] / "wide"),
                       train("--batch_size=10000000", model_dir=folders["too_large"] / "big")],
     }
@@ -283,6 +285,15 @@ def test_bad_flag_gives_one_line_error(flags, bad_flag_runs):
     lines = stderr.splitlines()   # nothing else: no traceback, no warning
     assert len(lines) == 1 and lines[0].startswith("hmp.train: error:"), stderr[-2000:]
     assert BAD_FLAGS[flags] in lines[0], lines[0]
+
+
+def test_help_lists_the_flags_and_exits_0(cli_runs):
+    short, full = cli_runs[0]["help"]
+    assert (short.returncode, full.returncode) == (0, 0), short.stderr[-2000:]
+    for run in (short, full):
+        assert "--batch_size: Global batch size." in run.stdout and run.stderr == ""
+    assert "--[no]tta" in short.stdout and "absl.flags:" in full.stdout   # absl's own flags
+    assert list(cli_runs[1]["help"].iterdir()) == []   # nothing written in their folder
 
 
 def test_resume_without_checkpoint_is_refused_before_anything_is_written(cli_runs):

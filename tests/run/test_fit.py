@@ -8,6 +8,7 @@ builds) and the README's example run as written.
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -133,7 +134,8 @@ print(json.dumps({
     "values": [given.recipe.epochs, given.data.pca, given.data.labels_path],
     "chosen": [given.chosen("synthetic_layout"), given.chosen("mesh")],
     "other_defaults": [name for name in FLAG_FIELDS
-                       if flags.FLAGS[name].default != DEFAULT.flag_value(name)]}))
+                       if flags.FLAGS[name].default != DEFAULT.flag_value(name)],
+    "flags": [flag.name for flag in flags.FLAGS.get_key_flags_for_module(train)]}))
 """
 
 
@@ -141,9 +143,18 @@ def test_settings_of_the_default_flags_are_the_default_settings(flag_children):
     child = flag_children
     assert child.returncode == 0, child.stderr[-2000:]
     found = json.loads(child.stdout.splitlines()[-2])
+    found.pop("flags")
     assert found == {"default": True, "given": True, "values": [3, 0, "gt.npy"],
                      "chosen": [True, False], "other_defaults": []}
     assert DEFAULT.data.pca is None   # not given: the model's own (hybridsn: 45)
+
+
+def test_the_readme_names_every_flag_of_hmp_train(flag_children):
+    names = json.loads(flag_children.stdout.splitlines()[-2])["flags"]
+    assert len(names) > 50 and "batch_size" in names and "dataset" in names   # scene_flags'
+    readme = (REPO / "README.md").read_text()
+    assert [name for name in names
+            if not re.search(r"--(\[no\])?%s\b" % name, readme)] == []
 
 
 BALANCING_FROM_FLAGS = """

@@ -34,7 +34,8 @@ def saved_run(scene_files, tmp_path):
     """(folder, DataConfig, Split): a run folder as hmp.train leaves one, its data settings
     and split (not the config's)."""
     config = experiment.DataConfig(dataset=str(scene_files / "cube.npy"),
-                                   labels_path=str(scene_files / "labels.npy"), patch_size=5)
+                                   labels_path=str(scene_files / "labels.npy"), patch_size=5,
+                                   val_fraction=0.1)   # hmp.train's default
     labels = np.load(scene_files / "labels.npy")
     saved = data.stratified_split(labels, train_per_class=20, seed=7)
     experiment.save(tmp_path / "run", config, saved)
@@ -57,7 +58,7 @@ def test_window_means_are_the_means_of_the_patches():
     np.testing.assert_array_equal(found["row, column"], np.stack(np.divmod(pixels, 11), 1))
 
 
-def test_scores_every_baseline_on_a_runs_saved_split(saved_run, tmp_path):
+def test_scores_every_baseline_on_a_runs_saved_split(saved_run, tmp_path, capsys):
     pytest.importorskip("sklearn", reason="scikit-learn is an optional extra "
                                           "(pip install -e .[baselines])")
     folder, config, saved = saved_run
@@ -68,6 +69,11 @@ def test_scores_every_baseline_on_a_runs_saved_split(saved_run, tmp_path):
                              "svm 5x5 mean", "svm 9x9 mean", "1nn-xy"]
     (run,) = written["runs"]
     assert run["split"] == saved.description
+    exp = experiment.prepare(config, saved)   # the baselines fit every training pixel
+    assert len(exp.train) + len(exp.val) == len(saved.train) and len(exp.val) > 0
+    assert ("%d training / %d test pixels (hmp.train fits %d of the training pixels and "
+            "validates on %d)" % (len(saved.train), len(saved.test), len(exp.train),
+                                  len(exp.val))) in capsys.readouterr().out
     assert run["leakage"] == pytest.approx(data.split_leakage(saved, 5))
     for name, scores in run["scores"].items():
         confusion = np.array(scores["confusion_matrix"])
