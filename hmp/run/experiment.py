@@ -74,6 +74,15 @@ class Experiment:
     def n_classes(self):
         return len(self.scene.class_names)
 
+    def steps_per_epoch(self, batch_size):
+        """Training steps an epoch takes: the whole batches of the training pixels (the
+        rest waits for a later epoch's order); an InvalidInput when not one batch fits."""
+        steps = self.train.steps_per_epoch(batch_size, drop_remainder=True)
+        if not steps:
+            raise InvalidInput("larger than the %d training pixels; allowed: at most %d"
+                               % (len(self.train), len(self.train)))
+        return steps
+
     @property
     def train_counts(self):
         """The training pixels of each class [n_classes] (validation pixels not counted)."""

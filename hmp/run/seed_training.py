@@ -92,7 +92,8 @@ def train_seed(shared, model_dir, seed, replaced=()):
     resume = resumes(folder, model_dir)
     if resume:
         check_same_data(model_dir, data_config)
-    steps_per_epoch = _steps_per_epoch(given.recipe.batch_size, exp)
+    with given.blame("batch_size"):
+        steps_per_epoch = exp.steps_per_epoch(given.recipe.batch_size)
     # the run's epochs, --max_steps applied; flags.txt and results.json keep the flags given
     settings = dataclasses.replace(given, recipe=dataclasses.replace(
         given.recipe, epochs=given.recipe.epochs_within(steps_per_epoch)))
@@ -171,16 +172,6 @@ def train_seed(shared, model_dir, seed, replaced=()):
                "seconds": time.time() - started}
     files.write_json(os.path.join(model_dir, "results.json"), results)
     print("results, maps and checkpoints in %s" % model_dir)
-
-
-def _steps_per_epoch(batch_size, exp):
-    """Whole batches of the training pixels an epoch takes; UsageError when none."""
-    steps_per_epoch = exp.train.steps_per_epoch(batch_size, drop_remainder=True)
-    if not steps_per_epoch:
-        raise cli.UsageError("--batch_size=%d: larger than the %d training pixels; "
-                             "allowed: at most %d"
-                             % (batch_size, len(exp.train), len(exp.train)))
-    return steps_per_epoch
 
 
 def _finished(model_dir, epochs, steps_per_epoch, longer):

@@ -215,11 +215,7 @@ class Trainer:
         self.stop = stop or (lambda: False)
         self.progress = progress or (lambda text: None)
         self.batch_size = graph.batch_size
-        self.steps_per_epoch = experiment.train.steps_per_epoch(self.batch_size,
-                                                                drop_remainder=True)
-        if self.steps_per_epoch == 0:
-            raise InvalidInput("batch_size %d is larger than the %d training pixels"
-                             % (self.batch_size, len(experiment.train)))
+        self.steps_per_epoch = experiment.steps_per_epoch(self.batch_size)
         self.session = tf.Session(target, graph=graph.tf_graph, config=session_config)
         self._savers = {}   # latest_filename -> tf.train.Saver, for other checkpoint series
         try:   # a failed load (memory, a lost worker) leaves no session open

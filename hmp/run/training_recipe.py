@@ -21,7 +21,7 @@ def recipe(settings, exp):
     """The training recipe of ``settings`` (a :class:`hmp.run.settings.Settings`) for the
     experiment ``exp`` (schedule over the run, decay, augmentation, loss)."""
     given = settings.recipe
-    steps_per_epoch = exp.train.steps_per_epoch(given.batch_size, drop_remainder=True)
+    steps_per_epoch = exp.steps_per_epoch(given.batch_size)
     power = CLASS_BALANCING[given.class_balanced]
     weights = None if power is None else class_weights(exp.train_counts, power)
     look, measured = _field_look(settings, exp)
