@@ -44,8 +44,9 @@ from hmp.checklist import Check, report, run_checks  # noqa: E402
 from hmp.graph.from_graph import model_spec  # noqa: E402
 from hmp.graph.graph import TrainingGraph  # noqa: E402
 from hmp.graph.graph_config import Placement  # noqa: E402
-from hmp.measure.devices import (check_local, default_devices, memory_bytes,  # noqa: E402
-                                 session_config_for)
+from hmp.errors import InvalidInput  # noqa: E402
+from hmp.measure.devices import (check_local, default_devices, device_list,  # noqa: E402
+                                 memory_bytes, session_config_for)
 from hmp.measure.linkprobe import measure_link  # noqa: E402
 from hmp.measure.speeds import measure_speeds, random_batch  # noqa: E402
 from hmp.mesh.mesh_impl import HeteroMeshImpl  # noqa: E402
@@ -84,11 +85,11 @@ def say(line):
 def machine_devices():
     """--devices, or /cpu:0 and every GPU; with no GPU, /cpu:0 and the virtual /cpu:1."""
     if FLAGS.devices is not None:
-        devices = [d.strip() for d in FLAGS.devices.split(",") if d.strip()]
-        if len(devices) < 2:
-            raise cli.UsageError("--devices=%s: give at least two devices, e.g. /cpu:0,/gpu:0 "
-                                 "(a split needs two)" % FLAGS.devices)
         with cli.blame("devices"):
+            devices = device_list(FLAGS.devices)
+            if len(devices) < 2:
+                raise InvalidInput("give at least two devices, e.g. /cpu:0,/gpu:0 (a split "
+                                   "needs two)")
             check_local(devices)
         return devices
     devices = default_devices()

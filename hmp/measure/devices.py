@@ -41,19 +41,19 @@ def virtual_cpus(devices):
 
 def device_list(devices):
     """The device names of ``devices``, a comma-separated string (as ``--devices``) or a
-    sequence of names; InvalidInput when it names none."""
+    sequence of names; InvalidInput when it names none, or one twice."""
     names = devices.split(",") if isinstance(devices, str) else list(devices)
     names = [name.strip() for name in names if name.strip()]
     if not names:
         raise InvalidInput("give at least one TensorFlow device, e.g. /cpu:0")
+    if len(set(names)) != len(names):
+        raise InvalidInput("a device is named twice")
     return names
 
 
 def check_local(devices):
-    """Raises InvalidInput for a device list naming a device twice, a string that is no
-    TensorFlow device, or a GPU this machine does not have."""
-    if len(set(devices)) != len(devices):
-        raise InvalidInput("a device is named twice")
+    """Raises InvalidInput for a device list (``device_list``'s) naming a string that is
+    no TensorFlow device, or a GPU this machine does not have."""
     for name in devices:
         check_device_string(name)
     gpus = gpu_count()

@@ -68,7 +68,7 @@ class Hardware:
 
 
 def _devices(settings, cluster):
-    """--devices checked (each one there, none twice), else this machine's devices
+    """--devices checked (each one there, none twice: ``device_list``), else this machine's devices
     (``hmp.measure.devices.default_devices``) or the cluster's."""
     given, placement = settings.placement.devices, settings.placement
     if given is None:
@@ -78,8 +78,6 @@ def _devices(settings, cluster):
         if not cluster:
             check_local(devices)
             return devices
-    if len(set(devices)) != len(devices):
-        raise cli.UsageError("--devices=%s: a device is named twice" % given)
     with settings.blame("devices", "local_workers" if placement.local_workers
                         else "cluster"):
         cluster.check_devices(devices)

@@ -1,5 +1,5 @@
-"""hmp.measure.devices.check_local: a GPU this machine lacks is refused in one line that
-lists every device it has."""
+"""hmp.measure.devices: a device list is its names, none twice; check_local refuses a GPU
+this machine lacks in one line that lists every device it has."""
 
 import pytest
 
@@ -16,3 +16,15 @@ def test_a_missing_gpu_is_refused_naming_what_is_allowed(monkeypatch, gpus, allo
         devices.check_local(["/cpu:0", "/gpu:7"])
     assert str(refused.value) == ("/gpu:7 is not a device of this machine, which has %d GPU%s; "
                                   "allowed: %s" % (gpus, "" if gpus == 1 else "s", allowed))
+
+
+def test_a_device_list_is_its_names_and_refuses_none_or_one_named_twice():
+    assert devices.device_list(" /cpu:0, /job:worker/task:1/device:CPU:0,") == [
+        "/cpu:0", "/job:worker/task:1/device:CPU:0"]
+    assert devices.device_list(("/cpu:0", "/cpu:1")) == ["/cpu:0", "/cpu:1"]
+    for given, message in [(" , ", "give at least one TensorFlow device, e.g. /cpu:0"),
+                           ("/cpu:1, /cpu:1", "a device is named twice"),
+                           (["/gpu:0", " /gpu:0"], "a device is named twice")]:
+        with pytest.raises(devices.InvalidInput) as refused:
+            devices.device_list(given)
+        assert str(refused.value) == message
