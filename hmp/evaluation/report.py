@@ -96,12 +96,15 @@ def prediction_map(shape, indices, predicted):
     return labels
 
 
+MAP_FILE, CONFUSION_FILE = "classification_map.png", "confusion_matrix.png"
+
+
 def save_pictures(model_dir, scene, predicted_map, scores):
-    """classification_map.png (prediction beside ground truth) and confusion_matrix.png."""
-    map_path = os.path.join(model_dir, "classification_map.png")
+    """MAP_FILE (prediction beside ground truth) and CONFUSION_FILE in ``model_dir``."""
+    map_path = os.path.join(model_dir, MAP_FILE)
     maps.save_classification_map(map_path, predicted_map, scene.labels, scene.class_names,
                                  title="%s: OA %.2f%%" % (scene.name,
                                                           100 * scores.overall_accuracy))
-    confusion_path = os.path.join(model_dir, "confusion_matrix.png")
+    confusion_path = os.path.join(model_dir, CONFUSION_FILE)
     maps.save_confusion_matrix_plot(confusion_path, scores.confusion, scene.class_names)
     return map_path, confusion_path

@@ -38,7 +38,6 @@ from hmp.planning import apportion
 from hmp.run import experiment, fitted_preprocessing, run_folder
 from hmp.run.progress import rate_and_eta
 from hmp.run.settings import FLAG_FIELDS
-from hmp.run.trainer import BestEpoch
 
 mtf = import_mesh_tensorflow()
 
@@ -81,14 +80,15 @@ class TrainedRun:
         if not os.path.isdir(model_dir):
             raise InvalidInput("not a folder" if os.path.exists(model_dir) else
                                "no such folder")
-        results = run_folder.read_json(os.path.join(model_dir, "results.json"))
+        results = run_folder.read_json(os.path.join(model_dir, run_folder.RESULTS))
         if results is None or "test" not in results:
             seeds = run_folder.seed_folders(model_dir)
             raise InvalidInput("%s holds no finished run (no readable results.json)%s"
                                % (model_dir, "; it holds the runs of --runs: give one of "
                                   "them, e.g. %s" % seeds[0] if seeds else ""))
         # the weights that classified the run's test pixels: its best epoch's, if it kept one
-        checkpoint = (tf.train.latest_checkpoint(model_dir, latest_filename=BestEpoch.FILE)
+        checkpoint = (tf.train.latest_checkpoint(model_dir,
+                                                 latest_filename=run_folder.BEST_CHECKPOINT)
                       or tf.train.latest_checkpoint(model_dir))
         if checkpoint is None:
             raise InvalidInput("%s holds no checkpoint" % model_dir)

@@ -23,25 +23,30 @@ from hmp import cli, files
 from hmp.errors import InvalidInput
 from hmp.graph.graph import CHECKPOINTS_KEPT
 from hmp.measure import speedcache
-from hmp.run import experiment
+from hmp.evaluation import report
+from hmp.run import experiment, fitted_preprocessing
 
 FLAGS_FILE = "flags.txt"   # the flags that started the run, for --flagfile
-# The files a run writes in its folder (--overwrite deletes these and nothing else).
-RUN_FILES = ("checkpoint", "ckpt-*", "best_checkpoint", "best-ckpt-*", "results.json",
-             "results.json.*.tmp", "history.json", "history.json.*.tmp",
-             "classification_map.png", "confusion_matrix.png", "events.out.tfevents.*",
-             experiment.SPLIT_FILE, experiment.SPLIT_FILE + ".*.npz",
-             experiment.CONFIG_FILE, experiment.CONFIG_FILE + ".*.tmp", "summary.json",
-             "summary.json.*.tmp", "preprocessing.npz", "preprocessing.npz.*.tmp",
-             FLAGS_FILE, FLAGS_FILE + ".*.tmp")
+RESULTS = "results.json"   # the run's flags, plan, history and scores
 HISTORY = "history.json"
 SUMMARY = "summary.json"   # --runs: the runs' mean and standard deviation
+BEST_CHECKPOINT = "best_checkpoint"   # the best epoch's checkpoint (its index file) ...
+BEST_PREFIX = "best-ckpt"   # ... and its files' prefix (hmp.run.trainer.BestEpoch)
+PREDICTION = "prediction"   # hmp.predict's default --out
 SEED_PREFIX = "seed-"   # --runs: seed N's run is the series folder's seed-N
+# The files a run writes whole, each through a temporary file beside it (hmp.files) ...
+_WRITTEN_WHOLE = (RESULTS, HISTORY, SUMMARY, experiment.CONFIG_FILE,
+                  fitted_preprocessing.FILE_NAME, FLAGS_FILE)
+# ... and every file a run writes in its folder (--overwrite deletes these and nothing else).
+RUN_FILES = ("checkpoint", "ckpt-*", BEST_CHECKPOINT, BEST_PREFIX + "-*", report.MAP_FILE,
+             report.CONFUSION_FILE, "events.out.tfevents.*", experiment.SPLIT_FILE,
+             experiment.SPLIT_FILE + ".*.npz", *_WRITTEN_WHOLE,
+             *(name + ".*.tmp" for name in _WRITTEN_WHOLE))
 # What else may be in a run's folder: the measured speeds (hmp.run.plan_choice), the seeds'
 # runs of --runs, hmp.predict's default --out. Anything more makes it no run's folder.
 WRITE_PROBE = ".write_test"   # prepare_model_dir's, removed at once
 RUN_ENTRIES = RUN_FILES + (speedcache.FILE_NAME, speedcache.FILE_NAME + ".*.tmp",
-                           SEED_PREFIX + "*", "prediction")
+                           SEED_PREFIX + "*", PREDICTION)
 
 
 def seed_folder(model_dir, seed):
@@ -154,7 +159,7 @@ def held(model_dir):
     """
     step = checkpoint_step(model_dir)
     return (["a checkpoint at step %d" % step] if step is not None else []) + [
-        name for name in ("results.json", HISTORY)
+        name for name in (RESULTS, HISTORY)
         if os.path.exists(os.path.join(model_dir, name))]
 
 
@@ -203,7 +208,7 @@ def checkpoint_step(model_dir):
 def finished(model_dir, steps):
     """True when ``model_dir`` holds a run that trained ``steps`` steps and was scored then."""
     step = checkpoint_step(model_dir)
-    results = read_json(os.path.join(model_dir, "results.json")) or {}
+    results = read_json(os.path.join(model_dir, RESULTS)) or {}
     return (step is not None and step >= steps and "test" in results
             and results.get("step") == step)
 

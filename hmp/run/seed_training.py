@@ -170,7 +170,7 @@ def train_seed(shared, model_dir, seed, replaced=()):
                **paired,
                "pictures": list(pictures),
                "seconds": time.time() - started}
-    files.write_json(os.path.join(model_dir, "results.json"), results)
+    files.write_json(os.path.join(model_dir, run_folder.RESULTS), results)
     print("results, maps and checkpoints in %s" % model_dir)
 
 
@@ -182,7 +182,7 @@ def _finished(model_dir, epochs, steps_per_epoch, longer):
     print("the run in %s is finished (%d epoch%s, step %d); its results are in %s; "
           "to train longer, resume with a larger %s"
           % (model_dir, epochs, "" if epochs == 1 else "s",
-             run_folder.checkpoint_step(model_dir), os.path.join(model_dir, "results.json"),
+             run_folder.checkpoint_step(model_dir), os.path.join(model_dir, run_folder.RESULTS),
              longer), flush=True)
     return True
 

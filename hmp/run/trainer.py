@@ -19,7 +19,7 @@ from hmp.cli import TrainingError   # defined in cli; callers may use hmp.run.tr
 from hmp.cluster.runtime import CLOSE_WAIT_S, close_session
 from hmp.errors import InvalidInput
 from hmp.graph.augment import SYMMETRIES, symmetry_probabilities
-from hmp.run import events
+from hmp.run import events, run_folder
 from hmp.run.look_yield import FIT_ACCURACY
 from hmp.run.profiler import run_traced
 from hmp.run.progress import rate_and_eta
@@ -143,18 +143,17 @@ class BestEpoch:
     """Keeps a checkpoint of the epoch with the best validation accuracy; early stopping.
 
     The checkpoint is ``best-ckpt-<step>`` in ``model_dir`` (its index file is
-    ``best_checkpoint``), apart from the run's own checkpoints, so ``--resume``
-    still continues from the last epoch. ``history``: the epochs recorded so
+    ``best_checkpoint``: ``run_folder.BEST_PREFIX``, ``BEST_CHECKPOINT``), apart from the
+    run's own checkpoints, so ``--resume`` still continues from the last epoch. ``history``: the epochs recorded so
     far (dicts of :class:`EpochStats`), to carry the best one across a resume.
     ``patience``: stop after this many epochs without a better one (0: never).
     """
 
-    FILE = "best_checkpoint"
-
     def __init__(self, model_dir, patience=0, history=()):
         self.model_dir = model_dir
         self.patience = patience
-        self.path = tf.train.latest_checkpoint(model_dir, latest_filename=self.FILE)
+        self.path = tf.train.latest_checkpoint(model_dir,
+                                                latest_filename=run_folder.BEST_CHECKPOINT)
         scored = [e for e in history if e.get("val_accuracy") is not None]
         best = max(scored, key=lambda e: e["val_accuracy"], default=None)
         self.epoch = best["epoch"] if best and self.path else None
@@ -169,7 +168,8 @@ class BestEpoch:
                                           and stats.val_accuracy < self.accuracy):
             return False
         self.epoch, self.accuracy = stats.epoch, stats.val_accuracy
-        self.path = trainer.save(prefix="best-ckpt", latest_filename=self.FILE, max_to_keep=1)
+        self.path = trainer.save(prefix=run_folder.BEST_PREFIX,
+                                 latest_filename=run_folder.BEST_CHECKPOINT, max_to_keep=1)
         return True
 
     def should_stop(self, epoch):
