@@ -44,7 +44,6 @@ from hmp.checklist import Check, report, run_checks  # noqa: E402
 from hmp.graph.from_graph import model_spec  # noqa: E402
 from hmp.graph.graph import TrainingGraph  # noqa: E402
 from hmp.graph.graph_config import Placement  # noqa: E402
-from hmp.errors import InvalidInput  # noqa: E402
 from hmp.measure.devices import (check_local, default_devices, device_list,  # noqa: E402
                                  memory_bytes, session_config_for)
 from hmp.measure.linkprobe import measure_link  # noqa: E402
@@ -86,10 +85,7 @@ def machine_devices():
     """--devices, or /cpu:0 and every GPU; with no GPU, /cpu:0 and the virtual /cpu:1."""
     if FLAGS.devices is not None:
         with cli.blame("devices"):
-            devices = device_list(FLAGS.devices)
-            if len(devices) < 2:
-                raise InvalidInput("give at least two devices, e.g. /cpu:0,/gpu:0 (a split "
-                                   "needs two)")
+            devices = device_list(FLAGS.devices, minimum=2)   # a split needs two
             check_local(devices)
         return devices
     devices = default_devices()

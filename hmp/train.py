@@ -162,8 +162,7 @@ flags.DEFINE_bool("overwrite", DEFAULT.folder.overwrite,
                   "its checkpoints, results, maps and event files are deleted once the "
                   "new run's input and plan are good.")
 flags.DEFINE_integer("checkpoint_every", DEFAULT.folder.checkpoint_every,
-                     "Also checkpoint every N steps (0: every epoch).",
-                     lower_bound=0)
+                     "Also checkpoint every N steps (0: every epoch).")
 flags.DEFINE_string("rebalance", DEFAULT.placement.rebalance,
                     "off, or epoch: after each epoch, re-plan from "
                     "measured busy times, and switch when that is predicted to pay back.")

@@ -21,6 +21,7 @@ naming it. ``local_cluster`` starts worker processes on free loopback ports
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import ipaddress
 import numbers
@@ -243,8 +244,9 @@ class Cluster:
         if not self.reach_trainer(timeout_s=min(10.0, self.timeout_s)):
             raise WorkerUnavailable(
                 "the workers of %s cannot reach this trainer at %s (its address on the route "
-                "to them): set %s to an address of this machine that they reach"
-                % (self.spec, self.client_address, TRAINER_HOST_ENV))
+                "to them): set %s to an address of this machine that they reach, or %s to "
+                "a port a firewall lets them reach"
+                % (self.spec, self.client_address, TRAINER_HOST_ENV, TRAINER_PORT_ENV))
 
     def reach_trainer(self, timeout_s=5.0):
         """True if every task receives a value from this process's server (the master,
@@ -394,7 +396,7 @@ def trainer_port(value):
     """The port an ``HMP_TRAINER_PORT`` value names; 0 (a free one) for ""."""
     if not value:
         return 0
-    if not value.isdigit() or int(value) not in PORTS:
+    if not (value.isascii() and value.isdigit()) or int(value) not in PORTS:
         raise InvalidInput("%s=%s: give a port number from %d to %d, or leave it unset for "
                            "a free one" % (TRAINER_PORT_ENV, value, PORTS[0], PORTS[-1]))
     return int(value)
@@ -550,8 +552,8 @@ def port_in_use(port):
     try:
         probe.bind(("", port))
         return False
-    except OSError:
-        return True
+    except OSError as error:   # not one this process may not take (below 1024, say)
+        return error.errno == errno.EADDRINUSE
     finally:
         probe.close()
 

@@ -39,15 +39,18 @@ def virtual_cpus(devices):
     return max(indices) + 1 if indices else 0
 
 
-def device_list(devices):
+def device_list(devices, minimum=1):
     """The device names of ``devices``, a comma-separated string (as ``--devices``) or a
-    sequence of names; InvalidInput when it names none, or one twice."""
+    sequence of names; InvalidInput when it names fewer than ``minimum``, or one twice."""
     names = devices.split(",") if isinstance(devices, str) else list(devices)
     names = [name.strip() for name in names if name.strip()]
-    if not names:
-        raise InvalidInput("give at least one TensorFlow device, e.g. /cpu:0")
-    if len(set(names)) != len(names):
-        raise InvalidInput("a device is named twice")
+    if len(names) < minimum:
+        raise InvalidInput("give at least %s, e.g. %s" % (
+            "one TensorFlow device" if minimum == 1 else "%d TensorFlow devices" % minimum,
+            ",".join("/cpu:%d" % index for index in range(minimum))))
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise InvalidInput("%s named twice" % " and ".join(twice))
     return names
 
 

@@ -163,10 +163,13 @@ class EpochLoop:
         return self.due is not None
 
     def close_spare(self):
-        """Closes the kept trainers and the standby: classifying needs only the trainer
-        in use."""
-        for other in [*self.kept.values(), *([self.standby] if self.standby else [])]:
+        """Closes the kept trainers and the standby (once its build has ended: it would
+        share the devices and write in the run's folder): classifying needs only the
+        trainer in use."""
+        for other in self.kept.values():
             other.close()
+        if self.standby:
+            self.standby.close(wait_s=None)
         self.kept, self.standby = {}, None
 
     def close_all(self, after_error=False):

@@ -79,8 +79,8 @@ class Experiment:
         rest waits for a later epoch's order); an InvalidInput when not one batch fits."""
         steps = self.train.steps_per_epoch(batch_size, drop_remainder=True)
         if not steps:
-            raise InvalidInput("larger than the %d training pixels; allowed: at most %d"
-                               % (len(self.train), len(self.train)))
+            raise InvalidInput("batch_size must be at most the %d training pixels, got %d"
+                               % (len(self.train), batch_size))
         return steps
 
     @property

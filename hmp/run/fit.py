@@ -64,7 +64,7 @@ class Fitted:
         scene's edges or not (``smoothing_guide``; None: as the run), as
         ``python -m hmp.predict`` does (one seed's run only). ``devices``: names, or one
         comma-separated string as ``--devices``. InvalidInput for a cube of other bands,
-        a device this machine lacks, a batch_size below 1."""
+        a device this machine lacks or named twice, a batch_size below 1."""
         self._one_seed("predict")
         run = inference.TrainedRun.open(self.model_dir, lambda name: self.model)
         run.check_bands(ArrayRaster(cube).shape[2])   # a cube [H, W, bands] of the run's bands

@@ -34,7 +34,7 @@ BEST_CHECKPOINT = "best_checkpoint"   # the best epoch's checkpoint (its index f
 BEST_PREFIX = "best-ckpt"   # ... and its files' prefix (hmp.run.trainer.BestEpoch)
 PREDICTION = "prediction"   # hmp.predict's default --out
 SEED_PREFIX = "seed-"   # --runs: seed N's run is the series folder's seed-N
-# The files a run writes whole, each through a temporary file beside it (hmp.files) ...
+# The files a run writes whole, each through a temporary NAME.*.tmp beside it (hmp.files) ...
 _WRITTEN_WHOLE = (RESULTS, HISTORY, SUMMARY, experiment.CONFIG_FILE,
                   fitted_preprocessing.FILE_NAME, FLAGS_FILE)
 # ... and every file a run writes in its folder (--overwrite deletes these and nothing else).

@@ -43,7 +43,7 @@ flags.DEFINE_float("train_fraction", DataConfig.train_fraction,
                    "Share of each class's pixels used for training.")
 flags.DEFINE_integer("train_per_class", DataConfig.train_per_class,
                      "Training pixels per class, instead of "
-                     "--train_fraction (0: by --train_fraction).", lower_bound=0)
+                     "--train_fraction (0: by --train_fraction).")
 flags.DEFINE_string("split", DataConfig.split, "random (stratified) or disjoint (spatially "
                     "separate train and test regions).")
 flags.DEFINE_string("train_set", DataConfig.train_set,
@@ -56,11 +56,9 @@ flags.DEFINE_string("test_set", DataConfig.test_set,
 flags.DEFINE_integer("patch_size", DataConfig.patch_size, "Odd patch size (pixels).")
 flags.DEFINE_integer("pca", DataConfig.pca,
                      "Reduce the bands to this many PCA components (0: keep all); "
-                     "hmp.train: when not given, the model's default (hybridsn: 45).",
-                     lower_bound=0)
+                     "hmp.train: when not given, the model's default (hybridsn: 45).")
 flags.DEFINE_integer("seed", DataConfig.seed,
-                     "Seed of the split, the data order and the synthetic scene.",
-                     lower_bound=0)
+                     "Seed of the split, the data order and the synthetic scene.")
 
 # The flags defined here (hmp.run.settings.FLAG_FIELDS: their DataConfig fields).
 NAMES = ("dataset", "labels", "cube_key", "labels_key", "data_dir", "synthetic_layout",

@@ -63,7 +63,8 @@ class Standby:
             if not closed:
                 self._trainer = trainer
         if closed:   # nobody will take it
-            trainer.close()
+            with contextlib.suppress(Exception):   # e.g. its worker is gone: said elsewhere
+                trainer.close()
 
     @property
     def ready(self):
@@ -87,7 +88,8 @@ class Standby:
 
     def close(self, wait_s=CLOSE_WAIT_S):
         """Closes the trainer built unless taken, waiting at most ``wait_s`` seconds for
-        the build to end; True if it had ended (else its thread closes what it builds)."""
+        the build to end (None: until it ends); True if it had ended (else its thread
+        closes what it builds)."""
         self._thread.join(wait_s)
         with self._lock:
             self._closed = True

@@ -172,7 +172,8 @@ def test_workers_that_cannot_reach_the_trainer_are_refused_in_one_line(workers, 
         cluster.check_answers()
     assert str(error.value) == (
         "the workers of %s cannot reach this trainer at %s (its address on the route to "
-        "them): set HMP_TRAINER_HOST to an address of this machine that they reach"
+        "them): set HMP_TRAINER_HOST to an address of this machine that they reach, or "
+        "HMP_TRAINER_PORT to a port a firewall lets them reach"
         % (cluster.spec, cluster.client_address))
     monkeypatch.delenv("HMP_TRAINER_HOST")
     Cluster(workers.cluster.addresses, timeout_s=2).check_answers()   # 127.0.0.1: reached
@@ -208,7 +209,7 @@ def test_the_trainer_listens_on_the_port_given_and_names_one_it_cannot_take(work
     assert own == "grpc://localhost:%d" % free and master == "grpc://127.0.0.1:%d" % free
 
 
-@pytest.mark.parametrize("value", ["x", "0", "65536", "-1", "80.5"])
+@pytest.mark.parametrize("value", ["x", "0", "65536", "-1", "80.5", "\u00b2"])
 def test_a_trainer_port_that_is_no_port_is_refused_in_one_line(value):
     with pytest.raises(InvalidInput) as error:
         trainer_port(value)

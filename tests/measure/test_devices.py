@@ -22,9 +22,11 @@ def test_a_device_list_is_its_names_and_refuses_none_or_one_named_twice():
     assert devices.device_list(" /cpu:0, /job:worker/task:1/device:CPU:0,") == [
         "/cpu:0", "/job:worker/task:1/device:CPU:0"]
     assert devices.device_list(("/cpu:0", "/cpu:1")) == ["/cpu:0", "/cpu:1"]
-    for given, message in [(" , ", "give at least one TensorFlow device, e.g. /cpu:0"),
-                           ("/cpu:1, /cpu:1", "a device is named twice"),
-                           (["/gpu:0", " /gpu:0"], "a device is named twice")]:
+    for given, minimum, message in [
+            (" , ", 1, "give at least one TensorFlow device, e.g. /cpu:0"),
+            ("/gpu:0", 2, "give at least 2 TensorFlow devices, e.g. /cpu:0,/cpu:1"),
+            ("/cpu:1, /cpu:1", 1, "/cpu:1 named twice"),
+            (["/gpu:0", " /gpu:0", "/cpu:0", "/cpu:0"], 2, "/cpu:0 and /gpu:0 named twice")]:
         with pytest.raises(devices.InvalidInput) as refused:
-            devices.device_list(given)
+            devices.device_list(given, minimum)
         assert str(refused.value) == message

@@ -54,7 +54,7 @@ def test_the_split_check_compares_uneven_splits_with_one_device(runs):
 
 
 @pytest.mark.parametrize("index, message", [
-    (1, "--devices=/cpu:0: give at least two devices"),
+    (1, "--devices=/cpu:0: give at least 2 TensorFlow devices, e.g. /cpu:0,/cpu:1"),
     (2, "is not a device of this machine"),
 ])
 def test_bad_devices_are_one_line(runs, index, message):

@@ -232,14 +232,16 @@ BAD_FLAGS = {
     "--patch_size=4": "--patch_size=4: patch_size must be an odd positive integer",
     THREE + " --batch_size=2 --mesh=batch:3 --speeds=1,1,1": "2 samples cannot give 3 devices",
     "--devices=/gpu:7": "--devices=/gpu:7: /gpu:7 is not a device of this machine, which has",
-    "--devices=/cpu:0,/cpu:0": "--devices=/cpu:0,/cpu:0: a device is named twice",
+    "--devices=/cpu:0,/cpu:0": "--devices=/cpu:0,/cpu:0: /cpu:0 named twice",
     "--devices=/bogus:0": "--devices=/bogus:0: '/bogus:0' is not a TensorFlow device string",
     "--devices=/cpu:-1": "--devices=/cpu:-1: '/cpu:-1' names no device type and index >= 0",
-    "--seed=-1": "--seed=-1: -1 is not a non-negative integer",
-    "--pca=-1": "--pca=-1: -1 is not a non-negative integer",
-    "--train_per_class=-1": "--train_per_class=-1: -1 is not a non-negative integer",
-    "--batch_size=100000": "--batch_size=100000: larger than the 1444 training pixels; "
-                           "allowed: at most 1444",
+    # the words of hmp.run.settings.Settings.check, as from Python (hmp.fit)
+    "--seed=-1": "--seed=-1: seed must be a whole number >= 0, got -1",
+    "--pca=-1": "--pca=-1: pca must be a whole number >= 0, got -1",
+    "--train_per_class=-1": "--train_per_class=-1: train_per_class must be a whole number >= 0",
+    "--checkpoint_every=-1": "--checkpoint_every=-1: checkpoint_every must be a whole number",
+    "--batch_size=100000": "--batch_size=100000: batch_size must be at most the 1444 "
+                           "training pixels, got 100000",
     "--rebalance_threshold=nan": "--rebalance_threshold=nan: must be a number >= 0",
     "--simulate_slowdown=/cpu:0=0": "--simulate_slowdown=/cpu:0=0: use DEVICE=FACTOR",
     "--model_dir=/proc/x": "--model_dir=/proc/x: not writable",
@@ -319,8 +321,8 @@ def test_a_model_that_fits_no_memory_is_refused_before_anything_is_written(cli_r
     assert "%.3g PB for its weights" % (weights / 1e15) in wide.stderr
     assert "fits no layout of --mesh=auto on /cpu:0 (" in wide.stderr
     # a batch beyond the training pixels is refused before memory is even asked
-    assert big.stderr.startswith("hmp.train: error: --batch_size=10000000: larger than the "
-                                 "1444 training pixels")
+    assert big.stderr.startswith("hmp.train: error: --batch_size=10000000: batch_size must "
+                                 "be at most the 1444 training pixels")
     assert list(folders["too_large"].iterdir()) == []
 
 
@@ -351,7 +353,7 @@ def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
     kept = cli_runs[1]["max_steps"]
     assert trained.returncode == 0, trained.stderr[-2000:]
     assert overwrite.returncode == 2   # known once the scene is loaded
-    assert "--batch_size=100000: larger than the" in overwrite.stderr
+    assert "--batch_size=100000: batch_size must be at most the" in overwrite.stderr
     assert unplanned.returncode == 2   # known once the planner has the model
     assert unplanned.stderr.endswith(
         "--mesh=batch:3: 2 samples cannot give 3 devices at least 1 each (at most 0 each)\n")

@@ -160,8 +160,11 @@ def test_switches_build_a_new_plan_reuse_a_kept_one_and_take_a_standby(tmp_path,
     assert loop.plan is C and loop.trainer is trainers.made["C"]
     made = trainers.made
     assert (made["A"].closed, made["B"].closed, made["C"].closed) == (False, True, False)
+    loop.standby = standby = StandInTrainer(B, log)   # a standby's build under way
     loop.close_spare()   # classifying needs only the trainer in use
     assert (made["A"].closed, made["C"].closed) == (True, False)
+    assert standby.closed and standby.close_wait_s is None   # its build ended first
+    assert loop.standby is None and loop.kept == {}
     assert len(run_folder.read_json(str(tmp_path / run_folder.HISTORY))["history"]) == 6
 
 

@@ -1,6 +1,8 @@
 """Every program of scripts/ loads TensorFlow quietly: its C++ start-up lines ("oneDNN
 custom operations are on", ...) would bury the program's own lines and its one-line
-errors (``hmp.cli.import_tensorflow_quietly``, called before anything imports it)."""
+errors (``hmp.cli.import_tensorflow_quietly``, called before anything imports it). Seen
+here: what a program imports before its --help ends it, i.e. at its start (an import
+within its main is not run)."""
 
 import json
 import subprocess
