@@ -25,9 +25,12 @@ from hmp.run.progress import say
 from hmp.run.settings import AUTO
 
 
-def memory_caps(settings, devices):
-    """Each device's memory in bytes (None: not known): --memory_caps, else as found
-    (``hmp.measure.devices.memory_bytes``)."""
+def memory_caps(settings, devices, given_plan=None):
+    """Each device's memory in bytes (None: not known): a --plan file's caps (the memory
+    its plan was made for, which bounds its re-plans too), else --memory_caps, else as
+    found (``hmp.measure.devices.memory_bytes``)."""
+    if given_plan is not None and given_plan.memory_caps is not None:
+        return list(given_plan.memory_caps)
     with settings.blame("memory_caps"):
         return (parse_memory_caps(settings.placement.memory_caps, len(devices))
                 or memory_bytes(devices))

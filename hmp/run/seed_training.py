@@ -193,9 +193,10 @@ def _check_fits(shared, exp, model_config, recipe, spec):
     the devices (--plan's plan: is of this model)."""
     settings, devices = shared.settings, shared.hardware.devices
     given_plan = shared.hardware.given_plan
-    caps = memory_caps(settings, devices)
+    caps = memory_caps(settings, devices, given_plan)
     with settings.blame(*settings.scene_flags(), "devices",   # every device holds the cube
-                        *(("memory_caps",) if settings.placement.memory_caps else ())):
+                        *(("memory_caps",) if settings.placement.memory_caps else ()),
+                        *(("plan",) if given_plan is not None else ())):
         scene_input.check_cube_fits(exp.scene.image_shape, settings.data.patch_size,
                                     recipe.scene_bands(model_config), devices, caps)
     if given_plan is None:   # memory before work: before any folder or profiling

@@ -61,7 +61,14 @@ def runs(tmp_path_factory, small_scene):
     """{name: (Run, its folder)} of hmp.train runs in one interpreter (tests/cli_batch.py);
     a run writes to <folder>/run."""
     folders = {name: tmp_path_factory.mktemp(name) for name in (
-        "batch", "width", "cube", "caps", "bad_unit", "bad_count", "with_plan")}
+        "batch", "width", "cube", "caps", "bad_unit", "bad_count", "with_plan", "plan_caps")}
+    # a plan made for a device of 500 kB: the cube does not fit the memory it was made for
+    plan = planning.plan_layout(model_spec(model_config("cnn2d", 5, 100, 10, 4)), ["/cpu:0"],
+                                [1], 64, "batch:1")
+    plan.to_json(folders["plan_caps"] / "plan.json")
+    written = json.loads((folders["plan_caps"] / "plan.json").read_text())
+    (folders["plan_caps"] / "plan.json").write_text(json.dumps({**written,
+                                                                "memory_caps": [500e3]}))
     args = {
         # the cube and 1 sample fit in 850 kB, 64 samples do not: the batch is named
         "batch": [*TINY, *small_scene, "--memory_caps=850KB"],
@@ -74,6 +81,8 @@ def runs(tmp_path_factory, small_scene):
         "bad_unit": [*TINY, "--memory_caps=2XB"],
         "bad_count": [*TINY, "--devices=/cpu:0,/cpu:1", "--memory_caps=1GB,1GB,1GB"],
         "with_plan": [*TINY[:-1], "--memory_caps=1GB", "--plan=plan.json"],   # no --devices
+        "plan_caps": [*TINY[:-1], *small_scene,
+                      "--plan=%s" % (folders["plan_caps"] / "plan.json")],
     }
     done = run_batch("hmp.train", [
         {"args": [*flags, "--model_dir=%s" % (folders[name] / "run")]}
@@ -112,6 +121,14 @@ def test_a_scene_that_fits_no_memory_names_the_caps(runs):
     assert line.startswith("hmp.train: error: --dataset=")
     assert ("--devices=/cpu:0, --memory_caps=500KB: the scene's padded cube (44 x 44 pixels "
             "x 100 bands, float32) needs %s on every device" % format_bytes(CUBE)) in line
+
+
+def test_a_scene_that_fits_no_memory_a_plan_was_made_for_names_the_plan(runs):
+    line = refused(*runs["plan_caps"])
+    assert line.startswith("hmp.train: error: --dataset=")
+    assert ("--plan=%s: the scene's padded cube (44 x 44 pixels x 100 bands, float32) "
+            "needs %s on every device, more than /cpu:0 has (500 kB)"
+            % (runs["plan_caps"][1] / "plan.json", format_bytes(CUBE))) in line
 
 
 def test_the_caps_bound_the_plan(runs):
