@@ -25,7 +25,7 @@ from hmp.graph.graph_config import PRECISIONS
 from hmp.layers import BATCH_STATISTICS
 from hmp.mesh.optimizers import OPTIMIZERS, SCHEDULES
 from hmp.planning.planner import SPLIT_MARGIN
-from hmp.run import scene_flags
+from hmp import scene_flags
 from hmp.run.fit import fit
 from hmp.run.settings import DEFAULT, FLAG_FIELDS, Settings
 

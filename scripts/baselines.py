@@ -33,9 +33,9 @@ cli.import_tensorflow_quietly()   # before anything imports TensorFlow
 from absl import flags  # noqa: E402
 
 from baseline_scores import score_run, sklearn_classifiers, window_sides  # noqa: E402
-from hmp import data, files  # noqa: E402
+from hmp import data, files, scene_flags  # noqa: E402
 from hmp.evaluation import report  # noqa: E402
-from hmp.run import experiment, run_folder, scene_flags  # noqa: E402
+from hmp.run import experiment, run_folder  # noqa: E402
 from hmp.run.settings import Settings  # noqa: E402
 
 flags.adopt_module_key_flags(scene_flags)

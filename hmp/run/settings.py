@@ -153,7 +153,7 @@ FLAG_FIELDS = {
     "log_every": ("folder", "log_every"),
     **{name: ("placement", name) for name in ("memory_caps", "deterministic",
                                               "simulate_slowdown")},
-    # the scene and split (hmp.run.scene_flags)
+    # the scene and split (hmp.scene_flags)
     "dataset": ("data", "dataset"), "labels": ("data", "labels_path"),
     **{name: ("data", name) for name in (
         "cube_key", "labels_key", "data_dir", "synthetic_layout", "synthetic_kind",

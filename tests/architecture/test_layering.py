@@ -1,7 +1,7 @@
 """The package's floors: data and planning load no TensorFlow, nor do a run's settings, the
 values a graph is built from and the model registry; the engine's names load lazily; the
-library never imports the application's model registry; measuring the devices uses the
-graph room and nothing of the run."""
+library never imports the application's model registry; only the programs define flags;
+measuring the devices uses the graph room and nothing of the run."""
 
 import ast
 import pathlib
@@ -82,7 +82,28 @@ FLOOR_OF_ROOM = {
     "hmp.graph": 4,
     "hmp.run": 5, "hmp.measure": 5,
     "hmp.train": 6, "hmp.predict": 6, "hmp.worker": 6, "hmp.selfcheck": 6,
+    "hmp.scene_flags": 6,
 }
+PROGRAMS = 6
+
+
+def test_only_the_programs_define_flags():
+    """absl's flags at the program's edge: a module below the programs' floor takes its
+    values as arguments (a settings object), never from a flag it defines; but for a
+    command of its own (``python -m hmp.data.download``), whose flags are its own."""
+    library = pathlib.Path(hmp.__file__).parent
+    defining = []
+    for path in sorted(library.rglob("*.py")):
+        module = "hmp." + ".".join(path.relative_to(library).with_suffix("").parts)
+        room, source = _room(module), path.read_text()
+        if (room is not None and FLOOR_OF_ROOM[room] == PROGRAMS
+                or 'if __name__ == "__main__":' in source):
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr.startswith("DEFINE")):
+                defining.append("%s:%d" % (module, node.lineno))
+    assert defining == []
 
 
 def _room(module):
