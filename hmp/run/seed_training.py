@@ -188,9 +188,9 @@ def _finished(model_dir, epochs, steps_per_epoch, longer):
 
 
 def _check_fits(shared, exp, model_config, recipe, spec):
-    """Each device's memory (found once: it bounds the scene, the model and the plan),
-    after the checks that every device holds the scene's cube and that the model fits
-    the devices (--plan's plan: is of this model)."""
+    """Each device's memory (found once, or a --plan file's caps: it bounds the scene,
+    the model and the plan), after the checks that every device holds the scene's cube
+    and that the model fits the devices (--plan's plan: is of this model)."""
     settings, devices = shared.settings, shared.hardware.devices
     given_plan = shared.hardware.given_plan
     caps = memory_caps(settings, devices, given_plan)
