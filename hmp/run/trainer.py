@@ -144,9 +144,10 @@ class BestEpoch:
 
     The checkpoint is ``best-ckpt-<step>`` in ``model_dir`` (its index file is
     ``best_checkpoint``: ``run_folder.BEST_PREFIX``, ``BEST_CHECKPOINT``), apart from the
-    run's own checkpoints, so ``--resume`` still continues from the last epoch. ``history``: the epochs recorded so
-    far (dicts of :class:`EpochStats`), to carry the best one across a resume.
-    ``patience``: stop after this many epochs without a better one (0: never).
+    run's own checkpoints, so ``--resume`` still continues from the last epoch.
+    ``history``: the epochs recorded so far (dicts of :class:`EpochStats`), to carry the
+    best one across a resume. ``patience``: stop after this many epochs without a better
+    one (0: never).
     """
 
     def __init__(self, model_dir, patience=0, history=()):
