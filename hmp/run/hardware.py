@@ -24,8 +24,8 @@ class Hardware:
     ``devices``: ``--plan``'s when one is given, else ``--devices`` (or this machine's,
     or the cluster's); ``speeds``: one number per device (``--speeds``), or None
     (measured, or the plan given); ``given_plan``: the ``--plan`` file's
-    :class:`hmp.planning.Plan`, or None; ``slowdown``: {device: factor} (``--simulate_slowdown``); ``cluster``: the
-    workers (``hmp.cluster``), or None.
+    :class:`hmp.planning.Plan`, or None; ``slowdown``: {device: factor}
+    (``--simulate_slowdown``); ``cluster``: the workers (``hmp.cluster``), or None.
     """
 
     devices: list
