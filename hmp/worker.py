@@ -69,11 +69,18 @@ def _cluster_and_task():
         if FLAGS.task is not None:
             raise cli.UsageError("--task=%d: %s gives this worker its task; leave --task out"
                                  % (FLAGS.task, cluster.origin))
-        if task is None or not 0 <= task < len(cluster.addresses):
+        if task is None:
+            raise cli.UsageError('%s gives this process no task; give it "task": {"type": '
+                                 '"worker", "index": N}, N from 0 to %d'
+                                 % (cluster.origin, len(cluster.addresses) - 1))
+        if not 0 <= task < len(cluster.addresses):
             raise cli.UsageError("%s gives this process the task %s, not one of its tasks "
                                  "0 to %d" % (cluster.origin, task, len(cluster.addresses) - 1))
         return cluster, task
-    if FLAGS.task is None or not 0 <= FLAGS.task < len(cluster.addresses):
+    if FLAGS.task is None:
+        raise cli.UsageError("--task is required with --cluster=%s: give a task index from 0 "
+                             "to %d" % (FLAGS.cluster, len(cluster.addresses) - 1))
+    if not 0 <= FLAGS.task < len(cluster.addresses):
         raise cli.UsageError("--task=%s: give a task index from 0 to %d (one per --cluster "
                              "address)" % (FLAGS.task, len(cluster.addresses) - 1))
     return cluster, FLAGS.task

@@ -73,8 +73,10 @@ def device(task, index=0):
 
 def _address(text):
     host, colon, port = text.strip().rpartition(":")
-    if not colon or not host or not port.isdigit() or int(port) not in PORTS:
-        raise InvalidInput("%r is not host:port (e.g. 127.0.0.1:2222)" % text.strip())
+    if (not colon or not host or not port.isdigit() or int(port) not in PORTS
+            or re.search(r"[\s;]", host)):
+        raise InvalidInput("%r is not host:port (e.g. 127.0.0.1:2222; several: separated "
+                           "by commas)" % text.strip())
     return "%s:%d" % (host, int(port))
 
 
@@ -127,7 +129,10 @@ class Cluster:
     @classmethod
     def parse(cls, text, timeout_s=DEFAULT_TIMEOUT_S):
         """From ``"host:port,host:port,..."``; ``InvalidInput`` names a bad entry."""
-        return cls.of([a for a in text.split(",") if a.strip()], timeout_s)
+        entries = text.split(",")
+        if not all(entry.strip() for entry in entries):
+            raise InvalidInput("an empty address between commas; give host:port,host:port,...")
+        return cls.of(entries, timeout_s)
 
     @property
     def spec(self):
@@ -199,6 +204,21 @@ class Cluster:
                 raise InvalidInput("%s is not a device of the cluster's %d tasks; use e.g. %s"
                                  % (name, len(self.addresses), device(len(self.addresses) - 1)))
 
+    def check_offered(self, devices):
+        """InvalidInput naming a device of ``devices`` (``check_devices``'s) that its task
+        does not offer, e.g. a second CPU of a worker started with one; the workers
+        answer (``check_answers``)."""
+        with session_on(self.target, config=self.session_config()) as session:
+            offered = sorted(d.name for d in session.list_devices()
+                             if _device_key(d.name)[0] == JOB)
+        keys = {_device_key(name) for name in offered}
+        missing = [name for name in devices if _device_key(name) not in keys]
+        if missing:
+            raise InvalidInput(
+                "%s: not offered by the workers, which offer %s (a worker's virtual CPUs: "
+                "hmp.worker --virtual_cpus)" % (", ".join(missing), ", ".join(
+                    device_name.replace("/replica:0", "") for device_name in offered)))
+
     # -- answering -------------------------------------------------------------
     def answers(self, tasks=None, via=0, timeout_s=5.0):
         """True if a tiny graph with one op on each of ``tasks`` (default all)
@@ -241,6 +261,11 @@ class Cluster:
             raise WorkerUnavailable("%s cannot run ops on every task of %s: was each worker "
                                     "started with this cluster (%s)?"
                                     % (self.describe(0), self.spec, self.origin))
+        self.check_reach()
+
+    def check_reach(self):
+        """``WorkerUnavailable`` in one line naming this trainer's address (and how to
+        set it) unless every worker receives a value from it (``reach_trainer``)."""
         if not self.reach_trainer(timeout_s=min(10.0, self.timeout_s)):
             raise WorkerUnavailable(
                 "the workers of %s cannot reach this trainer at %s (its address on the route "
@@ -400,6 +425,13 @@ def trainer_port(value):
         raise InvalidInput("%s=%s: give a port number from %d to %d, or leave it unset for "
                            "a free one" % (TRAINER_PORT_ENV, value, PORTS[0], PORTS[-1]))
     return int(value)
+
+
+def _device_key(name):
+    """(job, task, type, index) of a TensorFlow device name, for comparing names written
+    differently (``/cpu:1``, ``/replica:0``)."""
+    spec = tf.DeviceSpec.from_string(name)
+    return (spec.job, spec.task or 0, (spec.device_type or "").upper(), spec.device_index or 0)
 
 
 def _port(target):

@@ -49,6 +49,9 @@ def resolve(source, timeout_s=DEFAULT_TIMEOUT_S, port_base=DEFAULT_PORT_BASE):
         return _from_tf_config(timeout_s)
     if source == SLURM:
         return _from_slurm(timeout_s, port_base)
+    if ":" not in source:
+        raise InvalidInput("%r is none of %s, %s or a host:port list (e.g. "
+                           "127.0.0.1:2222,127.0.0.1:2223)" % (source, TF_CONFIG, SLURM))
     return Cluster.parse(source, timeout_s), None
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from hmp import cli, files
-from hmp.cluster import launch, sources
+from hmp.cluster import launch, runtime, sources
 from hmp.data.raster import ArrayRaster
 from hmp.errors import InvalidInput, whole_number
 from hmp.evaluation import report
@@ -122,6 +122,8 @@ def _cluster(settings):
     """The workers of --cluster (checked: every one answers), or those --local_workers
     starts here (stopped on leaving), or None."""
     placement = settings.placement
+    if placement.local_workers is not None or placement.cluster is not None:
+        runtime.client_server()   # HMP_TRAINER_PORT's server, before any worker is waited for
     if placement.local_workers is None:
         cluster = None
         if placement.cluster is not None:
@@ -143,6 +145,7 @@ def _cluster(settings):
             cluster = stack.enter_context(launch.local_workers(
                 launch.parse_worker_list(placement.local_workers), placement.cluster_timeout,
                 say))
+        cluster.check_reach()   # HMP_TRAINER_HOST, if set, is an address they reach
         yield cluster
 
 

@@ -81,6 +81,7 @@ def _devices(settings, cluster):
     with settings.blame("devices", "local_workers" if placement.local_workers
                         else "cluster"):
         cluster.check_devices(devices)
+        cluster.check_offered(devices)
     return devices
 
 

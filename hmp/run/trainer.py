@@ -120,7 +120,7 @@ class EpochStats:
             return None
         share = 1.0 if self.look_strength is None else self.look_strength
         hint = ("; if the scene's fields do not differ as much, weaken the field look "
-                "(--spectral_shift=%.3g --spectral_gain=%.3g now)"
+                "below this epoch's --spectral_shift=%.3g --spectral_gain=%.3g"
                 % (share * augmentation.spectral_shift, share * augmentation.spectral_gain)
                 if augmentation.field_look else "; try more --epochs or a wider model")
         return ("training accuracy %.3f at epoch %d: the network does not fit its training "

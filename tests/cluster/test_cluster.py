@@ -25,6 +25,7 @@ from cli_batch import HUNG_S, run_batch, started, wait_for_file
 from hmp.cluster.runtime import (Cluster, WorkerUnavailable, client_server, close_session,
                                  device, free_loopback_ports, local_cluster, parse_cpus,
                                  trainer_port)
+from hmp.cluster import sources
 from hmp.errors import InvalidInput
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Placement
@@ -179,6 +180,19 @@ def test_workers_that_cannot_reach_the_trainer_are_refused_in_one_line(workers, 
     Cluster(workers.cluster.addresses, timeout_s=2).check_answers()   # 127.0.0.1: reached
 
 
+def test_a_device_no_worker_offers_is_refused_naming_those_offered(workers):
+    cluster = Cluster(workers.cluster.addresses, timeout_s=10)
+    cluster.check_offered(["/job:worker/task:0/device:CPU:1", "/job:worker/task:1/cpu:0"])
+    with pytest.raises(InvalidInput) as refused:   # each worker has two virtual CPUs
+        cluster.check_offered(["/job:worker/task:0/device:CPU:0",
+                               "/job:worker/task:1/device:CPU:2"])
+    assert str(refused.value) == (
+        "/job:worker/task:1/device:CPU:2: not offered by the workers, which offer "
+        "/job:worker/task:0/device:CPU:0, /job:worker/task:0/device:CPU:1, "
+        "/job:worker/task:1/device:CPU:0, /job:worker/task:1/device:CPU:1 (a worker's "
+        "virtual CPUs: hmp.worker --virtual_cpus)")
+
+
 def test_the_trainer_listens_on_the_port_given_and_names_one_it_cannot_take(workers):
     """In a process of its own: this one's server (``client_server``) is started."""
     free, taken_port = free_loopback_ports(2)
@@ -223,6 +237,14 @@ def test_bad_cluster_flags_are_refused():
         Cluster.parse("127.0.0.1:1,x:y")
     with pytest.raises(ValueError, match="127.0.0.1:1 is given more than once"):
         Cluster.parse("127.0.0.1:1,127.0.0.1:1")
+    with pytest.raises(ValueError, match=r"'127.0.0.1:1;127.0.0.1:2' is not host:port \(e.g. "
+                                         r"127.0.0.1:2222; several: separated by commas\)"):
+        Cluster.parse("127.0.0.1:1;127.0.0.1:2")
+    with pytest.raises(ValueError, match="an empty address between commas"):
+        Cluster.parse("127.0.0.1:1,")
+    with pytest.raises(ValueError, match="'tfconfig' is none of tf_config, slurm or a "
+                                         "host:port list"):
+        sources.resolve("tfconfig")
     with pytest.raises(ValueError, match="/cpu:0 is not a device of the cluster's 2 tasks"):
         Cluster.parse("a:1,b:2").check_devices(["/job:worker/task:1/device:CPU:0", "/cpu:0"])
 
@@ -242,6 +264,8 @@ def _worker(*flags):
 
 
 BAD_WORKER_FLAGS = {"--task=2": "--task=2: give a task index from 0 to 1",
+                    "--cpus=0": "--task is required with --cluster=127.0.0.1:1,127.0.0.1:2: "
+                                "give a task index from 0 to 1",
                     "--task=0 --cpus=0,99": "--cpus=0,99: give CPU numbers this process may use",
                     "--task=0 --threads=-1": "--threads=-1: must be 0",
                     "--task=0 --inter_op_threads=-1": "--inter_op_threads=-1: must be 0",

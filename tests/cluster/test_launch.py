@@ -202,13 +202,16 @@ def test_workers_and_trainer_name_the_task_of_a_taken_port_or_a_bad_environment(
             {"args": ["--port_base=%d" % port], "env": _slurm_task(1)},
             {"args": ["--task=1"], "env": _tf_config(port, task=1)},
             {"args": [], "env": {"TF_CONFIG": '{"cluster": {"chief": ["a:1"]}}'}},
-            {"args": [], "env": {"SLURM_PROCID": "0"}}])
+            {"args": [], "env": {"SLURM_PROCID": "0"}},
+            {"args": [], "env": {"TF_CONFIG": '{"cluster": {"worker": ["a:1", "b:2"]}}'}}])
     served = "worker 1 (localhost:%d) of %%s cannot serve: port %d is in use on this machine" % (
         port + 1, port + 1)
     expected = [served % "TF_CONFIG", served % ("Slurm's job (--port_base=%d)" % port),
                 "--task=1: TF_CONFIG gives this worker its task; leave --task out",
                 'TF_CONFIG\'s cluster has the jobs ["chief"]',
-                "neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST is set"]
+                "neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST is set",
+                'TF_CONFIG gives this process no task; give it "task": {"type": "worker", '
+                '"index": N}, N from 0 to 1']
     for run, message in zip(refused, expected):
         lines = [l for l in run.stderr.splitlines() if l.startswith("hmp.worker: error:")]
         assert run.returncode == 2 and len(lines) == 1, run.stderr[-2000:]
