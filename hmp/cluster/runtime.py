@@ -253,10 +253,14 @@ class Cluster:
         while task is not None and time.monotonic() < deadline:
             time.sleep(0.5)
             task = self._silent_task()
-        if task is not None:
-            raise WorkerUnavailable("%s does not answer: start it with %s (waited %g s)"
-                                    % (self.describe(task), self.how_to_start(task),
-                                       self.timeout_s))
+        if task is not None:   # it, and every later one that does not answer either
+            silent = [task] + [t for t in range(task + 1, len(self.addresses))
+                               if not self._answers_directly(t)]
+            raise WorkerUnavailable("%s %s: start %s with %s (waited %g s)" % (
+                " and ".join(self.describe(t) for t in silent),
+                "does not answer" if len(silent) == 1 else "do not answer",
+                "it" if len(silent) == 1 else "them",
+                "; ".join(self.how_to_start(t) for t in silent), self.timeout_s))
         if not self.answers(timeout_s=min(10.0, self.timeout_s)):
             raise WorkerUnavailable("%s cannot run ops on every task of %s: was each worker "
                                     "started with this cluster (%s)?"
@@ -315,10 +319,13 @@ class Cluster:
         A refused connection tells at once; a task that accepts connections
         but hangs (e.g. stopped) is found by a tiny graph that times out.
         """
+        return next((t for t in range(len(self.addresses)) if not self._answers_directly(t)),
+                    None)
+
+    def _answers_directly(self, task):
         timeout_s = min(5.0, self.timeout_s)
-        return next((t for t in range(len(self.addresses))
-                     if not _accepts_connections(self.addresses[t], timeout_s)
-                     or not self.answers([t], via=t, timeout_s=timeout_s)), None)
+        return (_accepts_connections(self.addresses[task], timeout_s)
+                and self.answers([task], via=task, timeout_s=timeout_s))
 
     def culprit(self, error):
         """The task a worker error came from: the first that does not answer

@@ -312,11 +312,15 @@ def _train_flags(workers, *flags):
 
 
 def test_train_refuses_a_bad_or_silent_cluster():
-    silent = "127.0.0.1:%d" % free_loopback_ports(1)[0]
+    silent, other = ("127.0.0.1:%d" % port for port in free_loopback_ports(2))
+    both = "%s,%s" % (silent, other)
     expected = {"127.0.0.1:1,x": (2, "--cluster=127.0.0.1:1,x, --cluster_timeout=1.0: "
                                      "'x' is not host:port"),
                 silent: (1, "worker 0 (%s) does not answer: start it with python -m "
-                            "hmp.worker --cluster=%s --task=0" % (silent, silent))}
+                            "hmp.worker --cluster=%s --task=0" % (silent, silent)),
+                both: (1, "worker 0 (%s) and worker 1 (%s) do not answer: start them with "
+                          "python -m hmp.worker --cluster=%s --task=0; python -m hmp.worker "
+                          "--cluster=%s --task=1" % (silent, other, both, both))}
     # a silent worker is waited for --cluster_timeout seconds
     runs = run_batch("hmp.train", [{"args": ["--cluster=" + spec, "--cluster_timeout=1"]}
                                    for spec in expected])
