@@ -222,8 +222,9 @@ def test_workers_and_trainer_name_the_task_of_a_taken_port_or_a_bad_environment(
                                                                  "nohost.invalid:2"]}})}},
         {"args": ["--cluster=tf_config", "--cluster_timeout=1"], "env": _tf_config(port)}])
     expected = ["worker 1 (nohost.invalid:2) is unreachable: its host nohost.invalid is unknown",
-                "worker 0 (localhost:%d) does not answer: start it with python -m hmp.worker "
-                "as task 0 of TF_CONFIG (waited 1 s)" % port]
+                "worker 0 (localhost:%d) and worker 1 (localhost:%d) do not answer: start "
+                "them with python -m hmp.worker as task 0 of TF_CONFIG; python -m hmp.worker "
+                "as task 1 of TF_CONFIG (waited 1 s)" % (port, port + 1)]
     for run, message in zip(silent, expected):
         lines = [l for l in run.stderr.splitlines() if l.startswith("hmp.train: error:")]
         assert run.returncode == 1 and len(lines) == 1, run.stderr[-2000:]
