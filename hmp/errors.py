@@ -23,7 +23,8 @@ def whole_number(value, what, minimum=1):
     The one check of counts and sizes (batch sizes, units, components, layer sizes).
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise InvalidInput(f"{what} must be a whole number >= {minimum}, got {value!r}")
+        kind = "" if isinstance(value, numbers.Real) else f" (a {type(value).__name__})"
+        raise InvalidInput(f"{what} must be a whole number >= {minimum}, got {value!r}{kind}")
     return int(value)
 
 

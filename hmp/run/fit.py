@@ -32,6 +32,7 @@ from hmp.run.progress import say
 from hmp.run.hardware import Hardware
 from hmp.run.resume import check_same_graph, seed_dirs
 from hmp.run.seed_training import Shared, train_seed
+from hmp.run.settings import Settings
 
 RESUME_HINT = ("; the checkpoints so far are kept: restart the worker, then run again "
                "with --resume")
@@ -91,8 +92,15 @@ def fit(settings, get_model, argv=()):
 
     ``get_model(name)``: the model module of ``settings.model.name``
     (``models.get_model``); ``argv``: the command line that asked for it (history.json).
-    Graph mode: turns TensorFlow's eager execution off.
+    Graph mode: turns TensorFlow's eager execution off. A TypeError for arguments of
+    another kind.
     """
+    if not isinstance(settings, Settings):
+        raise TypeError("hmp.fit: settings must be an hmp.Settings, e.g. "
+                        "hmp.Settings.of(epochs=3), got %s" % type(settings).__name__)
+    if not callable(get_model):
+        raise TypeError("hmp.fit: get_model must be a function of a model name, e.g. "
+                        "models.get_model, got %s" % type(get_model).__name__)
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)
     settings.check(get_model)

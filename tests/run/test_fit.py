@@ -249,6 +249,7 @@ def test_a_setting_given_as_none_is_left_out_of_flags_txt():
     ({"learning_rate": "0.1"}, "--learning_rate='0.1': give a number"),
     ({"val_fraction": True}, "--val_fraction=True: give a number"),
     ({"patience": 2.5}, "--patience=2.5: patience must be a whole number >= 0, got 2.5"),
+    ({"epochs": "3"}, "--epochs=3: epochs must be a whole number >= 1, got '3' (a str)"),
     # refused as any value, also with no cluster to use them
     ({"cluster_timeout": -5.0}, "--cluster_timeout=-5.0: the timeout must be positive, got "
                                 "-5.0"),
@@ -262,6 +263,15 @@ def test_refused_settings_raise_the_command_lines_message(values, message, tmp_p
         hmp.fit(Settings.of(**values), get_model)
     assert str(refused.value).startswith(message), str(refused.value)
     assert list(tmp_path.iterdir()) == []   # nothing written
+
+
+def test_arguments_of_another_kind_are_a_type_error_naming_what_is_expected():
+    with pytest.raises(TypeError, match=r"^hmp.fit: settings must be an hmp.Settings, e.g. "
+                                        r"hmp.Settings.of\(epochs=3\), got dict$"):
+        hmp.fit({"epochs": 3}, get_model)
+    with pytest.raises(TypeError, match=r"^hmp.fit: get_model must be a function of a model "
+                                        r"name, e.g. models.get_model, got str$"):
+        hmp.fit(Settings.of(epochs=3), "models.get_model")
 
 
 def test_readme_python_api_example_runs_as_written(tmp_path, monkeypatch):
