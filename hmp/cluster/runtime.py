@@ -238,9 +238,10 @@ class Cluster:
         return _each_gives_one("grpc://" + self.addresses[via], config, ones)
 
     def check_answers(self, say=None):
-        """Raises ``WorkerUnavailable`` naming a task whose host is unknown here, two
-        tasks at one port of one machine, a task that does not answer within
-        ``timeout_s`` (with how to start it), or task 0 if it cannot reach every task.
+        """Raises InvalidInput naming a task whose host is unknown here or two tasks at one
+        port of one machine; ``WorkerUnavailable`` naming the tasks that do not answer
+        within ``timeout_s`` (with how to start each), or task 0 if it cannot reach
+        every task.
 
         Waits for silent tasks (telling ``say`` once): workers started beside the
         trainer (``srun ... &``, a pod each) take seconds to import TensorFlow.
@@ -292,8 +293,8 @@ class Cluster:
         return _each_gives_one(self.target, config, received)
 
     def _check_addresses(self):
-        """``WorkerUnavailable`` naming the first task whose host does not resolve, or
-        two tasks whose hosts resolve to one machine at the same port (e.g.
+        """InvalidInput (the cluster given is wrong) naming the first task whose host does
+        not resolve, or two tasks whose hosts resolve to one machine at the same port (e.g.
         ``localhost:2222`` and ``127.0.0.1:2222``): only one of them could listen."""
         seen = {}   # (ip, port) -> the first task there
         for task, address in enumerate(self.addresses):
@@ -302,16 +303,16 @@ class Cluster:
                 ips = {info[4][0] for info in socket.getaddrinfo(host, int(port),
                                                                  type=socket.SOCK_STREAM)}
             except OSError as error:
-                raise WorkerUnavailable("%s is unreachable: its host %s is unknown here (%s; "
-                                        "from %s)" % (self.describe(task), host,
-                                                      error.strerror, self.origin)) from None
+                raise InvalidInput("%s is unreachable: its host %s is unknown here (%s; from "
+                                   "%s)" % (self.describe(task), host, error.strerror,
+                                            self.origin)) from None
             for ip in ips:
                 first = seen.setdefault((ip, port), task)
                 if first != task:
-                    raise WorkerUnavailable("%s and %s are the same port of one machine "
-                                            "(%s): give each task a port of its own (from %s)"
-                                            % (self.describe(first), self.describe(task),
-                                               ip, self.origin))
+                    raise InvalidInput("%s and %s are the same port of one machine "
+                                       "(%s): give each task a port of its own (from %s)"
+                                       % (self.describe(first), self.describe(task), ip,
+                                          self.origin))
 
     def _silent_task(self):
         """The first task that does not answer when asked directly, or None.

@@ -22,7 +22,7 @@ import pytest
 
 from cli_batch import HUNG_S, run_batch, started, wait_for_file
 from hmp.cluster import launch, sources
-from hmp.cluster.runtime import Cluster, WorkerUnavailable, free_loopback_ports, port_in_use
+from hmp.cluster.runtime import Cluster, free_loopback_ports, port_in_use
 from hmp.errors import InvalidInput
 from hmp.run import progress
 
@@ -102,11 +102,12 @@ def test_tf_config_gives_the_worker_job_and_the_task(clean_environment):
 
 
 def test_unknown_hosts_and_shared_ports_are_named_before_training():
-    with pytest.raises(WorkerUnavailable, match=r"^worker 1 \(nohost.invalid:2\) is unreachable:"
-                                                 r" its host nohost.invalid is unknown here"):
+    # the cluster given is wrong: bad input, not a worker gone
+    with pytest.raises(InvalidInput, match=r"^worker 1 \(nohost.invalid:2\) is unreachable:"
+                                            r" its host nohost.invalid is unknown here"):
         Cluster.of(["localhost:1", "nohost.invalid:2"]).check_answers()
-    with pytest.raises(WorkerUnavailable, match=r"^worker 0 \(localhost:3\) and worker 1 "
-                                                 r"\(127.0.0.1:3\) are the same port of one"):
+    with pytest.raises(InvalidInput, match=r"^worker 0 \(localhost:3\) and worker 1 "
+                                            r"\(127.0.0.1:3\) are the same port of one"):
         Cluster.of(["localhost:3", "127.0.0.1:3"], origin="TF_CONFIG").check_answers()
 
 
@@ -221,13 +222,14 @@ def test_workers_and_trainer_name_the_task_of_a_taken_port_or_a_bad_environment(
          "env": {"TF_CONFIG": json.dumps({"cluster": {"worker": ["localhost:%d" % port,
                                                                  "nohost.invalid:2"]}})}},
         {"args": ["--cluster=tf_config", "--cluster_timeout=1"], "env": _tf_config(port)}])
-    expected = ["worker 1 (nohost.invalid:2) is unreachable: its host nohost.invalid is unknown",
-                "worker 0 (localhost:%d) and worker 1 (localhost:%d) do not answer: start "
-                "them with python -m hmp.worker as task 0 of TF_CONFIG; python -m hmp.worker "
-                "as task 1 of TF_CONFIG (waited 1 s)" % (port, port + 1)]
-    for run, message in zip(silent, expected):
+    expected = [   # an unknown host is the input's fault (2), silent workers the run's (1)
+        (2, "worker 1 (nohost.invalid:2) is unreachable: its host nohost.invalid is unknown"),
+        (1, "worker 0 (localhost:%d) and worker 1 (localhost:%d) do not answer: start them "
+            "with python -m hmp.worker as task 0 of TF_CONFIG; python -m hmp.worker as task 1 "
+            "of TF_CONFIG (waited 1 s)" % (port, port + 1))]
+    for run, (code, message) in zip(silent, expected):
         lines = [l for l in run.stderr.splitlines() if l.startswith("hmp.train: error:")]
-        assert run.returncode == 1 and len(lines) == 1, run.stderr[-2000:]
+        assert run.returncode == code and len(lines) == 1, run.stderr[-2000:]
         assert message in lines[0] and "Traceback" not in run.stderr
 
 
