@@ -25,7 +25,7 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 from absl import flags
 
 from hmp.cluster import sources
-from hmp.cluster.runtime import JOB, check_port, parse_cpus, port_in_use
+from hmp.cluster.runtime import JOB, check_port, parse_cpus, why_not_served
 from hmp.errors import InvalidInput
 from hmp.measure.devices import default_devices
 from hmp.mesh.numerics import exact_float32, require_determinism
@@ -94,10 +94,8 @@ def _server(cluster, task, config):
                                     config=config, start=True)
     except tf.errors.OpError as error:
         port = int(cluster.addresses[task].rpartition(":")[2])
-        reason = ("port %d is in use on this machine (by another worker or program)" % port
-                  if port_in_use(port) else error.message.strip())
-        raise cli.UsageError("%s of %s cannot serve: %s"
-                             % (cluster.describe(task), cluster.origin, reason)) from None
+        raise cli.UsageError("%s of %s cannot serve: %s" % (
+            cluster.describe(task), cluster.origin, why_not_served(port, error))) from None
 
 
 def _pin_cpus():

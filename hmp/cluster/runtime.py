@@ -419,10 +419,8 @@ def client_server():
         return tf.distribute.Server({"localhost": ["localhost:%d" % port]}, protocol="grpc",
                                     start=True)
     except tf.errors.OpError as error:
-        reason = ("the port is in use on this machine" if port_in_use(port)
-                  else error.message.strip())
         raise InvalidInput("%s=%s: this trainer cannot listen there: %s"
-                           % (TRAINER_PORT_ENV, value, reason)) from None
+                           % (TRAINER_PORT_ENV, value, why_not_served(port, error))) from None
 
 
 def trainer_port(value):
@@ -583,6 +581,14 @@ class LocalCluster:
         with open(self._log_path(task)) as log:
             lines = [l.strip() for l in log if l.strip()]
         return lines[-1] if lines else "(no output)"
+
+
+def why_not_served(port, error):
+    """Why a TensorFlow server could not start on ``port`` (its ``tf.errors.OpError``):
+    the port taken, in words, else TensorFlow's message."""
+    if port_in_use(port):
+        return "port %d is in use on this machine (by another worker or program)" % port
+    return error.message.strip()
 
 
 def port_in_use(port):

@@ -218,8 +218,9 @@ def test_the_trainer_listens_on_the_port_given_and_names_one_it_cannot_take(work
                              capture_output=True, text=True, timeout=HUNG_S)
     assert run.returncode == 0, run.stderr[-2000:]
     refused, served = run.stdout.splitlines()
-    assert refused == ("HMP_TRAINER_PORT=%d: this trainer cannot listen there: the port is "
-                       "in use on this machine" % taken_port)
+    assert refused == ("HMP_TRAINER_PORT=%d: this trainer cannot listen there: port %d is in "
+                       "use on this machine (by another worker or program)"
+                       % (taken_port, taken_port))
     own, master = served.split()
     assert own == "grpc://localhost:%d" % free and master == "grpc://127.0.0.1:%d" % free
 
