@@ -209,15 +209,14 @@ class Cluster:
         does not offer, e.g. a second CPU of a worker started with one; the workers
         answer (``check_answers``)."""
         with session_on(self.target, config=self.session_config()) as session:
-            offered = sorted(d.name for d in session.list_devices()
-                             if _device_key(d.name)[0] == JOB)
-        keys = {_device_key(name) for name in offered}
-        missing = [name for name in devices if _device_key(name) not in keys]
+            offered = {_device_key(d.name) for d in session.list_devices()}
+        offered = sorted(key for key in offered if key[0] == JOB)   # not the trainer's
+        missing = [name for name in devices if _device_key(name) not in offered]
         if missing:
             raise InvalidInput(
                 "%s: not offered by the workers, which offer %s (a worker's virtual CPUs: "
                 "hmp.worker --virtual_cpus)" % (", ".join(missing), ", ".join(
-                    device_name.replace("/replica:0", "") for device_name in offered)))
+                    "/job:%s/task:%d/device:%s:%d" % key for key in offered)))
 
     # -- answering -------------------------------------------------------------
     def answers(self, tasks=None, via=0, timeout_s=5.0):
