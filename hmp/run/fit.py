@@ -181,8 +181,8 @@ def _seeds(settings, get_model, argv, cluster, model_dir, folders):
                                       "series with %s" % (seed, run_folder.resume_flags(
                                           settings.model_dir)), signals.signum)
     model = get_model(settings.model.name)
-    fitted = tuple(Fitted(folder, run_folder.read_json(os.path.join(folder, run_folder.RESULTS)),
-                          model) for folder in folders)
+    fitted = tuple(Fitted(folder, run_folder.read_results(folder), model)
+                   for folder in folders)
     if len(seeds) == 1:
         return fitted[0]
     return Fitted(model_dir, _summarise(model_dir, seeds, folders), model, fitted)
@@ -191,7 +191,7 @@ def _seeds(settings, get_model, argv, cluster, model_dir, folders):
 def _summarise(model_dir, seeds, folders):
     """summary.json and a table: every seed's OA, AA, kappa, and their mean and std;
     returns summary.json's dict."""
-    results = [run_folder.read_json(os.path.join(folder, run_folder.RESULTS)) for folder in folders]
+    results = [run_folder.read_results(folder) for folder in folders]
     summary = report.summarise_runs([result["test"] for result in results])
     print(report.summary_table(summary, ["seed %d" % seed for seed in seeds]))
     written = {"seeds": seeds, "model_dirs": folders,

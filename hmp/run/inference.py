@@ -80,7 +80,7 @@ class TrainedRun:
         if not os.path.isdir(model_dir):
             raise InvalidInput("not a folder" if os.path.exists(model_dir) else
                                "no such folder")
-        results = run_folder.read_json(os.path.join(model_dir, run_folder.RESULTS))
+        results = run_folder.read_results(model_dir)
         if results is None or "test" not in results:
             seeds = run_folder.seed_folders(model_dir)
             raise InvalidInput("%s holds no finished run (no readable results.json)%s"

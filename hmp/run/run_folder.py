@@ -195,6 +195,11 @@ def read_json(path):
         return None
 
 
+def read_results(model_dir):
+    """The results.json of the run in ``model_dir`` (``read_json``: None when none)."""
+    return read_json(os.path.join(model_dir, RESULTS))
+
+
 def checkpoint_step(model_dir):
     """The global step of the latest checkpoint in ``model_dir``, or None."""
     try:
@@ -208,7 +213,7 @@ def checkpoint_step(model_dir):
 def finished(model_dir, steps):
     """True when ``model_dir`` holds a run that trained ``steps`` steps and was scored then."""
     step = checkpoint_step(model_dir)
-    results = read_json(os.path.join(model_dir, RESULTS)) or {}
+    results = read_results(model_dir) or {}
     return (step is not None and step >= steps and "test" in results
             and results.get("step") == step)
 
