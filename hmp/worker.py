@@ -25,7 +25,7 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 from absl import flags
 
 from hmp.cluster import sources
-from hmp.cluster.runtime import JOB, check_port, parse_cpus, why_not_served
+from hmp.cluster.runtime import JOB, check_port, parse_cpus, served
 from hmp.errors import InvalidInput
 from hmp.measure.devices import default_devices
 from hmp.mesh.numerics import exact_float32, require_determinism
@@ -89,13 +89,13 @@ def _cluster_and_task():
 def _server(cluster, task, config):
     """TensorFlow's server of ``task``; a UsageError naming the task when it cannot
     listen (its port taken, e.g. by another worker)."""
+    port = int(cluster.addresses[task].rpartition(":")[2])
     try:
-        return tf.distribute.Server(cluster.cluster_spec(), job_name=JOB, task_index=task,
-                                    config=config, start=True)
-    except tf.errors.OpError as error:
-        port = int(cluster.addresses[task].rpartition(":")[2])
+        return served(port, lambda: tf.distribute.Server(
+            cluster.cluster_spec(), job_name=JOB, task_index=task, config=config, start=True))
+    except InvalidInput as error:
         raise cli.UsageError("%s of %s cannot serve: %s" % (
-            cluster.describe(task), cluster.origin, why_not_served(port, error))) from None
+            cluster.describe(task), cluster.origin, error)) from None
 
 
 def _pin_cpus():

@@ -415,11 +415,11 @@ def client_server():
     if not port:
         return tf.distribute.Server.create_local_server()
     try:
-        return tf.distribute.Server({"localhost": ["localhost:%d" % port]}, protocol="grpc",
-                                    start=True)
-    except tf.errors.OpError as error:
+        return served(port, lambda: tf.distribute.Server(
+            {"localhost": ["localhost:%d" % port]}, protocol="grpc", start=True))
+    except InvalidInput as error:
         raise InvalidInput("%s=%s: this trainer cannot listen there: %s"
-                           % (TRAINER_PORT_ENV, value, why_not_served(port, error))) from None
+                           % (TRAINER_PORT_ENV, value, error)) from None
 
 
 def trainer_port(value):
@@ -582,18 +582,27 @@ class LocalCluster:
         return lines[-1] if lines else "(no output)"
 
 
-def why_not_served(port, error):
-    """Why a TensorFlow server could not start on ``port`` (its ``tf.errors.OpError``):
-    the port taken, in words, else TensorFlow's message."""
+def served(port, start):
+    """``start()``, which starts a TensorFlow server listening on ``port``, or an
+    InvalidInput saying why it cannot: the port taken, in words (looked at first, so
+    that TensorFlow's C++ log lines of a failed start do not come before the caller's
+    line), else TensorFlow's message."""
+    taken = "port %d is in use on this machine (by another worker or program)" % port
     if port_in_use(port):
-        return "port %d is in use on this machine (by another worker or program)" % port
-    return error.message.strip()
+        raise InvalidInput(taken)
+    try:
+        return start()
+    except tf.errors.OpError as error:   # taken meanwhile, or another reason
+        raise InvalidInput(taken if port_in_use(port) else error.message.strip()) from None
 
 
 def port_in_use(port):
     """True when some process listens on ``port`` of this machine (on any interface,
-    as a worker's server would)."""
+    as a worker's server would). A port that only closed connections hold (TIME_WAIT, a
+    worker stopped a moment ago) is free: TensorFlow's server reuses it, and so does the
+    probe."""
     probe = socket.socket()
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         probe.bind(("", port))
         return False

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from cli_batch import HUNG_S, run_batch, started, wait_for_file
-from hmp.cluster import launch, sources
+from hmp.cluster import launch, runtime, sources
 from hmp.cluster.runtime import Cluster, free_loopback_ports, port_in_use
 from hmp.errors import InvalidInput
 from hmp.run import progress
@@ -109,6 +109,23 @@ def test_unknown_hosts_and_shared_ports_are_named_before_training():
     with pytest.raises(InvalidInput, match=r"^worker 0 \(localhost:3\) and worker 1 "
                                             r"\(127.0.0.1:3\) are the same port of one"):
         Cluster.of(["localhost:3", "127.0.0.1:3"], origin="TF_CONFIG").check_answers()
+
+
+def test_a_server_is_started_only_on_a_free_port_and_a_failed_start_says_why():
+    import tensorflow.compat.v1 as tf
+    port, = free_loopback_ports(1)
+
+    def refused():
+        raise tf.errors.UnknownError(None, None, " could not start: reason R \n")
+
+    assert runtime.served(port, lambda: "server") == "server"
+    with pytest.raises(InvalidInput, match="^could not start: reason R$"):
+        runtime.served(port, refused)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        with pytest.raises(InvalidInput, match="^port %d is in use on this machine" % port):
+            runtime.served(port, lambda: pytest.fail("started on a taken port"))
 
 
 def _consecutive_free_ports():
@@ -214,9 +231,9 @@ def test_workers_and_trainer_name_the_task_of_a_taken_port_or_a_bad_environment(
                 'TF_CONFIG gives this process no task; give it "task": {"type": "worker", '
                 '"index": N}, N from 0 to 1']
     for run, message in zip(refused, expected):
-        lines = [l for l in run.stderr.splitlines() if l.startswith("hmp.worker: error:")]
-        assert run.returncode == 2 and len(lines) == 1, run.stderr[-2000:]
-        assert message in lines[0] and "Traceback" not in run.stderr
+        lines = run.stderr.splitlines()   # no TensorFlow line before it: a taken port is
+        assert run.returncode == 2 and len(lines) == 1, run.stderr[-2000:]   # seen first
+        assert lines[0].startswith("hmp.worker: error:") and message in lines[0]
     silent = run_batch("hmp.train", [
         {"args": ["--cluster=tf_config"],
          "env": {"TF_CONFIG": json.dumps({"cluster": {"worker": ["localhost:%d" % port,
