@@ -35,7 +35,7 @@ from hmp.data.raster_writer import write_class_map
 from hmp.evaluation import maps
 from hmp.evaluation.smoothing import smooth_rows
 from hmp.measure.devices import check_local, device_list, gpu_count, session_config_for
-from hmp.run import experiment, export, run_folder
+from hmp.run import experiment, export, run_files, run_folder
 from hmp.run.inference import DATA_FLAGS, Classifier, TrainedRun, classify_tiles, open_cube, tiling
 from hmp.run.progress import ProgressLine
 from hmp.run.settings import check_file_flags
@@ -145,7 +145,7 @@ def main(argv):
                  "; it replaced the SavedModel there" if replaced else ""), flush=True)
         if FLAGS.out is None:
             return
-    out_dir = FLAGS.out or os.path.join(FLAGS.model_dir, run_folder.PREDICTION)
+    out_dir = FLAGS.out or os.path.join(FLAGS.model_dir, run_files.PREDICTION)
     with cli.blame("out"):
         files.check_folder_can_be_made(out_dir)   # before the work; made by its first file
     changed = {name: FLAGS[name].value for name in DATA_FLAGS if FLAGS[name].present}

@@ -22,12 +22,11 @@ from hmp import data, files
 from hmp.cluster.subprocesses import pinned
 from hmp.data.synthetic import GENERATED_LAYOUT
 from hmp.errors import InvalidInput
-from hmp.run import experiment
+from hmp.run import experiment, run_files
 
 COLLAPSE_SHARE = 0.9   # a run that puts more of the test pixels into one class collapsed
 COLLAPSE_CHANCE_FACTOR = 2   # ... and so did one below this many times chance (1 / classes)
 THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
-RESULTS = "results.json"
 # the paired scores a run records (results.json's test_without_<name>): name -> label
 PAIRED = {"tta": "TTA", "smoothing": "smoothing"}
 
@@ -164,10 +163,9 @@ def model_row(run, folder):
     """The row of one finished (or failed) run: OA, AA, kappa in %, seconds, collapse."""
     row = {"kind": "model", "name": run.model, "layout": run.layout, "split": run.split,
            "seed": run.seed, "folder": folder}
-    path = os.path.join(folder, RESULTS)
-    if not os.path.isfile(path):
+    results = run_files.read_results(folder)
+    if results is None:
         return {**row, "error": last_line(folder + ".log")}
-    results = _read_json(path)
     test = results["test"]
     for name in PAIRED:   # the same weights without TTA or without smoothing
         if "test_without_" + name in results:
@@ -190,7 +188,7 @@ def baseline_rows(group, path):
 
 
 def _read_json(path):
-    with open(path) as file:   # hmp.run.run_folder.read_json would import TensorFlow into every job
+    with open(path) as file:   # a baselines file this script wrote: it must be there
         return json.load(file)
 
 

@@ -667,7 +667,7 @@ def prepared_scene(pca):
     if FLAGS.batch_size > len(exp.train):
         raise cli.UsageError("--batch_size=%d: the scene has %d training pixels"
                              % (FLAGS.batch_size, len(exp.train)))
-    return exp, next(exp.train.batches(FLAGS.batch_size, drop_remainder=True))
+    return exp, exp.epoch_batches(FLAGS.batch_size, seed=0)[0]
 
 
 def main(argv):

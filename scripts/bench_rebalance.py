@@ -24,7 +24,6 @@ disturbance that lasts; under a passing one, at least as fast from the disturban
 """
 
 import contextlib
-import json
 import os
 import re
 import statistics
@@ -40,6 +39,7 @@ from hmp import cli, files
 from hmp.cluster.runtime import local_cluster
 from hmp.cluster.subprocesses import die_with_parent
 from hmp.planning.plan import aligned_columns
+from hmp.run import run_files
 
 flags.DEFINE_integer("epochs", 8, "Epochs of each run.")
 flags.DEFINE_integer("disturb_after", 3, "The competing processes start once this epoch "
@@ -96,8 +96,7 @@ def train(model, spec, rebalance, folder, slowed_cpu):
     if process.returncode:
         raise RuntimeError("%s ended with exit code %d" % (" ".join(command),
                                                            process.returncode))
-    with open(os.path.join(folder, rebalance, "results.json"), encoding="utf-8") as f:
-        return ended, switched, decisions, json.load(f)
+    return ended, switched, decisions, run_files.read_results(os.path.join(folder, rebalance))
 
 
 def summary(ended, switched, decisions, results):

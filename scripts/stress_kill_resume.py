@@ -15,7 +15,6 @@ epoch once. Exit code 0 when all hold, 1 otherwise. About 15 s per run on
 """
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -33,6 +32,8 @@ from hmp import cli  # noqa: E402
 cli.import_tensorflow_quietly()   # before anything imports TensorFlow
 
 import tensorflow.compat.v1 as tf  # noqa: E402
+
+from hmp.run import run_files  # noqa: E402
 
 FLAGS = ["--model=cnn2d", "--width=2", "--patch_size=5", "--batch_size=16", "--pca=8",
          "--devices=/cpu:0", "--speeds=1", "--mesh=model:1", "--epochs=3",
@@ -122,8 +123,7 @@ def main():
                   % (os.path.basename(path_b), worst))
             if worst > 1e-5:
                 failures.append("weights differ by up to %g" % worst)
-        with open(os.path.join(killed, "results.json")) as f:
-            epochs = [h["epoch"] for h in json.load(f)["history"]]
+        epochs = [h["epoch"] for h in run_files.read_results(killed)["history"]]
         if epochs != [0, 1, 2]:
             failures.append("results.json history holds epochs %s" % epochs)
     for failure in failures:

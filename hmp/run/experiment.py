@@ -83,6 +83,12 @@ class Experiment:
                                % (len(self.train), batch_size))
         return steps
 
+    def epoch_batches(self, batch_size, seed, epoch=0, start_step=0):
+        """The training batches of epoch ``epoch`` from step ``start_step`` on, as a list:
+        whole batches only, as ``steps_per_epoch`` counts them."""
+        return list(self.train.batches(batch_size, seed=seed, epoch=epoch,
+                                       drop_remainder=True, start_step=start_step))
+
     @property
     def train_counts(self):
         """The training pixels of each class [n_classes] (validation pixels not counted)."""

@@ -27,7 +27,7 @@ from hmp.errors import InvalidInput, whole_number
 from hmp.evaluation import report
 from hmp.evaluation.smoothing import smooth
 from hmp.measure.devices import check_local, device_list, session_config_for
-from hmp.run import inference, run_folder
+from hmp.run import inference, run_files, run_folder
 from hmp.run.progress import say
 from hmp.run.hardware import Hardware
 from hmp.run.resume import check_same_graph, seed_dirs
@@ -181,7 +181,7 @@ def _seeds(settings, get_model, argv, cluster, model_dir, folders):
                                       "series with %s" % (seed, run_folder.resume_flags(
                                           settings.model_dir)), signals.signum)
     model = get_model(settings.model.name)
-    fitted = tuple(Fitted(folder, run_folder.read_results(folder), model)
+    fitted = tuple(Fitted(folder, run_files.read_results(folder), model)
                    for folder in folders)
     if len(seeds) == 1:
         return fitted[0]
@@ -191,13 +191,13 @@ def _seeds(settings, get_model, argv, cluster, model_dir, folders):
 def _summarise(model_dir, seeds, folders):
     """summary.json and a table: every seed's OA, AA, kappa, and their mean and std;
     returns summary.json's dict."""
-    results = [run_folder.read_results(folder) for folder in folders]
+    results = [run_files.read_results(folder) for folder in folders]
     summary = report.summarise_runs([result["test"] for result in results])
     print(report.summary_table(summary, ["seed %d" % seed for seed in seeds]))
     written = {"seeds": seeds, "model_dirs": folders,
                "leakage": [result["leakage"] for result in results],
                "smoothing": [inference.smoothed_over(result) for result in results],
                **summary}
-    files.write_json(os.path.join(model_dir, run_folder.SUMMARY), written)
-    print("summary of %d runs in %s" % (len(seeds), os.path.join(model_dir, run_folder.SUMMARY)))
+    files.write_json(os.path.join(model_dir, run_files.SUMMARY), written)
+    print("summary of %d runs in %s" % (len(seeds), os.path.join(model_dir, run_files.SUMMARY)))
     return written

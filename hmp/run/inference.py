@@ -35,7 +35,7 @@ from hmp.graph.scene_input import SceneCubes, patches_around
 from hmp.mesh.lowering import HeteroLowering
 from hmp.mesh.mesh_impl import HeteroMeshImpl
 from hmp.planning import apportion
-from hmp.run import experiment, fitted_preprocessing, run_folder
+from hmp.run import experiment, fitted_preprocessing, run_files, run_folder
 from hmp.run.progress import rate_and_eta
 from hmp.run.settings import FLAG_FIELDS
 
@@ -80,7 +80,7 @@ class TrainedRun:
         if not os.path.isdir(model_dir):
             raise InvalidInput("not a folder" if os.path.exists(model_dir) else
                                "no such folder")
-        results = run_folder.read_results(model_dir)
+        results = run_files.read_results(model_dir)
         if results is None or "test" not in results:
             seeds = run_folder.seed_folders(model_dir)
             raise InvalidInput("%s holds no finished run (no readable results.json)%s"
@@ -88,7 +88,7 @@ class TrainedRun:
                                   "them, e.g. %s" % seeds[0] if seeds else ""))
         # the weights that classified the run's test pixels: its best epoch's, if it kept one
         checkpoint = (tf.train.latest_checkpoint(model_dir,
-                                                 latest_filename=run_folder.BEST_CHECKPOINT)
+                                                 latest_filename=run_files.BEST_CHECKPOINT)
                       or tf.train.latest_checkpoint(model_dir))
         if checkpoint is None:
             raise InvalidInput("%s holds no checkpoint" % model_dir)

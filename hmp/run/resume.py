@@ -11,7 +11,7 @@ import os
 from hmp import cli
 from hmp.errors import InvalidInput
 from hmp.graph.from_graph import default_width
-from hmp.run import experiment, run_folder
+from hmp.run import experiment, run_files, run_folder
 from hmp.run.settings import DEFAULT
 
 # The data settings a resumed run must share with its first invocation (data.json).
@@ -92,7 +92,7 @@ def check_same_graph(model_dir, settings, get_model):
             % (", ".join("--%s=%s" % (name, now[name]) for name in changed),
                model_dir, ", ".join("--%s=%s" % (name, first[name]) for name in changed),
                "that" if len(changed) == 1 else "those",
-               os.path.join(model_dir, run_folder.FLAGS_FILE)))
+               os.path.join(model_dir, run_files.FLAGS_FILE)))
 
 
 def check_same_data(model_dir, data_config):

@@ -25,15 +25,9 @@ from hmp.graph.graph import CHECKPOINTS_KEPT
 from hmp.measure import speedcache
 from hmp.evaluation import report
 from hmp.run import experiment, fitted_preprocessing
+from hmp.run.run_files import (BEST_CHECKPOINT, BEST_PREFIX, FLAGS_FILE, HISTORY, PREDICTION,
+                               RESULTS, SEED_PREFIX, SUMMARY, read_json, read_results)
 
-FLAGS_FILE = "flags.txt"   # the flags that started the run, for --flagfile
-RESULTS = "results.json"   # the run's flags, plan, history and scores
-HISTORY = "history.json"
-SUMMARY = "summary.json"   # --runs: the runs' mean and standard deviation
-BEST_CHECKPOINT = "best_checkpoint"   # the best epoch's checkpoint (its index file) ...
-BEST_PREFIX = "best-ckpt"   # ... and its files' prefix (hmp.run.trainer.BestEpoch)
-PREDICTION = "prediction"   # hmp.predict's default --out
-SEED_PREFIX = "seed-"   # --runs: seed N's run is the series folder's seed-N
 # The files a run writes whole, each through a temporary NAME.*.tmp beside it (hmp.files) ...
 _WRITTEN_WHOLE = (RESULTS, HISTORY, SUMMARY, experiment.CONFIG_FILE,
                   fitted_preprocessing.FILE_NAME, FLAGS_FILE)
@@ -184,20 +178,6 @@ def saved_flags(model_dir):
     except OSError:
         return None
     return dict(line[2:].partition("=")[::2] for line in lines if line.startswith("--"))
-
-
-def read_json(path):
-    """The JSON in ``path``, or None when there is none (or it cannot be read)."""
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def read_results(model_dir):
-    """The results.json of the run in ``model_dir`` (``read_json``: None when none)."""
-    return read_json(os.path.join(model_dir, RESULTS))
 
 
 def checkpoint_step(model_dir):

@@ -22,7 +22,7 @@ from hmp.graph import scene_input
 from hmp.graph.from_graph import model_spec
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import ModelConfig, Placement
-from hmp.run import events, experiment, fitted_preprocessing, run_folder, scoring
+from hmp.run import events, experiment, fitted_preprocessing, run_files, run_folder, scoring
 from hmp.run.epoch_loop import EpochLoop
 from hmp.run.plan_choice import alone_trial, check_memory, choose_plan, memory_caps
 from hmp.run.progress import ProgressLine
@@ -170,7 +170,7 @@ def train_seed(shared, model_dir, seed, replaced=()):
                **paired,
                "pictures": list(pictures),
                "seconds": time.time() - started}
-    files.write_json(os.path.join(model_dir, run_folder.RESULTS), results)
+    files.write_json(os.path.join(model_dir, run_files.RESULTS), results)
     print("results, maps and checkpoints in %s" % model_dir)
 
 
@@ -182,7 +182,7 @@ def _finished(model_dir, epochs, steps_per_epoch, longer):
     print("the run in %s is finished (%d epoch%s, step %d); its results are in %s; "
           "to train longer, resume with a larger %s"
           % (model_dir, epochs, "" if epochs == 1 else "s",
-             run_folder.checkpoint_step(model_dir), os.path.join(model_dir, run_folder.RESULTS),
+             run_folder.checkpoint_step(model_dir), os.path.join(model_dir, run_files.RESULTS),
              longer), flush=True)
     return True
 

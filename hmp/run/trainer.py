@@ -19,7 +19,7 @@ from hmp.cli import TrainingError   # defined in cli; callers may use hmp.run.tr
 from hmp.cluster.runtime import CLOSE_WAIT_S, close_session
 from hmp.errors import InvalidInput
 from hmp.graph.augment import SYMMETRIES, symmetry_probabilities
-from hmp.run import events, run_folder
+from hmp.run import events, run_files, run_folder
 from hmp.run.look_yield import FIT_ACCURACY
 from hmp.run.profiler import run_traced
 from hmp.run.progress import rate_and_eta
@@ -143,7 +143,7 @@ class BestEpoch:
     """Keeps a checkpoint of the epoch with the best validation accuracy; early stopping.
 
     The checkpoint is ``best-ckpt-<step>`` in ``model_dir`` (its index file is
-    ``best_checkpoint``: ``run_folder.BEST_PREFIX``, ``BEST_CHECKPOINT``), apart from the
+    ``best_checkpoint``: ``run_files.BEST_PREFIX``, ``BEST_CHECKPOINT``), apart from the
     run's own checkpoints, so ``--resume`` still continues from the last epoch.
     ``history``: the epochs recorded so far (dicts of :class:`EpochStats`), to carry the
     best one across a resume. ``patience``: stop after this many epochs without a better
@@ -154,7 +154,7 @@ class BestEpoch:
         self.model_dir = model_dir
         self.patience = patience
         self.path = tf.train.latest_checkpoint(model_dir,
-                                                latest_filename=run_folder.BEST_CHECKPOINT)
+                                                latest_filename=run_files.BEST_CHECKPOINT)
         scored = [e for e in history if e.get("val_accuracy") is not None]
         best = max(scored, key=lambda e: e["val_accuracy"], default=None)
         self.epoch = best["epoch"] if best and self.path else None
@@ -169,8 +169,8 @@ class BestEpoch:
                                           and stats.val_accuracy < self.accuracy):
             return False
         self.epoch, self.accuracy = stats.epoch, stats.val_accuracy
-        self.path = trainer.save(prefix=run_folder.BEST_PREFIX,
-                                 latest_filename=run_folder.BEST_CHECKPOINT, max_to_keep=1)
+        self.path = trainer.save(prefix=run_files.BEST_PREFIX,
+                                 latest_filename=run_files.BEST_CHECKPOINT, max_to_keep=1)
         return True
 
     def should_stop(self, epoch):
@@ -288,9 +288,8 @@ class Trainer:
         the weights and the step: restore a checkpoint after it. ``look_strength`` as
         for ``train_epoch`` (fed or not as training will: a session optimises a graph
         per set of fed tensors)."""
-        batches = self.experiment.train.batches(self.batch_size, seed=self.seed,
-                                                drop_remainder=True)
-        pairs = [(b.indices, b.labels) for b, _ in zip(batches, range(self.graph.steps_per_run))]
+        batches = self.experiment.epoch_batches(self.batch_size, self.seed)
+        pairs = [(b.indices, b.labels) for b in batches[:self.graph.steps_per_run]]
         self.session.run(self.graph.metrics.reset)   # local: a restore does not set them
         self.graph.load_batches(self.session, pairs)   # taken as an epoch's steps take theirs
         sizes = {1, self.graph.steps_per_run}   # the blocks an epoch runs (block_size)
@@ -328,9 +327,7 @@ class Trainer:
         :class:`Paused`.
         """
         start_step = self.step - epoch * self.steps_per_epoch
-        batches = list(self.experiment.train.batches(
-            self.batch_size, seed=self.seed, epoch=epoch, drop_remainder=True,
-            start_step=start_step))
+        batches = self.experiment.epoch_batches(self.batch_size, self.seed, epoch, start_step)
         # the devices keep the epoch's batches: its steps feed nothing
         self.graph.load_batches(self.session, [(b.indices, b.labels) for b in batches])
         self.session.run(self.graph.metrics.reset)

@@ -1,5 +1,5 @@
 """The package's floors: data and planning load no TensorFlow, nor do a run's settings, the
-values a graph is built from and the model registry; the engine's names load lazily; the
+values a graph is built from, the names of a run's files and the model registry; the engine's names load lazily; the
 library never imports the application's model registry; only the programs define flags;
 measuring the devices uses the graph room and nothing of the run."""
 
@@ -15,8 +15,9 @@ from cli_batch import HUNG_S
 import hmp
 
 FLOORS = "import hmp.data, hmp.planning, hmp.hosts, hmp.layer_math"
-# what the application and a run's settings use before any graph is built
-VALUES = "import hmp.graph.graph_config, hmp.run.settings, models"
+# what the application and a run's settings use before any graph is built; what scripts
+# read a run's results with
+VALUES = "import hmp.graph.graph_config, hmp.run.settings, hmp.run.run_files, models"
 FIRST_USE = "import hmp; hmp.HeteroMeshImpl"
 STATEMENTS = (FLOORS, VALUES, FIRST_USE)
 

@@ -9,7 +9,7 @@ import types
 import pytest
 
 from hmp.cluster.runtime import CLOSE_WAIT_S
-from hmp.run import epoch_loop, look_yield, rebalance, run_folder
+from hmp.run import epoch_loop, look_yield, rebalance, run_files, run_folder
 from hmp.run.settings import Settings
 from hmp.run.standby import Standby
 from hmp.run.trainer import MEASURED_STEPS, EpochStats
@@ -114,7 +114,7 @@ class ScriptedRebalancer:
 
 
 def _loop(tmp_path, trainers, history=(), look_yields=False, steps_per_epoch=4, **settings):
-    record = run_folder.History(str(tmp_path / run_folder.HISTORY), history)
+    record = run_folder.History(str(tmp_path / run_files.HISTORY), history)
     return epoch_loop.EpochLoop(trainers, A, bool(history), record, None,
                                 run_folder.Signals(), None, Settings.of(**settings),
                                 str(tmp_path), steps_per_epoch=steps_per_epoch,
@@ -165,7 +165,7 @@ def test_switches_build_a_new_plan_reuse_a_kept_one_and_take_a_standby(tmp_path,
     assert (made["A"].closed, made["C"].closed) == (True, False)
     assert standby.closed and standby.close_wait_s is None   # its build ended first
     assert loop.standby is None and loop.kept == {}
-    assert len(run_folder.read_json(str(tmp_path / run_folder.HISTORY))["history"]) == 6
+    assert len(run_files.read_json(str(tmp_path / run_files.HISTORY))["history"]) == 6
 
 
 def test_training_stops_early_and_close_all_closes_every_trainer(tmp_path, capsys, monkeypatch):
@@ -314,7 +314,7 @@ def test_a_standby_ready_within_an_epoch_is_switched_to_there(tmp_path, monkeypa
     assert rebalancer.plans == ["A", "A", "A", "C", "C"]   # the part before the pause: A's
     assert rebalancer.started == [1]   # the build's cost counted from after epoch 1
     assert [plan["name"] for plan in loop.record.plans] == ["A", "C"]
-    assert len(run_folder.read_json(str(tmp_path / run_folder.HISTORY))["history"]) == 4
+    assert len(run_files.read_json(str(tmp_path / run_files.HISTORY))["history"]) == 4
     out = capsys.readouterr().out
     assert ("standby: the graph of filters C is ready, within epoch 3\n"
             "re-balancing: C switching\n"
@@ -390,7 +390,7 @@ def test_a_trial_of_three_layouts_keeps_the_plans_graph_for_its_verdict(tmp_path
     log = []
     trainers = StandInTrainers(log)
     trial = rebalance.AloneTrial(A, C, {}, runner_up=B)
-    record = run_folder.History(str(tmp_path / run_folder.HISTORY), ())
+    record = run_folder.History(str(tmp_path / run_files.HISTORY), ())
     loop = epoch_loop.EpochLoop(trainers, A, False, record, trial, run_folder.Signals(), None,
                                 Settings.of(epochs=5, patience=0), str(tmp_path),
                                 steps_per_epoch=4)
@@ -418,7 +418,7 @@ def test_a_measured_field_look_yields_where_the_fit_is_checked_and_a_resume_keep
     assert ("training accuracy 0.500 after epoch 4 of 16 is below 0.90: the measured field "
             "look yields to 0.5 of its strength") in out
     assert out.count("field look yields") == 3
-    history = run_folder.read_json(str(tmp_path / run_folder.HISTORY))["history"]
+    history = run_files.read_json(str(tmp_path / run_files.HISTORY))["history"]
     assert [epoch["look_strength"] for epoch in history] == expected
 
     for first_epoch in (6, 8):   # resumed from its record: the strengths it had reached

@@ -5,7 +5,7 @@ import pytest
 from hmp import cli
 from hmp.errors import InvalidInput
 from hmp.graph.from_graph import default_width
-from hmp.run import experiment, run_folder
+from hmp.run import experiment, run_files, run_folder
 from hmp.run.resume import check_same_data, check_same_graph, seed_dirs
 from hmp.run.settings import RunFolderSettings, Settings
 from models import get_model
@@ -45,7 +45,7 @@ def test_resume_compares_the_graph_its_flags_build_not_their_text(tmp_path):
     """The first invocation's flags.txt (here --model=cnn2d, its default width, sync batch
     norm): the same model by its module path, its default width given, and local batch
     norm (the same variables) resume; another model or width is refused, naming both."""
-    (tmp_path / run_folder.FLAGS_FILE).write_text("--model=cnn2d\n--epochs=3\n")
+    (tmp_path / run_files.FLAGS_FILE).write_text("--model=cnn2d\n--epochs=3\n")
     width = default_width(get_model("cnn2d"))
     for same in (dict(model="cnn2d"), dict(model="models.cnn2d", width=width),
                  dict(model="cnn2d", batch_norm="local")):
@@ -56,7 +56,7 @@ def test_resume_compares_the_graph_its_flags_build_not_their_text(tmp_path):
     assert str(refused.value) == (
         "--model=cnn3d, --width=%d: the run in %s was trained with --model=cnn2d, --width=0; "
         "resume it with those (--flagfile=%s gives all its flags), or start over with "
-        "--overwrite" % (width + 1, tmp_path, tmp_path / run_folder.FLAGS_FILE))
+        "--overwrite" % (width + 1, tmp_path, tmp_path / run_files.FLAGS_FILE))
     # the global step counts steps of --batch_size samples: another would go on from
     # another epoch and sample (the default, 32, where flags.txt has none)
     with pytest.raises(cli.UsageError) as refused:
@@ -64,7 +64,7 @@ def test_resume_compares_the_graph_its_flags_build_not_their_text(tmp_path):
     assert str(refused.value) == (
         "--batch_size=16: the run in %s was trained with --batch_size=32; resume it with "
         "that (--flagfile=%s gives all its flags), or start over with --overwrite"
-        % (tmp_path, tmp_path / run_folder.FLAGS_FILE))
+        % (tmp_path, tmp_path / run_files.FLAGS_FILE))
 
 
 def test_the_seeds_folder_of_several_runs_holds_only_runs(tmp_path):

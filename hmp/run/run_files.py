@@ -1,0 +1,29 @@
+"""The names of the files a run writes in its folder (``--model_dir``), and reading its
+JSON back: plain Python, so that scripts which start runs and read them need not load
+TensorFlow (``hmp.run.run_folder``: who may use a folder, what ``--overwrite`` deletes)."""
+
+import json
+import os
+
+FLAGS_FILE = "flags.txt"   # the flags that started the run, for --flagfile
+RESULTS = "results.json"   # the run's flags, plan, history and scores
+HISTORY = "history.json"
+SUMMARY = "summary.json"   # --runs: the runs' mean and standard deviation
+BEST_CHECKPOINT = "best_checkpoint"   # the best epoch's checkpoint (its index file) ...
+BEST_PREFIX = "best-ckpt"   # ... and its files' prefix (hmp.run.trainer.BestEpoch)
+PREDICTION = "prediction"   # hmp.predict's default --out
+SEED_PREFIX = "seed-"   # --runs: seed N's run is the series folder's seed-N
+
+
+def read_json(path):
+    """The JSON in ``path``, or None when there is none (or it cannot be read)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def read_results(model_dir):
+    """The results.json of the run in ``model_dir`` (``read_json``: None when none)."""
+    return read_json(os.path.join(model_dir, RESULTS))
