@@ -25,8 +25,15 @@ __all__ = ["Fitted", "HeteroLowering", "HeteroMeshImpl", "Settings", "UnevenSpli
            "fit", "layers", "ops", "optimizers", "train_step"]
 
 
+# The names that train load TensorFlow as the programs do (hmp.cli.import_tensorflow_quietly:
+# without its C++ start-up lines, nor one per traced step, unless TF_CPP_MIN_LOG_LEVEL is set).
+_TRAINING = {"fit", "Fitted"}
+
+
 def __getattr__(name):
     if name in _NAMES:
+        if name in _TRAINING:
+            importlib.import_module("hmp.cli").import_tensorflow_quietly()
         return getattr(importlib.import_module(_NAMES[name]), name)
     if name in _SUBMODULES:
         return importlib.import_module(_SUBMODULES[name])

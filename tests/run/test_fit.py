@@ -274,6 +274,19 @@ def test_arguments_of_another_kind_are_a_type_error_naming_what_is_expected():
         hmp.fit(Settings.of(epochs=3), "models.get_model")
 
 
+def test_hmp_fit_loads_tensorflow_without_its_log_lines_unless_asked_for():
+    """As the programs do (``hmp.cli.import_tensorflow_quietly``): TensorFlow's C++
+    start-up lines hidden, its later INFO and WARNING lines (one per traced step) off by
+    default; a log level the user set is kept."""
+    probe = "import os, hmp; hmp.fit; print(os.environ['TF_CPP_MIN_LOG_LEVEL'])"
+    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    quiet, asked = (subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                                   text=True, timeout=HUNG_S, env={**environment, **extra})
+                    for extra in ({}, {"TF_CPP_MIN_LOG_LEVEL": "1"}))
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "2\n", "")
+    assert (asked.returncode, asked.stdout) == (0, "1\n"), asked.stderr[-2000:]
+
+
 def test_readme_python_api_example_runs_as_written(tmp_path, monkeypatch):
     """The example marked ``python-api`` (README.md, docs/python_api.md) trains and
     predicts as written: its scores are its results.json's, and its class map, on the
