@@ -56,9 +56,16 @@ def device_list(devices, minimum=1):
 
 def check_local(devices):
     """Raises InvalidInput for a device list (``device_list``'s) naming a string that is
-    no TensorFlow device, or a GPU this machine does not have."""
+    no TensorFlow device, a device of a cluster's task (this process has none), or a GPU
+    this machine does not have."""
     for name in devices:
         check_device_string(name)
+        job = tf.DeviceSpec.from_string(name).job
+        if job not in LOCAL_JOBS:
+            raise InvalidInput("%s is a device of a cluster's task (job %s), not of this "
+                               "machine: name this machine's, e.g. /cpu:0 (hmp.train trains "
+                               "on a cluster's with --cluster or --local_workers)"
+                               % (name, job))
     gpus = gpu_count()
     for name in devices:
         match = LOCAL_GPU.match(name)

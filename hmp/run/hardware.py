@@ -47,7 +47,7 @@ class Hardware:
         if placement.plan:
             with settings.blame("plan"):   # its model: once it is built
                 given_plan = planning.Plan.from_json(placement.plan)
-        devices = list(given_plan.devices) if given_plan else _devices(settings, cluster)
+        devices = _devices(settings, cluster, given_plan)
         with settings.blame("memory_caps"):   # before any work
             parse_memory_caps(placement.memory_caps, len(devices))
         if placement.deterministic:   # before any graph runs
@@ -67,19 +67,21 @@ class Hardware:
         return cls(devices, speeds, given_plan, slowdown, cluster, session_config, target)
 
 
-def _devices(settings, cluster):
-    """--devices checked (each one there, none twice: ``device_list``), else this machine's devices
+def _devices(settings, cluster, given_plan):
+    """The devices of ``given_plan`` (``--plan``'s) or ``--devices``, checked (each one
+    there, none twice: ``device_list``), else this machine's devices
     (``hmp.measure.devices.default_devices``) or the cluster's."""
-    given, placement = settings.placement.devices, settings.placement
+    placement = settings.placement
+    given, flag = ((given_plan.devices, "plan") if given_plan
+                   else (placement.devices, "devices"))
     if given is None:
         return list(cluster.devices) if cluster else default_devices()
-    with settings.blame("devices"):
+    with settings.blame(flag):
         devices = device_list(given)
         if not cluster:
             check_local(devices)
             return devices
-    with settings.blame("devices", "local_workers" if placement.local_workers
-                        else "cluster"):
+    with settings.blame(flag, "local_workers" if placement.local_workers else "cluster"):
         cluster.check_devices(devices)
         cluster.check_offered(devices)
     return devices

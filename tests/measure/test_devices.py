@@ -1,5 +1,5 @@
 """hmp.measure.devices: a device list is its names, none twice; check_local refuses a GPU
-this machine lacks in one line that lists every device it has."""
+this machine lacks in one line that lists every device it has, and a cluster's device."""
 
 import pytest
 
@@ -16,6 +16,16 @@ def test_a_missing_gpu_is_refused_naming_what_is_allowed(monkeypatch, gpus, allo
         devices.check_local(["/cpu:0", "/gpu:7"])
     assert str(refused.value) == ("/gpu:7 is not a device of this machine, which has %d GPU%s; "
                                   "allowed: %s" % (gpus, "" if gpus == 1 else "s", allowed))
+
+
+def test_a_device_of_a_clusters_task_is_not_one_of_this_process():
+    devices.check_local(["/cpu:0", "/job:localhost/replica:0/task:0/device:CPU:1"])
+    with pytest.raises(devices.InvalidInput) as refused:
+        devices.check_local(["/cpu:0", "/job:worker/task:1/device:CPU:0"])
+    assert str(refused.value) == (
+        "/job:worker/task:1/device:CPU:0 is a device of a cluster's task (job worker), not of "
+        "this machine: name this machine's, e.g. /cpu:0 (hmp.train trains on a cluster's "
+        "with --cluster or --local_workers)")
 
 
 def test_a_device_list_is_its_names_and_refuses_none_or_one_named_twice():

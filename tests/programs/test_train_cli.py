@@ -45,7 +45,8 @@ def cli_runs(tmp_path_factory, small_scene, readme_models):
     name's runs write in a folder of their own; a BAD_FLAGS run is named by its flags.
     The runs that train do so on conftest's ``small_scene``."""
     from models import model_config
-    names = ("no_checkpoint", "few_bands", "other_model_plan", "other_batch_plan", "nan",
+    names = ("no_checkpoint", "few_bands", "other_model_plan", "other_batch_plan", "gpu_plan",
+             "nan",
              "readme_model", "auto_speeds", "relative_speeds", "virtual_cpus_plan",
              "too_large", "max_steps", "help")
     folders = {name: tmp_path_factory.mktemp(name) for name in names}
@@ -54,6 +55,9 @@ def cli_runs(tmp_path_factory, small_scene, readme_models):
                            32, "model:2")
     own_plan = plan_file(folders["virtual_cpus_plan"] / "p.json",   # small_scene's model
                          model_config("cnn2d", 5, 100, 10, 4), ["/cpu:0", "/cpu:1"], [2, 1],
+                         64, "model:2")
+    gpu_plan = plan_file(folders["gpu_plan"] / "gpu.json",   # a GPU this machine lacks
+                         model_config("cnn2d", 5, 100, 10, 4), ["/cpu:0", "/gpu:9"], [2, 1],
                          64, "model:2")
     # max_steps's runs are laid out by that plan on virtual CPUs (--plan, no --devices), so
     # that their run is test_a_plan_on_virtual_cpus_runs_without_naming_them's too: one
@@ -80,6 +84,8 @@ def cli_runs(tmp_path_factory, small_scene, readme_models):
         # planned (a batch split's samples per device add up to 64: a traceback)
         "other_batch_plan": [train(*on_own_plan, "--epochs=1", "--batch_size=32",
                                    model_dir=folders["other_batch_plan"] / "run")],
+        "gpu_plan": [train(*on_own_plan[:-1], "--plan=%s" % gpu_plan, "--epochs=1",
+                           model_dir=folders["gpu_plan"] / "run")],
         "nan": [train(*tiny, "--optimizer=sgd", "--learning_rate=1e30", "--epochs=1",
                       model_dir=folders["nan"]),
                 train(*tiny, "--resume", "--epochs=1", "--optimizer=sgd",
@@ -412,6 +418,16 @@ def test_plan_for_another_batch_size_is_refused_before_anything_is_written(cli_r
         "not 32; train with --batch_size=64, or plan again with scripts/plan_layout.py "
         "--batch_size=32\n" % (plan, plan))
     assert list(folders["other_batch_plan"].iterdir()) == []
+
+
+def test_a_plan_naming_a_device_this_machine_lacks_is_refused_before_anything_is_written(
+        cli_runs):
+    (run,), folders = cli_runs[0]["gpu_plan"], cli_runs[1]
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert run.stderr.startswith("hmp.train: error: --plan=%s: /gpu:9 is not a device of this "
+                                 "machine, which has " % (folders["gpu_plan"] / "gpu.json"))
+    assert len(run.stderr.splitlines()) == 1
+    assert not (folders["gpu_plan"] / "run").exists()
 
 
 def test_nan_loss_stops_with_message_and_keeps_checkpoint(cli_runs):
