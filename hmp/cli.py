@@ -70,6 +70,24 @@ def import_tensorflow_quietly():
 
 
 @contextlib.contextmanager
+def stop_on_signals(message):
+    """Within the block SIGINT and SIGTERM raise :class:`Interrupted` (``message``), so
+    that the block's ``finally`` clauses and atomic writes clean up and :func:`run` ends
+    the program in one line (a program without checkpoints to save; ``hmp.train`` answers
+    them after its running step: ``hmp.run.run_folder.Signals``)."""
+    def interrupt(signum, _):
+        raise Interrupted(message, signum)
+
+    previous = {signum: signal.signal(signum, interrupt)
+                for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
 def blame(*flag_names, also=(), values=None, chosen=None):
     """Re-raises an InvalidInput from the block as a UsageError naming the flags.
 

@@ -124,6 +124,13 @@ def predict_into(out_dir, run, raster, rows_of_tiles, model, progress, window=1,
 def main(argv):
     if len(argv) > 1:
         raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
+    with cli.stop_on_signals("interrupted; no half-written file is left: run the command "
+                             "again to predict"):
+        _predict()
+
+
+def _predict():
+    """Exports the run of --model_dir, or classifies the cube the flags name with it."""
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)
     with cli.blame("model_dir"):

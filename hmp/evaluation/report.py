@@ -12,7 +12,8 @@ def score_table(scores, class_names, leakage=None, train_counts=None):
     kappa and, when given, the split's leakage (see :func:`hmp.data.split_leakage`), as
     text lines. ``train_counts``: each class's training pixels, shown in a column of
     their own (a class of a few pixels stands out), and a last line naming the classes
-    trained on but never found among the test pixels (recall 0)."""
+    trained on of which no test pixel was classified right (recall 0). A figure with
+    nothing to divide by (the precision of a class never predicted) is "-"."""
     tested = np.asarray(scores.confusion).sum(axis=1)
     counts = [tested] if train_counts is None else [train_counts, tested]
     columns = "%-28s" + " %6s" * len(counts)
@@ -21,9 +22,9 @@ def score_table(scores, class_names, leakage=None, train_counts=None):
     for k, (name, precision, recall, f1) in enumerate(zip(
             class_names, scores.per_class_precision, scores.per_class_accuracy,
             scores.per_class_f1)):
-        lines.append((columns + " %9.2f %9.2f %9.2f") % (
-            name[:28], *(int(count[k]) for count in counts), 100 * precision, 100 * recall,
-            100 * f1))
+        lines.append((columns + " %9s %9s %9s") % (
+            name[:28], *(int(count[k]) for count in counts),
+            *(_percent(value) for value in (precision, recall, f1))))
     lines += ["-" * len(lines[0]),
               "%-28s %9.2f" % ("overall accuracy (OA)", 100 * scores.overall_accuracy),
               "%-28s %9.2f" % ("average accuracy (AA)", 100 * scores.average_accuracy),
@@ -34,9 +35,14 @@ def score_table(scores, class_names, leakage=None, train_counts=None):
     missed = [] if train_counts is None else [
         k for k, recall in enumerate(scores.per_class_accuracy) if train_counts[k] and recall == 0]
     if missed:
-        lines.append("recall 0 (trained on, never found among the test pixels): " + ", ".join(
-            "%s (%d training pixels)" % (class_names[k], train_counts[k]) for k in missed))
+        lines.append("recall 0 (no test pixel of the class classified right): " + ", ".join(
+            "%s (%d training, %d test pixels)" % (class_names[k], train_counts[k], tested[k])
+            for k in missed))
     return "\n".join(lines)
+
+
+def _percent(share):
+    return "%.2f" % (100 * share) if np.isfinite(share) else "-"
 
 
 def scores_dict(scores, class_names, train_counts=None):

@@ -376,20 +376,46 @@ def load_platform(path):
     Only ``name`` and ``flops_per_s`` are required (see ``DeviceSpec`` and
     ``LinkSpec`` for the others); ``link`` is optional.
     """
+    where = f"platform file {path}"
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-        devices = [DeviceSpec(**d) for d in data["devices"]]
-        link = LinkSpec(**data["link"]) if data.get("link") is not None else None
-    except KeyError as e:
-        raise InvalidInput(f'platform file {path} lacks "{e.args[0]}"; allowed: {{"devices": '
-                           f'[{{"name": ..., "flops_per_s": ...}}, ...], "link": {{...}} '
-                           f'(optional)}}') from e
-    except (OSError, json.JSONDecodeError, TypeError, AttributeError, ValueError) as e:
-        raise InvalidInput(f"platform file {path}: {type(e).__name__}: {e}") from e
-    if not devices:
-        raise InvalidInput(f"platform file {path}: no devices")
+    except OSError as e:
+        raise InvalidInput(f"{where} cannot be read ({e.strerror or e})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InvalidInput(f"{where} is not JSON ({e})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("devices"), list) or any(
+            not isinstance(d, dict) for d in data["devices"]):
+        raise InvalidInput(f'{where}: give an object {{"devices": [{{"name": ..., '
+                           f'"flops_per_s": ...}}, ...], "link": {{...}} (optional)}}')
+    if not data["devices"]:
+        raise InvalidInput(f"{where}: no devices")
+    try:
+        devices = [_spec(DeviceSpec, d, f"device {i}") for i, d in enumerate(data["devices"])]
+        link = _spec(LinkSpec, data["link"], "link") if data.get("link") is not None else None
+    except InvalidInput as e:
+        raise InvalidInput(f"{where}: {e}") from None
     return devices, link
+
+
+def _spec(cls, entry, what):
+    """``cls(**entry)`` (a DeviceSpec or LinkSpec of a platform file), or an InvalidInput
+    naming a key it lacks or does not know, and the keys allowed."""
+    if not isinstance(entry, dict):
+        raise InvalidInput(f"{what} must be an object of its figures, got {entry!r}")
+    fields = dataclasses.fields(cls)
+    allowed = ", ".join(f.name for f in fields)
+    unknown = sorted(set(entry) - {f.name for f in fields})
+    missing = [f.name for f in fields if f.name not in entry
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if unknown or missing:
+        raise InvalidInput("%s %s; allowed: %s" % (what, "has the unknown key%s %s" % (
+            "s" if len(unknown) > 1 else "", ", ".join(map(repr, unknown))) if unknown
+            else "lacks %s" % ", ".join(map(repr, missing)), allowed))
+    try:
+        return cls(**entry)
+    except (TypeError, ValueError) as e:   # a figure of the wrong type
+        raise InvalidInput(f"{what}: {e}") from None
 
 
 def ring_allreduce_time(nbytes, n, link):

@@ -100,8 +100,10 @@ class Plan:
         try:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise InvalidInput(f"{where}: cannot be read as JSON: {e}") from e
+        except OSError as e:
+            raise InvalidInput(f"{where} cannot be read ({e.strerror or e})") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InvalidInput(f"{where} is not JSON ({e})") from None
         plan = _parse(data, where)
         if model_spec is not None:
             plan.check_model(model_spec, where)

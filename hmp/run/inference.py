@@ -83,9 +83,15 @@ class TrainedRun:
         results = run_files.read_results(model_dir)
         if results is None or "test" not in results:
             seeds = run_folder.seed_folders(model_dir)
+            if seeds:
+                hint = "; it holds the runs of --runs: give one of them, e.g. %s" % seeds[0]
+            elif run_folder.checkpoint_step(model_dir) is not None:
+                hint = ("; its training stopped before the end: finish it with python -m "
+                        "hmp.train %s" % run_folder.resume_flags(model_dir))
+            else:
+                hint = ""
             raise InvalidInput("%s holds no finished run (no readable results.json)%s"
-                               % (model_dir, "; it holds the runs of --runs: give one of "
-                                  "them, e.g. %s" % seeds[0] if seeds else ""))
+                               % (model_dir, hint))
         # the weights that classified the run's test pixels: its best epoch's, if it kept one
         checkpoint = (tf.train.latest_checkpoint(model_dir,
                                                  latest_filename=run_files.BEST_CHECKPOINT)

@@ -52,7 +52,7 @@ def seed_folders(model_dir):
     """The seeds' run folders that ``model_dir`` (a --runs series' folder) holds, sorted:
     those with a run (:func:`held`) or its data (``experiment.CONFIG_FILE``), not one an
     --overwrite left with its measured speeds alone."""
-    return [folder for folder in run_files(model_dir, [SEED_PREFIX + "*"])
+    return [folder for folder in paths_in(model_dir, [SEED_PREFIX + "*"])
             if held(folder) or os.path.exists(os.path.join(folder, experiment.CONFIG_FILE))]
 
 
@@ -62,7 +62,8 @@ def resume_flags(model_dir):
     return "--flagfile=%s --resume" % os.path.join(model_dir, FLAGS_FILE)
 
 
-def run_files(model_dir, patterns=RUN_FILES):
+def paths_in(model_dir, patterns=RUN_FILES):
+    """The paths in ``model_dir`` that match ``patterns`` (glob patterns; a run's files)."""
     return sorted({path for pattern in patterns
                    for path in glob.glob(os.path.join(glob.escape(model_dir), pattern))})
 
@@ -111,7 +112,7 @@ def foreign(model_dir):
     except OSError:
         return []
     return sorted(names - {os.path.basename(path)
-                           for path in run_files(model_dir, RUN_ENTRIES)})
+                           for path in paths_in(model_dir, RUN_ENTRIES)})
 
 
 def series_replaced(model_dir, folders):
@@ -129,7 +130,7 @@ def prepare_model_dir(model_dir, overwrite=False, replaced=()):
     try:
         if overwrite:
             for folder in (model_dir, *replaced):
-                for path in run_files(folder):   # ckpt-N_temp: a folder of a killed save
+                for path in paths_in(folder):   # ckpt-N_temp: a folder of a killed save
                     shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
             for folder in replaced:   # the other seeds' folders, beside model_dir
                 if (os.path.dirname(folder) == os.path.dirname(model_dir)

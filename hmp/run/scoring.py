@@ -5,7 +5,7 @@ with ``--tta``), the class probabilities smoothed (``hmp.evaluation.smoothing``;
 ``--smoothing``: a window, or the one that classifies the validation pixels best;
 ``--smoothing_guide``: guided by the scene's first principal component), the
 test pixels' scores printed (with each class's training pixels, and the classes trained
-on but never found), and the class map saved as pictures and events.
+on of which no test pixel was classified right), and the class map saved as pictures and events.
 """
 
 import dataclasses

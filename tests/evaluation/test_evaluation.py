@@ -277,10 +277,11 @@ def test_score_table_shows_each_class_s_training_pixels_and_names_those_never_fo
             recall, precision = hits / np.sum(y_true == k), hits / np.sum(y_pred == k)
         f1 = 2 * hits / (np.sum(y_true == k) + np.sum(y_pred == k))
         expected = [name, str(train_counts[k]), str(np.sum(y_true == k))] + [
-            "%.2f" % (100 * v) for v in (precision, recall, f1)]
+            "%.2f" % (100 * v) if np.isfinite(v) else "-" for v in (precision, recall, f1)]
         assert lines[1 + k].split() == expected, lines[1 + k]
-    assert lines[-1] == ("recall 0 (trained on, never found among the test pixels): "
-                         "Oats (2 training pixels)")
+    assert lines[1 + 1].split()[3:] == ["-", "0.00", "0.00"]   # Oats: never predicted
+    assert lines[-1] == ("recall 0 (no test pixel of the class classified right): "
+                         "Oats (2 training, %d test pixels)" % np.sum(y_true == 1))
     assert "train" not in report.score_table(scores, names).splitlines()[0]
     saved = report.scores_dict(scores, names, train_counts)
     assert saved["per_class_train_pixels"] == {"Corn": 40, "Oats": 2, "Wheat": 0, "Woods": 7}

@@ -191,14 +191,32 @@ def test_load_platform(tmp_path):
                                          r"device '/gpu:0' is -1"):
         load_platform(path)
     path.write_text("{devices")
-    with pytest.raises(ValueError, match=r"platform file .*platform.json: JSONDecodeError"):
+    with pytest.raises(ValueError, match=r"platform file .*platform.json is not JSON \(Expecting"):
         load_platform(path)
-    path.write_text('{"a": 1}')
+    structure = (f'platform file {path}: give an object {{"devices": [{{"name": ..., '
+                 '"flops_per_s": ...}, ...], "link": {...} (optional)}')
+    fields = ("name, flops_per_s, mem_bytes, mem_bw, overhead_s, host, host_cores, "
+              "half_rate_flops, elementwise_s_per_element, samples_per_s, min_samples_per_s, "
+              "max_samples_per_s, channel_block")
+    for text, message in [
+            ('{"a": 1}', structure), ('[{"name": "/cpu:0"}]', structure),
+            ('{"devices": ["/cpu:0"]}', structure),
+            ('{"devices": []}', f"platform file {path}: no devices"),
+            ('{"devices": [{"name": "/cpu:0"}]}',
+             f"platform file {path}: device 0 lacks 'flops_per_s'; allowed: {fields}"),
+            ('{"devices": [{"name": "/cpu:0", "flops_per_s": 1, "bogus": 2, "fast": 3}]}',
+             f"platform file {path}: device 0 has the unknown keys 'bogus', 'fast'; "
+             f"allowed: {fields}"),
+            ('{"devices": [{"name": "/cpu:0", "flops_per_s": 1}], "link": 5}',
+             f"platform file {path}: link must be an object of its figures, got 5")]:
+        path.write_text(text)
+        with pytest.raises(ValueError) as refused:
+            load_platform(path)
+        assert str(refused.value) == message
     with pytest.raises(ValueError) as refused:
-        load_platform(path)
-    assert str(refused.value) == (f'platform file {path} lacks "devices"; allowed: '
-                                  '{"devices": [{"name": ..., "flops_per_s": ...}, ...], '
-                                  '"link": {...} (optional)}')
+        load_platform(tmp_path / "none.json")
+    assert str(refused.value) == ("platform file %s cannot be read (No such file or directory)"
+                                  % (tmp_path / "none.json"))
 
 
 # -- overhead, synchronisation per layer, shared hosts, local and feed links ------------

@@ -230,10 +230,14 @@ def test_unknown_device_in_plan_file_is_named(plan_file):
         Plan.from_json(plan_file, devices=["/cpu:0", "/gpu:1", "/gpu:0"])
 
 
-def test_malformed_json_is_refused(plan_file):
+def test_malformed_json_and_a_missing_file_are_refused_saying_which(plan_file):
     plan_file.write_text('{"format": "hmp-plan/1", ')
-    with pytest.raises(ValueError, match=r"plan file .*plan.json: cannot be read as JSON"):
+    with pytest.raises(ValueError, match=r"^plan file .*plan.json is not JSON \(Expecting"):
         Plan.from_json(plan_file)
+    with pytest.raises(ValueError) as refused:
+        Plan.from_json(plan_file.parent / "none.json")
+    assert str(refused.value) == ("plan file %s cannot be read (No such file or directory)"
+                                  % (plan_file.parent / "none.json"))
 
 
 @pytest.mark.parametrize("change, message", [

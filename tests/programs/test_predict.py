@@ -287,6 +287,16 @@ def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refus
     with pytest.raises(InvalidInput) as refused:
         inference.TrainedRun.open(str(tmp_path), get_model)
     assert str(refused.value) == "%s holds no finished run (no readable results.json)" % tmp_path
+    stopped = tmp_path / "stopped"   # checkpoints, no results: a run stopped before its end
+    stopped.mkdir()
+    for path in [model_dir / "checkpoint", *model_dir.glob("ckpt-*")]:
+        (stopped / path.name).write_bytes(path.read_bytes())
+    with pytest.raises(InvalidInput) as refused:
+        inference.TrainedRun.open(str(stopped), get_model)
+    assert str(refused.value) == (
+        "%s holds no finished run (no readable results.json); its training stopped before the "
+        "end: finish it with python -m hmp.train --flagfile=%s --resume"
+        % (stopped, stopped / "flags.txt"))
     for seed in (1, 0):   # the folder of --runs=2: its runs are its seeds' (their data)
         (tmp_path / ("seed-%d" % seed)).mkdir()
         (tmp_path / ("seed-%d" % seed) / "data.json").write_text("{}")

@@ -113,6 +113,25 @@ def test_signals_ask_to_stop_once_armed_and_interrupt_before(tmp_path):
     assert signal.getsignal(signal.SIGINT) is before   # restored
 
 
+def test_a_program_without_checkpoints_stops_on_a_signal_leaving_no_half_written_file(
+        tmp_path):
+    """``cli.stop_on_signals`` (hmp.predict): the signal ends the block with Interrupted,
+    whose atomic write removes its temporary file; the handlers are restored."""
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(cli.Interrupted) as interrupted:
+        with cli.stop_on_signals("interrupted; run it again"):
+            with files.atomic_path(str(tmp_path / "probabilities.npy")) as temporary:
+                with open(temporary, "wb") as f:
+                    f.write(b"the first rows")
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    for _ in range(1000):   # the handler runs between bytecodes
+                        pass
+    assert (str(interrupted.value), interrupted.value.signum) == (
+        "interrupted; run it again", signal.SIGTERM)
+    assert os.listdir(tmp_path) == []
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 # -- 2. a used --model_dir needs --resume or --overwrite ---------------------------------
 
 def test_a_used_model_dir_is_refused_without_resume_or_overwrite(tmp_path):
