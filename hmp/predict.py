@@ -55,14 +55,13 @@ flags.DEFINE_string("cube_key", None, "MATLAB variable of the cube.")
 flags.DEFINE_string("labels_key", None, "MATLAB variable of the label map.")
 flags.DEFINE_string("data_dir", None, "Folder with the scene files.")
 flags.DEFINE_string("synthetic_layout", None, "Class layout of the synthetic scene.")
-flags.DEFINE_integer("seed", None, "Seed of the synthetic scene.", lower_bound=0)
+flags.DEFINE_integer("seed", None, "Seed of the synthetic scene.")
 flags.DEFINE_string("devices", None, "Comma-separated TensorFlow devices; the batch is "
                     "split evenly over them (default /gpu:0 if there is one, else /cpu:0).")
 flags.DEFINE_integer("batch_size", 1024, "Pixels classified per step.")
 flags.DEFINE_integer("memory_mb", 512, "Memory in MB for the scene's tiles: the scene is "
                      "read and classified a tile at a time, tiles as large as this allows "
-                     "(TensorFlow, the model and one batch of patches come on top).",
-                     lower_bound=1)
+                     "(TensorFlow, the model and one batch of patches come on top).")
 flags.DEFINE_bool("tta", None, "Test-time augmentation: average the class probabilities of "
                   "each patch's 8 symmetries of the square (default: as the run's --tta); with "
                   "--export, the SavedModel's probabilities do so.")
@@ -131,12 +130,14 @@ def main(argv):
 
 def _predict():
     """Exports the run of --model_dir, or classifies the cube the flags name with it."""
+    for name, least in (("batch_size", 1), ("memory_mb", 1), ("seed", 0)):
+        if FLAGS[name].value is not None and FLAGS[name].value < least:
+            raise cli.UsageError("--%s=%d: must be at least %d"
+                                 % (name, FLAGS[name].value, least))
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)
     with cli.blame("model_dir"):
         run = TrainedRun.open(FLAGS.model_dir, models.get_model)
-    if FLAGS.batch_size < 1:
-        raise cli.UsageError("--batch_size=%d: must be at least 1" % FLAGS.batch_size)
     devices = _devices()
     with cli.blame("smoothing"):
         tta, window = run.classifying(FLAGS.tta, FLAGS.smoothing)
@@ -155,6 +156,7 @@ def _predict():
     out_dir = FLAGS.out or os.path.join(FLAGS.model_dir, run_files.PREDICTION)
     with cli.blame("out"):
         files.check_folder_can_be_made(out_dir)   # before the work; made by its first file
+        run_folder.check_holds_no_run(out_dir)
     changed = {name: FLAGS[name].value for name in DATA_FLAGS if FLAGS[name].present}
     scene_flags = changed or ["model_dir"]
     dataset = changed.get("dataset", run.flags["dataset"])

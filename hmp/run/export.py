@@ -130,10 +130,7 @@ def replaces(path):
     """Whether an export to ``path`` replaces an earlier SavedModel there (its ``ENTRIES``;
     other files there are kept); InvalidInput when ``path`` holds a run, or some of
     ``ENTRIES`` but no saved_model.pb: not an earlier SavedModel's, they would be lost."""
-    run = run_folder.held(path)
-    if run:   # a SavedModel among a run's files: a --runs or a resume would refuse them
-        raise InvalidInput("%s holds a run (%s); give another folder"
-                           % (path, ", ".join(run)))
+    run_folder.check_holds_no_run(path)
     if os.path.isfile(os.path.join(path, SAVED_MODEL_FILE)):
         return True
     found = [name for name in ENTRIES if os.path.lexists(os.path.join(path, name))]

@@ -158,6 +158,14 @@ def held(model_dir):
         if os.path.exists(os.path.join(model_dir, name))]
 
 
+def check_holds_no_run(path):
+    """InvalidInput when ``path`` holds a run (``held``): a prediction or a SavedModel
+    written among a run's files would make a resume or ``--overwrite`` refuse the folder."""
+    run = held(path)
+    if run:
+        raise InvalidInput("%s holds a run (%s); give another folder" % (path, ", ".join(run)))
+
+
 def save_flags(model_dir, flags):
     """Writes ``flags`` (``--name=value`` strings of ``hmp.train``), one a line, atomically
     to ``model_dir/flags.txt``: ``--flagfile=`` that file with ``--resume`` continues the
