@@ -175,6 +175,11 @@ def _predict():
              "; probabilities smoothed over %d x %d pixels%s" % (
                  window, window, ", guided" if guide is not None else "")
              if window > 1 else ""), flush=True)
+    if tile[0] * tile[1] < min(FLAGS.batch_size, raster.shape[0] * raster.shape[1]):
+        print("note: --memory_mb=%d gives tiles of %dx%d pixels, fewer than a batch "
+              "(--batch_size=%d): each is read with its border and classified on its own, "
+              "slowly; more --memory_mb makes fewer, larger tiles"
+              % (FLAGS.memory_mb, *tile, FLAGS.batch_size), flush=True)
     with cli.blame("model_dir"):
         model = Classifier(run, devices, FLAGS.batch_size, tile, session_config_for(devices),
                            tta)

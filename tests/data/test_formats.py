@@ -470,6 +470,10 @@ def test_a_prediction_in_tiles_writes_what_the_whole_scene_at_once_does(cli):
     assert "scene.tif: 48x40 pixels in 1 tile of up to 48x40; " in runs["predict_tif"].stdout
     assert "scene.tif: 48x40 pixels in 4 tiles of up to 31x31; " in \
         runs["predict_tif_tiles"].stdout
+    # 961 pixels a tile, fewer than a batch of 1024: slow, said; the whole scene's is not
+    assert "\nnote: --memory_mb=1 gives tiles of 31x31 pixels, fewer than a batch " \
+        "(--batch_size=1024)" in runs["predict_tif_tiles"].stdout
+    assert "note:" not in runs["predict_tif"].stdout
     probabilities = np.load(tiled / "probabilities.npy")
     assert probabilities.shape == (48, 40, 3) and probabilities.dtype == np.float32
     np.testing.assert_allclose(probabilities, np.load(whole / "probabilities.npy"), atol=1e-6)
