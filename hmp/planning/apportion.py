@@ -182,11 +182,11 @@ def apportion(total, speeds, minimum=1, caps=None, *, names=None, unit="units",
     upper = _upper_bounds(caps, n, minimum, names)
     if upper.sum() < total:
         capped = ", ".join(
-            f"{describe_device(i, names)} cap {int(upper[i])}"
+            f"{describe_device(i, names)} at most {int(upper[i])}"
             for i in np.flatnonzero(np.isfinite(upper)))
         raise InvalidInput(
-            f"{total} {unit} do not fit under the caps: {capped} "
-            f"hold at most {int(upper.sum())}")
+            f"{total} {unit} do not fit under the devices' caps (what their memory holds): "
+            f"{capped}; {int(upper.sum())} in all")
     lower = np.full(n, float(minimum))
     return _round(total, _real_shares(total, speeds, lower, upper, _offsets(offsets, n, names)),
                   speeds, upper)
