@@ -361,7 +361,7 @@ def _plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps, min
         raise InvalidInput(
             f"speeds {[d.flops_per_s for d in specs]} look relative (all below "
             f"{MIN_ABSOLUTE_FLOPS:g} FLOP/s); a link's cost can only be weighed against "
-            "absolute speeds in FLOP/s")
+            "absolute speeds in FLOP/s: give those (or measure them), or plan without the link")
     n = len(specs)
     price = lambda indices, m: _layout_of(  # noqa: E731
         model_spec, [specs[i] for i in indices], m, batch_size, min_filters, link, replicated)

@@ -102,7 +102,10 @@ def train_seed(shared, model_dir, seed, replaced=()):
     if resume and _finished(model_dir, settings.recipe.epochs, steps_per_epoch,
                             "--max_steps" if capped else "--epochs"):
         return
-    if capped:
+    if 0 < given.recipe.max_steps < steps_per_epoch:
+        print("training one whole epoch of %d steps: --max_steps=%d is less than one (a run "
+              "trains whole epochs)" % (steps_per_epoch, given.recipe.max_steps), flush=True)
+    elif capped:
         print("training %d of --epochs=%d: --max_steps=%d allows %d whole epoch%s of %d steps"
               % (settings.recipe.epochs, given.recipe.epochs, given.recipe.max_steps,
                  settings.recipe.epochs, "" if settings.recipe.epochs == 1 else "s",

@@ -91,7 +91,8 @@ def cli_runs(tmp_path_factory, small_scene, readme_models):
                 train(*tiny, "--resume", "--epochs=1", "--optimizer=sgd",
                       "--learning_rate=1e-3", model_dir=folders["nan"]),
                 train(*tiny, "--resume", "--epochs=2", model_dir=folders["nan"])],
-        "readme_model": [train(*tiny, "--model=mymodels.small", "--epochs=1",
+        # --max_steps=1, less than its one epoch: trains that epoch, and says so
+        "readme_model": [train(*tiny, "--model=mymodels.small", "--epochs=1", "--max_steps=1",
                                model_dir=folders["readme_model"] / "run",
                                pythonpath=readme_models)],
         "auto_speeds": [train(*two, model_dir=folders["auto_speeds"] / "a", env=cache),
@@ -449,6 +450,10 @@ def test_readme_custom_model_trains(cli_runs):
     assert run.returncode == 0, run.stderr[-2000:]
     results = json.loads((folders["readme_model"] / "run" / "results.json").read_text())
     assert results["plan"]["splits"] == {"filters1": [5, 3]}   # --width=4: 8 filters at 2:1
+    steps = results["step"]   # --max_steps=1: one whole epoch all the same
+    assert steps > 1 and len(results["history"]) == 1
+    assert ("training one whole epoch of %d steps: --max_steps=1 is less than one (a run "
+            "trains whole epochs)\n" % steps) in run.stdout
 
 
 def test_default_devices_are_the_real_ones(monkeypatch):
