@@ -75,11 +75,14 @@ def stop_on_signals(message):
     that the block's ``finally`` clauses and atomic writes clean up and :func:`run` ends
     the program in one line (a program without checkpoints to save; ``hmp.train`` answers
     them after its running step: ``hmp.run.run_folder.Signals``)."""
+    signums = (signal.SIGINT, signal.SIGTERM)
+
     def interrupt(signum, _):
+        for each in signums:   # once: a second Ctrl-C must not break the clean-up
+            signal.signal(each, signal.SIG_IGN)
         raise Interrupted(message, signum)
 
-    previous = {signum: signal.signal(signum, interrupt)
-                for signum in (signal.SIGINT, signal.SIGTERM)}
+    previous = {signum: signal.signal(signum, interrupt) for signum in signums}
     try:
         yield
     finally:

@@ -44,6 +44,18 @@ def atomic_path(path, suffix=".tmp"):
         raise
 
 
+def read_json_file(path, what):
+    """The JSON in the file ``path`` that the user named; an InvalidInput saying ``what``
+    it is (e.g. "plan file p.json") and why it cannot be read, or that it is not JSON."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as e:
+        raise InvalidInput(f"{what} cannot be read ({e.strerror or e})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InvalidInput(f"{what} is not JSON ({e})") from None
+
+
 def write_json(path, payload):
     """Writes ``payload`` as JSON atomically (numpy values become plain numbers and lists)."""
     with atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as f:

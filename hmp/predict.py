@@ -32,6 +32,7 @@ from absl import flags
 import models
 from hmp import files
 from hmp.data.raster_writer import write_class_map
+from hmp.errors import whole_number
 from hmp.evaluation import maps
 from hmp.evaluation.smoothing import smooth_rows
 from hmp.measure.devices import check_local, device_list, gpu_count, session_config_for
@@ -131,9 +132,9 @@ def main(argv):
 def _predict():
     """Exports the run of --model_dir, or classifies the cube the flags name with it."""
     for name, least in (("batch_size", 1), ("memory_mb", 1), ("seed", 0)):
-        if FLAGS[name].value is not None and FLAGS[name].value < least:
-            raise cli.UsageError("--%s=%d: must be at least %d"
-                                 % (name, FLAGS[name].value, least))
+        if FLAGS[name].value is not None:
+            with cli.blame(name):   # in hmp.train's words (hmp.run.settings.Settings.check)
+                whole_number(FLAGS[name].value, name, least)
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)
     with cli.blame("model_dir"):

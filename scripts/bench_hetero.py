@@ -134,6 +134,9 @@ flags.DEFINE_string("workers", "", "CPUS:THREADS of each of the two workers, e.g
                     "CPU 0 and worker 1 on CPU 1, one thread each, slowed by --slowdown.")
 flags.DEFINE_enum("hybrid_across", "batch", ["batch", "model"], "Hybrid mesh: the axis "
                   "that spans the two workers; the other spans each worker's two devices.")
+flags.DEFINE_list("fixed_splits", [], "Also time the batch split at these shares of the "
+                  "batch, worker 0's:worker 1's, e.g. 20:12,22:10 (each adds up to "
+                  "--batch_size): the rows 'data 20:12', ...")
 flags.DEFINE_string("out", "bench_hetero.json", "Results as JSON.")
 
 FAST_CPU, SLOW_CPU = 0, 1   # without --workers: worker 0 (fast) and 1 (slowed) are pinned here
@@ -270,7 +273,11 @@ def split_plans(spec, devices, speeds, batch_size):
             "planned": plan_layout(spec, [fast, slow], speeds, batch_size, "model:2"),
             "data even": plan_layout(spec, [fast, slow], [1, 1], batch_size, "batch:2"),
             "data": plan_layout(spec, [fast, slow], speeds, batch_size, "batch:2"),
-            "hybrid": plan_layout(spec, *hybrid, batch_size, "batch:2;model:2")}
+            "hybrid": plan_layout(spec, *hybrid, batch_size, "batch:2;model:2"),
+            # speeds in the ratio of the shares: the largest-remainder split gives them exactly
+            **{"data %d:%d" % shares: plan_layout(spec, [fast, slow], list(shares), batch_size,
+                                                  "batch:2")
+               for shares in parse_fixed_splits(FLAGS.fixed_splits, batch_size)}}
 
 
 def worker_loads(plan):
@@ -628,6 +635,22 @@ def parse_workers(text):
     return parsed
 
 
+def parse_fixed_splits(texts, batch_size):
+    """``--fixed_splits``: [(worker 0's samples, worker 1's)], each pair adding up to
+    ``batch_size``."""
+    pairs = []
+    for text in texts:
+        first, _, second = text.partition(":")
+        if not (first.isdigit() and second.isdigit() and int(first) > 0 and int(second) > 0
+                and int(first) + int(second) == batch_size):
+            raise cli.UsageError("--fixed_splits=%s: give A:B pairs of whole numbers above 0 "
+                                 "adding up to --batch_size=%d, e.g. %d:%d"
+                                 % (",".join(texts), batch_size, batch_size - batch_size // 3,
+                                    batch_size // 3))
+        pairs.append((int(first), int(second)))
+    return pairs
+
+
 def worker_placement():
     """(cpus per worker, intra-op threads per worker, CPU to slow down or None)."""
     parsed = parse_workers(FLAGS.workers)
@@ -651,6 +674,7 @@ def check_flags():
                                                                    least))
     if not os.path.isdir(os.path.dirname(os.path.abspath(FLAGS.out))):
         raise cli.UsageError("--out=%s: its folder does not exist" % FLAGS.out)
+    parse_fixed_splits(FLAGS.fixed_splits, FLAGS.batch_size)
     cpus, _, _ = worker_placement()
     if not set(cpus[0] + cpus[1]) <= os.sched_getaffinity(0):
         raise cli.UsageError("--workers=%s: the workers would be pinned to CPUs %s; this "

@@ -96,7 +96,11 @@ def train(model, spec, rebalance, folder, slowed_cpu):
     if process.returncode:
         raise RuntimeError("%s ended with exit code %d" % (" ".join(command),
                                                            process.returncode))
-    return ended, switched, decisions, run_files.read_results(os.path.join(folder, rebalance))
+    results = run_files.read_results(os.path.join(folder, rebalance))
+    if results is None:
+        raise RuntimeError("%s ended without a readable %s in %s" % (
+            " ".join(command), run_files.RESULTS, os.path.join(folder, rebalance)))
+    return ended, switched, decisions, results
 
 
 def summary(ended, switched, decisions, results):

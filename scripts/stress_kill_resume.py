@@ -123,8 +123,11 @@ def main():
                   % (os.path.basename(path_b), worst))
             if worst > 1e-5:
                 failures.append("weights differ by up to %g" % worst)
-        epochs = [h["epoch"] for h in run_files.read_results(killed)["history"]]
-        if epochs != [0, 1, 2]:
+        results = run_files.read_results(killed)
+        epochs = None if results is None else [h["epoch"] for h in results["history"]]
+        if epochs is None:
+            failures.append("no readable %s in %s" % (run_files.RESULTS, killed))
+        elif epochs != [0, 1, 2]:
             failures.append("results.json history holds epochs %s" % epochs)
     for failure in failures:
         print("FAILED: " + failure)

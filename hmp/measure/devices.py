@@ -68,8 +68,8 @@ def check_local(devices):
                                % (name, job))
     gpus = gpu_count()
     for name in devices:
-        match = LOCAL_GPU.match(name)
-        if match and int(match.group(1)) >= gpus:
+        spec = tf.DeviceSpec.from_string(name)   # /gpu:N, /device:GPU:N, /job:localhost/...
+        if (spec.device_type or "").upper() == "GPU" and (spec.device_index or 0) >= gpus:
             raise InvalidInput(
                 "%s is not a device of this machine, which has %d GPU%s; allowed: /cpu:0, "
                 "/cpu:N (N >= 1: virtual CPUs)%s" % (name, gpus, "" if gpus == 1 else "s",

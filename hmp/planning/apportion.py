@@ -185,8 +185,7 @@ def apportion(total, speeds, minimum=1, caps=None, *, names=None, unit="units",
             f"{describe_device(i, names)} at most {int(upper[i])}"
             for i in np.flatnonzero(np.isfinite(upper)))
         raise InvalidInput(
-            f"{total} {unit} do not fit under the devices' caps (what their memory holds): "
-            f"{capped}; {int(upper.sum())} in all")
+            f"{total} {unit} do not fit under the caps: {capped}; {int(upper.sum())} in all")
     lower = np.full(n, float(minimum))
     return _round(total, _real_shares(total, speeds, lower, upper, _offsets(offsets, n, names)),
                   speeds, upper)

@@ -142,13 +142,13 @@ holds)).
 """
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from hmp.errors import InvalidInput, is_positive_number, whole_number
+from hmp.files import read_json_file
 from hmp.hosts import group_by_host, is_hierarchical
 from hmp.planning.layout import check_mesh_size, check_splits
 
@@ -285,6 +285,9 @@ class DeviceSpec:
                              "be >= 1 (a device alone computes at its flops_per_s)")
 
 
+NESTED_LINKS = ("local", "feed", "loaded")   # a LinkSpec's fields that are links too
+
+
 @dataclass(frozen=True)
 class LinkSpec:
     """The link between devices: bandwidth (bytes/s) and per-hand-over latency (s).
@@ -331,7 +334,7 @@ class LinkSpec:
         _positive(self.barrier_s, "link barrier_s", allow_zero=True)
         if self.cpu_share > 1:
             raise InvalidInput(f"link cpu_share is {self.cpu_share!r}; must be between 0 and 1")
-        for what in ("local", "feed", "loaded"):
+        for what in NESTED_LINKS:
             value = getattr(self, what)
             if isinstance(value, dict):
                 object.__setattr__(self, what, LinkSpec(**value))
@@ -377,13 +380,7 @@ def load_platform(path):
     ``LinkSpec`` for the others); ``link`` is optional.
     """
     where = f"platform file {path}"
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as e:
-        raise InvalidInput(f"{where} cannot be read ({e.strerror or e})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InvalidInput(f"{where} is not JSON ({e})") from None
+    data = read_json_file(path, where)
     if not isinstance(data, dict) or not isinstance(data.get("devices"), list) or any(
             not isinstance(d, dict) for d in data["devices"]):
         raise InvalidInput(f'{where}: give an object {{"devices": [{{"name": ..., '
@@ -392,10 +389,18 @@ def load_platform(path):
         raise InvalidInput(f"{where}: no devices")
     try:
         devices = [_spec(DeviceSpec, d, f"device {i}") for i, d in enumerate(data["devices"])]
-        link = _spec(LinkSpec, data["link"], "link") if data.get("link") is not None else None
+        link = _link(data["link"], "link") if data.get("link") is not None else None
     except InvalidInput as e:
         raise InvalidInput(f"{where}: {e}") from None
     return devices, link
+
+
+def _link(entry, what):
+    """The LinkSpec of a platform file's ``entry`` (``_spec``), its nested links too."""
+    if isinstance(entry, dict):
+        entry = {key: _link(value, f"{what} {key}") if key in NESTED_LINKS
+                 and isinstance(value, dict) else value for key, value in entry.items()}
+    return _spec(LinkSpec, entry, what)
 
 
 def _spec(cls, entry, what):
@@ -414,6 +419,8 @@ def _spec(cls, entry, what):
             else "lacks %s" % ", ".join(map(repr, missing)), allowed))
     try:
         return cls(**entry)
+    except InvalidInput:   # the spec's own words name the figure
+        raise
     except (TypeError, ValueError) as e:   # a figure of the wrong type
         raise InvalidInput(f"{what}: {e}") from None
 

@@ -6,13 +6,12 @@ weighed. It is saved as JSON so that a plan made once can be reused and
 checked against the model and devices it is loaded for.
 """
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from numbers import Real
 
 from hmp.errors import InvalidInput, whole_number
-from hmp.files import write_json
+from hmp.files import read_json_file, write_json
 from hmp.planning.apportion import check_speeds
 from hmp.planning.costmodel import DeviceSpec, Prediction
 from hmp.planning.layout import are_sizes, check_splits, parse_mesh
@@ -97,13 +96,7 @@ class Plan:
         ValueError naming the file and what is wrong.
         """
         where = f"plan file {path}"
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except OSError as e:
-            raise InvalidInput(f"{where} cannot be read ({e.strerror or e})") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise InvalidInput(f"{where} is not JSON ({e})") from None
+        data = read_json_file(path, where)
         plan = _parse(data, where)
         if model_spec is not None:
             plan.check_model(model_spec, where)

@@ -383,24 +383,26 @@ def classify_tiles(run, raster, rows_of_tiles, model, progress=None, guide=None)
     height, width = raster.shape[:2]
     count = sum(len(row) for row in rows_of_tiles)
     done, pixels_done, started = 0, 0, time.perf_counter()
-    for row in rows_of_tiles:
-        rows = row[0].rows
-        probabilities = np.zeros((rows.stop - rows.start, width, model.classes), np.float32)
-        nodata = np.zeros((rows.stop - rows.start, width), bool)
-        image = None if guide is None else np.zeros((rows.stop - rows.start, width),
-                                                     np.float32)
-        for tile in row:
-            done += 1
-            padded, nodata[:, tile.cols] = padded_tile(raster, tile, margin, run.prepare)
-            if image is not None:
-                image[:, tile.cols] = guide.image(
-                    padded[margin:margin + tile.shape[0], margin:margin + tile.shape[1]])
+    try:   # the progress line ended also when a signal stops the work
+        for row in rows_of_tiles:
+            rows = row[0].rows
+            probabilities = np.zeros((rows.stop - rows.start, width, model.classes), np.float32)
+            nodata = np.zeros((rows.stop - rows.start, width), bool)
+            image = None if guide is None else np.zeros((rows.stop - rows.start, width),
+                                                         np.float32)
+            for tile in row:
+                done += 1
+                padded, nodata[:, tile.cols] = padded_tile(raster, tile, margin, run.prepare)
+                if image is not None:
+                    image[:, tile.cols] = guide.image(
+                        padded[margin:margin + tile.shape[0], margin:margin + tile.shape[1]])
 
-            def say(pixels):   # of this tile, done so far
-                progress("tile %d/%d  %s" % (done, count, _progress(
-                    pixels_done + pixels, height * width, started)))
+                def say(pixels):   # of this tile, done so far
+                    progress("tile %d/%d  %s" % (done, count, _progress(
+                        pixels_done + pixels, height * width, started)))
 
-            probabilities[:, tile.cols] = model.probabilities(padded, tile.shape, say)
-            pixels_done += tile.shape[0] * tile.shape[1]
-        yield rows, probabilities, nodata, image
-    progress(None)
+                probabilities[:, tile.cols] = model.probabilities(padded, tile.shape, say)
+                pixels_done += tile.shape[0] * tile.shape[1]
+            yield rows, probabilities, nodata, image
+    finally:
+        progress(None)

@@ -11,7 +11,6 @@ checkpoint.
 """
 
 import glob
-import json
 import os
 import re
 import shutil
@@ -160,7 +159,8 @@ def held(model_dir):
 
 def check_holds_no_run(path):
     """InvalidInput when ``path`` holds a run (``held``): a prediction or a SavedModel
-    written among a run's files would make a resume or ``--overwrite`` refuse the folder."""
+    written among a run's files would outlive the run (``--overwrite`` deletes a run's
+    files only), and the folder they leave is then no run's, which a new run refuses."""
     run = held(path)
     if run:
         raise InvalidInput("%s holds a run (%s); give another folder" % (path, ", ".join(run)))

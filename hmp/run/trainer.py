@@ -19,7 +19,7 @@ from hmp.cli import TrainingError   # defined in cli; callers may use hmp.run.tr
 from hmp.cluster.runtime import CLOSE_WAIT_S, close_session
 from hmp.errors import InvalidInput
 from hmp.graph.augment import SYMMETRIES, symmetry_probabilities
-from hmp.run import events, run_files, run_folder
+from hmp.run import events, run_files
 from hmp.run.look_yield import FIT_ACCURACY
 from hmp.run.profiler import run_traced
 from hmp.run.progress import rate_and_eta

@@ -12,10 +12,13 @@ from hmp.measure import devices
 ])
 def test_a_missing_gpu_is_refused_naming_what_is_allowed(monkeypatch, gpus, allowed):
     monkeypatch.setattr(devices, "gpu_count", lambda: gpus)
-    with pytest.raises(devices.InvalidInput) as refused:
-        devices.check_local(["/cpu:0", "/gpu:7"])
-    assert str(refused.value) == ("/gpu:7 is not a device of this machine, which has %d GPU%s; "
-                                  "allowed: %s" % (gpus, "" if gpus == 1 else "s", allowed))
+    for gpu in ("/gpu:7", "/device:GPU:7", "/job:localhost/replica:0/task:0/device:GPU:7"):
+        with pytest.raises(devices.InvalidInput) as refused:
+            devices.check_local(["/cpu:0", gpu])
+        assert str(refused.value) == ("%s is not a device of this machine, which has %d GPU%s; "
+                                      "allowed: %s" % (gpu, gpus, "" if gpus == 1 else "s",
+                                                       allowed))
+    devices.check_local(["/cpu:0", "/device:GPU:%d" % (gpus - 1)] if gpus else ["/cpu:0"])
 
 
 def test_a_device_of_a_clusters_task_is_not_one_of_this_process():

@@ -146,9 +146,9 @@ def test_too_few_units_for_the_minimum():
 
 
 def test_total_above_caps_names_the_capped_devices():
-    with pytest.raises(ValueError, match=r"^10 units do not fit under the devices' caps \(what "
-                                         r"their memory holds\): device 0 at most 3, device 1 "
-                                         r"at most 0, device 2 at most 4; 7 in all$"):
+    with pytest.raises(ValueError, match=r"^10 units do not fit under the caps: device 0 at "
+                                         r"most 3, device 1 at most 0, device 2 at most 4; 7 "
+                                         r"in all$"):
         apportion(10, [1, 1, 1], minimum=0, caps=[3, 0, 4])
 
 

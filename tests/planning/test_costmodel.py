@@ -187,7 +187,7 @@ def test_load_platform(tmp_path):
     assert found == [DeviceSpec("/gpu:0", 1e13, 8e9), DeviceSpec("/cpu:0", 5e11)]
     assert link == LinkSpec(1e10, 5e-6)
     path.write_text('{"devices": [{"name": "/gpu:0", "flops_per_s": -1}]}')
-    with pytest.raises(ValueError, match=r"platform file .*platform.json: .*flops_per_s of "
+    with pytest.raises(ValueError, match=r"^platform file .*platform.json: flops_per_s of "
                                          r"device '/gpu:0' is -1"):
         load_platform(path)
     path.write_text("{devices")
@@ -208,7 +208,11 @@ def test_load_platform(tmp_path):
              f"platform file {path}: device 0 has the unknown keys 'bogus', 'fast'; "
              f"allowed: {fields}"),
             ('{"devices": [{"name": "/cpu:0", "flops_per_s": 1}], "link": 5}',
-             f"platform file {path}: link must be an object of its figures, got 5")]:
+             f"platform file {path}: link must be an object of its figures, got 5"),
+            ('{"devices": [{"name": "/cpu:0", "flops_per_s": 1}], "link": {'
+             '"bandwidth_bytes_per_s": 1e9, "local": {"latency_s": 1e-6}}}',
+             f"platform file {path}: link local lacks 'bandwidth_bytes_per_s'; allowed: "
+             "bandwidth_bytes_per_s, latency_s, local, feed, cpu_share, loaded, barrier_s")]:
         path.write_text(text)
         with pytest.raises(ValueError) as refused:
             load_platform(path)

@@ -353,23 +353,24 @@ def test_a_device_list_of_no_device_is_refused_naming_the_flag(run, tmp_path):
 
 
 def test_a_missing_model_dir_counts_too_small_and_a_runs_folder_are_refused(run, tmp_path):
-    """In hmp's words, nothing written; a prediction among a run's files would make its
-    resume or --overwrite refuse the folder."""
-    out = tmp_path / "out"
+    """In hmp's words, nothing written (a prediction among a run's files would outlive
+    the run: run_folder.check_holds_no_run)."""
+    out, a_run = tmp_path / "out", tmp_path / "a_run"   # a run's folder: its history.json
+    a_run.mkdir()
+    (a_run / "history.json").write_bytes((run[0] / "history.json").read_bytes())
     given = ["--batch_size=0", "--memory_mb=-5", "--seed=-1"]
     *refused, into_run = run_batch("hmp.predict", [{"args": []}, *(
         {"args": ["--model_dir=%s" % run[0], "--out=%s" % out, flag]} for flag in given),
-        {"args": ["--model_dir=%s" % run[0], "--out=%s" % run[0]]}])
+        {"args": ["--model_dir=%s" % run[0], "--out=%s" % a_run]}])
     assert [(p.returncode, p.stderr) for p in refused] == [
         (2, "hmp.predict: error: --model_dir is required\n"),
-        *((2, "hmp.predict: error: %s: must be at least %d\n" % (flag, least))
+        *((2, "hmp.predict: error: %s: %s must be a whole number >= %d, got %s\n"
+           % (flag, flag[2:].split("=")[0], least, flag.split("=")[1]))
           for flag, least in zip(given, (1, 1, 0)))]
-    assert into_run.returncode == 2 and into_run.stderr.startswith(
-        "hmp.predict: error: --out=%s: %s holds a run (a checkpoint at step " % (run[0], run[0]))
-    assert into_run.stderr.endswith("results.json, history.json); give another folder\n")
-    assert not out.exists()
-    assert not [name for name in ("probabilities.npy", "class_map.npy", "class_map.png")
-                if (run[0] / name).exists()]
+    assert (into_run.returncode, into_run.stderr) == (
+        2, "hmp.predict: error: --out=%s: %s holds a run (history.json); give another folder\n"
+        % (a_run, a_run))
+    assert not out.exists() and sorted(p.name for p in a_run.iterdir()) == ["history.json"]
 
 
 def test_a_file_scenes_flag_for_a_named_scene_is_refused_as_hmp_train_refuses_it(run, tmp_path):

@@ -5,7 +5,7 @@ import pytest
 from hmp import cli
 from hmp.errors import InvalidInput
 from hmp.graph.from_graph import default_width
-from hmp.run import experiment, run_files, run_folder
+from hmp.run import experiment, run_files
 from hmp.run.resume import check_same_data, check_same_graph, seed_dirs
 from hmp.run.settings import RunFolderSettings, Settings
 from models import get_model

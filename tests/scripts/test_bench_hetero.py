@@ -154,6 +154,16 @@ def test_a_bad_flag_is_one_line_and_exit_code_2(runs):
     assert not out.exists()
 
 
+def test_fixed_splits_are_pairs_adding_up_to_the_batch():
+    assert bench.parse_fixed_splits(["20:12", "31:1"], 32) == [(20, 12), (31, 1)]
+    assert bench.parse_fixed_splits([], 32) == []
+    for bad in (["20:11"], ["32:0"], ["a:b"], ["20"], ["16:16", "-1:33"]):
+        with pytest.raises(bench.cli.UsageError, match="^--fixed_splits=%s: give A:B pairs of "
+                           "whole numbers above 0 adding up to --batch_size=32, e.g. 22:10$"
+                           % ",".join(bad)):
+            bench.parse_fixed_splits(bad, 32)
+
+
 def test_workers_flag_gives_cpu_sets_and_threads():
     assert bench.parse_workers("0-7:8,8-9:2") == [(list(range(8)), 8), ([8, 9], 2)]
     assert bench.parse_workers("3:1,0-1:2") == [([3], 1), ([0, 1], 2)]
