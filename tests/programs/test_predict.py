@@ -287,16 +287,28 @@ def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refus
     with pytest.raises(InvalidInput) as refused:
         inference.TrainedRun.open(str(tmp_path), get_model)
     assert str(refused.value) == "%s holds no finished run (no readable results.json)" % tmp_path
-    stopped = tmp_path / "stopped"   # checkpoints, no results: a run stopped before its end
-    stopped.mkdir()
-    for path in [model_dir / "checkpoint", *model_dir.glob("ckpt-*")]:
-        (stopped / path.name).write_bytes(path.read_bytes())
+    # checkpoints, no results: a run stopped before its end; the flags that finish it are
+    # its flags.txt's, a --runs series' for its seed's folder, or said in words
+    stopped, series = tmp_path / "stopped", tmp_path / "series"
+    for folder in (stopped, series / "seed-1"):
+        folder.mkdir(parents=True)
+        for path in [model_dir / "checkpoint", *model_dir.glob("ckpt-*")]:
+            (folder / path.name).write_bytes(path.read_bytes())
+    for folder in (stopped, series):
+        (folder / "flags.txt").write_bytes((model_dir / "flags.txt").read_bytes())
+    finish = {stopped: "--flagfile=%s --resume" % (stopped / "flags.txt"),
+              series / "seed-1": "--flagfile=%s --resume" % (series / "flags.txt")}
+    for folder, flags in finish.items():
+        with pytest.raises(InvalidInput) as refused:
+            inference.TrainedRun.open(str(folder), get_model)
+        assert str(refused.value) == (
+            "%s holds no finished run (no readable results.json); its training stopped before "
+            "the end: finish it with python -m hmp.train %s" % (folder, flags))
+    (series / "flags.txt").unlink()
     with pytest.raises(InvalidInput) as refused:
-        inference.TrainedRun.open(str(stopped), get_model)
-    assert str(refused.value) == (
-        "%s holds no finished run (no readable results.json); its training stopped before the "
-        "end: finish it with python -m hmp.train --flagfile=%s --resume"
-        % (stopped, stopped / "flags.txt"))
+        inference.TrainedRun.open(str(series / "seed-1"), get_model)
+    assert str(refused.value).endswith("finish it with python -m hmp.train --resume and the "
+                                       "flags that started it")
     for seed in (1, 0):   # the folder of --runs=2: its runs are its seeds' (their data)
         (tmp_path / ("seed-%d" % seed)).mkdir()
         (tmp_path / ("seed-%d" % seed) / "data.json").write_text("{}")
