@@ -119,8 +119,8 @@ class EpochStats:
         if self.train_accuracy >= FIT_ACCURACY:
             return None
         share = 1.0 if self.look_strength is None else self.look_strength
-        hint = ("; if the scene's fields do not differ as much, weaken the field look "
-                "below this epoch's --spectral_shift=%.3g --spectral_gain=%.3g"
+        hint = ("; try more --epochs, or, if the scene's fields do not differ as much, weaken "
+                "the field look below this epoch's --spectral_shift=%.3g --spectral_gain=%.3g"
                 % (share * augmentation.spectral_shift, share * augmentation.spectral_gain)
                 if augmentation.field_look else "; try more --epochs or a wider model")
         return ("training accuracy %.3f at epoch %d: the network does not fit its training "

@@ -270,9 +270,9 @@ def test_a_run_that_does_not_fit_its_training_pixels_says_so_in_one_line():
     assert EpochStats(59, 0.1, FIT_ACCURACY, 100.0, 1.0).fit_warning(look) is None
     warning = EpochStats(59, 1.2, 0.68, 100.0, 1.0).fit_warning(look)
     assert warning == ("training accuracy 0.680 at epoch 60: the network does not fit its "
-                       "training pixels; if the scene's fields do not differ as much, weaken "
-                       "the field look below this epoch's --spectral_shift=4 "
-                       "--spectral_gain=0.5")
+                       "training pixels; try more --epochs, or, if the scene's fields do not "
+                       "differ as much, weaken the field look below this epoch's "
+                       "--spectral_shift=4 --spectral_gain=0.5")
     plain = EpochStats(9, 1.2, 0.5, 100.0, 1.0).fit_warning(Augmentation())
     assert plain.endswith("; try more --epochs or a wider model") and "\n" not in plain
 
