@@ -163,9 +163,10 @@ def _seeds(settings, get_model, argv, cluster, model_dir, folders):
     run (several seeds: their summary)."""
     hardware = Hardware.of(settings, cluster)
     seeds = settings.seeds
-    # an old series goes as a whole, once the first seed's input is known good
-    replaced = (run_folder.series_replaced(model_dir, folders)
-                if settings.folder.overwrite and len(seeds) > 1 else [])
+    # an old series goes as a whole, once the first seed's input is known good (also
+    # under a single run's --overwrite)
+    replaced = (run_folder.series_replaced(model_dir, folders) if settings.folder.overwrite
+                and (len(seeds) > 1 or run_folder.seed_folders(model_dir)) else [])
     with run_folder.Signals() as signals:
         shared = Shared(settings, get_model, argv, hardware, signals)
         for number, (seed, folder) in enumerate(zip(seeds, folders), 1):

@@ -34,10 +34,16 @@ def seed_dirs(folder, model_dir, seeds):
     several: its ``seed-<seed>`` folders (refused when ``model_dir`` holds one run, or
     holds none of the seeds' runs but other files)."""
     single = run_folder.held(model_dir) if len(seeds) > 1 else []
-    if single:   # the seeds' folders would go beside it
-        raise cli.UsageError("--runs=%d: --model_dir=%s holds a single run (%s); resume it "
-                             "without --runs, or give another --model_dir"
-                             % (len(seeds), model_dir, ", ".join(single)))
+    if single and not folder.overwrite:   # the seeds' folders would go beside it
+        raise cli.UsageError("--runs=%d: --model_dir=%s holds a single run (%s); continue it "
+                             "without --runs, start over with --overwrite, or give another "
+                             "--model_dir" % (len(seeds), model_dir, ", ".join(single)))
+    series = run_folder.seed_folders(model_dir) if len(seeds) == 1 else []
+    if series and not folder.overwrite:   # a single run would go among the seeds' runs
+        raise cli.UsageError("--model_dir=%s holds a --runs series (%s); continue it with "
+                             "--runs=%d --resume, start over with --overwrite, or give another "
+                             "--model_dir" % (model_dir, ", ".join(
+                                 os.path.basename(each) for each in series), len(series)))
     folders = ([model_dir] if len(seeds) == 1 else
                [run_folder.seed_folder(model_dir, seed) for seed in seeds])
     if len(seeds) > 1 and not any(run_folder.held(each) for each in folders):

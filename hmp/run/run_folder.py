@@ -131,8 +131,8 @@ def prepare_model_dir(model_dir, overwrite=False, replaced=()):
             for folder in (model_dir, *replaced):
                 for path in paths_in(folder):   # ckpt-N_temp: a folder of a killed save
                     shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-            for folder in replaced:   # the other seeds' folders, beside model_dir
-                if (os.path.dirname(folder) == os.path.dirname(model_dir)
+            for folder in replaced:   # the other seeds' folders, beside or in model_dir
+                if (os.path.dirname(folder) in (os.path.dirname(model_dir), model_dir)
                         and os.path.isdir(folder) and not os.listdir(folder)):
                     os.rmdir(folder)
         os.makedirs(model_dir, exist_ok=True)

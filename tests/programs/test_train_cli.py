@@ -379,8 +379,8 @@ def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
     assert runs.returncode == 2
     assert runs.stderr == (
         "hmp.train: error: --runs=2: --model_dir=%s holds a single run (a checkpoint at "
-        "step %d, results.json, history.json); resume it without --runs, or give another "
-        "--model_dir\n" % (kept, results["step"]))
+        "step %d, results.json, history.json); continue it without --runs, start over with "
+        "--overwrite, or give another --model_dir\n" % (kept, results["step"]))
     assert not list(kept.glob("seed-*"))
     assert len(results["history"]) == 1 and (kept / "checkpoint").exists()
     assert json.loads((kept / "data.json").read_text())["train_fraction"] == 0.5

@@ -400,6 +400,25 @@ def test_overwriting_a_series_replaces_every_seed_of_the_old_one(tmp_path):
         assert json.loads((model_dir / ("seed-%d" % seed) / "history.json").read_text())
 
 
+def test_a_single_runs_overwrite_of_a_series_replaces_the_whole_series(tmp_path):
+    """The old seeds' runs and summary go with the series (the measured speeds stay, as
+    a run's do); the folder then holds the single run alone."""
+    model_dir = tmp_path / "series"
+    for seed in (0, 1):
+        folder = model_dir / ("seed-%d" % seed)
+        folder.mkdir(parents=True)
+        for name in ("data.json", "results.json", "history.json"):
+            (folder / name).write_text("{}")
+    (model_dir / "seed-1" / "speeds.json").write_text("{}")
+    (model_dir / "summary.json").write_text('{"seeds": [0, 1]}')
+    single = {**TINY_SERIES, "runs": 1}
+    fitted = hmp.fit(Settings.of(**single, overwrite=True, model_dir=str(model_dir)), get_model)
+    assert fitted.model_dir == str(model_dir) and (model_dir / "results.json").exists()
+    assert not (model_dir / "summary.json").exists() and not (model_dir / "seed-0").exists()
+    assert sorted(p.name for p in (model_dir / "seed-1").iterdir()) == ["speeds.json"]
+    assert run_folder.seed_folders(str(model_dir)) == []
+
+
 def test_a_run_of_several_seeds_names_its_seeds_for_scores_and_prediction():
     seeds = tuple(Fitted("runs/x/seed-%d" % i, {"test": {"overall_accuracy": 0.5 + i}}, None)
                   for i in (0, 1))

@@ -67,6 +67,34 @@ def test_resume_compares_the_graph_its_flags_build_not_their_text(tmp_path):
         % (tmp_path, tmp_path / run_files.FLAGS_FILE))
 
 
+def test_a_single_run_and_a_series_replace_each_other_only_with_overwrite(tmp_path):
+    """A single run into a --runs series' folder, or a series into a single run's, would
+    go among the other's files: refused unless --overwrite (which replaces the old one
+    as a whole, ``hmp.run.fit``); --resume of a series needs its --runs."""
+    series, single = tmp_path / "series", tmp_path / "single"
+    for seed in (0, 1):
+        (series / ("seed-%d" % seed)).mkdir(parents=True)
+        (series / ("seed-%d" % seed) / "history.json").write_text("{}")
+    single.mkdir()
+    (single / "results.json").write_text("{}")
+    for asked in ({}, dict(resume=True)):
+        with pytest.raises(cli.UsageError) as refused:
+            seed_dirs(RunFolderSettings(**asked), str(series), [0])
+        assert str(refused.value) == (
+            "--model_dir=%s holds a --runs series (seed-0, seed-1); continue it with --runs=2 "
+            "--resume, start over with --overwrite, or give another --model_dir" % series)
+    for asked in ({}, dict(resume=True)):
+        with pytest.raises(cli.UsageError) as refused:
+            seed_dirs(RunFolderSettings(**asked), str(single), [0, 1])
+        assert str(refused.value) == (
+            "--runs=2: --model_dir=%s holds a single run (results.json); continue it without "
+            "--runs, start over with --overwrite, or give another --model_dir" % single)
+    overwrite = RunFolderSettings(overwrite=True)
+    assert seed_dirs(overwrite, str(series), [0]) == [str(series)]
+    assert seed_dirs(overwrite, str(single), [0, 1]) == [str(single / "seed-0"),
+                                                         str(single / "seed-1")]
+
+
 def test_the_seeds_folder_of_several_runs_holds_only_runs(tmp_path):
     """--runs=2 --model_dir=<a folder of data>: the seeds' folders and summary.json would go
     among the user's files (--overwrite too: it deletes runs' files only)."""
