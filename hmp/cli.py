@@ -161,6 +161,9 @@ _ABSL_REFUSALS = (
      "--%s=%s: not a number"),
     (re.compile(r"^flag --(\w+)=None: Flag --\w+ must have a value other than None\.$"),
      "--%s is required"),
+    (re.compile(r"^flag --(\w+)=(.*?): \('Non-boolean argument to boolean flag', .*\)$"),
+     lambda name, value: "--%s=%s: give true or false (or --%s alone, or --no%s)"
+                         % (name, value, name, name)),
 )
 
 
@@ -171,7 +174,7 @@ def _flag_error(error):
     for pattern, words in _ABSL_REFUSALS:
         found = pattern.match(text)
         if found:
-            return words % found.groups()
+            return words(*found.groups()) if callable(words) else words % found.groups()
     return text
 
 

@@ -253,6 +253,7 @@ BAD_FLAGS = {
     "--simulate_slowdown=/cpu:0=0": "--simulate_slowdown=/cpu:0=0: use DEVICE=FACTOR",
     "--model_dir=/proc/x": "--model_dir=/proc/x: not writable",
     "--epochs=abc": "--epochs=abc",
+    "--resume=yes": "--resume=yes: give true or false (or --resume alone, or --noresume)",
     "--flagfile=/nonexistent/flags.txt": "hmp.train: error: --flagfile=/nonexistent/flags.txt: "
                                          "cannot be read (No such file or directory)",
     "--optimizer=nope": "--optimizer=nope: choose one of",
