@@ -72,10 +72,10 @@ def stratified_split(labels, *, train_fraction=None, train_per_class=None, seed=
     train = []
     for label, pixels in _pixels_by_class(labels):
         if train_fraction is not None:
-            _require_pixels(label, len(pixels), 2, f"train_fraction={train_fraction}")
+            _require_pixels(labels, label, len(pixels), 2, f"train_fraction={train_fraction}")
             count = min(max(int(round(train_fraction * len(pixels))), 1), len(pixels) - 1)
         else:
-            _require_pixels(label, len(pixels), train_per_class + 1,
+            _require_pixels(labels, label, len(pixels), train_per_class + 1,
                             f"train_per_class={train_per_class}")
             count = int(train_per_class)
         train.append(rng.permutation(pixels)[:count])
@@ -102,7 +102,7 @@ def disjoint_split(labels, *, train_fraction, patch_size, seed=0):
     width = labels.shape[1]
     train = []
     for label, pixels in _pixels_by_class(labels):
-        _require_pixels(label, len(pixels), 2, f"train_fraction={train_fraction}")
+        _require_pixels(labels, label, len(pixels), 2, f"train_fraction={train_fraction}")
         rows, cols = np.divmod(pixels, width)
         along, across = (rows, cols) if np.ptp(rows) >= np.ptp(cols) else (cols, rows)
         order = np.lexsort((across, along * rng.choice([-1, 1])))
@@ -292,8 +292,14 @@ def check_train_fraction(fraction):
         raise InvalidInput(f"train_fraction must lie strictly between 0 and 1, got {fraction!r}")
 
 
-def _require_pixels(label, available, needed, rule):
+def _require_pixels(labels, label, available, needed, rule):
+    """InvalidInput when class ``label`` of the map ``labels`` has fewer than ``needed``
+    pixels; a label above a run of empty ones is named as a possible stray."""
     if available < needed:
+        below = labels[(labels > 0) & (labels < label)]
+        highest = int(below.max()) if below.size else 0
+        stray = (f"; labels {highest + 1} to {label - 1} have no pixel: is {label} a stray "
+                 "label?" if label - highest > 2 else "")
         raise InvalidInput(
             f"class {label} has {available} labelled pixels, but {rule} needs at least "
-            f"{needed} (at least one must remain for testing)")
+            f"{needed} (at least one must remain for testing){stray}")

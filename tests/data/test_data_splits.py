@@ -63,6 +63,15 @@ def test_class_with_too_few_pixels_is_refused():
     with pytest.raises(ValueError, match="class 1 has 3 labelled pixels, "
                                          "but train_per_class=3 needs at least 4"):
         stratified_split(labels, train_per_class=3)
+    # a label far above the others, with empty ones below it: named as a possible stray
+    strayed = np.array([[1, 1, 1, 0, 2, 2, 40]])
+    for split in (lambda: stratified_split(strayed, train_fraction=0.5),
+                  lambda: disjoint_split(strayed, train_fraction=0.5, patch_size=1)):
+        with pytest.raises(ValueError) as refused:
+            split()
+        assert str(refused.value) == (
+            "class 40 has 1 labelled pixels, but train_fraction=0.5 needs at least 2 (at least "
+            "one must remain for testing); labels 3 to 39 have no pixel: is 40 a stray label?")
 
 
 def test_a_map_without_labelled_pixels_is_refused():
