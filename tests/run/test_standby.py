@@ -36,7 +36,7 @@ def test_a_standby_builds_restores_and_warms_up_on_its_thread_then_hands_over(mo
     monkeypatch.setattr(standby_module.time, "perf_counter", lambda: clock[0])
 
     def build(plan):
-        release.wait(10)
+        release.wait()   # until the test lets it go (a daemon thread: no hang if it fails)
         log.append(("build", plan, threading.current_thread().name))
         return FakeTrainer(log, clock)
 
