@@ -154,16 +154,16 @@ def _parse_flags(prog):
 
 
 # absl's words for a value its parser refuses, and what is allowed instead
+# (absl's message, hmp's words: {0} the flag's name, {1} its value)
 _ABSL_REFUSALS = (
     (re.compile(r"^flag --(\w+)=(.*?): invalid literal for int\(\) with base 10: .*$"),
-     "--%s=%s: not a whole number"),
+     "--{0}={1}: not a whole number"),
     (re.compile(r"^flag --(\w+)=(.*?): could not convert string to float: .*$"),
-     "--%s=%s: not a number"),
+     "--{0}={1}: not a number"),
     (re.compile(r"^flag --(\w+)=None: Flag --\w+ must have a value other than None\.$"),
-     "--%s is required"),
+     "--{0} is required"),
     (re.compile(r"^flag --(\w+)=(.*?): \('Non-boolean argument to boolean flag', .*\)$"),
-     lambda name, value: "--%s=%s: give true or false (or --%s alone, or --no%s)"
-                         % (name, value, name, name)),
+     "--{0}={1}: give true or false (or --{0} alone, or --no{0})"),
 )
 
 
@@ -174,7 +174,7 @@ def _flag_error(error):
     for pattern, words in _ABSL_REFUSALS:
         found = pattern.match(text)
         if found:
-            return words(*found.groups()) if callable(words) else words % found.groups()
+            return words.format(*found.groups())
     return text
 
 

@@ -89,9 +89,8 @@ def _cluster_and_task():
 def _server(cluster, task, config):
     """TensorFlow's server of ``task``; a UsageError naming the task when it cannot
     listen (its port taken, e.g. by another worker)."""
-    port = int(cluster.addresses[task].rpartition(":")[2])
     try:
-        return served(port, lambda: tf.distribute.Server(
+        return served(cluster.port(task), lambda: tf.distribute.Server(
             cluster.cluster_spec(), job_name=JOB, task_index=task, config=config, start=True))
     except InvalidInput as error:
         raise cli.UsageError("%s of %s cannot serve: %s" % (

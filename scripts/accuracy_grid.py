@@ -9,7 +9,6 @@ it as a job of its own, pinned like the training runs.
 """
 
 import dataclasses
-import json
 import os
 import subprocess
 import sys
@@ -180,16 +179,11 @@ def model_row(run, folder):
 def baseline_rows(group, path):
     """The rows of one split's baselines (written by :func:`score_baselines`)."""
     layout, split, seed = group
-    scored = _read_json(path)
+    scored = files.read_json_file(path, "baselines file %s" % path)
     return [{"kind": "baseline", "name": name, "layout": layout, "split": split, "seed": seed,
              "spectral": name != COORDINATES_ONLY, "leakage": 100 * scored["leakage"],
              "split_of": scored["run"], **_percent(scores)}
             for name, scores in scored["scores"].items()]
-
-
-def _read_json(path):
-    with open(path) as file:   # a baselines file this script wrote: it must be there
-        return json.load(file)
 
 
 def _percent(scores):
@@ -211,7 +205,8 @@ def score_baselines(run_folder, out, windows, say=print):
 def same_split(run_folder, baselines_path):
     """Whether a run trained and tested on exactly the pixels its group's baselines did."""
     _, split = experiment.load(run_folder)
-    scored = _read_json(baselines_path)
+    scored = files.read_json_file(baselines_path,
+                                 "baselines file %s" % baselines_path)
     return (np.array_equal(split.train, scored["train"])
             and np.array_equal(split.test, scored["test"]))
 

@@ -691,7 +691,7 @@ def prepared_scene(pca):
     if FLAGS.batch_size > len(exp.train):
         raise cli.UsageError("--batch_size=%d: the scene has %d training pixels"
                              % (FLAGS.batch_size, len(exp.train)))
-    return exp, exp.epoch_batches(FLAGS.batch_size, seed=0)[0]
+    return exp, next(exp.epoch_batches(FLAGS.batch_size, seed=0))
 
 
 def main(argv):

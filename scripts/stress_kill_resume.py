@@ -123,12 +123,11 @@ def main():
                   % (os.path.basename(path_b), worst))
             if worst > 1e-5:
                 failures.append("weights differ by up to %g" % worst)
-        results = run_files.read_results(killed)
-        epochs = None if results is None else [h["epoch"] for h in results["history"]]
-        if epochs is None:
-            failures.append("no readable %s in %s" % (run_files.RESULTS, killed))
-        elif epochs != [0, 1, 2]:
-            failures.append("results.json history holds epochs %s" % epochs)
+        results = run_files.read_results(killed)   # None: none readable
+        epochs = [h["epoch"] for h in results["history"]] if results else None
+        if epochs != [0, 1, 2]:
+            failures.append("%s in %s holds the epochs %s, not 0, 1, 2"
+                            % (run_files.RESULTS, killed, epochs))
     for failure in failures:
         print("FAILED: " + failure)
     print("ok" if not failures else "%d failures" % len(failures))

@@ -172,6 +172,9 @@ class Cluster:
         flags of workers started here (their ports change from run to run)."""
         return self.local_workers if self.local_workers is not None else self.addresses
 
+    def port(self, task):
+        return _port(self.addresses[task])
+
     def describe(self, task):
         return "worker %d (%s)" % (task, self.addresses[task])
 

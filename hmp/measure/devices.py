@@ -58,17 +58,15 @@ def check_local(devices):
     """Raises InvalidInput for a device list (``device_list``'s) naming a string that is
     no TensorFlow device, a device of a cluster's task (this process has none), or a GPU
     this machine does not have."""
-    for name in devices:
-        check_device_string(name)
-        job = tf.DeviceSpec.from_string(name).job
-        if job not in LOCAL_JOBS:
+    specs = [check_device_string(name) for name in devices]
+    for name, spec in zip(devices, specs):
+        if spec.job not in LOCAL_JOBS:
             raise InvalidInput("%s is a device of a cluster's task (job %s), not of this "
                                "machine: name this machine's, e.g. /cpu:0 (hmp.train trains "
                                "on a cluster's with --cluster or --local_workers)"
-                               % (name, job))
+                               % (name, spec.job))
     gpus = gpu_count()
-    for name in devices:
-        spec = tf.DeviceSpec.from_string(name)   # /gpu:N, /device:GPU:N, /job:localhost/...
+    for name, spec in zip(devices, specs):   # /gpu:N, /device:GPU:N, /job:localhost/...
         if (spec.device_type or "").upper() == "GPU" and (spec.device_index or 0) >= gpus:
             raise InvalidInput(
                 "%s is not a device of this machine, which has %d GPU%s; allowed: /cpu:0, "
@@ -78,8 +76,8 @@ def check_local(devices):
 
 
 def check_device_string(name):
-    """InvalidInput unless ``name`` is a TensorFlow device string with a type and an
-    index >= 0 (``/cpu:0``, ``/gpu:1``, ``/job:worker/task:1/device:CPU:0``)."""
+    """``name``'s ``tf.DeviceSpec``; InvalidInput unless it is a TensorFlow device string
+    with a type and an index >= 0 (``/cpu:0``, ``/gpu:1``, ``/job:worker/task:1/device:CPU:0``)."""
     allowed = "allowed: e.g. /cpu:0, /gpu:1, /job:worker/task:1/device:CPU:0"
     try:
         spec = tf.DeviceSpec.from_string(name)
@@ -88,6 +86,7 @@ def check_device_string(name):
                            % (name, error, allowed)) from None
     if spec.device_type is None or (spec.device_index or 0) < 0:
         raise InvalidInput("%r names no device type and index >= 0; %s" % (name, allowed))
+    return spec
 
 
 def session_config_for(devices):

@@ -413,10 +413,12 @@ def _spec(cls, entry, what):
     unknown = sorted(set(entry) - {f.name for f in fields})
     missing = [f.name for f in fields if f.name not in entry
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-    if unknown or missing:
-        raise InvalidInput("%s %s; allowed: %s" % (what, "has the unknown key%s %s" % (
-            "s" if len(unknown) > 1 else "", ", ".join(map(repr, unknown))) if unknown
-            else "lacks %s" % ", ".join(map(repr, missing)), allowed))
+    if unknown:
+        raise InvalidInput("%s has the unknown key%s %s; allowed: %s" % (
+            what, "s" if len(unknown) > 1 else "", ", ".join(map(repr, unknown)), allowed))
+    if missing:
+        raise InvalidInput("%s lacks %s; allowed: %s" % (what, ", ".join(map(repr, missing)),
+                                                         allowed))
     try:
         return cls(**entry)
     except InvalidInput:   # the spec's own words name the figure

@@ -84,10 +84,10 @@ class Experiment:
         return steps
 
     def epoch_batches(self, batch_size, seed, epoch=0, start_step=0):
-        """The training batches of epoch ``epoch`` from step ``start_step`` on, as a list:
+        """Yields the training batches of epoch ``epoch`` from step ``start_step`` on:
         whole batches only, as ``steps_per_epoch`` counts them."""
-        return list(self.train.batches(batch_size, seed=seed, epoch=epoch,
-                                       drop_remainder=True, start_step=start_step))
+        return self.train.batches(batch_size, seed=seed, epoch=epoch, drop_remainder=True,
+                                  start_step=start_step)
 
     @property
     def train_counts(self):

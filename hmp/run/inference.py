@@ -87,7 +87,7 @@ class TrainedRun:
                 hint = "; it holds the runs of --runs: give one of them, e.g. %s" % seeds[0]
             elif run_folder.checkpoint_step(model_dir) is not None:
                 hint = "; its training stopped before the end: finish it with python -m " \
-                       "hmp.train %s" % _resume_flags(model_dir)
+                       "hmp.train %s" % run_folder.continuing_flags(model_dir)
             else:
                 hint = ""
             raise InvalidInput("%s holds no finished run (no readable results.json)%s"
@@ -342,19 +342,6 @@ RESULT_BYTES_PER_CLASS = 4
 SMOOTHING_BYTES_PER_CLASS = 20
 GUIDED_SMOOTHING_BYTES_PER_CLASS = 48
 RESULT_BYTES_PER_PIXEL = 17
-
-
-def _resume_flags(model_dir):
-    """The flags that finish the stopped run in ``model_dir``: its flags.txt's, or its
-    series' for a seed's folder of ``--runs`` (``run_folder.save_flags`` writes one for
-    the series), else ``--resume`` with the flags that started it."""
-    if os.path.isfile(os.path.join(model_dir, run_files.FLAGS_FILE)):
-        return run_folder.resume_flags(model_dir)
-    series, folder = os.path.split(os.path.abspath(model_dir))
-    if folder.startswith(run_files.SEED_PREFIX) and os.path.isfile(
-            os.path.join(series, run_files.FLAGS_FILE)):
-        return run_folder.resume_flags(series)
-    return "--resume and the flags that started it"
 
 
 def tiling(run, raster, memory_bytes, window=1, guide=None):

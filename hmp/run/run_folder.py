@@ -2,7 +2,8 @@
 
 A folder that holds a run (checkpoints, results) is not silently reused: a
 new run there needs ``--resume`` (continue it) or ``--overwrite`` (delete the
-run's files first); one that holds other files than a run's is refused. ``history.json`` records every epoch of every invocation,
+run's files first); one that holds other files than a run's is refused.
+``history.json`` records every epoch of every invocation,
 written atomically before each epoch's checkpoint, so a resumed run's
 ``results.json`` holds the whole history; ``flags.txt`` the flags that started
 the run (``--flagfile``). :class:`Signals` turns SIGINT and
@@ -59,6 +60,18 @@ def resume_flags(model_dir):
     """The flags of ``python -m hmp.train`` that continue the run whose flags.txt is in
     ``model_dir`` (``save_flags``: the flags it goes on with, its folder included)."""
     return "--flagfile=%s --resume" % os.path.join(model_dir, FLAGS_FILE)
+
+
+def continuing_flags(model_dir):
+    """The flags that continue the run in ``model_dir`` where its flags.txt may be
+    elsewhere: its own (``resume_flags``), or its series' for a seed's folder of --runs
+    (``save_flags`` writes one for the series), else ``--resume`` in words."""
+    if os.path.isfile(os.path.join(model_dir, FLAGS_FILE)):
+        return resume_flags(model_dir)
+    series, folder = os.path.split(os.path.abspath(model_dir))
+    if folder.startswith(SEED_PREFIX) and os.path.isfile(os.path.join(series, FLAGS_FILE)):
+        return resume_flags(series)
+    return "--resume and the flags that started it"
 
 
 def paths_in(model_dir, patterns=RUN_FILES):

@@ -8,6 +8,7 @@ step, with the same data order, under any plan or device set.
 """
 
 import dataclasses
+import itertools
 import math
 import os
 import time
@@ -289,7 +290,8 @@ class Trainer:
         for ``train_epoch`` (fed or not as training will: a session optimises a graph
         per set of fed tensors)."""
         batches = self.experiment.epoch_batches(self.batch_size, self.seed)
-        pairs = [(b.indices, b.labels) for b in batches[:self.graph.steps_per_run]]
+        pairs = [(b.indices, b.labels)
+                 for b in itertools.islice(batches, self.graph.steps_per_run)]
         self.session.run(self.graph.metrics.reset)   # local: a restore does not set them
         self.graph.load_batches(self.session, pairs)   # taken as an epoch's steps take theirs
         sizes = {1, self.graph.steps_per_run}   # the blocks an epoch runs (block_size)
@@ -327,7 +329,8 @@ class Trainer:
         :class:`Paused`.
         """
         start_step = self.step - epoch * self.steps_per_epoch
-        batches = self.experiment.epoch_batches(self.batch_size, self.seed, epoch, start_step)
+        batches = list(self.experiment.epoch_batches(self.batch_size, self.seed, epoch,
+                                                     start_step))
         # the devices keep the epoch's batches: its steps feed nothing
         self.graph.load_batches(self.session, [(b.indices, b.labels) for b in batches])
         self.session.run(self.graph.metrics.reset)

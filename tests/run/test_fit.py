@@ -377,18 +377,24 @@ def test_scoring_that_fails_leaves_no_session_open(tmp_path, monkeypatch):
     assert opened and all(session._closed for session in opened)
 
 
+def _old_series(model_dir, seeds):
+    """A finished --runs series' folder of ``seeds``, as its runs leave it (their files,
+    empty; the last seed's measured speeds; the summary)."""
+    for seed in seeds:
+        folder = model_dir / ("seed-%d" % seed)
+        folder.mkdir(parents=True)
+        for name in ("data.json", "results.json", "history.json"):
+            (folder / name).write_text("{}")
+    (model_dir / ("seed-%d" % seeds[-1]) / "speeds.json").write_text("{}")
+    (model_dir / "summary.json").write_text(json.dumps({"seeds": list(seeds)}))
+
+
 def test_overwriting_a_series_replaces_every_seed_of_the_old_one(tmp_path):
     """--overwrite of a --runs series: once the first seed's input is good, every old
     seed's run goes (seed-2, which the new series of two has not, with it; its measured
     speeds stay, as a run's do) and the old summary with them."""
     model_dir = tmp_path / "series"
-    for seed in (0, 1, 2):   # an old series of three
-        folder = model_dir / ("seed-%d" % seed)
-        folder.mkdir(parents=True)
-        for name in ("data.json", "results.json", "history.json"):
-            (folder / name).write_text("{}")
-    (model_dir / "seed-2" / "speeds.json").write_text("{}")
-    (model_dir / "summary.json").write_text('{"seeds": [0, 1, 2]}')
+    _old_series(model_dir, (0, 1, 2))
     fitted = hmp.fit(Settings.of(**TINY_SERIES, overwrite=True, model_dir=str(model_dir)),
                      get_model)
     assert [pathlib.Path(seed.model_dir).name for seed in fitted.seeds] == ["seed-0", "seed-1"]
@@ -404,13 +410,7 @@ def test_a_single_runs_overwrite_of_a_series_replaces_the_whole_series(tmp_path)
     """The old seeds' runs and summary go with the series (the measured speeds stay, as
     a run's do); the folder then holds the single run alone."""
     model_dir = tmp_path / "series"
-    for seed in (0, 1):
-        folder = model_dir / ("seed-%d" % seed)
-        folder.mkdir(parents=True)
-        for name in ("data.json", "results.json", "history.json"):
-            (folder / name).write_text("{}")
-    (model_dir / "seed-1" / "speeds.json").write_text("{}")
-    (model_dir / "summary.json").write_text('{"seeds": [0, 1]}')
+    _old_series(model_dir, (0, 1))
     single = {**TINY_SERIES, "runs": 1}
     fitted = hmp.fit(Settings.of(**single, overwrite=True, model_dir=str(model_dir)), get_model)
     assert fitted.model_dir == str(model_dir) and (model_dir / "results.json").exists()
