@@ -313,7 +313,7 @@ def rebalanced(plan, spec, run):
 
 def build_runs(config, batch, workers, profiled, link):
     """Every configuration's warmed-up ``Run``, in the order they are timed (those of
-    one layout, model and steps a run on one graph and session, each timed on its own); the
+    one layout and model on one graph and session, each timed on its own); the
     ``auto`` plan; the cost model's step of the splits ``planned`` (every dim split),
     ``per layer`` and ``data`` on the profiled platform (``profiled``: one CPU device per
     worker as ``hmp.train --cluster`` sees them) and measured link."""
@@ -323,29 +323,36 @@ def build_runs(config, batch, workers, profiled, link):
     session_config = workers.cluster.session_config()
     image_shape = batch.extractor.image_shape
 
-    built = []   # ((layout, model config, steps a run), (session, train op, feed))
+    blocks = FLAGS.steps_per_run
+    alone = Placement("", "", (devices[0][0],), {})   # worker 0's first device
+    plans = split_plans(spec, devices, speeds, FLAGS.batch_size)
+    auto = measured_plan(spec, profiled, link, "auto")
+    # the layouts also timed --steps_per_run steps a run: their graph lowers that many
+    # steps, and runs one or all of them (the same batch each step of a run)
+    in_blocks = ([Placement.from_plan(auto), Placement.from_plan(plans["data"]), alone]
+                 if blocks > 1 else [])
+    built = []   # ((layout, model config), (session, graph))
 
     def hmp_run(name, layout, description, load, model_config=config, steps_per_run=1):
-        key = (layout, model_config, steps_per_run)
-        step = next((step for same, step in built if same == key), None)
-        if step is None:
+        key = (layout, model_config)
+        found = next((found for same, found in built if same == key), None)
+        if found is None:
             graph = TrainingGraph(model_config, layout, FLAGS.batch_size, image_shape,
-                                  steps_per_run=steps_per_run)
+                                  steps_per_run=blocks if layout in in_blocks else 1)
             progress("  building %-14s %s" % (name, description))
             session = graph.session(batch.extractor.padded, session_config, workers.target)
             graph.load_batches(session, [(batch.indices, batch.labels)])   # as hmp.train does
-            step = (session, *graph.kept_steps(steps_per_run))
-            built.append((key, step))
-            return warmed(Run(name, description, load, *step, steps_per_run=steps_per_run))
-        # a configuration's before it (planned = even on equal workers): its graph, warm
-        progress("  sharing  %-14s %s" % (name, description))
-        return Run(name, description, load, *step, steps_per_run=steps_per_run)
+            built.append((key, (session, graph)))
+        else:   # an earlier configuration's graph (planned = even on equal workers)
+            progress("  sharing  %-14s %s" % (name, description))
+        session, graph = found or built[-1][1]
+        return warmed(Run(name, description, load, session,
+                          *graph.kept_steps(steps_per_run), steps_per_run=steps_per_run))
 
     def plan_run(name, plan, steps_per_run=1):
         return hmp_run(name, Placement.from_plan(plan), describe(plan), worker_loads(plan),
                        steps_per_run=steps_per_run)
 
-    plans = split_plans(spec, devices, speeds, FLAGS.batch_size)
     runs = [plan_run(name, plan) for name, plan in plans.items()]
     runs.insert(2, plan_run("re-balanced", rebalanced(plans["planned"], spec, runs[1])))
     per_layer = measured_plan(spec, profiled, link, "model:2")
@@ -355,14 +362,11 @@ def build_runs(config, batch, workers, profiled, link):
     runs.insert([r.name for r in runs].index("data") + 1, hmp_run(
         "data %s bn" % other, Placement.from_plan(data), describe(data), worker_loads(data),
         dataclasses.replace(config, batch_norm=other)))
-    auto = measured_plan(spec, profiled, link, "auto")
     runs.append(plan_run("auto", auto))
-    blocks = FLAGS.steps_per_run
-    if blocks > 1:   # the same batch each step of a run
+    if blocks > 1:
         runs.append(plan_run("auto, %d a run" % blocks, auto, blocks))
         runs.append(plan_run("data, %d a run" % blocks, data, blocks))
-        runs.append(hmp_run("worker 0 alone, %d a run" % blocks,
-                            Placement("", "", (devices[0][0],), {}), "one device",
+        runs.append(hmp_run("worker 0 alone, %d a run" % blocks, alone, "one device",
                             [1.0, 0.0], steps_per_run=blocks))
     for task, worker in enumerate(devices):
         runs.append(hmp_run("worker %d alone" % task, Placement("", "", (worker[0],), {}),
