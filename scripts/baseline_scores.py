@@ -11,6 +11,7 @@ runs, and tests import this module beside other scripts' flags).
 """
 
 import time
+import warnings
 
 import numpy as np
 from scipy import ndimage
@@ -20,6 +21,7 @@ from hmp.errors import InvalidInput
 from hmp.evaluation import metrics, report
 
 SVM_C_GRID = (1.0, 10.0, 100.0, 1000.0)
+SVM_FOLDS = 3   # of the cross-validation that picks C
 COORDINATES_ONLY = "1nn-xy"   # the one baseline that reads no spectrum
 
 
@@ -46,7 +48,7 @@ def sklearn_classifiers():
     return {
         "lda": lambda: LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto"),
         "svm": lambda: GridSearchCV(SVC(kernel="rbf", gamma="scale"),
-                                    {"C": list(SVM_C_GRID)}, cv=3),
+                                    {"C": list(SVM_C_GRID)}, cv=SVM_FOLDS),
         "1nn": lambda: KNeighborsClassifier(n_neighbors=1),
     }
 
@@ -82,10 +84,17 @@ def score_run(exp, windows, say=print):
     table = features(cube, windows)
     labels = exp.scene.labels.ravel() - 1
     train, test = exp.split.train, exp.split.test
+    counts = np.bincount(labels[train], minlength=exp.n_classes)
+    few = np.flatnonzero((counts > 0) & (counts < SVM_FOLDS))
+    if few.size:   # said once here, not in one scikit-learn warning per SVM fitted
+        say("  classes with fewer than %d training pixels (%s): the SVM's C is chosen on "
+            "folds that miss some of them" % (SVM_FOLDS, ", ".join(str(c + 1) for c in few)))
     scores = {}
     for name, feature, make in chosen:
         started = time.time()
-        classifier = make().fit(table[feature][train], labels[train])
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "The least populated class", UserWarning)
+            classifier = make().fit(table[feature][train], labels[train])
         predicted = classifier.predict(table[feature][test])
         result = metrics.evaluate(labels[test], predicted, exp.n_classes)
         scores[name] = report.scores_dict(result, exp.scene.class_names)

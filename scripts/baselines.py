@@ -109,17 +109,16 @@ def main(argv):
     runs = []
     scene = _scene()
     for number, (config, split) in enumerate(planned, 1):
-        print("run %d/%d: %s, seed %d ..." % (number, len(planned), config.dataset,
-                                               config.seed), flush=True)
+        print("run %d/%d: seed %d ..." % (number, len(planned), config.seed), flush=True)
         with (cli.blame("model_dir", also=(OSError,)) if FLAGS.model_dir else
               scene.blame(*scene.scene_flags(), also=(OSError,))):
             exp = experiment.prepare(config, split)
         leakage = data.split_leakage(exp.split, config.patch_size)
         held = ("" if not exp.val else " (hmp.train fits %d of the training pixels and "
                 "validates on %d)" % (len(exp.train), len(exp.val)))
-        print("  %s: %d training / %d test pixels%s; leakage %.1f%%"
-              % (exp.split.description, len(exp.split.train), len(exp.split.test), held,
-                 100 * leakage), flush=True)
+        print("  %s, %s: %d training / %d test pixels%s; leakage %.1f%%"
+              % (exp.scene.name, exp.split.description, len(exp.split.train),
+                 len(exp.split.test), held, 100 * leakage), flush=True)
         runs.append({"data": dataclasses.asdict(config), "split": exp.split.description,
                      "leakage": leakage, "scores": score_run(exp, windows)})
     names = list(runs[0]["scores"])

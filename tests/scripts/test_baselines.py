@@ -71,9 +71,10 @@ def test_scores_every_baseline_on_a_runs_saved_split(saved_run, tmp_path, capsys
     assert run["split"] == saved.description
     exp = experiment.prepare(config, saved)   # the baselines fit every training pixel
     assert len(exp.train) + len(exp.val) == len(saved.train) and len(exp.val) > 0
-    assert ("%d training / %d test pixels (hmp.train fits %d of the training pixels and "
-            "validates on %d)" % (len(saved.train), len(saved.test), len(exp.train),
-                                  len(exp.val))) in capsys.readouterr().out
+    assert ("%s, %s: %d training / %d test pixels (hmp.train fits %d of the training pixels "
+            "and validates on %d)" % (exp.scene.name, saved.description, len(saved.train),
+                                      len(saved.test), len(exp.train), len(exp.val))
+            ) in capsys.readouterr().out
     assert run["leakage"] == pytest.approx(data.split_leakage(saved, 5))
     for name, scores in run["scores"].items():
         confusion = np.array(scores["confusion_matrix"])
@@ -85,6 +86,27 @@ def test_scores_every_baseline_on_a_runs_saved_split(saved_run, tmp_path, capsys
                        "--train_per_class=20", "--seed=7", "--patch_size=5",
                        "--json=%s" % out)
     assert again == summary
+
+
+def test_a_class_too_small_for_the_svms_folds_is_named_once_not_warned_per_fit(scene_files):
+    pytest.importorskip("sklearn", reason="scikit-learn is an optional extra "
+                                          "(pip install -e .[baselines])")
+    import warnings   # pylint: disable=import-outside-toplevel
+    config = experiment.DataConfig(dataset=str(scene_files / "cube.npy"),
+                                   labels_path=str(scene_files / "labels.npy"), patch_size=5)
+    labels = np.load(scene_files / "labels.npy").ravel()
+    by_class = [np.flatnonzero(labels == c) for c in (1, 2, 3)]
+    train = np.concatenate([by_class[0][:10], by_class[1][:2], by_class[2][:10]])
+    test = np.setdiff1d(np.flatnonzero(labels), train)
+    exp = experiment.prepare(config, data.Split(train, test, (30, 34), "given"))
+    said = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # scikit-learn's "least populated class" would raise
+        scores = baseline_scores.score_run(exp, [5], say=said.append)
+    assert said[0] == ("  classes with fewer than 3 training pixels (2): the SVM's C is "
+                       "chosen on folds that miss some of them")
+    assert len(said) == 1 + len(scores) and all(
+        np.sum(s["confusion_matrix"]) == len(test) for s in scores.values())
 
 
 def test_missing_scikit_learn_is_one_line_on_how_to_install(monkeypatch):
