@@ -3,7 +3,8 @@
 Two ``hmp.worker`` processes as ``bench_hetero.py`` starts them (each pinned to a core
 of its own with one intra-op thread; ``--workers`` to place them otherwise), equal at
 the start. For each model of ``--models``, ``hmp.train --cluster`` trains ``--epochs``
-epochs on ``--mesh=batch:2`` (``--notry_alone``, ``--notta``, ``--steps_per_run``) twice
+epochs on ``--mesh=batch:2`` (``--notry_alone``, ``--notta``, ``--steps_per_run``,
+``--batch_norm``) twice
 on them: with
 ``--rebalance=off`` and with ``--rebalance=epoch``. Once epoch ``--disturb_after`` has
 ended, ``--slowdown`` CPU-bound processes start on the first CPU of worker
@@ -54,6 +55,9 @@ FLAGS.set_default("models", ["cnn2d"])
 FLAGS.set_default("batch_size", 256)
 FLAGS.set_default("out", "bench_rebalance.json")
 
+# bench_hetero's flags that these runs do not use (hmp.train trains them with its own)
+NOT_USED = ("width", "steps", "repeats", "warmup", "profile_steps", "trace_steps",
+            "hybrid_across", "fixed_splits")
 LAST = 3   # the epochs compared
 GOAL = 1.25   # under a disturbance that lasts: the last epochs with / without re-balancing
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,17 +66,22 @@ WHEN = {"last": "last %d epochs" % LAST, "since": "from the disturbance on"}
 EPOCH_LINE = re.compile(r"epoch (\d+)/\d+ ")
 
 
+def train_command(model, spec, rebalance, folder):
+    """The ``hmp.train`` command of one run on the cluster ``spec``, in ``folder``."""
+    return [sys.executable, "-m", "hmp.train", "--cluster=" + spec, "--model=" + model,
+            "--batch_size=%d" % FLAGS.batch_size, "--epochs=%d" % FLAGS.epochs,
+            "--train_fraction=%g" % FLAGS.train_fraction, "--mesh=batch:2",
+            "--notry_alone", "--notta", "--rebalance=" + rebalance,
+            "--batch_norm=" + FLAGS.batch_norm, "--steps_per_run=%d" % FLAGS.steps_per_run,
+            "--model_dir=" + os.path.join(folder, rebalance)]
+
+
 def train(model, spec, rebalance, folder, slowed_cpu):
     """One ``hmp.train`` run on the cluster ``spec``: (the time each epoch's line came
     {epoch: perf_counter seconds}, the epochs after which it switched plans, its
     re-balancing and standby lines, results.json).
     The competing load starts after epoch ``--disturb_after``."""
-    command = [sys.executable, "-m", "hmp.train", "--cluster=" + spec, "--model=" + model,
-               "--batch_size=%d" % FLAGS.batch_size, "--epochs=%d" % FLAGS.epochs,
-               "--train_fraction=%g" % FLAGS.train_fraction, "--mesh=batch:2",
-               "--notry_alone", "--notta", "--rebalance=" + rebalance,
-               "--steps_per_run=%d" % FLAGS.steps_per_run,
-               "--model_dir=" + os.path.join(folder, rebalance)]
+    command = train_command(model, spec, rebalance, folder)
     ended, switched, decisions = {}, [], []
     os.makedirs(folder, exist_ok=True)
     env = {**os.environ, "HMP_CACHE_DIR": folder}   # both runs: the first run's speeds
@@ -170,6 +179,10 @@ def table(model, runs):
 def main(argv):
     if len(argv) > 1:
         raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
+    given = ["--%s" % name for name in NOT_USED if FLAGS[name].present]
+    if given:
+        raise cli.UsageError("%s: bench_hetero.py's, not used here (hmp.train trains the "
+                             "model at its default width)" % ", ".join(given))
     check_flags()
     if not 1 <= FLAGS.disturb_after < FLAGS.epochs - LAST + 1:
         raise cli.UsageError("--disturb_after=%d: must lie in [1, --epochs - %d] = [1, %d]"
@@ -200,7 +213,8 @@ def main(argv):
         "machine": before, "workers": {"cpus": cpus, "threads": threads},
         "flags": {name: FLAGS[name].value for name in (
             "models", "batch_size", "epochs", "disturb_after", "disturb_for", "disturbed_worker",
-            "train_fraction", "steps_per_run", "slowdown", "inter_op_threads", "workers")},
+            "train_fraction", "batch_norm", "steps_per_run", "slowdown", "inter_op_threads",
+            "workers")},
         "models": results})
     print("wrote %s" % FLAGS.out, flush=True)
 
