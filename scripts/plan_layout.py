@@ -33,7 +33,7 @@ from hmp.data import check_patch_size  # noqa: E402
 from hmp.graph.from_graph import model_spec  # noqa: E402
 from hmp.graph.graph_config import PRECISIONS  # noqa: E402
 from hmp.layers import BATCH_STATISTICS  # noqa: E402
-from hmp.planning import (DeviceSpec, check_mesh_size, check_speeds,  # noqa: E402
+from hmp.planning import (check_mesh_size, check_speeds, device_names,  # noqa: E402
                           load_platform, parse_mesh, plan_layout, splits_the_model)
 from hmp.measure.calibration import describe  # noqa: E402
 from hmp.measure.devices import (LOCAL_JOBS, check_device_string,  # noqa: E402
@@ -100,7 +100,7 @@ def parse_speeds(text, devices):
     except ValueError:
         raise cli.UsageError(f"--speeds={text!r} is not a list of numbers; {allowed}") \
             from None
-    names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
+    names = device_names(devices)
     with cli.blame("speeds"):
         return list(check_speeds(speeds, names))
 
@@ -118,7 +118,7 @@ def profile(config, spec, devices, link_given=False):
     ``model_spec``) and the link between them (``hmp.measure.linkprobe``; None for one
     device, or when ``link_given``: the plan takes that one, so it is not measured), with
     progress on stderr."""
-    names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
+    names = device_names(devices)
     remote = [n for n in names if tf.DeviceSpec.from_string(n).job not in LOCAL_JOBS]
     if remote and not FLAGS.target:
         raise cli.UsageError(f"--target: devices {remote} are remote; give the session "

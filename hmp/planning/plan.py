@@ -13,8 +13,9 @@ from numbers import Real
 from hmp.errors import InvalidInput, whole_number
 from hmp.files import read_json_file, write_json
 from hmp.planning.apportion import check_speeds
-from hmp.planning.costmodel import DeviceSpec, Prediction
+from hmp.planning.costmodel import Prediction
 from hmp.planning.layout import are_sizes, check_splits, parse_mesh
+from hmp.planning.platform import device_names
 
 FORMAT = "hmp-plan/1"
 TIME_UNITS = ("s", "relative")
@@ -134,7 +135,7 @@ class Plan:
         The devices the plan left out (``left_out``) may be among ``devices``:
         a plan is for the devices it was planned from.
         """
-        names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
+        names = device_names(devices)
         for name in self.devices:
             if name not in names:
                 raise InvalidInput(f"{where}: device {name!r} is not among the given "

@@ -26,10 +26,11 @@ import numpy as np
 
 from hmp.errors import InvalidInput, is_positive_number, whole_number
 from hmp.planning.apportion import apportion, apportion_in_blocks, check_speeds
-from hmp.planning.costmodel import (DeviceSpec, alone_flops_per_s, memory_bytes, predict,
+from hmp.planning.costmodel import (alone_flops_per_s, memory_bytes, predict,
                                     train_flops_per_sample, weight_fractions)
 from hmp.planning.layout import candidate_meshes, check_mesh_size, layout_rules, parse_mesh
 from hmp.planning.plan import Candidate, Plan, format_time, layer_entries
+from hmp.planning.platform import DeviceSpec, device_names
 
 # Speeds whose largest is below this are taken as relative (70, 25, 5), not FLOP/s:
 # no device that trains CNNs is slower than 1 MFLOP/s.
@@ -76,7 +77,7 @@ def _device_specs(devices, speeds, memory_caps):
     """Normalises devices (names or DeviceSpecs), speeds and caps; checks them."""
     if isinstance(devices, (str, bytes)) or not devices:
         raise InvalidInput(f"devices must be a non-empty list, got {devices!r}")
-    names = [d.name if isinstance(d, DeviceSpec) else d for d in devices]
+    names = device_names(devices)
     for i, name in enumerate(names):
         if not isinstance(name, str) or not name:
             raise InvalidInput(f"device {i} must be named by a non-empty string, got {name!r}")
