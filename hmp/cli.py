@@ -40,7 +40,7 @@ class TrainingError(RuntimeError):
 
     Defined here, beside the handler in :func:`run`, so that catching or
     subclassing it (``hmp.cluster.runtime``, imported by every ``hmp.worker``) does not
-    import the trainer; ``hmp.run.trainer.TrainingError`` is the same class.
+    import the trainer.
     """
 
 

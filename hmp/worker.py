@@ -25,7 +25,8 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 from absl import flags
 
 from hmp.cluster import sources
-from hmp.cluster.runtime import JOB, check_port, parse_cpus, served
+from hmp.cluster.addresses import DEFAULT_PORT_BASE, check_port
+from hmp.cluster.runtime import JOB, parse_cpus, served
 from hmp.errors import InvalidInput
 from hmp.measure.devices import default_devices
 from hmp.mesh.numerics import exact_float32, require_determinism
@@ -36,7 +37,7 @@ flags.DEFINE_string("cluster", None, "Comma-separated host:port of every task, i
                     "TF_CONFIG is set, else slurm inside a Slurm job.")
 flags.DEFINE_integer("task", None, "This worker's task index (its address in a host:port "
                      "--cluster; TF_CONFIG and Slurm give it themselves).")
-flags.DEFINE_integer("port_base", sources.DEFAULT_PORT_BASE, "Slurm: the port of a node's "
+flags.DEFINE_integer("port_base", DEFAULT_PORT_BASE, "Slurm: the port of a node's "
                      "first task; its next tasks listen at +1, +2, ... (the same for "
                      "hmp.train --cluster=slurm).")
 flags.DEFINE_integer("threads", 0, "Intra- and inter-op threads of TensorFlow (0: its default).")

@@ -16,7 +16,8 @@ import os
 import signal
 
 from hmp.cli import Interrupted
-from hmp.cluster.runtime import DEFAULT_TIMEOUT_S, check_timeout, local_cluster, parse_cpus
+from hmp.cluster.addresses import DEFAULT_TIMEOUT_S, check_timeout
+from hmp.cluster.runtime import local_cluster, parse_cpus
 from hmp.errors import InvalidInput
 
 EXAMPLE = "0-7:8,8-9:2"

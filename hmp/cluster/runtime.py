@@ -24,7 +24,6 @@ import dataclasses
 import errno
 import functools
 import ipaddress
-import numbers
 import os
 import re
 import signal
@@ -38,12 +37,12 @@ import time
 import tensorflow.compat.v1 as tf
 
 from hmp.cli import TrainingError
+from hmp.cluster.addresses import DEFAULT_TIMEOUT_S, PORTS, check_timeout, parse_address
 from hmp.cluster.subprocesses import die_with_parent
-from hmp.errors import InvalidInput, is_positive_number
+from hmp.errors import InvalidInput
 
 JOB = "worker"
 CLIENT_JOB = "client"   # the trainer's own server, the master of its sessions
-DEFAULT_TIMEOUT_S = 60.0
 CLOSE_WAIT_S = 5.0   # how long ``close_session`` waits for a session to close
 # The trainer's host as the workers reach it, where its address on the route to them is
 # not (NAT, a container); ``Cluster.client_address``.
@@ -51,7 +50,6 @@ TRAINER_HOST_ENV = "HMP_TRAINER_HOST"
 # The port the trainer's server listens on (``client_server``), for a firewall that opens
 # one; unset: a free one.
 TRAINER_PORT_ENV = "HMP_TRAINER_PORT"
-PORTS = range(1, 65536)   # TCP's
 LISTED = "--cluster"   # a Cluster's origin when its addresses were listed (Cluster.parse)
 # The errors TensorFlow raises when a task is gone (Unavailable), does not
 # answer in time (DeadlineExceeded) or lost its state by restarting (Aborted).
@@ -69,29 +67,6 @@ class WorkerUnavailable(TrainingError):
 def device(task, index=0):
     """CPU device ``index`` of task ``task`` of the worker job."""
     return "/job:%s/task:%d/device:CPU:%d" % (JOB, task, index)
-
-
-def _address(text):
-    host, colon, port = text.strip().rpartition(":")
-    if (not colon or not host or not port.isdigit() or int(port) not in PORTS
-            or re.search(r"[\s;]", host)):
-        raise InvalidInput("%r is not host:port (e.g. 127.0.0.1:2222; several: separated "
-                           "by commas)" % text.strip())
-    return "%s:%d" % (host, int(port))
-
-
-def check_port(port):
-    """``port`` (a worker's, or --port_base) unless it is no TCP port: ``InvalidInput``."""
-    if isinstance(port, bool) or not isinstance(port, numbers.Integral) or port not in PORTS:
-        raise InvalidInput("a port is a whole number from 1 to 65535, got %r" % port)
-    return int(port)
-
-
-def check_timeout(timeout_s):
-    """``timeout_s`` as a float; ``InvalidInput`` unless it is positive."""
-    if not is_positive_number(timeout_s):
-        raise InvalidInput("the timeout must be positive, got %r" % timeout_s)
-    return float(timeout_s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +91,7 @@ class Cluster:
     def of(cls, addresses, timeout_s=DEFAULT_TIMEOUT_S, origin=LISTED):
         """From ``host:port`` strings in task order; ``InvalidInput`` names a bad entry
         or the tasks that share an address."""
-        addresses = tuple(_address(a) for a in addresses)
+        addresses = tuple(parse_address(a) for a in addresses)
         if not addresses:
             raise InvalidInput("give the workers' addresses, e.g. 127.0.0.1:2222,127.0.0.1:2223")
         for address in dict.fromkeys(addresses):

@@ -24,11 +24,11 @@ import os
 import tensorflow.compat.v1 as tf
 
 from hmp import compat
-from hmp.cluster.runtime import DEFAULT_TIMEOUT_S, JOB, Cluster
+from hmp.cluster.addresses import DEFAULT_PORT_BASE, DEFAULT_TIMEOUT_S
+from hmp.cluster.runtime import JOB, Cluster
 from hmp.errors import InvalidInput
 
 TF_CONFIG, SLURM = "tf_config", "slurm"
-DEFAULT_PORT_BASE = 8888   # SlurmClusterResolver's
 
 
 def detect():

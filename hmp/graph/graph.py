@@ -231,7 +231,8 @@ class TrainingGraph:
             tf.set_random_seed(seed)   # the same seed gives the same initial weights
             self.global_step = tf.train.get_or_create_global_step()
             # 1.0 while training; ``feed(..., training=False)`` feeds 0.0 (inference).
-            # These three are fed through ``feed`` only: each device has its own.
+            # These three are fed through ``feed`` (the look's strength also through
+            # ``kept_steps`` and ``feed_steps``): each device has its own.
             self._training = tf.placeholder_with_default(1.0, [], name="training")
             # Feed k to classify the patches in symmetry k (hmp.graph.augment.symmetries).
             self._symmetry = tf.placeholder_with_default(0, [], name="symmetry")

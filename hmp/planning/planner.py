@@ -236,18 +236,19 @@ def alone_order(alone_steps):
                   key=lambda i: (alone_steps[i] is None, alone_steps[i] or 0.0))
 
 
-def subsets(alone, rate, device_count):
+def subsets(by_alone, by_rate, device_count):
     """The device subsets ``mesh="auto"`` prices, largest first: ``(size, indices in the
-    given order, ranking)`` for the ``size`` devices fastest alone (``ranking`` "alone")
-    and, where they differ, the ``size`` of highest rate ("rate"), for every size of
+    given order, ranking)`` for the ``size`` devices fastest alone (``by_alone``: device
+    indices in that order; ``ranking`` "alone") and, where they differ, the ``size`` of
+    highest rate ("rate"; ``by_rate``, in that order), for every size of
     ``subset_sizes``. Size 1 is the device fastest alone: every device was priced alone
     to rank them, so no one-device layout is faster."""
     found = []
     for size in subset_sizes(device_count):
-        first = sorted(alone[:size])
+        first = sorted(by_alone[:size])
         found.append((size, first, "alone"))
-        if size > 1 and sorted(rate[:size]) != first:
-            found.append((size, sorted(rate[:size]), "rate"))
+        if size > 1 and sorted(by_rate[:size]) != first:
+            found.append((size, sorted(by_rate[:size]), "rate"))
     return found
 
 

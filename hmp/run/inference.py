@@ -202,7 +202,7 @@ class InferenceGraph:
     """The model's logits and class probabilities for a batch of a scene's pixels.
 
     Feed flat pixel indices (``indices``, ``batch_size`` of them); each device
-    cuts its patches from its copy of the scene (``load_scene``), turned into the
+    cuts its patches from its copy of the scene (``scene.load``), turned into the
     symmetry fed to ``symmetry`` (default 0: as they are).
     """
 

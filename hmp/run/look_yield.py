@@ -8,7 +8,7 @@ whose strengths were measured (``Recipe.look_yields``) watches its training accu
 after each epoch that ends a share ``YIELD_AT`` of the run (a quarter, three eighths,
 half, five eighths), when the epoch's training accuracy is below
 ``FIT_ACCURACY``, the strength drawn (a share of the measured shift and
-gain, fed to the graph: ``TrainingGraph.feed(..., look_strength=...)``) is halved. The last three
+gain, fed to the graph: ``TrainingGraph.kept_steps(count, look_strength)``) is halved. The last three
 eighths of the run train on the strength then reached. Strengths given as numbers
 (``--spectral_shift``, ``--spectral_gain``) never yield.
 

@@ -19,16 +19,19 @@ import numbers
 import os
 
 from hmp import cli
+from hmp.cluster.addresses import DEFAULT_PORT_BASE, DEFAULT_TIMEOUT_S, check_port, check_timeout
 from hmp.data import check_patch_size, is_cube_file
 from hmp.data.loaders import SYNTHETIC, check_scene_name
 from hmp.data.splits import check_train_fraction
 from hmp.data.synthetic import GENERATED_LAYOUT, KINDS, LAYOUTS
 from hmp.errors import InvalidInput, whole_number
 from hmp.evaluation.smoothing import DEFAULT_WINDOW, check_window
+from hmp.graph.graph_config import PRECISIONS
 from hmp.planning import parse_mesh
 from hmp.run.experiment import BRIGHTNESS_NORMS, SPLITS, VAL_SPLITS, DataConfig
 from hmp.run.progress import DEFAULT_LOG_EVERY_S
 from hmp.run.rebalance import DEFAULT_THRESHOLD
+from hmp.run.training_recipe import CLASS_BALANCING
 
 AUTO = "auto"   # --spectral_shift, --spectral_gain measured; --smoothing chosen
 
@@ -95,9 +98,9 @@ class PlacementSettings:
     # training steps per session.run (hmp.graph.graph.TrainingGraph.steps_per_run)
     steps_per_run: int = 1
     cluster: str = None
-    cluster_timeout: float = 60.0   # hmp.cluster.runtime.DEFAULT_TIMEOUT_S (a test checks)
+    cluster_timeout: float = DEFAULT_TIMEOUT_S
     local_workers: str = None
-    port_base: int = 8888   # hmp.cluster.sources.DEFAULT_PORT_BASE (checked by a test)
+    port_base: int = DEFAULT_PORT_BASE
     memory_caps: str = ""
     deterministic: bool = False
     simulate_slowdown: str = ""
@@ -257,11 +260,8 @@ class Settings:
         what is allowed) for a value not allowed; ``get_model``: the application's
         model lookup (``models.get_model``)."""
         # imported here: these names load TensorFlow  # pylint: disable=import-outside-toplevel
-        from hmp.cluster.runtime import check_port, check_timeout
-        from hmp.graph.graph_config import PRECISIONS
         from hmp.layers import BATCH_STATISTICS
         from hmp.mesh.optimizers import OPTIMIZERS, SCHEDULES
-        from hmp.run.training_recipe import CLASS_BALANCING
         self._check_types()
         self.check_data()
         with self.blame("model"):

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from hmp.cli import TrainingError   # defined in cli; callers may use hmp.run.trainer.TrainingError
+from hmp.cli import TrainingError
 from hmp.cluster.runtime import CLOSE_WAIT_S, close_session
 from hmp.errors import InvalidInput
 from hmp.graph.augment import SYMMETRIES, symmetry_probabilities

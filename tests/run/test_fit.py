@@ -196,13 +196,6 @@ def test_class_balanced_alone_keeps_its_meaning_and_takes_values(flag_children):
         ["sqrt", ["--class_balanced=sqrt"]]]
 
 
-def test_cluster_defaults_are_the_cluster_rooms():
-    """Settings load no TensorFlow, so they repeat two defaults of hmp.cluster."""
-    from hmp.cluster import runtime, sources
-    assert DEFAULT.placement.port_base == sources.DEFAULT_PORT_BASE
-    assert DEFAULT.placement.cluster_timeout == runtime.DEFAULT_TIMEOUT_S
-
-
 @pytest.mark.parametrize("epochs, max_steps", [(60, 4000), (60, 0), (3, 30), (60, 5),
                                                (7, 10 ** 6)])
 def test_max_steps_leaves_the_whole_epochs_that_fit(epochs, max_steps):

@@ -1,0 +1,36 @@
+"""Worker addresses and the cluster's defaults, without TensorFlow: what a run's
+settings check before anything loads it (``hmp.run.settings``), and what
+``hmp.cluster.runtime`` and ``hmp.cluster.sources`` build on."""
+
+import numbers
+import re
+
+from hmp.errors import InvalidInput, is_positive_number
+
+DEFAULT_TIMEOUT_S = 60.0   # how long a run waits for its workers to answer
+DEFAULT_PORT_BASE = 8888   # Slurm: the port of a node's first task (SlurmClusterResolver's)
+PORTS = range(1, 65536)   # TCP's
+
+
+def parse_address(text):
+    """``text`` as ``host:port``; ``InvalidInput`` unless it is one."""
+    host, colon, port = text.strip().rpartition(":")
+    if (not colon or not host or not port.isdigit() or int(port) not in PORTS
+            or re.search(r"[\s;]", host)):
+        raise InvalidInput("%r is not host:port (e.g. 127.0.0.1:2222; several: separated "
+                           "by commas)" % text.strip())
+    return "%s:%d" % (host, int(port))
+
+
+def check_port(port):
+    """``port`` (a worker's, or --port_base) unless it is no TCP port: ``InvalidInput``."""
+    if isinstance(port, bool) or not isinstance(port, numbers.Integral) or port not in PORTS:
+        raise InvalidInput("a port is a whole number from 1 to 65535, got %r" % port)
+    return int(port)
+
+
+def check_timeout(timeout_s):
+    """``timeout_s`` as a float; ``InvalidInput`` unless it is positive."""
+    if not is_positive_number(timeout_s):
+        raise InvalidInput("the timeout must be positive, got %r" % timeout_s)
+    return float(timeout_s)
