@@ -50,7 +50,7 @@ from hmp.measure.linkprobe import measure_link  # noqa: E402
 from hmp.measure.speeds import measure_speeds, random_batch  # noqa: E402
 from hmp.mesh.mesh_impl import HeteroMeshImpl  # noqa: E402
 from hmp.mesh.numerics import require_determinism, rounds_float32  # noqa: E402
-from hmp.planning.plan import format_bytes  # noqa: E402
+from hmp.formatting import format_bytes  # noqa: E402
 from hmp.run.profiler import busy_times, step_timed, trace_step  # noqa: E402
 
 flags.DEFINE_string("devices", None, "Comma-separated TensorFlow devices to check (default: "

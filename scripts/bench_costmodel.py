@@ -83,7 +83,7 @@ from models import model_config  # noqa: E402
 from hmp.hosts import group_by_host  # noqa: E402
 from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict  # noqa: E402
 from hmp.planning.costmodel import FED_BYTES_PER_SAMPLE, per_sample_totals  # noqa: E402
-from hmp.planning.plan import aligned_columns  # noqa: E402
+from hmp.formatting import aligned_columns  # noqa: E402
 from hmp.measure.calibration import (ElementwiseStep, elementwise_slope, fit_op_size,  # noqa: E402
                                      half_width)
 from hmp.measure.linkprobe import (HANDOVER_BYTES, HOPS, handover_seconds, hop_chain,  # noqa: E402

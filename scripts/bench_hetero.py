@@ -100,7 +100,7 @@ from hmp.graph.graph_config import Placement  # noqa: E402
 from hmp.measure.speedcache import speed_json  # noqa: E402
 from hmp.measure.speeds import measure_platform, relative_speeds  # noqa: E402
 from hmp.planning import LinkSpec, parse_mesh, plan_layout, predict  # noqa: E402
-from hmp.planning.plan import aligned_columns  # noqa: E402
+from hmp.formatting import aligned_columns  # noqa: E402
 from hmp.run import experiment  # noqa: E402
 from hmp.run.profiler import (INPUT, MODEL, STEP_PARTS, busy_by_part,  # noqa: E402
                               busy_times, step_parts, trace_step)

@@ -39,7 +39,7 @@ from bench_hetero import FLAGS, check_flags, competing_load, machine, worker_pla
 from hmp import cli, files
 from hmp.cluster.runtime import local_cluster
 from hmp.cluster.subprocesses import die_with_parent
-from hmp.planning.plan import aligned_columns
+from hmp.formatting import aligned_columns
 from hmp.run import run_files
 
 flags.DEFINE_integer("epochs", 8, "Epochs of each run.")

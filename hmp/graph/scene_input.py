@@ -25,7 +25,7 @@ import tensorflow.compat.v1 as tf
 from hmp.compat import import_mesh_tensorflow
 from hmp.errors import InvalidInput
 from hmp.mesh.collectives import is_cpu
-from hmp.planning.plan import format_bytes
+from hmp.formatting import format_bytes
 
 mtf = import_mesh_tensorflow()
 

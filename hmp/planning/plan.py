@@ -12,6 +12,7 @@ from numbers import Real
 
 from hmp.errors import InvalidInput, whole_number
 from hmp.files import read_json_file, write_json
+from hmp.formatting import aligned_columns, format_bytes, format_time
 from hmp.planning.apportion import check_speeds
 from hmp.planning.costmodel import Prediction
 from hmp.planning.layout import are_sizes, check_splits, parse_mesh
@@ -222,32 +223,6 @@ def layer_entries(model_spec):
     """The plan's record of the model's layers: name, split dim and its size."""
     return [{"name": l.name, "split_dim": l.split_dim, "split_size": l.split_size}
             for l in model_spec.layers]
-
-
-def aligned_columns(rows):
-    """Text lines of ``rows`` (lists of strings) in left-aligned columns, two spaces apart."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-
-
-def format_time(value, relative=False):
-    """A predicted time for people: seconds with a unit, or relative units ("u")."""
-    return f"{value:.4g} u" if relative else _format_time(value)
-
-
-def _format_time(seconds):
-    for unit, scale in (("s", 1), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
-
-
-def format_bytes(nbytes):
-    """Bytes for people: ``1.32 MB``, ``169 PB``."""
-    for unit, scale in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.3g} {unit}"
-    return f"{nbytes:.0f} B"
 
 
 # --- reading: every field checked for type and shape, errors name the field ----------

@@ -29,7 +29,8 @@ from hmp.planning.apportion import apportion, apportion_in_blocks, check_speeds
 from hmp.planning.costmodel import (alone_flops_per_s, memory_bytes, predict,
                                     train_flops_per_sample, weight_fractions)
 from hmp.planning.layout import candidate_meshes, check_mesh_size, layout_rules, parse_mesh
-from hmp.planning.plan import Candidate, Plan, format_time, layer_entries
+from hmp.formatting import format_time
+from hmp.planning.plan import Candidate, Plan, layer_entries
 from hmp.planning.platform import DeviceSpec, device_names
 
 # Speeds whose largest is below this are taken as relative (70, 25, 5), not FLOP/s:

@@ -18,7 +18,7 @@ from hmp.errors import InvalidInput
 from hmp.measure import calibration, speedcache
 from hmp.measure.devices import memory_bytes, parse_memory_caps
 from hmp.measure.speeds import measure_platform
-from hmp.planning.plan import format_bytes
+from hmp.formatting import format_bytes
 from hmp.planning.planner import SPLIT_MARGIN, rate_order
 from hmp.run import rebalance
 from hmp.run.progress import say

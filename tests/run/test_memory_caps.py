@@ -15,7 +15,7 @@ from hmp.errors import InvalidInput
 from hmp.graph.from_graph import model_spec
 from hmp.graph.scene_input import cube_bytes
 from hmp.measure.devices import parse_memory_caps
-from hmp.planning.plan import format_bytes
+from hmp.formatting import format_bytes
 from models import model_config
 
 # cnn2d at width 4 on conftest's small scene (5x5 patches of 100 bands, 10 classes)
