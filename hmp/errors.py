@@ -1,5 +1,5 @@
-"""The one exception class hmp raises for input it refuses, and the count and
-amount checks its validators share.
+"""The one exception class hmp raises for input it refuses, and the count, amount and
+distinct-name checks its validators share.
 
 Validators (of flags, files, scenes, meshes, plans, speeds, ...) raise
 :class:`InvalidInput`, a ``ValueError``; the command-line programs turn it,
@@ -36,3 +36,12 @@ def is_positive_number(value, allow_zero=False):
     """
     return bool(not isinstance(value, bool) and isinstance(value, numbers.Real)
                 and math.isfinite(value) and (value > 0 or (allow_zero and value == 0)))
+
+
+def check_distinct(names):
+    """InvalidInput unless ``names`` (of devices, ...) are distinct: "A and B named twice".
+
+    The one check that a list names each thing once."""
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise InvalidInput("%s named twice" % " and ".join(twice))

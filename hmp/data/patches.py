@@ -155,6 +155,17 @@ def iterate_scene(extractor, batch_size):
         yield indices, extractor(indices)
 
 
+def padded_batches(pixels, batch_size):
+    """Yields ``(start, count, indices)`` over ``pixels`` (flat indices) in order: the
+    ``count`` pixels from ``start`` as ``batch_size`` int32 indices, pixel 0 filling a last
+    short batch (a graph's batch has a fixed size; the caller keeps the first ``count``)."""
+    for start in range(0, len(pixels), batch_size):
+        chunk = pixels[start:start + batch_size]
+        indices = np.zeros(batch_size, np.int32)
+        indices[:len(chunk)] = chunk
+        yield start, len(chunk), indices
+
+
 def _checked_indices(indices, image_shape):
     """``indices`` as int64, refusing any outside an image of ``image_shape``."""
     indices = np.asarray(indices, dtype=np.int64)

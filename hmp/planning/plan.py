@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from numbers import Real
 
-from hmp.errors import InvalidInput, whole_number
+from hmp.errors import InvalidInput, check_distinct, whole_number
 from hmp.files import read_json_file, write_json
 from hmp.formatting import aligned_columns, format_bytes, format_time
 from hmp.planning.apportion import check_speeds
@@ -278,8 +278,10 @@ def _parse(data, where):
     for i, name in enumerate(devices):
         if not isinstance(name, str) or not name:
             _fail(where, f"devices[{i}]", "a non-empty string", name)
-    if len(set(devices)) != len(devices):
-        raise InvalidInput(f"{where}: devices repeat a name: {devices}")
+    try:
+        check_distinct(devices)
+    except InvalidInput as e:
+        raise InvalidInput(f"{where}: devices: {e}") from None
     n = len(devices)
     try:
         check_speeds(_list(data["speeds"], where, "speeds", n), devices)

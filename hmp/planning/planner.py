@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hmp.errors import InvalidInput, is_positive_number, whole_number
+from hmp.errors import InvalidInput, check_distinct, is_positive_number, whole_number
 from hmp.planning.apportion import apportion, apportion_in_blocks, check_speeds
 from hmp.planning.costmodel import (alone_flops_per_s, memory_bytes, predict,
                                     train_flops_per_sample, weight_fractions)
@@ -82,8 +82,7 @@ def _device_specs(devices, speeds, memory_caps):
     for i, name in enumerate(names):
         if not isinstance(name, str) or not name:
             raise InvalidInput(f"device {i} must be named by a non-empty string, got {name!r}")
-    if len(set(names)) != len(names):
-        raise InvalidInput(f"devices repeat a name: {names}")
+    check_distinct(names)
     labels = [f"device {i} ({name})" for i, name in enumerate(names)]
     if speeds is None:
         if not all(isinstance(d, DeviceSpec) for d in devices):

@@ -24,6 +24,7 @@ import tensorflow.compat.v1 as tf
 from hmp.compat import import_mesh_tensorflow
 from hmp.data import PatchExtractor, Scene, is_cube_file
 from hmp.data.loaders import open_cube_file
+from hmp.data.patches import padded_batches
 from hmp.data.raster import ArrayRaster, check_wavelengths
 from hmp.data.tiles import padded_tile, tile_rows, tile_shape
 from hmp.errors import InvalidInput
@@ -285,16 +286,13 @@ class Classifier:
         pixels = (np.arange(rows)[:, None] * self.image_shape[1]
                   + np.arange(cols)[None, :]).ravel().astype(np.int32)
         probabilities = np.zeros((len(pixels), self.classes), np.float32)
-        for start in range(0, len(pixels), self.batch_size):
-            indices = np.zeros(self.batch_size, np.int32)   # pixel 0 fills a last short batch
-            chunk = pixels[start:start + self.batch_size]
-            indices[:len(chunk)] = chunk
+        for start, count, indices in padded_batches(pixels, self.batch_size):
             values = symmetry_probabilities(
                 self.session, self.graph.probabilities,
                 lambda k, indices=indices: {self.graph.indices: indices, self.graph.symmetry: k},
                 self.tta).mean(axis=0)
-            probabilities[start:start + len(chunk)] = values[:len(chunk)]
-            progress(start + len(chunk))
+            probabilities[start:start + count] = values[:count]
+            progress(start + count)
         return probabilities.reshape(rows, cols, -1)
 
 

@@ -18,6 +18,7 @@ import tensorflow.compat.v1 as tf
 
 from hmp.cli import TrainingError
 from hmp.cluster.runtime import CLOSE_WAIT_S, close_session
+from hmp.data.patches import padded_batches
 from hmp.errors import InvalidInput
 from hmp.graph.augment import SYMMETRIES, symmetry_probabilities
 from hmp.run import events, run_files
@@ -458,18 +459,15 @@ class Trainer:
         variants = []
         labels = np.zeros(self.batch_size, np.int32)
         batches, started = -(-len(pixels) // self.batch_size), time.perf_counter()
-        for start in range(0, len(pixels), self.batch_size):
+        for start, count, indices in padded_batches(pixels, self.batch_size):
             if self.stop():
                 self.progress(None)
                 raise Stopped(self.step // self.steps_per_epoch, self.step, classifying=True)
-            indices = pixels[start:start + self.batch_size]
-            padded = np.zeros(self.batch_size, np.int64)   # pixel 0 fills a last short batch
-            padded[:len(indices)] = indices
             variants.append(symmetry_probabilities(
                 self.session, self.graph.probabilities,
-                lambda k, padded=padded: self.graph.feed(padded, labels, training=False,
-                                                         symmetry=k),
-                tta)[:, :len(indices)])
+                lambda k, indices=indices: self.graph.feed(indices, labels, training=False,
+                                                           symmetry=k),
+                tta)[:, :count])
             done = start // self.batch_size + 1
             self.progress("classifying  batch %d/%d  %s" % (
                 done, batches, rate_and_eta(done, batches, time.perf_counter() - started,

@@ -5,7 +5,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from hmp.data import PatchDataset, PatchExtractor, iterate_scene, split_batch
+from hmp.data import PatchDataset, PatchExtractor, iterate_scene, patches, split_batch
 
 
 @pytest.fixture
@@ -146,3 +146,12 @@ def test_epoch_memory_stays_one_padded_cube_plus_a_few_batches():
     assert late_peak < 1e9
     assert late_peak <= early_peak + batch_bytes
     assert late_peak < padded_bytes + 6 * batch_bytes
+
+
+def test_padded_batches_cover_the_pixels_in_order_and_fill_the_last_with_pixel_0():
+    pixels = np.array([7, 3, 9, 4, 12], np.int64)
+    batches = list(patches.padded_batches(pixels, 2))
+    assert [(start, count) for start, count, _ in batches] == [(0, 2), (2, 2), (4, 1)]
+    assert all(indices.dtype == np.int32 and indices.shape == (2,) for _, _, indices in batches)
+    np.testing.assert_array_equal(np.concatenate([i for _, _, i in batches]), [7, 3, 9, 4, 12, 0])
+    assert list(patches.padded_batches(pixels[:0], 2)) == []

@@ -245,6 +245,7 @@ def test_malformed_json_and_a_missing_file_are_refused_saying_which(plan_file):
     (lambda d: d.update(batch_size="32"), "batch_size must be a whole number >= 1, got '32'"),
     (lambda d: d.update(mesh="model:4"), r"devices must be a list of 4 entries"),
     (lambda d: d.update(mesh="gpu:3"), r"bad mesh 'gpu:3': axis 'gpu' is unknown"),
+    (lambda d: d["devices"].__setitem__(2, "/gpu:0"), r"plan.json: devices: /gpu:0 named twice$"),
     (lambda d: d["speeds"].__setitem__(1, 0), r"/gpu:1 has speed 0"),
     (lambda d: d["splits"].__setitem__("filters1", [17, 6]), r"splits\['filters1'\] must be 3"),
     (lambda d: d["splits"].__setitem__("filters1", [17, -1, 8]),
@@ -328,7 +329,7 @@ def test_devices_from_a_platform_list():
     plan = plan_layout(hsi_model(), specs, None, 22, "batch:2", link=LINK)
     assert plan.splits == {"batch": [20, 2]}
     assert plan.memory_caps == [8e9, None]
-    with pytest.raises(ValueError, match="devices repeat a name"):
+    with pytest.raises(ValueError, match="^/gpu:0 named twice$"):
         plan_layout(hsi_model(), ["/gpu:0", "/gpu:0"], [1, 1], 8, "batch:2")
 
 
