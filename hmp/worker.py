@@ -26,7 +26,8 @@ from absl import flags
 
 from hmp.cluster import sources
 from hmp.cluster.addresses import DEFAULT_PORT_BASE, check_port
-from hmp.cluster.runtime import JOB, parse_cpus, served
+from hmp.cluster.launch import parse_cpus
+from hmp.cluster.runtime import JOB, served
 from hmp.errors import InvalidInput
 from hmp.measure.devices import default_devices
 from hmp.mesh.numerics import exact_float32, require_determinism

@@ -75,7 +75,7 @@ cli.import_tensorflow_quietly()   # before anything imports TensorFlow
 import tensorflow.compat.v1 as tf  # noqa: E402
 from absl import flags  # noqa: E402
 
-from hmp.cluster.runtime import local_cluster  # noqa: E402
+from hmp.cluster.launch import local_cluster  # noqa: E402
 from hmp.graph.from_graph import model_spec  # noqa: E402
 from hmp.graph.graph import TrainingGraph  # noqa: E402
 from hmp.graph.graph_config import Placement  # noqa: E402

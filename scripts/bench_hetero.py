@@ -1,6 +1,6 @@
 """Heterogeneity benchmark: uneven splits over two workers of unequal speed.
 
-Two ``hmp.worker`` processes (``hmp.cluster.runtime.local_cluster``) with two virtual
+Two ``hmp.worker`` processes (``hmp.cluster.launch.local_cluster``) with two virtual
 CPU devices each (for the hybrid mesh) and ``--inter_op_threads`` inter-op
 threads. Two ways to make them unequal:
 
@@ -91,7 +91,8 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 import plain_tf_models  # noqa: E402
 from hmp import files  # noqa: E402
 from hmp.cluster.launch import parse_worker_list  # noqa: E402
-from hmp.cluster.runtime import JOB, local_cluster  # noqa: E402
+from hmp.cluster.launch import local_cluster  # noqa: E402
+from hmp.cluster.runtime import JOB  # noqa: E402
 from hmp.cluster.subprocesses import pinned  # noqa: E402
 from hmp.errors import InvalidInput  # noqa: E402
 from hmp.graph.from_graph import model_spec  # noqa: E402

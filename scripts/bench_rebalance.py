@@ -37,7 +37,7 @@ from absl import flags
 
 from bench_hetero import FLAGS, check_flags, competing_load, machine, worker_placement
 from hmp import cli, files
-from hmp.cluster.runtime import local_cluster
+from hmp.cluster.launch import local_cluster
 from hmp.cluster.subprocesses import die_with_parent
 from hmp.formatting import aligned_columns
 from hmp.run import run_files

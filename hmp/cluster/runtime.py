@@ -3,7 +3,7 @@
 A cluster is a list of ``host:port`` addresses, one ``python -m hmp.worker``
 process each: a ``tf.distribute.Server`` of the job "worker", task N at the
 N-th address. The list comes from ``--cluster``, TF_CONFIG or Slurm
-(``hmp.cluster.sources``) or from workers started here (``local_cluster``).
+(``hmp.cluster.sources``) or from workers started here (``hmp.cluster.launch``).
 Nothing here speaks its own protocol: the trainer's sessions connect over gRPC to a
 TensorFlow server of the trainer's own process (``client_server``, the job "client"),
 TensorFlow's master for the cluster: it runs each mesh device's part of the graph on
@@ -15,8 +15,7 @@ written where the trainer runs.
 ``Cluster`` parses and checks a cluster string, names its devices, session
 target and session configuration, finds the worker that stopped answering
 when a step fails, and turns that failure into one ``WorkerUnavailable``
-naming it. ``local_cluster`` starts worker processes on free loopback ports
-(for ``hmp.train --local_workers``, tests and benchmarks) and stops them again.
+naming it; ``client_server`` is the trainer's own server and master.
 """
 
 import contextlib
@@ -26,24 +25,18 @@ import functools
 import ipaddress
 import os
 import re
-import signal
 import socket
-import subprocess
-import sys
-import tempfile
-import threading
 import time
 
 import tensorflow.compat.v1 as tf
 
 from hmp.cli import TrainingError
 from hmp.cluster.addresses import DEFAULT_TIMEOUT_S, PORTS, check_timeout, parse_address
-from hmp.cluster.subprocesses import die_with_parent
+from hmp.cluster.sessions import session_on
 from hmp.errors import InvalidInput
 
 JOB = "worker"
 CLIENT_JOB = "client"   # the trainer's own server, the master of its sessions
-CLOSE_WAIT_S = 5.0   # how long ``close_session`` waits for a session to close
 # The trainer's host as the workers reach it, where its address on the route to them is
 # not (NAT, a container); ``Cluster.client_address``.
 TRAINER_HOST_ENV = "HMP_TRAINER_HOST"
@@ -77,7 +70,7 @@ class Cluster:
     worker that hangs ends a step with an error instead of blocking it forever.
     ``origin`` says where the addresses came from (``--cluster``, TF_CONFIG,
     Slurm), for messages that say how to start a task. ``local_workers``: for
-    workers this process started (``local_cluster``), each one's ``hmp.worker``
+    workers this process started (``hmp.cluster.launch.local_cluster``), each one's ``hmp.worker``
     flags beyond ``--cluster`` and ``--task``: they name the workers when their
     ports change from run to run (``identity``).
     """
@@ -302,7 +295,7 @@ class Cluster:
 
     def _answers_directly(self, task):
         timeout_s = min(5.0, self.timeout_s)
-        return (_accepts_connections(self.addresses[task], timeout_s)
+        return (accepts_connections(self.addresses[task], timeout_s)
                 and self.answers([task], via=task, timeout_s=timeout_s))
 
     def culprit(self, error):
@@ -345,40 +338,6 @@ def _each_gives_one(target, config, ones):
                 return session.run(tf.add_n(made)) == len(made)
         except tf.errors.OpError:
             return False
-
-
-def close_session(session, wait_s=CLOSE_WAIT_S):
-    """Closes ``session``, waiting at most ``wait_s`` seconds; True if it closed by then.
-
-    After a step failed on a lost worker, TensorFlow's master closes the session only
-    once its clean-up of that step on the lost worker has timed out (the cluster's
-    timeout): the close then goes on, on a thread of its own, and the caller goes on
-    (e.g. to report the lost worker and exit). An error of a close that ends in time
-    is raised."""
-    errors = []
-
-    def close():
-        try:
-            session.close()
-        except Exception as error:   # pylint: disable=broad-except  (raised below)
-            errors.append(error)
-
-    closing = threading.Thread(target=close, name="closing a session", daemon=True)
-    closing.start()
-    closing.join(wait_s)
-    if errors:
-        raise errors[0]
-    return not closing.is_alive()
-
-
-@contextlib.contextmanager
-def session_on(target, **kwargs):
-    """``tf.Session(target, **kwargs)``, closed by ``close_session`` on leaving."""
-    session = tf.Session(target, **kwargs)
-    try:
-        yield session
-    finally:
-        close_session(session)
 
 
 @functools.cache
@@ -448,7 +407,8 @@ def _is_loopback(host):
         return False
 
 
-def _accepts_connections(address, timeout_s):
+def accepts_connections(address, timeout_s):
+    """Whether ``address`` (``host:port``) takes a TCP connection within ``timeout_s``."""
     host, _, port = address.rpartition(":")
     try:
         socket.create_connection((host, int(port)), timeout_s).close()
@@ -463,101 +423,6 @@ def _summary(error, limit=120):
     said = [l for l in lines if l and l != "Graph execution error:"
             and not _HEADER.match(l)] or [type(error).__name__]
     return said[0] if len(said[0]) <= limit else said[0][:limit - 3] + "..."
-
-
-class LocalCluster:
-    """Worker processes of a cluster on this machine's loopback interface.
-
-    Made by ``local_cluster``. Unpacks as ``(spec, devices)``; ``cluster``
-    is the ``Cluster``, ``stop(task)`` and ``start(task)`` end and (re)start
-    one worker on its port, e.g. to test what a lost worker does.
-    """
-
-    def __init__(self, cluster, worker_flags, virtual_cpus, log_dir):
-        self.cluster = cluster
-        self._worker_flags = worker_flags   # per task: hmp.worker flags beyond --cluster/--task
-        self._virtual_cpus = virtual_cpus
-        self._log_dir = log_dir
-        self._processes = [None] * len(cluster.addresses)
-
-    spec = property(lambda self: self.cluster.spec)
-    target = property(lambda self: self.cluster.target)
-
-    @property
-    def devices(self):
-        """Every device of every worker, task by task."""
-        return tuple(device(task, index) for task, count in enumerate(self._virtual_cpus)
-                     for index in range(count))
-
-    def __iter__(self):
-        return iter((self.spec, self.devices))
-
-    def pid(self, task):
-        return self._processes[task].pid
-
-    def start(self, task, timeout_s=60.0):
-        """Starts worker ``task`` and waits until the whole cluster answers
-        (not at all if ``timeout_s`` is None).
-
-        The worker runs in a session of its own: a Ctrl-C at the terminal reaches
-        only this process, which stops its workers once it has saved its work;
-        it dies with this process all the same (``die_with_parent``).
-        """
-        command = [sys.executable, "-m", "hmp.worker", "--cluster=" + self.spec,
-                   "--task=%d" % task, *self._worker_flags[task]]
-        with open(self._log_path(task), "w") as log:
-            self._processes[task] = subprocess.Popen(command, stdout=log,
-                                                     stderr=subprocess.STDOUT,
-                                                     preexec_fn=die_with_parent,
-                                                     start_new_session=True)
-        if timeout_s is not None:
-            self.wait_until_ready(timeout_s)
-
-    def wait_until_ready(self, timeout_s=60.0):
-        """Waits until task 0 runs an op on every task; ``WorkerUnavailable`` with
-        the worker's last log line if one exits or the time runs out."""
-        deadline = time.monotonic() + timeout_s
-        while not (all(_accepts_connections(a, 1.0) for a in self.cluster.addresses)
-                   and self.cluster.answers(timeout_s=2.0)):
-            for task, process in enumerate(self._processes):
-                if process is not None and process.poll() is not None:
-                    raise WorkerUnavailable("%s exited with code %d as it started: %s" % (
-                        self.cluster.describe(task), process.returncode, self._last_line(task)))
-            if time.monotonic() > deadline:
-                raise WorkerUnavailable("the local cluster %s did not answer within %g s"
-                                        % (self.spec, timeout_s))
-            time.sleep(0.2)
-
-    def stop(self, task, signum=signal.SIGTERM, timeout_s=10.0):
-        """Sends ``signum`` to worker ``task`` and waits for it to end
-        (SIGKILL after ``timeout_s``); a no-op if it is not running."""
-        process = self._processes[task]
-        if process is None:
-            return
-        if process.poll() is None:
-            process.send_signal(signum)
-            try:
-                process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        self._processes[task] = None
-
-    def stop_all(self):
-        """Stops every worker (SIGTERM, then SIGKILL if one does not end)."""
-        for process in self._processes:   # all signalled first: they stop side by side
-            if process is not None and process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for task in range(len(self._processes)):
-            self.stop(task)
-
-    def _log_path(self, task):
-        return os.path.join(self._log_dir, "worker%d.log" % task)
-
-    def _last_line(self, task):
-        with open(self._log_path(task)) as log:
-            lines = [l.strip() for l in log if l.strip()]
-        return lines[-1] if lines else "(no output)"
 
 
 def served(port, start):
@@ -588,94 +453,3 @@ def port_in_use(port):
         return error.errno == errno.EADDRINUSE
     finally:
         probe.close()
-
-
-def free_loopback_ports(n):
-    """``n`` distinct ports nobody listens on at the moment."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def _per_task(value, n, name):
-    """A per-task list from one value for all tasks or a list of ``n``."""
-    if value is None or not isinstance(value, (list, tuple)):
-        return [value] * n
-    if len(value) != n:
-        raise InvalidInput("%s: %d entries for %d workers" % (name, len(value), n))
-    return list(value)
-
-
-def parse_cpus(text):
-    """``"0-7"``, ``"8,9"`` or ``"0,2,4-6"`` -> the sorted CPU numbers; InvalidInput
-    naming what is allowed when ``text`` is none of these (or a range runs backwards)."""
-    cpus = set()
-    for item in text.split(","):
-        first, dash, last = item.strip().partition("-")
-        if not (first.isdigit() and (last.isdigit() if dash else True)
-                and int(first) <= int(last or first)):
-            raise InvalidInput("CPUs %r: allowed are CPU numbers and ranges, e.g. 0-7 or "
-                               "8,9 or 0,2,4-6" % text)
-        cpus.update(range(int(first), int(last or first) + 1))
-    return sorted(cpus)
-
-
-def _worker_flags(cpus, threads, inter_op_threads, virtual_cpus):
-    """The ``hmp.worker`` flags of one task (its defaults left out)."""
-    flags = []
-    if cpus:
-        flags.append("--cpus=" + ",".join(map(str, cpus)))
-    if threads:
-        flags.append("--threads=%d" % threads)
-    if inter_op_threads:
-        flags.append("--inter_op_threads=%d" % inter_op_threads)
-    if virtual_cpus != 1:
-        flags.append("--virtual_cpus=%d" % virtual_cpus)
-    return flags
-
-
-@contextlib.contextmanager
-def local_cluster(n, cpus=None, threads=None, timeout_s=60.0, virtual_cpus=1,
-                  inter_op_threads=None):
-    """Runs ``n`` ``hmp.worker`` processes on free 127.0.0.1 ports.
-
-    Args:
-      n: number of workers (tasks 0 to n-1).
-      cpus: CPUs to pin each worker to: one list for all workers, or one
-        list (or None) per worker, e.g. ``[[0], [1]]``.
-      threads: TensorFlow threads of each worker: one number, or one per worker.
-      timeout_s: how long the workers may take to answer.
-      virtual_cpus: CPU devices of each worker: one number, or one per worker.
-      inter_op_threads: inter-op threads of each worker if not ``threads``: one
-        number, or one per worker.
-
-    Yields a ``LocalCluster``, which unpacks as ``(spec, devices)``: the
-    cluster string and every ``/job:worker/task:N/device:CPU:K``, task by task. Waits
-    until task 0 runs an op on every task; on leaving (also by an exception)
-    stops every worker with SIGTERM, SIGKILL if one does not end.
-    """
-    if n < 1:
-        raise InvalidInput("a local cluster needs at least one worker, got %d" % n)
-    if cpus is not None and all(isinstance(c, int) for c in cpus):
-        cpus = [cpus] * n
-    virtual_cpus = _per_task(virtual_cpus, n, "virtual_cpus")
-    worker_flags = [_worker_flags(*task) for task in zip(
-        _per_task(cpus, n, "cpus"), _per_task(threads, n, "threads"),
-        _per_task(inter_op_threads, n, "inter_op_threads"), virtual_cpus)]
-    cluster = Cluster(tuple("127.0.0.1:%d" % p for p in free_loopback_ports(n)),
-                      origin="the local cluster", local_workers=tuple(
-                          " ".join(["local", *flags]) for flags in worker_flags))
-    with tempfile.TemporaryDirectory(prefix="hmp-cluster-") as log_dir:
-        workers = LocalCluster(cluster, worker_flags, virtual_cpus, log_dir)
-        try:
-            for task in range(n):   # all started first: they import TensorFlow side by side
-                workers.start(task, timeout_s=None)
-            workers.wait_until_ready(timeout_s)
-            yield workers
-        finally:
-            workers.stop_all()

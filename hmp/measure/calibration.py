@@ -26,7 +26,7 @@ import time
 
 import tensorflow.compat.v1 as tf
 
-from hmp.cluster.runtime import close_session
+from hmp.cluster.sessions import close_session
 from hmp.graph.from_graph import model_width
 from hmp.planning.costmodel import TRAIN_FLOPS_FACTOR
 

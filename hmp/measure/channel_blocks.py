@@ -15,7 +15,7 @@ import dataclasses
 
 import tensorflow.compat.v1 as tf
 
-from hmp.cluster.runtime import session_on
+from hmp.cluster.sessions import session_on
 from hmp.mesh.collectives import host_of, is_cpu
 
 # The widest instruction set a CPU's flags name, and its float32 lanes, widest first.

@@ -32,7 +32,7 @@ import time
 
 import tensorflow.compat.v1 as tf
 
-from hmp.cluster.runtime import session_on
+from hmp.cluster.sessions import session_on
 from hmp.hosts import group_by_host
 from hmp.mesh.collectives import host_of, is_cpu
 from hmp.planning import LinkSpec

@@ -39,7 +39,7 @@ import time
 
 import numpy as np
 
-from hmp.cluster.runtime import close_session
+from hmp.cluster.sessions import close_session
 from hmp.graph.from_graph import model_spec, model_width
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Placement, Recipe

@@ -21,7 +21,7 @@ import time
 
 import tensorflow.compat.v1 as tf
 
-from hmp.cluster.runtime import CLOSE_WAIT_S
+from hmp.cluster.sessions import CLOSE_WAIT_S
 from hmp.run import rebalance
 from hmp.run.look_yield import LookYield
 from hmp.run.standby import Standby

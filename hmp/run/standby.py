@@ -17,7 +17,7 @@ import contextlib
 import threading
 import time
 
-from hmp.cluster.runtime import CLOSE_WAIT_S
+from hmp.cluster.sessions import CLOSE_WAIT_S
 
 
 class Standby:

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from hmp.cli import TrainingError
-from hmp.cluster.runtime import CLOSE_WAIT_S, close_session
+from hmp.cluster.sessions import CLOSE_WAIT_S, close_session
 from hmp.data.patches import padded_batches
 from hmp.errors import InvalidInput
 from hmp.graph.augment import SYMMETRIES, symmetry_probabilities

@@ -22,9 +22,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from cli_batch import HUNG_S, run_batch, started, wait_for_file
-from hmp.cluster.runtime import (Cluster, WorkerUnavailable, client_server, close_session,
-                                 device, free_loopback_ports, local_cluster, parse_cpus,
-                                 trainer_port)
+from hmp.cluster.launch import free_loopback_ports, local_cluster, parse_cpus
+from hmp.cluster.runtime import Cluster, WorkerUnavailable, client_server, device, trainer_port
+from hmp.cluster.sessions import close_session
 from hmp.cluster import sources
 from hmp.errors import InvalidInput
 from hmp.graph.graph import TrainingGraph

@@ -22,7 +22,7 @@ import pytest
 
 from cli_batch import HUNG_S, run_batch, started, wait_for_file
 from hmp.cluster import launch, runtime, sources
-from hmp.cluster.runtime import Cluster, free_loopback_ports, port_in_use
+from hmp.cluster.runtime import Cluster, port_in_use
 from hmp.errors import InvalidInput
 from hmp.run import progress
 
@@ -113,7 +113,7 @@ def test_unknown_hosts_and_shared_ports_are_named_before_training():
 
 def test_a_server_is_started_only_on_a_free_port_and_a_failed_start_says_why():
     import tensorflow.compat.v1 as tf
-    port, = free_loopback_ports(1)
+    port, = launch.free_loopback_ports(1)
 
     def refused():
         raise tf.errors.UnknownError(None, None, " could not start: reason R \n")
@@ -131,7 +131,7 @@ def test_a_server_is_started_only_on_a_free_port_and_a_failed_start_says_why():
 def _consecutive_free_ports():
     """A port P with P + 1 free too (Slurm's tasks of one node take P, P + 1)."""
     while True:
-        port, = free_loopback_ports(1)
+        port, = launch.free_loopback_ports(1)
         if port < 65535 and not port_in_use(port + 1):
             return port
 

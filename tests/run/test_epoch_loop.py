@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from hmp.cluster.runtime import CLOSE_WAIT_S
+from hmp.cluster.sessions import CLOSE_WAIT_S
 from hmp.run import epoch_loop, look_yield, rebalance, run_files, run_folder
 from hmp.run.settings import Settings
 from hmp.run.standby import Standby
