@@ -15,12 +15,12 @@ import numpy as np
 
 from hmp import cli, planning
 from hmp.errors import InvalidInput
+from hmp.formatting import format_bytes
 from hmp.measure import calibration, speedcache
 from hmp.measure.devices import memory_bytes, parse_memory_caps
 from hmp.measure.speeds import measure_platform
-from hmp.formatting import format_bytes
 from hmp.planning.planner import SPLIT_MARGIN, rate_order
-from hmp.run import rebalance
+from hmp.run.alone_trial import AloneTrial
 from hmp.run.progress import say
 from hmp.run.settings import AUTO
 
@@ -117,7 +117,7 @@ def choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe,
     if recorded_trial is not None:   # taken up as it ran: with a runner-up or without
         room = "runner_up" in (recorded_trial.get("key") or {})
     else:   # an epoch for the runner-up
-        room = settings.recipe.epochs - first_epoch > rebalance.AloneTrial.FRESH_EPOCHS
+        room = settings.recipe.epochs - first_epoch >= AloneTrial.epochs_for(runner_up=True)
     return plan, plan.fastest_alone(), (
         runner_up(plan, spec, measured, batch_size, caps, link) if room else None)
 
@@ -150,8 +150,8 @@ def trial_can_run(settings, first_epoch, recorded):
     devices: it is on with --mesh=auto, and the run has the epochs a fresh trial needs,
     or those that a trial ``recorded`` before a resume still needs (that run planned for
     it: its plan is made again the same way, and the trial taken up)."""
-    needed = (rebalance.AloneTrial.FRESH_EPOCHS if recorded is None
-              else rebalance.AloneTrial.epochs_needed_after(recorded, first_epoch))
+    needed = (AloneTrial.epochs_for(runner_up=False) if recorded is None
+              else AloneTrial.epochs_needed_after(recorded, first_epoch))
     return _trial_on(settings) and settings.recipe.epochs - first_epoch >= needed
 
 
@@ -206,7 +206,7 @@ def _measured(settings, hardware, model_config, spec, model_dir, recipe):
 def alone_trial(settings, hardware, spec, plan, fastest, model_config, recipe, first_epoch,
                 recorded, runner_up_plan=None):
     """The trial of the fastest device alone (``--try_alone``; a
-    :class:`hmp.run.rebalance.AloneTrial`, with ``runner_up_plan`` when not None), with
+    :class:`hmp.run.alone_trial.AloneTrial`, with ``runner_up_plan`` when not None), with
     what ``recorded`` (its record before a resume) measured, or None when it does not
     apply: a mesh or plan given, a plan on one device, fewer epochs left than it still
     needs (3 fresh, 4 with a runner-up)."""
@@ -225,7 +225,7 @@ def alone_trial(settings, hardware, spec, plan, fastest, model_config, recipe, f
             + runner_up_plan.reason)
         key["runner_up"] = {"mesh": runner_up_plan.mesh, "devices": runner_up_plan.devices,
                             "splits": runner_up_plan.splits}
-    trial = rebalance.AloneTrial(plan, alone, key, runner_up_plan)
+    trial = AloneTrial(plan, alone, key, runner_up_plan)
     line = trial.take_up(recorded, first_epoch)
     if recipe_settings.epochs - first_epoch < trial.epochs_needed:
         return None

@@ -10,6 +10,7 @@ import pytest
 
 from hmp.cluster.sessions import CLOSE_WAIT_S
 from hmp.run import epoch_loop, look_yield, rebalance, run_files, run_folder
+from hmp.run.alone_trial import AloneTrial
 from hmp.run.settings import Settings
 from hmp.run.standby import Standby
 from hmp.run.trainer import MEASURED_STEPS, EpochStats
@@ -389,7 +390,7 @@ def test_a_trial_of_three_layouts_keeps_the_plans_graph_for_its_verdict(tmp_path
     monkeypatch.setattr(StandInTrainer, "train_epoch", train_epoch)
     log = []
     trainers = StandInTrainers(log)
-    trial = rebalance.AloneTrial(A, C, {}, runner_up=B)
+    trial = AloneTrial(A, C, {}, runner_up=B)
     record = run_folder.History(str(tmp_path / run_files.HISTORY), ())
     loop = epoch_loop.EpochLoop(trainers, A, False, record, trial, run_folder.Signals(), None,
                                 Settings.of(epochs=5, patience=0), str(tmp_path),

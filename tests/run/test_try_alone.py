@@ -9,7 +9,8 @@ import pytest
 
 from cli_batch import run_batch
 from hmp.planning import DeviceSpec, LinkSpec, plan_layout
-from hmp.run import plan_choice, rebalance, run_folder
+from hmp.run import plan_choice, run_folder
+from hmp.run.alone_trial import AloneTrial
 from hmp.run.plan_choice import trial_can_run
 from hmp.run.settings import Settings
 from hmp.run.trainer import EpochStats
@@ -35,7 +36,7 @@ def plans():
     (100.0, 150.0, "alone"), (150.0, 100.0, "split"), (100.0, 100.0, "alone")])
 def test_the_trial_keeps_the_layout_that_ran_more_samples(split_rate, alone_rate, kept):
     split, alone = plans()
-    trial = rebalance.AloneTrial(split, alone, KEY)
+    trial = AloneTrial(split, alone, KEY)
     assert (trial.plan, trial.done, trial.epochs_needed) == (split, False, 3)
     trial.measure(0, split_rate)
     assert trial.plan is alone and trial.verdict is None      # epoch 2 runs alone
@@ -50,7 +51,7 @@ def test_the_trial_keeps_the_layout_that_ran_more_samples(split_rate, alone_rate
 
 def test_a_resume_takes_up_the_rates_of_checkpointed_epochs_of_the_same_setting(tmp_path):
     split, alone = plans()
-    first = rebalance.AloneTrial(split, alone, KEY)
+    first = AloneTrial(split, alone, KEY)
     record = run_folder.History.open(str(tmp_path), False, 0, 0, [])
     for epoch, rate in enumerate([150.0, 100.0]):   # as hmp.train records them
         first.measure(epoch, rate)
@@ -58,7 +59,7 @@ def test_a_resume_takes_up_the_rates_of_checkpointed_epochs_of_the_same_setting(
         record.add_epoch(EpochStats(epoch, 1.0, 0.5, rate, 1.0))
 
     def resumed(first_epoch, key=KEY):   # the checkpoint is in epoch first_epoch
-        trial = rebalance.AloneTrial(split, alone, key)
+        trial = AloneTrial(split, alone, key)
         saved = run_folder.History.open(str(tmp_path), True, first_epoch, 0, []).trial
         return trial, trial.take_up(saved, first_epoch)
 
@@ -145,7 +146,7 @@ def test_a_trial_with_a_runner_up_runs_the_three_layouts_and_keeps_the_fastest(t
     split, alone = plans()
     other = plan_layout(spec(), ["/cpu:0", "/cpu:1"], [1, 1], 8, "batch:2")
     key = {**KEY, "runner_up": {"mesh": "batch:2"}}
-    trial = rebalance.AloneTrial(split, alone, key, other)
+    trial = AloneTrial(split, alone, key, other)
     assert (trial.plan, trial.epochs_needed) == (split, 4)
     trial.measure(0, 100.0)
     assert trial.plan is other and trial.message == (
@@ -161,17 +162,17 @@ def test_a_trial_with_a_runner_up_runs_the_three_layouts_and_keeps_the_fastest(t
                              "runner-up")
     assert trial.record()["epochs"] == {"split": 0, "runner-up": 1, "alone": 2}
     # taken up after a resume in the epoch alone: that epoch again, alone
-    resumed = rebalance.AloneTrial(split, alone, key, other)
+    resumed = AloneTrial(split, alone, key, other)
     line = resumed.take_up(trial.record(), 2)
     assert (resumed.rates, resumed.plan) == ({"split": 100.0, "runner-up": 180.0}, alone)
     assert line == ("trial: the runner-up (batch:2 batch [4, 4]) ran 180 samples/s before the resume; "
                     "the next epoch runs on the fastest device alone (/cpu:0)")
-    decided = rebalance.AloneTrial(split, alone, key, other)
+    decided = AloneTrial(split, alone, key, other)
     assert decided.take_up(trial.record(), 3) == (
         "trial: decided before the resume: the plan (100 samples/s) against the runner-up "
         "(batch:2 batch [4, 4]) (180) and /cpu:0 alone (150); training on the runner-up (batch:2 batch [4, 4])")
     assert decided.plan is other
-    tie = rebalance.AloneTrial(split, alone, key, other)   # equal rates: alone, then the plan
+    tie = AloneTrial(split, alone, key, other)   # equal rates: alone, then the plan
     for epoch, rate in enumerate([120.0, 120.0, 100.0]):
         tie.measure(epoch, rate)
     assert tie.verdict == "split"
@@ -237,3 +238,10 @@ def test_a_resumed_run_trains_on_the_recorded_winner_without_a_second_trial(firs
     assert after["plans"] == first["plans"] + [winner]   # the resume's one plan: the winner
     assert [e["epoch"] for e in after["history"]] == list(range(6))
     assert after["trial"] == record
+
+
+def test_a_fresh_trial_needs_an_epoch_per_layout_and_one_on_the_fastest():
+    split, alone = plans()
+    for runner_up, epochs in ((False, 3), (True, 4)):
+        trial = AloneTrial(split, alone, KEY, split if runner_up else None)
+        assert AloneTrial.epochs_for(runner_up) == trial.epochs_needed == epochs
