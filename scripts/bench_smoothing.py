@@ -46,7 +46,7 @@ def scene_probabilities(run, exp, tta):
         os.path.basename(run.checkpoint), "_tta" if tta else ""))
     if os.path.isfile(path):
         return np.load(path)
-    cube, nodata = run.preprocess(exp.scene)
+    cube, nodata = run.prepare_scene(exp.scene)
     probabilities = classify(run, cube, ["/cpu:0"], 512, tta=tta,
                              progress=lambda text: text and print("  " + text, flush=True))
     probabilities[nodata] = 0.0

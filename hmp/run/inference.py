@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
-from hmp.data import PatchExtractor, Scene, is_cube_file
+from hmp.data import PatchExtractor, is_cube_file
 from hmp.data.loaders import open_cube_file
 from hmp.data.patches import padded_batches
 from hmp.data.raster import ArrayRaster, check_wavelengths
@@ -151,7 +151,7 @@ class TrainedRun:
                                % (bands, self.model_dir, trained))
         check_wavelengths(self.wavelengths, wavelengths, "the cube")
 
-    def preprocess(self, scene):
+    def prepare_scene(self, scene):
         """The model's input cube of ``scene`` and its no-data mask [H, W].
 
         No-data pixels (NaN or inf in the spectrum) are set to 0, as in training.
@@ -168,16 +168,6 @@ class TrainedRun:
         prepared = self.preprocessor.transform(cube)
         prepared[nodata] = 0.0
         return prepared, nodata
-
-
-def load_scene(config):
-    """The scene of an ``experiment.DataConfig``; a cube file may come without labels
-    (its label map is then all 0: unlabelled)."""
-    if config.labels_path is None and is_cube_file(config.dataset):
-        raster = open_cube_file(config.dataset, config.cube_key)
-        return Scene(os.path.splitext(os.path.basename(config.dataset))[0], raster.read_all(),
-                     np.zeros(raster.shape[:2], np.int32), raster=raster.info)
-    return experiment.load_scene(config)
 
 
 def open_cube(config):
@@ -298,7 +288,7 @@ class Classifier:
 
 def classify(run, cube, devices, batch_size, session_config=None, progress=None, tta=False):
     """Class probabilities (float32 [H, W, classes]) of every pixel of the model's input
-    ``cube`` (``TrainedRun.preprocess``), by ``run``'s model on ``devices``, the whole scene in
+    ``cube`` (``TrainedRun.prepare_scene``), by ``run``'s model on ``devices``, the whole scene in
     one graph; with ``tta``, their mean over the 8 symmetries of each patch.
 
     ``progress`` receives a text after every batch and None at the end.

@@ -78,7 +78,7 @@ def unsmoothed(run):
     model on one device in this process (``inference.classify``, what hmp.predict smooths)."""
     model_dir, _, exp = run
     trained = inference.TrainedRun.open(str(model_dir), get_model)
-    return inference.classify(trained, trained.preprocess(exp.scene)[0], ["/cpu:0"], 1024,
+    return inference.classify(trained, trained.prepare_scene(exp.scene)[0], ["/cpu:0"], 1024,
                               SESSION)
 
 
@@ -323,11 +323,11 @@ def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refus
         inference.TrainedRun.open(str(tmp_path), get_model)
     trained = inference.TrainedRun.open(str(model_dir), get_model)
     np.save(tmp_path / "cube.npy", np.ones((6, 7, 90), np.float32))
-    scene = inference.load_scene(trained.data_config(dataset=str(tmp_path / "cube.npy")))
-    assert scene.cube.shape == (6, 7, 90) and not scene.labels.any()   # no labels needed
+    cube = inference.open_cube(trained.data_config(dataset=str(tmp_path / "cube.npy")))
+    assert cube.shape == (6, 7, 90)   # a cube file opens without labels
     with pytest.raises(InvalidInput, match="the cube has 90 bands; the run in .* was "
                                            "trained on 100$"):
-        trained.preprocess(scene)
+        trained.check_bands(cube.shape[2], cube.info.wavelengths)
     (tmp_path / "a_file").write_text("")
     with pytest.raises(InvalidInput, match="^not a folder$"):
         inference.TrainedRun.open(str(tmp_path / "a_file"), get_model)
@@ -403,7 +403,7 @@ def test_a_file_scenes_flag_for_a_named_scene_is_refused_as_hmp_train_refuses_it
 def test_a_batch_split_over_two_devices_gives_the_same_probabilities(run, unsmoothed):
     model_dir, _, exp = run
     trained = inference.TrainedRun.open(str(model_dir), get_model)
-    cube, nodata = trained.preprocess(exp.scene)
+    cube, nodata = trained.prepare_scene(exp.scene)
     assert not nodata.any()
     probabilities = inference.classify(trained, cube[:16, :14], ["/cpu:0", "/cpu:1"], 50,
                                        harness.session_config())   # 4 batches and 24 pixels
@@ -430,7 +430,7 @@ def tta(run):
     back, from one device without TTA [8, 14, 14, classes])."""
     model_dir, _, exp = run
     trained = inference.TrainedRun.open(str(model_dir), get_model)
-    crop = trained.preprocess(exp.scene)[0][:14, :14]
+    crop = trained.prepare_scene(exp.scene)[0][:14, :14]
     one, two = (inference.classify(trained, crop, devices, 51, harness.session_config(),
                                    tta=True)
                 for devices in (["/cpu:0"], ["/cpu:0", "/cpu:1"]))   # 4 batches, 196 pixels

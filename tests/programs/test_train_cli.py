@@ -525,7 +525,7 @@ def test_tta_and_smoothing_score_as_inference_and_keep_the_scores_without(cli_ru
     trained = inference.TrainedRun.open(str(folder), get_model)
     exp = experiment.prepare(*experiment.load(str(folder)))   # its scene, split, validation
     test = load_split(folder / "split.npz").test
-    cube, _ = trained.preprocess(exp.scene)
+    cube, _ = trained.prepare_scene(exp.scene)
     probabilities = {tta: inference.classify(trained, cube, ["/cpu:0"], 256, tta=tta)
                      for tta in (True, False)}
 

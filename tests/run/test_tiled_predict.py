@@ -88,7 +88,7 @@ def trained(tiny_run):
 def test_tiled_prediction_equals_the_whole_scenes(trained, devices):
     run, cube = trained
     cube[5, 6, 3] = np.nan   # a no-data pixel inside the tiles' overlap
-    prepared = run.preprocess(Scene("crop", cube, np.zeros((23, 19))))[0]
+    prepared = run.prepare_scene(Scene("crop", cube, np.zeros((23, 19))))[0]
     whole = inference.classify(run, prepared, devices, 50, harness.session_config())
     rows_of_tiles = tile_rows((23, 19), (7, 5))   # 4 x 4 tiles, the last ones smaller
     with inference.Classifier(run, devices, 50, (7, 5), harness.session_config()) as model:
