@@ -141,6 +141,63 @@ class EpochStats:
                    self.samples_per_second, self.seconds, part, busy))
 
 
+class _EpochCount:
+    """What the steps of an epoch run so far add up to: their count, the loss and
+    accuracy sums last read off the devices, the busy times of the traced ones and the
+    time of the steady ones (``EpochStats``).
+
+    ``earlier``: the epoch's steps before this part of it that ``carried``, the sums at
+    the checkpoint it resumes from, counts (0 at the epoch's start: nothing carried)."""
+
+    def __init__(self, epoch, batch_size, look_strength, earlier, carried):
+        self.epoch, self.batch_size, self.look_strength = epoch, batch_size, look_strength
+        self.earlier = earlier
+        self.carried = carried if earlier else (0.0, 0.0)
+        self.loss_sum, self.correct = self.carried   # as last read
+        self.counted = earlier   # the steps the sums cover
+        self.steps = 0   # run here
+        self.busy = []   # each traced step's busy seconds per device
+        self.steady_steps, self.steady_seconds = 0, 0.0
+        self.started = self._last_ended = time.perf_counter()
+
+    def seconds(self):
+        return time.perf_counter() - self.started
+
+    def ran(self, size, steady):
+        """``size`` more steps ran, just now; ``steady``: they count towards
+        ``steady_samples_per_second``."""
+        ended = time.perf_counter()
+        self.steps += size
+        if steady:
+            self.steady_steps += size
+            self.steady_seconds += ended - self._last_ended
+        self._last_ended = ended
+
+    def read(self, loss_sum, correct):
+        """The sums read off the devices, over this part's steps so far."""
+        self.loss_sum = loss_sum + self.carried[0]
+        self.correct = correct + self.carried[1]
+        self.counted = self.earlier + self.steps
+
+    def loss_text(self):
+        """The mean loss as the progress line shows it ("-": none read yet)."""
+        return "%.4f" % (self.loss_sum / self.counted) if self.counted else "-"
+
+    def stats(self):
+        """The ``EpochStats`` of the steps so far."""
+        seconds = self.seconds()
+        stats = EpochStats(
+            self.epoch, self.loss_sum / self.counted if self.counted else float("nan"),
+            self.correct / (self.counted * self.batch_size) if self.counted else float("nan"),
+            self.steps * self.batch_size / seconds if seconds else 0.0, seconds,
+            [float(np.median(b)) for b in zip(*self.busy)] if self.busy else None,
+            self.steps, look_strength=self.look_strength)
+        if self.steady_steps:
+            stats.steady_samples_per_second = (self.steady_steps * self.batch_size
+                                               / self.steady_seconds)
+        return stats
+
+
 class BestEpoch:
     """Keeps a checkpoint of the epoch with the best validation accuracy; early stopping.
 
@@ -335,58 +392,31 @@ class Trainer:
         # the devices keep the epoch's batches: its steps feed nothing
         self.graph.load_batches(self.session, [(b.indices, b.labels) for b in batches])
         self.session.run(self.graph.metrics.reset)
-        step, steps, busy_steps = None, 0, []
+        count = _EpochCount(epoch, self.batch_size, look_strength,
+                            start_step if carried is not None else 0, carried)
         traced = traced_steps(start_step, self.steps_per_epoch)
-        # the steps before this part that the sums count (none at the epoch's start)
-        earlier = start_step if carried is not None else 0
-        carried = carried if earlier else (0.0, 0.0)
-        loss_sum, correct, counted = carried[0], carried[1], earlier   # as last read
-        started = last_ended = time.perf_counter()
         compiled = set()   # the block sizes run once already (the first one optimises)
-        steady_steps, steady_seconds = 0, 0.0
-        total = len(batches)
-
-        def stats_now():
-            seconds = time.perf_counter() - started
-            samples = steps * self.batch_size
-            busy = [float(np.median(b)) for b in zip(*busy_steps)] if busy_steps else None
-            stats = EpochStats(epoch, loss_sum / counted if counted else float("nan"),
-                               correct / (counted * self.batch_size) if counted
-                               else float("nan"),
-                               samples / seconds if seconds else 0.0, seconds, busy, steps,
-                               look_strength=look_strength)
-            if steady_steps:
-                stats.steady_samples_per_second = (steady_steps * self.batch_size
-                                                   / steady_seconds)
-            return stats
-
-        while steps < total:
-            size = block_size(steps, total, self.graph.steps_per_run, traced)
-            if steps in traced:
+        step, total = None, len(batches)
+        while count.steps < total:
+            size = block_size(count.steps, total, self.graph.steps_per_run, traced)
+            if count.steps in traced:
                 step, step_busy = self._traced_step(*self.graph.kept_steps(1, look_strength))
-                busy_steps.append(step_busy)
+                count.busy.append(step_busy)
             else:
                 step = self.session.run(*self.graph.kept_steps(size, look_strength))
-            steps += size
-            ended = time.perf_counter()
-            if steps - size not in traced and size in compiled:
-                steady_steps, steady_seconds = steady_steps + size, (
-                    steady_seconds + ended - last_ended)
+            count.ran(size, steady=count.steps not in traced and size in compiled)
             compiled.add(size)
-            last_ended = ended
-            last = start_step + steps == self.steps_per_epoch   # the epoch's end saves it
+            last = start_step + count.steps == self.steps_per_epoch   # the epoch's end saves it
             checkpoint = passes(step - size, step, self.checkpoint_every) and not last
             stopping = self.stop()
-            pausing = (not stopping and pause is not None and total - steps >= MEASURED_STEPS
-                       and pause(total - steps, steady_steps, steady_seconds))
-            if (passes(steps - size, steps, METRICS_EVERY) or last or checkpoint or stopping
-                    or pausing):
-                read = self._read_metrics(step, epoch)   # before any save
-                loss_sum, correct = read[0] + carried[0], read[1] + carried[1]
-                counted = earlier + steps
-            part = stats_now() if pausing else None   # the steps, not the pause's save
+            pausing = (not stopping and pause is not None and total - count.steps >= MEASURED_STEPS
+                       and pause(total - count.steps, count.steady_steps, count.steady_seconds))
+            if (passes(count.steps - size, count.steps, METRICS_EVERY) or last or checkpoint
+                    or stopping or pausing):
+                count.read(*self._read_metrics(step, epoch))   # before any save
+            part = count.stats() if pausing else None   # the steps, not the pause's save
             if (checkpoint or stopping or pausing) and not last and before_checkpoint is not None:
-                before_checkpoint(int(step), loss_sum, correct)
+                before_checkpoint(int(step), count.loss_sum, count.correct)
             if checkpoint or pausing:
                 self.save(step)
             if pausing:
@@ -395,18 +425,22 @@ class Trainer:
             if stopping:
                 self.progress(None)
                 if last and before_save is not None:
-                    before_save(stats_now())
+                    before_save(count.stats())
                 if not checkpoint:
                     self.save(step)
                 raise Stopped(epoch, int(step))
-            self.progress("epoch %d/%d  step %d/%d  loss %s  %s"
-                          % (epoch + 1, epochs, start_step + steps, self.steps_per_epoch,
-                             "%.4f" % (loss_sum / counted) if counted else "-",
-                             rate_and_eta(steps, total, time.perf_counter() - started,
-                                          self.batch_size)))
+            self.progress("epoch %d/%d  step %d/%d  loss %s  %s" % (
+                epoch + 1, epochs, start_step + count.steps, self.steps_per_epoch,
+                count.loss_text(), rate_and_eta(count.steps, total, count.seconds(),
+                                                self.batch_size)))
         self.progress(None)
-        stats = stats_now()
-        step = self.step if step is None else int(step)   # None: no step ran
+        return self._end_epoch(count.stats(), self.step if step is None else int(step),
+                               before_save)
+
+    def _end_epoch(self, stats, step, before_save):
+        """Validates (``stats.val_accuracy``), calls ``before_save``, saves the checkpoint of
+        ``step`` (the epoch's last) and writes the summaries; returns ``stats``. A stop while
+        validating records the epoch without it, then raises :class:`Stopped`."""
         stopped = False
         try:
             if self.experiment.val is not None:
@@ -418,7 +452,7 @@ class Trainer:
             before_save(stats)
         self.save(step)
         if stopped:
-            raise Stopped(epoch, step)
+            raise Stopped(stats.epoch, step)
         self._summaries(stats, step)
         return stats
 
