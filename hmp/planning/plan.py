@@ -149,7 +149,7 @@ class Plan:
 
     def explain(self):
         """A readable account: the mesh and why, per device its load, per layer its filters."""
-        fmt = lambda t: format_time(t, self.time_unit != "s")  # noqa: E731
+        fmt = self._time_text
         p = self.prediction
         count = len(self.devices)
         lines = [f"Plan for model {self.model!r}, batch {self.batch_size}, "
@@ -162,8 +162,6 @@ class Plan:
                  f"Why: {self.reason}"]
         lines += [f"  {record['reason']}" for record in self.left_out + self.replicated]
         lines += [""]
-        subsets = any(c.devices is not None for c in self.candidates)
-        rankings = any(c.ranking is not None for c in self.candidates)
         if self.alone:
             lines.append("Each device alone, fastest first: " + _shortened(
                 [f"{r['device']} {'does not fit' if r['step'] is None else fmt(r['step'])}"
@@ -172,6 +170,29 @@ class Plan:
                          "FLOP rate (rate alone, FLOP/s: " + _shortened(
                              [f"{r['device']} {r['rate']:.3g}" for r in
                               sorted(self.alone, key=lambda r: -r["rate"])]) + ")")
+        lines += aligned_columns(self._candidate_rows()) + [""]
+        lines += aligned_columns(self._device_rows()) + [""]
+        lines += ["Filters per device (\"all\": not split, every device holds the whole layer)"
+                  + ("; an output-split convolution's share costs its device's whole "
+                     "channel blocks (%s filters)" % ", ".join(
+                         str(b) for b in sorted(set(self.channel_blocks)))
+                     if self.channel_blocks and set(self.splits) - {"batch"} else "")]
+        lines += aligned_columns(self._filter_rows())
+        return "\n".join(lines)
+
+    def _time_text(self, seconds):
+        return format_time(seconds, self.time_unit != "s")
+
+    def _model_size(self):
+        """Devices per model column (all of them without a batch split)."""
+        batch = self.splits.get("batch")
+        return len(self.devices) // len(batch) if batch else len(self.devices)
+
+    def _candidate_rows(self):
+        """``explain``'s table of the candidates weighed: mesh, devices, step."""
+        fmt = self._time_text
+        subsets = any(c.devices is not None for c in self.candidates)
+        rankings = any(c.ranking is not None for c in self.candidates)
         rows = [["mesh", *(["devices"] if subsets else []), *(["of"] if rankings else []),
                  "step", "compute", "comm", "note"]]
         for c in self.candidates:
@@ -181,19 +202,23 @@ class Plan:
                           if c.devices is None else c.devices)])
             ranking = [RANKINGS.get(c.ranking, "given")] if rankings else []
             rows.append([c.mesh, *count, *ranking, *times, c.note])
-        lines += aligned_columns(rows) + [""]
+        return rows
 
-        batch = self.splits.get("batch")
-        model_size = len(self.devices) // len(batch) if batch else len(self.devices)
+    def _device_rows(self):
+        """``explain``'s table of the devices: speed, samples, load, busy time, memory."""
+        p, batch, model_size = self.prediction, self.splits.get("batch"), self._model_size()
         rows = [["#", "device", "speed", "samples", "load", "busy", "memory", "cap"]]
         for i, name in enumerate(self.devices):
             cap = self.memory_caps[i] if self.memory_caps else None
             rows.append([str(i), name, f"{self.speeds[i]:.4g}",
                          str(batch[i // model_size] if batch else self.batch_size),
-                         f"{100 * p.load[i]:.1f}%", fmt(p.busy[i]), format_bytes(p.memory[i]),
-                         "-" if cap is None else format_bytes(cap)])
-        lines += aligned_columns(rows) + [""]
+                         f"{100 * p.load[i]:.1f}%", self._time_text(p.busy[i]),
+                         format_bytes(p.memory[i]), "-" if cap is None else format_bytes(cap)])
+        return rows
 
+    def _filter_rows(self):
+        """``explain``'s table of each layer's filters per device ("all": not split)."""
+        model_size = self._model_size()
         rows = [["layer", "split dim", "size"] + [f"#{i}" for i in range(len(self.devices))]]
         for layer in self.layers:
             dim = layer["split_dim"]
@@ -204,13 +229,7 @@ class Plan:
                 sizes = self.splits[dim]
                 rows.append([layer["name"], dim, str(layer["split_size"])]
                             + [str(sizes[i % model_size]) for i in range(len(self.devices))])
-        lines += ["Filters per device (\"all\": not split, every device holds the whole layer)"
-                  + ("; an output-split convolution's share costs its device's whole "
-                     "channel blocks (%s filters)" % ", ".join(
-                         str(b) for b in sorted(set(self.channel_blocks)))
-                     if self.channel_blocks and set(self.splits) - {"batch"} else "")]
-        lines += aligned_columns(rows)
-        return "\n".join(lines)
+        return rows
 
 
 def _shortened(items, shown=8):
