@@ -34,9 +34,11 @@ flags.DEFINE_integer("batch_size", 128, "Patches per batch.")
 flags.DEFINE_integer("epochs", 1, "Timed epochs over all labelled pixels.")
 
 
-def one_epoch(dataset, epoch):
-    """Iterates one epoch; returns the number of patches served."""
-    return sum(len(batch) for batch in dataset.batches(FLAGS.batch_size, seed=0, epoch=epoch))
+def one_epoch(dataset, epoch, batch_size):
+    """Cuts the patches of one epoch's batches; returns how many it cut (a batch cuts
+    its patches only when asked for them)."""
+    return sum(len(batch.patches) for batch in dataset.batches(batch_size, seed=0,
+                                                                epoch=epoch))
 
 
 def main(argv):
@@ -50,7 +52,7 @@ def main(argv):
 
     tracemalloc.start()
     dataset = PatchDataset(PatchExtractor(scene.cube, FLAGS.patch_size), scene.labels, labelled)
-    one_epoch(dataset, epoch=0)
+    one_epoch(dataset, 0, FLAGS.batch_size)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     margin = 2 * (FLAGS.patch_size // 2)
@@ -59,7 +61,8 @@ def main(argv):
           f"(of which the padded cube {padded / 2**20:.0f} MiB)")
 
     start = time.perf_counter()
-    served = sum(one_epoch(dataset, epoch) for epoch in range(1, FLAGS.epochs + 1))
+    served = sum(one_epoch(dataset, epoch, FLAGS.batch_size)
+                 for epoch in range(1, FLAGS.epochs + 1))
     elapsed = time.perf_counter() - start
     print(f"{served / elapsed:,.0f} patches/s ({served} patches in {elapsed:.2f} s)")
 
