@@ -92,7 +92,8 @@ def test_stopped_worker_ends_the_step_with_its_name(workers):
                           (4, 4))
     with tf.Session(cluster.target, graph=graph.tf_graph,
                     config=cluster.session_config()) as session:
-        session.run(graph.init)
+        # the healthy run under a hang guard alone, not the 2 s the stopped worker gets
+        session.run(graph.init, options=tf.RunOptions(timeout_in_ms=1000 * HUNG_S))
         os.kill(workers.pid(1), signal.SIGSTOP)
         try:
             with pytest.raises(WorkerUnavailable) as error, cluster.failures("; hint"):
@@ -178,11 +179,12 @@ def test_workers_that_cannot_reach_the_trainer_are_refused_in_one_line(workers, 
         "HMP_TRAINER_PORT to a port a firewall lets them reach"
         % (cluster.spec, cluster.client_address))
     monkeypatch.delenv("HMP_TRAINER_HOST")
-    Cluster(workers.cluster.addresses, timeout_s=2).check_answers()   # 127.0.0.1: reached
+    # 127.0.0.1: reached (within a hang guard: how soon is no part of the test)
+    Cluster(workers.cluster.addresses, timeout_s=HUNG_S).check_answers()
 
 
 def test_a_device_no_worker_offers_is_refused_naming_those_offered(workers):
-    cluster = Cluster(workers.cluster.addresses, timeout_s=10)
+    cluster = Cluster(workers.cluster.addresses, timeout_s=HUNG_S)   # a hang guard
     cluster.check_offered(["/job:worker/task:0/device:CPU:1", "/job:worker/task:1/cpu:0"])
     with pytest.raises(InvalidInput) as refused:   # each worker has two virtual CPUs
         cluster.check_offered(["/job:worker/task:0/device:CPU:0",
@@ -207,9 +209,9 @@ def test_the_trainer_listens_on_the_port_given_and_names_one_it_cannot_take(work
         "except InvalidInput as error:\n"
         "    print(error)\n"
         "os.environ['HMP_TRAINER_PORT'] = sys.argv[2]\n"
-        "cluster = Cluster(sys.argv[3].split(','), timeout_s=10)\n"
+        "cluster = Cluster(sys.argv[3].split(','), timeout_s=%d)\n"   # a hang guard
         "cluster.check_answers()   # the workers reach it there\n"
-        "print(client_server().target, cluster.target)\n")
+        "print(client_server().target, cluster.target)\n") % HUNG_S
     with socket.socket() as taken:
         taken.bind(("", taken_port))
         taken.listen()
