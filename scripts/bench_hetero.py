@@ -330,8 +330,8 @@ def build_runs(config, batch, workers, profiled, link):
     auto = measured_plan(spec, profiled, link, "auto")
     # the layouts also timed --steps_per_run steps a run: their graph lowers that many
     # steps, and runs one or all of them (the same batch each step of a run)
-    in_blocks = ([Placement.from_plan(auto), Placement.from_plan(plans["data"]), alone]
-                 if blocks > 1 else [])
+    in_blocks = ([(Placement.from_plan(auto), config), (Placement.from_plan(plans["data"]), config),
+                  (alone, config)] if blocks > 1 else [])
     built = []   # ((layout, model config), (session, graph))
 
     def hmp_run(name, layout, description, load, model_config=config, steps_per_run=1):
@@ -339,14 +339,15 @@ def build_runs(config, batch, workers, profiled, link):
         found = next((found for same, found in built if same == key), None)
         if found is None:
             graph = TrainingGraph(model_config, layout, FLAGS.batch_size, image_shape,
-                                  steps_per_run=blocks if layout in in_blocks else 1)
+                                  steps_per_run=blocks if key in in_blocks else 1)
             progress("  building %-14s %s" % (name, description))
             session = graph.session(batch.extractor.padded, session_config, workers.target)
             graph.load_batches(session, [(batch.indices, batch.labels)])   # as hmp.train does
-            built.append((key, (session, graph)))
+            found = session, graph
+            built.append((key, found))
         else:   # an earlier configuration's graph (planned = even on equal workers)
             progress("  sharing  %-14s %s" % (name, description))
-        session, graph = found or built[-1][1]
+        session, graph = found
         return warmed(Run(name, description, load, session,
                           *graph.kept_steps(steps_per_run), steps_per_run=steps_per_run))
 
