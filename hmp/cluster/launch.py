@@ -118,7 +118,7 @@ class LocalCluster:
     def pid(self, task):
         return self._processes[task].pid
 
-    def start(self, task, timeout_s=60.0):
+    def start(self, task, timeout_s=DEFAULT_TIMEOUT_S):
         """Starts worker ``task`` and waits until the whole cluster answers
         (not at all if ``timeout_s`` is None).
 
@@ -136,7 +136,7 @@ class LocalCluster:
         if timeout_s is not None:
             self.wait_until_ready(timeout_s)
 
-    def wait_until_ready(self, timeout_s=60.0):
+    def wait_until_ready(self, timeout_s=DEFAULT_TIMEOUT_S):
         """Waits until task 0 runs an op on every task; ``WorkerUnavailable`` with
         the worker's last log line if one exits or the time runs out."""
         deadline = time.monotonic() + timeout_s
@@ -233,7 +233,7 @@ def _worker_flags(cpus, threads, inter_op_threads, virtual_cpus):
 
 
 @contextlib.contextmanager
-def local_cluster(n, cpus=None, threads=None, timeout_s=60.0, virtual_cpus=1,
+def local_cluster(n, cpus=None, threads=None, timeout_s=DEFAULT_TIMEOUT_S, virtual_cpus=1,
                   inter_op_threads=None):
     """Runs ``n`` ``hmp.worker`` processes on free 127.0.0.1 ports.
 

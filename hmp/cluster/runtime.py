@@ -70,9 +70,9 @@ class Cluster:
     worker that hangs ends a step with an error instead of blocking it forever.
     ``origin`` says where the addresses came from (``--cluster``, TF_CONFIG,
     Slurm), for messages that say how to start a task. ``local_workers``: for
-    workers this process started (``hmp.cluster.launch.local_cluster``), each one's ``hmp.worker``
-    flags beyond ``--cluster`` and ``--task``: they name the workers when their
-    ports change from run to run (``identity``).
+    workers this process started (``hmp.cluster.launch.local_cluster``), each one's
+    ``hmp.worker`` flags beyond ``--cluster`` and ``--task``: they name the workers when
+    their ports change from run to run (``identity``).
     """
 
     addresses: tuple

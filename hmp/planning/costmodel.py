@@ -64,11 +64,11 @@ over ``host_cores``.
 Communication (ring algorithms over ``n`` devices, link bandwidth ``bw`` and
 latency ``lat``, payload ``B`` bytes)::
 
-    all-reduce:  2 (n - 1) / n * B / bw + k lat,  k = 2 (n - 1); k = 1 for n = 2
+    all-reduce:  2 (n - 1) / n * B / bw + r lat,  r = 2 (n - 1); r = 1 for n = 2
     all-gather:  (n - 1) * max_piece / bw + (n - 1) lat   (= (n-1)/n B/bw if even)
 
 ``lat`` is the cost of one hand-over (a message and the op that takes it);
-``k`` and ``n - 1`` are the hand-overs one after another (two devices exchange
+``r`` and ``n - 1`` are the hand-overs one after another (two devices exchange
 their whole tensors at once: ``hmp.mesh.collectives.ring_allreduce``). A
 collective among devices of one host uses the link's ``local`` figures
 (another process or machine is not involved), others the link itself.

@@ -7,9 +7,9 @@ pixels after 4000 steps where it fits 98% without it (docs/benchmarks.md). So a 
 whose strengths were measured (``Recipe.look_yields``) watches its training accuracy:
 after each epoch that ends a share ``YIELD_AT`` of the run (a quarter, three eighths,
 half, five eighths), when the epoch's training accuracy is below
-``FIT_ACCURACY``, the strength drawn (a share of the measured shift and
-gain, fed to the graph: ``TrainingGraph.kept_steps(count, look_strength)``) is halved. The last three
-eighths of the run train on the strength then reached. Strengths given as numbers
+``FIT_ACCURACY``, the strength drawn (a share of the measured shift and gain, fed to
+the graph: ``TrainingGraph.kept_steps(count, look_strength)``) is halved. The last
+three eighths of the run train on the strength then reached. Strengths given as numbers
 (``--spectral_shift``, ``--spectral_gain``) never yield.
 
 Each epoch's record (history.json) holds the strength it trained with, so a resumed

@@ -10,7 +10,7 @@ of the command line (naming the flag), as :class:`hmp.cli.UsageError`, an
 :class:`hmp.errors.InvalidInput`.
 
 Loads no TensorFlow: the data side is :class:`hmp.run.experiment.DataConfig`;
-the checks that need TensorFlow's names (optimizers, schedules, precisions)
+the checks that need TensorFlow's names (optimizers, schedules, batch statistics)
 import them when they run.
 """
 

@@ -23,7 +23,7 @@ from matplotlib import image as mpimage
 
 import harness
 from cli_batch import HUNG_S, run_batch
-from hmp.data import PatchExtractor, Preprocessor
+from hmp.data import PatchExtractor, Preprocessor, Scene
 from hmp.errors import InvalidInput
 from hmp.evaluation.maps import LEGEND_ROW, class_colors
 from hmp.evaluation.metrics import evaluate
@@ -325,9 +325,12 @@ def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refus
     np.save(tmp_path / "cube.npy", np.ones((6, 7, 90), np.float32))
     cube = inference.open_cube(trained.data_config(dataset=str(tmp_path / "cube.npy")))
     assert cube.shape == (6, 7, 90)   # a cube file opens without labels
-    with pytest.raises(InvalidInput, match="the cube has 90 bands; the run in .* was "
-                                           "trained on 100$"):
-        trained.check_bands(cube.shape[2], cube.info.wavelengths)
+    for check in (lambda: trained.check_bands(cube.shape[2], cube.info.wavelengths),
+                  lambda: trained.prepare_scene(Scene("c", cube.read_all(),
+                                                      np.zeros((6, 7), np.int32)))):
+        with pytest.raises(InvalidInput, match="the cube has 90 bands; the run in .* was "
+                                               "trained on 100$"):
+            check()
     (tmp_path / "a_file").write_text("")
     with pytest.raises(InvalidInput, match="^not a folder$"):
         inference.TrainedRun.open(str(tmp_path / "a_file"), get_model)
