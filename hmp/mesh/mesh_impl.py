@@ -305,6 +305,19 @@ class HeteroMeshImpl(PlacementMeshImpl):
                 mesh_impl.combine_slices(
                     [tf.cast(s, variable.master_dtype) for s in slices], shape))
 
+        @property
+        def slice_is_master(self):
+            """Stock's rule (one device, the master's dtype and device: no slice
+            variable), with the devices compared as TensorFlow places them: stock
+            compares their strings, so a master on ``/device:CPU:0`` got a copy on
+            ``/cpu:0``, the same device (twice the weights' memory and ops to build)."""
+            variable, devices = self._variable, self._mesh_impl.devices
+            if (len(devices) != 1 or variable.master_dtype != variable.slice_dtype
+                    or isinstance(variable, mtf.StackedVariable)):
+                return False
+            return not devices[0] or (tf.DeviceSpec.from_string(devices[0]).to_string()
+                    == tf.DeviceSpec.from_string(variable.master_device).to_string())
+
         def _copy_from_master(self, master, shape):
             mesh_impl = self._mesh_impl
             if os.environ.get("MTF_SEQUENCE_MODE", "") != "1":

@@ -310,6 +310,43 @@ def test_slices_take_their_values_from_the_master_and_build_no_random_initialise
     np.testing.assert_array_equal(np.concatenate(parts), master)
 
 
+@pytest.mark.parametrize("devices, master_dtype, is_master", [
+    (["/cpu:0"], tf.float32, True),                 # the master's device, spelt otherwise
+    (["/device:CPU:0"], tf.float32, True),
+    (["/cpu:1"], tf.float32, False),                # another device
+    (["/job:worker/task:1/device:CPU:0"], tf.float32, False),
+    (["/cpu:0"], tf.float64, False),                # another dtype than the slice's
+    (["/cpu:0", "/cpu:1"], tf.float32, False),      # several devices
+])
+def test_one_device_on_the_masters_device_and_dtype_uses_the_master_as_its_slice(
+        devices, master_dtype, is_master):
+    """Stock Mesh-TF keeps no slice variable when the slice would be the master; it
+    compared device strings, so ``/cpu:0`` got a copy of a master on ``/device:CPU:0``.
+    Either way a step updates what the master holds."""
+    tf.reset_default_graph()
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "mesh")
+    with tf.device("/device:CPU:0"):
+        variable = mtf.get_variable(mesh, "w", [CLASSES], dtype=mtf.VariableDType(
+            master_dtype, tf.float32, tf.float32), initializer=tf.ones_initializer())
+    updated = mtf.assign(variable, variable * 3.0)
+    impl = hmp.HeteroMeshImpl("model:%d" % len(devices), "", devices)
+    lowering = hmp.HeteroLowering(graph, {mesh: impl})
+    master = variable.operation.get_master()
+    laid_out = lowering.variables[variable.operation]
+    assert master.device == "/device:CPU:0"
+    assert laid_out.slice_is_master == is_master
+    assert (laid_out.laid_out_tensor.tensor_list == [master]) == is_master
+    if devices[0].startswith("/job:"):
+        return   # no such device in this process
+    with tf.Session(config=harness.session_config()) as session:
+        session.run(tf.global_variables_initializer())
+        session.run(lowering.copy_masters_to_slices())
+        session.run(lowering.lowered_operation(updated))
+        session.run(lowering.copy_slices_to_masters())
+        np.testing.assert_array_equal(session.run(master), np.full(8, 3.0))
+
+
 def _ancestors(op):
     seen, stack = set(), [op]
     while stack:
