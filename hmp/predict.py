@@ -145,42 +145,18 @@ def _predict():
     with cli.blame("smoothing_guide"):
         guide = run.guide_for(window, FLAGS.smoothing_guide)
     if FLAGS.export:
-        with cli.blame("export", also=(OSError,)):
-            files.check_folder_can_be_made(FLAGS.export)
-            replaced = export.export_saved_model(run, FLAGS.export, tta=tta)
-        print("SavedModel in %s (signature %r: patches -> logits, probabilities%s)%s"
-              % (FLAGS.export, export.SIGNATURE,
-                 " averaged over the 8 symmetries" if tta else "",
-                 "; it replaced the SavedModel there" if replaced else ""), flush=True)
+        _export(run, tta)
         if FLAGS.out is None:
             return
     out_dir = FLAGS.out or os.path.join(FLAGS.model_dir, run_files.PREDICTION)
     with cli.blame("out"):
         files.check_folder_can_be_made(out_dir)   # before the work; made by its first file
         run_folder.check_holds_no_run(out_dir)
-    changed = {name: FLAGS[name].value for name in DATA_FLAGS if FLAGS[name].present}
-    scene_flags = changed or ["model_dir"]
-    dataset = changed.get("dataset", run.flags["dataset"])
-    check_file_flags(dataset, changed)
-    print("loading %s ..." % dataset, flush=True)
-    with cli.blame(*scene_flags, also=(OSError,)):
-        raster = open_cube(run.data_config(**changed))
-        run.check_bands(raster.shape[2], raster.info.wavelengths)
+    raster, dataset, scene_flags = _open_scene(run)
     with cli.blame("memory_mb"):
         rows_of_tiles = tiling(run, raster, FLAGS.memory_mb * 2**20, window, guide)
     tile = rows_of_tiles[0][0].shape
-    tiles = sum(map(len, rows_of_tiles))
-    print("%s: %dx%d pixels in %d tile%s of up to %dx%d; %s model of %s on %s%s"
-          % (dataset, *raster.shape[:2], tiles, "s"[:tiles > 1], *tile, run.flags["model"],
-             run.checkpoint, ", ".join(devices),
-             "; probabilities smoothed over %d x %d pixels%s" % (
-                 window, window, ", guided" if guide is not None else "")
-             if window > 1 else ""), flush=True)
-    if tile[0] * tile[1] < min(FLAGS.batch_size, raster.shape[0] * raster.shape[1]):
-        print("note: --memory_mb=%d gives tiles of %dx%d pixels, fewer than a batch "
-              "(--batch_size=%d): each is read with its border and classified on its own, "
-              "slowly; more --memory_mb makes fewer, larger tiles"
-              % (FLAGS.memory_mb, *tile, FLAGS.batch_size), flush=True)
+    _say_tiles(run, dataset, raster, rows_of_tiles, devices, window, guide)
     with cli.blame("model_dir"):
         model = Classifier(run, devices, FLAGS.batch_size, tile, session_config_for(devices),
                            tta)
@@ -197,6 +173,50 @@ def _predict():
         print(experiment.nodata_summary(nodata, raster.info), flush=True)
     print("%s of %d pixels in %s" % (", ".join(written), raster.shape[0] * raster.shape[1],
                                      out_dir))
+
+
+def _export(run, tta):
+    """--export: the run's SavedModel written there, and said."""
+    with cli.blame("export", also=(OSError,)):
+        files.check_folder_can_be_made(FLAGS.export)
+        replaced = export.export_saved_model(run, FLAGS.export, tta=tta)
+    print("SavedModel in %s (signature %r: patches -> logits, probabilities%s)%s"
+          % (FLAGS.export, export.SIGNATURE,
+             " averaged over the 8 symmetries" if tta else "",
+             "; it replaced the SavedModel there" if replaced else ""), flush=True)
+
+
+def _open_scene(run):
+    """``(raster, dataset, scene flags)``: the cube to classify (the run's, or the one
+    the data flags given name) with the run's bands, its file and the flags that named
+    it (to blame)."""
+    changed = {name: FLAGS[name].value for name in DATA_FLAGS if FLAGS[name].present}
+    scene_flags = changed or ["model_dir"]
+    dataset = changed.get("dataset", run.flags["dataset"])
+    check_file_flags(dataset, changed)
+    print("loading %s ..." % dataset, flush=True)
+    with cli.blame(*scene_flags, also=(OSError,)):
+        raster = open_cube(run.data_config(**changed))
+        run.check_bands(raster.shape[2], raster.info.wavelengths)
+    return raster, dataset, scene_flags
+
+
+def _say_tiles(run, dataset, raster, rows_of_tiles, devices, window, guide):
+    """What will be classified, in what tiles, with what, on which devices; and a note
+    when --memory_mb makes tiles smaller than a batch."""
+    tile = rows_of_tiles[0][0].shape
+    tiles = sum(map(len, rows_of_tiles))
+    print("%s: %dx%d pixels in %d tile%s of up to %dx%d; %s model of %s on %s%s"
+          % (dataset, *raster.shape[:2], tiles, "s"[:tiles > 1], *tile, run.flags["model"],
+             run.checkpoint, ", ".join(devices),
+             "; probabilities smoothed over %d x %d pixels%s" % (
+                 window, window, ", guided" if guide is not None else "")
+             if window > 1 else ""), flush=True)
+    if tile[0] * tile[1] < min(FLAGS.batch_size, raster.shape[0] * raster.shape[1]):
+        print("note: --memory_mb=%d gives tiles of %dx%d pixels, fewer than a batch "
+              "(--batch_size=%d): each is read with its border and classified on its own, "
+              "slowly; more --memory_mb makes fewer, larger tiles"
+              % (FLAGS.memory_mb, *tile, FLAGS.batch_size), flush=True)
 
 
 if __name__ == "__main__":

@@ -293,6 +293,35 @@ def _parse(data, where):
         mesh = parse_mesh(data["mesh"])
     except ValueError as e:
         raise InvalidInput(f"{where}: {e}") from e
+    devices = _devices(data, where, mesh)
+    n = len(devices)
+    batch_size = whole_number(data["batch_size"], f"{where}: batch_size")
+    splits, layout_rules = _splits(data, where, mesh, batch_size)
+    if data["time_unit"] not in TIME_UNITS:
+        _fail(where, "time_unit", f"one of {TIME_UNITS}", data["time_unit"])
+    caps = data["memory_caps"]
+    if caps is not None:
+        caps = [_number(c, where, "memory_caps", optional=True)
+                for c in _list(caps, where, "memory_caps", n)]
+    return Plan(
+        model=_string(data["model"], where, "model"), mesh=str(mesh),
+        layout_rules=layout_rules,
+        batch_size=batch_size, devices=devices, speeds=data["speeds"], splits=splits,
+        layers=_layers(data, where), time_unit=data["time_unit"],
+        prediction=_prediction(data, where, n), memory_caps=caps,
+        candidates=_candidates(data, where),
+        reason=_string(data["reason"], where, "reason"),
+        left_out=_records(data, where, "left_out", "device", "speed", devices,
+                          "a device name not among the plan's devices"),
+        replicated=_records(data, where, "replicated", "dim", "saved_s", splits,
+                            "a split dim the plan does not split", nullable=True),
+        alone=_alone(data, where),
+        channel_blocks=_channel_blocks(data, where, n))
+
+
+def _devices(data, where, mesh):
+    """The plan's ``devices`` (one per device of ``mesh``, named once each), their
+    ``speeds`` checked with them."""
     devices = _list(data["devices"], where, "devices", mesh.size)
     for i, name in enumerate(devices):
         if not isinstance(name, str) or not name:
@@ -301,12 +330,16 @@ def _parse(data, where):
         check_distinct(devices)
     except InvalidInput as e:
         raise InvalidInput(f"{where}: devices: {e}") from None
-    n = len(devices)
     try:
-        check_speeds(_list(data["speeds"], where, "speeds", n), devices)
+        check_speeds(_list(data["speeds"], where, "speeds", len(devices)), devices)
     except ValueError as e:
         raise InvalidInput(f"{where}: {e}") from e
-    batch_size = whole_number(data["batch_size"], f"{where}: batch_size")
+    return devices
+
+
+def _splits(data, where, mesh, batch_size):
+    """``(splits, layout_rules)``: sizes along ``mesh``'s axes (the batch's adding up to
+    ``batch_size``) and one layout rule per split dimension."""
     splits = data["splits"]
     if not isinstance(splits, dict) or not all(map(are_sizes, splits.values())):
         _fail(where, "splits", "an object of dimension -> list of whole numbers >= 1", splits)
@@ -321,24 +354,32 @@ def _parse(data, where):
     if "batch" in splits and sum(splits["batch"]) != batch_size:
         _fail(where, "splits['batch']", f"sizes summing to batch_size {batch_size}",
               splits["batch"])
+    return splits, layout_rules
+
+
+def _layers(data, where):
+    """The plan's ``layers`` rows, checked."""
     layers = _list(data["layers"], where, "layers")
     for i, layer in enumerate(layers):
         _dict(layer, where, f"layers[{i}]", ["name", "split_dim", "split_size"])
         _string(layer["name"], where, f"layers[{i}].name")
         _string(layer["split_dim"], where, f"layers[{i}].split_dim", optional=True)
         whole_number(layer["split_size"], f"{where}: layers[{i}].split_size", 0)
-    if data["time_unit"] not in TIME_UNITS:
-        _fail(where, "time_unit", f"one of {TIME_UNITS}", data["time_unit"])
+    return layers
+
+
+def _prediction(data, where, n):
+    """The plan's ``Prediction`` (per-device lists of ``n`` entries)."""
     pred = _dict(data["prediction"], where, "prediction", Prediction.__dataclass_fields__)
-    prediction = Prediction(
+    return Prediction(
         **{k: _number(pred[k], where, f"prediction.{k}") for k in ("step", "compute", "comm")},
         **{k: [_number(v, where, f"prediction.{k}") for v in _list(pred[k], where,
                                                                    f"prediction.{k}", n)]
            for k in ("busy", "load", "memory")})
-    caps = data["memory_caps"]
-    if caps is not None:
-        caps = [_number(c, where, "memory_caps", optional=True)
-                for c in _list(caps, where, "memory_caps", n)]
+
+
+def _candidates(data, where):
+    """The plan's ``Candidate`` rows (``devices`` and ``ranking`` optional)."""
     candidates = []
     for i, c in enumerate(_list(data["candidates"], where, "candidates")):
         c = _dict(c, where, f"candidates[{i}]",
@@ -356,19 +397,7 @@ def _parse(data, where):
             ranking=ranking,
             **{k: _number(c[k], where, f"candidates[{i}].{k}", optional=True)
                for k in ("step", "compute", "comm")}))
-    return Plan(
-        model=_string(data["model"], where, "model"), mesh=str(mesh),
-        layout_rules=layout_rules,
-        batch_size=batch_size, devices=devices, speeds=data["speeds"], splits=splits,
-        layers=layers, time_unit=data["time_unit"], prediction=prediction,
-        memory_caps=caps, candidates=candidates,
-        reason=_string(data["reason"], where, "reason"),
-        left_out=_records(data, where, "left_out", "device", "speed", devices,
-                          "a device name not among the plan's devices"),
-        replicated=_records(data, where, "replicated", "dim", "saved_s", splits,
-                            "a split dim the plan does not split", nullable=True),
-        alone=_alone(data, where),
-        channel_blocks=_channel_blocks(data, where, n))
+    return candidates
 
 
 def _channel_blocks(data, where, n):

@@ -367,23 +367,63 @@ def _plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps, min
     n = len(specs)
     price = lambda indices, m: _layout_of(  # noqa: E731
         model_spec, [specs[i] for i in indices], m, batch_size, min_filters, link, replicated)
-    alone = []
-    if mesh == "auto":
-        one = candidate_meshes(1)[0]
-        priced = {((i,), str(one)): price([i], one) for i in range(n)}   # every device alone
-        steps = [None if isinstance(r, InvalidInput) else r[2].step for r in priced.values()]
-        order = alone_order(steps)
-        rates = [alone_flops_per_s(model_spec, d) for d in specs]
-        alone = [{"device": specs[i].name, "step": steps[i], "rate": rates[i]} for i in order]
-        trials = [(k, indices, subset_meshes(k, n), ranking)
-                  for k, indices, ranking in subsets(order, rate_order(model_spec, specs), n)]
+    priced, order, alone, trials = _trials(model_spec, specs, mesh, price)
+    candidates, layouts = _candidates(trials, priced, price, n)
+    margins = ((SPLIT_MARGIN, alone_margin) if mesh == "auto" and link is not None
+               else (0.0, 0.0))
+    best = _fastest(layouts, *margins)
+    kept = [specs[i] for i in best.indices]
+    left_out = _left_out(specs, order, best, layouts, relative, *margins)
+    if mesh != "auto":
+        reason = "mesh given by the caller"
     else:
+        reason = _auto_reason(candidates, layouts, n, link, left_out)
+        if left_out and hint and link is not None and n <= HINT_MAX_DEVICES:
+            reason += _larger_batch_hint(model_spec, specs, batch_size, min_filters,
+                                         link, replicated, alone_margin, best.size)
+            reason += _local_statistics_hint(model_spec, specs, batch_size, min_filters,
+                                             link, replicated, alone_margin, best.size)
+    return Plan(
+        model=model_spec.name, mesh=str(best.mesh),
+        layout_rules=layout_rules(model_spec.replicating(best.dims), best.mesh),
+        batch_size=batch_size, devices=[d.name for d in kept],
+        speeds=[d.flops_per_s for d in kept], splits=best.splits,
+        layers=layer_entries(model_spec), time_unit="relative" if relative else "s",
+        prediction=best.prediction,
+        memory_caps=([d.mem_bytes for d in kept]
+                     if any(d.mem_bytes is not None for d in kept) else None),
+        candidates=candidates, reason=reason, left_out=left_out, replicated=best.records,
+        alone=alone, channel_blocks=([d.channel_block for d in kept]
+                                     if any(d.channel_block > 1 for d in kept) else []))
+
+
+def _trials(model_spec, specs, mesh, price):
+    """What to price for ``mesh`` ("auto" or one given): ``(priced, order, alone,
+    trials)``: the candidates priced already ({(device indices, mesh): ``price``'s
+    result}: with "auto", every device alone), the devices fastest alone first, their
+    rows for the plan's ``alone`` (auto only) and ``[(k, device indices, meshes,
+    ranking)]``, the subsets of devices and the meshes to try on each."""
+    n = len(specs)
+    if mesh != "auto":
         given = parse_mesh(mesh)
         check_mesh_size(given, n)
-        priced, order = {}, list(range(n))
-        trials = [(n, list(range(n)), [given], None)]
-    single = sum(len(meshes) for _, _, meshes, _ in trials) == 1
+        return {}, list(range(n)), [], [(n, list(range(n)), [given], None)]
+    one = candidate_meshes(1)[0]
+    priced = {((i,), str(one)): price([i], one) for i in range(n)}   # every device alone
+    steps = [None if isinstance(r, InvalidInput) else r[2].step for r in priced.values()]
+    order = alone_order(steps)
+    rates = [alone_flops_per_s(model_spec, d) for d in specs]
+    alone = [{"device": specs[i].name, "step": steps[i], "rate": rates[i]} for i in order]
+    trials = [(k, indices, subset_meshes(k, n), ranking)
+              for k, indices, ranking in subsets(order, rate_order(model_spec, specs), n)]
+    return priced, order, alone, trials
 
+
+def _candidates(trials, priced, price, n):
+    """``(candidates, layouts)``: a ``Candidate`` row for every mesh of ``trials``
+    (``_trials``), feasible or not, and a ``_Layout`` for each feasible one. Raises the
+    InvalidInput of the only mesh tried, or one naming every mesh when none fits."""
+    single = sum(len(meshes) for _, _, meshes, _ in trials) == 1
     candidates, layouts = [], []
     for k, indices, meshes, ranking in trials:
         for m in meshes:
@@ -406,38 +446,18 @@ def _plan_layout(model_spec, devices, speeds, batch_size, mesh, memory_caps, min
         raise InvalidInput("no mesh fits: " + "; ".join(
             f"{c.mesh}" + (f" on {c.devices} devices" if c.devices != n else "")
             + f": {c.note}" for c in candidates))
-    margins = ((SPLIT_MARGIN, alone_margin) if mesh == "auto" and link is not None
-               else (0.0, 0.0))
-    best = _fastest(layouts, *margins)
-    kept = [specs[i] for i in best.indices]
-    left_out = _left_out(specs, order, best, layouts, relative, *margins)
-    if mesh != "auto":
-        reason = "mesh given by the caller"
-    else:
-        sizes = subset_sizes(n)
-        reason = (f"lowest predicted step time of {len(candidates)} candidate meshes "
-                  f"({len(layouts)} feasible) on the k of {n} devices fastest alone and the k "
-                  f"of highest FLOP rate, k = {_counts(sizes)}, every device priced alone"
-                  + ("" if link is not None else "; communication not priced (no link given)"))
-        if left_out:
-            reason += f"; {len(left_out)} device{'s' if len(left_out) > 1 else ''} left out"
-            if hint and link is not None and n <= HINT_MAX_DEVICES:
-                reason += _larger_batch_hint(model_spec, specs, batch_size, min_filters,
-                                             link, replicated, alone_margin, best.size)
-                reason += _local_statistics_hint(model_spec, specs, batch_size, min_filters,
-                                                 link, replicated, alone_margin, best.size)
-    return Plan(
-        model=model_spec.name, mesh=str(best.mesh),
-        layout_rules=layout_rules(model_spec.replicating(best.dims), best.mesh),
-        batch_size=batch_size, devices=[d.name for d in kept],
-        speeds=[d.flops_per_s for d in kept], splits=best.splits,
-        layers=layer_entries(model_spec), time_unit="relative" if relative else "s",
-        prediction=best.prediction,
-        memory_caps=([d.mem_bytes for d in kept]
-                     if any(d.mem_bytes is not None for d in kept) else None),
-        candidates=candidates, reason=reason, left_out=left_out, replicated=best.records,
-        alone=alone, channel_blocks=([d.channel_block for d in kept]
-                                     if any(d.channel_block > 1 for d in kept) else []))
+    return candidates, layouts
+
+
+def _auto_reason(candidates, layouts, n, link, left_out):
+    """Why ``--mesh=auto`` chose its plan (without the hints)."""
+    reason = (f"lowest predicted step time of {len(candidates)} candidate meshes "
+              f"({len(layouts)} feasible) on the k of {n} devices fastest alone and the k "
+              f"of highest FLOP rate, k = {_counts(subset_sizes(n))}, every device priced "
+              "alone" + ("" if link is not None else "; communication not priced (no link given)"))
+    if left_out:
+        reason += f"; {len(left_out)} device{'s' if len(left_out) > 1 else ''} left out"
+    return reason
 
 
 def _layout_of(model_spec, subset, mesh, batch_size, min_filters, link, replicated):

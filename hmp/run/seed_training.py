@@ -102,14 +102,7 @@ def train_seed(shared, model_dir, seed, replaced=()):
     if resume and _finished(model_dir, settings.recipe.epochs, steps_per_epoch,
                             "--max_steps" if capped else "--epochs"):
         return
-    if 0 < given.recipe.max_steps < steps_per_epoch:
-        print("training one whole epoch of %d steps: --max_steps=%d is less than one (a run "
-              "trains whole epochs)" % (steps_per_epoch, given.recipe.max_steps), flush=True)
-    elif capped:
-        print("training %d of --epochs=%d: --max_steps=%d allows %d whole epoch%s of %d steps"
-              % (settings.recipe.epochs, given.recipe.epochs, given.recipe.max_steps,
-                 settings.recipe.epochs, "" if settings.recipe.epochs == 1 else "s",
-                 steps_per_epoch), flush=True)
+    _say_max_steps(given.recipe, settings.recipe.epochs, steps_per_epoch)
     model_config = ModelConfig(settings.model.name, settings.data.patch_size, exp.bands,
                                exp.n_classes, settings.model.width, settings.model.batch_norm,
                                settings.model.precision,
@@ -175,6 +168,18 @@ def train_seed(shared, model_dir, seed, replaced=()):
                "seconds": time.time() - started}
     files.write_json(os.path.join(model_dir, run_files.RESULTS), results)
     print("results, maps and checkpoints in %s" % model_dir)
+
+
+def _say_max_steps(recipe, epochs, steps_per_epoch):
+    """Says when --max_steps (``recipe``: the flags given) changes the epochs trained
+    (``epochs``): one whole epoch when it allows less, else the whole epochs it allows."""
+    if 0 < recipe.max_steps < steps_per_epoch:
+        print("training one whole epoch of %d steps: --max_steps=%d is less than one (a run "
+              "trains whole epochs)" % (steps_per_epoch, recipe.max_steps), flush=True)
+    elif epochs < recipe.epochs:
+        print("training %d of --epochs=%d: --max_steps=%d allows %d whole epoch%s of %d steps"
+              % (epochs, recipe.epochs, recipe.max_steps, epochs, "" if epochs == 1 else "s",
+                 steps_per_epoch), flush=True)
 
 
 def _finished(model_dir, epochs, steps_per_epoch, longer):
