@@ -202,7 +202,7 @@ def main(argv):
             runs = {}
             for rebalance in ("off", "epoch"):
                 print("%s, --rebalance=%s" % (model, rebalance), flush=True)
-                runs[rebalance] = summary(*train(model, workers.spec, rebalance,
+                runs[rebalance] = summary(*train(model, workers.flag, rebalance,
                                                  os.path.join(folder, model), slowed_cpu))
             text, ratio = table(model, runs)
             print(text, flush=True)

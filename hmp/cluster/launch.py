@@ -91,7 +91,7 @@ def local_workers(workers, timeout_s=DEFAULT_TIMEOUT_S, say=print):
 class LocalCluster:
     """Worker processes of a cluster on this machine's loopback interface.
 
-    Made by ``local_cluster``. Unpacks as ``(spec, devices)``; ``cluster``
+    Made by ``local_cluster``. Unpacks as ``(flag, devices)``; ``cluster``
     is the ``Cluster``, ``stop(task)`` and ``start(task)`` end and (re)start
     one worker on its port, e.g. to test what a lost worker does.
     """
@@ -103,7 +103,7 @@ class LocalCluster:
         self._log_dir = log_dir
         self._processes = [None] * len(cluster.addresses)
 
-    spec = property(lambda self: self.cluster.spec)
+    flag = property(lambda self: self.cluster.flag)
     target = property(lambda self: self.cluster.target)
 
     @property
@@ -113,7 +113,7 @@ class LocalCluster:
                      for index in range(count))
 
     def __iter__(self):
-        return iter((self.spec, self.devices))
+        return iter((self.flag, self.devices))
 
     def pid(self, task):
         return self._processes[task].pid
@@ -126,7 +126,7 @@ class LocalCluster:
         only this process, which stops its workers once it has saved its work;
         it dies with this process all the same (``die_with_parent``).
         """
-        command = [sys.executable, "-m", "hmp.worker", "--cluster=" + self.spec,
+        command = [sys.executable, "-m", "hmp.worker", "--cluster=" + self.flag,
                    "--task=%d" % task, *self._worker_flags[task]]
         with open(self._log_path(task), "w") as log:
             self._processes[task] = subprocess.Popen(command, stdout=log,
@@ -148,7 +148,7 @@ class LocalCluster:
                         self.cluster.describe(task), process.returncode, self._last_line(task)))
             if time.monotonic() > deadline:
                 raise WorkerUnavailable("the local cluster %s did not answer within %g s"
-                                        % (self.spec, timeout_s))
+                                        % (self.flag, timeout_s))
             time.sleep(0.2)
 
     def stop(self, task, signum=signal.SIGTERM, timeout_s=10.0):
@@ -247,8 +247,8 @@ def local_cluster(n, cpus=None, threads=None, timeout_s=DEFAULT_TIMEOUT_S, virtu
       inter_op_threads: inter-op threads of each worker if not ``threads``: one
         number, or one per worker.
 
-    Yields a ``LocalCluster``, which unpacks as ``(spec, devices)``: the
-    cluster string and every ``/job:worker/task:N/device:CPU:K``, task by task. Waits
+    Yields a ``LocalCluster``, which unpacks as ``(flag, devices)``: the
+    ``--cluster`` string and every ``/job:worker/task:N/device:CPU:K``, task by task. Waits
     until task 0 runs an op on every task; on leaving (also by an exception)
     stops every worker with SIGTERM, SIGKILL if one does not end.
     """

@@ -12,7 +12,7 @@ the task that owns it (``/job:worker/task:N/device:CPU:0``) and the ops placed n
 share of a step (on a loaded worker it held every step back), and checkpoints are
 written where the trainer runs.
 
-``Cluster`` parses and checks a cluster string, names its devices, session
+``Cluster`` parses and checks a ``--cluster`` string, names its devices, session
 target and session configuration, finds the worker that stopped answering
 when a step fails, and turns that failure into one ``WorkerUnavailable``
 naming it; ``client_server`` is the trainer's own server and master.
@@ -103,8 +103,9 @@ class Cluster:
         return cls.of(entries, timeout_s)
 
     @property
-    def spec(self):
-        """The cluster string (``"host:port,..."``), as ``hmp.worker --cluster`` takes it."""
+    def flag(self):
+        """The cluster as ``--cluster`` takes it (``"host:port,..."``; ``cluster_spec``:
+        TensorFlow's)."""
         return ",".join(self.addresses)
 
     def cluster_spec(self):
@@ -149,7 +150,7 @@ class Cluster:
     def how_to_start(self, task):
         """What starts task ``task``, in words, as its cluster's origin has it."""
         if self.origin == LISTED:
-            return "python -m hmp.worker --cluster=%s --task=%d" % (self.spec, task)
+            return "python -m hmp.worker --cluster=%s --task=%d" % (self.flag, task)
         return "python -m hmp.worker as task %d of %s" % (task, self.origin)
 
     def session_config(self):
@@ -235,7 +236,7 @@ class Cluster:
         if not self.answers(timeout_s=min(10.0, self.timeout_s)):
             raise WorkerUnavailable("%s cannot run ops on every task of %s: was each worker "
                                     "started with this cluster (%s)?"
-                                    % (self.describe(0), self.spec, self.origin))
+                                    % (self.describe(0), self.flag, self.origin))
         self.check_reach()
 
     def check_reach(self):
@@ -246,7 +247,7 @@ class Cluster:
                 "the workers of %s cannot reach this trainer at %s (its address on the route "
                 "to them): set %s to an address of this machine that they reach, or %s to "
                 "a port a firewall lets them reach"
-                % (self.spec, self.client_address, TRAINER_HOST_ENV, TRAINER_PORT_ENV))
+                % (self.flag, self.client_address, TRAINER_HOST_ENV, TRAINER_PORT_ENV))
 
     def reach_trainer(self, timeout_s=5.0):
         """True if every task receives a value from this process's server (the master,
@@ -318,7 +319,7 @@ class Cluster:
             yield
         except WORKER_ERRORS as error:
             task = self.culprit(error)
-            who = self.describe(task) if task is not None else "a worker of %s" % self.spec
+            who = self.describe(task) if task is not None else "a worker of %s" % self.flag
             reason = {tf.errors.DeadlineExceededError: "did not answer within %g s"
                                                        % self.timeout_s,
                       tf.errors.AbortedError: "lost its state (restarted?)"}.get(

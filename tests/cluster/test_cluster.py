@@ -62,8 +62,8 @@ def one_process_losses():
 
 
 def test_uneven_split_over_two_workers_equals_one_process(workers, one_process_losses):
-    spec, devices = workers
-    assert spec.count("127.0.0.1:") == 2
+    flag, devices = workers
+    assert flag.count("127.0.0.1:") == 2
     assert devices == tuple("/job:worker/task:%d/device:CPU:%d" % (task, index)
                             for task in (0, 1) for index in (0, 1))
     expected = one_process_losses
@@ -177,7 +177,7 @@ def test_workers_that_cannot_reach_the_trainer_are_refused_in_one_line(workers, 
         "the workers of %s cannot reach this trainer at %s (its address on the route to "
         "them): set HMP_TRAINER_HOST to an address of this machine that they reach, or "
         "HMP_TRAINER_PORT to a port a firewall lets them reach"
-        % (cluster.spec, cluster.client_address))
+        % (cluster.flag, cluster.client_address))
     monkeypatch.delenv("HMP_TRAINER_HOST")
     # 127.0.0.1: reached (within a hang guard: how soon is no part of the test)
     Cluster(workers.cluster.addresses, timeout_s=HUNG_S).check_answers()
@@ -313,7 +313,7 @@ TRAIN = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64",
 
 
 def _train_flags(workers, *flags):
-    return ["--cluster=" + workers.spec, *TRAIN, *flags]
+    return ["--cluster=" + workers.flag, *TRAIN, *flags]
 
 
 def test_train_refuses_a_bad_or_silent_cluster():
