@@ -364,7 +364,7 @@ def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
     assert "--batch_size=100000: batch_size must be at most the" in overwrite.stderr
     assert unplanned.returncode == 2   # known once the planner has the model
     assert unplanned.stderr.endswith(
-        "--mesh=batch:3: 2 samples cannot give 3 devices at least 1 each (at most 0 each)\n")
+        "--mesh=batch:3, --batch_size=2: 2 samples cannot give 3 devices at least 1 each (at most 0 each)\n")
     assert resume.returncode == 2
     assert resume.stderr.strip() == (
         "hmp.train: error: --resume: the run in %s was trained with train_fraction=0.5, not "
