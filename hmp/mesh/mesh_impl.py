@@ -48,6 +48,12 @@ class UnevenSplitError(ValueError):
         self.dims = list(dims)
 
 
+def _placed_alike(device, other):
+    """Whether two TensorFlow device strings place alike (``/cpu:0``, ``/device:CPU:0``)."""
+    return (tf.DeviceSpec.from_string(device).to_string()
+            == tf.DeviceSpec.from_string(other).to_string())
+
+
 class HeteroMeshImpl(PlacementMeshImpl):
     """``PlacementMeshImpl`` with per-device slice sizes for chosen dimensions.
 
@@ -315,8 +321,7 @@ class HeteroMeshImpl(PlacementMeshImpl):
             if (len(devices) != 1 or variable.master_dtype != variable.slice_dtype
                     or isinstance(variable, mtf.StackedVariable)):
                 return False
-            return not devices[0] or (tf.DeviceSpec.from_string(devices[0]).to_string()
-                    == tf.DeviceSpec.from_string(variable.master_device).to_string())
+            return not devices[0] or _placed_alike(devices[0], variable.master_device)
 
         def _copy_from_master(self, master, shape):
             mesh_impl = self._mesh_impl
