@@ -109,6 +109,9 @@ class ArrayRaster(Raster):
         what = path or "cube"
         if len(cube.shape) != 3:
             raise InvalidInput(f"{what}: a cube must be 3-D [H, W, B], got shape {cube.shape}")
+        if not all(cube.shape):
+            raise InvalidInput(f"{what}: the cube is empty, shape {tuple(cube.shape)} [H, W, B]; "
+                               f"it needs at least one row, column and band")
         check_numeric(cube.dtype, what)
         self.path, self.shape = path, tuple(cube.shape)
         self.info = info or RasterInfo()

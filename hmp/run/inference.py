@@ -113,12 +113,14 @@ class TrainedRun:
         given (not None); InvalidInput for a window that is not an odd number >= 1."""
         window = self.smoothing if smoothing is None else smoothing
         check_window(window)
+        _check_switch(tta, "tta")
         return (self.flags.get("tta", False) if tta is None else tta), window
 
     def guide_for(self, window, guided=None):
         """The hmp.data.Guide to smooth a prediction over ``window`` with, or None for the
         window's mean (or no smoothing): as the run, or as ``guided`` says (not None);
         InvalidInput for a guided smoothing of a run that keeps no guide."""
+        _check_switch(guided, "smoothing_guide")
         guided = self.guided if guided is None else guided
         if guided and self.guide is None:
             raise InvalidInput("the run in %s keeps no guide (trained before the guided "
@@ -394,3 +396,10 @@ def classify_tiles(run, raster, rows_of_tiles, model, progress=None, guide=None)
             yield rows, probabilities, nodata, image
     finally:
         progress(None)
+
+
+def _check_switch(value, name):
+    """InvalidInput for a switch ``name`` given as other than True, False or None (as the
+    run), e.g. the text "no", which would count as on."""
+    if value is not None and not isinstance(value, bool):
+        raise InvalidInput("%s=%r: give True, False or None (as the run)" % (name, value))

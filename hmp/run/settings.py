@@ -119,12 +119,15 @@ class RunFolderSettings:
     log_every: float = DEFAULT_LOG_EVERY_S
 
 
-# {group: {field: its type}} of Settings' groups (Settings._check_types: its numbers)
+# {group: {field: its type}} of Settings' groups (Settings._check_types)
 _FIELD_TYPES = {group: {field.name: field.type for field in dataclasses.fields(kind)}
                 for group, kind in (("data", DataConfig), ("model", ModelSettings),
                                     ("recipe", RecipeSettings),
                                     ("placement", PlacementSettings),
                                     ("folder", RunFolderSettings))}
+
+# The settings held as text that also take a number from Python (e.g. spectral_shift=2).
+_TEXT_OR_NUMBER = ("spectral_shift", "spectral_gain", "smoothing")
 
 # hmp.train's data defaults: the model's own --pca (None), a tenth to validate.
 TRAIN_DATA = DataConfig(pca=None, val_fraction=0.1)
@@ -307,14 +310,24 @@ class Settings:
             check_port(self.placement.port_base)
 
     def _check_types(self):
-        """A number's setting given as something else (from Python, e.g.
-        ``learning_rate="0.1"``): refused in one line, as the flag parser refuses it, not
-        a TypeError of a comparison (whole numbers: the checks of their values)."""
+        """A setting given as another kind of value (from Python, e.g.
+        ``learning_rate="0.1"``, ``tta="yes"``, ``devices=["/cpu:0"]``): refused in one
+        line, as the flag parser refuses it, before anything is written (whole numbers:
+        the checks of their values)."""
         for name, (group, field) in FLAG_FIELDS.items():
-            value = self.value(name)
-            if _FIELD_TYPES[group][field] is float and value is not None and (
-                    isinstance(value, bool) or not isinstance(value, numbers.Real)):
+            value, kind = self.value(name), _FIELD_TYPES[group][field]
+            if value is None or kind is int:
+                continue
+            if kind is float and (isinstance(value, bool) or
+                                  not isinstance(value, numbers.Real)):
                 raise cli.UsageError("--%s=%r: give a number" % (name, value))
+            if kind is bool and not isinstance(value, bool):
+                raise cli.UsageError("--%s=%r: give True or False" % (name, value))
+            if kind is str and not isinstance(value, str) and not (
+                    name in _TEXT_OR_NUMBER and isinstance(value, numbers.Real)
+                    and not isinstance(value, bool)):
+                raise cli.UsageError("--%s=%r: give a string, as the flag's text"
+                                     % (name, value))
 
     def _check_plan(self):
         """A --plan file gives the devices, speeds, mesh and memory caps: those flags,

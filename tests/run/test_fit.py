@@ -108,7 +108,13 @@ def test_a_fitted_run_refuses_a_cube_or_devices_it_cannot_classify(fitted):
             ((cube[:, :, 0],), "cube: a cube must be 3-D [H, W, B], got shape (12, 12)"),
             ((cube, ","), "give at least one TensorFlow device, e.g. /cpu:0"),
             ((cube, ["/gpu:7"]), "/gpu:7 is not a device of this machine"),
-            ((cube, "/cpu:0", 0), "batch_size must be a whole number >= 1, got 0")]:
+            ((cube[:0],), "cube: the cube is empty, shape (0, 12, 100) [H, W, B]; it needs "
+                          "at least one row, column and band"),
+            ((cube, "/cpu:0", 0), "batch_size must be a whole number >= 1, got 0"),
+            # "no" would count as on
+            ((cube, "/cpu:0", 16, "no"), "tta='no': give True, False or None (as the run)"),
+            ((cube, "/cpu:0", 16, None, None, 1),
+             "smoothing_guide=1: give True, False or None (as the run)")]:
         with pytest.raises(InvalidInput) as refused:
             run.predict(*args)
         assert str(refused.value).startswith(message), str(refused.value)
@@ -241,6 +247,10 @@ def test_a_setting_given_as_none_is_left_out_of_flags_txt():
     # from Python, a number as text or a fraction of a whole number: not a TypeError
     ({"learning_rate": "0.1"}, "--learning_rate='0.1': give a number"),
     ({"val_fraction": True}, "--val_fraction=True: give a number"),
+    ({"tta": "yes"}, "--tta='yes': give True or False"),
+    ({"augment": 0}, "--augment=0: give True or False"),
+    ({"devices": ["/cpu:0"]}, "--devices=['/cpu:0']: give a string, as the flag's text"),
+    ({"dataset": 3}, "--dataset=3: give a string, as the flag's text"),
     ({"patience": 2.5}, "--patience=2.5: patience must be a whole number >= 0, got 2.5"),
     ({"epochs": "3"}, "--epochs=3: epochs must be a whole number >= 1, got '3' (a str)"),
     # refused as any value, also with no cluster to use them
@@ -256,6 +266,16 @@ def test_refused_settings_raise_the_command_lines_message(values, message, tmp_p
         hmp.fit(Settings.of(**values), get_model)
     assert str(refused.value).startswith(message), str(refused.value)
     assert list(tmp_path.iterdir()) == []   # nothing written
+
+
+def test_settings_held_as_text_that_hold_numbers_take_numbers_from_python():
+    settings = Settings.of(spectral_shift=2, spectral_gain=0.5, smoothing=5)
+    settings.check(get_model)
+    assert (settings.field_look_strength("spectral_shift"),
+            settings.field_look_strength("spectral_gain"), settings.smoothing_window()) == (
+                2.0, 0.5, 5)
+    assert settings.flag_lines() == ["--spectral_shift=2", "--spectral_gain=0.5",
+                                     "--smoothing=5"]
 
 
 def test_arguments_of_another_kind_are_a_type_error_naming_what_is_expected():
