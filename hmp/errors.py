@@ -1,5 +1,5 @@
-"""The one exception class hmp raises for input it refuses, and the count, amount and
-distinct-name checks its validators share.
+"""The one exception class hmp raises for input it refuses, the count, amount and
+distinct-name checks its validators share, and the line a TensorFlow error is told by.
 
 Validators (of flags, files, scenes, meshes, plans, speeds, ...) raise
 :class:`InvalidInput`, a ``ValueError``; the command-line programs turn it,
@@ -10,6 +10,10 @@ traceback.
 
 import math
 import numbers
+import re
+
+# lines of a TensorFlow error message that say nothing: its opening, rules, task headers
+_SAYS_NOTHING = re.compile(r"^(Graph execution error:|=+|([A-Z_]+: )?From /job:\S+:)$")
 
 
 class InvalidInput(ValueError):
@@ -45,3 +49,13 @@ def check_distinct(names):
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
         raise InvalidInput("%s named twice" % " and ".join(twice))
+
+
+def op_error_line(error, limit=120):
+    """The first line of a TensorFlow error's message (``tf.errors.OpError``) that says
+    what happened, at most ``limit`` characters: its message opens with lines that say
+    nothing ("Graph execution error:", a blank line)."""
+    lines = [line.strip() for line in (error.message or "").splitlines()]
+    said = [line for line in lines if line and not _SAYS_NOTHING.match(line)] or [
+        type(error).__name__]
+    return said[0] if len(said[0]) <= limit else said[0][:limit - 3] + "..."

@@ -36,7 +36,8 @@ from hmp.layers import BATCH_STATISTICS  # noqa: E402
 from hmp.planning import (check_mesh_size, check_speeds, device_names,  # noqa: E402
                           load_platform, parse_mesh, plan_layout, splits_the_model)
 from hmp.measure.calibration import describe  # noqa: E402
-from hmp.measure.devices import (LOCAL_JOBS, check_device_string,  # noqa: E402
+from hmp.errors import check_distinct, op_error_line  # noqa: E402
+from hmp.measure.devices import (LOCAL_JOBS, check_device_string, check_local,  # noqa: E402
                                  parse_memory_caps, virtual_cpus)
 from hmp.measure.speeds import (measure_platform, measure_speeds, relative_speeds,  # noqa: E402
                                 with_given_figures)
@@ -89,6 +90,14 @@ def parse_devices(text):
     return devices
 
 
+def check_platform_devices(names):
+    """InvalidInput for a platform file's device that is no TensorFlow device string, or
+    is named twice."""
+    for name in names:
+        check_device_string(name)
+    check_distinct(names)
+
+
 def parse_speeds(text, devices):
     """``"auto"`` or one finite number > 0 per device (``check_speeds``)."""
     if text.strip() == "auto":
@@ -123,6 +132,9 @@ def profile(config, spec, devices, link_given=False):
     if remote and not FLAGS.target:
         raise cli.UsageError(f"--target: devices {remote} are remote; give the session "
                              "target (grpc://host:port) to profile them")
+    if not FLAGS.target:   # before any graph: TensorFlow's placement error says less
+        with cli.blame("devices"):
+            check_local(names)
     cpus = virtual_cpus(names)
     session_config = tf.ConfigProto(device_count={"CPU": cpus}) if cpus else None
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -133,7 +145,7 @@ def profile(config, spec, devices, link_given=False):
                            op_size=splits_the_model(FLAGS.mesh))
         speeds, link = (measured, None) if link_given else measured
     except tf.errors.OpError as e:
-        raise cli.UsageError(f"--devices: profiling failed: {e.message.splitlines()[0]}") from e
+        raise cli.UsageError(f"--devices: profiling failed: {op_error_line(e)}") from e
     print("Measured speeds (training step alone on each device, median of "
           f"{FLAGS.repeats}; min - max):")
     for s, relative in zip(speeds, relative_speeds(speeds)):
@@ -159,6 +171,7 @@ def run():
     if FLAGS.platform:
         with cli.blame("platform", also=(OSError,)):
             specs, link = load_platform(FLAGS.platform)
+            check_platform_devices([s.name for s in specs])
         if FLAGS["devices"].present and [s.name for s in specs] != devices:
             raise cli.UsageError(f"--devices {devices} differ from the devices of --platform "
                                  f"{[s.name for s in specs]}; allowed: leave --devices out")
@@ -178,7 +191,8 @@ def run():
         measured, measured_link = profile(config, spec, devices, link_given=link is not None)
         devices = with_given_figures(measured, devices)
         speeds, link = None, link or measured_link
-    with cli.blame("devices", "speeds", "mesh", "batch_size", "memory_caps", "min_filters"):
+    given = ("platform",) if FLAGS.platform else ("devices",)   # what names the devices
+    with cli.blame(*given, "speeds", "mesh", "batch_size", "memory_caps", "min_filters"):
         plan = plan_layout(spec, devices, speeds, FLAGS.batch_size, FLAGS.mesh, caps,
                            FLAGS.min_filters, link)
     print(plan.explain())

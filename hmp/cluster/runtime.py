@@ -33,7 +33,7 @@ import tensorflow.compat.v1 as tf
 from hmp.cli import TrainingError
 from hmp.cluster.addresses import DEFAULT_TIMEOUT_S, PORTS, check_timeout, parse_address
 from hmp.cluster.sessions import session_on
-from hmp.errors import InvalidInput
+from hmp.errors import InvalidInput, op_error_line
 
 JOB = "worker"
 CLIENT_JOB = "client"   # the trainer's own server, the master of its sessions
@@ -49,7 +49,6 @@ LISTED = "--cluster"   # a Cluster's origin when its addresses were listed (Clus
 WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
                  tf.errors.AbortedError)
 _TASK_IN_MESSAGE = re.compile(r"/job:%s/replica:\d+/task:(\d+)" % JOB)
-_HEADER = re.compile(r"^(=+|([A-Z_]+: )?From /job:\S+:)$")   # lines that say nothing
 
 
 
@@ -324,7 +323,7 @@ class Cluster:
                                                        % self.timeout_s,
                       tf.errors.AbortedError: "lost its state (restarted?)"}.get(
                 type(error), "is unreachable")
-            raise WorkerUnavailable("%s %s (%s)%s" % (who, reason, _summary(error), hint)
+            raise WorkerUnavailable("%s %s (%s)%s" % (who, reason, op_error_line(error), hint)
                                     ) from None
 
 
@@ -416,14 +415,6 @@ def accepts_connections(address, timeout_s):
         return True
     except OSError:
         return False
-
-
-def _summary(error, limit=120):
-    """The first line of a TensorFlow error message that says what happened."""
-    lines = [l.strip() for l in (error.message or "").splitlines()]
-    said = [l for l in lines if l and l != "Graph execution error:"
-            and not _HEADER.match(l)] or [type(error).__name__]
-    return said[0] if len(said[0]) <= limit else said[0][:limit - 3] + "..."
 
 
 def served(port, start):

@@ -1,8 +1,11 @@
 """hmp.measure.devices: a device list is its names, none twice; check_local refuses a GPU
-this machine lacks in one line that lists every device it has, and a cluster's device."""
+this machine lacks in one line that lists every device it has, and a cluster's device; a
+TensorFlow error is told by its line that says what happened (hmp.errors.op_error_line)."""
 
 import pytest
+import tensorflow as tf
 
+from hmp.errors import op_error_line
 from hmp.measure import devices
 
 
@@ -43,3 +46,17 @@ def test_a_device_list_is_its_names_and_refuses_none_or_one_named_twice():
         with pytest.raises(devices.InvalidInput) as refused:
             devices.device_list(given, minimum)
         assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("message, line", [
+    # TensorFlow 2's graph execution: the reason after an opening and a blank line
+    ("Graph execution error:\n\nCannot assign a device for operation x: /gpu:0\n"
+     "\t [[{{node x}}]]", "Cannot assign a device for operation x: /gpu:0"),
+    # a remote task's message: its header and rules say nothing
+    ("From /job:worker/replica:0/task:1:\n=====\nSocket closed\n", "Socket closed"),
+    ("", "UnavailableError"),
+    ("x" * 130, "x" * 117 + "..."),
+])
+def test_a_tensorflow_error_is_told_by_its_first_line_that_says_what_happened(message, line):
+    error = tf.errors.UnavailableError(None, None, message)
+    assert op_error_line(error) == line

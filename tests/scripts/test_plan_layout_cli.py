@@ -32,6 +32,14 @@ def runs(tmp_path_factory, readme_models):
         "devices": [{"name": d, "flops_per_s": 1e15, "half_rate_flops": 1e12}
                     for d in ("/cpu:0", "/cpu:2")],
         "link": {"bandwidth_bytes_per_s": 1e9, "latency_s": 10.0}}))
+    for name, devices, link in (   # platform files refused
+            ("twice", [("/cpu:0", 1e10), ("/cpu:0", 2e10)], None),
+            ("no_device", [("gpu0", 1e10), ("/cpu:1", 2e10)], None),
+            ("relative_link", [("/cpu:0", 1), ("/cpu:1", 2)],
+             {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-4})):
+        (folder / f"{name}.json").write_text(json.dumps({
+            "devices": [{"name": d, "flops_per_s": f} for d, f in devices],
+            **({"link": link} if link else {})}))
     (folder / "out_folder.json").mkdir()   # --out of "out_folder": a folder
     (folder / "a_file").write_text("mine")   # --out of "a_file/p": in a file
     bad_out = folder / "bad_flag.json"
@@ -57,6 +65,10 @@ def runs(tmp_path_factory, readme_models):
          # every run in conftest's readme_models: the user's model in the current folder
          "module_model": [*MODULE_MODEL, "--speeds=2,1", "--devices=/cpu:0,/cpu:1",
                           "--mesh=model:2"],
+         **{f"platform_{name}": [*TINY, f"--platform={folder / name}.json"]
+            for name in ("twice", "no_device", "relative_link")},
+         # checked against this machine before a graph is built
+         "absent_gpu": [*TINY, "--speeds=auto", "--devices=/gpu:0,/cpu:0"],
          "unknown_model": [*TINY[1:], "--model=cnn9", "--speeds=1,1,1"],
          "unknown_module": [*TINY[1:], "--model=mymodels.nosuch", "--speeds=1,1,1"],
          # --speeds=auto: refused before measuring
@@ -130,15 +142,31 @@ def test_a_model_module_path_is_planned_as_hmp_train_would(runs, readme_models, 
     assert plan.splits == expected.splits == {"filters1": [5, 3]}
 
 
-def test_an_unknown_model_is_one_line(runs):
-    for name, message in (
-            ("unknown_model", "--model=cnn9: model 'cnn9' is not known; choose one of cnn2d, "),
-            ("unknown_module", "--model=mymodels.nosuch: model module 'mymodels.nosuch' "
-                               "cannot be imported: No module named 'mymodels.nosuch'")):
-        run, out = runs[name]
-        assert run.returncode == 2 and not out.exists(), name
-        assert run.stderr.startswith("plan_layout: error: " + message), run.stderr
-        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+REFUSED = {   # run: the start of its one line ("{folder}": the runs' folder)
+    "unknown_model": "--model=cnn9: model 'cnn9' is not known; choose one of cnn2d, ",
+    "unknown_module": "--model=mymodels.nosuch: model module 'mymodels.nosuch' cannot be "
+                      "imported: No module named 'mymodels.nosuch'",
+    # a platform file's devices are refused as --devices's are, naming --platform (not the
+    # defaults of the flags it replaces)
+    "platform_twice": "--platform={folder}/twice.json: /cpu:0 named twice",
+    "platform_no_device": "--platform={folder}/no_device.json: 'gpu0' is not a TensorFlow "
+                          "device string",
+    "platform_relative_link": "--platform={folder}/relative_link.json, --batch_size=12: "
+                              "speeds [1.0, 2.0] look relative (all below 1e+06 FLOP/s)",
+    # devices to measure are looked for on this machine before any graph is built (not
+    # TensorFlow's placement error)
+    "absent_gpu": "--devices=/gpu:0,/cpu:0: /gpu:0 is not a device of this machine, which "
+                  "has 0 GPUs",
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_refused_model_platform_or_device_is_one_line_naming_its_flag(runs, name):
+    run, out = runs[name]
+    message = REFUSED[name].format(folder=runs["given"][1].parent)
+    assert run.returncode == 2 and not out.exists()
+    assert run.stderr.startswith("plan_layout: error: " + message), run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
 
 
 def test_an_even_patch_size_is_refused_before_planning(runs):
