@@ -1,4 +1,5 @@
-"""Figures and tables as text for people: times, byte counts, aligned columns."""
+"""Figures and tables as text for people: times, byte counts, counts of things, aligned
+columns."""
 
 
 def aligned_columns(rows):
@@ -25,3 +26,9 @@ def format_bytes(nbytes):
         if nbytes >= scale:
             return f"{nbytes / scale:.3g} {unit}"
     return f"{nbytes:.0f} B"
+
+
+def counted(count, noun, plural=None):
+    """``count`` things in words: ``1 sample``, ``2 samples``, ``0 classes`` (``plural``:
+    the noun's plural when it is not the noun and an s)."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"

@@ -29,7 +29,7 @@ from hmp.planning.apportion import apportion, apportion_in_blocks, check_speeds
 from hmp.planning.costmodel import (alone_flops_per_s, memory_bytes, predict,
                                     train_flops_per_sample, weight_fractions)
 from hmp.planning.layout import candidate_meshes, check_mesh_size, layout_rules, parse_mesh
-from hmp.formatting import format_time
+from hmp.formatting import counted, format_bytes, format_time
 from hmp.planning.plan import Candidate, Plan, layer_entries
 from hmp.planning.platform import DeviceSpec, device_names
 
@@ -116,12 +116,20 @@ def _group_labels(names, mesh, axis):
 
 
 def _units_cap(headroom, size, minimum):
-    """Caps per group on ``size`` units from the fraction each group may hold.
-
-    A cap below ``minimum`` is raised to it: the final memory check then
-    names the device that cannot hold even that.
-    """
+    """Caps per group on ``size`` units from the fraction each group may hold (each
+    group's room for ``minimum`` units checked first, ``_check_room``)."""
     return [None if h >= 1 else max(minimum, math.floor(h * size)) for h in headroom]
+
+
+def _check_room(room, minimum, specs, mesh, unit, takes):
+    """InvalidInput naming each device (``specs``) whose memory cap has ``room`` (per
+    device, in units) for fewer than ``minimum`` units of its share, and what ``takes``
+    its memory (one text per device)."""
+    short = [f"device {i} ({d.name}) has room for {max(int(r), 0)} of the {unit} under its "
+             f"cap of {format_bytes(d.mem_bytes)} (at least {minimum} needed): {takes[i]}"
+             for i, (r, d) in enumerate(zip(room, specs)) if r < minimum]
+    if short:
+        raise InvalidInput(f"mesh {mesh}: the model does not fit: {'; '.join(short)}")
 
 
 def _row_rates(model_spec, specs, mesh):
@@ -164,6 +172,12 @@ def _speed_splits(model_spec, specs, mesh, batch_size, min_filters):
         full = memory_bytes(model_spec, rows, ones)
         with np.errstate(divide="ignore", invalid="ignore"):
             headroom = np.where(full > fixed, (caps - fixed) / (full - fixed), np.inf)
+        if "batch" not in mesh.axes:   # else its rows may move samples off a device
+            takes = [f"the layers it does not split take {format_bytes(f)}"
+                     for f in fixed.ravel()]
+            for dim, size in model_spec.split_dims().items():
+                _check_room(np.floor(headroom.ravel() * size), min_filters, specs, mesh,
+                            f"{size} {dim} filters", takes)
         headroom = np.maximum(headroom.min(axis=0), 0)  # per model column
         columns = _group_labels(names, mesh, "model")
         block = max(d.channel_block for d in specs)
@@ -177,7 +191,12 @@ def _speed_splits(model_spec, specs, mesh, batch_size, min_filters):
     if "batch" in mesh.axes:
         held = memory_bytes(model_spec, [0], fractions)[0]
         per_sample = memory_bytes(model_spec, [1], fractions)[0] - held
-        headroom = ((caps - held) / per_sample).min(axis=1) / batch_size  # per batch row
+        room = (caps - held) / per_sample   # samples each device can hold
+        _check_room(np.floor(room.ravel()), 1, specs, mesh, counted(batch_size, "sample"), [
+            f"the weights and their state take {format_bytes(h)}, a sample {format_bytes(s)}"
+            for h, s in zip(np.broadcast_to(held, caps.shape).ravel(),
+                            np.broadcast_to(per_sample, caps.shape).ravel())])
+        headroom = room.min(axis=1) / batch_size  # per batch row
         splits["batch"] = apportion(batch_size, row_speed, 1,
                                     _units_cap(headroom, batch_size, 1),
                                     names=row_labels, unit="samples", offsets=row_overhead)
@@ -444,7 +463,7 @@ def _candidates(trials, priced, price, n):
                                         ranking))
     if not layouts:
         raise InvalidInput("no mesh fits: " + "; ".join(
-            f"{c.mesh}" + (f" on {c.devices} devices" if c.devices != n else "")
+            f"{c.mesh}" + (f" on {counted(c.devices, 'device')}" if c.devices != n else "")
             + f": {c.note}" for c in candidates))
     return candidates, layouts
 

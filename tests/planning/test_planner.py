@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from hmp.formatting import format_bytes
 from hmp.planning.planner import SPLIT_MARGIN
 from hmp.planning import (DeviceSpec, LinkSpec, ModelSpec, Plan, apportion, conv_layer_spec,
                           dense_layer_spec, parse_mesh, plan_layout, pool_layer_spec, predict)
@@ -170,9 +171,34 @@ def test_memory_caps_move_samples_in_data_and_hybrid_meshes():
         assert sum(plan.splits["batch"]) == 64
 
 
-def test_memory_caps_that_nothing_fits_name_the_device():
-    with pytest.raises(ValueError, match=r"device 2 \(/cpu:0\) needs .* bytes but its cap is 1000"):
+def test_memory_caps_without_room_for_one_filter_name_the_device_and_what_takes_it():
+    with pytest.raises(ValueError, match=r"^mesh model:3: the model does not fit: device 2 "
+                                         r"\(/cpu:0\) has room for 0 of the 24 filters1 "
+                                         r"filters under its cap of 1 kB \(at least 1 "
+                                         r"needed\): the layers it does not split take "):
         plan_layout(hsi_model(), GPUS, SPEEDS, 32, "model:3", memory_caps=[None, None, 1000])
+
+
+def test_memory_caps_without_room_for_one_sample_say_what_takes_the_memory():
+    """The weights' and one sample's bytes read off two uncapped plans (memory is linear
+    in a device's samples): a cap half a sample above the weights holds no sample (was
+    "at most 1", the cap raised to the minimum); one and a half samples above, one."""
+    spec, devices = hsi_model(), GPUS[:2]
+    m16, m32 = (plan_layout(spec, devices, [1, 1], batch, "batch:2").prediction.memory[1]
+                for batch in (32, 64))
+    per_sample = (m32 - m16) / 16
+    weights = m16 - 16 * per_sample
+    with pytest.raises(ValueError) as refused:
+        plan_layout(spec, devices, [1, 1], 32, "batch:2",
+                    memory_caps=[None, weights + per_sample / 2])
+    assert str(refused.value) == (
+        f"mesh batch:2: the model does not fit: device 1 (/gpu:1) has room for 0 of the 32 "
+        f"samples under its cap of {format_bytes(weights + per_sample / 2)} (at least 1 "
+        f"needed): the weights and their state take {format_bytes(weights)}, a sample "
+        f"{format_bytes(per_sample)}")
+    plan = plan_layout(spec, devices, [1, 1], 32, "batch:2",
+                       memory_caps=[None, weights + 1.5 * per_sample])
+    assert plan.splits["batch"] == [31, 1]
 
 
 def test_json_round_trip_and_explain(tmp_path):
