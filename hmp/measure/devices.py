@@ -82,7 +82,7 @@ def check_device_string(name):
     except ValueError as error:
         raise InvalidInput("%r is not a TensorFlow device string (%s); %s"
                            % (name, error, allowed)) from None
-    if spec.device_type is None or (spec.device_index or 0) < 0:
+    if spec.device_type is None or spec.device_index is None or spec.device_index < 0:
         raise InvalidInput("%r names no device type and index >= 0; %s" % (name, allowed))
     return spec
 

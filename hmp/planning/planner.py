@@ -470,7 +470,8 @@ def _candidates(trials, priced, price, n):
 
 def _auto_reason(candidates, layouts, n, link, left_out):
     """Why ``--mesh=auto`` chose its plan (without the hints)."""
-    reason = (f"lowest predicted step time of {len(candidates)} candidate meshes "
+    meshes = counted(len(candidates), "candidate mesh", "candidate meshes")
+    reason = (f"lowest predicted step time of {meshes} "
               f"({len(layouts)} feasible) on the k of {n} devices fastest alone and the k "
               f"of highest FLOP rate, k = {_counts(subset_sizes(n))}, every device priced "
               "alone" + ("" if link is not None else "; communication not priced (no link given)"))

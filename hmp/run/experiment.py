@@ -14,6 +14,7 @@ import numpy as np
 from hmp import data
 from hmp.errors import InvalidInput
 from hmp.files import write_json
+from hmp.formatting import counted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,8 +240,8 @@ def nodata_summary(pixels, raster):
     ``hmp.data.raster.RasterInfo``, whose data-ignore value is named when it has one)."""
     ignored = "" if raster.ignore_value is None else \
         " or the data-ignore value %g" % raster.ignore_value
-    return "%d pixels hold NaN or infinite values%s: masked as no-data (label 0)" % (
-        pixels, ignored)
+    return "%s NaN or infinite values%s: masked as no-data (label 0)" % (
+        counted(pixels, "pixel holds", "pixels hold"), ignored)
 
 
 def mask_nodata(scene):

@@ -73,6 +73,8 @@ class TrainedRun:
     smoothing: int = 1   # the window its class probabilities were smoothed over
     guided: bool = False   # whether that smoothing was guided (--smoothing_guide)
     guide: object = None   # the hmp.data.Guide fitted with it; None for runs from before
+    # the folder it was trained in (its relative paths are from there); None: from before
+    working_dir: str = None
 
     @classmethod
     def open(cls, model_dir, get_model):
@@ -106,7 +108,7 @@ class TrainedRun:
         return cls(model_dir, results["flags"], list(results["test"]["per_class_accuracy"]),
                    saved.preprocessor, checkpoint, get_model(results["flags"]["model"]),
                    saved.wavelengths, smoothed_over(results), smoothed_guided(results),
-                   saved.guide)
+                   saved.guide, results.get("working_dir"))
 
     def classifying(self, tta=None, smoothing=None):
         """(TTA on or off, the smoothing window) of a prediction: the run's own, or those
@@ -140,9 +142,19 @@ class TrainedRun:
         data flags ``given`` (hmp.train's names, e.g. ``data_dir=``) changed; when
         ``given`` names a ``dataset``, that scene with only the flags given."""
         fields = {} if "dataset" in given else {
-            field: self.flags[name] for name, field in DATA_FLAGS.items()}
+            field: self._as_trained(name) for name, field in DATA_FLAGS.items()}
         fields.update({DATA_FLAGS[name]: value for name, value in given.items()})
         return experiment.DataConfig(**fields)
+
+    def _as_trained(self, name):
+        """Data flag ``name``'s value in the run, a relative path to a file or folder made
+        absolute from the folder the run was trained in (the scene is found from any
+        folder)."""
+        value = self.flags[name]
+        if (name in ("dataset", "data_dir", "labels") and value and self.working_dir
+                and not os.path.isabs(value) and (name != "dataset" or is_cube_file(value))):
+            return os.path.join(self.working_dir, value)
+        return value
 
     def check_bands(self, bands, wavelengths=()):
         """InvalidInput unless a cube of ``bands`` bands (at ``wavelengths``, when its file

@@ -146,6 +146,7 @@ def train_seed(shared, model_dir, seed, replaced=()):
         loop.trainer.close()
     best = loop.best
     results = {"flags": {**given.flag_values(), "seed": seed},
+               "working_dir": os.getcwd(),   # the flags' relative paths are from here
                "epochs": settings.recipe.epochs,
                "plan": dataclasses.asdict(loop.plan),
                "plans": record.plans,

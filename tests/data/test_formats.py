@@ -415,11 +415,12 @@ def cli(tmp_path_factory):
            "truncated_envi": ["--dataset=%s" % (folder / "short.hdr"), envi[1]],
            "labels_of_another_shape": [tif[0], "--labels=%s" % (folder / "small_gt.tif")],
            "labels_beyond_the_classes": [envi[0], "--labels=%s" % (folder / "few_gt.hdr")]}
-    trainings = {"envi": envi, "tif": tif, **bad}
+    # the ENVI scene named relative to the folder it trains in, which hmp.predict is not
+    trainings = {"envi": ["--dataset=scene.hdr", "--labels=gt.hdr"], "tif": tif, **bad}
     names = list(trainings)
     runs = dict(zip(names, run_batch("hmp.train", [
-        {"args": [*TRAIN, *trainings[name], "--model_dir=%s" % (folder / name)]}
-        for name in names])))
+        {"args": [*TRAIN, *trainings[name], "--model_dir=%s" % (folder / name)],
+         **({"cwd": str(folder)} if name == "envi" else {})} for name in names])))
     predictions = {"predict_envi": ["--model_dir=%s" % (folder / "envi")],
                    "predict_tif": ["--model_dir=%s" % (folder / "tif")],
                    "predict_tif_tiles": ["--model_dir=%s" % (folder / "tif"), "--memory_mb=1",
@@ -439,12 +440,14 @@ def cli(tmp_path_factory):
 
 
 def test_envi_and_geotiff_scenes_train_and_their_class_maps_open_on_their_map(cli):
+    """The ENVI run also from another folder than its training's, whose relative --dataset
+    and --labels hmp.predict reads from there (results.json's working_dir)."""
     runs, folder = cli
     for name in ("envi", "tif", "predict_envi", "predict_tif"):
         assert runs[name].returncode == 0, runs[name].stderr[-2000:]
     results = json.loads((folder / "envi" / "results.json").read_text())
     assert list(results["test"]["per_class_accuracy"]) == CLASS_NAMES   # the file's names
-    ignored = "1 pixels hold NaN or infinite values or the data-ignore value -9999: masked " \
+    ignored = "1 pixel holds NaN or infinite values or the data-ignore value -9999: masked " \
               "as no-data (label 0)"
     assert ignored in runs["envi"].stdout and ignored in runs["predict_envi"].stdout
 

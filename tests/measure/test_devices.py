@@ -34,6 +34,17 @@ def test_a_device_of_a_clusters_task_is_not_one_of_this_process():
         "with --cluster or --local_workers)")
 
 
+@pytest.mark.parametrize("name, message", [
+    ("cpu", "'cpu' names no device type and index >= 0"),   # a type without its index
+    ("/cpu:-1", "'/cpu:-1' names no device type and index >= 0"),
+    ("/job:worker/task:1", "'/job:worker/task:1' names no device type and index >= 0"),
+    ("gpu0", "'gpu0' is not a TensorFlow device string (")])
+def test_a_name_without_a_device_type_and_index_is_refused(name, message):
+    with pytest.raises(devices.InvalidInput) as refused:
+        devices.check_local([name])
+    assert str(refused.value).startswith(message), str(refused.value)
+
+
 def test_a_device_list_is_its_names_and_refuses_none_or_one_named_twice():
     assert devices.device_list(" /cpu:0, /job:worker/task:1/device:CPU:0,") == [
         "/cpu:0", "/job:worker/task:1/device:CPU:0"]

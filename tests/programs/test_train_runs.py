@@ -173,7 +173,7 @@ def test_input_errors_name_file_and_flag_and_bugs_keep_their_traceback(tmp_path)
     cases = {
         "nan_sigterm": (143, [*scene, "--cube_key=cube", "--epochs=1000"],
                         ["24x20 pixels, 10 bands (the model sees 8 PCA components), 3 classes;",
-                         "1 pixels hold NaN or infinite values: masked as no-data (label 0)",
+                         "1 pixel holds NaN or infinite values: masked as no-data (label 0)",
                          "hmp.train: interrupted at epoch "]),
         # a flag not given is not named beside those given (not "--cube_key=None")
         "no_key": (2, scene, ["--dataset=%s, --labels=%s, --pca=8: " % (
