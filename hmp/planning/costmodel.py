@@ -52,14 +52,19 @@ so the measured rates, which include the model's own whole-layer blocks, stay
 its rates. Input-split convolutions and dense layers follow their share (no
 staircase in their timings).
 
-Synchronisation. Model parallelism joins the devices at a collective after
-(nearly) every layer, so the slowest device gates every layer, not only the
-step: compute = sum over layers of the slowest device on that layer (equal
-to the slowest device's busy time when the split is proportional to speed).
+Synchronisation. Model parallelism joins the devices of a batch row at a
+collective after (nearly) every layer, so their slowest gates every layer, not
+only the step: a row's compute = sum over layers of its slowest device on that
+layer (equal to that device's busy time when the split is proportional to
+speed). Batch rows meet only at the batch axis's barriers (below), whose waits
+the communication prices, so the step's compute is the slowest row's: a data
+split's, its slowest device's busy time, however each device spreads it over
+the layers (a large per-step overhead and little work, or the reverse).
 Devices that share a processor (same ``DeviceSpec.host`` with
 ``host_cores``, e.g. virtual devices of one process or worker) cannot all
-compute at once: a layer then lasts at least the sum of their times on it
-over ``host_cores``.
+compute at once: a row's layer then lasts at least the sum of their times on
+it over ``host_cores``, and the step at least all their busy times over
+``host_cores``.
 
 Communication (ring algorithms over ``n`` devices, link bandwidth ``bw`` and
 latency ``lat``, payload ``B`` bytes)::
@@ -319,7 +324,7 @@ class Prediction:
     """Predicted times (seconds, or relative units for relative speeds) of one layout."""
 
     step: float  # compute + comm
-    compute: float  # sum over layers of the slowest device (>= max over devices of busy)
+    compute: float  # the slowest batch row's sum over layers of its slowest device (>= busy)
     comm: float  # all communication
     busy: list  # per device: compute seconds per step
     load: list  # per device: its FLOPs (in whole channel blocks) over the mesh's by single filters
@@ -483,23 +488,33 @@ def feed_time(batch_rows, hosts, link):
     return total
 
 
-def gated_compute(seconds, devices):
-    """Compute time of a step from every device's seconds per layer, (layers, devices).
+def gated_compute(seconds, devices, shape):
+    """Compute time of a step from every device's seconds per layer, (layers, devices),
+    on a mesh of ``shape`` (batch rows, model columns).
 
-    Devices synchronise at every layer (model-axis collectives), so each layer
-    lasts as long as its slowest device; and devices of one host with
+    The devices of a batch row meet at a model-axis collective after (nearly) every
+    layer, so each of the row's layers lasts as long as its slowest device on it; rows
+    meet only at the batch axis's barriers (priced as waits in the communication,
+    ``LinkSpec.barrier_s``), so the slowest row counts. Devices of one host with
     ``host_cores`` cores take together at least the sum of their times over
-    ``host_cores``. Summed over the layers.
+    ``host_cores``: a row's on each layer, and all of theirs over the step.
     """
-    per_layer = seconds.max(axis=1)
+    rows, columns = shape
+    row_of = np.arange(len(devices)) // columns
+    per_layer = seconds.reshape(len(seconds), rows, columns).max(axis=2)   # (layers, rows)
+    floor = 0.0
     groups = {}
     for i, d in enumerate(devices):
         if d.host is not None and d.host_cores is not None:
             groups.setdefault(d.host, []).append(i)
     for members in groups.values():
         cores = min(devices[i].host_cores for i in members)
-        per_layer = np.maximum(per_layer, seconds[:, members].sum(axis=1) / cores)
-    return float(per_layer.sum())
+        for row in set(row_of[members]):
+            mine = [i for i in members if row_of[i] == row]
+            per_layer[:, row] = np.maximum(per_layer[:, row],
+                                           seconds[:, mine].sum(axis=1) / cores)
+        floor = max(floor, seconds[:, members].sum() / cores)
+    return float(max(per_layer.sum(axis=0).max(), floor))
 
 
 def predict(model_spec, devices, mesh, batch_size, splits, link=None):
@@ -556,7 +571,7 @@ def predict(model_spec, devices, mesh, batch_size, splits, link=None):
         comm = (_model_axis_time(model_spec, mesh, splits, batch_rows, link, hosts)
                 + _batch_axis_time(model_spec, mesh, fractions, link, hosts)
                 + feed_time(batch_rows, hosts, link))
-    compute = gated_compute(seconds.reshape(len(model_spec.layers), -1), devices)
+    compute = gated_compute(seconds.reshape(len(model_spec.layers), -1), devices, shape)
     # the mesh's work by single filters: the same for every split, so that the loads of
     # two plans on one mesh compare (hmp.run.rebalance prices one plan by another's speeds)
     plain_flops = (TRAIN_FLOPS_FACTOR * (flops[:, None] * fractions)[:, None, :]

@@ -262,6 +262,31 @@ def test_slowest_device_gates_every_layer():
     assert p.compute > max(p.busy)  # the per-step maximum would be too optimistic
 
 
+def test_batch_rows_meet_only_at_barriers_so_a_data_split_costs_its_slowest_busy_time():
+    """A device of a large per-step overhead beside one of none: however each spreads its
+    busy time over the layers, a data split's compute is the slowest busy time (the
+    batch norms' and the gradient sum's waits are the link's barrier_s); a hybrid mesh's,
+    its slowest row's, each row gated layer by layer as a model split alone."""
+    spec = three_layer_model()
+    flops = sum(l.flops_per_sample for l in spec.layers)
+    fast, slow = DeviceSpec("/gpu:0", 4e9, overhead_s=5e-5), DeviceSpec("/cpu:0", 1e9)
+    p = predict(spec, [fast, slow], parse_mesh("batch:2"), 10, {"batch": [6, 4]})
+    busy = [3 * flops * 6 / 4e9 + 5e-5, 3 * flops * 4 / 1e9]
+    assert p.busy == pytest.approx(busy)
+    assert p.compute == pytest.approx(max(busy))
+    # the slow device the slower on conv1 only: gated layer by layer it would cost more
+    per_layer = [max(3 * l.flops_per_sample * 6 / 4e9 + 5e-5 / 3,
+                     3 * l.flops_per_sample * 4 / 1e9) for l in spec.layers]
+    assert sum(per_layer) > 1.2 * max(busy)
+    other = DeviceSpec("/cpu:1", 2e9)
+    rows = ([fast, slow], [other, dataclasses.replace(other, name="/cpu:2")])
+    hybrid = predict(spec, [*rows[0], *rows[1]], parse_mesh("batch:2;model:2"), 10,
+                     {"batch": [6, 4], "filters1": [5, 3]})
+    alone = [predict(spec, row, parse_mesh("model:2"), share, {"filters1": [5, 3]}).compute
+             for row, share in zip(rows, (6, 4))]
+    assert hybrid.compute == pytest.approx(max(alone))
+
+
 @pytest.mark.parametrize("cores", [1, 1.5, 2])
 def test_devices_sharing_a_host_share_its_cores(cores):
     spec = two_conv_model()
