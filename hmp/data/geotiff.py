@@ -8,6 +8,7 @@ ENVI lay it on the map.
 """
 
 import contextlib
+import logging
 import pathlib
 import warnings
 
@@ -36,10 +37,18 @@ def rasterio_module():
 @contextlib.contextmanager
 def _reading(rasterio):
     """GDAL's block cache bounded (``CACHE_BYTES``), and no rasterio warning on stderr
-    (e.g. NotGeoreferencedWarning for a plain TIFF)."""
-    with rasterio.Env(GDAL_CACHEMAX=CACHE_BYTES), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+    (e.g. NotGeoreferencedWarning for a plain TIFF) nor its log lines of GDAL's errors and
+    warnings ("GDAL signalled an error", "CPLE_AppDefined ...", which a program's absl log
+    would show before the one line that says what is wrong: GDAL's reason is in it)."""
+    logger = logging.getLogger("rasterio")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with rasterio.Env(GDAL_CACHEMAX=CACHE_BYTES), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 class GdalRaster(Raster):

@@ -8,6 +8,7 @@ the class maps hmp writes are read back with spectral and rasterio.
 """
 
 import json
+import logging
 import pathlib
 import sys
 
@@ -357,6 +358,17 @@ def test_a_bad_file_is_refused_in_one_line_naming_it(tmp_path, case):
     message = str(refused.value)
     assert "\n" not in message and wrong in message, message
     assert str(tmp_path / name) in message, message
+
+
+def test_a_cut_geotiff_leaves_no_gdal_log_lines_beside_its_refusal(tmp_path, caplog):
+    """GDAL's errors and warnings, which rasterio logs (a program's absl log would print
+    them), say nothing the refusal does not: its one line holds GDAL's reason."""
+    tif = _tif(tmp_path)
+    cut = _cut(tif, tif.stat().st_size // 2)
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(InvalidInput, match="cannot read rows 39..39"):
+        open_raster(cut).read_all()
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("rasterio")] == []
 
 
 def test_without_rasterio_a_geotiff_says_how_to_install_it(tmp_path, monkeypatch):
