@@ -166,8 +166,11 @@ class Plan:
             lines.append("Each device alone, fastest first: " + _shortened(
                 [f"{r['device']} {'does not fit' if r['step'] is None else fmt(r['step'])}"
                  for r in self.alone]))
+            rate = ("FLOP/s computing the model alone, op-size and element-wise work "
+                    "included, per-step overhead aside" if self.time_unit == "s"
+                    else "relative speeds")
             lines.append("Candidates on k devices use the k fastest alone or the k of highest "
-                         "FLOP rate (rate alone, FLOP/s: " + _shortened(
+                         f"FLOP rate ({rate}: " + _shortened(
                              [f"{r['device']} {r['rate']:.3g}" for r in
                               sorted(self.alone, key=lambda r: -r["rate"])]) + ")")
         lines += aligned_columns(self._candidate_rows()) + [""]
@@ -179,6 +182,11 @@ class Plan:
                      if self.channel_blocks and set(self.splits) - {"batch"} else "")]
         lines += aligned_columns(self._filter_rows())
         return "\n".join(lines)
+
+    @property
+    def _rate_text(self):
+        """What the devices' speeds are in: FLOP/s, or relative units."""
+        return "FLOP/s" if self.time_unit == "s" else "relative"
 
     def _time_text(self, seconds):
         return format_time(seconds, self.time_unit != "s")
@@ -207,7 +215,8 @@ class Plan:
     def _device_rows(self):
         """``explain``'s table of the devices: speed, samples, load, busy time, memory."""
         p, batch, model_size = self.prediction, self.splits.get("batch"), self._model_size()
-        rows = [["#", "device", "speed", "samples", "load", "busy", "memory", "cap"]]
+        rows = [["#", "device", f"speed ({self._rate_text})", "samples", "load", "busy",
+                 "memory", "cap"]]
         for i, name in enumerate(self.devices):
             cap = self.memory_caps[i] if self.memory_caps else None
             rows.append([str(i), name, f"{self.speeds[i]:.4g}",

@@ -471,12 +471,12 @@ def _candidates(trials, priced, price, n):
 def _auto_reason(candidates, layouts, n, link, left_out):
     """Why ``--mesh=auto`` chose its plan (without the hints)."""
     meshes = counted(len(candidates), "candidate mesh", "candidate meshes")
-    reason = (f"lowest predicted step time of {meshes} "
-              f"({len(layouts)} feasible) on the k of {n} devices fastest alone and the k "
-              f"of highest FLOP rate, k = {_counts(subset_sizes(n))}, every device priced "
-              "alone" + ("" if link is not None else "; communication not priced (no link given)"))
+    reason = (f"lowest predicted step time of {meshes} ({len(layouts)} feasible) on the k of "
+              f"{counted(n, 'device')} fastest alone and the k of highest FLOP rate, k = "
+              f"{_counts(subset_sizes(n))}, every device priced alone"
+              + ("" if link is not None else "; communication not priced (no link given)"))
     if left_out:
-        reason += f"; {len(left_out)} device{'s' if len(left_out) > 1 else ''} left out"
+        reason += f"; {counted(len(left_out), 'device')} left out"
     return reason
 
 

@@ -221,6 +221,21 @@ def test_explain_prints_filters_per_device():
     assert "pool   -          -     all  all  all" in lines
     cpu_load = f"{100 * plan.prediction.load[2]:.1f}%"
     assert any(line.split()[:5] == ["2", "/cpu:0", "5", "32", cpu_load] for line in lines)
+    assert "#  device  speed (relative)  samples  load" in "\n".join(lines)
+
+
+def test_explain_names_the_unit_of_the_speeds_it_ranks_by():
+    """Relative speeds are no FLOP/s; absolute ones rank by the rate of computing the
+    model alone, per-step overhead aside (a device of 1 ms of work at 7e12 FLOP/s and
+    1 ms of overhead a step: 7e12, not the 3.5e12 of its whole step)."""
+    spec = hsi_model()
+    relative = plan_layout(spec, GPUS[:2], [2, 1], 32, "auto").explain()
+    assert "k of highest FLOP rate (relative speeds: /gpu:0 2, /gpu:1 1)" in relative
+    absolute = plan_layout(spec, [DeviceSpec("/gpu:0", 7e12, overhead_s=1e-3)], None, 32,
+                           "auto").explain()
+    assert ("(FLOP/s computing the model alone, op-size and element-wise work included, "
+            "per-step overhead aside: /gpu:0 7e+12)") in absolute
+    assert "speed (FLOP/s)" in absolute
 
 
 # --- loading validation ----------------------------------------------------------------
