@@ -63,6 +63,27 @@ def test_pca_finds_the_principal_subspace(cube, train_mask):
     np.testing.assert_allclose(pca.components.T @ pca.components, np.eye(3), atol=1e-10)
 
 
+def test_pca_axes_take_one_sign_each_fit_their_largest_entry_positive(cube, train_mask):
+    """eigh may return an axis or its negation; the fit fixes it, so that a refit (a
+    resumed run, hmp.predict's check of the saved preprocessing) projects alike."""
+    pca = PCA(3).fit(cube, train_mask)
+    largest = pca.components[np.abs(pca.components).argmax(axis=0), np.arange(3)]
+    assert (largest > 0).all()
+    # the same pixels in another order: the same axes, signs included (not their negations)
+    np.testing.assert_allclose(PCA(3).fit(cube[::-1], train_mask[::-1]).components,
+                               pca.components, atol=1e-12)
+
+
+@pytest.mark.parametrize("scaling", ["standard", "minmax"])
+def test_a_constant_band_is_scaled_to_zero_not_divided_by_its_zero_spread(cube, train_mask,
+                                                                          scaling):
+    flat = cube.copy()
+    flat[..., 1] = 7.0
+    scaled = BandScaler(scaling).fit(flat, train_mask).transform(flat)
+    assert np.isfinite(scaled).all()
+    np.testing.assert_array_equal(scaled[..., 1], 0.0)
+
+
 def test_preprocessor_chains_scaling_and_pca(cube, train_mask):
     output = Preprocessor("minmax", pca_components=2).fit_transform(cube, train_mask)
     assert output.shape == (12, 10, 2)

@@ -175,6 +175,12 @@ def test_a_run_keeps_whether_it_divided_and_resumes_by_that(tmp_path, capsys):
                 check_same_data(str(folder), resolved)
 
 
+def test_a_prediction_map_holds_1_based_classes_at_its_pixels_and_0_elsewhere():
+    predicted = report.prediction_map((3, 4), np.array([0, 5, 11]), np.array([2, 0, 1]))
+    np.testing.assert_array_equal(predicted, [[3, 0, 0, 0], [0, 1, 0, 0], [0, 0, 0, 2]])
+    assert predicted.dtype == np.int32
+
+
 def test_summary_of_runs_is_the_mean_and_sample_std():
     runs = [{"overall_accuracy": oa, "average_accuracy": aa, "kappa": k}
             for oa, aa, k in ((0.9, 0.8, 0.85), (0.7, 0.6, 0.65), (0.8, 0.9, 0.75))]
@@ -186,6 +192,9 @@ def test_summary_of_runs_is_the_mean_and_sample_std():
             (sum((v - sum(values) / 3) ** 2 for v in values) / 2) ** 0.5)
     table = report.summary_table(summary, ["seed 0", "seed 1", "seed 2"]).splitlines()
     assert table[0].split() == ["run", "OA", "%", "AA", "%", "kappa%"]   # kappa x100 too
+    assert [line.split() for line in table[1:4]] == [
+        ["seed", "0", "90.00", "80.00", "85.00"], ["seed", "1", "70.00", "60.00", "65.00"],
+        ["seed", "2", "80.00", "90.00", "75.00"]]
     assert table[-2].split() == ["mean", "80.00", "76.67", "75.00"]
     assert table[-1].split() == ["std", "10.00", "15.28", "10.00"]
     assert report.summarise_runs(runs[:1])["kappa"]["std"] == 0.0

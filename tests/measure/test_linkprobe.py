@@ -3,10 +3,12 @@
 import dataclasses
 import math
 
+import pytest
 import tensorflow.compat.v1 as tf
 
 from hmp.planning import DeviceSpec, LinkSpec
-from hmp.measure.linkprobe import link_pairs, measure_link, no_faster_than, with_hosts
+from hmp.measure.linkprobe import (link_from_handovers, link_pairs, measure_link,
+                                   no_faster_than, with_hosts)
 
 
 def test_link_between_two_virtual_cpus_is_a_positive_linkspec():
@@ -73,3 +75,14 @@ def test_a_loaded_figure_faster_than_idle_is_taken_as_idle():
     assert no_faster_than(LinkSpec(1e15, 1e-9), idle) == idle   # the fit's floors: noise
     assert no_faster_than(LinkSpec(1e9, 3e-4), idle) == LinkSpec(1e9, 3e-4)
     assert no_faster_than(LinkSpec(5e9, 3e-4), idle) == LinkSpec(2e9, 3e-4)
+
+
+def test_a_link_is_the_small_tensors_hop_and_the_slope_to_the_large_ones():
+    """256 B in 10 us, 1 MiB in 1058.576 us: latency 10 us, (2**20 - 256) B over 1048.576
+    us of difference = 1.0e9 B/s; a large tensor no slower than the small one (timing
+    noise) is taken at the floor of 1 ns, not divided by zero or a negative time."""
+    link = link_from_handovers((10e-6, 10e-6 + 1048.576e-6))
+    assert link.latency_s == 10e-6
+    assert link.bandwidth_bytes_per_s == pytest.approx((2**20 - 256) / 1048.576e-6)
+    noisy = link_from_handovers((10e-6, 9e-6))
+    assert noisy.bandwidth_bytes_per_s == pytest.approx((2**20 - 256) / 1e-9)

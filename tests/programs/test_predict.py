@@ -279,6 +279,14 @@ def test_an_exported_graph_keeps_no_hmp_gradient_override():
             new.attr.items())
 
 
+def test_a_runs_smoothing_is_read_from_results_json_and_none_for_runs_from_before_it():
+    """A results.json without "smoothing" (a run from before --smoothing): no window (1),
+    not guided, so older runs predict as they scored."""
+    assert (inference.smoothed_over({}), inference.smoothed_guided({})) == (1, False)
+    results = {"smoothing": {"window": 7, "guided": True}}
+    assert (inference.smoothed_over(results), inference.smoothed_guided(results)) == (7, True)
+
+
 def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refused(
         run, tmp_path):
     model_dir = run[0]

@@ -112,13 +112,22 @@ def test_a_deterministic_run_builds_every_graph_with_seeds(tmp_path, small_scene
     """--deterministic turns on op determinism before any graph: a random op without a
     seed would then stop the run (RuntimeError). A process of its own: the switch
     cannot be turned back, and tests/cli_batch.py's interpreter serves other runs."""
-    run = subprocess.run(
-        [sys.executable, "-m", "hmp.train", "--deterministic", "--model=cnn2d", "--width=4",
-         "--patch_size=5", "--batch_size=64", "--devices=/cpu:0,/cpu:1", "--speeds=2,1",
-         "--mesh=model:2", "--epochs=1", "--notta", *small_scene,
-         "--model_dir=%s" % tmp_path], capture_output=True, text=True, timeout=HUNG_S,
-        cwd=pathlib.Path(__file__).parents[2])
+    args = ["--deterministic", "--model=cnn2d", "--width=4", "--patch_size=5",
+            "--batch_size=64", "--devices=/cpu:0,/cpu:1", "--speeds=2,1", "--mesh=model:2",
+            "--epochs=1", "--notta", *small_scene, "--model_dir=%s" % tmp_path]
+    # hmp.train as `python -m` runs it, then whether op determinism was on in its process
+    program = ("import runpy, sys\n"
+               "sys.argv = ['hmp.train', *sys.argv[1:]]\n"
+               "try:\n"
+               "    runpy.run_module('hmp.train', run_name='__main__')\n"
+               "except SystemExit as end:\n"
+               "    from tensorflow.python.framework import config\n"
+               "    print('determinism:', config.is_op_determinism_enabled())\n"
+               "    raise\n")
+    run = subprocess.run([sys.executable, "-c", program, *args], capture_output=True,
+                         text=True, timeout=HUNG_S, cwd=pathlib.Path(__file__).parents[2])
     assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.splitlines()[-1] == "determinism: True", run.stdout[-2000:]
     assert json.loads((tmp_path / "results.json").read_text())["flags"]["deterministic"]
 
 

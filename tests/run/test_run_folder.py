@@ -303,6 +303,18 @@ def test_pixels_holding_nan_are_masked_as_no_data(tmp_path):
     assert np.isfinite(exp.train.extractor.padded).all()
 
 
+def test_a_scene_of_no_finite_pixel_is_refused_naming_it(tmp_path):
+    cube = np.full((4, 5, 3), np.nan, np.float32)
+    cube[1, 2, 0] = np.inf   # inf counts as no data too
+    cube_path, labels_path = scene_files(tmp_path, cube)
+    with pytest.raises(InvalidInput) as refused:
+        experiment.prepare(experiment.DataConfig(
+            dataset=str(cube_path), labels_path=str(labels_path), cube_key="cube",
+            patch_size=3, train_fraction=0.5))
+    # a scene file's name: the file's, without its suffix
+    assert str(refused.value) == "scene 'scene': every pixel holds NaN or infinite values"
+
+
 # -- 8. progress ---------------------------------------------------------------------------
 
 class Terminal(io.StringIO):

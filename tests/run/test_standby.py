@@ -35,10 +35,13 @@ def test_a_standby_builds_restores_and_warms_up_on_its_thread_then_hands_over(mo
     log, release, clock = [], threading.Event(), [0.0]
     monkeypatch.setattr(standby_module.time, "perf_counter", lambda: clock[0])
 
+    built = []
+
     def build(plan):
         release.wait()   # until the test lets it go (a daemon thread: no hang if it fails)
         log.append(("build", plan, threading.current_thread().name))
-        return FakeTrainer(log, clock)
+        built.append(FakeTrainer(log, clock))
+        return built[-1]
 
     standby = Standby("plan", build, lambda: "ckpt-7", lambda t: log.append("warm up"))
     assert not standby.ready and standby.failed is None   # still building
@@ -47,7 +50,7 @@ def test_a_standby_builds_restores_and_warms_up_on_its_thread_then_hands_over(mo
     assert log == [("build", "plan", "hmp-standby"), ("restore", "ckpt-7"), "warm up",
                    ("restore", "ckpt-7")]
     assert standby.restore_seconds == 0.25   # a switch's restore: not the first's setup
-    assert isinstance(trainer, FakeTrainer)
+    assert built == [trainer]   # the trainer it built, handed over
     standby.close()   # a taken trainer is the taker's
     assert "close" not in log
 
