@@ -27,7 +27,7 @@ from hmp.data.loaders import open_cube_file
 from hmp.data.patches import padded_batches
 from hmp.data.raster import ArrayRaster, check_wavelengths
 from hmp.data.tiles import padded_tile, tile_rows, tile_shape
-from hmp.errors import InvalidInput
+from hmp.errors import InvalidInput, op_error_line
 from hmp.evaluation.smoothing import check_window, context
 from hmp.graph.augment import symmetry_probabilities
 from hmp.graph.graph import build_logits_graph
@@ -236,12 +236,21 @@ class InferenceGraph:
 
 
 def restore_weights(saver, session, checkpoint):
-    """``saver.restore``; InvalidInput when the checkpoint lacks or misshapes a weight."""
+    """``saver.restore`` of the graph's variables; InvalidInput when the checkpoint lacks a
+    weight or holds one of another shape (which TensorFlow's restore of a resource
+    variable would take without a word, the graph then failing or classifying wrongly)."""
+    held = dict(tf.train.list_variables(checkpoint))
+    for variable in session.graph.get_collection(tf.GraphKeys.GLOBAL_VARIABLES):
+        name, shape = variable.op.name, variable.shape.as_list()
+        if name in held and held[name] != shape:
+            raise InvalidInput("checkpoint %s does not fit the model of its run (%s is %s "
+                               "there, %s in the model)" % (checkpoint, name, held[name],
+                                                           shape))
     try:
         saver.restore(session, checkpoint)
     except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as error:
         raise InvalidInput("checkpoint %s does not fit the model of its run (%s)"
-                           % (checkpoint, error.message.splitlines()[0])) from None
+                           % (checkpoint, op_error_line(error, limit=300))) from None
 
 
 class Classifier:

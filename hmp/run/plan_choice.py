@@ -36,9 +36,10 @@ def memory_caps(settings, devices, given_plan=None):
                 or memory_bytes(devices))
 
 
-def check_memory(settings, devices, spec, caps):
+def check_memory(settings, devices, spec, caps, cube):
     """UsageError, before any folder is made, when the model (``spec``) at --batch_size
-    fits no layout of --mesh on ``devices`` within each one's memory (``caps``): naming
+    fits no layout of --mesh on ``devices`` within each one's memory for the model
+    (``caps``: less the scene's ``cube`` bytes each holds beside it): naming
     --batch_size when fewer samples would fit, else --width, and the memory a device
     alone needs (``planning.memory_bytes``: weights with their gradients and optimizer
     slots, and the activations of the batch)."""
@@ -53,11 +54,25 @@ def check_memory(settings, devices, spec, caps):
     raise cli.UsageError(
         "--%s=%d: the model needs %s on one device (%s for its weights, their gradients "
         "and optimizer slots, %s for the activations of %d samples) and fits no layout "
-        "of --mesh=%s on %s; allowed: a smaller --width or --batch_size, or devices with "
-        "more memory" % (flag, settings.value(flag), format_bytes(need),
-                         format_bytes(weights), format_bytes(need - weights), batch_size,
-                         mesh, ", ".join("%s (%s)" % (d, "?" if c is None else format_bytes(c))
-                                         for d, c in zip(devices, caps))))
+        "of --mesh=%s on %s beside the scene's cube (%s); allowed: a smaller --width or "
+        "--batch_size, or devices with more memory"
+        % (flag, settings.value(flag), format_bytes(need), format_bytes(weights),
+           format_bytes(need - weights), batch_size, mesh,
+           ", ".join("%s (%s)" % (d, "?" if c is None else format_bytes(c + cube))
+                     for d, c in zip(devices, caps)), format_bytes(cube)))
+
+
+def check_plan_memory(plan, caps, cube):
+    """InvalidInput when a given plan's model needs more on a device than its memory
+    for the model (``caps``: less the scene's ``cube`` bytes each holds beside it)."""
+    over = ["%s needs %s for the model beside the scene's cube (%s), more than its %s"
+            % (device, format_bytes(need), format_bytes(cube), format_bytes(cap + cube))
+            for device, need, cap in zip(plan.devices, plan.prediction.memory, caps)
+            if cap is not None and need > cap]
+    if over:
+        raise InvalidInput("the plan does not fit: %s; allowed: a plan made for the memory "
+                           "left beside the cube (scripts/plan_layout.py --memory_caps)"
+                           % "; ".join(over))
 
 
 def _fits(mesh, devices, spec, caps, batch_size):

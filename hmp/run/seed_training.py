@@ -24,7 +24,8 @@ from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import ModelConfig, Placement
 from hmp.run import events, experiment, fitted_preprocessing, run_files, run_folder, scoring
 from hmp.run.epoch_loop import EpochLoop
-from hmp.run.plan_choice import alone_trial, check_memory, choose_plan, memory_caps
+from hmp.run.plan_choice import (alone_trial, check_memory, check_plan_memory,
+                                 choose_plan, memory_caps)
 from hmp.run.progress import ProgressLine
 from hmp.run.resume import check_same_data, resumes
 from hmp.run.seed_data import load_experiment
@@ -197,26 +198,32 @@ def _finished(model_dir, epochs, steps_per_epoch, longer):
 
 
 def _check_fits(shared, exp, model_config, recipe, spec):
-    """Each device's memory (found once, or a --plan file's caps: it bounds the scene,
-    the model and the plan), after the checks that every device holds the scene's cube
-    and that the model fits the devices (--plan's plan: is of this model)."""
+    """Each device's memory for the model (found once, or a --plan file's caps, less the
+    scene's cube that every device holds beside it: the caps the plans are made within),
+    after the checks that every device holds the scene's cube and that the model fits
+    the devices beside it (--plan's plan: is of this model)."""
     settings, devices = shared.settings, shared.hardware.devices
     given_plan = shared.hardware.given_plan
     caps = memory_caps(settings, devices, given_plan)
+    bands = recipe.scene_bands(model_config)
     with settings.blame(*settings.scene_flags(), "devices",   # every device holds the cube
                         *(("memory_caps",) if settings.placement.memory_caps else ()),
                         *(("plan",) if given_plan is not None else ())):
-        scene_input.check_cube_fits(exp.scene.image_shape, settings.data.patch_size,
-                                    recipe.scene_bands(model_config), devices, caps)
+        scene_input.check_cube_fits(exp.scene.image_shape, settings.data.patch_size, bands,
+                                    devices, caps)
+    cube = scene_input.cube_bytes(exp.scene.image_shape, settings.data.patch_size, bands)
+    model_caps = [None if cap is None else cap - cube for cap in caps]
     if given_plan is None:   # memory before work: before any folder or profiling
-        check_memory(settings, devices, spec, caps)
+        check_memory(settings, devices, spec, model_caps, cube)
     else:
         where = "plan file %s" % settings.placement.plan
         with settings.blame("plan"):
             given_plan.check_model(spec, where)
         with settings.blame("plan", "batch_size"):
             given_plan.check_batch(settings.recipe.batch_size, where)
-    return caps
+        with settings.blame(*settings.scene_flags(), "plan"):
+            check_plan_memory(given_plan, model_caps, cube)
+    return model_caps
 
 
 def _make_folder(settings, model_dir, data_config, exp, replaced):

@@ -19,7 +19,7 @@ import tensorflow.compat.v1 as tf
 from hmp.cli import TrainingError
 from hmp.cluster.sessions import CLOSE_WAIT_S, close_session
 from hmp.data.patches import padded_batches
-from hmp.errors import InvalidInput
+from hmp.errors import InvalidInput, op_error_line
 from hmp.graph.augment import SYMMETRIES, symmetry_probabilities
 from hmp.run import events, run_files
 from hmp.run.look_yield import FIT_ACCURACY
@@ -301,7 +301,7 @@ class Trainer:
                     raise InvalidInput(
                         "checkpoint %s was written by another model or optimizer (%s); "
                         "resume with the same --model, --width and --optimizer"
-                        % (checkpoint, error.message.splitlines()[0])) from None
+                        % (checkpoint, op_error_line(error, limit=300))) from None
                 self.log("resumed from %s" % checkpoint)
                 self.session.run(self.graph.metrics.reset)
             else:

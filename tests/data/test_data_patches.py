@@ -90,6 +90,10 @@ def test_final_partial_batch_can_be_dropped(cube, labels):
     assert dataset.steps_per_epoch(10, drop_remainder=True) == n // 10
     kept = list(dataset.batches(10, drop_remainder=True))
     assert len(kept) == n // 10 and all(len(batch) == 10 for batch in kept)
+    # the same seeded order: the whole batches of the epoch that keeps its last one
+    assert n % 10 and len(list(dataset.batches(10))) == n // 10 + 1
+    for whole, got in zip(dataset.batches(10), kept):
+        np.testing.assert_array_equal(whole.indices, got.indices)
 
 
 def test_unlabelled_or_out_of_range_indices_are_refused(cube, labels):

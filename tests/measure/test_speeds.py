@@ -44,9 +44,11 @@ def test_measure_speeds_reports_every_device_and_its_op_size_figures():
     assert sum(relative) == pytest.approx(1.0)
     assert relative[0] / relative[1] == pytest.approx(
         speeds[0].samples_per_s / speeds[1].samples_per_s)
-    assert any("/cpu:1" in m for m in messages)
-    assert messages[-1] == ("profiling: timing 3 steps per device and batch size, at half "
-                            "width (1 for 2), element-wise work (bias add + ReLU), round-robin")
+    assert messages == [
+        "profiling /cpu:0 (1/2): building and warming up",
+        "profiling /cpu:1 (2/2): building and warming up",
+        "profiling: timing 3 steps per device and batch size, at half width (1 for 2), "
+        "element-wise work (bias add + ReLU), round-robin"]
 
 
 def test_the_profiled_step_is_the_runs_step_with_its_augmentation_and_projection():

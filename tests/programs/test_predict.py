@@ -6,6 +6,7 @@ checkpoint, the confusion matrix in its results.json, numpy's softmax, and the
 run's results.json for the events.
 """
 
+import dataclasses
 import errno
 import glob
 import io
@@ -277,6 +278,23 @@ def test_an_exported_graph_keeps_no_hmp_gradient_override():
     for old, new in zip(before.node, after.node):
         assert {k: v for k, v in old.attr.items() if k != "_gradient_op_type"} == dict(
             new.attr.items())
+
+
+def test_a_checkpoint_of_weights_of_other_shapes_is_refused_naming_one(run):
+    """TensorFlow restores a resource variable from a checkpoint tensor of another shape
+    without a word (the graph would then fail, or classify wrongly): the weights' shapes
+    are compared first."""
+    trained = inference.TrainedRun.open(str(run[0]), get_model)
+    for flags, model, weight in (
+            ({"width": 8}, trained.model,
+             "block1/split_out/kernel is [3, 3, 100, 8] there, [3, 3, 100, 16]"),
+            ({"model": "spectral"}, get_model("spectral"),
+             "hidden/kernel is [3, 3, 4, 16] there, [1, 1, 100, 8]")):
+        other = dataclasses.replace(trained, flags={**trained.flags, **flags}, model=model)
+        with pytest.raises(InvalidInput) as refused:
+            inference.Classifier(other, ["/cpu:0"], 16, (10, 10))
+        assert str(refused.value) == ("checkpoint %s does not fit the model of its run "
+                                      "(%s in the model)" % (trained.checkpoint, weight))
 
 
 def test_a_runs_smoothing_is_read_from_results_json_and_none_for_runs_from_before_it():

@@ -56,12 +56,25 @@ def need(batch, width=4):
 CUBE = cube_bytes((40, 40), 5, 100)
 
 
+def split(caps=None):
+    """The "caps" run's plan as the planner makes it: cnn2d width 4, model:2 at speeds
+    2:1, batch 64, within ``caps`` for the model."""
+    return planning.plan_layout(model_spec(model_config("cnn2d", 5, 100, 10, 4)),
+                                ["/cpu:0", "/cpu:1"], [2, 1], 64, "model:2", caps)
+
+
+# /cpu:1's memory in the "caps" run: the cube and 96% of what its share of the uncapped
+# split needs
+CAPPED = int(CUBE + 0.96 * split().prediction.memory[1])
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, small_scene):
     """{name: (Run, its folder)} of hmp.train runs in one interpreter (tests/cli_batch.py);
     a run writes to <folder>/run."""
     folders = {name: tmp_path_factory.mktemp(name) for name in (
-        "batch", "width", "cube", "caps", "bad_unit", "bad_count", "with_plan", "plan_caps")}
+        "batch", "width", "cube", "caps", "bad_unit", "bad_count", "with_plan", "plan_caps",
+        "plan_over")}
     # a plan made for a device of 500 kB: the cube does not fit the memory it was made for
     plan = planning.plan_layout(model_spec(model_config("cnn2d", 5, 100, 10, 4)), ["/cpu:0"],
                                 [1], 64, "batch:1")
@@ -69,20 +82,26 @@ def runs(tmp_path_factory, small_scene):
     written = json.loads((folders["plan_caps"] / "plan.json").read_text())
     (folders["plan_caps"] / "plan.json").write_text(json.dumps({**written,
                                                                 "memory_caps": [500e3]}))
+    # the same plan for a device that holds its model, or the cube, but not both
+    (folders["plan_over"] / "plan.json").write_text(json.dumps({
+        **written, "memory_caps": [need(64) + 1]}))
     args = {
-        # the cube and 1 sample fit in 850 kB, 64 samples do not: the batch is named
-        "batch": [*TINY, *small_scene, "--memory_caps=850KB"],
+        # beside the cube (774 kB) 1 sample fits in 1.3 MB, 64 samples do not: the batch
+        # is named
+        "batch": [*TINY, *small_scene, "--memory_caps=1.3MB"],
         # at width 32 the weights alone (2.43 MB with gradients and slots) do not fit 1 MB
         "width": [*TINY, *small_scene, "--width=32", "--memory_caps=1MB"],
         # not even the scene's cube fits
         "cube": [*TINY, *small_scene, "--memory_caps=500KB"],
         "caps": [*TINY, *small_scene, "--devices=/cpu:0,/cpu:1", "--speeds=2,1",
-                 "--mesh=model:2", "--epochs=1", "--memory_caps=2GB,512MiB"],
+                 "--mesh=model:2", "--epochs=1", "--memory_caps=2GB,%d" % CAPPED],
         "bad_unit": [*TINY, "--memory_caps=2XB"],
         "bad_count": [*TINY, "--devices=/cpu:0,/cpu:1", "--memory_caps=1GB,1GB,1GB"],
         "with_plan": [*TINY[:-1], "--memory_caps=1GB", "--plan=plan.json"],   # no --devices
         "plan_caps": [*TINY[:-1], *small_scene,
                       "--plan=%s" % (folders["plan_caps"] / "plan.json")],
+        "plan_over": [*TINY[:-1], *small_scene,
+                      "--plan=%s" % (folders["plan_over"] / "plan.json")],
     }
     done = run_batch("hmp.train", [
         {"args": [*flags, "--model_dir=%s" % (folders[name] / "run")]}
@@ -99,12 +118,15 @@ def refused(run, folder):
 
 
 def test_a_batch_that_fits_no_memory_is_refused_in_one_line(runs):
-    assert max(CUBE, need(1)) < 850e3 < need(64)
+    """The memory left for the model is the cap less the scene's cube that every device
+    holds beside it: 1.3 MB holds the cube and the model with 1 sample, not with 64 (the
+    cube and the model with 64 samples would each fit alone)."""
+    assert CUBE + need(1) < 1.3e6 < CUBE + need(64) and max(CUBE, need(64)) < 1.3e6
     line = refused(*runs["batch"])
     assert line.startswith("hmp.train: error: --batch_size=64: the model needs %s on one "
                            "device" % format_bytes(need(64)))
-    assert "for the activations of 64 samples) and fits no layout of --mesh=auto on " \
-           "/cpu:0 (850 kB)" in line
+    assert ("for the activations of 64 samples) and fits no layout of --mesh=auto on "
+            "/cpu:0 (1.3 MB) beside the scene's cube (%s)" % format_bytes(CUBE)) in line
 
 
 def test_a_model_whose_weights_fit_no_memory_names_the_width(runs):
@@ -131,11 +153,25 @@ def test_a_scene_that_fits_no_memory_a_plan_was_made_for_names_the_plan(runs):
             % (runs["plan_caps"][1] / "plan.json", format_bytes(CUBE))) in line
 
 
-def test_the_caps_bound_the_plan(runs):
+def test_the_caps_less_the_cube_bound_the_plan(runs):
+    """/cpu:1's share of the uncapped split does not fit its memory beside the cube: it
+    takes fewer filters, within its cap less the cube."""
     run, folder = runs["caps"]
     assert run.returncode == 0, run.stderr[-2000:]
     plan = json.loads((folder / "run" / "results.json").read_text())["plan"]
-    assert plan["memory_caps"] == [2e9, 512 * 2 ** 20]
+    assert plan["memory_caps"] == [2e9 - CUBE, CAPPED - CUBE]
+    assert plan["splits"]["filters1"][1] < split().splits["filters1"][1]
+    assert plan["prediction"]["memory"][1] <= CAPPED - CUBE
+    assert plan["splits"] == split([2e9 - CUBE, CAPPED - CUBE]).splits
+
+
+def test_a_plan_whose_model_fits_no_memory_beside_the_cube_is_refused(runs):
+    line = refused(*runs["plan_over"])
+    assert line.startswith("hmp.train: error: --dataset=")
+    assert ("--plan=%s: the plan does not fit: /cpu:0 needs %s for the model beside the "
+            "scene's cube (%s), more than its %s"
+            % (runs["plan_over"][1] / "plan.json", format_bytes(need(64)),
+               format_bytes(CUBE), format_bytes(need(64) + 1))) in line
 
 
 @pytest.mark.parametrize("name, message", [
