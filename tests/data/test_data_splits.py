@@ -269,3 +269,38 @@ def test_a_damaged_split_file_is_refused_naming_it(labels, tmp_path, damage):
     with pytest.raises(InvalidInput) as refused:
         load_split(path)
     assert str(refused.value) == f"{path} is not a saved split: not an .npz file of arrays"
+
+
+def test_a_disjoint_split_trains_each_class_from_one_end_and_tests_beyond_the_guard_band():
+    """By hand: class 1 fills 6 rows x 5 columns (longer along the rows), class 2 3 rows
+    x 6 columns (longer along the columns); 30% of each (9 and 5 pixels) trains, taken
+    from one end of its longer side (row by row, or column by column), the end chosen
+    by the seed; the test pixels are the labelled ones farther than patch_size // 2
+    (Chebyshev) from every training pixel."""
+    labels = np.zeros((8, 13), np.int32)
+    labels[1:7, 0:5] = 1
+    labels[0:3, 7:13] = 2
+    width = labels.shape[1]
+    rows_first = [r * width + c for r in range(1, 7) for c in range(5)]   # class 1's order
+    cols_first = [r * width + c for c in range(7, 13) for r in range(3)]   # class 2's
+
+    def ends(order, line, count):
+        """The first ``count`` of ``order`` from either end, by lines of ``line`` pixels
+        (each line's pixels in their order either way)."""
+        lines = [order[start:start + line] for start in range(0, len(order), line)]
+        backwards = [p for pixels in reversed(lines) for p in pixels]
+        return {tuple(sorted(order[:count])), tuple(sorted(backwards[:count]))}
+
+    seen = set()
+    for seed in range(6):
+        split = disjoint_split(labels, train_fraction=0.3, patch_size=3, seed=seed)
+        train = set(split.train.tolist())
+        ones = tuple(sorted(p for p in train if labels.flat[p] == 1))
+        twos = tuple(sorted(p for p in train if labels.flat[p] == 2))
+        assert ones in ends(rows_first, 5, 9) and twos in ends(cols_first, 3, 5), seed
+        seen.add((ones, twos))
+        labelled = np.flatnonzero(labels)
+        expected_test = [p for p in labelled if p not in train and all(
+            max(abs(p // width - t // width), abs(p % width - t % width)) > 1 for t in train)]
+        np.testing.assert_array_equal(np.sort(split.test), expected_test)
+    assert len(seen) > 1   # the seed chooses the ends
