@@ -10,7 +10,7 @@ import tensorflow.compat.v1 as tf
 from hmp.graph.from_graph import model_spec
 from hmp.graph.graph_config import Augmentation, Projection, Recipe
 from hmp.measure.channel_blocks import CPU_FLAGS_FILE, lanes_of
-from hmp.measure.speeds import (DeviceStep, SplitStep, affine_fit, barrier_wait,
+from hmp.measure.speeds import (DeviceStep, SplitStep, affine_fit, barrier_wait, in_turns,
                                 measure_platform, measure_speeds, relative_speeds,
                                 small_batch, with_given_figures)
 from hmp.planning import DeviceSpec, plan_layout
@@ -169,3 +169,21 @@ def test_affine_fit_without_a_valid_line_has_no_overhead(small, small_step):
 
 def test_the_second_batch_is_a_quarter():
     assert [small_batch(b) for b in (1, 3, 4, 512)] == [None, None, 1, 128]
+
+
+def test_steps_run_in_turns_and_each_turn_counts_its_median():
+    """Round-robin (a, b, a, b, ...: a change of the machine's load hits both alike),
+    ``per_turn`` runs of a step a turn, the turn's seconds their median."""
+    calls = []
+
+    class Scripted:
+        def __init__(self, key, seconds):
+            self.key, self.seconds = key, iter(seconds)
+
+        def run(self):
+            calls.append(self.key)
+            return next(self.seconds)
+
+    steps = {"a": Scripted("a", [3, 1, 2, 9, 9, 9]), "b": Scripted("b", [5, 4, 6, 1, 2, 3])}
+    assert in_turns(steps, repeats=2, per_turn=3) == {"a": [2, 9], "b": [5, 2]}
+    assert calls == ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + ["b"] * 3
