@@ -86,3 +86,28 @@ def test_a_link_is_the_small_tensors_hop_and_the_slope_to_the_large_ones():
     assert link.bandwidth_bytes_per_s == pytest.approx((2**20 - 256) / 1048.576e-6)
     noisy = link_from_handovers((10e-6, 9e-6))
     assert noisy.bandwidth_bytes_per_s == pytest.approx((2**20 - 256) / 1e-9)
+
+
+def test_two_hosts_give_a_link_and_a_local_link_each_no_faster_under_load(monkeypatch):
+    """Two tasks of two devices each: the link between the tasks and the link within one,
+    each timed idle and under load (scripted per-hop seconds here); a loaded figure
+    faster than the idle one is taken as the idle one."""
+    from hmp.measure import linkprobe
+    timed = {   # (pair, under load): per-hop seconds of the small and the large tensor
+        (("/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0"), False):
+            (100e-6, 1100e-6),
+        (("/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0"), True):
+            (300e-6, 900e-6),   # a faster slope under load: noise, clamped
+        (("/job:worker/task:0/device:CPU:0", "/job:worker/task:0/device:CPU:1"), False):
+            (1e-6, 101e-6),
+        (("/job:worker/task:0/device:CPU:0", "/job:worker/task:0/device:CPU:1"), True):
+            (2e-6, 202e-6)}
+    monkeypatch.setattr(linkprobe, "handover_seconds",
+                        lambda pair, target, config, repeats, busy=(): timed[
+                            tuple(pair), bool(busy)])
+    devices = ["/job:worker/task:%d/device:CPU:%d" % (t, d) for t in (0, 1) for d in (0, 1)]
+    link = measure_link(devices, busy=[lambda: None])
+    slope = lambda seconds: (2**20 - 256) / seconds   # noqa: E731
+    expected_local = LinkSpec(slope(100e-6), 1e-6, loaded=LinkSpec(slope(200e-6), 2e-6))
+    assert link == LinkSpec(slope(1000e-6), 100e-6, local=expected_local,
+                            loaded=LinkSpec(slope(1000e-6), 300e-6))
