@@ -115,15 +115,19 @@ def test_the_memory_budget_sets_the_tiles(trained):
     rows_of_tiles = inference.tiling(run, raster, 200_000)
     rows, cols = rows_of_tiles[0][0].shape
     assert 1 < rows < 23 and cols < 19 and len(rows_of_tiles) == -(-23 // rows)
-    per_pixel = 24 * 100 + 24 * 100   # the run keeps all 100 bands
-    assert (rows + 4) * (cols + 4) * per_pixel + rows * 19 * (4 * 10 + 17) <= 200_000
+    # a padded window's pixel: its 100 bands of the file and 100 of the model's input (the
+    # run keeps all bands); a result's pixel: its 10 classes, no-data flag and class
+    per_pixel = (inference.WINDOW_BYTES_PER_INPUT_BAND * 100
+                 + inference.WINDOW_BYTES_PER_MODEL_BAND * 100)
+    per_result = inference.RESULT_BYTES_PER_CLASS * 10 + inference.RESULT_BYTES_PER_PIXEL
+    assert (rows + 4) * (cols + 4) * per_pixel + rows * 19 * per_result <= 200_000
     assert rows_of_tiles[0][0] == Tile(slice(0, rows), slice(0, cols))
     # smoothed as the run (guided, window 5): per class the filter's copies, and the
     # context's 4 rows above and below a row of tiles held with it
     smoothed = inference.tiling(run, raster, 400_000, window=5, guide=run.guide)
     rows_5, cols_5 = smoothed[0][0].shape
     assert 1 < rows_5 < 23 and cols_5 < 19
-    assert ((rows_5 + 4) * (cols_5 + 4) * per_pixel
-            + (rows_5 + 8) * 19 * ((4 + 48) * 10 + 17)) <= 400_000
+    guided = per_result + inference.GUIDED_SMOOTHING_BYTES_PER_CLASS * 10
+    assert ((rows_5 + 4) * (cols_5 + 4) * per_pixel + (rows_5 + 8) * 19 * guided) <= 400_000
     assert ((rows_5 + 5) * (cols_5 + 5) * per_pixel   # the largest that fits
-            + (rows_5 + 9) * 19 * ((4 + 48) * 10 + 17)) > 400_000
+            + (rows_5 + 9) * 19 * guided) > 400_000
