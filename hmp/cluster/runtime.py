@@ -313,7 +313,8 @@ class Cluster:
     def failures(self, hint=""):
         """Turns a worker error inside the block into ``WorkerUnavailable``:
         one line naming the worker (task and address), what TensorFlow said,
-        and ``hint`` (e.g. how to continue)."""
+        and ``hint`` (e.g. how to continue; a function of no argument gives it when the
+        error comes, e.g. from the checkpoints written by then)."""
         try:
             yield
         except WORKER_ERRORS as error:
@@ -323,7 +324,8 @@ class Cluster:
                                                        % self.timeout_s,
                       tf.errors.AbortedError: "lost its state (restarted?)"}.get(
                 type(error), "is unreachable")
-            raise WorkerUnavailable("%s %s (%s)%s" % (who, reason, op_error_line(error), hint)
+            said = hint() if callable(hint) else hint
+            raise WorkerUnavailable("%s %s (%s)%s" % (who, reason, op_error_line(error), said)
                                     ) from None
 
 

@@ -15,7 +15,9 @@ flag, before anything is written. The model comes from the caller
 
 import contextlib
 import dataclasses
+import functools
 import os
+import time
 
 import numpy as np
 import tensorflow.compat.v1 as tf
@@ -34,10 +36,6 @@ from hmp.run.resume import check_same_graph, seed_dirs
 from hmp.run.seed_training import Shared, train_seed
 from hmp.run.settings import Settings
 
-RESUME_HINT = ("; the checkpoints so far are kept: restart the worker, then run again "
-               "with --resume")
-LOCAL_RESUME_HINT = ("; the checkpoints so far are kept: run again with --resume (it starts "
-                     "the local workers anew)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,10 +103,26 @@ def fit(settings, get_model, argv=()):
     tf.logging.set_verbosity(tf.logging.ERROR)
     settings.check(get_model)
     model_dir, folders = _run_folders(settings, get_model)   # before any worker starts
+    started = time.time()
     with _cluster(settings) as cluster:
-        hint = LOCAL_RESUME_HINT if settings.placement.local_workers else RESUME_HINT
+        hint = functools.partial(_how_to_continue, settings, model_dir, folders, started)
         with cluster.failures(hint) if cluster else contextlib.nullcontext():
             return _seeds(settings, get_model, list(argv), cluster, model_dir, folders)
+
+
+def _how_to_continue(settings, model_dir, folders, started):
+    """What to do after a lost worker: continue from the run's checkpoints (its own, or
+    those written since this invocation ``started``: with --overwrite, the old run's are
+    not this run's), or, with none yet, run the same command again."""
+    again = "" if settings.placement.local_workers else "restart the worker, then "
+    anew = " (it starts the local workers anew)" if settings.placement.local_workers else ""
+    kept = [folder for folder in (model_dir, *folders)
+            if run_folder.checkpoint_step(folder) is not None and (
+                settings.folder.resume or os.path.getmtime(folder) >= started)]
+    if kept:
+        return "; the checkpoints so far are kept in %s: %scontinue with %s%s" % (
+            kept[0], again, run_folder.continuing_flags(model_dir), anew)
+    return "; no checkpoint was written yet: %srun the same command again%s" % (again, anew)
 
 
 def _run_folders(settings, get_model):

@@ -351,7 +351,8 @@ def test_killed_worker_stops_training_and_resume_continues(workers, tmp_path, sm
     lines = [l for l in stderr.splitlines() if l.startswith("hmp.train: error:")]
     assert returncode == 1 and len(lines) == 1, stderr[-2000:]
     assert "worker 1 (%s) is unreachable" % workers.cluster.addresses[1] in lines[0]
-    assert "--resume" in lines[0] and "Traceback" not in stderr
+    assert lines[0].endswith("restart the worker, then continue with --flagfile=%s --resume"
+                             % (tmp_path / "flags.txt")) and "Traceback" not in stderr
     last = tf.train.latest_checkpoint(str(tmp_path))
     assert int(last.rpartition("-")[2]) >= 3
 

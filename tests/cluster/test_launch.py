@@ -371,7 +371,9 @@ def test_a_killed_local_worker_is_named_and_the_other_stopped(tmp_path, small_sc
     lines = [l for l in run.stderr.splitlines() if l.startswith("hmp.train: error:")]
     assert run.returncode == 1 and len(lines) == 1, run.stderr[-2000:]
     assert re.search(r"worker 1 \(127\.0\.0\.1:\d+\) is unreachable", lines[0]), lines[0]
-    assert "run again with --resume (it starts the local workers anew)" in lines[0]
+    assert lines[0].endswith(
+        "; the checkpoints so far are kept in %s: continue with --flagfile=%s --resume (it "
+        "starts the local workers anew)" % (tmp_path, tmp_path / "flags.txt")), lines[0]
     assert all(_gone(pid) for pid in pids.values())
 
 

@@ -23,7 +23,7 @@ from hmp.cli import Interrupted
 from hmp.errors import InvalidInput
 from hmp.evaluation.metrics import evaluate
 from hmp.run import experiment, run_folder, seed_training
-from hmp.run.fit import Fitted
+from hmp.run.fit import Fitted, _how_to_continue
 from hmp.run.settings import DEFAULT, FLAG_FIELDS, Settings
 from models import get_model
 
@@ -266,6 +266,36 @@ def test_refused_settings_raise_the_command_lines_message(values, message, tmp_p
         hmp.fit(Settings.of(**values), get_model)
     assert str(refused.value).startswith(message), str(refused.value)
     assert list(tmp_path.iterdir()) == []   # nothing written
+
+
+def test_a_lost_worker_says_how_to_continue_from_the_checkpoints_written_or_without_any(
+        tmp_path):
+    """With checkpoints of this run (written since it started, or a resumed run's), the
+    command that continues it; without (the worker lost while profiling, or an
+    --overwrite's old run not yet replaced), the same command again: --resume would be
+    refused, or would continue the old run."""
+    run = tmp_path / "run"
+    run.mkdir()
+    cluster = Settings.of(cluster="127.0.0.1:2222,127.0.0.1:2223")
+    local = Settings.of(local_workers="0:1,1:1")
+    assert _how_to_continue(cluster, str(run), [str(run)], 0.0) == (
+        "; no checkpoint was written yet: restart the worker, then run the same command "
+        "again")
+    (run / "ckpt-5.index").write_bytes(b"")
+    (run / "checkpoint").write_text('model_checkpoint_path: "ckpt-5"\n')
+    (run / "flags.txt").write_text("--epochs=3\n")
+    written = os.path.getmtime(run)
+    assert _how_to_continue(local, str(run), [str(run)], written) == (
+        "; the checkpoints so far are kept in %s: continue with --flagfile=%s --resume (it "
+        "starts the local workers anew)" % (run, run / "flags.txt"))
+    # an old run's checkpoints (written before this invocation started): not this run's
+    overwrite = cluster.replace(overwrite=True)
+    assert _how_to_continue(overwrite, str(run), [str(run)], written + 60).startswith(
+        "; no checkpoint was written yet")
+    resumed = cluster.replace(resume=True)
+    assert _how_to_continue(resumed, str(run), [str(run)], written + 60) == (
+        "; the checkpoints so far are kept in %s: restart the worker, then continue with "
+        "--flagfile=%s --resume" % (run, run / "flags.txt"))
 
 
 def test_settings_held_as_text_that_hold_numbers_take_numbers_from_python():
