@@ -71,6 +71,12 @@ def _cluster_and_task():
         if FLAGS.task is not None:
             raise cli.UsageError("--task=%d: %s gives this worker its task; leave --task out"
                                  % (FLAGS.task, cluster.origin))
+        if task is None and source == sources.SLURM:
+            raise cli.UsageError("%s gives this process no task: SLURM_PROCID=%s is not one "
+                                 "of its tasks 0 to %d; start the workers with one srun over "
+                                 "the whole job, one task each"
+                                 % (cluster.origin, os.environ.get("SLURM_PROCID"),
+                                    len(cluster.addresses) - 1))
         if task is None:
             raise cli.UsageError('%s gives this process no task; give it "task": {"type": '
                                  '"worker", "index": N}, N from 0 to %d'
