@@ -149,9 +149,9 @@ def _cluster(settings):
     if placement.local_workers is None:
         cluster = None
         if placement.cluster is not None:
-            with settings.blame("cluster", "cluster_timeout",
-                                *(("port_base",) if placement.cluster == sources.SLURM
-                                  else ())):
+            # (--cluster_timeout is checked with the other flags: no fault of the list)
+            with settings.blame("cluster", *(("port_base",) if placement.cluster ==
+                                             sources.SLURM else ())):
                 cluster, _ = sources.resolve(placement.cluster, placement.cluster_timeout,
                                              placement.port_base)
             cluster.check_answers(say=say)

@@ -205,6 +205,9 @@ def test_runs_on_given_train_and_test_sets_and_summarises_the_seeds(tmp_path):
 BAD_FLAGS = {
     "--batch_size=abc": "--batch_size=abc: not a whole number",   # absl's words replaced
     "--learning_rate=x": "--learning_rate=x: not a number",
+    # the list's fault alone: not --cluster_timeout's, which is given beside it
+    "--cluster=127.0.0.1:22x2 --cluster_timeout=5":
+        "error: --cluster=127.0.0.1:22x2: '127.0.0.1:22x2' is not host:port",
     "--model=nope": "--model=nope: model 'nope' is not known; choose one of cnn2d, cnn3d",
     "--model=no.such.module": "--model=no.such.module: model module 'no.such.module' cannot",
     "--dataset=nope": "--dataset=nope: unknown scene 'nope'; allowed: "
