@@ -240,6 +240,10 @@ def test_a_trainer_port_that_is_no_port_is_refused_in_one_line(value):
 def test_bad_cluster_flags_are_refused():
     with pytest.raises(ValueError, match="'x:y' is not host:port"):
         Cluster.parse("127.0.0.1:1,x:y")
+    for port in (0, 99999):   # a port out of TCP's range: said so
+        with pytest.raises(ValueError, match=r"^'127.0.0.1:%d': a port is a whole number from "
+                                             r"1 to 65535, got %d$" % (port, port)):
+            Cluster.parse("127.0.0.1:%d" % port)
     with pytest.raises(ValueError, match="127.0.0.1:1 is given more than once"):
         Cluster.parse("127.0.0.1:1,127.0.0.1:1")
     with pytest.raises(ValueError, match=r"'127.0.0.1:1;127.0.0.1:2' is not host:port \(e.g. "
