@@ -115,6 +115,8 @@ def train_seed(shared, model_dir, seed, replaced=()):
     # The checkpoint's step and epoch.
     start_step = (run_folder.checkpoint_step(model_dir) or 0) if resume else 0
     first_epoch = start_step // steps_per_epoch
+    _say_past_the_end(start_step, settings.recipe.epochs * steps_per_epoch,
+                      "--max_steps" if capped else "--epochs=%d" % given.recipe.epochs)
     # Every invocation's epochs: a resumed run keeps those before its checkpoint (read
     # here, written once an epoch ends).
     record = run_folder.History.open(model_dir, resume, first_epoch, start_step, shared.argv)
@@ -170,6 +172,14 @@ def train_seed(shared, model_dir, seed, replaced=()):
                "seconds": time.time() - started}
     files.write_json(os.path.join(model_dir, run_files.RESULTS), results)
     print("results, maps and checkpoints in %s" % model_dir)
+
+
+def _say_past_the_end(step, steps, flag):
+    """Says when a resumed run's checkpoint (at ``step``) is already past the ``steps``
+    its ``flag`` allows (e.g. --epochs lowered on --resume): it trains no further."""
+    if step >= steps:
+        print("the run is at step %d and %s asks for %d: it trains no further, and is "
+              "scored now" % (step, flag, steps), flush=True)
 
 
 def _say_max_steps(recipe, epochs, steps_per_epoch):

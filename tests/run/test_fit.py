@@ -298,6 +298,14 @@ def test_a_lost_worker_says_how_to_continue_from_the_checkpoints_written_or_with
         "--flagfile=%s --resume" % (run, run / "flags.txt"))
 
 
+def test_a_resumed_run_past_its_epochs_says_it_trains_no_further(capsys):
+    seed_training._say_past_the_end(414, 415, "--epochs=5")   # one step to go: silent
+    seed_training._say_past_the_end(415, 123, "--epochs=3")   # --epochs lowered on --resume
+    assert capsys.readouterr().out == (
+        "the run is at step 415 and --epochs=3 asks for 123: it trains no further, and is "
+        "scored now\n")
+
+
 def test_settings_held_as_text_that_hold_numbers_take_numbers_from_python():
     settings = Settings.of(spectral_shift=2, spectral_gain=0.5, smoothing=5)
     settings.check(get_model)
