@@ -242,11 +242,14 @@ class Cluster:
         """``WorkerUnavailable`` in one line naming this trainer's address (and how to
         set it) unless every worker receives a value from it (``reach_trainer``)."""
         if not self.reach_trainer(timeout_s=min(10.0, self.timeout_s)):
+            given = os.environ.get(TRAINER_HOST_ENV)
+            where = ("%s=%s" % (TRAINER_HOST_ENV, given) if given else
+                     "its address on the route to them")
             raise WorkerUnavailable(
-                "the workers of %s cannot reach this trainer at %s (its address on the route "
-                "to them): set %s to an address of this machine that they reach, or %s to "
-                "a port a firewall lets them reach"
-                % (self.flag, self.client_address, TRAINER_HOST_ENV, TRAINER_PORT_ENV))
+                "the workers of %s cannot reach this trainer at %s (%s): set %s to an "
+                "address of this machine that they reach, or %s to a port a firewall lets "
+                "them reach" % (self.flag, self.client_address, where, TRAINER_HOST_ENV,
+                                TRAINER_PORT_ENV))
 
     def reach_trainer(self, timeout_s=5.0):
         """True if every task receives a value from this process's server (the master,

@@ -55,11 +55,13 @@ def resolve(source, timeout_s=DEFAULT_TIMEOUT_S, port_base=DEFAULT_PORT_BASE):
     return Cluster.parse(source, timeout_s), None
 
 
+_TF_CONFIG_FORM = ('{"cluster": {"worker": ["host:port", ...]}, '
+                  '"task": {"type": "worker", "index": N}}')
+
+
 def _from_tf_config(timeout_s):
     if not os.environ.get("TF_CONFIG"):
-        raise InvalidInput("TF_CONFIG is not set; give it as "
-                           '{"cluster": {"worker": ["host:port", ...]}, '
-                           '"task": {"type": "worker", "index": N}}')
+        raise InvalidInput("TF_CONFIG is not set; give it as " + _TF_CONFIG_FORM)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     try:
         jobs = resolver.cluster_spec().as_dict()
@@ -67,10 +69,13 @@ def _from_tf_config(timeout_s):
     except (ValueError, TypeError, KeyError) as error:   # not JSON, not a cluster, bad index
         raise InvalidInput("TF_CONFIG is not a cluster description (%s: %s)"
                            % (type(error).__name__, error)) from None
+    if not jobs:   # e.g. a JSON list, or an object without "cluster"
+        raise InvalidInput("TF_CONFIG holds no cluster (%s); give it as %s"
+                           % (os.environ["TF_CONFIG"][:60], _TF_CONFIG_FORM))
     if set(jobs) != {JOB} or not isinstance(jobs[JOB], list):
         raise InvalidInput("TF_CONFIG's cluster has the jobs %s; hmp's tasks are one job, "
                            '"worker", a list of host:port'
-                           % (json.dumps(sorted(jobs)) if jobs else "none"))
+                           % json.dumps(sorted(jobs)))
     if task_type not in (None, JOB):
         raise InvalidInput('TF_CONFIG\'s task has the type "%s"; hmp\'s tasks are of the '
                            'type "worker"' % task_type)

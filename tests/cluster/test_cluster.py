@@ -178,9 +178,9 @@ def test_workers_that_cannot_reach_the_trainer_are_refused_in_one_line(workers, 
     with pytest.raises(WorkerUnavailable) as error:
         cluster.check_reach()
     assert str(error.value) == (
-        "the workers of %s cannot reach this trainer at %s (its address on the route to "
-        "them): set HMP_TRAINER_HOST to an address of this machine that they reach, or "
-        "HMP_TRAINER_PORT to a port a firewall lets them reach"
+        "the workers of %s cannot reach this trainer at %s (HMP_TRAINER_HOST="
+        "trainer.invalid): set HMP_TRAINER_HOST to an address of this machine that they "
+        "reach, or HMP_TRAINER_PORT to a port a firewall lets them reach"
         % (cluster.flag, cluster.client_address))
 
 

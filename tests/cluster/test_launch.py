@@ -222,7 +222,8 @@ def test_workers_and_trainer_name_the_task_of_a_taken_port_or_a_bad_environment(
             {"args": [], "env": {"TF_CONFIG": '{"cluster": {"chief": ["a:1"]}}'}},
             {"args": [], "env": {"SLURM_PROCID": "0"}},
             {"args": [], "env": {"TF_CONFIG": '{"cluster": {"worker": ["a:1", "b:2"]}}'}},
-            {"args": ["--port_base=%d" % port], "env": _slurm_task(5)}])
+            {"args": ["--port_base=%d" % port], "env": _slurm_task(5)},
+            {"args": [], "env": {"TF_CONFIG": "[1, 2]"}}])
     served = "worker 1 (localhost:%d) of %%s cannot serve: port %d is in use on this machine" % (
         port + 1, port + 1)
     expected = [served % "TF_CONFIG", served % ("Slurm's job (--port_base=%d)" % port),
@@ -233,7 +234,9 @@ def test_workers_and_trainer_name_the_task_of_a_taken_port_or_a_bad_environment(
                 '"index": N}, N from 0 to 1',
                 "Slurm's job (--port_base=%d) gives this process no task: SLURM_PROCID=5 is "
                 "not one of its tasks 0 to 1; start the workers with one srun over the whole "
-                "job, one task each" % port]
+                "job, one task each" % port,
+                'TF_CONFIG holds no cluster ([1, 2]); give it as {"cluster": {"worker": '
+                '["host:port", ...]}, "task": {"type": "worker", "index": N}}']
     for run, message in zip(refused, expected):
         lines = run.stderr.splitlines()   # no TensorFlow line before it: a taken port is
         assert run.returncode == 2 and len(lines) == 1, run.stderr[-2000:]   # seen first
