@@ -36,9 +36,9 @@ from hmp.layers import BATCH_STATISTICS  # noqa: E402
 from hmp.planning import (check_mesh_size, check_speeds, device_names,  # noqa: E402
                           load_platform, parse_mesh, plan_layout, splits_the_model)
 from hmp.measure.calibration import describe  # noqa: E402
-from hmp.errors import check_distinct, op_error_line  # noqa: E402
+from hmp.errors import op_error_line  # noqa: E402
 from hmp.measure.devices import (LOCAL_JOBS, check_device_string, check_local,  # noqa: E402
-                                 parse_memory_caps, virtual_cpus)
+                                 device_list, parse_memory_caps, virtual_cpus)
 from hmp.measure.speeds import (measure_platform, measure_speeds, relative_speeds,  # noqa: E402
                                 with_given_figures)
 from hmp.run.settings import DEFAULT  # noqa: E402
@@ -92,10 +92,9 @@ def parse_devices(text):
 
 def check_platform_devices(names):
     """InvalidInput for a platform file's device that is no TensorFlow device string, or
-    is named twice."""
-    for name in names:
+    is named twice (``device_list``)."""
+    for name in device_list(names):
         check_device_string(name)
-    check_distinct(names)
 
 
 def parse_speeds(text, devices):

@@ -36,18 +36,24 @@ def memory_caps(settings, devices, given_plan=None):
                 or memory_bytes(devices))
 
 
+def beside_cube(caps, cube):
+    """Each device's memory for the model: its cap (None: not known) less the scene's
+    ``cube`` bytes that every device holds beside the model."""
+    return [None if cap is None else cap - cube for cap in caps]
+
+
 def check_memory(settings, devices, spec, caps, cube):
     """UsageError, before any folder is made, when the model (``spec``) at --batch_size
-    fits no layout of --mesh on ``devices`` within each one's memory for the model
-    (``caps``: less the scene's ``cube`` bytes each holds beside it): naming
-    --batch_size when fewer samples would fit, else --width, and the memory a device
-    alone needs (``planning.memory_bytes``: weights with their gradients and optimizer
-    slots, and the activations of the batch)."""
+    fits no layout of --mesh on ``devices`` within each one's memory (``caps``) beside
+    the scene's ``cube`` bytes: naming --batch_size when fewer samples would fit, else
+    --width, and the memory a device alone needs (``planning.memory_bytes``: weights
+    with their gradients and optimizer slots, and the activations of the batch)."""
     batch_size, mesh = settings.recipe.batch_size, settings.placement.mesh
-    if all(cap is None for cap in caps) or _fits(mesh, devices, spec, caps, batch_size):
+    room = beside_cube(caps, cube)
+    if all(cap is None for cap in caps) or _fits(mesh, devices, spec, room, batch_size):
         return
     fewest = 1 if mesh == AUTO else planning.parse_mesh(mesh).batch
-    flag = "batch_size" if _fits(mesh, devices, spec, caps, fewest) else "width"
+    flag = "batch_size" if _fits(mesh, devices, spec, room, fewest) else "width"
     whole = np.ones((len(spec.layers), 1))
     need, weights = (float(planning.memory_bytes(spec, [batch], whole)[0, 0])
                      for batch in (batch_size, 0))
@@ -58,17 +64,18 @@ def check_memory(settings, devices, spec, caps, cube):
         "--batch_size, or devices with more memory"
         % (flag, settings.value(flag), format_bytes(need), format_bytes(weights),
            format_bytes(need - weights), batch_size, mesh,
-           ", ".join("%s (%s)" % (d, "?" if c is None else format_bytes(c + cube))
+           ", ".join("%s (%s)" % (d, "?" if c is None else format_bytes(c))
                      for d, c in zip(devices, caps)), format_bytes(cube)))
 
 
 def check_plan_memory(plan, caps, cube):
     """InvalidInput when a given plan's model needs more on a device than its memory
-    for the model (``caps``: less the scene's ``cube`` bytes each holds beside it)."""
+    (``caps``) leaves beside the scene's ``cube`` bytes."""
     over = ["%s needs %s for the model beside the scene's cube (%s), more than its %s"
-            % (device, format_bytes(need), format_bytes(cube), format_bytes(cap + cube))
-            for device, need, cap in zip(plan.devices, plan.prediction.memory, caps)
-            if cap is not None and need > cap]
+            % (device, format_bytes(need), format_bytes(cube), format_bytes(cap))
+            for device, need, cap, room in zip(plan.devices, plan.prediction.memory, caps,
+                                               beside_cube(caps, cube))
+            if room is not None and need > room]
     if over:
         raise InvalidInput("the plan does not fit: %s; allowed: a plan made for the memory "
                            "left beside the cube (scripts/plan_layout.py --memory_caps)"

@@ -24,8 +24,8 @@ from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import ModelConfig, Placement
 from hmp.run import events, experiment, fitted_preprocessing, run_files, run_folder, scoring
 from hmp.run.epoch_loop import EpochLoop
-from hmp.run.plan_choice import (alone_trial, check_memory, check_plan_memory,
-                                 choose_plan, memory_caps)
+from hmp.run.plan_choice import (alone_trial, beside_cube, check_memory,
+                                 check_plan_memory, choose_plan, memory_caps)
 from hmp.run.progress import ProgressLine
 from hmp.run.resume import check_same_data, resumes
 from hmp.run.seed_data import load_experiment
@@ -222,9 +222,8 @@ def _check_fits(shared, exp, model_config, recipe, spec):
         scene_input.check_cube_fits(exp.scene.image_shape, settings.data.patch_size, bands,
                                     devices, caps)
     cube = scene_input.cube_bytes(exp.scene.image_shape, settings.data.patch_size, bands)
-    model_caps = [None if cap is None else cap - cube for cap in caps]
     if given_plan is None:   # memory before work: before any folder or profiling
-        check_memory(settings, devices, spec, model_caps, cube)
+        check_memory(settings, devices, spec, caps, cube)
     else:
         where = "plan file %s" % settings.placement.plan
         with settings.blame("plan"):
@@ -232,8 +231,8 @@ def _check_fits(shared, exp, model_config, recipe, spec):
         with settings.blame("plan", "batch_size"):
             given_plan.check_batch(settings.recipe.batch_size, where)
         with settings.blame(*settings.scene_flags(), "plan"):
-            check_plan_memory(given_plan, model_caps, cube)
-    return model_caps
+            check_plan_memory(given_plan, caps, cube)
+    return beside_cube(caps, cube)
 
 
 def _make_folder(settings, model_dir, data_config, exp, replaced):
