@@ -36,9 +36,10 @@ flags.DEFINE_string("model", DEFAULT.model.name, "Model: " + ", ".join(models.MO
 flags.DEFINE_integer("width", DEFAULT.model.width,
                      "Model width (filters of its first layer); 0: default.")
 flags.DEFINE_enum("batch_norm", DEFAULT.model.batch_norm, BATCH_STATISTICS, "Batch norm's "
-                  "statistics while training: sync (the whole batch's: every split equals one "
-                  "device, at an all-reduce per layer) or local (each replica of a batch split "
-                  "its own samples': no synchronisation of its own).")
+                  "statistics while training: local (each replica of a batch split its own "
+                  "samples', as data-parallel frameworks do: no synchronisation of its own) or "
+                  "sync (the whole batch's: every split equals one device, at two all-reduces "
+                  "a layer). The same on one device and on a filter split.")
 flags.DEFINE_enum("precision", DEFAULT.model.precision, list(PRECISIONS), "What the model "
                   "computes in: float32, or mixed_bfloat16 / mixed_float16 (activations and "
                   "gradients in 16 bits, float16 with loss scaling; weights, optimizer slots "

@@ -107,6 +107,7 @@ from hmp.run.profiler import (INPUT, MODEL, STEP_PARTS, busy_by_part,  # noqa: E
                               busy_times, step_parts, trace_step)
 from hmp.layers import BATCH_STATISTICS  # noqa: E402
 from hmp.run.rebalance import replan  # noqa: E402
+from hmp.run.settings import DEFAULT  # noqa: E402
 from models import MODEL_NAMES, model_config, recipe  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -115,8 +116,8 @@ flags.DEFINE_list("models", ["cnn3d", "cnn2d"], "Models to benchmark: "
                   + ", ".join(plain_tf_models.MODELS) + ").")
 flags.DEFINE_integer("width", 0, "Model width (0: each model's default).")
 flags.DEFINE_integer("batch_size", 512, "Global batch (samples per step).")
-flags.DEFINE_enum("batch_norm", "sync", BATCH_STATISTICS, "Batch norm's statistics while "
-                  "training (hmp.train --batch_norm).")
+flags.DEFINE_enum("batch_norm", DEFAULT.model.batch_norm, BATCH_STATISTICS, "Batch norm's "
+                  "statistics while training (hmp.train --batch_norm).")
 flags.DEFINE_integer("steps", 5, "Timed steps per configuration and repeat.")
 flags.DEFINE_integer("repeats", 5, "Interleaved repeats of every configuration.")
 flags.DEFINE_integer("warmup", 3, "Untimed steps per configuration first.")

@@ -43,7 +43,9 @@ class ModelSettings:
 
     name: str = "hybridsn"
     width: int = 0   # filters of its first layer; 0: the model's default
-    batch_norm: str = "sync"   # hmp.layers.BATCH_STATISTICS
+    # hmp.layers.BATCH_STATISTICS: each batch replica's own (the layers' default, "sync",
+    # is exact under any split, at two barriers a layer; docs/benchmarks.md)
+    batch_norm: str = "local"
     precision: str = "float32"   # hmp.graph.graph_config.PRECISIONS
 
 

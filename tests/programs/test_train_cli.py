@@ -1,5 +1,6 @@
 """``python -m hmp.train`` end to end: runs, errors, resumes (kill, resume: test_train_runs.py)."""
 
+import dataclasses
 import json
 import re
 import shutil
@@ -31,9 +32,12 @@ def train(*args, model_dir=None, env=None, pythonpath=None):
 
 
 def plan_file(path, config, devices, speeds, batch_size, mesh):
-    """A plan JSON, as scripts/plan_layout.py writes it (tests/scripts/test_plan_layout_cli.py)."""
+    """A plan JSON, as scripts/plan_layout.py writes it (tests/scripts/test_plan_layout_cli.py),
+    for ``config`` trained with hmp.train's batch norm."""
     from hmp.graph.from_graph import model_spec
     from hmp.planning import plan_layout
+    from hmp.run.settings import DEFAULT
+    config = dataclasses.replace(config, batch_norm=DEFAULT.model.batch_norm)
     plan_layout(model_spec(config), devices, speeds, batch_size, mesh).to_json(path)
     return path
 

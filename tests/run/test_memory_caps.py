@@ -18,9 +18,10 @@ from hmp.measure.devices import parse_memory_caps
 from hmp.formatting import format_bytes
 from models import model_config
 
-# cnn2d at width 4 on conftest's small scene (5x5 patches of 100 bands, 10 classes)
+# cnn2d at width 4 on conftest's small scene (5x5 patches of 100 bands, 10 classes), with
+# model_config's batch norm (the plans below are made for it)
 TINY = ["--model=cnn2d", "--width=4", "--patch_size=5", "--batch_size=64", "--notta",
-        "--devices=/cpu:0"]
+        "--batch_norm=sync", "--devices=/cpu:0"]
 
 
 @pytest.mark.parametrize("text, count, caps", [

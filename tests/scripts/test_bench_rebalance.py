@@ -18,7 +18,7 @@ from absl import flags
 from absl.testing import flagsaver
 
 found = {}
-for given in ([], ["--batch_norm=local"]):
+for given in ([], ["--batch_norm=sync"]):
     with flagsaver.flagsaver():
         flags.FLAGS(["bench_rebalance", "--epochs=6", *given])
         found[" ".join(given)] = bench.train_command("cnn2d", "127.0.0.1:1,127.0.0.1:2",
@@ -38,7 +38,7 @@ def test_runs_train_with_the_batch_norm_asked_for_and_unused_flags_are_refused()
                              text=True, timeout=HUNG_S, check=False)
     assert checked.returncode == 0, checked.stderr[-2000:]
     found = json.loads(checked.stdout.splitlines()[-1])
-    for given, mode in (("", "sync"), ("--batch_norm=local", "local")):
+    for given, mode in (("", "local"), ("--batch_norm=sync", "sync")):   # hmp.train's default
         assert found[given][1:] == [
             "-m", "hmp.train", "--cluster=127.0.0.1:1,127.0.0.1:2",
             "--model=cnn2d", "--batch_size=256", "--epochs=6", "--train_fraction=0.6",

@@ -83,14 +83,15 @@ def test_given_speeds_give_a_plan_file(runs):
     run, out = runs["given"]
     assert run.returncode == 0, run.stderr
     plan = json.loads(out.read_text())
-    assert plan["model"] == "cnn2d(width=4, input=5x5x8, classes=4)"
+    assert plan["model"] == "cnn2d(width=4, input=5x5x8, classes=4, batch_norm=local)"   # hmp.train's
     assert plan["mesh"] == "model:3" and plan["devices"] == ["/cpu:0", "/cpu:1", "/cpu:2"]
     # 8 filters at 3:2:1 -> 4, 2.67, 1.33 -> [4, 3, 1]; 16 hidden -> 8, 5.33, 2.67 -> [8, 5, 3].
     assert plan["splits"] == {"filters1": [4, 3, 1], "filters2": [4, 3, 1], "hidden": [8, 5, 3]}
     assert plan["speeds"] == [3, 2, 1] and plan["time_unit"] == "relative"
     assert plan["batch_size"] == 12
     assert f"Plan for model '{plan['model']}'" in run.stdout and f"wrote {out}" in run.stdout
-    Plan.from_json(out, model_spec=model_spec(model_config("cnn2d", 5, 8, 4, width=4)))
+    Plan.from_json(out, model_spec=model_spec(model_config("cnn2d", 5, 8, 4, width=4,
+                                                           batch_norm="local")))
 
 
 def test_the_plan_is_priced_at_the_runs_precision_and_batch_norm(runs):
@@ -135,10 +136,10 @@ def test_a_model_module_path_is_planned_as_hmp_train_would(runs, readme_models, 
     monkeypatch.syspath_prepend(str(readme_models))
     run, out = runs["module_model"]
     assert run.returncode == 0, run.stderr
-    config = model_config("mymodels.small", 5, 8, 4, width=4)
+    config = model_config("mymodels.small", 5, 8, 4, width=4, batch_norm="local")
     expected = plan_layout(model_spec(config), ["/cpu:0", "/cpu:1"], [2, 1], 12, "model:2")
     plan = Plan.from_json(out, model_spec=model_spec(config))
-    assert plan.model == "mymodels.small(width=4, input=5x5x8, classes=4)"
+    assert plan.model == "mymodels.small(width=4, input=5x5x8, classes=4, batch_norm=local)"
     assert plan.splits == expected.splits == {"filters1": [5, 3]}
 
 
