@@ -37,7 +37,7 @@ def default_width(model):
 def spec_name(config):
     """A name that identifies the model, its input and how it computes, e.g.
     ``cnn2d(width=32, input=9x9x200, classes=16)`` (float32 and sync batch norm, the
-    defaults, go unsaid; else ``, precision=mixed_bfloat16, batch_norm=local``): a plan
+    layers' defaults, go unsaid; else ``, precision=mixed_bfloat16, batch_norm=local``): a plan
     made for another model, input, precision or batch norm is refused when loaded."""
     unusual = "".join(f", {name}={value}" for name, value, usual in (
         ("precision", config.precision, "float32"), ("batch_norm", config.batch_norm, "sync"))

@@ -1,7 +1,8 @@
 """Measured device speeds and link figures, kept so that the next run need not profile.
 
 An entry is the measurement of one setting -- ``cache_key``: the model
-(name, width, patch, bands, classes), the work before it (``Recipe.input_work``:
+(name, width, patch, bands, classes, precision and batch norm: a sync batch split's
+barriers are in the link's measured wait), the work before it (``Recipe.input_work``:
 the scene's bands, in-graph projection, augmentation), batch size, optimizer, device names,
 the cluster's worker addresses (None outside ``--cluster`` mode), and the
 hmp and TensorFlow versions -- with per device its samples/s (median, min, max),
@@ -52,7 +53,7 @@ def cache_key(config, batch_size, optimizer, devices, workers=None, input_work=N
     ``input_work``: the step's work before the model (``Recipe.input_work``)."""
     return {"model": config.name, "width": config.width, "patch": config.patch,
             "bands": config.bands, "classes": config.n_classes, "input": input_work,
-            "precision": config.precision,
+            "precision": config.precision, "batch_norm": config.batch_norm,
             "batch_size": batch_size,
             "optimizer": optimizer, "devices": list(devices),
             "workers": list(workers) if workers is not None else None,

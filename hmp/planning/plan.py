@@ -110,7 +110,8 @@ class Plan:
         """ValueError unless this plan is for ``model_spec`` (name, layers, split sizes)."""
         if self.model != model_spec.name:
             raise InvalidInput(f"{where} is for model {self.model!r}, not the expected "
-                             f"model {model_spec.name!r}")
+                             f"model {model_spec.name!r} (the name gives the model, its "
+                             "input, precision and batch norm: plan again for the run's)")
         if self.layers != layer_entries(model_spec):
             raise InvalidInput(f"{where}: its layers of model {self.model!r} differ from the "
                              "given model's (was the model changed since planning?)")

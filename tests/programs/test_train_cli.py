@@ -416,6 +416,8 @@ def test_plan_for_another_model_is_refused(cli_runs):
     assert run.returncode == 2
     plan = folders["other_model_plan"] / "plan.json"
     assert "--plan=%s" % plan in run.stderr and "model" in run.stderr
+    assert run.stderr.strip().endswith("(the name gives the model, its input, precision and "
+                                       "batch norm: plan again for the run's)")
 
 
 def test_plan_for_another_batch_size_is_refused_before_anything_is_written(cli_runs):
