@@ -12,7 +12,7 @@ from hmp import cli
 from hmp.errors import InvalidInput
 from hmp.graph.from_graph import default_width
 from hmp.run import experiment, run_files, run_folder
-from hmp.run.settings import DEFAULT
+from hmp.run.settings import BATCH_NORM_BEFORE, DEFAULT
 
 # The data settings a resumed run must share with its first invocation (data.json).
 RESUMED_DATA = ("dataset", "synthetic_layout", "synthetic_kind", "patch_size", "pca",
@@ -78,6 +78,12 @@ def check_same_graph(model_dir, settings, get_model):
     started = run_folder.saved_flags(model_dir)
     if started is None:
         return
+    if ("batch_norm" not in started and not settings.chosen("batch_norm")
+            and settings.model.batch_norm != BATCH_NORM_BEFORE):
+        raise cli.UsageError(
+            "--resume: the run in %s trained with %s batch-norm statistics, the default when "
+            "it started; give --batch_norm=%s to go on as it trained, or --batch_norm=%s"
+            % (model_dir, BATCH_NORM_BEFORE, BATCH_NORM_BEFORE, settings.model.batch_norm))
     first = {name: started.get(name, str(DEFAULT.value(name))) for name in RESUMED_GRAPH}
     now = {name: str(settings.value(name)) for name in RESUMED_GRAPH}
 

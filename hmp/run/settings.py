@@ -139,6 +139,12 @@ PLAN_GIVES = {"devices": "the devices", "speeds": "the speeds", "mesh": "the mes
               "memory_caps": "the memory caps (scripts/plan_layout.py --memory_caps)"}
 
 # Every flag of hmp.train (in results.json's order): (group, field).
+# Flags flags.txt names even at their default: --batch_norm's was sync until 854505f, so a
+# flags.txt without it is a run that trained with sync statistics
+# (``hmp.run.resume.check_same_graph``).
+ALWAYS_WRITTEN = ("batch_norm",)
+BATCH_NORM_BEFORE = "sync"
+
 FLAG_FIELDS = {
     "model": ("model", "name"), "width": ("model", "width"),
     "batch_norm": ("model", "batch_norm"), "precision": ("model", "precision"),
@@ -237,10 +243,12 @@ class Settings:
         return name in self.given or self.value(name) != DEFAULT.value(name)
 
     def flag_lines(self):
-        """``--name=value`` of every chosen flag but --resume and --overwrite (as absl
-        serialises them): the lines of ``flags.txt`` that start the run again."""
+        """``--name=value`` of every chosen flag but --resume and --overwrite, and of
+        ``ALWAYS_WRITTEN`` (as absl serialises them): the lines of ``flags.txt`` that start
+        the run again."""
         return [_serialise(name, self.value(name)) for name in FLAG_FIELDS
-                if self.chosen(name) and name not in ("resume", "overwrite")
+                if (self.chosen(name) or name in ALWAYS_WRITTEN)
+                and name not in ("resume", "overwrite")
                 and self.value(name) is not None]   # None given: the flag's absence
 
     def blame(self, *names, also=()):

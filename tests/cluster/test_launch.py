@@ -415,7 +415,8 @@ def test_the_flagfile_of_a_run_repeats_it(environment_cluster, small_scene):
         runs["again"].stderr[-2000:])
     lines = flagfile.read_text().splitlines()
     assert lines[0].startswith("#")   # a comment saying how to use it
-    assert sorted(lines[1:]) == sorted(first)   # every flag as given but --overwrite
+    # every flag as given but --overwrite, and --batch_norm always (settings.ALWAYS_WRITTEN)
+    assert sorted(lines[1:]) == sorted([*first, "--batch_norm=local"])
     results = [json.loads((model_dirs[name] / "results.json").read_text())
                for name in ("tf_config", "again")]
     assert results[1]["flags"] == {**results[0]["flags"], "overwrite": False,

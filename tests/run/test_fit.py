@@ -195,11 +195,12 @@ def test_class_balanced_alone_keeps_its_meaning_and_takes_values(flag_children):
     those, --noclass_balanced none; flags.txt writes the value."""
     child = flag_children
     assert child.returncode == 0, child.stderr[-2000:]
+    always = ["--batch_norm=%s" % DEFAULT.model.batch_norm]   # settings.ALWAYS_WRITTEN
     assert json.loads(child.stdout.splitlines()[-1]) == [
-        [DEFAULT.recipe.class_balanced, []],
-        ["inverse", ["--class_balanced=inverse"]],
-        ["off", ["--class_balanced=off"]],
-        ["sqrt", ["--class_balanced=sqrt"]]]
+        [DEFAULT.recipe.class_balanced, always],
+        ["inverse", always + ["--class_balanced=inverse"]],
+        ["off", always + ["--class_balanced=off"]],
+        ["sqrt", always + ["--class_balanced=sqrt"]]]
 
 
 @pytest.mark.parametrize("epochs, max_steps", [(60, 4000), (60, 0), (3, 30), (60, 5),
@@ -220,14 +221,16 @@ def test_without_takes_settings_back_to_their_defaults_and_not_given():
     planned = base.without("devices", "split").replace(plan="p.json")
     assert planned.given == {"epochs", "plan"}
     assert (planned.placement.devices, planned.data.split) == (None, DEFAULT.data.split)
-    assert planned.flag_lines() == ["--plan=p.json", "--epochs=3"]   # FLAG_FIELDS order
+    # FLAG_FIELDS order; --batch_norm always (settings.ALWAYS_WRITTEN)
+    assert planned.flag_lines() == ["--batch_norm=local", "--plan=p.json", "--epochs=3"]
     planned.check(get_model)   # --devices beside --plan would be refused
     with pytest.raises(InvalidInput, match="^epoch: not a setting"):
         base.without("epoch")
 
 
 def test_a_setting_given_as_none_is_left_out_of_flags_txt():
-    assert Settings.of(devices=None, epochs=3).flag_lines() == ["--epochs=3"]
+    assert Settings.of(devices=None, epochs=3).flag_lines() == ["--batch_norm=local",
+                                                                 "--epochs=3"]
 
 
 @pytest.mark.parametrize("values, message", [
@@ -312,8 +315,8 @@ def test_settings_held_as_text_that_hold_numbers_take_numbers_from_python():
     assert (settings.field_look_strength("spectral_shift"),
             settings.field_look_strength("spectral_gain"), settings.smoothing_window()) == (
                 2.0, 0.5, 5)
-    assert settings.flag_lines() == ["--spectral_shift=2", "--spectral_gain=0.5",
-                                     "--smoothing=5"]
+    assert settings.flag_lines() == ["--batch_norm=local", "--spectral_shift=2",
+                                     "--spectral_gain=0.5", "--smoothing=5"]
 
 
 def test_arguments_of_another_kind_are_a_type_error_naming_what_is_expected():

@@ -45,7 +45,8 @@ def test_resume_compares_the_graph_its_flags_build_not_their_text(tmp_path):
     """The first invocation's flags.txt (here --model=cnn2d, its default width, sync batch
     norm): the same model by its module path, its default width given, and local batch
     norm (the same variables) resume; another model or width is refused, naming both."""
-    (tmp_path / run_files.FLAGS_FILE).write_text("--model=cnn2d\n--epochs=3\n")
+    (tmp_path / run_files.FLAGS_FILE).write_text("--model=cnn2d\n--batch_norm=sync\n"
+                                                 "--epochs=3\n")
     width = default_width(get_model("cnn2d"))
     for same in (dict(model="cnn2d"), dict(model="models.cnn2d", width=width),
                  dict(model="cnn2d", batch_norm="local")):
@@ -65,6 +66,26 @@ def test_resume_compares_the_graph_its_flags_build_not_their_text(tmp_path):
         "--batch_size=16: the run in %s was trained with --batch_size=32; resume it with "
         "that (--flagfile=%s gives all its flags), or start over with --overwrite"
         % (tmp_path, tmp_path / run_files.FLAGS_FILE))
+
+
+def test_a_run_whose_flags_name_no_batch_norm_trained_with_sync_and_resumes_as_told(tmp_path):
+    """A flags.txt without --batch_norm is a run started while sync was the default
+    (settings.ALWAYS_WRITTEN): its resume at today's default is refused, naming both;
+    with --batch_norm given it goes on; a run of today names its own."""
+    (tmp_path / run_files.FLAGS_FILE).write_text("--model=cnn2d\n--epochs=3\n")
+    with pytest.raises(cli.UsageError) as refused:
+        check_same_graph(str(tmp_path), Settings.of(model="cnn2d"), get_model)
+    assert str(refused.value) == (
+        "--resume: the run in %s trained with sync batch-norm statistics, the default when "
+        "it started; give --batch_norm=sync to go on as it trained, or --batch_norm=local"
+        % tmp_path)
+    for mode in ("sync", "local"):
+        check_same_graph(str(tmp_path), Settings.of(model="cnn2d", batch_norm=mode),
+                         get_model)
+    today = Settings.of(model="cnn2d", epochs=3)
+    assert "--batch_norm=local" in today.flag_lines()
+    (tmp_path / run_files.FLAGS_FILE).write_text("\n".join(today.flag_lines()) + "\n")
+    check_same_graph(str(tmp_path), Settings.of(model="cnn2d"), get_model)
 
 
 def test_a_single_run_and_a_series_replace_each_other_only_with_overwrite(tmp_path):
