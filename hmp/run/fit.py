@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import functools
 import os
-import time
 
 import numpy as np
 import tensorflow.compat.v1 as tf
@@ -103,22 +102,23 @@ def fit(settings, get_model, argv=()):
     tf.logging.set_verbosity(tf.logging.ERROR)
     settings.check(get_model)
     model_dir, folders = _run_folders(settings, get_model)   # before any worker starts
-    started = time.time()
+    before = {folder: run_folder.checkpoint_identity(folder) for folder in (model_dir, *folders)}
     with _cluster(settings) as cluster:
-        hint = functools.partial(_how_to_continue, settings, model_dir, folders, started)
+        hint = functools.partial(_how_to_continue, settings, model_dir, before)
         with cluster.failures(hint) if cluster else contextlib.nullcontext():
             return _seeds(settings, get_model, list(argv), cluster, model_dir, folders)
 
 
-def _how_to_continue(settings, model_dir, folders, started):
+def _how_to_continue(settings, model_dir, before):
     """What to do after a lost worker: continue from the run's checkpoints (its own, or
-    those written since this invocation ``started``: with --overwrite, the old run's are
-    not this run's), or, with none yet, run the same command again."""
+    those written since this invocation started, whose identity differs from ``before``'s
+    ({folder: ``run_folder.checkpoint_identity``} then): with --overwrite, the old run's
+    are not this run's), or, with none yet, run the same command again."""
     again = "" if settings.placement.local_workers else "restart the worker, then "
     anew = " (it starts the local workers anew)" if settings.placement.local_workers else ""
-    kept = [folder for folder in (model_dir, *folders)
+    kept = [folder for folder, identity in before.items()
             if run_folder.checkpoint_step(folder) is not None and (
-                settings.folder.resume or os.path.getmtime(folder) >= started)]
+                settings.folder.resume or run_folder.checkpoint_identity(folder) != identity)]
     if kept:
         return "; the checkpoints so far are kept in %s: %scontinue with %s%s" % (
             kept[0], again, run_folder.continuing_flags(model_dir), anew)

@@ -212,6 +212,21 @@ def checkpoint_step(model_dir):
     return int(match.group(1)) if match else None
 
 
+def checkpoint_identity(model_dir):
+    """Which file the latest checkpoint in ``model_dir`` is: (its step, its index file's
+    inode and modification stamp), or None without one. A checkpoint written since
+    another identity was taken has another (a file replaced under the same name
+    included)."""
+    step = checkpoint_step(model_dir)
+    if step is None:
+        return None
+    try:
+        index = os.stat(tf.train.latest_checkpoint(model_dir) + ".index")
+    except (OSError, TypeError):   # gone meanwhile
+        return None
+    return step, index.st_ino, index.st_mtime_ns
+
+
 def finished(model_dir, steps):
     """True when ``model_dir`` holds a run that trained ``steps`` steps and was scored then."""
     step = checkpoint_step(model_dir)

@@ -276,27 +276,29 @@ def test_a_lost_worker_says_how_to_continue_from_the_checkpoints_written_or_with
     """With checkpoints of this run (written since it started, or a resumed run's), the
     command that continues it; without (the worker lost while profiling, or an
     --overwrite's old run not yet replaced), the same command again: --resume would be
-    refused, or would continue the old run."""
+    refused, or would continue the old run. Which checkpoint a folder held when the run
+    started is told by the file (``run_folder.checkpoint_identity``), not by a clock."""
     run = tmp_path / "run"
     run.mkdir()
     cluster = Settings.of(cluster="127.0.0.1:2222,127.0.0.1:2223")
     local = Settings.of(local_workers="0:1,1:1")
-    assert _how_to_continue(cluster, str(run), [str(run)], 0.0) == (
+    at_start = {str(run): run_folder.checkpoint_identity(str(run))}   # None: no checkpoint
+    assert _how_to_continue(cluster, str(run), at_start) == (
         "; no checkpoint was written yet: restart the worker, then run the same command "
         "again")
     (run / "ckpt-5.index").write_bytes(b"")
     (run / "checkpoint").write_text('model_checkpoint_path: "ckpt-5"\n')
     (run / "flags.txt").write_text("--epochs=3\n")
-    written = os.path.getmtime(run)
-    assert _how_to_continue(local, str(run), [str(run)], written) == (
+    assert _how_to_continue(local, str(run), at_start) == (
         "; the checkpoints so far are kept in %s: continue with --flagfile=%s --resume (it "
         "starts the local workers anew)" % (run, run / "flags.txt"))
-    # an old run's checkpoints (written before this invocation started): not this run's
+    # an old run's checkpoints (there when this invocation started): not this run's
+    old_run = {str(run): run_folder.checkpoint_identity(str(run))}
     overwrite = cluster.replace(overwrite=True)
-    assert _how_to_continue(overwrite, str(run), [str(run)], written + 60).startswith(
+    assert _how_to_continue(overwrite, str(run), old_run).startswith(
         "; no checkpoint was written yet")
     resumed = cluster.replace(resume=True)
-    assert _how_to_continue(resumed, str(run), [str(run)], written + 60) == (
+    assert _how_to_continue(resumed, str(run), old_run) == (
         "; the checkpoints so far are kept in %s: restart the worker, then continue with "
         "--flagfile=%s --resume" % (run, run / "flags.txt"))
 
