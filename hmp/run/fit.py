@@ -36,7 +36,6 @@ from hmp.run.seed_training import Shared, train_seed
 from hmp.run.settings import Settings
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Fitted:
     """A finished run: its folder, its results.json (``results``; with several seeds,
@@ -116,9 +115,9 @@ def _how_to_continue(settings, model_dir, before):
     are not this run's), or, with none yet, run the same command again."""
     again = "" if settings.placement.local_workers else "restart the worker, then "
     anew = " (it starts the local workers anew)" if settings.placement.local_workers else ""
-    kept = [folder for folder, identity in before.items()
-            if run_folder.checkpoint_step(folder) is not None and (
-                settings.folder.resume or run_folder.checkpoint_identity(folder) != identity)]
+    now = {folder: run_folder.checkpoint_identity(folder) for folder in before}
+    kept = [folder for folder, identity in now.items()
+            if identity is not None and (settings.folder.resume or identity != before[folder])]
     if kept:
         return "; the checkpoints so far are kept in %s: %scontinue with %s%s" % (
             kept[0], again, run_folder.continuing_flags(model_dir), anew)

@@ -138,13 +138,13 @@ TRAIN_DATA = DataConfig(pca=None, val_fraction=0.1)
 PLAN_GIVES = {"devices": "the devices", "speeds": "the speeds", "mesh": "the mesh",
               "memory_caps": "the memory caps (scripts/plan_layout.py --memory_caps)"}
 
-# Every flag of hmp.train (in results.json's order): (group, field).
 # Flags flags.txt names even at their default: --batch_norm's was sync until 854505f, so a
 # flags.txt without it is a run that trained with sync statistics
 # (``hmp.run.resume.check_same_graph``).
 ALWAYS_WRITTEN = ("batch_norm",)
 BATCH_NORM_BEFORE = "sync"
 
+# Every flag of hmp.train (in results.json's order): (group, field).
 FLAG_FIELDS = {
     "model": ("model", "name"), "width": ("model", "width"),
     "batch_norm": ("model", "batch_norm"), "precision": ("model", "precision"),
