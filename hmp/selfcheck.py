@@ -8,14 +8,16 @@ a random scene, in under a minute (most of it building graphs), it checks:
 2. ``split``: a few SGD steps on uneven model and batch splits over the machine's real
    devices (``/cpu:0`` and every GPU; with no GPU, the virtual ``/cpu:1`` beside it, so
    that a split is still checked) give one device's losses and weights, within 1e-5
-   relative (the engine's promise, docs/engine.md). SGD, because Adam's first step
-   turns a rounding-sized gradient (a bias before batch norm) into a whole step.
+   relative (the engine's promise, docs/engine.md), with sync batch-norm statistics
+   (the exact mode). SGD, because Adam's first step turns a rounding-sized gradient (a
+   bias before batch norm) into a whole step.
 3. ``float32``: once the engine has a mesh on each device, float32 is computed in full
    (TensorFloat-32 off where a GPU is listed: ``hmp.mesh.numerics``).
 4. ``plan``: each device's training step and the link are measured
    (``hmp.measure.speeds``) and ``--mesh=auto`` plans from them, within each device's
    memory.
-5. ``train``: Adam steps on that plan fit one batch (the loss falls); one traced step
+5. ``train``: Adam steps on that plan, with ``hmp.train``'s default batch-norm statistics,
+   fit one batch (the loss falls); one traced step
    gives each device's busy time, from its own records or, for a GPU whose trace has
    no kernel, from step timing.
 6. ``repeat``: with TensorFlow's op determinism on (``hmp.train --deterministic``), the
@@ -52,6 +54,7 @@ from hmp.mesh.mesh_impl import HeteroMeshImpl  # noqa: E402
 from hmp.mesh.numerics import require_determinism, rounds_float32  # noqa: E402
 from hmp.formatting import format_bytes  # noqa: E402
 from hmp.run.profiler import busy_times, step_timed, trace_step  # noqa: E402
+from hmp.run.settings import DEFAULT  # noqa: E402
 
 flags.DEFINE_string("devices", None, "Comma-separated TensorFlow devices to check (default: "
                     "/cpu:0 and every GPU TensorFlow sees; with no GPU, /cpu:0,/cpu:1).")
@@ -68,7 +71,7 @@ class Machine:
     """What the checks share: the devices, the tiny model, its batch and session."""
 
     devices: list
-    config: object      # hmp.graph.graph_config.ModelConfig
+    config: object      # hmp.graph.graph_config.ModelConfig, as hmp.train trains it
     spec: object        # its planning.ModelSpec
     batch_size: int
     batch: object       # hmp.measure.speeds.RandomBatch
@@ -94,17 +97,20 @@ def machine_devices():
 
 def tiny_machine(devices):
     """The tiny model (cnn2d on 5x5 patches of 8 bands, 4 classes; wide enough to give
-    every device a filter) and a random batch of 8 samples per device and 8 more."""
-    config = models.model_config("cnn2d", 5, 8, 4, width=max(4, len(devices)))
+    every device a filter; its batch norms as ``hmp.train``'s default) and a random
+    batch of 8 samples per device and 8 more."""
+    config = models.model_config("cnn2d", 5, 8, 4, width=max(4, len(devices)),
+                                 batch_norm=DEFAULT.model.batch_norm)
     batch_size = 8 * (len(devices) + 1)
     return Machine(devices, config, model_spec(config), batch_size,
                    random_batch(config, batch_size, seed=SEED),
                    session_config_for(devices))
 
 
-def training_graph(machine, placement, optimizer, learning_rate):
-    """The tiny model's TrainingGraph on ``placement``, seeded."""
-    return TrainingGraph(machine.config, placement, machine.batch_size,
+def training_graph(machine, placement, optimizer, learning_rate, config=None):
+    """The tiny model's TrainingGraph on ``placement`` (``config``: the model another
+    way, by default ``machine.config``), seeded."""
+    return TrainingGraph(config or machine.config, placement, machine.batch_size,
                          machine.batch.image_shape, optimizer, learning_rate, seed=SEED)
 
 
@@ -175,9 +181,10 @@ def describe_device(device, gpus):
 
 def check_split(machine):
     lines, worst = [], 0.0
+    exact = dataclasses.replace(machine.config, batch_norm="sync")
 
     def steps(placement):
-        return run_steps(machine, training_graph(machine, placement, "sgd", 0.05),
+        return run_steps(machine, training_graph(machine, placement, "sgd", 0.05, exact),
                          SPLIT_STEPS)[:2]
 
     alone_losses, alone_weights = steps(Placement("", "", (machine.devices[0],), {}))
@@ -195,10 +202,10 @@ def check_split(machine):
                      % (mesh, " ".join("%s %s" % (dim, sizes)
                                        for dim, sizes in sorted(plan.splits.items())),
                         loss_error, weight_error))
-    lines.insert(0, "%d SGD steps of cnn2d (width %d, batch %d) on uneven splits against %s "
-                 "alone (allowed: %g relative)" % (SPLIT_STEPS, machine.config.width,
-                                                   machine.batch_size, machine.devices[0],
-                                                   TOLERANCE))
+    lines.insert(0, "%d SGD steps of cnn2d (width %d, batch %d, sync batch norm) on uneven "
+                 "splits against %s alone (allowed: %g relative)"
+                 % (SPLIT_STEPS, exact.width, machine.batch_size, machine.devices[0],
+                    TOLERANCE))
     return worst <= TOLERANCE, lines
 
 
@@ -242,8 +249,8 @@ def check_train(machine):
     devices = list(machine.plan.devices)
     busy = busy_times(metadata, devices, seconds)
     by_step = step_timed(metadata, devices)
-    lines = ["%d Adam steps on the plan, one batch: loss %.3f -> %.3f"
-             % (TRAIN_STEPS, losses[0], losses[-1])]
+    lines = ["%d Adam steps on the plan, %s batch norm, one batch: loss %.3f -> %.3f"
+             % (TRAIN_STEPS, machine.config.batch_norm, losses[0], losses[-1])]
     lines += ["%s busy %.3g ms of a %.3g ms traced step%s"
               % (d, 1e3 * b, 1e3 * seconds, " (by step timing: its trace has no kernel "
                  "records; CUPTI missing?)" if t else "")

@@ -58,6 +58,7 @@ every device's busy time (``hmp.run.profiler.busy_times``), to see where the tim
 goes.
 
   python scripts/bench_costmodel.py --layouts=model:1,model:2,batch:2 --repeats=5
+  python scripts/bench_costmodel.py --batch_norm=sync   # the exact mode's barriers
   python scripts/bench_costmodel.py --workers=2
 """
 
@@ -88,8 +89,10 @@ from hmp.measure.calibration import (ElementwiseStep, elementwise_slope, fit_op_
                                      half_width)
 from hmp.measure.linkprobe import (HANDOVER_BYTES, HOPS, handover_seconds, hop_chain,  # noqa: E402
                                    link_from_handovers, no_rewrites)
+from hmp.layers import BATCH_STATISTICS  # noqa: E402
 from hmp.measure.speeds import DeviceStep, measure_speeds, random_batch  # noqa: E402
 from hmp.run.profiler import run_traced  # noqa: E402
+from hmp.run.settings import DEFAULT  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("model", "cnn2d", ["cnn2d", "cnn3d", "hybrid", "spectral"], "The model.")
@@ -98,6 +101,9 @@ flags.DEFINE_integer("patch_size", 9, "Spatial patch size.")
 flags.DEFINE_integer("bands", 64, "Spectral bands.")
 flags.DEFINE_integer("classes", 16, "Classes.")
 flags.DEFINE_integer("batch_size", 256, "Global batch size.")
+flags.DEFINE_enum("batch_norm", DEFAULT.model.batch_norm, BATCH_STATISTICS, "Batch norm's "
+                  "statistics while training (hmp.train --batch_norm): sync adds a barrier "
+                  "per batch norm to a batch split.")
 flags.DEFINE_list("layouts", ["model:1", "model:2", "batch:2", "batch:2;model:2"],
                   "Meshes to plan, predict and measure.")
 flags.DEFINE_string("optimizer", "sgd", "Optimizer of the training step.")
@@ -400,7 +406,8 @@ def main(_):
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)
     load_before = os.getloadavg()[0]
-    cfg = model_config(FLAGS.model, FLAGS.patch_size, FLAGS.bands, FLAGS.classes, FLAGS.width)
+    cfg = model_config(FLAGS.model, FLAGS.patch_size, FLAGS.bands, FLAGS.classes, FLAGS.width,
+                       batch_norm=FLAGS.batch_norm)
     if half_width(cfg) is None:
         raise cli.UsageError(f"--width={FLAGS.width}: the calibration also times the model at "
                              "half width; allowed: 0 (the model's default) or >= 2")

@@ -10,6 +10,7 @@ from hmp.checklist import Check, report, run_checks
 from hmp.graph.from_graph import model_spec
 from hmp.measure.devices import default_devices
 from hmp.planning import plan_layout
+from hmp.run.settings import DEFAULT
 from models import model_config
 
 CHECKS = ("devices", "split", "float32", "plan", "train", "repeat")
@@ -34,6 +35,16 @@ def test_every_check_passes_on_this_machine(runs):
     assert [m.groups() for m in verdicts if m] == [(name, "PASS") for name in CHECKS]
     assert lines[-1] == "6 of 6 checks passed"
     assert "selfcheck: split ..." in run.stderr   # progress: stderr, not the report
+
+
+def test_the_split_check_is_exact_mode_and_training_is_the_default(runs):
+    """The split check compares with sync statistics (where a split equals one device);
+    plan, train and repeat run hmp.train's default batch norm, the path users train on."""
+    text = runs[0].stdout
+    assert re.search(r"^split +PASS  3 SGD steps of cnn2d \(width \d+, batch \d+, sync batch "
+                     r"norm\) on uneven splits", text, re.M), text
+    assert re.search(r"^train +PASS  10 Adam steps on the plan, %s batch norm, one batch: "
+                     r"loss " % DEFAULT.model.batch_norm, text, re.M), text
 
 
 def test_the_split_check_compares_uneven_splits_with_one_device(runs):
