@@ -136,6 +136,10 @@ UPDATE_OPS = "hmp_update_ops"
 # statistics: what ``hmp.graph.from_graph`` counts as the model's norm layers (all-reduces
 # a step).
 BATCH_NORMS = "hmp_batch_norms"
+# TF collection of the output of every ``batch_norm`` that uses each replica's own
+# statistics: what ``hmp.graph.from_graph`` counts as the model's replica norm layers
+# (each replica of a batch split needs enough samples of its own).
+REPLICA_NORMS = "hmp_replica_norms"
 # TF collection of the moving statistics of every ``batch_norm`` with ``local``
 # statistics: each replica of a batch split updates its own copy, and
 # ``hmp.graph.graph`` averages them (``HeteroLowering.average_over_replicas``) before they
@@ -254,6 +258,7 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
         for update in updates:
             tf.add_to_collection(UPDATE_OPS, update)
         if local:
+            tf.add_to_collection(REPLICA_NORMS, y)
             tf.add_to_collection(REPLICA_STATISTICS, moving_mean)
             tf.add_to_collection(REPLICA_STATISTICS, moving_variance)
         else:

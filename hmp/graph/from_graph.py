@@ -19,7 +19,7 @@ import tensorflow.compat.v1 as tf
 
 from hmp.graph.graph import build_model_graph, imported
 from hmp.graph.workload import layer_ops
-from hmp.layers import BATCH_NORMS
+from hmp.layers import BATCH_NORMS, REPLICA_NORMS
 from hmp.planning.model_spec import LayerSpec, ModelSpec
 
 
@@ -76,8 +76,8 @@ def model_spec(config):
                 split_role=role, flops_per_sample=float(layer.flops()),
                 params=layer.params(),
                 output_elems_per_sample=layer.op.outputs[0].shape.size))
-        norm_layers = len(tf.get_collection(BATCH_NORMS))
+        norms = (len(tf.get_collection(BATCH_NORMS)), len(tf.get_collection(REPLICA_NORMS)))
         # the bytes of an activation element (2 under mixed precision): the layers' outputs'
         activation_bytes = max((layer.op.outputs[0].dtype.size for layer in found), default=4)
     return ModelSpec(spec_name(config), layers, (config.patch, config.patch, config.bands),
-                     norm_layers, activation_bytes)
+                     *norms, activation_bytes)

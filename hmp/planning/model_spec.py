@@ -92,6 +92,11 @@ class ModelSpec:
     # (``hmp.layers.batch_norm``); the devices of a batch split wait for each other
     # there. Local statistics make no such all-reduce and are not counted.
     norm_layers: int = 0
+    # Layers that normalise over each batch replica's own samples (batch norm with local
+    # statistics): no all-reduce, but a replica of few samples normalises over them
+    # alone, so the planner gives every batch row of a split at least
+    # ``hmp.planning.planner.MIN_REPLICA_SAMPLES`` when there is one.
+    replica_norm_layers: int = 0
     # Bytes of an activation element and of its gradient: 4 (float32), 2 under mixed
     # precision (``hmp.graph.graph_config.PRECISIONS``); weights, slots and the gradient sum
     # stay float32 (``hmp.planning.costmodel``).
@@ -107,6 +112,7 @@ class ModelSpec:
         if not self.input_shape:
             raise InvalidInput(f"model {self.name!r}: input_shape is empty")
         whole_number(self.norm_layers, f"model {self.name!r}: norm_layers", 0)
+        whole_number(self.replica_norm_layers, f"model {self.name!r}: replica_norm_layers", 0)
         whole_number(self.activation_bytes, f"model {self.name!r}: activation_bytes")
         for d in self.input_shape:
             whole_number(d, f"model {self.name!r}: input_shape {self.input_shape!r}: a size")

@@ -57,6 +57,14 @@ REPLICATION_MAX_DIMS = 8
 # to say so in its reason (up to 5 more plans: cheap on few devices).
 HINT_BATCH_FACTORS = (2, 4, 8, 16)
 HINT_MAX_DEVICES = 8
+# The fewest samples a batch row of a split gets when the model's batch norms use each
+# replica's own statistics (``ModelSpec.replica_norm_layers``): over fewer, a replica's
+# mean and variance are noise (one sample's normalise a dense layer to its offset).
+# Batch norm's error grows steeply below 8 samples a device: ImageNet ResNet-50, 32 a
+# device 23.6%, 8 24.8%, 4 27.3%, 2 34.7% (Wu and He, Group Normalization, ECCV 2018,
+# figure 1); hmp's local statistics on hybridsn's [21, 11] split trained level with sync
+# (docs/benchmarks.md, "Accuracy with each replica's own batch-norm statistics").
+MIN_REPLICA_SAMPLES = 8
 
 
 class _Layout(NamedTuple):
@@ -161,7 +169,8 @@ def _speed_splits(model_spec, specs, mesh, batch_size, min_filters):
                      for d in specs]).reshape(mesh.batch, mesh.model)
     row_labels = _group_labels(names, mesh, "batch")
     row_speed, row_overhead = _row_rates(model_spec, specs, mesh)
-    rows = (apportion(batch_size, row_speed, 1, names=row_labels, unit="samples",
+    fewest = _fewest_samples(model_spec, mesh, batch_size)
+    rows = (apportion(batch_size, row_speed, fewest, names=row_labels, unit="samples",
                       offsets=row_overhead)
             if "batch" in mesh.axes else [batch_size])
     splits = {}
@@ -192,13 +201,15 @@ def _speed_splits(model_spec, specs, mesh, batch_size, min_filters):
         held = memory_bytes(model_spec, [0], fractions)[0]
         per_sample = memory_bytes(model_spec, [1], fractions)[0] - held
         room = (caps - held) / per_sample   # samples each device can hold
-        _check_room(np.floor(room.ravel()), 1, specs, mesh, counted(batch_size, "sample"), [
-            f"the weights and their state take {format_bytes(h)}, a sample {format_bytes(s)}"
-            for h, s in zip(np.broadcast_to(held, caps.shape).ravel(),
-                            np.broadcast_to(per_sample, caps.shape).ravel())])
+        _check_room(np.floor(room.ravel()), fewest, specs, mesh,
+                    counted(batch_size, "sample"), [
+                        f"the weights and their state take {format_bytes(h)}, a sample "
+                        f"{format_bytes(s)}"
+                        for h, s in zip(np.broadcast_to(held, caps.shape).ravel(),
+                                        np.broadcast_to(per_sample, caps.shape).ravel())])
         headroom = room.min(axis=1) / batch_size  # per batch row
-        splits["batch"] = apportion(batch_size, row_speed, 1,
-                                    _units_cap(headroom, batch_size, 1),
+        splits["batch"] = apportion(batch_size, row_speed, fewest,
+                                    _units_cap(headroom, batch_size, fewest),
                                     names=row_labels, unit="samples", offsets=row_overhead)
         rows = splits["batch"]
     memory = memory_bytes(model_spec, rows, fractions).ravel()
@@ -208,6 +219,22 @@ def _speed_splits(model_spec, specs, mesh, batch_size, min_filters):
         raise InvalidInput(f"mesh {mesh}: the model does not fit: {'; '.join(over)}")
     return splits
 
+
+
+def _fewest_samples(model_spec, mesh, batch_size):
+    """The fewest samples a batch row of ``mesh`` gets: ``MIN_REPLICA_SAMPLES`` on a batch
+    split of a model with local batch norms, else 1; InvalidInput when ``batch_size``
+    cannot give every row that many."""
+    if mesh.batch == 1 or not model_spec.replica_norm_layers:
+        return 1
+    if batch_size < MIN_REPLICA_SAMPLES * mesh.batch:
+        raise InvalidInput(
+            f"mesh {mesh}: {counted(batch_size, 'sample')} give {mesh.batch} batch replicas "
+            f"at most {batch_size // mesh.batch} each, and a replica normalises its batch "
+            f"norms over its own samples (local statistics): at least {MIN_REPLICA_SAMPLES} "
+            f"each, so a batch of at least {MIN_REPLICA_SAMPLES * mesh.batch}, fewer batch "
+            "rows or sync statistics")
+    return MIN_REPLICA_SAMPLES
 
 
 def subset_sizes(device_count):
@@ -516,10 +543,11 @@ def _local_statistics_hint(model_spec, specs, batch_size, min_filters, link, rep
     plan would use N devices (mesh), predicted F x ..."; "" otherwise."""
     if not model_spec.norm_layers:
         return ""
+    local = dataclasses.replace(model_spec, norm_layers=0,
+                                replica_norm_layers=model_spec.norm_layers)
     try:
-        plan = _plan_layout(dataclasses.replace(model_spec, norm_layers=0), specs, None,
-                            batch_size, "auto", None, min_filters, link, replicated,
-                            alone_margin, hint=False)
+        plan = _plan_layout(local, specs, None, batch_size, "auto", None, min_filters, link,
+                            replicated, alone_margin, hint=False)
     except InvalidInput:
         return ""
     if len(plan.devices) <= kept:

@@ -43,6 +43,8 @@ def test_local_batch_statistics_make_no_norm_layers_to_price():
     sync, local = (model_spec(model_config("cnn2d", 7, 5, 3, 4, batch_norm=mode))
                    for mode in ("sync", "local"))
     assert (sync.norm_layers, local.norm_layers) == (4, 0)
+    # counted apart: each replica of a batch split needs samples of its own
+    assert (sync.replica_norm_layers, local.replica_norm_layers) == (0, 4)
     assert local.layers == sync.layers
 
 

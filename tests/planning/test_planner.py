@@ -6,8 +6,10 @@ import json
 import numpy as np
 import pytest
 
+from hmp.errors import InvalidInput
 from hmp.formatting import format_bytes
-from hmp.planning.planner import SPLIT_MARGIN
+from hmp.planning.costmodel import memory_bytes
+from hmp.planning.planner import MIN_REPLICA_SAMPLES, SPLIT_MARGIN
 from hmp.planning import (DeviceSpec, LinkSpec, ModelSpec, Plan, apportion, conv_layer_spec,
                           dense_layer_spec, parse_mesh, plan_layout, pool_layer_spec, predict)
 from model_specs import fc_model
@@ -620,6 +622,44 @@ def test_a_plan_that_leaves_devices_out_for_its_batch_norms_barriers_says_so():
     slow = LinkSpec(1e9, 1e-4, barrier_s=1e-2)
     assert plan_layout(local, devices, None, 16, "auto", link=slow).devices == [devices[0].name]
     assert "batch-norm" not in plan_layout(normed, devices, None, 16, "auto", link=slow).reason
+
+
+def test_each_replica_of_a_model_with_local_batch_norms_gets_8_samples_or_more():
+    """Speeds 20:1 at batch 32 give the slow replica 1.5 samples by speed (32 / 21); with
+    batch norms over each replica's own samples it gets 8 (MIN_REPLICA_SAMPLES) and the
+    fast one the other 24; sync statistics and a model split keep the shares by speed."""
+    assert MIN_REPLICA_SAMPLES == 8
+    local = dataclasses.replace(hsi_model(), replica_norm_layers=2)
+    assert plan_layout(local, ["/cpu:0", "/cpu:1"], [20, 1], 32, "batch:2").splits == {
+        "batch": [24, 8]}
+    for spec in (hsi_model(), dataclasses.replace(hsi_model(), norm_layers=2)):
+        assert plan_layout(spec, ["/cpu:0", "/cpu:1"], [20, 1], 32,
+                           "batch:2").splits["batch"] == apportion(32, [20, 1])
+    # on a 2 x 2 mesh it is each batch row's (both devices of a row hold its samples)
+    rows = plan_layout(local, ["a", "b", "c", "d"], [20, 20, 1, 1], 40, "batch:2;model:2")
+    assert rows.splits["batch"] == [32, 8]
+    # a memory cap below the minimum is refused as such, not split below it
+    with pytest.raises(InvalidInput, match="at least 8 needed"):
+        plan_layout(local, ["/cpu:0", "/cpu:1"], [1, 1], 32, "batch:2",
+                    memory_caps=[None, memory_bytes(local, [7], np.ones((len(local.layers), 1)))[0, 0]])
+
+
+def test_a_batch_too_small_for_local_replicas_is_refused_or_not_split():
+    """Batch 12 cannot give two replicas 8 samples each: a given batch:2 is refused with
+    the reason; --mesh=auto prices no batch split (its model split and one device stay)."""
+    local = dataclasses.replace(hsi_model(), replica_norm_layers=2)
+    with pytest.raises(InvalidInput) as refused:
+        plan_layout(local, ["/cpu:0", "/cpu:1"], [1, 1], 12, "batch:2")
+    assert str(refused.value) == (
+        "mesh batch:2: 12 samples give 2 batch replicas at most 6 each, and a replica "
+        "normalises its batch norms over its own samples (local statistics): at least 8 "
+        "each, so a batch of at least 16, fewer batch rows or sync statistics")
+    plan = plan_layout(local, ["/cpu:0", "/cpu:1"], [1, 1], 12, "auto")
+    notes = {c.mesh: c.note for c in plan.candidates if c.devices == 2}
+    assert notes["batch:2"].startswith("infeasible: mesh batch:2: 12 samples give")
+    assert notes["model:2"] == "" and plan.mesh == "model:2"
+    assert plan_layout(local, ["/cpu:0", "/cpu:1"], [1, 1], 16, "batch:2").splits == {
+        "batch": [8, 8]}
 
 
 # --- ranked by the whole step alone: overheads, not only FLOP rates ----------------------
