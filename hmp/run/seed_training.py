@@ -255,7 +255,7 @@ def _plan(shared, spec, model_config, caps, model_dir, recipe, first_epoch, reco
     settings, hardware = shared.settings, shared.hardware
     if hardware.given_plan is not None:   # the device fastest alone is not known
         return hardware.given_plan, None, None
-    with settings.blame("devices", "speeds", "mesh", "batch_size"):
+    with settings.blame("devices", "speeds", "mesh", "batch_size", "batch_norm"):
         return choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe,
                            first_epoch, recorded_trial)
 
