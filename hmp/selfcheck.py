@@ -182,6 +182,7 @@ def describe_device(device, gpus):
 def check_split(machine):
     lines, worst = [], 0.0
     exact = dataclasses.replace(machine.config, batch_norm="sync")
+    exact_spec = model_spec(exact)
 
     def steps(placement):
         return run_steps(machine, training_graph(machine, placement, "sgd", 0.05, exact),
@@ -190,7 +191,7 @@ def check_split(machine):
     alone_losses, alone_weights = steps(Placement("", "", (machine.devices[0],), {}))
     names = sorted(alone_weights)
     for mesh in ("model:%d" % len(machine.devices), "batch:%d" % len(machine.devices)):
-        plan = planning.plan_layout(machine.spec, machine.devices,
+        plan = planning.plan_layout(exact_spec, machine.devices,
                                     uneven_speeds(len(machine.devices)), machine.batch_size,
                                     mesh)
         losses, weights = steps(Placement.from_plan(plan))

@@ -277,9 +277,20 @@ def split_plans(spec, devices, speeds, batch_size):
             "data": plan_layout(spec, [fast, slow], speeds, batch_size, "batch:2"),
             "hybrid": plan_layout(spec, *hybrid, batch_size, "batch:2;model:2"),
             # speeds in the ratio of the shares: the largest-remainder split gives them exactly
-            **{"data %d:%d" % shares: plan_layout(spec, [fast, slow], list(shares), batch_size,
-                                                  "batch:2")
+            **{"data %d:%d" % shares: fixed_split(spec, [fast, slow], shares, batch_size)
                for shares in parse_fixed_splits(FLAGS.fixed_splits, batch_size)}}
+
+
+def fixed_split(spec, devices, shares, batch_size):
+    """The batch split of ``--fixed_splits``'s ``shares`` on ``devices``; a UsageError where
+    the planner cannot give them (a share below the model's fewest samples a replica)."""
+    plan = plan_layout(spec, devices, list(shares), batch_size, "batch:2")
+    if plan.splits["batch"] != list(shares):
+        raise cli.UsageError("--fixed_splits=%d:%d: %s normalises its batch norms over each "
+                             "replica's own samples, which needs %d a replica; allowed: "
+                             "larger shares or --batch_norm=sync"
+                             % (*shares, spec.name, spec.fewest_replica_samples))
+    return plan
 
 
 def worker_loads(plan):

@@ -5,8 +5,9 @@ throwaway ``tf.Graph`` and turns every layer ``hmp.graph.workload.layer_ops``
 finds into a ``LayerSpec``: FLOPs, parameters and outputs per sample from the
 graph's shapes, the split dim from the model's ``SPLIT_DIMS`` (``config.model``)
 and its role from where that dim occurs ("output" if the layer's output has it, "input" if
-only its inputs do). Its batch norms are counted too (``ModelSpec.norm_layers``), and
-the bytes of its activations' dtype (``ModelSpec.activation_bytes``: 2 under mixed
+only its inputs do). Its batch norms are counted too (``ModelSpec.norm_layers`` with sync
+statistics, ``ModelSpec.replica_norm_layers`` with local ones), and the bytes of its
+activations' dtype (``ModelSpec.activation_bytes``: 2 under mixed
 precision).
 
 Unlike the rest of ``hmp.planning`` this module needs TensorFlow and Mesh-TF;

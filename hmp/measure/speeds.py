@@ -163,7 +163,8 @@ def measure_platform(config, devices, batch_size, warmup=2, repeats=5, target=No
                      op_size=False, recipe=Recipe()):
     """``measure_speeds``, then the link between the devices (``hmp.measure.linkprobe``), idle
     and while every device runs its training step, as in a split step (the same
-    steps that were timed), and its wait per barrier (``measure_barrier``).
+    steps that were timed), and its wait per barrier (``measure_barrier``: on a batch
+    split over every device, or over those ``barrier_devices`` gives a split).
 
     Returns ``(DeviceSpecs, LinkSpec or None)``; the arguments are those of
     ``measure_speeds``.
@@ -179,11 +180,23 @@ def measure_platform(config, devices, batch_size, warmup=2, repeats=5, target=No
     finally:
         for step in steps.values():
             step.close()
-    if link is None or batch_size < len(devices):   # nothing to split
+    split = barrier_devices(spec, speeds, batch_size)
+    if link is None or len(split) < 2:   # nothing to split
         return speeds, link
-    return speeds, measure_barrier(config, spec, devices, speeds, link, batch_size, warmup,
+    return speeds, measure_barrier(config, spec, [devices[i] for i in split],
+                                   [speeds[i] for i in split], link, batch_size, warmup,
                                    repeats, target, session_config, optimizer, progress,
                                    recipe)
+
+
+def barrier_devices(spec, speeds, batch_size):
+    """The indices of the devices whose batch split times the wait at a barrier: every
+    device, or where ``batch_size`` cannot give each its fewest samples a replica
+    (``ModelSpec.fewest_replica_samples``), as many of the fastest as it can (in their
+    order); fewer than two: no split to time."""
+    most = batch_size // spec.fewest_replica_samples
+    fastest = sorted(range(len(speeds)), key=lambda i: -speeds[i].samples_per_s)[:most]
+    return sorted(fastest)
 
 
 def barrier_wait(split_s, shares_s, comm_s, count):

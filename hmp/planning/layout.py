@@ -109,9 +109,10 @@ def are_sizes(sizes):
 def check_splits(model_spec, mesh, batch_size, splits, source="splits"):
     """Checks that ``splits`` is a layout of ``model_spec`` on ``mesh``; returns it as ints.
 
-    Every laid-out dim (see ``laid_out_dims``) needs one whole number >= 0 per
-    coordinate of its axis, summing to its size (``batch_size`` for batch),
-    and nothing else may be there. Errors start with ``source``.
+    Every laid-out dim (see ``laid_out_dims``) needs one whole number >= 1 per
+    coordinate of its axis, summing to its size (``batch_size`` for batch; on more than
+    one batch row each at least ``ModelSpec.fewest_replica_samples``), and nothing else
+    may be there. Errors start with ``source``.
     """
     if not isinstance(splits, dict):
         raise InvalidInput(f"{source}: must be a dict of dimension -> sizes, got {splits!r}")
@@ -134,5 +135,11 @@ def check_splits(model_spec, mesh, batch_size, splits, source="splits"):
         if len(sizes) != length or sum(sizes) != size:
             raise InvalidInput(f"{source}: sizes of {dim!r} are {list(sizes)}; need {length} "
                              f"numbers (axis {axis!r}) summing to {size}")
+        if dim == "batch" and length > 1 and min(sizes) < model_spec.fewest_replica_samples:
+            raise InvalidInput(
+                f"{source}: a batch replica holds {min(sizes)} of the batch {list(sizes)}; "
+                f"model {model_spec.name!r} normalises its batch norms over each replica's "
+                f"own samples, which needs {model_spec.fewest_replica_samples} a replica: "
+                "plan again")
         checked[dim] = [int(s) for s in sizes]
     return checked

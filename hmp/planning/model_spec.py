@@ -28,6 +28,14 @@ from hmp.layer_math import conv_flops, dense_flops, output_size, pool_flops
 KINDS = ("conv2d", "conv3d", "dense", "pool")
 CONVOLUTIONS = ("conv2d", "conv3d")   # the kinds whose output channels come in blocks
 ROLES = ("output", "input")
+# The fewest samples a replica of a batch split may hold when the model's batch norms use
+# each replica's own statistics (``ModelSpec.replica_norm_layers``): over fewer, a replica's
+# mean and variance are noise (one sample's normalise a dense layer to its offset).
+# Batch norm's error grows steeply below 8 samples a device: ImageNet ResNet-50, 32 a
+# device 23.6%, 8 24.8%, 4 27.3%, 2 34.7% (Wu and He, Group Normalization, ECCV 2018,
+# figure 1); hmp's local statistics on hybridsn's [21, 11] split trained level with sync
+# (docs/benchmarks.md, "Accuracy with each replica's own batch-norm statistics").
+MIN_REPLICA_SAMPLES = 8
 
 
 @dataclass(frozen=True)
@@ -94,8 +102,7 @@ class ModelSpec:
     norm_layers: int = 0
     # Layers that normalise over each batch replica's own samples (batch norm with local
     # statistics): no all-reduce, but a replica of few samples normalises over them
-    # alone, so the planner gives every batch row of a split at least
-    # ``hmp.planning.planner.MIN_REPLICA_SAMPLES`` when there is one.
+    # alone (``fewest_replica_samples``).
     replica_norm_layers: int = 0
     # Bytes of an activation element and of its gradient: 4 (float32), 2 under mixed
     # precision (``hmp.graph.graph_config.PRECISIONS``); weights, slots and the gradient sum
@@ -130,6 +137,12 @@ class ModelSpec:
                     raise InvalidInput(
                         f"model {self.name!r}: split dim {layer.split_dim!r} has size {size} "
                         f"in one layer but {layer.split_size} in layer {layer.name!r}")
+
+    @property
+    def fewest_replica_samples(self):
+        """The fewest samples a replica of a batch split may hold: ``MIN_REPLICA_SAMPLES``
+        when a batch norm normalises over each replica's own samples, else 1."""
+        return MIN_REPLICA_SAMPLES if self.replica_norm_layers else 1
 
     def split_dims(self):
         """Every split dim and its size, in order of first appearance."""

@@ -57,14 +57,6 @@ REPLICATION_MAX_DIMS = 8
 # to say so in its reason (up to 5 more plans: cheap on few devices).
 HINT_BATCH_FACTORS = (2, 4, 8, 16)
 HINT_MAX_DEVICES = 8
-# The fewest samples a batch row of a split gets when the model's batch norms use each
-# replica's own statistics (``ModelSpec.replica_norm_layers``): over fewer, a replica's
-# mean and variance are noise (one sample's normalise a dense layer to its offset).
-# Batch norm's error grows steeply below 8 samples a device: ImageNet ResNet-50, 32 a
-# device 23.6%, 8 24.8%, 4 27.3%, 2 34.7% (Wu and He, Group Normalization, ECCV 2018,
-# figure 1); hmp's local statistics on hybridsn's [21, 11] split trained level with sync
-# (docs/benchmarks.md, "Accuracy with each replica's own batch-norm statistics").
-MIN_REPLICA_SAMPLES = 8
 
 
 class _Layout(NamedTuple):
@@ -222,19 +214,18 @@ def _speed_splits(model_spec, specs, mesh, batch_size, min_filters):
 
 
 def _fewest_samples(model_spec, mesh, batch_size):
-    """The fewest samples a batch row of ``mesh`` gets: ``MIN_REPLICA_SAMPLES`` on a batch
-    split of a model with local batch norms, else 1; InvalidInput when ``batch_size``
-    cannot give every row that many."""
-    if mesh.batch == 1 or not model_spec.replica_norm_layers:
-        return 1
-    if batch_size < MIN_REPLICA_SAMPLES * mesh.batch:
+    """The fewest samples a batch row of ``mesh`` gets (``ModelSpec.fewest_replica_samples``
+    on a batch split, else 1); InvalidInput when ``batch_size`` has a sample for every row
+    but not that many (fewer samples than rows: ``apportion`` says so)."""
+    fewest = model_spec.fewest_replica_samples if 1 < mesh.batch <= batch_size else 1
+    if fewest > 1 and batch_size < fewest * mesh.batch:
         raise InvalidInput(
             f"mesh {mesh}: {counted(batch_size, 'sample')} give {mesh.batch} batch replicas "
-            f"at most {batch_size // mesh.batch} each, and a replica normalises its batch "
-            f"norms over its own samples (local statistics): at least {MIN_REPLICA_SAMPLES} "
-            f"each, so a batch of at least {MIN_REPLICA_SAMPLES * mesh.batch}, fewer batch "
-            "rows or sync statistics")
-    return MIN_REPLICA_SAMPLES
+            f"at most {batch_size // mesh.batch} each, and each replica normalises its batch "
+            f"norms over its own samples (local statistics), which needs {fewest} a replica; "
+            f"allowed: a batch of at least {fewest * mesh.batch}, fewer batch rows, or sync "
+            "batch-norm statistics")
+    return fewest
 
 
 def subset_sizes(device_count):

@@ -10,8 +10,8 @@ import tensorflow.compat.v1 as tf
 from hmp.graph.from_graph import model_spec
 from hmp.graph.graph_config import Augmentation, Projection, Recipe
 from hmp.measure.channel_blocks import CPU_FLAGS_FILE, lanes_of
-from hmp.measure.speeds import (DeviceStep, SplitStep, affine_fit, barrier_wait, in_turns,
-                                measure_platform, measure_speeds, relative_speeds,
+from hmp.measure.speeds import (DeviceStep, SplitStep, affine_fit, barrier_devices,
+                                barrier_wait, in_turns, measure_platform, measure_speeds, relative_speeds,
                                 small_batch, with_given_figures)
 from hmp.planning import DeviceSpec, plan_layout
 from hmp.planning.costmodel import alone_flops_per_s
@@ -99,6 +99,19 @@ def test_barrier_wait_spreads_the_excess_over_the_barriers():
     assert barrier_wait(0.010, [0.004, 0.006], 0.001, 3) == pytest.approx(0.001)
     assert barrier_wait(0.006, [0.004, 0.006], 0.001, 3) == 0.0   # no longer
     assert barrier_wait(0.010, [0.004, 0.006], 0.001, 0) == 0.0   # no barrier
+
+
+def test_the_barrier_is_timed_on_the_fastest_devices_the_batch_can_split_over():
+    """Local batch norms need 8 samples a replica: at batch 20 a split of two of the five
+    devices, the fastest two (in the given order); sync ones split over every device."""
+    speeds = [DeviceSpec("/cpu:%d" % i, 1e9, samples_per_s=rate)
+              for i, rate in enumerate((300, 900, 100, 700, 500))]
+    local, sync = (model_spec(model_config("cnn2d", 5, 8, 4, width=4, batch_norm=mode))
+                   for mode in ("local", "sync"))
+    assert barrier_devices(local, speeds, 20) == [1, 3]
+    assert barrier_devices(local, speeds, 40) == [0, 1, 2, 3, 4]
+    assert barrier_devices(local, speeds, 15) == [1]   # one: no split to time
+    assert barrier_devices(sync, speeds, 5) == [0, 1, 2, 3, 4]
 
 
 def test_measure_platform_prices_the_split_steps_excess_per_barrier(monkeypatch):

@@ -9,7 +9,8 @@ import pytest
 from hmp.errors import InvalidInput
 from hmp.formatting import format_bytes
 from hmp.planning.costmodel import memory_bytes
-from hmp.planning.planner import MIN_REPLICA_SAMPLES, SPLIT_MARGIN
+from hmp.planning.model_spec import MIN_REPLICA_SAMPLES
+from hmp.planning.planner import SPLIT_MARGIN
 from hmp.planning import (DeviceSpec, LinkSpec, ModelSpec, Plan, apportion, conv_layer_spec,
                           dense_layer_spec, parse_mesh, plan_layout, pool_layer_spec, predict)
 from model_specs import fc_model
@@ -651,15 +652,38 @@ def test_a_batch_too_small_for_local_replicas_is_refused_or_not_split():
     with pytest.raises(InvalidInput) as refused:
         plan_layout(local, ["/cpu:0", "/cpu:1"], [1, 1], 12, "batch:2")
     assert str(refused.value) == (
-        "mesh batch:2: 12 samples give 2 batch replicas at most 6 each, and a replica "
-        "normalises its batch norms over its own samples (local statistics): at least 8 "
-        "each, so a batch of at least 16, fewer batch rows or sync statistics")
+        "mesh batch:2: 12 samples give 2 batch replicas at most 6 each, and each replica "
+        "normalises its batch norms over its own samples (local statistics), which needs 8 a "
+        "replica; allowed: a batch of at least 16, fewer batch rows, or sync batch-norm "
+        "statistics")
+    # fewer samples than replicas: apportion's own words, as for any model
+    with pytest.raises(InvalidInput, match="^1 samples cannot give 2 devices"):
+        plan_layout(local, ["/cpu:0", "/cpu:1"], [1, 1], 1, "batch:2")
     plan = plan_layout(local, ["/cpu:0", "/cpu:1"], [1, 1], 12, "auto")
     notes = {c.mesh: c.note for c in plan.candidates if c.devices == 2}
     assert notes["batch:2"].startswith("infeasible: mesh batch:2: 12 samples give")
     assert notes["model:2"] == "" and plan.mesh == "model:2"
     assert plan_layout(local, ["/cpu:0", "/cpu:1"], [1, 1], 16, "batch:2").splits == {
         "batch": [8, 8]}
+    # one batch row is no split: any batch, as one device's
+    assert plan_layout(local, ["/cpu:0"], [1], 4, "batch:1").splits == {"batch": [4]}
+    assert plan_layout(local, ["/cpu:0"], [1], 2, "auto").devices == ["/cpu:0"]
+
+
+def test_a_plan_file_with_a_replica_below_8_samples_is_refused_for_local_batch_norms(tmp_path):
+    """A plan of [30, 2] (made for sync statistics, or before the minimum) loads for a model
+    without local batch norms and is refused, naming the replica, for one with them."""
+    sync = dataclasses.replace(hsi_model(), norm_layers=2)
+    path = tmp_path / "plan.json"
+    plan_layout(sync, ["/cpu:0", "/cpu:1"], [15, 1], 32, "batch:2").to_json(path)
+    assert Plan.from_json(path, sync).splits == {"batch": [30, 2]}
+    local = dataclasses.replace(hsi_model(), replica_norm_layers=2)
+    with pytest.raises(InvalidInput) as refused:
+        Plan.from_json(path, local)
+    assert str(refused.value) == (
+        f"plan file {path}: a batch replica holds 2 of the batch [30, 2]; model 'hsi' "
+        "normalises its batch norms over each replica's own samples, which needs 8 a "
+        "replica: plan again")
 
 
 # --- ranked by the whole step alone: overheads, not only FLOP rates ----------------------

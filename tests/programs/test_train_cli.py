@@ -244,8 +244,12 @@ BAD_FLAGS = {
     THREE + " --mesh=model:5 --speeds=1,1,1": "mesh model:5 has 5 positions but 3 devices",
     "--mesh=foo": "--mesh=foo: bad mesh 'foo'",
     "--patch_size=4": "--patch_size=4: patch_size must be an odd positive integer",
-    THREE + " --batch_size=2 --mesh=batch:3 --speeds=1,1,1": "2 samples give 3 batch replicas "
-                                                             "at most 0 each, and a replica",
+    THREE + " --batch_size=2 --mesh=batch:3 --speeds=1,1,1": "2 samples cannot give 3 devices",
+    THREE + " --batch_size=12 --mesh=batch:3 --speeds=1,1,1": (
+        "--speeds=1,1,1, --mesh=batch:3, --batch_size=12: mesh batch:3: 12 samples give 3 "
+        "batch replicas at most 4 each, and each replica normalises its batch norms over its "
+        "own samples (local statistics), which needs 8 a replica; allowed: a batch of at "
+        "least 24, fewer batch rows, or sync batch-norm statistics"),
     "--devices=/gpu:7": "--devices=/gpu:7: /gpu:7 is not a device of this machine, which has",
     "--devices=/cpu:0,/cpu:0": "--devices=/cpu:0,/cpu:0: /cpu:0 named twice",
     "--devices=/bogus:0": "--devices=/bogus:0: '/bogus:0' is not a TensorFlow device string",
@@ -372,10 +376,7 @@ def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
     assert "--batch_size=100000: batch_size must be at most the" in overwrite.stderr
     assert unplanned.returncode == 2   # known once the planner has the model
     assert unplanned.stderr.endswith(
-        "--mesh=batch:3, --batch_size=2: mesh batch:3: 2 samples give 3 batch replicas at "
-        "most 0 each, and a replica normalises its batch norms over its own samples (local "
-        "statistics): at least 8 each, so a batch of at least 24, fewer batch rows or sync "
-        "statistics\n")
+        "--mesh=batch:3, --batch_size=2: 2 samples cannot give 3 devices at least 1 each (at most 0 each)\n")
     assert resume.returncode == 2
     assert resume.stderr.strip() == (
         "hmp.train: error: --resume: the run in %s was trained with train_fraction=0.5, not "

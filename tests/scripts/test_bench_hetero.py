@@ -11,6 +11,8 @@ from cli_batch import run_batch_with_out
 from hmp.graph.graph import build_model_graph, imported
 from hmp.run.profiler import MODEL, STEP_PARTS, TRANSFERS
 from models import model_config
+from hmp.cli import UsageError
+from hmp.planning import ModelSpec, dense_layer_spec
 from script_modules import import_script
 
 bench = import_script("bench_hetero")
@@ -69,6 +71,22 @@ def test_plain_tf_models_have_the_weights_of_hmps(name):
                                   tf.zeros([2], tf.int32))[0]
         hmp_weights = sum(v.shape.size for v in graph.trainable_variables)
     assert plain.parameter_count() == hmp_weights > 0
+
+
+def test_a_fixed_split_below_a_local_replicas_fewest_samples_is_refused():
+    """--fixed_splits=30:2 of a model with local batch norms: the planner would give the
+    second replica 8 samples, not 2; a row named 30:2 must time 30:2, so it is refused."""
+    local = ModelSpec("m", [dense_layer_spec("fc", 4, 2)], (4,), replica_norm_layers=1)
+    assert bench.fixed_split(local, ["/cpu:0", "/cpu:1"], (24, 8), 32).splits == {
+        "batch": [24, 8]}
+    with pytest.raises(UsageError, match="^--fixed_splits=30:2: m normalises its batch "
+                                         "norms over each replica's own samples, which "
+                                         "needs 8 a replica; allowed: larger shares or "
+                                         "--batch_norm=sync$"):
+        bench.fixed_split(local, ["/cpu:0", "/cpu:1"], (30, 2), 32)
+    sync = ModelSpec("m", [dense_layer_spec("fc", 4, 2)], (4,), norm_layers=1)
+    assert bench.fixed_split(sync, ["/cpu:0", "/cpu:1"], (30, 2), 32).splits == {
+        "batch": [30, 2]}
 
 
 @pytest.fixture(scope="module")
