@@ -161,7 +161,7 @@ def _speed_splits(model_spec, specs, mesh, batch_size, min_filters):
                      for d in specs]).reshape(mesh.batch, mesh.model)
     row_labels = _group_labels(names, mesh, "batch")
     row_speed, row_overhead = _row_rates(model_spec, specs, mesh)
-    fewest = _fewest_samples(model_spec, mesh, batch_size)
+    fewest = fewest_samples_a_row(model_spec, mesh, batch_size)
     rows = (apportion(batch_size, row_speed, fewest, names=row_labels, unit="samples",
                       offsets=row_overhead)
             if "batch" in mesh.axes else [batch_size])
@@ -213,7 +213,7 @@ def _speed_splits(model_spec, specs, mesh, batch_size, min_filters):
 
 
 
-def _fewest_samples(model_spec, mesh, batch_size):
+def fewest_samples_a_row(model_spec, mesh, batch_size):
     """The fewest samples a batch row of ``mesh`` gets (``ModelSpec.fewest_replica_samples``
     on a batch split, else 1); InvalidInput when ``batch_size`` has a sample for every row
     but not that many (fewer samples than rows: ``apportion`` says so)."""

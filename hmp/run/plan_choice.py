@@ -69,6 +69,23 @@ def check_memory(settings, devices, spec, caps, cube):
                      for d, c in zip(devices, caps)), format_bytes(cube)))
 
 
+def check_batch_rows(settings, spec):
+    """UsageError, before any profiling or folder, when a given --mesh's batch rows cannot
+    each hold the fewest samples a replica of the model (``spec``) needs at --batch_size
+    (``planning.fewest_samples_a_row``: with local batch norms); --mesh=auto leaves such
+    meshes out itself. Names --batch_norm too, whose sync statistics have no minimum."""
+    mesh = settings.placement.mesh
+    if mesh == AUTO:
+        return
+    try:
+        planning.fewest_samples_a_row(spec, planning.parse_mesh(mesh),
+                                      settings.recipe.batch_size)
+    except InvalidInput as error:
+        raise cli.UsageError("--mesh=%s, --batch_size=%d, --batch_norm=%s: %s"
+                             % (mesh, settings.recipe.batch_size, settings.model.batch_norm,
+                                error)) from error
+
+
 def check_plan_memory(plan, caps, cube):
     """InvalidInput when a given plan's model needs more on a device than its memory
     (``caps``) leaves beside the scene's ``cube`` bytes."""

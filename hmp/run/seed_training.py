@@ -17,14 +17,15 @@ import os
 import time
 
 from hmp import cli, files
+from hmp.errors import InvalidInput
 from hmp.evaluation import report
 from hmp.graph import scene_input
-from hmp.graph.from_graph import model_spec
+from hmp.graph.from_graph import model_spec, model_width
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import ModelConfig, Placement
 from hmp.run import events, experiment, fitted_preprocessing, run_files, run_folder, scoring
 from hmp.run.epoch_loop import EpochLoop
-from hmp.run.plan_choice import (alone_trial, beside_cube, check_memory,
+from hmp.run.plan_choice import (alone_trial, beside_cube, check_batch_rows, check_memory,
                                  check_plan_memory, choose_plan, memory_caps)
 from hmp.run.progress import ProgressLine
 from hmp.run.resume import check_same_data, resumes
@@ -222,12 +223,17 @@ def _check_fits(shared, exp, model_config, recipe, spec):
         scene_input.check_cube_fits(exp.scene.image_shape, settings.data.patch_size, bands,
                                     devices, caps)
     cube = scene_input.cube_bytes(exp.scene.image_shape, settings.data.patch_size, bands)
-    if given_plan is None:   # memory before work: before any folder or profiling
+    if given_plan is None:   # memory and the mesh before work: before any folder or profiling
+        check_batch_rows(settings, spec)
         check_memory(settings, devices, spec, caps, cube)
     else:
         where = "plan file %s" % settings.placement.plan
         with settings.blame("plan"):
-            given_plan.check_model(spec, where)
+            try:
+                given_plan.check_model(spec, where)
+            except InvalidInput as error:
+                raise InvalidInput("%s; e.g. python scripts/plan_layout.py %s"
+                                   % (error, _planning_flags(settings, model_config))) from error
         with settings.blame("plan", "batch_size"):
             given_plan.check_batch(settings.recipe.batch_size, where)
         with settings.blame(*settings.scene_flags(), "plan"):
@@ -246,6 +252,16 @@ def _make_folder(settings, model_dir, data_config, exp, replaced):
     fitted_preprocessing.save(model_dir, exp.preprocessor, exp.scene.raster.wavelengths,
                              exp.guide)
     run_folder.save_flags(settings.model_dir, settings.flag_lines())
+
+
+def _planning_flags(settings, model_config):
+    """The flags of scripts/plan_layout.py that plan for this run's model
+    (``model_config``), precision, batch norm and batch."""
+    return ("--model=%s --width=%d --patch_size=%d --bands=%d --classes=%d --precision=%s "
+            "--batch_norm=%s --batch_size=%d"
+            % (settings.model.name, model_width(model_config), model_config.patch,
+               model_config.bands, model_config.n_classes, model_config.precision,
+               model_config.batch_norm, settings.recipe.batch_size))
 
 
 def _plan(shared, spec, model_config, caps, model_dir, recipe, first_epoch, recorded_trial):

@@ -128,6 +128,7 @@ def cli_runs(tmp_path_factory, small_scene, readme_models):
     runs.update({flags: [{"args": flags.split(), "cwd": str(bad_flags)}]
                  for flags in sorted(BAD_FLAGS)})
     done = iter(run_batch("hmp.train", [run for runs_of in runs.values() for run in runs_of]))
+    folders["bad_flags"] = bad_flags
     return {name: [next(done) for _ in runs_of] for name, runs_of in runs.items()}, folders
 
 
@@ -245,11 +246,12 @@ BAD_FLAGS = {
     "--mesh=foo": "--mesh=foo: bad mesh 'foo'",
     "--patch_size=4": "--patch_size=4: patch_size must be an odd positive integer",
     THREE + " --batch_size=2 --mesh=batch:3 --speeds=1,1,1": "2 samples cannot give 3 devices",
-    THREE + " --batch_size=12 --mesh=batch:3 --speeds=1,1,1": (
-        "--speeds=1,1,1, --mesh=batch:3, --batch_size=12: mesh batch:3: 12 samples give 3 "
-        "batch replicas at most 4 each, and each replica normalises its batch norms over its "
-        "own samples (local statistics), which needs 8 a replica; allowed: a batch of at "
-        "least 24, fewer batch rows, or sync batch-norm statistics"),
+    # before profiling (--speeds=auto would print its progress) and before any folder
+    THREE + " --batch_size=12 --mesh=batch:3": (
+        "hmp.train: error: --mesh=batch:3, --batch_size=12, --batch_norm=local: mesh batch:3: "
+        "12 samples give 3 batch replicas at most 4 each, and each replica normalises its "
+        "batch norms over its own samples (local statistics), which needs 8 a replica; "
+        "allowed: a batch of at least 24, fewer batch rows, or sync batch-norm statistics"),
     "--devices=/gpu:7": "--devices=/gpu:7: /gpu:7 is not a device of this machine, which has",
     "--devices=/cpu:0,/cpu:0": "--devices=/cpu:0,/cpu:0: /cpu:0 named twice",
     "--devices=/bogus:0": "--devices=/bogus:0: '/bogus:0' is not a TensorFlow device string",
@@ -307,6 +309,11 @@ def test_bad_flag_gives_one_line_error(flags, bad_flag_runs):
     lines = stderr.splitlines()   # nothing else: no traceback, no warning
     assert len(lines) == 1 and lines[0].startswith("hmp.train: error:"), stderr[-2000:]
     assert BAD_FLAGS[flags] in lines[0], lines[0]
+
+
+def test_bad_flags_write_nothing(cli_runs, bad_flag_runs):
+    """No run of BAD_FLAGS (each with its default --model_dir, runs/<name>) made a folder."""
+    assert list(cli_runs[1]["bad_flags"].iterdir()) == []
 
 
 def test_help_lists_the_flags_and_exits_0(cli_runs):
@@ -417,12 +424,22 @@ def test_max_steps_trains_the_whole_epochs_that_fit_and_keeps_the_flags_given(cl
 
 
 def test_plan_for_another_model_is_refused(cli_runs):
+    from hmp.graph.from_graph import model_spec
+    from models import model_config
     (run,), folders = cli_runs[0]["other_model_plan"], cli_runs[1]
     assert run.returncode == 2
     plan = folders["other_model_plan"] / "plan.json"
     assert "--plan=%s" % plan in run.stderr and "model" in run.stderr
-    assert run.stderr.strip().endswith("(the name gives the model, its input, precision and "
-                                       "batch norm: plan again for the run's)")
+    assert ("(the name gives the model, its input, precision and batch norm: plan again for "
+            "the run's); e.g. python scripts/plan_layout.py --model=cnn2d --width=4 "
+            "--patch_size=5 --bands=") in run.stderr
+    # the flags it gives plan the very model the run expects
+    expected = re.search(r"not the expected model '([^']+)'", run.stderr).group(1)
+    flags = dict(re.findall(r"--(\w+)=(\S+)", run.stderr.split("plan_layout.py ")[1]))
+    assert flags["precision"] == "float32" and flags["batch_size"] == "64"
+    assert model_spec(model_config(
+        flags["model"], int(flags["patch_size"]), int(flags["bands"]), int(flags["classes"]),
+        int(flags["width"]), batch_norm=flags["batch_norm"])).name == expected
 
 
 def test_plan_for_another_batch_size_is_refused_before_anything_is_written(cli_runs):
