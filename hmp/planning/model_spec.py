@@ -30,7 +30,8 @@ CONVOLUTIONS = ("conv2d", "conv3d")   # the kinds whose output channels come in 
 ROLES = ("output", "input")
 # The fewest samples a replica of a batch split may hold when the model's batch norms use
 # each replica's own statistics (``ModelSpec.replica_norm_layers``): over fewer, a replica's
-# mean and variance are noise (one sample's normalise a dense layer to its offset).
+# mean and variance are noise (a replica of one sample normalises a dense layer's output
+# to its offset).
 # Batch norm's error grows steeply below 8 samples a device: ImageNet ResNet-50, 32 a
 # device 23.6%, 8 24.8%, 4 27.3%, 2 34.7% (Wu and He, Group Normalization, ECCV 2018,
 # figure 1); hmp's local statistics on hybridsn's [21, 11] split trained level with sync

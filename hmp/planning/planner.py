@@ -212,7 +212,6 @@ def _speed_splits(model_spec, specs, mesh, batch_size, min_filters):
     return splits
 
 
-
 def fewest_samples_a_row(model_spec, mesh, batch_size):
     """The fewest samples a batch row of ``mesh`` gets (``ModelSpec.fewest_replica_samples``
     on a batch split, else 1); InvalidInput when ``batch_size`` has a sample for every row
