@@ -49,7 +49,7 @@ from hmp.graph.graph_config import Placement  # noqa: E402
 from hmp.measure.devices import (check_local, default_devices, device_list,  # noqa: E402
                                  memory_bytes, session_config_for)
 from hmp.measure.linkprobe import measure_link  # noqa: E402
-from hmp.measure.speeds import measure_speeds, random_batch  # noqa: E402
+from hmp.measure.speeds import measure_speeds, overhead_text, random_batch  # noqa: E402
 from hmp.mesh.mesh_impl import HeteroMeshImpl  # noqa: E402
 from hmp.mesh.numerics import require_determinism, rounds_float32  # noqa: E402
 from hmp.formatting import format_bytes  # noqa: E402
@@ -230,8 +230,8 @@ def check_plan(machine):
     machine.plan = planning.plan_layout(machine.spec, speeds, None, machine.batch_size,
                                         "auto", memory_bytes(machine.devices), link=link)
     plan = machine.plan
-    lines = ["%s: %.4g samples/s, %.3g ms of every step"
-             % (s.name, s.samples_per_s, 1e3 * s.overhead_s) for s in speeds]
+    lines = ["%s: %.4g samples/s, %s" % (s.name, s.samples_per_s, overhead_text(s.overhead_s))
+             for s in speeds]
     if link is not None:
         lines.append("link: " + link.figures())
     lines.append("plan: %s on %s, %s; predicted %.3g ms a step"

@@ -39,8 +39,8 @@ from hmp.measure.calibration import describe  # noqa: E402
 from hmp.errors import op_error_line  # noqa: E402
 from hmp.measure.devices import (LOCAL_JOBS, check_device_string, check_local,  # noqa: E402
                                  device_list, parse_memory_caps, virtual_cpus)
-from hmp.measure.speeds import (measure_platform, measure_speeds, relative_speeds,  # noqa: E402
-                                with_given_figures)
+from hmp.measure.speeds import (measure_platform, measure_speeds, overhead_text,  # noqa: E402
+                                relative_speeds, with_given_figures)
 from hmp.run.settings import DEFAULT  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -151,7 +151,7 @@ def profile(config, spec, devices, link_given=False):
         op_size = describe(s)
         print(f"  {s.name}  {s.samples_per_s:.4g} samples/s ({s.min_samples_per_s:.4g} - "
               f"{s.max_samples_per_s:.4g})  relative {relative:.3f}  "
-              f"{s.flops_per_s:.4g} FLOP/s  {1e3 * s.overhead_s:.3g} ms of every step"
+              f"{s.flops_per_s:.4g} FLOP/s  {overhead_text(s.overhead_s)}"
               + (f"  {op_size}" if op_size else "")
               + (f"  channel block {s.channel_block}" if s.channel_block > 1 else ""))
     if link is not None:

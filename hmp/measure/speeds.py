@@ -307,6 +307,14 @@ def affine_fit(batch_size, seconds, small, small_seconds):
     return seconds / batch_size, 0.0
 
 
+def overhead_text(overhead_s):
+    """A device's per-step overhead for people: ``2.68 ms of every step``, or, where
+    ``affine_fit`` found none (the step's time in proportion to its samples), says so."""
+    if overhead_s > 0:
+        return "%.3g ms of every step" % (1e3 * overhead_s)
+    return "no fixed time a step (the step's time fits its samples alone)"
+
+
 def _timing_line(steps, config, repeats):
     """The progress line saying what ``_timed`` times."""
     what = {key[1] for key in steps}

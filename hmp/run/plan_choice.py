@@ -18,7 +18,7 @@ from hmp.errors import InvalidInput
 from hmp.formatting import format_bytes
 from hmp.measure import calibration, speedcache
 from hmp.measure.devices import memory_bytes, parse_memory_caps
-from hmp.measure.speeds import measure_platform
+from hmp.measure.speeds import measure_platform, overhead_text
 from hmp.planning.planner import SPLIT_MARGIN, rate_order
 from hmp.run.alone_trial import AloneTrial
 from hmp.run.progress import say
@@ -231,9 +231,9 @@ def _measured(settings, hardware, model_config, spec, model_dir, recipe):
                                              say=say, warn=warn, op_size=op_size)
     for s in entry.speeds:
         op_size_figures = calibration.describe(s)
-        say("  %-28s %8.1f samples/s (%.1f - %.1f), %.3g ms of every step%s"
+        say("  %-28s %8.1f samples/s (%.1f - %.1f), %s%s"
              % (s.name, s.samples_per_s, s.min_samples_per_s, s.max_samples_per_s,
-                1e3 * s.overhead_s, "; " + op_size_figures if op_size_figures else ""))
+                overhead_text(s.overhead_s), "; " + op_size_figures if op_size_figures else ""))
     link = entry.link
     if link is not None:
         say("  link: " + "; ".join(

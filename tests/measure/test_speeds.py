@@ -11,8 +11,9 @@ from hmp.graph.from_graph import model_spec
 from hmp.graph.graph_config import Augmentation, Projection, Recipe
 from hmp.measure.channel_blocks import CPU_FLAGS_FILE, lanes_of
 from hmp.measure.speeds import (DeviceStep, SplitStep, affine_fit, barrier_devices,
-                                barrier_wait, in_turns, measure_platform, measure_speeds, relative_speeds,
-                                small_batch, with_given_figures)
+                                barrier_wait, in_turns, measure_platform, measure_speeds,
+                                overhead_text, relative_speeds, small_batch,
+                                with_given_figures)
 from hmp.planning import DeviceSpec, plan_layout
 from hmp.planning.costmodel import alone_flops_per_s
 from models import model_config
@@ -99,6 +100,13 @@ def test_barrier_wait_spreads_the_excess_over_the_barriers():
     assert barrier_wait(0.010, [0.004, 0.006], 0.001, 3) == pytest.approx(0.001)
     assert barrier_wait(0.006, [0.004, 0.006], 0.001, 3) == 0.0   # no longer
     assert barrier_wait(0.010, [0.004, 0.006], 0.001, 0) == 0.0   # no barrier
+
+
+def test_an_overhead_the_fit_did_not_find_is_said_in_words_not_as_0_ms():
+    assert overhead_text(0.00268) == "2.68 ms of every step"
+    assert affine_fit(32, 0.010, 8, 0.0020)[1] == 0.0   # a negative intercept: none
+    assert overhead_text(0.0) == ("no fixed time a step (the step's time fits its samples "
+                                  "alone)")
 
 
 def test_the_barrier_is_timed_on_the_fastest_devices_the_batch_can_split_over():
