@@ -228,7 +228,7 @@ def measure_barrier(config, spec, devices, speeds, link, batch_size, warmup=2, r
     steps = {}
     try:
         steps["split"] = SplitStep(config, plan, target, session_config, optimizer, recipe)
-        for device, share in zip(devices, shares):   # each share >= 1 (the planner's minimum)
+        for device, share in zip(devices, shares):   # each its fewest samples or more
             steps[device] = DeviceStep(config, device, share, target, session_config,
                                        optimizer, recipe)
         in_turns(steps, warmup)

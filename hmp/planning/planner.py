@@ -216,8 +216,10 @@ def fewest_samples_a_row(model_spec, mesh, batch_size):
     """The fewest samples a batch row of ``mesh`` gets (``ModelSpec.fewest_replica_samples``
     on a batch split, else 1); InvalidInput when ``batch_size`` has a sample for every row
     but not that many (fewer samples than rows: ``apportion`` says so)."""
-    fewest = model_spec.fewest_replica_samples if 1 < mesh.batch <= batch_size else 1
-    if fewest > 1 and batch_size < fewest * mesh.batch:
+    if mesh.batch == 1 or batch_size < mesh.batch:   # no split, or apportion says why not
+        return 1
+    fewest = model_spec.fewest_replica_samples
+    if batch_size < fewest * mesh.batch:
         raise InvalidInput(
             f"mesh {mesh}: {counted(batch_size, 'sample')} give {mesh.batch} batch replicas "
             f"at most {batch_size // mesh.batch} each, and each replica normalises its batch "
