@@ -18,7 +18,7 @@ from models import model_config
 
 # Momentum, not Adam: a new split sums in another order, and Adam's division
 # by sqrt(v) magnifies those rounding differences of near-zero gradients.
-FLAGS = ["--model=cnn2d", "--width=8", "--patch_size=5", "--batch_size=64",
+FLAGS = ["--model=spectral", "--width=8", "--patch_size=5", "--batch_size=64",
          "--devices=/cpu:0,/cpu:1,/cpu:2",
          "--train_fraction=0.05", "--speeds=1,1,1", "--mesh=model:3", "--epochs=3",
          "--optimizer=momentum", "--learning_rate=0.01",
@@ -388,18 +388,18 @@ def test_rebalancing_weighs_a_plan_off_the_slow_device_and_keeps_the_losses(tmp_
     # re-planned from its recorded busy times (in which /cpu:1's are 4 times its own);
     # the plans run are those the lines chose.
     lines = [line for line in runs[1].stdout.splitlines() if line.startswith("re-balancing")]
-    weighed = [int(re.match(r"re-balancing: filters1 \[\d+, (\d+),", line).group(1))
+    weighed = [int(re.match(r"re-balancing: hidden \[\d+, (\d+),", line).group(1))
                for line in lines]
-    shares = [p["splits"]["filters1"][1] for p in balanced["plans"]]
+    shares = [p["splits"]["hidden"][1] for p in balanced["plans"]]
     (tmp_path / "first_plan.json").write_text(json.dumps({"format": "hmp-plan/1",
                                                           **balanced["plans"][0]}))
-    model = model_spec(model_config("cnn2d", 5, 100, 10, width=8, batch_norm="local"))
+    model = model_spec(model_config("spectral", 5, 100, 10, width=8, batch_norm="local"))
     first = Plan.from_json(tmp_path / "first_plan.json", model_spec=model)
     replanned = rebalance.replan(first, model, balanced["history"][0]["busy_seconds"])
-    assert lines and weighed[0] == replanned.splits["filters1"][1]
+    assert lines and weighed[0] == replanned.splits["hidden"][1]
     assert shares[1:] == [share for share, line in zip(weighed, lines)
                           if line.endswith("switching")]
-    assert [p["splits"]["filters1"][1] for p in steady["plans"]] == [shares[0]]
+    assert [p["splits"]["hidden"][1] for p in steady["plans"]] == [shares[0]]
     steady_losses = [h["loss"] for h in steady["history"]]
     balanced_losses = [h["loss"] for h in balanced["history"]]
     assert balanced_losses == pytest.approx(steady_losses, rel=1e-4)
