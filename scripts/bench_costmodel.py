@@ -41,6 +41,13 @@ that are none of the validated layouts:
 * the link's ``cpu_share``: two hand-over chains between the same two
   devices at once against one alone (``t_two / t_one - 1``, clipped to
   0..1), the part of a hand-over that needs the hosts' cores;
+* with ``--workers``, the wait at each barrier of a batch split (``LinkSpec.barrier_s``),
+  as ``hmp.train``'s profiler measures it (``hmp.measure.speeds.measure_barrier``): the
+  model's step split by batch over the link's two devices against each device alone
+  on its share, in turns. That split is the ``batch:2`` layout's, so that row checks
+  the barrier against itself; ``batch:2;model:2`` checks it. (Virtual devices share
+  the process's cores: a split's wait there is their turns on the cores, which
+  ``host_cores`` prices; so it is not measured there.)
 * per host (this process, or each worker), how many of its devices can
   compute at once: the one-device steps of all its devices run side by side
   (one thread each), ``host_cores = sum over devices of (step alone minus
@@ -90,7 +97,8 @@ from hmp.measure.calibration import (ElementwiseStep, elementwise_slope, fit_op_
 from hmp.measure.linkprobe import (HANDOVER_BYTES, HOPS, handover_seconds, hop_chain,  # noqa: E402
                                    link_from_handovers, no_rewrites)
 from hmp.layers import BATCH_STATISTICS  # noqa: E402
-from hmp.measure.speeds import DeviceStep, measure_speeds, random_batch  # noqa: E402
+from hmp.measure.speeds import (DeviceStep, measure_barrier, measure_speeds,  # noqa: E402
+                                random_batch)
 from hmp.run.profiler import run_traced  # noqa: E402
 from hmp.run.settings import DEFAULT  # noqa: E402
 
@@ -359,6 +367,13 @@ def calibrate(plat, cfg, full_spec, devices):
                        elementwise_s_per_element=e, channel_block=alone[d].channel_block)
             for d, rate, overhead, half, e in specs]
     full_link = dataclasses.replace(link, local=local, feed=feed_link, loaded=loaded)
+    pair = plat.link_pairs["link"]
+    apart = plat.hosts[pair[0]] != plat.hosts[pair[1]]   # else host_cores prices the wait
+    if apart:
+        full_link = measure_barrier(cfg, full_spec, list(pair), [alone[d] for d in pair],
+                                    full_link, FLAGS.batch_size, FLAGS.warmup,
+                                    FLAGS.repeats, plat.target, plat.config,
+                                    FLAGS.optimizer, progress=print)
     basic = [DeviceSpec(d, alone[d].flops_per_s) for d in devices]
     variants = {  # the full model without the link under load, and the basic model
         "idle link": ({d.name: d for d in full}, dataclasses.replace(full_link, loaded=None)),
@@ -371,6 +386,9 @@ def calibrate(plat, cfg, full_spec, devices):
             rows.append(f"  {name}: {l.bandwidth_bytes_per_s / 1e9:.3g} GB/s, latency "
                         f"{l.latency_s * 1e6:.3g} us"
                         + (f", cpu share {l.cpu_share:.2f}" if l.cpu_share else ""))
+    rows.append(f"  barrier: {fmt(full_link.barrier_s)} a barrier" if apart
+                else "  barrier: not measured (the link's devices share one host's cores: "
+                     "host_cores prices their turns)")
     return {d.name: d for d in full}, full_link, variants, rows
 
 
