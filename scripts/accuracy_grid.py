@@ -194,7 +194,7 @@ def _percent(scores):
 def score_baselines(run_folder, out, windows, say=print):
     """Scores the baselines on the split ``run_folder`` saved, on all bands (no PCA, whatever
     the run's model used), and writes them to ``out`` (atomically)."""
-    config, split = experiment.load(run_folder)
+    config, split = experiment.load_as_trained(run_folder)
     exp = experiment.prepare(dataclasses.replace(config, pca=0), split)
     files.write_json(out, {"run": run_folder, "split": split.description,
                            "leakage": data.split_leakage(split, config.patch_size),

@@ -54,11 +54,11 @@ SAVED_BY_A_RUN = (*scene_flags.NAMES, "runs")   # what --model_dir's folder give
 def _saved_runs(model_dir):
     """[(DataConfig, Split)] saved in a run's folder, or in each seed-* folder of a --runs one."""
     if os.path.isfile(os.path.join(model_dir, experiment.CONFIG_FILE)):
-        return [experiment.load(model_dir)]
+        return [experiment.load_as_trained(model_dir)]
     folders = run_folder.seed_folders(model_dir)
     if not folders:
-        return [experiment.load(model_dir)]   # the error names the missing files
-    return [experiment.load(folder) for folder in folders]
+        return [experiment.load_as_trained(model_dir)]   # the error names the missing files
+    return [experiment.load_as_trained(folder) for folder in folders]
 
 
 def _planned_runs():

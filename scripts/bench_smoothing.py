@@ -58,7 +58,7 @@ def scene_probabilities(run, exp, tta):
 def rows_of(model_dir, windows, tta):
     """The rows of one run: for each window, its validation accuracy and test scores."""
     run = TrainedRun.open(model_dir, models.get_model)
-    exp = experiment.prepare(*experiment.load(model_dir))
+    exp = experiment.prepare(*experiment.load_as_trained(model_dir))
     valid = ~experiment.nodata_mask(exp.scene.cube)
     present = np.bincount(exp.test.class_ids, minlength=exp.n_classes) > 0
     rows = []

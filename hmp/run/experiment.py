@@ -15,6 +15,7 @@ from hmp import data
 from hmp.errors import InvalidInput
 from hmp.files import write_json
 from hmp.formatting import counted
+from hmp.run.run_files import read_results
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,6 +197,25 @@ _ADDED_KEYS = {"val_fraction": 0.0, "synthetic_kind": "reflectance", "val_split"
               "brightness_norm": "off"}   # a run from before --brightness_norm did not divide
 
 
+def from_folder(config, working_dir):
+    """``config`` with its relative paths of files and folders (a cube file's
+    ``dataset``, ``data_dir``, ``labels_path``, ``train_set``, ``test_set``) made absolute
+    from ``working_dir``, the folder its run was started in, so that the scene is found
+    from any folder; ``config`` itself when ``working_dir`` is None (a run from before
+    results.json kept it)."""
+    if working_dir is None:
+        return config
+
+    def absolute(path):
+        return os.path.join(working_dir, path) if path and not os.path.isabs(path) else path
+
+    return dataclasses.replace(
+        config, data_dir=absolute(config.data_dir), labels_path=absolute(config.labels_path),
+        train_set=absolute(config.train_set), test_set=absolute(config.test_set),
+        dataset=(absolute(config.dataset) if data.is_cube_file(config.dataset)
+                 else config.dataset))
+
+
 def load(model_dir):
     """The data settings and split a run saved with :func:`save`: (DataConfig, Split)."""
     paths = [os.path.join(model_dir, name) for name in (CONFIG_FILE, SPLIT_FILE)]
@@ -204,6 +224,15 @@ def load(model_dir):
         raise InvalidInput("%s holds no saved split (missing %s); give the folder of a "
                            "training run" % (model_dir, ", ".join(missing)))
     return _load_config(paths[0]), data.load_split(paths[1])
+
+
+def load_as_trained(model_dir):
+    """:func:`load`, the relative paths made absolute from the folder the run was started
+    in (``from_folder`` with its results.json's ``working_dir``): the scene of a finished
+    run, read from any folder."""
+    config, split = load(model_dir)
+    results = read_results(model_dir) or {}
+    return from_folder(config, results.get("working_dir")), split
 
 
 def _load_config(path):

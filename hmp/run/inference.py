@@ -141,20 +141,12 @@ class TrainedRun:
         """The scene to classify (an ``experiment.DataConfig``): the run's own, with the
         data flags ``given`` (hmp.train's names, e.g. ``data_dir=``) changed; when
         ``given`` names a ``dataset``, that scene with only the flags given."""
-        fields = {} if "dataset" in given else {
-            field: self._as_trained(name) for name, field in DATA_FLAGS.items()}
-        fields.update({DATA_FLAGS[name]: value for name, value in given.items()})
-        return experiment.DataConfig(**fields)
-
-    def _as_trained(self, name):
-        """Data flag ``name``'s value in the run, a relative path to a file or folder made
-        absolute from the folder the run was trained in (the scene is found from any
-        folder)."""
-        value = self.flags[name]
-        if (name in ("dataset", "data_dir", "labels") and value and self.working_dir
-                and not os.path.isabs(value) and (name != "dataset" or is_cube_file(value))):
-            return os.path.join(self.working_dir, value)
-        return value
+        trained = experiment.DataConfig() if "dataset" in given else experiment.from_folder(
+            experiment.DataConfig(**{field: self.flags[name]
+                                     for name, field in DATA_FLAGS.items()}),
+            self.working_dir)
+        return dataclasses.replace(trained, **{DATA_FLAGS[name]: value
+                                               for name, value in given.items()})
 
     def check_bands(self, bands, wavelengths=()):
         """InvalidInput unless a cube of ``bands`` bands (at ``wavelengths``, when its file

@@ -31,11 +31,14 @@ from hmp.run.run_files import (BEST_CHECKPOINT, BEST_PREFIX, FLAGS_FILE, HISTORY
 # The files a run writes whole, each through a temporary NAME.*.tmp beside it (hmp.files) ...
 _WRITTEN_WHOLE = (RESULTS, HISTORY, SUMMARY, experiment.CONFIG_FILE,
                   fitted_preprocessing.FILE_NAME, FLAGS_FILE)
-# ... and every file a run writes in its folder (--overwrite deletes these and nothing else).
+# ... and every file a run writes in its folder.
 RUN_FILES = ("checkpoint", "ckpt-*", BEST_CHECKPOINT, BEST_PREFIX + "-*", report.MAP_FILE,
              report.CONFUSION_FILE, "events.out.tfevents.*", experiment.SPLIT_FILE,
              experiment.SPLIT_FILE + ".*.npz", *_WRITTEN_WHOLE,
              *(name + ".*.tmp" for name in _WRITTEN_WHOLE))
+# What --overwrite deletes, and nothing else: the run's files and hmp.predict's default
+# --out, the maps of the old run's weights (a new run's folder must not show them as its own).
+OVERWRITTEN = RUN_FILES + (PREDICTION,)
 # What else may be in a run's folder: the measured speeds (hmp.run.plan_choice), the seeds'
 # runs of --runs, hmp.predict's default --out. Anything more makes it no run's folder.
 WRITE_PROBE = ".write_test"   # prepare_model_dir's, removed at once
@@ -74,7 +77,7 @@ def continuing_flags(model_dir):
     return "--resume and the flags that started it"
 
 
-def paths_in(model_dir, patterns=RUN_FILES):
+def paths_in(model_dir, patterns):
     """The paths in ``model_dir`` that match ``patterns`` (glob patterns; a run's files)."""
     return sorted({path for pattern in patterns
                    for path in glob.glob(os.path.join(glob.escape(model_dir), pattern))})
@@ -137,12 +140,13 @@ def series_replaced(model_dir, folders):
 
 def prepare_model_dir(model_dir, overwrite=False, replaced=()):
     """Makes ``model_dir`` (checked by :func:`check_model_dir`) and checks it is writable;
-    with ``overwrite``, deletes the run's files first (and nothing else), and those of the
+    with ``overwrite``, deletes the run's files first (``OVERWRITTEN``), and those of the
     folders ``replaced`` (:func:`series_replaced`; a seed's folder left empty goes too)."""
     try:
         if overwrite:
             for folder in (model_dir, *replaced):
-                for path in paths_in(folder):   # ckpt-N_temp: a folder of a killed save
+                # ckpt-N_temp: a folder of a killed save; prediction: hmp.predict's
+                for path in paths_in(folder, OVERWRITTEN):
                     shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
             for folder in replaced:   # the other seeds' folders, beside or in model_dir
                 if (os.path.dirname(folder) in (os.path.dirname(model_dir), model_dir)

@@ -113,6 +113,37 @@ def test_run_folder_keeps_its_split_and_settings(labels, tmp_path):
         experiment.load(tmp_path / "nothing")
 
 
+def test_a_finished_runs_scene_is_found_from_any_folder(labels, tmp_path, monkeypatch):
+    """data.json keeps the paths as given, relative to the folder the run started in
+    (results.json's working_dir): ``load_as_trained`` reads them from there, from
+    anywhere; a benchmark scene's name and an absolute path stay as they are."""
+    started = tmp_path / "project"
+    (started / "scene").mkdir(parents=True)
+    scene = synthetic_scene(layout=labels, n_bands=6, seed=3)
+    np.save(started / "scene" / "cube.npy", scene.cube)
+    np.save(started / "scene" / "labels.npy", scene.labels)
+    config = experiment.DataConfig(dataset="scene/cube.npy", labels_path="scene/labels.npy",
+                                   train_set="sets/train.mat", test_set=str(tmp_path / "t.mat"),
+                                   patch_size=3)
+    monkeypatch.chdir(started)
+    split = experiment.prepare(dataclasses.replace(config, train_set=None,
+                                                   test_set=None)).split
+    experiment.save(started / "run", config, split)
+    assert experiment.load_as_trained(started / "run")[0] == config   # no working_dir yet
+    (started / "run" / "results.json").write_text(json.dumps({"working_dir": str(started)}))
+    monkeypatch.chdir(tmp_path)
+    loaded, loaded_split = experiment.load_as_trained(started / "run")
+    assert loaded == dataclasses.replace(
+        config, dataset=str(started / "scene" / "cube.npy"),
+        labels_path=str(started / "scene" / "labels.npy"),
+        train_set=str(started / "sets" / "train.mat"))
+    np.testing.assert_array_equal(loaded_split.train, split.train)
+    assert experiment.load(started / "run")[0] == config   # what --resume compares
+    named = experiment.DataConfig(dataset="indian_pines", data_dir="data")
+    assert experiment.from_folder(named, "/w") == dataclasses.replace(named,
+                                                                       data_dir="/w/data")
+
+
 @pytest.mark.parametrize("given, units, divides", [
     ("auto", "radiance", True), ("auto", "reflectance", False), ("auto", None, False),
     ("on", "reflectance", True), ("on", None, True), ("off", "radiance", False)])
@@ -143,6 +174,31 @@ def test_a_radiance_scene_trains_on_spectra_over_their_brightness(labels, tmp_pa
                                exp.train.extractor.padded, atol=1e-4)
     experiment.save(tmp_path, config, exp.split)
     assert experiment.load(tmp_path)[0] == config
+
+
+def test_classes_without_a_pixel_are_named_once(tmp_path, capsys):
+    """A label map numbered with gaps (1, 2, 4 of 4: class 3 has no pixel) trains, and
+    says that the model keeps an output nothing trains; without gaps, nothing is said."""
+    from hmp.run.seed_data import load_experiment, unlabelled_classes
+    from hmp.run.settings import Settings
+    from models import get_model
+    labels = np.repeat(np.arange(1, 5), 6)[None, :].repeat(20, axis=0)   # 4 stripes
+    scene = synthetic_scene(layout=labels, n_bands=6, seed=3)
+    np.save(tmp_path / "cube.npy", scene.cube)
+    for name, gaps in (("whole", ()), ("gap", (3,)), ("gaps", (1, 3))):
+        gapped = np.where(np.isin(labels, gaps), 0, labels)
+        np.save(tmp_path / ("%s.npy" % name), gapped)
+        settings = Settings.of(dataset=str(tmp_path / "cube.npy"), patch_size=3, pca=0,
+                               labels=str(tmp_path / ("%s.npy" % name)))
+        exp = load_experiment(settings, get_model, seed=0)[0]
+        assert exp.n_classes == 4 and unlabelled_classes(exp) == list(gaps)
+        said = [line for line in capsys.readouterr().out.splitlines() if "no labelled" in line]
+        assert said == {(): [], (3,): [
+            "class 3 has no labelled pixel: the model keeps an output for it, which nothing "
+            "trains or scores (number the classes 1..K without gaps to leave it out)"],
+            (1, 3): ["classes 1, 3 have no labelled pixel: the model keeps an output for "
+                     "each, which nothing trains or scores (number the classes 1..K without "
+                     "gaps to leave them out)"]}[gaps]
 
 
 def test_a_run_keeps_whether_it_divided_and_resumes_by_that(tmp_path, capsys):

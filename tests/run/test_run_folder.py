@@ -147,6 +147,8 @@ def test_a_used_model_dir_is_refused_without_resume_or_overwrite(tmp_path):
                                              r"--overwrite"):
         run_folder.check_model_dir(str(tmp_path))
     (tmp_path / "ckpt-8_temp").mkdir()
+    (tmp_path / "prediction").mkdir()   # hmp.predict's maps of the old run's weights
+    (tmp_path / "prediction" / "class_map.npy").write_text("")
     for name in ("results.json", "history.json", "classification_map.png", "notes.txt"):
         (tmp_path / name).write_text("{}")
     with pytest.raises(cli.UsageError, match="step 7, results.json, history.json"):
@@ -155,7 +157,7 @@ def test_a_used_model_dir_is_refused_without_resume_or_overwrite(tmp_path):
         run_folder.check_model_dir(str(tmp_path), resume=True, overwrite=True)
     run_folder.check_model_dir(str(tmp_path), resume=True)
     run_folder.check_model_dir(str(tmp_path), overwrite=True)
-    assert len(list(tmp_path.iterdir())) == 9   # checking deletes nothing
+    assert len(list(tmp_path.iterdir())) == 10   # checking deletes nothing
     run_folder.prepare_model_dir(str(tmp_path), overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]   # only hmp's files go
 

@@ -88,6 +88,23 @@ def test_scores_every_baseline_on_a_runs_saved_split(saved_run, tmp_path, capsys
     assert again == summary
 
 
+def test_a_runs_scene_is_read_from_the_folder_it_started_in(scene_files, tmp_path,
+                                                             monkeypatch):
+    """--model_dir of a run started in another folder, whose data.json holds paths
+    relative to it (results.json's working_dir): the scene is found from here."""
+    monkeypatch.chdir(scene_files)
+    config = experiment.DataConfig(dataset="cube.npy", labels_path="labels.npy", patch_size=5)
+    saved = data.stratified_split(np.load("labels.npy"), train_per_class=20, seed=7)
+    experiment.save(tmp_path / "run", config, saved)
+    (tmp_path / "run" / "results.json").write_text(json.dumps({"working_dir": str(scene_files)}))
+    monkeypatch.chdir(tmp_path)
+    (loaded, split), = baselines._saved_runs(str(tmp_path / "run"))
+    assert (loaded.dataset, loaded.labels_path) == (str(scene_files / "cube.npy"),
+                                                    str(scene_files / "labels.npy"))
+    exp = experiment.prepare(loaded, split)
+    np.testing.assert_array_equal(exp.scene.cube, np.load(scene_files / "cube.npy"))
+
+
 def test_a_class_too_small_for_the_svms_folds_is_named_once_not_warned_per_fit(scene_files):
     pytest.importorskip("sklearn", reason="scikit-learn is an optional extra "
                                           "(pip install -e .[baselines])")
