@@ -27,6 +27,7 @@ from hmp.data.patches import check_patch_size
 from hmp.data.scene import as_label_map
 from hmp.errors import InvalidInput, whole_number
 from hmp.files import atomic_path, read_npz
+from hmp.formatting import counted
 
 
 @dataclass(frozen=True)
@@ -301,5 +302,5 @@ def _require_pixels(labels, label, available, needed, rule):
         stray = (f"; labels {highest + 1} to {label - 1} have no pixel: is {label} a stray "
                  "label?" if label - highest > 2 else "")
         raise InvalidInput(
-            f"class {label} has {available} labelled pixels, but {rule} needs at least "
-            f"{needed} (at least one must remain for testing){stray}")
+            f"class {label} has {counted(available, 'labelled pixel')}, but {rule} needs "
+            f"at least {needed} (at least one must remain for testing){stray}")

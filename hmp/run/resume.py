@@ -52,6 +52,11 @@ def seed_dirs(folder, model_dir, seeds):
     for each in folders:
         run_folder.check_model_dir(each, folder.resume, folder.overwrite)
     if folder.resume and len(folders) == 1 and run_folder.checkpoint_step(model_dir) is None:
+        if not os.path.isdir(model_dir):   # e.g. a flags.txt's relative path, elsewhere
+            raise cli.UsageError(
+                "--resume: there is no folder %s in %s; give the run's folder as "
+                "--model_dir (a relative path is read from the folder hmp.train starts in)"
+                % (model_dir, os.getcwd()))
         raise cli.UsageError("--resume: %s holds no checkpoint to resume from; start the "
                              "run without --resume" % model_dir)
     return folders

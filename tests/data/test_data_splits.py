@@ -57,7 +57,7 @@ def test_fraction_outside_the_open_unit_interval_is_refused(labels, fraction):
 
 def test_class_with_too_few_pixels_is_refused():
     labels = np.array([[1, 1, 1, 0, 2]])
-    with pytest.raises(ValueError, match="class 2 has 1 labelled pixels, "
+    with pytest.raises(ValueError, match="class 2 has 1 labelled pixel, "
                                          "but train_fraction=0.5 needs at least 2"):
         stratified_split(labels, train_fraction=0.5)
     with pytest.raises(ValueError, match="class 1 has 3 labelled pixels, "
@@ -70,7 +70,7 @@ def test_class_with_too_few_pixels_is_refused():
         with pytest.raises(ValueError) as refused:
             split()
         assert str(refused.value) == (
-            "class 40 has 1 labelled pixels, but train_fraction=0.5 needs at least 2 (at least "
+            "class 40 has 1 labelled pixel, but train_fraction=0.5 needs at least 2 (at least "
             "one must remain for testing); labels 3 to 39 have no pixel: is 40 a stray label?")
 
 

@@ -270,6 +270,8 @@ BAD_FLAGS = {
     "--model_dir=/proc/x": "--model_dir=/proc/x: not writable",
     "--epochs=abc": "--epochs=abc",
     "--resume=yes": "--resume=yes: give true or false (or --resume alone, or --noresume)",
+    # a flags.txt's relative --model_dir from another folder: not "start without --resume"
+    "--resume --model_dir=elsewhere/run": "--resume: there is no folder elsewhere/run in ",
     "--flagfile=/nonexistent/flags.txt": "hmp.train: error: --flagfile=/nonexistent/flags.txt: "
                                          "cannot be read (No such file or directory)",
     "--optimizer=nope": "--optimizer=nope: choose one of",
