@@ -44,8 +44,9 @@ that are none of the validated layouts:
 * with ``--workers``, the wait at each barrier of a batch split (``LinkSpec.barrier_s``),
   as ``hmp.train``'s profiler measures it (``hmp.measure.speeds.measure_barrier``): the
   model's step split by batch over the link's two devices against each device alone
-  on its share, in turns. That split is the ``batch:2`` layout's, so that row checks
-  the barrier against itself; ``batch:2;model:2`` checks it. (Virtual devices share
+  on its share, in turns (``--steps`` x ``--repeats`` steps each). That split is
+  nearly the ``batch:2`` layout's (planned from the effective rates), so that row
+  checks the barrier nearly against itself; ``batch:2;model:2`` checks it. (Virtual devices share
   the process's cores: a split's wait there is their turns on the cores, which
   ``host_cores`` prices; so it is not measured there.)
 * per host (this process, or each worker), how many of its devices can
@@ -372,7 +373,7 @@ def calibrate(plat, cfg, full_spec, devices):
     if apart:
         full_link = measure_barrier(cfg, full_spec, list(pair), [alone[d] for d in pair],
                                     full_link, FLAGS.batch_size, FLAGS.warmup,
-                                    FLAGS.repeats, plat.target, plat.config,
+                                    FLAGS.steps * FLAGS.repeats, plat.target, plat.config,
                                     FLAGS.optimizer, progress=print)
     basic = [DeviceSpec(d, alone[d].flops_per_s) for d in devices]
     variants = {  # the full model without the link under load, and the basic model

@@ -12,6 +12,7 @@ import os
 import numpy as np
 
 from hmp import data
+from hmp.data.catalog import default_data_dir
 from hmp.errors import InvalidInput
 from hmp.files import write_json
 from hmp.formatting import counted
@@ -201,16 +202,26 @@ def from_folder(config, working_dir):
     """``config`` with its relative paths of files and folders (a cube file's
     ``dataset``, ``data_dir``, ``labels_path``, ``train_set``, ``test_set``) made absolute
     from ``working_dir``, the folder its run was started in, so that the scene is found
-    from any folder; ``config`` itself when ``working_dir`` is None (a run from before
-    results.json kept it)."""
+    from any folder; no ``data_dir``: the default one (``./data``) there, if it has one.
+    A path found from the current folder but not from ``working_dir`` (a project moved
+    since) stays as it is; ``config`` itself when ``working_dir`` is None (a run from
+    before results.json kept it)."""
     if working_dir is None:
         return config
 
     def absolute(path):
-        return os.path.join(working_dir, path) if path and not os.path.isabs(path) else path
+        if not path or os.path.isabs(path):
+            return path
+        joined = os.path.join(working_dir, path)
+        return path if os.path.exists(path) and not os.path.exists(joined) else joined
 
+    default = str(default_data_dir())
+    data_dir = config.data_dir
+    if (data_dir is None and not os.path.isabs(default)
+            and os.path.isdir(os.path.join(working_dir, default))):
+        data_dir = default
     return dataclasses.replace(
-        config, data_dir=absolute(config.data_dir), labels_path=absolute(config.labels_path),
+        config, data_dir=absolute(data_dir), labels_path=absolute(config.labels_path),
         train_set=absolute(config.train_set), test_set=absolute(config.test_set),
         dataset=(absolute(config.dataset) if data.is_cube_file(config.dataset)
                  else config.dataset))

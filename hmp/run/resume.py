@@ -49,14 +49,14 @@ def seed_dirs(folder, model_dir, seeds):
     if len(seeds) > 1 and not any(run_folder.held(each) for each in folders):
         # a new series' folder, like a new run's, holds nothing but runs' files
         run_folder.check_holds_only_runs(model_dir)
+    if folder.resume and not os.path.isdir(model_dir):   # e.g. flags.txt's path, elsewhere
+        raise cli.UsageError("--resume: there is no folder %s; give the run's folder as "
+                             "--model_dir" % (model_dir if os.path.isabs(model_dir) else
+                             "%s in %s (a relative --model_dir is read from the folder "
+                             "hmp.train starts in)" % (model_dir, os.getcwd())))
     for each in folders:
         run_folder.check_model_dir(each, folder.resume, folder.overwrite)
     if folder.resume and len(folders) == 1 and run_folder.checkpoint_step(model_dir) is None:
-        if not os.path.isdir(model_dir):   # e.g. a flags.txt's relative path, elsewhere
-            raise cli.UsageError(
-                "--resume: there is no folder %s in %s; give the run's folder as "
-                "--model_dir (a relative path is read from the folder hmp.train starts in)"
-                % (model_dir, os.getcwd()))
         raise cli.UsageError("--resume: %s holds no checkpoint to resume from; start the "
                              "run without --resume" % model_dir)
     return folders

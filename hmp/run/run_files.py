@@ -1,7 +1,7 @@
 """The names of the files a run writes in its folder (``--model_dir``), and reading its
 JSON back: plain Python, so that scripts which start runs and read them need not load
 TensorFlow. ``hmp.run.run_folder`` holds the folder's rules: who may use it and what
-``--overwrite`` deletes (``RUN_FILES``, built from these names and the pictures')."""
+``--overwrite`` deletes (``OVERWRITTEN``, built from these names and the pictures')."""
 
 import json
 import os

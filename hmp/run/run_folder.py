@@ -40,10 +40,10 @@ RUN_FILES = ("checkpoint", "ckpt-*", BEST_CHECKPOINT, BEST_PREFIX + "-*", report
 # --out, the maps of the old run's weights (a new run's folder must not show them as its own).
 OVERWRITTEN = RUN_FILES + (PREDICTION,)
 # What else may be in a run's folder: the measured speeds (hmp.run.plan_choice), the seeds'
-# runs of --runs, hmp.predict's default --out. Anything more makes it no run's folder.
+# runs of --runs. Anything more makes it no run's folder.
 WRITE_PROBE = ".write_test"   # prepare_model_dir's, removed at once
-RUN_ENTRIES = RUN_FILES + (speedcache.FILE_NAME, speedcache.FILE_NAME + ".*.tmp",
-                           SEED_PREFIX + "*", PREDICTION)
+RUN_ENTRIES = OVERWRITTEN + (speedcache.FILE_NAME, speedcache.FILE_NAME + ".*.tmp",
+                             SEED_PREFIX + "*")
 
 
 def seed_folder(model_dir, seed):
@@ -146,8 +146,9 @@ def prepare_model_dir(model_dir, overwrite=False, replaced=()):
         if overwrite:
             for folder in (model_dir, *replaced):
                 # ckpt-N_temp: a folder of a killed save; prediction: hmp.predict's
-                for path in paths_in(folder, OVERWRITTEN):
-                    shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+                for path in paths_in(folder, OVERWRITTEN):   # a link itself, not its target
+                    (shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path)
+                     else os.remove(path))
             for folder in replaced:   # the other seeds' folders, beside or in model_dir
                 if (os.path.dirname(folder) in (os.path.dirname(model_dir), model_dir)
                         and os.path.isdir(folder) and not os.listdir(folder)):

@@ -39,13 +39,14 @@ def load_experiment(settings, get_model, seed):
           % (exp.scene.name, *exp.scene.labels.shape, bands, seen, exp.n_classes,
              len(exp.train), len(exp.test)), flush=True)
     empty = unlabelled_classes(exp)
-    if empty:
-        print("%s no labelled pixel: the model keeps an output for %s, which nothing "
-              "trains or scores (number the classes 1..K without gaps to leave %s out)"
-              % ("class %d has" % empty[0] if len(empty) == 1 else
-                 "classes %s have" % ", ".join(map(str, empty)),
-                 "it" if len(empty) == 1 else "each", "it" if len(empty) == 1 else "them"),
-              flush=True)
+    if len(empty) == 1:
+        print("class %d has no labelled pixel: the model keeps an output for it, which "
+              "nothing trains or scores (number the classes 1..K without gaps to leave it "
+              "out)" % empty[0], flush=True)
+    elif empty:
+        print("classes %s have no labelled pixel: the model keeps an output for each, which "
+              "nothing trains or scores (number the classes 1..K without gaps to leave them "
+              "out)" % ", ".join(map(str, empty)), flush=True)
     print("split: %s; leakage %.1f%% (test pixels with a training pixel in their %dx%d "
           "patch)" % (exp.split.description, 100 * leakage, patch, patch), flush=True)
     brightness = experiment.describe_brightness(exp, data_config)

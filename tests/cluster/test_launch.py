@@ -315,7 +315,8 @@ def test_local_workers_train_then_stop_and_a_log_gets_progress_lines(tmp_path, s
     assert [int(s) for s in logged] == list(range(1, steps + 1))
 
 
-BACKGROUND_RUN = [*TRAIN, "--epochs=30", "--checkpoint_every=3",
+# killed after its step-3 checkpoint: epochs enough that it is still training then
+BACKGROUND_RUN = [*TRAIN, "--epochs=300", "--checkpoint_every=3",
                   "--local_workers=" + LOCAL_WORKERS]   # and the scene, its folder
 
 

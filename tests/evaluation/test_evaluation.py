@@ -142,6 +142,15 @@ def test_a_finished_runs_scene_is_found_from_any_folder(labels, tmp_path, monkey
     named = experiment.DataConfig(dataset="indian_pines", data_dir="data")
     assert experiment.from_folder(named, "/w") == dataclasses.replace(named,
                                                                        data_dir="/w/data")
+    # no --data_dir: the default ./data of the folder it started in, when it has one
+    monkeypatch.delenv("HMP_DATA_DIR", raising=False)
+    unnamed = experiment.DataConfig(dataset="indian_pines")
+    assert experiment.from_folder(unnamed, str(started)) == unnamed
+    (started / "data").mkdir()
+    assert experiment.from_folder(unnamed, str(started)).data_dir == str(started / "data")
+    # a project moved since: a path found from here and not from there stays relative
+    (started / "scene").rename(tmp_path / "scene")   # tmp_path is the current folder
+    assert experiment.from_folder(config, str(started)).dataset == "scene/cube.npy"
 
 
 @pytest.mark.parametrize("given, units, divides", [
