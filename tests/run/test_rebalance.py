@@ -373,8 +373,8 @@ def test_a_plan_that_ran_slower_is_undone_cheaply_and_noise_flips_nothing():
                                        "staying")
 
 
-def test_rebalancing_weighs_a_plan_off_the_slow_device_and_keeps_the_losses(tmp_path,
-                                                                             small_scene):
+def test_rebalancing_weighs_the_plan_of_its_recorded_busy_times_and_keeps_the_losses(
+        tmp_path, small_scene):
     args = {"steady": [], "balanced": ["--rebalance=epoch", "--simulate_slowdown=/cpu:1=4"]}
     runs = run_batch("hmp.train", [   # one interpreter (tests/cli_batch.py)
         {"args": [*FLAGS, *small_scene, *extra, "--model_dir=%s" % (tmp_path / name)]}
