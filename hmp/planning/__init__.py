@@ -19,13 +19,13 @@ from hmp.planning.model_spec import (LayerSpec, ModelSpec, conv_layer_spec,
                                      conv_output_spatial, dense_layer_spec, pool_layer_spec)
 from hmp.planning.plan import Candidate, Plan
 from hmp.planning.platform import DeviceSpec, LinkSpec, device_names, load_platform
-from hmp.planning.planner import fewest_samples_a_row, plan_layout
+from hmp.planning.planner import fewest_batch, fewest_samples_a_row, plan_layout
 
 __all__ = [
     "Candidate", "DeviceSpec", "LayerSpec", "LinkSpec", "Mesh", "ModelSpec", "Plan",
     "Prediction", "apportion", "candidate_meshes", "check_mesh_size", "check_speeds",
     "conv_layer_spec", "conv_output_spatial", "dense_layer_spec", "device_names",
-    "fewest_samples_a_row", "layout_rules",
+    "fewest_batch", "fewest_samples_a_row", "layout_rules",
     "load_platform", "memory_bytes", "parse_mesh", "plan_layout", "pool_layer_spec",
     "predict", "ring_allgather_time", "ring_allreduce_time", "splits_the_model",
 ]

@@ -212,20 +212,27 @@ def _speed_splits(model_spec, specs, mesh, batch_size, min_filters):
     return splits
 
 
+def fewest_batch(model_spec, mesh):
+    """The smallest batch ``mesh`` can split: a sample a batch row, and on a batch split
+    (more than one row) ``ModelSpec.fewest_replica_samples`` a row."""
+    return mesh.batch * (model_spec.fewest_replica_samples if mesh.batch > 1 else 1)
+
+
 def fewest_samples_a_row(model_spec, mesh, batch_size):
-    """The fewest samples a batch row of ``mesh`` gets (``ModelSpec.fewest_replica_samples``
-    on a batch split, else 1); InvalidInput when ``batch_size`` has a sample for every row
-    but not that many (fewer samples than rows: ``apportion`` says so)."""
-    if mesh.batch == 1 or batch_size < mesh.batch:   # no split, or apportion says why not
+    """The fewest samples a batch row of ``mesh`` gets (``fewest_batch`` over its rows);
+    InvalidInput when ``batch_size`` has a sample for every row but not that many (fewer
+    samples than rows: ``apportion`` says so)."""
+    if batch_size < mesh.batch:   # apportion says why not
         return 1
-    fewest = model_spec.fewest_replica_samples
-    if batch_size < fewest * mesh.batch:
+    smallest = fewest_batch(model_spec, mesh)
+    fewest = smallest // mesh.batch
+    if batch_size < smallest:
         raise InvalidInput(
             f"mesh {mesh}: {counted(batch_size, 'sample')} give {mesh.batch} batch replicas "
             f"at most {batch_size // mesh.batch} each, and each replica normalises its batch "
             f"norms over its own samples (local statistics), which needs {fewest} a replica; "
-            f"allowed: a batch of at least {fewest * mesh.batch}, fewer batch rows, or sync "
-            "batch-norm statistics")
+            f"allowed: a batch of at least {smallest}, fewer batch rows, or sync batch-norm "
+            "statistics")
     return fewest
 
 

@@ -52,8 +52,7 @@ def check_memory(settings, devices, spec, caps, cube):
     room = beside_cube(caps, cube)
     if all(cap is None for cap in caps) or _fits(mesh, devices, spec, room, batch_size):
         return
-    fewest = 1 if mesh == AUTO else (planning.parse_mesh(mesh).batch
-                                     * spec.fewest_replica_samples)
+    fewest = 1 if mesh == AUTO else planning.fewest_batch(spec, planning.parse_mesh(mesh))
     flag = "batch_size" if _fits(mesh, devices, spec, room, fewest) else "width"
     whole = np.ones((len(spec.layers), 1))
     need, weights = (float(planning.memory_bytes(spec, [batch], whole)[0, 0])

@@ -10,7 +10,7 @@ from hmp.errors import InvalidInput
 from hmp.formatting import format_bytes
 from hmp.planning.costmodel import memory_bytes
 from hmp.planning.model_spec import MIN_REPLICA_SAMPLES
-from hmp.planning.planner import SPLIT_MARGIN
+from hmp.planning.planner import SPLIT_MARGIN, fewest_batch
 from hmp.planning import (DeviceSpec, LinkSpec, ModelSpec, Plan, apportion, conv_layer_spec,
                           dense_layer_spec, parse_mesh, plan_layout, pool_layer_spec, predict)
 from model_specs import fc_model
@@ -797,3 +797,14 @@ def test_convolution_filters_are_split_in_the_devices_channel_blocks(tmp_path):
     path = tmp_path / "plan.json"
     plan.to_json(path)
     assert Plan.from_json(path, model_spec=spec) == plan
+
+
+def test_the_fewest_batch_a_mesh_splits_counts_a_replicas_minimum_only_on_a_batch_split():
+    """Local batch norms need MIN_REPLICA_SAMPLES a replica on more than one batch row;
+    one row (a model split) takes any batch, as sync statistics do on any mesh."""
+    local = dataclasses.replace(hsi_model(), replica_norm_layers=2)
+    sync = dataclasses.replace(hsi_model(), norm_layers=2)
+    assert fewest_batch(local, parse_mesh("batch:2")) == 2 * MIN_REPLICA_SAMPLES
+    assert fewest_batch(local, parse_mesh("batch:2;model:2")) == 2 * MIN_REPLICA_SAMPLES
+    assert fewest_batch(local, parse_mesh("model:2")) == 1
+    assert fewest_batch(sync, parse_mesh("batch:3")) == 3
