@@ -98,6 +98,12 @@ class Experiment:
         return np.bincount(self.train.class_ids, minlength=self.n_classes)
 
     @property
+    def unlabelled_classes(self):
+        """The classes (1..K) that no pixel of the scene's label map holds."""
+        counts = np.bincount(self.scene.labels.ravel(), minlength=self.n_classes + 1)[1:]
+        return [int(k) + 1 for k in np.flatnonzero(counts[:self.n_classes] == 0)]
+
+    @property
     def bands(self):
         return self.train.extractor.n_bands
 

@@ -50,10 +50,11 @@ def seed_dirs(folder, model_dir, seeds):
         # a new series' folder, like a new run's, holds nothing but runs' files
         run_folder.check_holds_only_runs(model_dir)
     if folder.resume and not os.path.isdir(model_dir):   # e.g. flags.txt's path, elsewhere
+        where = model_dir if os.path.isabs(model_dir) else (
+            "%s in %s (a relative --model_dir is read from the folder hmp.train starts in)"
+            % (model_dir, os.getcwd()))
         raise cli.UsageError("--resume: there is no folder %s; give the run's folder as "
-                             "--model_dir" % (model_dir if os.path.isabs(model_dir) else
-                             "%s in %s (a relative --model_dir is read from the folder "
-                             "hmp.train starts in)" % (model_dir, os.getcwd())))
+                             "--model_dir" % where)
     for each in folders:
         run_folder.check_model_dir(each, folder.resume, folder.overwrite)
     if folder.resume and len(folders) == 1 and run_folder.checkpoint_step(model_dir) is None:

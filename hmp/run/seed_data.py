@@ -6,8 +6,6 @@ before any training.
 
 import dataclasses
 
-import numpy as np
-
 from hmp import data
 from hmp.run import experiment
 from hmp.run.settings import DEFAULT, model_recipe
@@ -38,7 +36,7 @@ def load_experiment(settings, get_model, seed):
     print("%s: %dx%d pixels, %d bands%s, %d classes; %d training / %d test pixels"
           % (exp.scene.name, *exp.scene.labels.shape, bands, seen, exp.n_classes,
              len(exp.train), len(exp.test)), flush=True)
-    empty = unlabelled_classes(exp)
+    empty = exp.unlabelled_classes
     if len(empty) == 1:
         print("class %d has no labelled pixel: the model keeps an output for it, which "
               "nothing trains or scores (number the classes 1..K without gaps to leave it "
@@ -62,12 +60,6 @@ def load_experiment(settings, get_model, seed):
     divided = exp.preprocessor.brightness_norm is not None
     return exp, leakage, dataclasses.replace(data_config,
                                              brightness_norm="on" if divided else "off")
-
-
-def unlabelled_classes(exp):
-    """The classes (1..K) of ``exp``'s scene that no pixel of its label map holds."""
-    counts = np.bincount(exp.scene.labels.ravel(), minlength=exp.n_classes + 1)[1:]
-    return [int(k) + 1 for k in np.flatnonzero(counts[:exp.n_classes] == 0)]
 
 
 def _pca(settings, get_model):

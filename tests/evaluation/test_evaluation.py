@@ -188,7 +188,7 @@ def test_a_radiance_scene_trains_on_spectra_over_their_brightness(labels, tmp_pa
 def test_classes_without_a_pixel_are_named_once(tmp_path, capsys):
     """A label map numbered with gaps (1, 2, 4 of 4: class 3 has no pixel) trains, and
     says that the model keeps an output nothing trains; without gaps, nothing is said."""
-    from hmp.run.seed_data import load_experiment, unlabelled_classes
+    from hmp.run.seed_data import load_experiment
     from hmp.run.settings import Settings
     from models import get_model
     labels = np.repeat(np.arange(1, 5), 6)[None, :].repeat(20, axis=0)   # 4 stripes
@@ -200,7 +200,7 @@ def test_classes_without_a_pixel_are_named_once(tmp_path, capsys):
         settings = Settings.of(dataset=str(tmp_path / "cube.npy"), patch_size=3, pca=0,
                                labels=str(tmp_path / ("%s.npy" % name)))
         exp = load_experiment(settings, get_model, seed=0)[0]
-        assert exp.n_classes == 4 and unlabelled_classes(exp) == list(gaps)
+        assert exp.n_classes == 4 and exp.unlabelled_classes == list(gaps)
         said = [line for line in capsys.readouterr().out.splitlines() if "no labelled" in line]
         assert said == {(): [], (3,): [
             "class 3 has no labelled pixel: the model keeps an output for it, which nothing "
