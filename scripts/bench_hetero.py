@@ -59,7 +59,10 @@ theirs: ``TrainingGraph.load_batches``), in one run:
    operations, transfers left out) and its share of the traced step; the rest
    of the step is that worker's communication and waiting; and each step part's busy
    time on each worker (``hmp.run.profiler.busy_by_part``: input, model, gradient
-   sums, optimizer, metrics, transfers and waiting). ``hmp / plain TF``
+   sums, optimizer, metrics, transfers and waiting); for a configuration on both
+   workers, the split step's overhead: ``T`` minus the slower worker's step alone
+   on its share (its profiled per-step overhead plus that share of the rest of its
+   step alone). ``hmp / plain TF``
    is the throughput ratio on worker 0 alone: the framework's own cost.
 
 The goal for the planned split is efficiency >= 0.9 and a speedup over the even
@@ -453,6 +456,15 @@ def trace_interleaved(runs):
             for name, t in traces.items()}
 
 
+def split_step_overhead(step_s, load, alone_s, overhead_s):
+    """What a split step costs beyond its compute (issue #27): the step ``step_s`` minus
+    the slower worker's step alone on its share, that step being the worker's per-step
+    overhead as the profiler fitted it (``overhead_s``) plus its share ``load`` of the
+    rest of its step alone (``alone_s``)."""
+    return step_s - max(over + share * (alone - over)
+                        for share, alone, over in zip(load, alone_s, overhead_s))
+
+
 def config_result(run, trace, ideal, even_s, fastest_alone_s, alone_busy):
     """The figures of one configuration (seconds; shares of the traced step).
 
@@ -505,6 +517,11 @@ def benchmark_model(name, exp, batch, workers):
     configs = {run.name: config_result(run, traces[run.name], ideal, step["even"],
                                        fastest_alone, alone_busy)
                for run in runs}
+    alone_s = [step["worker %d alone" % task] for task in range(WORKERS)]
+    for c in configs.values():
+        if min(c["load"]) > 0:
+            c["split_overhead_s"] = split_step_overhead(
+                c["step_s"], c["load"], alone_s, [s.overhead_s for s in profiled])
     return {"model": model_spec(config).name, "batch_size": FLAGS.batch_size,
             "profiled_speeds": [dict(speed_json(s), relative=relative) for s, relative
                                 in zip(profiled, relative_speeds(profiled))],
@@ -567,6 +584,11 @@ def table(result):
                goal["theoretical_speedup"],
                verdict(goal["speedup_met"], 100 * goal["speedup_short_by"], " points"),
                goal["over_fastest_alone"]))
+    lines.append("split-step overhead (the step minus the slower worker's step alone on its "
+                 "share: its profiled per-step overhead plus that share of the rest): "
+                 + ", ".join("%s %s ms" % (name, ms(c["split_overhead_s"]))
+                             for name, c in result["configs"].items()
+                             if "split_overhead_s" in c))
     if result["hmp_over_plain_tf"] is not None:
         lines.append("hmp / plain TF on worker 0 alone (throughput): %.2f"
                      % result["hmp_over_plain_tf"])

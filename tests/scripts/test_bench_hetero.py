@@ -48,6 +48,17 @@ def test_goal_check_says_by_how_much_a_split_falls_short():
     assert short["speedup_short_by"] == pytest.approx(0.15)   # 75% of theoretical, goal 90%
 
 
+def test_split_step_overhead_is_the_step_beyond_the_slower_workers_share():
+    # worker 0: 60 ms alone, 6 of them per-step overhead; worker 1: 110 ms, 6.5. On 21
+    # and 11 of 32 samples: 6 + 54 * 21/32 = 41.44 ms and 6.5 + 103.5 * 11/32 = 42.08 ms
+    overhead = bench.split_step_overhead(0.048, [21 / 32, 11 / 32], [0.060, 0.110],
+                                         [0.006, 0.0065])
+    assert overhead == pytest.approx(0.048 - 0.042078125)
+    # without per-step overheads the shares scale the whole steps: 0.75 * 40 = 30 ms
+    assert bench.split_step_overhead(0.035, [0.75, 0.25], [0.040, 0.100], [0, 0]) == \
+        pytest.approx(0.005)
+
+
 def test_competing_processes_are_pinned_and_killed_also_on_error():
     with pytest.raises(RuntimeError):
         with bench.competing_load(0, 2) as processes:
@@ -133,6 +144,13 @@ def test_a_tiny_run_writes_every_figure(runs):
             assert max(parts[p][w] for p in STEP_PARTS if p != TRANSFERS) <= c["busy_s"][w]
             assert parts[MODEL][w] > 0 or c["load"][w] == 0, name
     assert configs["even"]["speedup_over_even"] == 1.0
+    overheads = [s["overhead_s"] for s in result["profiled_speeds"]]
+    for name, c in configs.items():   # the split step's overhead where both workers work
+        assert ("split_overhead_s" in c) == (min(c["load"]) > 0), name
+        if min(c["load"]) > 0:
+            assert c["split_overhead_s"] == bench.split_step_overhead(
+                c["step_s"], c["load"], alone, overheads), name
+    assert "data %.1f ms" % (1e3 * configs["data"]["split_overhead_s"]) in run.stdout
     for c in configs.values():
         assert c["speedup_over_fastest_alone"] == pytest.approx(min(alone) / c["step_s"])
     assert "planned: efficiency" in run.stdout and "hmp / plain TF" in run.stdout
