@@ -5,6 +5,7 @@ import dataclasses
 import json
 import re
 
+import numpy as np
 import pytest
 
 import hmp
@@ -400,7 +401,11 @@ def test_rebalancing_weighs_the_plan_of_the_busy_times_and_keeps_the_losses(
     shares = [p["splits"]["hidden"][1] for p in balanced["plans"]]
     (tmp_path / "first_plan.json").write_text(json.dumps({"format": "hmp-plan/1",
                                                           **balanced["plans"][0]}))
-    model = model_spec(model_config("spectral", 5, 100, 10, width=8, batch_norm="local"))
+    bands = np.load(scene["dataset"], mmap_mode="r").shape[-1]
+    classes = int(np.load(scene["labels"]).max())
+    model = model_spec(model_config(SETTINGS["model"], SETTINGS["patch_size"], bands, classes,
+                                    width=SETTINGS["width"],
+                                    batch_norm=Settings().value("batch_norm")))
     first = Plan.from_json(tmp_path / "first_plan.json", model_spec=model)
     assert balanced["history"][0]["busy_seconds"] == [1.0, 4.0, 1.0]
     assert weighed[0] == rebalance.replan(first, model, [1.0, 4.0, 1.0]).splits["hidden"][1]
