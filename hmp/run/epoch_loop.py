@@ -66,13 +66,17 @@ class EpochLoop:
                            if placement.rebalance == "epoch" else None)
         signals.armed = True   # from now on a signal stops after the step, with a checkpoint
         record.add_plan(dataclasses.asdict(plan))
-        self.best = BestEpoch(model_dir, self.patience, record.epochs)
+        self.best = BestEpoch(model_dir, self.steps_per_epoch, self.patience, record.epochs)
         self.look = LookYield(self.epochs, look_yields, record.epochs)
 
     def train(self, first_epoch):
         """Trains from ``first_epoch`` to the last epoch or an early stop; returns the
-        last epoch's :class:`hmp.run.trainer.EpochStats` (None: none was left)."""
+        last epoch's :class:`hmp.run.trainer.EpochStats` (None: none was left, or the
+        resumed run had stopped early)."""
         stats = None
+        if first_epoch and self.best.should_stop(first_epoch - 1):   # stopped before a resume
+            self._say_early_stop()
+            return stats
         # the sums of the steps before a checkpoint within the first epoch, if recorded
         carried = self.record.carried(self.trainer.step, self.batch_size)
         for epoch in range(first_epoch, self.epochs):
@@ -84,11 +88,14 @@ class EpochLoop:
             if yielded:
                 print(yielded, flush=True)
             if self.best.should_stop(epoch):
-                print("early stop: no better validation accuracy for %d epochs"
-                      % self.patience, flush=True)
+                self._say_early_stop()
                 break
             self._between_epochs(epoch, stats, disturbed=building)
         return stats
+
+    def _say_early_stop(self):
+        print("early stop: no better validation accuracy for %d epochs" % self.patience,
+              flush=True)
 
     def _train_epoch(self, epoch, carried):
         """(the ``EpochStats`` of ``epoch``, whether a graph was made ready on the devices

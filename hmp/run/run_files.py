@@ -5,6 +5,7 @@ TensorFlow. ``hmp.run.run_folder`` holds the folder's rules: who may use it and 
 
 import json
 import os
+import re
 
 FLAGS_FILE = "flags.txt"   # the flags that started the run, for --flagfile
 RESULTS = "results.json"   # the run's flags, plan, history and scores
@@ -14,6 +15,12 @@ BEST_CHECKPOINT = "best_checkpoint"   # the best epoch's checkpoint (its index f
 BEST_PREFIX = "best-ckpt"   # ... and its files' prefix (hmp.run.trainer.BestEpoch)
 PREDICTION = "prediction"   # hmp.predict's default --out
 SEED_PREFIX = "seed-"   # --runs: seed N's run is the series folder's seed-N
+
+
+def checkpoint_path_step(path):
+    """The global step a checkpoint's path names (``.../ckpt-450``: 450), or None."""
+    match = re.search(r"-(\d+)$", path or "")
+    return int(match.group(1)) if match else None
 
 
 def read_json(path):

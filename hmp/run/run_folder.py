@@ -13,7 +13,6 @@ checkpoint.
 
 import glob
 import os
-import re
 import shutil
 import signal
 
@@ -26,7 +25,8 @@ from hmp.measure import speedcache
 from hmp.evaluation import report
 from hmp.run import experiment, fitted_preprocessing
 from hmp.run.run_files import (BEST_CHECKPOINT, BEST_PREFIX, FLAGS_FILE, HISTORY, PREDICTION,
-                               RESULTS, SEED_PREFIX, SUMMARY, read_json, read_results)
+                               RESULTS, SEED_PREFIX, SUMMARY, checkpoint_path_step, read_json,
+                               read_results)
 
 # The files a run writes whole, each through a temporary NAME.*.tmp beside it (hmp.files) ...
 _WRITTEN_WHOLE = (RESULTS, HISTORY, SUMMARY, experiment.CONFIG_FILE,
@@ -213,8 +213,7 @@ def checkpoint_step(model_dir):
         checkpoint = tf.train.latest_checkpoint(model_dir)
     except (tf.errors.OpError, ValueError):   # an unreadable checkpoint list
         checkpoint = None
-    match = re.search(r"-(\d+)$", checkpoint or "")
-    return int(match.group(1)) if match else None
+    return checkpoint_path_step(checkpoint)
 
 
 def checkpoint_identity(model_dir):
@@ -232,12 +231,15 @@ def checkpoint_identity(model_dir):
     return step, index.st_ino, index.st_mtime_ns
 
 
-def finished(model_dir, steps):
-    """True when ``model_dir`` holds a run that trained ``steps`` steps and was scored then."""
+def scored_at_checkpoint(model_dir):
+    """The results.json of the run in ``model_dir`` when it was scored at its latest
+    checkpoint (its training over: ``hmp.run.seed_training`` says whether it ended), else
+    None."""
     step = checkpoint_step(model_dir)
     results = read_results(model_dir) or {}
-    return (step is not None and step >= steps and "test" in results
-            and results.get("step") == step)
+    if step is None or "test" not in results or results.get("step") != step:
+        return None
+    return results
 
 
 class History:

@@ -16,6 +16,7 @@ from hmp.evaluation import maps, report, smoothing
 from hmp.evaluation.metrics import evaluate
 from hmp.run import events
 from hmp.run.experiment import nodata_mask
+from hmp.run.trainer import Stopped
 
 
 @dataclasses.dataclass
@@ -76,7 +77,11 @@ def classify(trainer, best, exp, tta, window, guided):
              " and the %d others within %d of them (--smoothing)"
              % (len(pixels) - len(exp.labelled), reach) if reach else "",
              ", each in the 8 symmetries of the square (--tta)" if tta else ""), flush=True)
-    return Classified.of(exp, pixels, trainer.probabilities(pixels, tta), guided), step
+    try:
+        probabilities = trainer.probabilities(pixels, tta)
+    except Stopped:   # it names the restored weights' step: training ended at ``step``
+        raise Stopped(step // trainer.steps_per_epoch, step, classifying=True) from None
+    return Classified.of(exp, pixels, probabilities, guided), step
 
 
 def scores(exp, classified, leakage, tta, window):

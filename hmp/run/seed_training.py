@@ -30,7 +30,7 @@ from hmp.run.plan_choice import (alone_trial, beside_cube, check_batch_rows, che
 from hmp.run.progress import ProgressLine
 from hmp.run.resume import check_same_data, resumes
 from hmp.run.seed_data import load_experiment
-from hmp.run.trainer import Stopped, Trainer
+from hmp.run.trainer import BestEpoch, Stopped, Trainer
 from hmp.run.training_recipe import recipe as training_recipe
 
 
@@ -101,7 +101,7 @@ def train_seed(shared, model_dir, seed, replaced=()):
         given.recipe, epochs=given.recipe.epochs_within(steps_per_epoch)))
     shared = dataclasses.replace(shared, settings=settings)
     capped = settings.recipe.epochs < given.recipe.epochs
-    if resume and _finished(model_dir, settings.recipe.epochs, steps_per_epoch,
+    if resume and _finished(model_dir, settings.recipe, steps_per_epoch,
                             "--max_steps" if capped else "--epochs"):
         return
     _say_max_steps(given.recipe, settings.recipe.epochs, steps_per_epoch)
@@ -195,16 +195,30 @@ def _say_max_steps(recipe, epochs, steps_per_epoch):
                  steps_per_epoch), flush=True)
 
 
-def _finished(model_dir, epochs, steps_per_epoch, longer):
-    """Whether the resumed run in ``model_dir`` has trained its ``epochs`` already; says
-    so, where its results are, and the flag (``longer``) that trains it longer."""
-    if not run_folder.finished(model_dir, epochs * steps_per_epoch):
+def _finished(model_dir, recipe, steps_per_epoch, longer):
+    """Whether the resumed run in ``model_dir`` is finished: scored at its checkpoint,
+    after its ``recipe.epochs`` or an early stop under ``recipe.patience``; says so,
+    where its results are, and the flag that trains it longer (``longer``, or
+    --patience)."""
+    results = run_folder.scored_at_checkpoint(model_dir)
+    if results is None:
         return False
-    print("the run in %s is finished (%d epoch%s, step %d); its results are in %s; "
-          "to train longer, resume with a larger %s"
-          % (model_dir, epochs, "" if epochs == 1 else "s",
-             run_folder.checkpoint_step(model_dir), os.path.join(model_dir, run_files.RESULTS),
-             longer), flush=True)
+    where = os.path.join(model_dir, run_files.RESULTS)
+    if results["step"] >= recipe.epochs * steps_per_epoch:
+        print("the run in %s is finished (%d epoch%s, step %d); its results are in %s; "
+              "to train longer, resume with a larger %s"
+              % (model_dir, recipe.epochs, "" if recipe.epochs == 1 else "s",
+                 results["step"], where, longer), flush=True)
+        return True
+    epochs = results.get("history") or []
+    best = BestEpoch(model_dir, steps_per_epoch, recipe.patience, epochs)
+    if not (epochs and best.should_stop(epochs[-1]["epoch"])):
+        return False
+    print("the run in %s is finished: it stopped early after epoch %d (step %d), no better "
+          "validation accuracy since epoch %d; its results are in %s; to train longer, "
+          "resume with a larger --patience (now %d)"
+          % (model_dir, epochs[-1]["epoch"] + 1, results["step"], best.epoch + 1, where,
+             recipe.patience), flush=True)
     return True
 
 

@@ -205,19 +205,23 @@ class BestEpoch:
     ``best_checkpoint``: ``run_files.BEST_PREFIX``, ``BEST_CHECKPOINT``), apart from the
     run's own checkpoints, so ``--resume`` still continues from the last epoch.
     ``history``: the epochs recorded so far (dicts of :class:`EpochStats`), to carry the
-    best one across a resume. ``patience``: stop after this many epochs without a better
-    one (0: never).
+    best one across a resume: the epoch whose last step (``steps_per_epoch`` an epoch)
+    the best checkpoint holds, so that a tie, or a stop between an epoch's checkpoint and
+    its best one, names the weights kept. ``patience``: stop after this many epochs
+    without a better one (0: never).
     """
 
-    def __init__(self, model_dir, patience=0, history=()):
+    def __init__(self, model_dir, steps_per_epoch, patience=0, history=()):
         self.model_dir = model_dir
         self.patience = patience
         self.path = tf.train.latest_checkpoint(model_dir,
                                                 latest_filename=run_files.BEST_CHECKPOINT)
-        scored = [e for e in history if e.get("val_accuracy") is not None]
-        best = max(scored, key=lambda e: e["val_accuracy"], default=None)
-        self.epoch = best["epoch"] if best and self.path else None
-        self.accuracy = best["val_accuracy"] if best and self.path else None
+        step = run_files.checkpoint_path_step(self.path)
+        kept = None if step is None else step // steps_per_epoch - 1
+        best = next((e for e in history
+                     if e["epoch"] == kept and e.get("val_accuracy") is not None), None)
+        self.epoch = best["epoch"] if best else None
+        self.accuracy = best["val_accuracy"] if best else None
 
     def update(self, trainer, stats):
         """Saves ``trainer``'s weights if ``stats`` (just trained) has the best validation
@@ -332,6 +336,11 @@ class Trainer:
                     self._savers[latest_filename] = tf.train.Saver(
                         max_to_keep=max_to_keep, save_relative_paths=True)
             saver = self._savers[latest_filename]
+        # the series so far, whichever trainer wrote it (before a resume or a plan switch:
+        # each graph has its saver), so that this saver keeps only its newest max_to_keep
+        state = tf.train.get_checkpoint_state(self.model_dir, latest_filename)
+        if state is not None:
+            saver.recover_last_checkpoints(list(state.all_model_checkpoint_paths))
         return saver.save(self.session, os.path.join(self.model_dir, prefix),
                           global_step=self.step if step is None else int(step),
                           latest_filename=latest_filename)

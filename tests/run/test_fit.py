@@ -25,6 +25,7 @@ from hmp.evaluation.metrics import evaluate
 from hmp.run import experiment, run_folder, seed_training
 from hmp.run.fit import Fitted, _how_to_continue
 from hmp.run.settings import DEFAULT, FLAG_FIELDS, Settings
+from hmp.run.trainer import Trainer
 from models import get_model
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -413,6 +414,63 @@ def test_a_signal_while_a_seed_is_scored_stops_before_the_next(tmp_path, monkeyp
         % (model_dir / "flags.txt"))
     assert (model_dir / "seed-0" / "results.json").exists()
     assert not (model_dir / "seed-1").exists()
+
+
+def _validation_accuracies(monkeypatch, accuracies):
+    """Each epoch's validation accuracy from ``accuracies`` in turn (then the last):
+    ``Trainer.predict`` of the validation pixels gets that share of them right."""
+    left = list(accuracies)
+
+    def predict(trainer, dataset):
+        accuracy = left.pop(0) if len(left) > 1 else left[0]
+        predicted = dataset.class_ids.copy()
+        wrong = len(predicted) - int(round(accuracy * len(predicted)))
+        predicted[:wrong] = -1
+        return predicted
+
+    monkeypatch.setattr(Trainer, "predict", predict)
+
+
+def test_a_run_that_stopped_early_is_finished_when_resumed(tmp_path, monkeypatch):
+    """A run stopped early by --patience trains no more epochs on --resume, scored or
+    stopped while it classified (whose line names the step training ended at, not the
+    best epoch's); resumed with a larger --patience it trains on, and the checkpoints of
+    before the resume are pruned with the new ones (CHECKPOINTS_KEPT, one best)."""
+    _validation_accuracies(monkeypatch, [0.5, 0.75, 0.5, 0.5])   # best: epoch 2 of 4
+    stopping = dict(TINY_SERIES, runs=1, epochs=8, patience=2, val_fraction=0.5)
+    scored, interrupted = tmp_path / "scored", tmp_path / "interrupted"
+    hmp.fit(Settings.of(**stopping, model_dir=str(scored)), get_model)
+    results = json.loads((scored / "results.json").read_text())
+    steps_per_epoch = results["step"] // 4
+    assert (len(results["history"]), results["best_epoch"]) == (4, 2)
+    hmp.fit(Settings.of(**stopping, model_dir=str(scored), resume=True), get_model)
+    assert json.loads((scored / "results.json").read_text()) == results
+
+    probabilities = Trainer.probabilities
+
+    def ctrl_c_then_probabilities(trainer, *args):
+        os.kill(os.getpid(), signal.SIGINT)
+        return probabilities(trainer, *args)
+
+    monkeypatch.setattr(Trainer, "probabilities", ctrl_c_then_probabilities)
+    _validation_accuracies(monkeypatch, [0.5, 0.75, 0.5, 0.5])
+    with pytest.raises(Interrupted, match=r"^interrupted while classifying \(training had "
+                                          r"finished at step %d\)" % results["step"]):
+        hmp.fit(Settings.of(**stopping, model_dir=str(interrupted)), get_model)
+    monkeypatch.setattr(Trainer, "probabilities", probabilities)
+    hmp.fit(Settings.of(**stopping, model_dir=str(interrupted), resume=True), get_model)
+    resumed = json.loads((interrupted / "results.json").read_text())
+    assert (resumed["step"], len(resumed["history"]), resumed["best_epoch"]) == (
+        results["step"], 4, 2)
+
+    _validation_accuracies(monkeypatch, [0.5])   # no better one
+    hmp.fit(Settings.of(**dict(stopping, patience=8), model_dir=str(scored), resume=True),
+            get_model)
+    longer = json.loads((scored / "results.json").read_text())
+    assert (len(longer["history"]), longer["best_epoch"]) == (8, 2)
+    assert sorted(path.name for path in scored.glob("*ckpt-*.index")) == sorted(
+        ["best-ckpt-%d.index" % (2 * steps_per_epoch)]
+        + ["ckpt-%d.index" % (epoch * steps_per_epoch) for epoch in (6, 7, 8)])
 
 
 def test_scoring_that_fails_leaves_no_session_open(tmp_path, monkeypatch):

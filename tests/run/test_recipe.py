@@ -176,26 +176,36 @@ def test_best_epoch_checkpoint_restores_the_best_weights(small_experiment, tmp_p
     graph = TrainingGraph(config, Placement(), 64, exp.scene.labels.shape, "adam", 1e-2, seed=1)
     trainer = Trainer(graph, exp, str(tmp_path), seed=2, log=lambda line: None)
     trainer.initialise(resume=False)
-    best = BestEpoch(str(tmp_path), patience=2)
-    first = trainer.train_epoch(0, 4)
+    steps_per_epoch = exp.steps_per_epoch(64)
+    best = BestEpoch(str(tmp_path), steps_per_epoch, patience=2)
+    first = trainer.train_epoch(0, 5)
     assert 0 <= first.val_accuracy <= 1
     first.val_accuracy = 0.9
     assert best.update(trainer, first)
+    tie = trainer.train_epoch(1, 5)
+    tie.val_accuracy = 0.9
+    assert best.update(trainer, tie)   # of equal ones the later is kept
     with graph.tf_graph.as_default():
         saved = _weights(trainer)
-    for epoch, accuracy in ((1, 0.5), (2, 0.8)):   # worse: not kept
-        stats = trainer.train_epoch(epoch, 4)
+    for epoch, accuracy in ((2, 0.5), (3, 0.8)):   # worse: not kept
+        stats = trainer.train_epoch(epoch, 5)
         stats.val_accuracy = accuracy
         assert not best.update(trainer, stats)
-    assert best.should_stop(2) and not best.should_stop(1)
+    assert best.should_stop(3) and not best.should_stop(2)
     with graph.tf_graph.as_default():
         assert not all(np.array_equal(a, b) for a, b in zip(_weights(trainer), saved))
         trainer.restore(best.path)
         for restored, value in zip(_weights(trainer), saved):
             np.testing.assert_array_equal(restored, value)
-    resumed = BestEpoch(str(tmp_path), 2, [{"epoch": 0, "val_accuracy": 0.9},
-                                           {"epoch": 1, "val_accuracy": 0.5}])
-    assert (resumed.epoch, resumed.path) == (0, best.path)
+    history = [{"epoch": 0, "val_accuracy": 0.9}, {"epoch": 1, "val_accuracy": 0.9},
+               {"epoch": 2, "val_accuracy": 0.5}]
+    resumed = BestEpoch(str(tmp_path), steps_per_epoch, 2, history)
+    assert (resumed.epoch, resumed.accuracy, resumed.path) == (1, 0.9, best.path)
+    assert not resumed.should_stop(2)   # as in the run: patience from the tie's later epoch
+    # a stop after epoch 2's checkpoint, before its best one: the weights kept name the epoch
+    history[2]["val_accuracy"] = 0.95
+    resumed = BestEpoch(str(tmp_path), steps_per_epoch, 2, history)
+    assert (resumed.epoch, resumed.accuracy) == (1, 0.9)
     trainer.close()
 
 
