@@ -202,9 +202,10 @@ def run(main, prog):
 
     Exit code 2 for bad input (:class:`InvalidInput`: flags, files, values), 1
     when training itself fails (e.g. a NaN loss), ``128 + signal`` when
-    interrupted (:class:`Interrupted`). Any other exception is a bug: Python
-    prints its traceback and exits with 1. Set HMP_TRACEBACK=1 to see the
-    tracebacks of the expected errors too.
+    interrupted (:class:`Interrupted`), 141 (``128 + SIGPIPE``, as a program killed by it)
+    when its output's reader stops (``| head``): one line on stderr, the rest of the
+    output dropped. Any other exception is a bug: Python prints its traceback and exits
+    with 1. Set HMP_TRACEBACK=1 to see the tracebacks of the expected errors too.
     """
     def guarded(argv):
         if os.environ.get("HMP_TRACEBACK"):   # for debugging hmp itself
@@ -218,5 +219,11 @@ def run(main, prog):
             _fail(prog, error, 1)
         except InvalidInput as error:
             _fail(prog, error, 2)
+        except BrokenPipeError:
+            # what is left to print (also Python's flush at exit) goes nowhere
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            print("%s: its output's reader stopped (e.g. | head): stopped there" % prog,
+                  file=sys.stderr, flush=True)
+            sys.exit(128 + signal.SIGPIPE)
 
     app.run(guarded, flags_parser=_parse_flags(prog))

@@ -18,7 +18,7 @@ from hmp.data.raster import Raster, RasterInfo, check_numeric
 from hmp.errors import InvalidInput
 
 SUFFIXES = (".tif", ".tiff", ".vrt", ".img", ".jp2")
-INSTALL = 'pip install "hmp[formats]"'
+INSTALL = 'pip install rasterio (in hmp\'s checkout: pip install -e ".[formats]")'
 # GDAL's cache of the blocks it read (by default 5% of the machine's memory), bounded
 # so that reading a large raster a tile at a time keeps its memory bounded too
 CACHE_BYTES = 64 * 2**20

@@ -148,6 +148,11 @@ def choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe,
     trial = trial_can_run(settings, first_epoch, recorded_trial)
     plan = planning.plan_layout(spec, measured, None, batch_size, mesh, caps, link=link,
                                 alone_margin=0.0 if trial else SPLIT_MARGIN)
+    if _trial_on(settings) and not trial:   # too few epochs left: said, not silent
+        plan = dataclasses.replace(plan, reason=plan.reason + "; no --try_alone trial: it "
+                                   "needs %d epochs, the run has %d left"
+                                   % (_trial_epochs(recorded_trial, first_epoch),
+                                      settings.recipe.epochs - first_epoch))
     if not (trial and len(plan.devices) > 1 and plan.fastest_alone() is not None):
         return plan, plan.fastest_alone(), None
     plan = dataclasses.replace(plan, reason=plan.reason + "; against one device, a "
@@ -189,9 +194,15 @@ def trial_can_run(settings, first_epoch, recorded):
     devices: it is on with --mesh=auto, and the run has the epochs a fresh trial needs,
     or those that a trial ``recorded`` before a resume still needs (that run planned for
     it: its plan is made again the same way, and the trial taken up)."""
-    needed = (AloneTrial.epochs_for(runner_up=False) if recorded is None
-              else AloneTrial.epochs_needed_after(recorded, first_epoch))
-    return _trial_on(settings) and settings.recipe.epochs - first_epoch >= needed
+    return (_trial_on(settings) and settings.recipe.epochs - first_epoch
+            >= _trial_epochs(recorded, first_epoch))
+
+
+def _trial_epochs(recorded, first_epoch):
+    """The epochs a fresh trial needs, or those a trial ``recorded`` before a resume
+    from ``first_epoch`` still needs."""
+    return (AloneTrial.epochs_for(runner_up=False) if recorded is None
+            else AloneTrial.epochs_needed_after(recorded, first_epoch))
 
 
 def _trial_on(settings):

@@ -376,7 +376,8 @@ def test_without_rasterio_a_geotiff_says_how_to_install_it(tmp_path, monkeypatch
     monkeypatch.setitem(sys.modules, "rasterio", None)   # import rasterio fails
     with pytest.raises(InvalidInput, match=r'^GeoTIFF and other GDAL rasters need rasterio, '
                                            r'which is not installed: '
-                                           r'pip install "hmp\[formats\]"$'):
+                                           r'pip install rasterio \(in hmp\'s checkout: '
+                                           r'pip install -e "\.\[formats\]"\)$'):
         open_raster(tmp_path / "scene.tif")
 
 

@@ -110,6 +110,9 @@ def test_where_the_trial_runs_a_split_predicted_faster_at_all_is_planned(
     assert plan.reason.endswith("; against one device, a layout predicted faster at all, "
                                 "since --try_alone measures it against the fastest device "
                                 "alone") == split
+    too_few = values.get("try_alone", True) and not split   # 2 epochs left, 3 needed
+    assert plan.reason.endswith("; no --try_alone trial: it needs 3 epochs, the run has 2 "
+                                "left") == too_few
 
 
 @pytest.mark.parametrize("epochs, first_epoch, recorded, raced", [
