@@ -38,11 +38,18 @@ def describe_device(index, names=None):
     return names[index] if names else f"device {index}"
 
 
+# The slowest speed check_speeds takes, as a share of the fastest's and absolutely: the
+# shares' arithmetic (speed ratios, a level over the speeds) stays finite above them
+SLOWEST_SHARE = 1e-30
+SLOWEST_SPEED = 1e-100
+
+
 def check_speeds(speeds, names=None):
     """Returns ``speeds`` as a float array; ValueError on a bad speed.
 
     Speeds must be finite positive numbers, one per device (one per entry of
-    ``names`` when given). The error names the device and the value.
+    ``names`` when given), none under ``SLOWEST_SHARE`` of the fastest's or
+    ``SLOWEST_SPEED``. The error names the device and the value.
     """
     if isinstance(speeds, (str, bytes)) or not hasattr(speeds, "__len__"):
         raise InvalidInput(f"speeds must be a list of numbers, got {speeds!r}")
@@ -63,7 +70,14 @@ def check_speeds(speeds, names=None):
             raise InvalidInput(
                 f"{describe_device(i, names)} has speed {speed!r}: "
                 "speeds must be finite and greater than 0")
-    return np.asarray(speeds, dtype=float)
+    speeds = np.asarray(speeds, dtype=float)
+    slowest = int(np.argmin(speeds))
+    if speeds[slowest] < SLOWEST_SHARE * speeds.max() or speeds[slowest] < SLOWEST_SPEED:
+        raise InvalidInput(
+            f"{describe_device(slowest, names)} has speed {speeds[slowest]:g}: speeds must "
+            f"be at least {SLOWEST_SPEED:g} and {SLOWEST_SHARE:g} of the fastest's "
+            f"({speeds.max():g}); a device that slow gets no work (leave it out)")
+    return speeds
 
 
 def _upper_bounds(caps, n, minimum, names):

@@ -121,6 +121,11 @@ def test_properties_on_random_inputs(capped):
     ([70, -3, 5], "device 1 has speed -3"),
     ([70, 25, float("nan")], "device 2 has speed nan"),
     ([70, float("inf")], "device 1 has speed inf"),
+    # shares of speeds that far apart overflow: [1, 1e-310] gave [2, 2] (not 32)
+    ([1, 1e-310], r"device 1 has speed 1e-310: speeds must be at least 1e-100 and 1e-30 of "
+                  r"the fastest's \(1\); a device that slow gets no work \(leave it out\)"),
+    ([1e-310, 1e-310], "device 0 has speed 1e-310"),
+    ([1e9, 1e-22], "device 1 has speed 1e-22"),
     ([70, None, 5], r"device 1 has no speed \(None\)"),
     ([70, "fast"], "device 1 has speed 'fast', which is not a number"),
     ([], "speeds is empty"),
