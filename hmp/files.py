@@ -1,6 +1,6 @@
-"""Writing a file atomically: a reader never sees half a file; checking, before any
-work, that an output folder or file can be made; and reading an .npz file that may be
-damaged.
+"""Writing a file atomically: a reader never sees half a file; replacing a set of files
+in a folder only once the new set is whole; checking, before any work, that an output
+folder or file can be made; and reading an .npz file that may be damaged.
 
 Used by every writer of a run's files (JSON reports, saved splits), so a kill
 in the middle of a write leaves the old file or none, never a broken one.
@@ -9,6 +9,7 @@ in the middle of a write leaves the old file or none, never a broken one.
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 import zipfile
 
@@ -41,6 +42,51 @@ def atomic_path(path, suffix=".tmp"):
     except BaseException:
         if os.path.exists(temporary):
             os.remove(temporary)
+        raise
+
+
+@contextlib.contextmanager
+def replacing_entries(folder, entries):
+    """Yields a path (not yet made) to write a folder of new entries in; on success they
+    replace the set ``entries`` (names) in ``folder`` (made if need be): those of the set
+    there go, one of the set the new ones lack included, other files there are kept; on
+    failure ``folder`` is left as it was (a folder made for it removed again). The new
+    entries are written in ``folder``, on its filesystem (it may be a mount point of its
+    own, which a move from elsewhere could not reach); a failed move undoes the moves
+    before it."""
+    made = not os.path.isdir(folder)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix="." + os.path.basename(os.path.abspath(folder))
+                                   + ".", suffix=".tmp", dir=folder)
+    except OSError as error:
+        raise OSError("cannot write in %s: %s" % (folder, error.strerror)) from None
+    try:
+        new = os.path.join(staging, "new")
+        yield new
+        _swap_entries(new, folder, entries, os.path.join(staging, "earlier"))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if made and os.path.isdir(folder) and not os.listdir(folder):
+            os.rmdir(folder)
+
+
+def _swap_entries(new, folder, entries, aside):
+    """Moves ``entries`` of ``folder`` into ``aside`` (made here), then every entry of
+    folder ``new`` into ``folder``; when a move fails, the moves before it are undone."""
+    os.mkdir(aside)
+    moves = [(os.path.join(folder, name), os.path.join(aside, name)) for name in entries
+             if os.path.lexists(os.path.join(folder, name))]
+    moves += [(os.path.join(new, name), os.path.join(folder, name))
+              for name in sorted(os.listdir(new))]
+    done = []
+    try:
+        for source, target in moves:
+            os.replace(source, target)
+            done.append((source, target))
+    except BaseException:
+        for source, target in reversed(done):
+            os.replace(target, source)
         raise
 
 

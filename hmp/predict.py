@@ -9,6 +9,7 @@ the scene's first principal component if the run's smoothing was; all zero for
 no-data pixels) and, for a scene read from
 an ENVI or GDAL file, the class map in that format on the scene's map
 (``hmp.data.raster_writer``: ``class_map.hdr``/``.img`` or ``class_map.tif``).
+They replace an earlier prediction's there once all are written (``hmp.files.replacing_entries``).
 The scene is read and classified a tile at a time
 (``hmp.run.inference.classify_tiles``), tiles as large as ``--memory_mb``
 allows, with the same result as the whole scene at once. The scene defaults to
@@ -37,6 +38,7 @@ from hmp.evaluation import maps
 from hmp.evaluation.smoothing import smooth_rows
 from hmp.measure.devices import check_local, device_list, gpu_count, session_config_for
 from hmp.run import experiment, export, run_files, run_folder
+from hmp.run.run_files import PREDICTION_FILES, PREDICTION_MAPS, PROBABILITIES
 from hmp.run.inference import DATA_FLAGS, Classifier, TrainedRun, classify_tiles, open_cube, tiling
 from hmp.run.progress import ProgressLine
 from hmp.run.settings import check_file_flags
@@ -56,6 +58,8 @@ flags.DEFINE_string("cube_key", None, "MATLAB variable of the cube.")
 flags.DEFINE_string("labels_key", None, "MATLAB variable of the label map.")
 flags.DEFINE_string("data_dir", None, "Folder with the scene files.")
 flags.DEFINE_string("synthetic_layout", None, "Class layout of the synthetic scene.")
+flags.DEFINE_string("synthetic_kind", None, "Kind of synthetic scene: reflectance or "
+                    "radiance.")
 flags.DEFINE_integer("seed", None, "Seed of the synthetic scene.")
 flags.DEFINE_string("devices", None, "Comma-separated TensorFlow devices; the batch is "
                     "split evenly over them (default /gpu:0 if there is one, else /cpu:0).")
@@ -76,8 +80,6 @@ flags.DEFINE_bool("smoothing_guide", None, "Smooth following the scene's edges (
 flags.mark_flag_as_required("model_dir")
 FLAGS = flags.FLAGS
 
-PROBABILITIES = "probabilities.npy"   # written first, a row of tiles at a time
-OUTPUTS = ("class_map.npy", "class_map.png")
 
 
 def _devices():
@@ -94,13 +96,22 @@ def predict_into(out_dir, run, raster, rows_of_tiles, model, progress, window=1,
     """Classifies ``raster`` a row of tiles at a time (``classify_tiles``), the
     probabilities smoothed over ``window`` x ``window`` pixels (``smooth_rows``; with
     ``guide``, an ``hmp.data.Guide``, or the mean), writing
-    them as they come, then the class maps; each file atomically. Returns (the number of
-    no-data pixels, the names of the files written)."""
+    them as they come, then the class maps. They replace an earlier prediction's files in
+    ``out_dir`` (``run_files.PREDICTION_FILES``: a map of another format it wrote goes too) once
+    all are written; other files there are kept. Returns (the number of no-data pixels,
+    the names of the files written)."""
+    with files.replacing_entries(out_dir, PREDICTION_FILES) as new:
+        os.mkdir(new)
+        return _write_prediction(new, run, raster, rows_of_tiles, model, progress, window,
+                                 guide)
+
+
+def _write_prediction(out_dir, run, raster, rows_of_tiles, model, progress, window, guide):
+    """``predict_into``'s files, written into the new folder ``out_dir``."""
     height, width = raster.shape[:2]
     class_map = np.zeros((height, width), np.int32)
     nodata_pixels = 0
-    with files.atomic_path(os.path.join(out_dir, PROBABILITIES)) as temporary, \
-            open(temporary, "wb") as f:
+    with open(os.path.join(out_dir, PROBABILITIES), "wb") as f:
         np.lib.format.write_array_header_1_0(f, {
             "descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
             "fortran_order": False, "shape": (height, width, len(run.class_names))})
@@ -112,11 +123,10 @@ def predict_into(out_dir, run, raster, rows_of_tiles, model, progress, window=1,
     contents = (lambda f: np.save(f, class_map),
                 lambda f: f.write(maps.png_bytes(maps.map_with_legend(class_map,
                                                                       run.class_names))))
-    for name, write in zip(OUTPUTS, contents):
-        with files.atomic_path(os.path.join(out_dir, name)) as temporary:
-            with open(temporary, "wb") as f:
-                write(f)
-    return nodata_pixels, [PROBABILITIES, *OUTPUTS, *write_class_map(
+    for name, write in zip(PREDICTION_MAPS, contents):
+        with open(os.path.join(out_dir, name), "wb") as f:
+            write(f)
+    return nodata_pixels, [PROBABILITIES, *PREDICTION_MAPS, *write_class_map(
         out_dir, class_map, run.class_names, maps.class_colors(len(run.class_names)),
         raster.info)]
 
@@ -160,15 +170,9 @@ def _predict():
     with cli.blame("model_dir"):
         model = Classifier(run, devices, FLAGS.batch_size, tile, session_config_for(devices),
                            tta)
-    made = not os.path.isdir(out_dir)
-    try:
-        with model, cli.blame("out", also=(OSError,)), cli.blame(*scene_flags):
-            nodata, written = predict_into(out_dir, run, raster, rows_of_tiles, model,
-                                           ProgressLine(), window, guide)
-    except BaseException:
-        if made and os.path.isdir(out_dir) and not os.listdir(out_dir):
-            os.rmdir(out_dir)   # nothing written: no empty folder left either
-        raise
+    with model, cli.blame("out", also=(OSError,)), cli.blame(*scene_flags):
+        nodata, written = predict_into(out_dir, run, raster, rows_of_tiles, model,
+                                       ProgressLine(), window, guide)
     if nodata:
         print(experiment.nodata_summary(nodata, raster.info), flush=True)
     print("%s of %d pixels in %s" % (", ".join(written), raster.shape[0] * raster.shape[1],

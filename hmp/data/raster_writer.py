@@ -14,6 +14,7 @@ from hmp import files
 from hmp.data import envi, geotiff
 
 STEM = "class_map"
+MAP_FILES = (STEM + ".hdr", STEM + ".img", STEM + ".tif")   # what any format may write
 
 
 def _file_names(info):

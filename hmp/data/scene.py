@@ -25,7 +25,9 @@ class Scene:
       cube: float32 array [H, W, B] (rows, columns, spectral bands).
       labels: int32 array [H, W]; 0 means unlabelled, 1..K are classes.
       class_names: K names, ``class_names[k - 1]`` names label ``k``. When
-        empty, generic names ``"class 1"``..``"class K"`` are filled in.
+        empty, generic names ``"class 1"``..``"class K"`` are filled in; a name that
+        repeats gets its label after it (``"grass (class 2)"``): reports and a run's
+        results key their rows by name.
       raster: what the cube's file says beyond its values (georeference,
         wavelengths, data-ignore value; :class:`hmp.data.raster.RasterInfo`).
       units: what the cube's values measure, when known: ``"radiance"`` (at-sensor
@@ -55,7 +57,7 @@ class Scene:
         highest = int(self.labels.max(initial=0))
         if not self.class_names:
             self.class_names = [f"class {k}" for k in range(1, highest + 1)]
-        self.class_names = [str(name) for name in self.class_names]
+        self.class_names = _distinct([str(name) for name in self.class_names])
         if highest > len(self.class_names):
             raise InvalidInput(
                 f"scene {self.name!r}: label map uses label {highest} but only "
@@ -95,3 +97,10 @@ def as_label_map(values, what="label map"):
         raise InvalidInput(
             f"{what} must hold labels 0..K (0 = unlabelled), found {array.min()}")
     return array.astype(np.int32)
+
+
+def _distinct(names):
+    """``names`` (label k's at k - 1) with each name that repeats followed by its label."""
+    repeated = {name for name in names if names.count(name) > 1}
+    return [f"{name} (class {k})" if name in repeated else name
+            for k, name in enumerate(names, 1)]

@@ -17,13 +17,11 @@ Load it with::
     classes = tf.argmax(outputs["probabilities"], axis=1) + 1
 """
 
-import contextlib
 import os
-import shutil
-import tempfile
 
 import tensorflow.compat.v1 as tf
 
+from hmp import files
 from hmp.errors import InvalidInput
 from hmp.graph.augment import SYMMETRIES, symmetries
 from hmp.graph.graph import build_logits_graph, imported
@@ -115,7 +113,8 @@ def export_saved_model(run, path, chunk=CHUNK, tta=False):
         logits = tf.reshape(tf.reshape(logits, [-1, config.n_classes])[:n],
                             [variants, -1, config.n_classes])
         probabilities = tf.reduce_mean(tf.nn.softmax(logits), axis=0)
-        with tf.Session(graph=graph) as session, _replacing_entries(path) as temporary:
+        with tf.Session(graph=graph) as session, \
+                files.replacing_entries(path, ENTRIES) as temporary:
             builder = tf.saved_model.Builder(temporary)
             builder.add_meta_graph_and_variables(
                 session, [tf.saved_model.tag_constants.SERVING],
@@ -139,48 +138,3 @@ def replaces(path):
                            "there would replace; give another folder"
                            % (path, ", ".join(found), SAVED_MODEL_FILE))
     return False
-
-
-@contextlib.contextmanager
-def _replacing_entries(path):
-    """Yields a path (not yet made) for the SavedModel; on success its entries replace
-    ``ENTRIES`` in the folder ``path`` (made if need be), other files there kept; on
-    failure, ``path`` is left as it was. The SavedModel is written on the filesystem it
-    moves to: inside ``path`` when that folder exists (it may be a mount point of its
-    own, which a move from its parent could not reach), else beside it."""
-    within = os.path.isdir(path)
-    where = os.path.abspath(path) if within else os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(where, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix="." + os.path.basename(os.path.abspath(path)) + ".",
-                                   suffix=".tmp", dir=where)
-    except OSError as error:
-        raise OSError("cannot write in %s: %s" % (where, error.strerror)) from None
-    try:
-        new = os.path.join(staging, "saved_model")
-        yield new
-        if within:
-            _swap_entries(new, path, os.path.join(staging, "earlier"))
-        else:
-            os.replace(new, path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def _swap_entries(new, path, aside):
-    """Moves the ``ENTRIES`` in folder ``path`` into ``aside`` (made here), then every entry
-    of folder ``new`` into ``path``; when a move fails, the moves before it are undone."""
-    os.mkdir(aside)
-    moves = [(os.path.join(path, name), os.path.join(aside, name)) for name in ENTRIES
-             if os.path.lexists(os.path.join(path, name))]
-    moves += [(os.path.join(new, name), os.path.join(path, name))
-              for name in sorted(os.listdir(new))]
-    done = []
-    try:
-        for source, target in moves:
-            os.replace(source, target)
-            done.append((source, target))
-    except BaseException:
-        for source, target in reversed(done):
-            os.replace(target, source)
-        raise

@@ -44,7 +44,8 @@ mtf = import_mesh_tensorflow()
 
 # The training flags that name the scene (hmp.train's): {flag: its DataConfig field}.
 DATA_FLAGS = {name: FLAG_FIELDS[name][1] for name in (
-    "dataset", "data_dir", "labels", "cube_key", "labels_key", "synthetic_layout", "seed")}
+    "dataset", "data_dir", "labels", "cube_key", "labels_key", "synthetic_layout",
+    "synthetic_kind", "seed")}
 
 
 def smoothed_over(results):
@@ -141,8 +142,9 @@ class TrainedRun:
         """The scene to classify (an ``experiment.DataConfig``): the run's own, with the
         data flags ``given`` (hmp.train's names, e.g. ``data_dir=``) changed; when
         ``given`` names a ``dataset``, that scene with only the flags given."""
-        trained = experiment.DataConfig() if "dataset" in given else experiment.from_folder(
-            experiment.DataConfig(**{field: self.flags[name]
+        default = experiment.DataConfig()   # a flag a run's flags lack: of before it
+        trained = default if "dataset" in given else experiment.from_folder(
+            experiment.DataConfig(**{field: self.flags.get(name, getattr(default, field))
                                      for name, field in DATA_FLAGS.items()}),
             self.working_dir)
         return dataclasses.replace(trained, **{DATA_FLAGS[name]: value

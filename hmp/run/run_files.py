@@ -7,13 +7,18 @@ import json
 import os
 import re
 
+from hmp.data.raster_writer import MAP_FILES
+
 FLAGS_FILE = "flags.txt"   # the flags that started the run, for --flagfile
 RESULTS = "results.json"   # the run's flags, plan, history and scores
 HISTORY = "history.json"
 SUMMARY = "summary.json"   # --runs: the runs' mean and standard deviation
 BEST_CHECKPOINT = "best_checkpoint"   # the best epoch's checkpoint (its index file) ...
 BEST_PREFIX = "best-ckpt"   # ... and its files' prefix (hmp.run.trainer.BestEpoch)
-PREDICTION = "prediction"   # hmp.predict's default --out
+PREDICTION = "prediction"   # hmp.predict's default --out, where it writes ...
+PROBABILITIES = "probabilities.npy"   # ... these (written first, a row of tiles at a time),
+PREDICTION_MAPS = ("class_map.npy", "class_map.png")   # ... these, and the scene's format's
+PREDICTION_FILES = (PROBABILITIES, *PREDICTION_MAPS, *MAP_FILES)   # a prediction replaces all
 SEED_PREFIX = "seed-"   # --runs: seed N's run is the series folder's seed-N
 
 

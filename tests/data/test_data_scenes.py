@@ -114,6 +114,14 @@ def test_generic_loader_names_classes_when_no_names_are_given(tmp_path):
     assert scene.class_names == ["class 1", "class 2", "class 3"]
 
 
+def test_class_names_that_repeat_get_their_labels():
+    """A name given to two classes (an ENVI file's, say) is told apart by its label: the
+    reports and a run's results key their rows by name, and would merge the two."""
+    cube, labels = small_scene_arrays()
+    scene = Scene("s", cube, labels, class_names=["grass", "water", "grass"])
+    assert scene.class_names == ["grass (class 1)", "water", "grass (class 3)"]
+
+
 def test_missing_file_names_the_file_and_folder(tmp_path):
     with pytest.raises(FileNotFoundError) as error:
         load_scene("salinas", tmp_path)

@@ -32,7 +32,8 @@ from hmp.evaluation.smoothing import context, neighbourhood, smooth
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Placement
 from hmp.mesh import conv3d_gradient
-from hmp.run import experiment, export, fitted_preprocessing, inference
+from hmp import files
+from hmp.run import experiment, export, fitted_preprocessing, inference, run_files
 from hmp.run.fit import Fitted
 from hmp.run.trainer import Trainer
 from models import get_model, model_config
@@ -360,7 +361,7 @@ def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refus
     (tmp_path / "a_file").write_text("")
     with pytest.raises(InvalidInput, match="^not a folder$"):
         inference.TrainedRun.open(str(tmp_path / "a_file"), get_model)
-    with pytest.raises(OSError, match="^cannot write in .*a_file: File exists$"):
+    with pytest.raises(OSError, match="^cannot write in .*a_file/model: Not a directory$"):
         export.export_saved_model(trained, str(tmp_path / "a_file" / "model"))
     assert (tmp_path / "a_file").read_text() == ""
 
@@ -412,6 +413,20 @@ def test_a_missing_model_dir_counts_too_small_and_a_runs_folder_are_refused(run,
         2, "hmp.predict: error: --out=%s: %s holds a run (history.json); give another folder\n"
         % (a_run, a_run))
     assert not out.exists() and sorted(p.name for p in a_run.iterdir()) == ["history.json"]
+
+
+def test_a_synthetic_runs_scene_is_of_the_kind_it_trained_on():
+    """A run of the radiance kind predicts on that scene (the kind was left out: its maps
+    classified the reflectance scene of the same seed); a run from before the flag is of
+    the reflectance kind; --synthetic_kind given changes it."""
+    flags = {"dataset": "synthetic", "data_dir": None, "labels": None, "cube_key": None,
+             "labels_key": None, "synthetic_layout": "generated", "seed": 3}
+    run = inference.TrainedRun("run", {**flags, "synthetic_kind": "radiance"}, [], None,
+                               None, None)
+    assert run.data_config() == experiment.DataConfig(synthetic_kind="radiance", seed=3)
+    assert run.data_config(synthetic_kind="reflectance") == experiment.DataConfig(seed=3)
+    older = inference.TrainedRun("run", flags, [], None, None, None)
+    assert older.data_config() == experiment.DataConfig(seed=3)
 
 
 def test_a_file_scenes_flag_for_a_named_scene_is_refused_as_hmp_train_refuses_it(run, tmp_path):
@@ -607,6 +622,26 @@ def test_an_export_replaces_only_an_earlier_saved_models_entries(run, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["earlier", "other", "stray"]   # no staging left
 
 
+def test_a_prediction_replaces_the_earlier_ones_files_of_any_format(tmp_path):
+    """A prediction's files replace an earlier prediction's once all are written: an
+    earlier GeoTIFF map goes with the rest when the new one is of an ENVI scene (it would
+    describe another prediction), a file of the user's stays."""
+    out = tmp_path / "prediction"
+    out.mkdir()
+    for name in ("probabilities.npy", "class_map.npy", "class_map.png", "class_map.tif",
+                 "notes.txt"):
+        (out / name).write_text("earlier " + name)
+    written = ["probabilities.npy", "class_map.npy", "class_map.png", "class_map.hdr",
+               "class_map.img"]
+    with files.replacing_entries(str(out), run_files.PREDICTION_FILES) as new:
+        os.mkdir(new)
+        for name in written:
+            (pathlib.Path(new) / name).write_text("new " + name)
+    assert _tree(out) == {**{name: b"new " + name.encode() for name in written},
+                          "notes.txt": b"earlier notes.txt"}
+    assert os.listdir(tmp_path) == ["prediction"]
+
+
 def test_an_export_into_a_folder_of_its_own_filesystem_moves_nothing_across(tmp_path,
                                                                            monkeypatch):
     """A folder that exists (a mount point, say) gets its SavedModel written inside it:
@@ -626,7 +661,7 @@ def test_an_export_into_a_folder_of_its_own_filesystem_moves_nothing_across(tmp_
         replace(source, target)
 
     monkeypatch.setattr(os, "replace", within_one_filesystem)
-    with export._replacing_entries(str(folder)) as new:
+    with files.replacing_entries(str(folder), export.ENTRIES) as new:
         os.makedirs(os.path.join(new, "variables"))
         for name in ("saved_model.pb", "variables/v.index"):
             (pathlib.Path(new) / name).write_text("new " + name)
@@ -646,7 +681,7 @@ def test_an_export_that_fails_half_way_leaves_the_folder_as_it_was(tmp_path, mon
         (folder / name).write_text("earlier " + name)
     before = _tree(folder)
     with pytest.raises(RuntimeError, match="^the builder failed$"):
-        with export._replacing_entries(str(folder)) as new:
+        with files.replacing_entries(str(folder), export.ENTRIES) as new:
             os.mkdir(new)
             (pathlib.Path(new) / "saved_model.pb").write_text("new")
             raise RuntimeError("the builder failed")
@@ -661,7 +696,7 @@ def test_an_export_that_fails_half_way_leaves_the_folder_as_it_was(tmp_path, mon
 
     monkeypatch.setattr(os, "replace", third_fails)
     with pytest.raises(OSError, match="No space left on device"):
-        with export._replacing_entries(str(folder)) as new:
+        with files.replacing_entries(str(folder), export.ENTRIES) as new:
             os.makedirs(os.path.join(new, "variables"))
             for name in ("saved_model.pb", "variables/v.index"):
                 (pathlib.Path(new) / name).write_text("new")
