@@ -55,9 +55,16 @@ def smoothed_over(results):
 
 
 def smoothed_guided(results):
-    """Whether a run's smoothing was guided (``--smoothing_guide``), from its results.json
-    (``results``): False for runs from before the guided smoothing."""
-    return results.get("smoothing", {}).get("guided", False)
+    """Whether a run's smoothing follows the scene's edges (``--smoothing_guide``), from its
+    results.json (``results``): as it smoothed, or for a run that smoothed nothing (window
+    1), as its flag asked (``hmp.predict --smoothing=N`` smooths as the run would have);
+    False for runs from before the guided smoothing."""
+    smoothing = results.get("smoothing", {})
+    if "guided" not in smoothing:
+        return False
+    if smoothing.get("window", 1) > 1:
+        return smoothing["guided"]
+    return bool(results.get("flags", {}).get("smoothing_guide", False))
 
 
 @dataclasses.dataclass

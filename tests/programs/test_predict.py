@@ -300,10 +300,16 @@ def test_a_checkpoint_of_weights_of_other_shapes_is_refused_naming_one(run):
 
 def test_a_runs_smoothing_is_read_from_results_json_and_none_for_runs_from_before_it():
     """A results.json without "smoothing" (a run from before --smoothing): no window (1),
-    not guided, so older runs predict as they scored."""
+    not guided, so older runs predict as they scored; a run of window 1 is guided as its
+    flag asked."""
     assert (inference.smoothed_over({}), inference.smoothed_guided({})) == (1, False)
     results = {"smoothing": {"window": 7, "guided": True}}
     assert (inference.smoothed_over(results), inference.smoothed_guided(results)) == (7, True)
+    # a run that smoothed nothing: hmp.predict --smoothing=N follows its --smoothing_guide
+    for flag in (True, False):
+        unsmoothed = {"smoothing": {"window": 1, "guided": False},
+                      "flags": {"smoothing_guide": flag}}
+        assert inference.smoothed_guided(unsmoothed) is flag
 
 
 def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refused(
