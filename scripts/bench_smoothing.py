@@ -25,9 +25,8 @@ from absl import flags  # noqa: E402
 
 import models  # noqa: E402
 from hmp import files  # noqa: E402
-from hmp.evaluation.metrics import evaluate  # noqa: E402
-from hmp.evaluation.smoothing import WINDOWS, check_window, choose_window, smooth  # noqa: E402
-from hmp.run import experiment  # noqa: E402
+from hmp.evaluation.smoothing import WINDOWS, check_window, context, neighbourhood  # noqa: E402
+from hmp.run import experiment, scoring  # noqa: E402
 from hmp.run.inference import TrainedRun, classify  # noqa: E402
 
 flags.DEFINE_list("model_dirs", None, "Finished runs' folders (hmp.train's --model_dir).")
@@ -59,27 +58,28 @@ def rows_of(model_dir, windows, tta):
     """The rows of one run: for each window, its validation accuracy and test scores."""
     run = TrainedRun.open(model_dir, models.get_model)
     exp = experiment.prepare(*experiment.load_as_trained(model_dir))
-    valid = ~experiment.nodata_mask(exp.scene.cube)
     present = np.bincount(exp.test.class_ids, minlength=exp.n_classes) > 0
     rows = []
     for variant in (False, True) if tta else (False,):
         probabilities = scene_probabilities(run, exp, variant)
-        rows += _rows_of_filters(model_dir, exp, probabilities, valid, present, windows,
-                                 variant)
+        rows += _rows_of_filters(model_dir, exp, probabilities, present, windows, variant)
     return rows
 
 
-def _rows_of_filters(model_dir, exp, probabilities, valid, present, windows, tta):
-    """The rows of one classification (with TTA or not): the mean's, then the guided."""
+def _rows_of_filters(model_dir, exp, probabilities, present, windows, tta):
+    """The rows of one classification (with TTA or not): the mean's, then the guided;
+    scored as the run scores (``hmp.run.scoring``: the pixels within the widest window's
+    reach of the labelled ones, a test or validation pixel's smoothing reading no output
+    of a training pixel)."""
     rows = []
     for guided in (False, True):
-        guide = exp.guide_image if guided else None
-        validation = (choose_window(probabilities, valid, exp.val.indices,
-                                    exp.val.class_ids, windows, guide)[1] if exp.val else {})
+        pixels = neighbourhood(exp.labelled.indices, exp.scene.labels.shape,
+                               context(max(windows), guided))
+        classified = scoring.Classified.of(
+            exp, pixels, probabilities.reshape(-1, exp.n_classes)[pixels][None], guided)
+        validation = classified.choose_window(exp, windows)[1] if exp.val else {}
         for window in windows:
-            flat = smooth(probabilities, window, valid, guide).reshape(-1, exp.n_classes)
-            scores = evaluate(exp.test.class_ids, flat[exp.test.indices].argmax(axis=1),
-                              exp.n_classes)
+            scores = scoring.test_scores(exp, classified.smoothed(exp, window))[1]
             rows.append({
                 "run": model_dir, "tta": tta, "guided": guided, "window": window,
                 "validation": (100 * validation[window] if validation else None),

@@ -111,6 +111,17 @@ def neighbourhood(indices, image_shape, radius):
     return np.flatnonzero(mask)
 
 
+def apart_from(valid, trained):
+    """``valid`` ([H, W] bool) without the pixels ``trained`` (flat indices): what a scored
+    pixel's smoothing may read. A network fits its training pixels, so their outputs are
+    their labels: a test or validation pixel smoothed with them would be scored partly on
+    those labels (on a disjoint split a test pixel lies beyond a patch of every training
+    pixel, but may lie within the smoothing's reach, :func:`context`)."""
+    apart = np.array(valid, bool)
+    apart.flat[np.asarray(trained, np.int64)] = False
+    return apart
+
+
 def choose_window(probabilities, valid, indices, class_ids, windows=WINDOWS, guide=None):
     """(the window of ``windows`` whose smoothed map classifies the pixels ``indices``
     (flat) as ``class_ids`` (0-based) most often, the share right with each): the

@@ -47,17 +47,28 @@ class Classified:
 
     def smoothed(self, exp, window, as_is=False):
         """The labelled pixels' probabilities [labelled, K], the mean of the symmetries
-        (or the patches as they are) smoothed over ``window`` x ``window`` pixels."""
-        return smoothing.smooth(self.as_is if as_is else self.mean, window, self.valid,
-                                self.guide_image).reshape(-1, exp.n_classes)[exp.labelled.indices]
+        (or the patches as they are) smoothed over ``window`` x ``window`` pixels; a test
+        pixel's smoothing reads no output at a pixel of the split's training share
+        (``smoothing.apart_from``: they would bring their labels into its score)."""
+        maps = self.as_is if as_is else self.mean
+        flat = smoothing.smooth(maps, window, self.valid, self.guide_image).reshape(
+            -1, exp.n_classes)
+        if window > 1:
+            apart = smoothing.apart_from(self.valid, exp.split.train)
+            flat[exp.test.indices] = smoothing.smooth(maps, window, apart, self.guide_image
+                                                      ).reshape(-1, exp.n_classes)[exp.test.indices]
+        return flat[exp.labelled.indices]
 
-    def choose_window(self, exp):
-        """(the window that classifies ``exp``'s validation pixels best, the accuracy of
-        each window); (the default window, {}) without validation pixels."""
+    def choose_window(self, exp, windows=smoothing.WINDOWS):
+        """(the window of ``windows`` that classifies ``exp``'s validation pixels best, the
+        accuracy of each window; their smoothing reads no training pixel's output); (the
+        default window, {}) without validation pixels."""
         if not exp.val:
             return smoothing.DEFAULT_WINDOW, {}
-        return smoothing.choose_window(self.mean, self.valid, exp.val.indices,
-                                       exp.val.class_ids, guide=self.guide_image)
+        return smoothing.choose_window(self.mean, smoothing.apart_from(self.valid,
+                                                                       exp.train.indices),
+                                       exp.val.indices, exp.val.class_ids, windows,
+                                       self.guide_image)
 
 
 def classify(trainer, best, exp, tta, window, guided):
@@ -101,7 +112,7 @@ def scores(exp, classified, leakage, tta, window):
             "on the %d validation pixels, accuracy %s" % (len(exp.val), ", ".join(
                 "%d: %.3f" % item for item in accuracy.items())) if accuracy else
             "no validation pixels to choose on: the default")), flush=True)
-    predicted_map, scored = _classified(exp, classified.smoothed(exp, window))
+    predicted_map, scored = test_scores(exp, classified.smoothed(exp, window))
     print(report.score_table(scored, exp.scene.class_names, leakage, exp.train_counts))
     paired = {}
     for name, flag, active, probabilities in (
@@ -109,7 +120,7 @@ def scores(exp, classified, leakage, tta, window):
              lambda: classified.smoothed(exp, 1)),
             ("tta", "--notta", tta, lambda: classified.smoothed(exp, window, as_is=True))):
         if active:
-            _, plain = _classified(exp, probabilities())
+            _, plain = test_scores(exp, probabilities())
             print("without %s (%s): OA %.2f, AA %.2f, kappa %.4f"
                   % (name, flag, 100 * plain.overall_accuracy, 100 * plain.average_accuracy,
                      plain.kappa))
@@ -131,7 +142,7 @@ def training_fit(exp, classified):
     return fit
 
 
-def _classified(exp, probabilities):
+def test_scores(exp, probabilities):
     """(class map, test scores) of the labelled pixels' class ``probabilities``
     [pixels, K]."""
     class_map = report.prediction_map(exp.scene.labels.shape, exp.labelled.indices,

@@ -114,9 +114,12 @@ def test_predicts_every_pixel_as_the_run_did_on_its_own_devices(run, predicted, 
     assert one_device in ("/cpu:0", "/gpu:0") and len(results["plan"]["devices"]) == 2
     assert class_map.shape == (height, width) and class_map.dtype == np.int32
     assert class_map.min() >= 1 and class_map.max() <= exp.n_classes   # every pixel
-    test_classes = class_map.ravel()[exp.test.indices] - 1
+    # unsmoothed, the run's test scores (smoothed, they read no training pixel's output,
+    # which a map of the scene reads: test_scores_smooth_no_training_pixels_output)
+    test_classes = unsmoothed.argmax(axis=2).ravel()[exp.test.indices]
     confusion = evaluate(exp.test.class_ids, test_classes, exp.n_classes).confusion
-    np.testing.assert_array_equal(confusion, results["test"]["confusion_matrix"])
+    np.testing.assert_array_equal(confusion,
+                                  results["test_without_smoothing"]["confusion_matrix"])
     # the run's own graph on the pixels around some test pixels, smoothed as the run did:
     # guided by the guide fitted on its training pixels (the default)
     window, guided = results["smoothing"]["window"], results["smoothing"]["guided"]
@@ -562,9 +565,18 @@ def test_events_hold_what_results_json_says(run, predicted):
     assert all(device in text for device in results["plan"]["devices"])
     [(step, image)] = found["classification_map"]
     height, width = exp.scene.labels.shape
-    labelled_prediction = np.where(exp.scene.labels > 0, predicted[0], 0)
     assert step == results["step"]
-    np.testing.assert_array_equal(image[:height, :width], class_colors(10)[labelled_prediction])
+    # the map the run scored: its test pixels' classes give results.json's confusion; its
+    # other labelled pixels are smoothed as hmp.predict smooths
+    colors = class_colors(10)
+    shown = (image[:height, :width, None, :] == colors[None, None]).all(axis=3).argmax(axis=2)
+    test = np.zeros(height * width, bool)
+    test[exp.test.indices] = True
+    np.testing.assert_array_equal(
+        evaluate(exp.test.class_ids, shown.ravel()[exp.test.indices] - 1, 10).confusion,
+        results["test"]["confusion_matrix"])
+    others = (exp.scene.labels.ravel() > 0) & ~test
+    np.testing.assert_array_equal(shown.ravel()[others], predicted[0].ravel()[others])
 
 
 def test_the_checkpoint_lists_name_no_folder_so_a_run_can_move(run):

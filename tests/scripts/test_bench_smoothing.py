@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from cli_batch import HUNG_S, run_batch
-from hmp.evaluation.smoothing import smooth
+from hmp.evaluation.smoothing import neighbourhood, smooth
 from hmp.run import experiment
 from hmp.run.inference import TrainedRun
 from models import get_model
@@ -56,11 +56,17 @@ def test_rows_score_each_window_as_the_run_scored_its_own(tiny_run, tmp_path):
                 assert 0 <= row["validation"] <= 100
             assert [p.name for p in copy.glob("smoothing_probabilities*")] == [
                 "smoothing_probabilities_%s.npy" % results_checkpoint(copy)]
-        # the mean's row: the kept probabilities smoothed with the window's mean
+        # the mean's row: the kept probabilities of the pixels within the window's reach of
+        # the labelled ones smoothed with the window's mean, as the run scores: a test
+        # pixel's smoothing reads no output of the split's training pixels
         exp = experiment.prepare(*experiment.load(str(copy)))
         kept = np.load(copy / ("smoothing_probabilities_%s.npy" % results_checkpoint(copy)))
-        valid = ~experiment.nodata_mask(exp.scene.cube)
-        mean = smooth(kept, 5, valid).reshape(-1, exp.n_classes)
+        reach = np.zeros(exp.scene.labels.size, bool)
+        reach[neighbourhood(exp.labelled.indices, exp.scene.labels.shape, 2)] = True
+        kept = np.where(reach.reshape(exp.scene.labels.shape)[..., None], kept, 0)
+        valid = reach & ~experiment.nodata_mask(exp.scene.cube).ravel()
+        valid[exp.split.train] = False
+        mean = smooth(kept, 5, valid.reshape(exp.scene.labels.shape)).reshape(-1, exp.n_classes)
         assert rows[0]["oa"] == pytest.approx(100 * np.mean(
             mean[exp.test.indices].argmax(axis=1) == exp.test.class_ids))
         assert "every row in" in done.stdout and " filter window validation " in done.stdout
