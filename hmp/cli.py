@@ -107,7 +107,7 @@ def blame(*flag_names, also=(), values=None, chosen=None):
     """
     try:
         yield
-    except UsageError:
+    except (UsageError, BrokenPipeError):   # a pipe's reader gone is no fault of the flags
         raise
     except (InvalidInput, *also) as error:
         if chosen is None:   # the command line's, where the values are the parsed flags'
@@ -202,7 +202,7 @@ def run(main, prog):
 
     Exit code 2 for bad input (:class:`InvalidInput`: flags, files, values), 1
     when training itself fails (e.g. a NaN loss), ``128 + signal`` when
-    interrupted (:class:`Interrupted`), 141 (``128 + SIGPIPE``, as a program killed by it)
+    interrupted (:class:`Interrupted`, or Ctrl-C before a run takes it: one line), 141 (``128 + SIGPIPE``, as a program killed by it)
     when its output's reader stops (``| head``): one line on stderr, the rest of the
     output dropped. Any other exception is a bug: Python prints its traceback and exits
     with 1. Set HMP_TRACEBACK=1 to see the tracebacks of the expected errors too.
@@ -222,8 +222,12 @@ def run(main, prog):
         except BrokenPipeError:
             # what is left to print (also Python's flush at exit) goes nowhere
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            print("%s: its output's reader stopped (e.g. | head): stopped there" % prog,
-                  file=sys.stderr, flush=True)
+            with contextlib.suppress(BrokenPipeError):   # stderr into the same pipe
+                print("%s: its output's reader stopped (e.g. | head): stopped there" % prog,
+                      file=sys.stderr, flush=True)
             sys.exit(128 + signal.SIGPIPE)
+        except KeyboardInterrupt:   # before a run's own handler takes Ctrl-C
+            print("%s: interrupted" % prog, file=sys.stderr, flush=True)
+            sys.exit(128 + signal.SIGINT)
 
     app.run(guarded, flags_parser=_parse_flags(prog))

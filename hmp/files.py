@@ -60,6 +60,8 @@ def replacing_entries(folder, entries):
         staging = tempfile.mkdtemp(prefix="." + os.path.basename(os.path.abspath(folder))
                                    + ".", suffix=".tmp", dir=folder)
     except OSError as error:
+        if made and os.path.isdir(folder) and not os.listdir(folder):
+            os.rmdir(folder)
         raise OSError("cannot write in %s: %s" % (folder, error.strerror)) from None
     try:
         new = os.path.join(staging, "new")

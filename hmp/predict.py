@@ -160,7 +160,7 @@ def _predict():
             return
     out_dir = FLAGS.out or os.path.join(FLAGS.model_dir, run_files.PREDICTION)
     with cli.blame("out"):
-        files.check_folder_can_be_made(out_dir)   # before the work; made by its first file
+        files.check_folder_can_be_made(out_dir)   # before the work; made when written
         run_folder.check_holds_no_run(out_dir)
     raster, dataset, scene_flags = _open_scene(run)
     with cli.blame("memory_mb"):

@@ -148,11 +148,11 @@ def choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe,
     trial = trial_can_run(settings, first_epoch, recorded_trial)
     plan = planning.plan_layout(spec, measured, None, batch_size, mesh, caps, link=link,
                                 alone_margin=0.0 if trial else SPLIT_MARGIN)
-    if _trial_on(settings) and not trial:   # too few epochs left: said, not silent
+    left = settings.recipe.epochs - first_epoch
+    if _trial_on(settings) and not trial and left > 0:   # too few epochs left: said
         plan = dataclasses.replace(plan, reason=plan.reason + "; no --try_alone trial: it "
                                    "needs %d epochs, the run has %d left"
-                                   % (_trial_epochs(recorded_trial, first_epoch),
-                                      settings.recipe.epochs - first_epoch))
+                                   % (_trial_epochs(recorded_trial, first_epoch), left))
     if not (trial and len(plan.devices) > 1 and plan.fastest_alone() is not None):
         return plan, plan.fastest_alone(), None
     plan = dataclasses.replace(plan, reason=plan.reason + "; against one device, a "

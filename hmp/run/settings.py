@@ -406,6 +406,10 @@ class Settings:
                 if self.chosen(name):
                     raise cli.UsageError("--%s=%s: --train_set and --test_set give the split; "
                                          "leave --%s out" % (name, self.value(name), name))
+        if self.data.train_per_class and self.data.split == "disjoint":
+            raise cli.UsageError("--train_per_class=%s: --split=disjoint takes a share of "
+                                 "each class in stripes (--train_fraction), not a number of "
+                                 "pixels" % self.data.train_per_class)
         if self.data.train_per_class and self.chosen("train_fraction"):
             raise cli.UsageError("--train_fraction=%s, --train_per_class=%s: give one of them "
                                  "(a share of each class's pixels, or a number of them)"

@@ -279,6 +279,9 @@ BAD_FLAGS = {
     "--split=nope": "--split=nope: choose one of random, disjoint",
     "--train_set=a.npy --test_set=b.npy --split=disjoint":
         "--split=disjoint: --train_set and --test_set give the split; leave --split out",
+    "--train_per_class=5 --split=disjoint":   # it took the default fraction, silently
+        "--train_per_class=5: --split=disjoint takes a share of each class in stripes "
+        "(--train_fraction), not a number of pixels",
     "--train_per_class=5 --train_fraction=0.2":
         "--train_fraction=0.2, --train_per_class=5: give one of them (a share of each "
         "class's pixels, or a number of them)",
