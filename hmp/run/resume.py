@@ -8,6 +8,8 @@ folder (``hmp.run.run_folder.prepare_model_dir`` does, once the input is checked
 
 import os
 
+import numpy as np
+
 from hmp import cli
 from hmp.errors import InvalidInput
 from hmp.graph.from_graph import default_width
@@ -113,14 +115,15 @@ def check_same_graph(model_dir, settings, get_model):
                os.path.join(model_dir, run_files.FLAGS_FILE)))
 
 
-def check_same_data(model_dir, data_config):
+def check_same_data(model_dir, data_config, split):
     """UsageError when --resume would go on with other pixels or patches than the run's
-    first invocation used (its data.json); a folder without one has nothing to
-    compare. InvalidInput, naming the file, for a data.json or split.npz that cannot be
-    read."""
+    first invocation used (its data.json), or another ``split`` (its split.npz: e.g.
+    --train_set left out, or a label file changed); a folder without them has nothing
+    to compare. InvalidInput, naming the file, for a data.json or split.npz that cannot
+    be read."""
     if not os.path.isfile(os.path.join(model_dir, experiment.CONFIG_FILE)):
         return
-    saved, _ = experiment.load(model_dir)
+    saved, saved_split = experiment.load(model_dir)
     changed = [name for name in RESUMED_DATA
                if getattr(saved, name) != getattr(data_config, name)]
     if changed:
@@ -129,3 +132,11 @@ def check_same_data(model_dir, data_config):
             "same data flags, or start over with --overwrite"
             % (model_dir, ", ".join("%s=%s" % (n, getattr(saved, n)) for n in changed),
                ", ".join("%s=%s" % (n, getattr(data_config, n)) for n in changed)))
+    differ = [part for part in ("train", "test")
+              if not np.array_equal(getattr(saved_split, part), getattr(split, part))]
+    if differ:
+        raise cli.UsageError(
+            "--resume: the run in %s was trained on another split: these flags give other "
+            "%s pixels than its %s (%s); resume it with the data flags and files it "
+            "started with, or start over with --overwrite"
+            % (model_dir, " and ".join(differ), experiment.SPLIT_FILE, saved_split.description))

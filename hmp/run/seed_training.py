@@ -93,7 +93,7 @@ def train_seed(shared, model_dir, seed, replaced=()):
     exp, leakage, data_config = load_experiment(given, shared.get_model, seed)
     resume = resumes(folder, model_dir)
     if resume:
-        check_same_data(model_dir, data_config)
+        check_same_data(model_dir, data_config, exp.split)
     with given.blame("batch_size"):
         steps_per_epoch = exp.steps_per_epoch(given.recipe.batch_size)
     # the run's epochs, --max_steps applied; flags.txt and results.json keep the flags given

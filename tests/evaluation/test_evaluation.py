@@ -233,11 +233,11 @@ def test_a_run_keeps_whether_it_divided_and_resumes_by_that(tmp_path, capsys):
         del saved["brightness_norm"]
         (folder / experiment.CONFIG_FILE).write_text(json.dumps(saved))
         if done == "off":
-            check_same_data(str(folder), resolved)
+            check_same_data(str(folder), resolved, exp.split)
         else:
             with pytest.raises(UsageError, match="trained with brightness_norm=off, not "
                                                  "brightness_norm=on"):
-                check_same_data(str(folder), resolved)
+                check_same_data(str(folder), resolved, exp.split)
 
 
 def test_a_prediction_map_holds_1_based_classes_at_its_pixels_and_0_elsewhere():

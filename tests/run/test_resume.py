@@ -14,15 +14,32 @@ from models import get_model
 def test_resume_compares_a_saved_data_json_and_refuses_a_broken_one(tmp_path):
     """No data.json: nothing to compare; a broken one: refused naming it, not skipped."""
     config = experiment.DataConfig(patch_size=3)
-    check_same_data(str(tmp_path), config)   # an empty folder
-    experiment.save(tmp_path, config, experiment.prepare(config).split)
-    check_same_data(str(tmp_path), config)
+    split = experiment.prepare(config).split
+    check_same_data(str(tmp_path), config, split)   # an empty folder
+    experiment.save(tmp_path, config, split)
+    check_same_data(str(tmp_path), config, split)
     (tmp_path / experiment.CONFIG_FILE).write_text('{"patch_size":')
     with pytest.raises(InvalidInput) as refused:
-        check_same_data(str(tmp_path), config)
+        check_same_data(str(tmp_path), config, split)
     assert str(refused.value) == ("%s is not a run's data settings: not JSON (Expecting "
                                   "value: line 1 column 15 (char 14))"
                                   % (tmp_path / experiment.CONFIG_FILE))
+
+
+def test_resume_on_another_split_is_refused(tmp_path):
+    """A run that trained on --train_set/--test_set, resumed without them (their paths are
+    no data flag compared): the flags give a random split, other pixels: refused, where
+    it went on and scored pixels it had trained on as test pixels."""
+    config = experiment.DataConfig(patch_size=3, train_fraction=0.05)
+    given = experiment.prepare(experiment.DataConfig(patch_size=3, seed=7)).split
+    experiment.save(tmp_path, config, given)   # data.json as the flags left it
+    with pytest.raises(cli.UsageError) as refused:
+        check_same_data(str(tmp_path), config, experiment.prepare(config).split)
+    assert str(refused.value) == (
+        "--resume: the run in %s was trained on another split: these flags give other "
+        "train and test pixels than its split.npz (%s); resume it with the data flags and "
+        "files it started with, or start over with --overwrite"
+        % (tmp_path, given.description))
 
 
 @pytest.mark.parametrize("flags, message", [
