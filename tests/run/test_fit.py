@@ -80,16 +80,20 @@ def test_fit_writes_what_the_command_line_writes_for_the_same_settings(fitted):
 
 
 def test_a_fitted_run_predicts_the_test_pixels_as_it_scored_them(fitted):
+    """Unsmoothed as the run scored them (smoothed, a map reads every pixel's output, the
+    run's scores none of its training pixels': test_scoring)."""
     _, _, run = fitted
     config, split = experiment.load(run.model_dir)   # the run's scene and split
     scene = experiment.load_scene(config)
     probabilities = run.predict(scene.cube)
     assert probabilities.shape == (*scene.labels.shape, 10)
     np.testing.assert_allclose(probabilities.sum(axis=-1), 1, rtol=1e-5)
-    predicted = probabilities.argmax(axis=-1).ravel()[split.test]
+    predicted = run.predict(scene.cube, smoothing=1).argmax(axis=-1).ravel()[split.test]
     truth = scene.labels.ravel()[split.test] - 1
     confusion = evaluate(truth, predicted, 10).confusion
-    np.testing.assert_array_equal(confusion, run.test["confusion_matrix"])
+    with open(os.path.join(run.model_dir, "results.json")) as f:
+        unsmoothed = json.load(f)["test_without_smoothing"]
+    np.testing.assert_array_equal(confusion, unsmoothed["confusion_matrix"])
     holed = scene.cube.copy()
     holed[7, 9, 3] = np.nan   # a no-data pixel: zeros, as hmp.predict writes them
     probabilities = run.predict(holed)
@@ -346,8 +350,8 @@ def test_hmp_fit_loads_tensorflow_without_its_log_lines_unless_asked_for():
 
 def test_readme_python_api_example_runs_as_written(tmp_path, monkeypatch):
     """The example marked ``python-api`` (README.md, docs/python_api.md) trains and
-    predicts as written: its scores are its results.json's, and its class map, on the
-    run's test pixels, scores them as results.json does."""
+    predicts as written: its scores are its results.json's, and its class map, unsmoothed,
+    scores the run's test pixels as results.json does without the smoothing."""
     blocks = {text.split("<!-- example:python-api -->")[1].split("```python")[1]
               .split("```")[0]
               for text in ((REPO / name).read_text() for name in ("README.md",
@@ -363,10 +367,14 @@ def test_readme_python_api_example_runs_as_written(tmp_path, monkeypatch):
         assert run.test == results["test"]
         class_map = namespace["class_map"]
         assert class_map.shape == (145, 145)
+        scene = namespace["scene"]
+        np.testing.assert_array_equal(class_map, run.predict(scene.cube).argmax(axis=-1) + 1)
         _, split = experiment.load(run.model_dir)   # the run's own split
-        truth = namespace["scene"].labels.ravel()[split.test] - 1
-        confusion = evaluate(truth, class_map.ravel()[split.test] - 1, 10).confusion
-        np.testing.assert_array_equal(confusion, results["test"]["confusion_matrix"])
+        truth = scene.labels.ravel()[split.test] - 1
+        unsmoothed = run.predict(scene.cube, smoothing=1).argmax(axis=-1)
+        confusion = evaluate(truth, unsmoothed.ravel()[split.test], 10).confusion
+        np.testing.assert_array_equal(confusion,
+                                      results["test_without_smoothing"]["confusion_matrix"])
 
 
 # two seeds of a tiny run on one device: the runs of hmp.fit itself (of a small model: the
