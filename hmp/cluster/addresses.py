@@ -15,13 +15,21 @@ PORTS = range(1, 65536)   # TCP's
 def parse_address(text):
     """``text`` as ``host:port``; ``InvalidInput`` unless it is one."""
     host, colon, port = text.strip().rpartition(":")
-    if not colon or not host or not port.isdigit() or re.search(r"[\s;]", host):
+    if (not colon or not host or not (port.isascii() and port.isdigit())
+            or re.search(r"[\s;]", host)):
         raise InvalidInput("%r is not host:port (e.g. 127.0.0.1:2222; several: separated "
                            "by commas)" % text.strip())
     try:
         return "%s:%d" % (host, check_port(int(port)))
     except InvalidInput as error:
         raise InvalidInput("%r: %s" % (text.strip(), error)) from None
+
+
+def host_and_port(address):
+    """(host, port) of a checked ``host:port`` address, an IPv6 host without the brackets
+    that keep its colons from the port's (sockets take it so)."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
 
 
 def check_port(port):

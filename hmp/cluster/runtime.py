@@ -31,7 +31,8 @@ import time
 import tensorflow.compat.v1 as tf
 
 from hmp.cli import TrainingError
-from hmp.cluster.addresses import DEFAULT_TIMEOUT_S, PORTS, check_timeout, parse_address
+from hmp.cluster.addresses import (DEFAULT_TIMEOUT_S, PORTS, check_timeout, host_and_port,
+                                   parse_address)
 from hmp.cluster.sessions import session_on
 from hmp.errors import InvalidInput, op_error_line
 
@@ -123,9 +124,10 @@ class Cluster:
         first worker it does not reach on its loopback interface (else to task 0). The
         workers connect to it for what the master's own ops give them (the master
         weights, a restore's)."""
-        found = [_address_towards(*address.rpartition(":")[::2])
+        found = [_address_towards(*host_and_port(address))
                  for address in self.addresses]
-        host = os.environ.get(TRAINER_HOST_ENV) or next(
+        given = os.environ.get(TRAINER_HOST_ENV, "").strip().strip("[]")   # IPv6 bracketed
+        host = given or next(
             (ip for ip in found if not _is_loopback(ip)), found[0])
         return _joined(host, _port(client_server().target))
 
@@ -271,9 +273,9 @@ class Cluster:
         ``localhost:2222`` and ``127.0.0.1:2222``): only one of them could listen."""
         seen = {}   # (ip, port) -> the first task there
         for task, address in enumerate(self.addresses):
-            host, _, port = address.rpartition(":")
+            host, port = host_and_port(address)
             try:
-                ips = {info[4][0] for info in socket.getaddrinfo(host, int(port),
+                ips = {info[4][0] for info in socket.getaddrinfo(host, port,
                                                                  type=socket.SOCK_STREAM)}
             except OSError as error:
                 raise InvalidInput("%s is unreachable: its host %s is unknown here (%s; from "
@@ -394,9 +396,8 @@ def _address_towards(host, port):
     """The address of this machine's interface on the route to ``host`` (a datagram
     socket's, connected to it: nothing is sent); ``host`` itself if it does not resolve
     (the cluster's own checks then name it)."""
-    host = host.strip("[]")
     try:
-        family, kind, _, _, peer = socket.getaddrinfo(host, int(port),
+        family, kind, _, _, peer = socket.getaddrinfo(host, port,
                                                       type=socket.SOCK_DGRAM)[0]
         with socket.socket(family, kind) as probe:
             probe.connect(peer)
@@ -414,9 +415,8 @@ def _is_loopback(host):
 
 def accepts_connections(address, timeout_s):
     """Whether ``address`` (``host:port``) takes a TCP connection within ``timeout_s``."""
-    host, _, port = address.rpartition(":")
     try:
-        socket.create_connection((host, int(port)), timeout_s).close()
+        socket.create_connection(host_and_port(address), timeout_s).close()
         return True
     except OSError:
         return False

@@ -112,6 +112,24 @@ def test_unknown_hosts_and_shared_ports_are_named_before_training():
         Cluster.of(["localhost:3", "127.0.0.1:3"], origin="TF_CONFIG").check_answers()
 
 
+def test_a_bracketed_ipv6_address_is_checked_and_reached_as_its_host():
+    """``[::1]:P`` (TensorFlow's form): its host is ::1 to the sockets, which refused the
+    brackets as an unknown host; a listener there is reached, and it shares its port with
+    ``localhost:P`` where localhost is ::1."""
+    try:
+        listener = socket.create_server(("::1", 0), family=socket.AF_INET6)
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    with listener:
+        port = listener.getsockname()[1]
+        assert runtime.accepts_connections("[::1]:%d" % port, 5.0)
+        Cluster.of(["[::1]:%d" % port])._check_addresses()
+        with pytest.raises(InvalidInput, match=r"^worker 0 \(\[::1\]:%d\) and worker 1 "
+                                               r"\(::1:%d\) are the same port" % (port, port)):
+            Cluster.of(["[::1]:%d" % port, "::1:%d" % port])._check_addresses()
+    assert not runtime.accepts_connections("[::1]:%d" % port, 1.0)   # closed: refused
+
+
 def test_a_server_is_started_only_on_a_free_port_and_a_failed_start_says_why():
     import tensorflow.compat.v1 as tf
     port, = launch.free_loopback_ports(1)
