@@ -28,6 +28,7 @@ from hmp.cluster.subprocesses import die_with_parent
 from hmp.errors import InvalidInput
 
 EXAMPLE = "0-7:8,8-9:2"
+MAX_CPUS = 1 << 16   # a CPU number beyond any machine's: a typo, not a range to build
 
 
 def parse_worker_list(text):
@@ -40,7 +41,7 @@ def parse_worker_list(text):
             cpus = parse_cpus(cpus)
         except InvalidInput:
             cpus = None
-        if not (cpus and threads.isdigit() and int(threads) >= 1):
+        if not (cpus and _digits(threads) and int(threads) >= 1):
             raise InvalidInput("give CPUS:THREADS per worker, CPUS as a-b or one CPU and "
                                "THREADS at least 1, e.g. %s" % EXAMPLE)
         workers.append((cpus, int(threads)))
@@ -65,7 +66,7 @@ def local_workers(workers, timeout_s=DEFAULT_TIMEOUT_S, say=print):
     """Runs one ``hmp.worker`` per ``(cpus, threads)`` of ``workers`` on this machine.
 
     Yields their ``Cluster`` (operations time out after ``timeout_s``) once every
-    worker answers, and tells ``say`` each one's address, process id, CPUs and
+    worker answers (within ``timeout_s``), and tells ``say`` each one's address, process id, CPUs and
     threads. Stops them all on leaving, however the block ends. ``InvalidInput``
     first for a CPU this process may not use or a timeout that is not positive; a
     worker that exits as it starts raises ``WorkerUnavailable`` naming it; Ctrl-C
@@ -77,7 +78,8 @@ def local_workers(workers, timeout_s=DEFAULT_TIMEOUT_S, say=print):
     with contextlib.ExitStack() as stack:
         try:
             started = stack.enter_context(local_cluster(
-                len(workers), cpus=[c for c, _ in workers], threads=[t for _, t in workers]))
+                len(workers), cpus=[c for c, _ in workers], threads=[t for _, t in workers],
+                timeout_s=timeout_s))   # --cluster_timeout: they may take as long to answer
         except KeyboardInterrupt:   # before the trainer's own handler is in place
             raise Interrupted("interrupted while the local workers started; they are "
                               "stopped", signal.SIGINT) from None
@@ -204,16 +206,21 @@ def _per_task(value, n, name):
     return list(value)
 
 
+def _digits(text):
+    """Whether ``text`` is a whole number in ASCII digits (``int`` takes no others)."""
+    return text.isascii() and text.isdigit()
+
+
 def parse_cpus(text):
     """``"0-7"``, ``"8,9"`` or ``"0,2,4-6"`` -> the sorted CPU numbers; InvalidInput
     naming what is allowed when ``text`` is none of these (or a range runs backwards)."""
     cpus = set()
     for item in text.split(","):
         first, dash, last = item.strip().partition("-")
-        if not (first.isdigit() and (last.isdigit() if dash else True)
-                and int(first) <= int(last or first)):
-            raise InvalidInput("CPUs %r: allowed are CPU numbers and ranges, e.g. 0-7 or "
-                               "8,9 or 0,2,4-6" % text)
+        if not (_digits(first) and (_digits(last) if dash else True)
+                and int(first) <= int(last or first) < MAX_CPUS):
+            raise InvalidInput("CPUs %r: allowed are CPU numbers (below %d) and ranges, e.g. "
+                               "0-7 or 8,9 or 0,2,4-6" % (text, MAX_CPUS))
         cpus.update(range(int(first), int(last or first) + 1))
     return sorted(cpus)
 

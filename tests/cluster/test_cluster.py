@@ -262,8 +262,11 @@ def test_cpu_lists_take_numbers_and_ranges():
     assert parse_cpus("0-7") == list(range(8))
     assert parse_cpus("8,9") == [8, 9]
     assert parse_cpus("0,2,4-6,2") == [0, 2, 4, 5, 6]
-    for bad in ("", "7-3", "a", "1-", "-1", "0,,1", "1:2"):
-        with pytest.raises(InvalidInput, match="allowed are CPU numbers and ranges"):
+    # "²" is a digit to str.isdigit, not to int; a range to a CPU beyond any machine's
+    # would be built before any check (a typo of 12 digits: memory, or minutes)
+    for bad in ("", "7-3", "a", "1-", "-1", "0,,1", "1:2", "²", "0-²", "0-99999999999"):
+        with pytest.raises(InvalidInput, match=r"allowed are CPU numbers \(below 65536\) "
+                                               r"and ranges"):
             parse_cpus(bad)
 
 
