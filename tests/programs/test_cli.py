@@ -48,7 +48,10 @@ def test_a_reader_of_both_streams_that_stops_ends_it_with_141_too():
 def test_ctrl_c_before_a_run_takes_it_is_one_line_and_130():
     """Ctrl-C while the program waits (for a worker, say) before a run's own handler takes
     it: one line, exit 130, no traceback."""
+    # Python's own SIGINT handler, as a program started from a shell has it (a child of
+    # an xdist worker inherits its ignoring SIGINT)
     waits = ("from hmp import cli\nimport os, signal\n"
+             "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
              "def main(argv):\n    os.kill(os.getpid(), signal.SIGINT)\n"
              "cli.run(main, 'waits')\n")
     done = subprocess.run([sys.executable, "-c", waits], capture_output=True, text=True,
