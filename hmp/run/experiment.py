@@ -157,9 +157,10 @@ def prepare(config, split=None):
                                % (what, kind, ", ".join(known)))
     data.check_patch_size(config.patch_size)
     scene = load_scene(config)
+    ground_truth = scene.labels.copy()   # as its file holds it, no-data pixels too
     nodata = mask_nodata(scene)
     if split is None:
-        split = _split(scene.labels, config)
+        split = _split(scene.labels, config, ground_truth)
     elif tuple(split.image_shape) != scene.labels.shape:
         raise InvalidInput("the saved split is for a %dx%d image, but scene %r is %dx%d"
                            % (*split.image_shape, scene.name, *scene.labels.shape))
@@ -343,11 +344,17 @@ def _validation(labels, train, config):
     return data.validation_split(labels, train, config.val_fraction, seed=config.seed)
 
 
-def _split(labels, config):
+def _split(labels, config, ground_truth):
+    """The split ``config`` asks for of the label map ``labels`` (no-data pixels 0); the
+    sets of --train_set and --test_set are checked against the ``ground_truth`` as the
+    file holds it, then their no-data pixels left out, as unlabelled."""
     if config.train_set or config.test_set:
         if not (config.train_set and config.test_set):
             raise InvalidInput("give both train_set and test_set (label-map files), or neither")
-        return data.split_from_label_maps(labels, config.train_set, config.test_set)
+        given = data.split_from_label_maps(ground_truth, config.train_set, config.test_set)
+        return dataclasses.replace(given, **{
+            part: pixels[labels.ravel()[pixels] > 0]
+            for part, pixels in (("train", given.train), ("test", given.test))})
     if config.split == "disjoint":
         return data.disjoint_split(labels, train_fraction=config.train_fraction,
                                    patch_size=config.patch_size, seed=config.seed)

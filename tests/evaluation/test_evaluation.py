@@ -329,6 +329,27 @@ def test_the_validation_share_is_held_out_as_asked(split, val_split, kind, label
     assert experiment.describe_validation(experiment.prepare(no_share), no_share) is None
 
 
+def test_given_sets_leave_their_no_data_pixels_out_as_unlabelled(labels, scene_files,
+                                                                  tmp_path):
+    """A pixel of --train_set whose spectrum holds NaN (no data): the set still agrees with
+    the ground truth as its file holds it (it was refused as "another class than the
+    ground truth": the no-data pixel reads 0 there once masked), and the pixel is left
+    out, unlabelled, as a scene's no-data pixels are."""
+    cube, label_file = scene_files
+    holed = np.load(cube)
+    given = stratified_split(labels, train_fraction=0.2, seed=1)
+    hole = given.train[0]
+    holed.reshape(-1, holed.shape[-1])[hole, 2] = np.nan
+    np.save(tmp_path / "holed.npy", holed)
+    for name, mask in (("train.npy", given.train_mask), ("test.npy", given.test_mask)):
+        np.save(tmp_path / name, np.where(mask, labels, 0))
+    exp = experiment.prepare(experiment.DataConfig(
+        dataset=str(tmp_path / "holed.npy"), labels_path=label_file, patch_size=3,
+        train_set=str(tmp_path / "train.npy"), test_set=str(tmp_path / "test.npy")))
+    np.testing.assert_array_equal(exp.split.train, given.train[1:])
+    np.testing.assert_array_equal(exp.split.test, given.test)
+
+
 def test_an_unknown_validation_split_is_refused(scene_files):
     cube, label_file = scene_files
     with pytest.raises(ValueError, match="split 'stripes' is not known; choose one of "
