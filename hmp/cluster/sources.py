@@ -110,7 +110,19 @@ def _from_slurm(timeout_s, port_base):
         raise InvalidInput("Slurm's nodes %s with tasks %s: %s" % (nodes, counts, error)
                            ) from None
     _, task = resolver.get_task_info()
-    return _cluster(addresses, timeout_s, "Slurm's job (--port_base=%d)" % port_base), task
+    return (_cluster(addresses, timeout_s, "Slurm's job (--port_base=%d)" % port_base),
+            _own_task(addresses, port_base, task))
+
+
+def _own_task(addresses, port_base, rank):
+    """This srun task's index in ``addresses``: its node's (SLURMD_NODENAME) port for its
+    place on the node (SLURM_LOCALID). The resolver lists the nodes sorted as text
+    (node10 before node9) while Slurm ranks the tasks (SLURM_PROCID, ``rank``) in its own
+    order, so that a rank may name another node's address; ``rank`` where those
+    variables are not set (the batch script) or name no address listed."""
+    node, local = os.environ.get("SLURMD_NODENAME"), os.environ.get("SLURM_LOCALID", "")
+    own = "%s:%d" % (node, port_base + int(local)) if node and local.isdigit() else None
+    return addresses.index(own) if own in addresses else rank
 
 
 def _cluster(addresses, timeout_s, origin):

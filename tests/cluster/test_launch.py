@@ -75,6 +75,24 @@ def test_slurm_tasks_get_ports_by_node_and_the_batch_script_finds_the_same(clean
         sources.resolve("slurm")
 
 
+def test_a_slurm_task_is_the_address_of_its_own_node_and_place(clean_environment):
+    """Node numbers not zero-padded: the resolver lists node10 before node9, Slurm ranks
+    node9's two tasks 0 and 1 (SLURM_PROCID). Each task is the address of its node and
+    its place there (SLURMD_NODENAME, SLURM_LOCALID), not its rank: ranks 0 and 1 would
+    both have listened at node10's and node9's first port."""
+    env = clean_environment
+    env.setenv("SLURM_STEP_NODELIST", "node[9-10]")
+    env.setenv("SLURM_STEP_TASKS_PER_NODE", "2,1")
+    expected = ("node10:8888", "node9:8888", "node9:8889")
+    for rank, node, local in ((0, "node9", 0), (1, "node9", 1), (2, "node10", 0)):
+        env.setenv("SLURM_PROCID", str(rank))
+        env.setenv("SLURMD_NODENAME", node)
+        env.setenv("SLURM_LOCALID", str(local))
+        cluster, task = sources.resolve("slurm", port_base=8888)
+        assert cluster.addresses == expected
+        assert cluster.addresses[task] == "%s:%d" % (node, 8888 + local)
+
+
 def test_tf_config_gives_the_worker_job_and_the_task(clean_environment):
     env = clean_environment
     assert sources.detect() is None
