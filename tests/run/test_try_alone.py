@@ -115,6 +115,24 @@ def test_where_the_trial_runs_a_split_predicted_faster_at_all_is_planned(
                                 "left") == too_few
 
 
+def test_a_plan_of_given_speeds_says_when_the_run_is_too_short_for_the_trial():
+    """--speeds numbers: no profiling, but the trial runs as with measured speeds; a run
+    of 2 epochs has no room for it, and its plan's reason says so (it was silent)."""
+    hardware = types.SimpleNamespace(devices=["/cpu:0", "/cpu:1"], speeds=[1.0, 1.0])
+    for epochs, said in ((2, True), (3, False)):
+        plan, _, _ = plan_choice.choose_plan(
+            Settings.of(batch_size=64, epochs=epochs, mesh="batch:2"), hardware, fc_model(),
+            None, None, None, None, 0, None)
+        assert plan.reason.endswith("; no --try_alone trial: it needs 3 epochs, the run "
+                                    "has 2 left") is False   # batch:2 given: no trial asked
+        plan, _, _ = plan_choice.choose_plan(
+            Settings.of(batch_size=64, epochs=epochs), hardware, fc_model(), None, None,
+            None, None, 0, None)
+        assert len(plan.devices) == 2
+        assert plan.reason.endswith("; no --try_alone trial: it needs 3 epochs, the run "
+                                    "has 2 left") is said
+
+
 @pytest.mark.parametrize("epochs, first_epoch, recorded, raced", [
     (6, 0, None, True), (4, 0, None, True), (3, 0, None, False), (6, 4, RECORD, False),
     # the plan measured in epoch 3: the runner-up, the device alone and the faster still
