@@ -3,6 +3,7 @@ and a tiny run as a user would start it (no timed assertions)."""
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -144,13 +145,16 @@ def test_a_tiny_run_writes_every_figure(runs):
             assert max(parts[p][w] for p in STEP_PARTS if p != TRANSFERS) <= c["busy_s"][w]
             assert parts[MODEL][w] > 0 or c["load"][w] == 0, name
     assert configs["even"]["speedup_over_even"] == 1.0
-    overheads = [s["overhead_s"] for s in result["profiled_speeds"]]
-    for name, c in configs.items():   # the split step's overhead where both workers work
-        assert ("split_overhead_s" in c) == (min(c["load"]) > 0), name
-        if min(c["load"]) > 0:
-            assert c["split_overhead_s"] == bench.split_step_overhead(
-                c["step_s"], c["load"], alone, overheads), name
-    assert "data %.1f ms" % (1e3 * configs["data"]["split_overhead_s"]) in run.stdout
+    # the split step's overhead: recorded and printed for the configurations on both
+    # workers (its arithmetic: test_split_step_overhead_is_..., on figures given; no
+    # measured time is compared here)
+    split = [name for name, c in configs.items() if min(c["load"]) > 0]
+    assert [name for name, c in configs.items() if "split_overhead_s" in c] == split
+    [line] = [line for line in run.stdout.splitlines()
+              if line.startswith("split-step overhead")]
+    assert line.count(" ms") == len(split)
+    for name in split:
+        assert re.search(r"(: |ms, )%s -?\d+\.\d ms" % re.escape(name), line), name
     for c in configs.values():
         assert c["speedup_over_fastest_alone"] == pytest.approx(min(alone) / c["step_s"])
     assert "planned: efficiency" in run.stdout and "hmp / plain TF" in run.stdout
