@@ -32,6 +32,12 @@ def whole_number(value, what, minimum=1):
     return int(value)
 
 
+def is_digits(text):
+    """Whether ``text`` is a whole number written in ASCII digits: ``str.isdigit`` also
+    takes digits such as "²", which ``int`` refuses. The one test of numbers in text."""
+    return text.isascii() and text.isdigit()
+
+
 def is_positive_number(value, allow_zero=False):
     """Whether ``value`` is a finite real number > 0 (>= 0 with ``allow_zero``), not a bool.
 

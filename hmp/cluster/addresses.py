@@ -5,7 +5,7 @@ settings check before anything loads it (``hmp.run.settings``), and what
 import numbers
 import re
 
-from hmp.errors import InvalidInput, is_positive_number
+from hmp.errors import InvalidInput, is_digits, is_positive_number
 
 DEFAULT_TIMEOUT_S = 60.0   # how long a run waits for its workers to answer
 DEFAULT_PORT_BASE = 8888   # Slurm: the port of a node's first task (SlurmClusterResolver's)
@@ -15,8 +15,7 @@ PORTS = range(1, 65536)   # TCP's
 def parse_address(text):
     """``text`` as ``host:port``; ``InvalidInput`` unless it is one."""
     host, colon, port = text.strip().rpartition(":")
-    if (not colon or not host or not (port.isascii() and port.isdigit())
-            or re.search(r"[\s;]", host)):
+    if not colon or not host or not is_digits(port) or re.search(r"[\s;]", host):
         raise InvalidInput("%r is not host:port (e.g. 127.0.0.1:2222; several: separated "
                            "by commas)" % text.strip())
     try:

@@ -25,7 +25,7 @@ from hmp.cli import Interrupted
 from hmp.cluster.addresses import DEFAULT_TIMEOUT_S, check_timeout
 from hmp.cluster.runtime import Cluster, WorkerUnavailable, accepts_connections, device
 from hmp.cluster.subprocesses import die_with_parent
-from hmp.errors import InvalidInput
+from hmp.errors import InvalidInput, is_digits
 
 EXAMPLE = "0-7:8,8-9:2"
 MAX_CPUS = 1 << 16   # a CPU number beyond any machine's: a typo, not a range to build
@@ -41,7 +41,7 @@ def parse_worker_list(text):
             cpus = parse_cpus(cpus)
         except InvalidInput:
             cpus = None
-        if not (cpus and _digits(threads) and int(threads) >= 1):
+        if not (cpus and is_digits(threads) and int(threads) >= 1):
             raise InvalidInput("give CPUS:THREADS per worker, CPUS as a-b or one CPU and "
                                "THREADS at least 1, e.g. %s" % EXAMPLE)
         workers.append((cpus, int(threads)))
@@ -206,18 +206,13 @@ def _per_task(value, n, name):
     return list(value)
 
 
-def _digits(text):
-    """Whether ``text`` is a whole number in ASCII digits (``int`` takes no others)."""
-    return text.isascii() and text.isdigit()
-
-
 def parse_cpus(text):
     """``"0-7"``, ``"8,9"`` or ``"0,2,4-6"`` -> the sorted CPU numbers; InvalidInput
     naming what is allowed when ``text`` is none of these (or a range runs backwards)."""
     cpus = set()
     for item in text.split(","):
         first, dash, last = item.strip().partition("-")
-        if not (_digits(first) and (_digits(last) if dash else True)
+        if not (is_digits(first) and (is_digits(last) if dash else True)
                 and int(first) <= int(last or first) < MAX_CPUS):
             raise InvalidInput("CPUs %r: allowed are CPU numbers (below %d) and ranges, e.g. "
                                "0-7 or 8,9 or 0,2,4-6" % (text, MAX_CPUS))

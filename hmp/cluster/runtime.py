@@ -34,7 +34,7 @@ from hmp.cli import TrainingError
 from hmp.cluster.addresses import (DEFAULT_TIMEOUT_S, PORTS, check_timeout, host_and_port,
                                    parse_address)
 from hmp.cluster.sessions import session_on
-from hmp.errors import InvalidInput, op_error_line
+from hmp.errors import InvalidInput, is_digits, op_error_line
 
 JOB = "worker"
 CLIENT_JOB = "client"   # the trainer's own server, the master of its sessions
@@ -370,7 +370,7 @@ def trainer_port(value):
     """The port an ``HMP_TRAINER_PORT`` value names; 0 (a free one) for ""."""
     if not value:
         return 0
-    if not (value.isascii() and value.isdigit()) or int(value) not in PORTS:
+    if not is_digits(value) or int(value) not in PORTS:
         raise InvalidInput("%s=%s: give a port number from %d to %d, or leave it unset for "
                            "a free one" % (TRAINER_PORT_ENV, value, PORTS[0], PORTS[-1]))
     return int(value)

@@ -26,7 +26,7 @@ import tensorflow.compat.v1 as tf
 from hmp import compat
 from hmp.cluster.addresses import DEFAULT_PORT_BASE, DEFAULT_TIMEOUT_S
 from hmp.cluster.runtime import JOB, Cluster
-from hmp.errors import InvalidInput
+from hmp.errors import InvalidInput, is_digits
 
 TF_CONFIG, SLURM = "tf_config", "slurm"
 
@@ -121,7 +121,7 @@ def _own_task(addresses, port_base, rank):
     order, so that a rank may name another node's address; ``rank`` where those
     variables are not set (the batch script) or name no address listed."""
     node, local = os.environ.get("SLURMD_NODENAME"), os.environ.get("SLURM_LOCALID", "")
-    own = "%s:%d" % (node, port_base + int(local)) if node and local.isdigit() else None
+    own = "%s:%d" % (node, port_base + int(local)) if node and is_digits(local) else None
     return addresses.index(own) if own in addresses else rank
 
 

@@ -15,7 +15,7 @@ takes.
 
 from dataclasses import dataclass
 
-from hmp.errors import InvalidInput
+from hmp.errors import InvalidInput, is_digits
 
 AXES = ("batch", "model")
 ALLOWED = 'allowed: "model:N", "batch:M" or "batch:M;model:N" with M, N >= 1'
@@ -50,7 +50,7 @@ def parse_mesh(text):
             raise InvalidInput(f"bad mesh {text!r}: axis {axis!r} is unknown; {ALLOWED}")
         if axis in sizes:
             raise InvalidInput(f"bad mesh {text!r}: axis {axis!r} appears twice; {ALLOWED}")
-        if not (size.isascii() and size.isdigit()) or int(size) < 1:
+        if not is_digits(size) or int(size) < 1:
             raise InvalidInput(f"bad mesh {text!r}: size {size!r} of axis {axis!r} "
                              f"is not a whole number >= 1; {ALLOWED}")
         sizes[axis] = int(size)
