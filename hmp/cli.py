@@ -202,9 +202,9 @@ def run(main, prog):
 
     Exit code 2 for bad input (:class:`InvalidInput`: flags, files, values), 1
     when training itself fails (e.g. a NaN loss), ``128 + signal`` when
-    interrupted (:class:`Interrupted`, or Ctrl-C before a run takes it: one line), 141 (``128 + SIGPIPE``, as a program killed by it)
-    when its output's reader stops (``| head``): one line on stderr, the rest of the
-    output dropped. Any other exception is a bug: Python prints its traceback and exits
+    interrupted (:class:`Interrupted`, or Ctrl-C before a run takes it: one line), 141
+    (``128 + SIGPIPE``, as a program killed by it) when its output's reader stops
+    (``| head``): one line on stderr, the rest of the output dropped. Any other exception is a bug: Python prints its traceback and exits
     with 1. Set HMP_TRACEBACK=1 to see the tracebacks of the expected errors too.
     """
     def guarded(argv):

@@ -55,20 +55,20 @@ def replacing_entries(folder, entries):
     own, which a move from elsewhere could not reach); a failed move undoes the moves
     before it."""
     made = not os.path.isdir(folder)
+    staging = None
     try:
-        os.makedirs(folder, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix="." + os.path.basename(os.path.abspath(folder))
-                                   + ".", suffix=".tmp", dir=folder)
-    except OSError as error:
-        if made and os.path.isdir(folder) and not os.listdir(folder):
-            os.rmdir(folder)
-        raise OSError("cannot write in %s: %s" % (folder, error.strerror)) from None
-    try:
+        try:
+            os.makedirs(folder, exist_ok=True)
+            staging = tempfile.mkdtemp(prefix="." + os.path.basename(os.path.abspath(folder))
+                                       + ".", suffix=".tmp", dir=folder)
+        except OSError as error:
+            raise OSError("cannot write in %s: %s" % (folder, error.strerror)) from None
         new = os.path.join(staging, "new")
         yield new
         _swap_entries(new, folder, entries, os.path.join(staging, "earlier"))
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
         if made and os.path.isdir(folder) and not os.listdir(folder):
             os.rmdir(folder)
 

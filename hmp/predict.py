@@ -9,7 +9,8 @@ the scene's first principal component if the run's smoothing was; all zero for
 no-data pixels) and, for a scene read from
 an ENVI or GDAL file, the class map in that format on the scene's map
 (``hmp.data.raster_writer``: ``class_map.hdr``/``.img`` or ``class_map.tif``).
-They replace an earlier prediction's there once all are written (``hmp.files.replacing_entries``).
+They replace an earlier prediction's there once all are written
+(``hmp.files.replacing_entries``).
 The scene is read and classified a tile at a time
 (``hmp.run.inference.classify_tiles``), tiles as large as ``--memory_mb``
 allows, with the same result as the whole scene at once. The scene defaults to
@@ -81,7 +82,6 @@ flags.mark_flag_as_required("model_dir")
 FLAGS = flags.FLAGS
 
 
-
 def _devices():
     if FLAGS.devices is None:
         return ["/gpu:0" if gpu_count() else "/cpu:0"]
@@ -97,8 +97,8 @@ def predict_into(out_dir, run, raster, rows_of_tiles, model, progress, window=1,
     probabilities smoothed over ``window`` x ``window`` pixels (``smooth_rows``; with
     ``guide``, an ``hmp.data.Guide``, or the mean), writing
     them as they come, then the class maps. They replace an earlier prediction's files in
-    ``out_dir`` (``run_files.PREDICTION_FILES``: a map of another format it wrote goes too) once
-    all are written; other files there are kept. Returns (the number of no-data pixels,
+    ``out_dir`` (``run_files.PREDICTION_FILES``: a map of another format it wrote goes
+    too) once all are written; other files there are kept. Returns (the number of no-data pixels,
     the names of the files written)."""
     with files.replacing_entries(out_dir, PREDICTION_FILES) as new:
         os.mkdir(new)

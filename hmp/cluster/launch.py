@@ -66,8 +66,8 @@ def local_workers(workers, timeout_s=DEFAULT_TIMEOUT_S, say=print):
     """Runs one ``hmp.worker`` per ``(cpus, threads)`` of ``workers`` on this machine.
 
     Yields their ``Cluster`` (operations time out after ``timeout_s``) once every
-    worker answers (within ``timeout_s``), and tells ``say`` each one's address, process id, CPUs and
-    threads. Stops them all on leaving, however the block ends. ``InvalidInput``
+    worker answers (within ``timeout_s``), and tells ``say`` each one's address, process
+    id, CPUs and threads. Stops them all on leaving, however the block ends. ``InvalidInput``
     first for a CPU this process may not use or a timeout that is not positive; a
     worker that exits as it starts raises ``WorkerUnavailable`` naming it; Ctrl-C
     while they start raises ``hmp.cli.Interrupted``.

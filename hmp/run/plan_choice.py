@@ -144,13 +144,14 @@ def choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe,
                 "communication not priced: --speeds=%s gives the speeds, so no link was "
                 "measured (--speeds=auto measures both)" % settings.placement.speeds))
         if len(plan.devices) > 1:
-            plan = _said_without_trial(plan, settings, first_epoch, recorded_trial)
+            plan = _said_without_trial(plan, settings, first_epoch, recorded_trial,
+                                       trial_can_run(settings, first_epoch, recorded_trial))
         return plan, plan.fastest_alone(), None
     measured, link = _measured(settings, hardware, model_config, spec, model_dir, recipe)
     trial = trial_can_run(settings, first_epoch, recorded_trial)
     plan = planning.plan_layout(spec, measured, None, batch_size, mesh, caps, link=link,
                                 alone_margin=0.0 if trial else SPLIT_MARGIN)
-    plan = _said_without_trial(plan, settings, first_epoch, recorded_trial)
+    plan = _said_without_trial(plan, settings, first_epoch, recorded_trial, trial)
     if not (trial and len(plan.devices) > 1 and plan.fastest_alone() is not None):
         return plan, plan.fastest_alone(), None
     plan = dataclasses.replace(plan, reason=plan.reason + "; against one device, a "
@@ -196,11 +197,12 @@ def trial_can_run(settings, first_epoch, recorded):
             >= _trial_epochs(recorded, first_epoch))
 
 
-def _said_without_trial(plan, settings, first_epoch, recorded):
-    """``plan``, its reason saying so when --try_alone's trial is asked for but the run has
-    too few epochs left for it (not silent); as it is otherwise."""
+def _said_without_trial(plan, settings, first_epoch, recorded, trial):
+    """``plan``, its reason saying so when --try_alone's trial is asked for but cannot run
+    (``trial``: ``trial_can_run``'s verdict): the run has too few epochs left for it (not
+    silent); as it is otherwise."""
     left = settings.recipe.epochs - first_epoch
-    if not _trial_on(settings) or left <= 0 or trial_can_run(settings, first_epoch, recorded):
+    if trial or not _trial_on(settings) or left <= 0:
         return plan
     return dataclasses.replace(plan, reason=plan.reason + "; no --try_alone trial: it needs "
                                "%d epochs, the run has %d left"
