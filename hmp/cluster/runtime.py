@@ -182,9 +182,9 @@ class Cluster:
         does not offer, e.g. a second CPU of a worker started with one; the workers
         answer (``check_answers``)."""
         with session_on(self.target, config=self.session_config()) as session:
-            offered = {_device_key(d.name) for d in session.list_devices()}
+            offered = {device_key(d.name) for d in session.list_devices()}
         offered = sorted(key for key in offered if key[0] == JOB)   # not the trainer's
-        missing = [name for name in devices if _device_key(name) not in offered]
+        missing = [name for name in devices if device_key(name) not in offered]
         if missing:
             raise InvalidInput(
                 "%s: not offered by the workers, which offer %s (a worker's virtual CPUs: "
@@ -376,11 +376,16 @@ def trainer_port(value):
     return int(value)
 
 
-def _device_key(name):
+def device_key(name):
     """(job, task, type, index) of a TensorFlow device name, for comparing names written
-    differently (``/cpu:1``, ``/replica:0``)."""
-    spec = tf.DeviceSpec.from_string(name)
-    return (spec.job, spec.task or 0, (spec.device_type or "").upper(), spec.device_index or 0)
+    differently (``/cpu:1``, ``/device:CPU:1``, ``/replica:0``; this process's job None,
+    named or not); ``name`` itself when it is no device name (its checks say so)."""
+    try:
+        spec = tf.DeviceSpec.from_string(name)
+    except ValueError:
+        return name
+    return (None if spec.job == "localhost" else spec.job, spec.task or 0,
+            (spec.device_type or "").upper(), spec.device_index or 0)
 
 
 def _port(target):

@@ -6,6 +6,7 @@ import re
 
 import tensorflow as tf
 
+from hmp.cluster.runtime import device_key
 from hmp.errors import InvalidInput, check_distinct, is_positive_number
 
 # Units of a byte count (``parse_memory_caps``), in any case: 2GB, 512MiB, 1e9.
@@ -41,14 +42,15 @@ def virtual_cpus(devices):
 
 def device_list(devices, minimum=1):
     """The device names of ``devices``, a comma-separated string (as ``--devices``) or a
-    sequence of names; InvalidInput when it names fewer than ``minimum``, or one twice."""
+    sequence of names; InvalidInput when it names fewer than ``minimum``, or one device
+    twice (in one spelling or two: ``/cpu:0,/device:CPU:0``)."""
     names = devices.split(",") if isinstance(devices, str) else list(devices)
     names = [name.strip() for name in names if name.strip()]
     if len(names) < minimum:
         raise InvalidInput("give at least %s, e.g. %s" % (
             "one TensorFlow device" if minimum == 1 else "%d TensorFlow devices" % minimum,
             ",".join("/cpu:%d" % index for index in range(minimum))))
-    check_distinct(names)
+    check_distinct(names, device_key)
     return names
 
 

@@ -74,6 +74,7 @@ class EpochLoop:
         last epoch's :class:`hmp.run.trainer.EpochStats` (None: none was left, or the
         resumed run had stopped early)."""
         stats = None
+        self.best.catch_up(self.trainer, self.record.epochs)   # killed before its best save
         if first_epoch and self.best.should_stop(first_epoch - 1):   # stopped before a resume
             self._say_early_stop()
             return stats

@@ -213,6 +213,7 @@ class BestEpoch:
 
     def __init__(self, model_dir, steps_per_epoch, patience=0, history=()):
         self.model_dir = model_dir
+        self.steps_per_epoch = steps_per_epoch
         self.patience = patience
         self.path = tf.train.latest_checkpoint(model_dir,
                                                 latest_filename=run_files.BEST_CHECKPOINT)
@@ -231,10 +232,26 @@ class BestEpoch:
         if stats.val_accuracy is None or (self.accuracy is not None
                                           and stats.val_accuracy < self.accuracy):
             return False
-        self.epoch, self.accuracy = stats.epoch, stats.val_accuracy
+        self._keep(trainer, stats.epoch, stats.val_accuracy)
+        return True
+
+    def catch_up(self, trainer, history):
+        """On resume: keeps the weights ``trainer`` resumed with (the checkpoint at the end
+        of ``history``'s last epoch) when that epoch is the best and its best checkpoint
+        is not: the run stopped between the two saves (a kill). Returns whether it kept
+        them."""
+        last = history[-1] if history else None
+        if (last is None or last.get("val_accuracy") is None or last["epoch"] == self.epoch
+                or trainer.step != (last["epoch"] + 1) * self.steps_per_epoch
+                or self.accuracy is not None and last["val_accuracy"] < self.accuracy):
+            return False
+        self._keep(trainer, last["epoch"], last["val_accuracy"])
+        return True
+
+    def _keep(self, trainer, epoch, accuracy):
+        self.epoch, self.accuracy = epoch, accuracy
         self.path = trainer.save(prefix=run_files.BEST_PREFIX,
                                  latest_filename=run_files.BEST_CHECKPOINT, max_to_keep=1)
-        return True
 
     def should_stop(self, epoch):
         """True when ``patience`` epochs have passed since the best one."""

@@ -48,12 +48,22 @@ def test_a_name_without_a_device_type_and_index_is_refused(name, message):
 def test_a_device_list_is_its_names_and_refuses_none_or_one_named_twice():
     assert devices.device_list(" /cpu:0, /job:worker/task:1/device:CPU:0,") == [
         "/cpu:0", "/job:worker/task:1/device:CPU:0"]
+    assert devices.device_list("/cpu:0,/job:worker/task:0/cpu:0,/gpu:0,/cpu:1") == [
+        "/cpu:0", "/job:worker/task:0/cpu:0", "/gpu:0", "/cpu:1"]   # four devices
     assert devices.device_list(("/cpu:0", "/cpu:1")) == ["/cpu:0", "/cpu:1"]
     for given, minimum, message in [
             (" , ", 1, "give at least one TensorFlow device, e.g. /cpu:0"),
             ("/gpu:0", 2, "give at least 2 TensorFlow devices, e.g. /cpu:0,/cpu:1"),
             ("/cpu:1, /cpu:1", 1, "/cpu:1 named twice"),
-            (["/gpu:0", " /gpu:0", "/cpu:0", "/cpu:0"], 2, "/cpu:0 and /gpu:0 named twice")]:
+            (["/gpu:0", " /gpu:0", "/cpu:0", "/cpu:0"], 2, "/cpu:0 and /gpu:0 named twice"),
+            # one device in two spellings: TensorFlow's placement would put two mesh
+            # positions' work on it
+            ("/cpu:0,/device:CPU:0", 1, "/cpu:0 and /device:CPU:0 name one device"),
+            ("/job:localhost/replica:0/task:0/device:CPU:0,/cpu:1,/cpu:0", 1,
+             "/job:localhost/replica:0/task:0/device:CPU:0 and /cpu:0 name one device"),
+            ("/GPU:1,/cpu:1,/gpu:1,/job:worker/task:1/cpu:1,/job:worker/task:1/device:CPU:1",
+             1, "/GPU:1 and /gpu:1 name one device; /job:worker/task:1/cpu:1 and "
+                "/job:worker/task:1/device:CPU:1 name one device")]:
         with pytest.raises(devices.InvalidInput) as refused:
             devices.device_list(given, minimum)
         assert str(refused.value) == message

@@ -256,6 +256,8 @@ BAD_FLAGS = {
         "allowed: a batch of at least 24, fewer batch rows, or sync batch-norm statistics"),
     "--devices=/gpu:7": "--devices=/gpu:7: /gpu:7 is not a device of this machine, which has",
     "--devices=/cpu:0,/cpu:0": "--devices=/cpu:0,/cpu:0: /cpu:0 named twice",
+    "--devices=/cpu:0,/device:CPU:0": (
+        "--devices=/cpu:0,/device:CPU:0: /cpu:0 and /device:CPU:0 name one device"),
     "--devices=/bogus:0": "--devices=/bogus:0: '/bogus:0' is not a TensorFlow device string",
     "--devices=/cpu:-1": "--devices=/cpu:-1: '/cpu:-1' names no device type and index >= 0",
     # the words of hmp.run.settings.Settings.check, as from Python (hmp.fit)

@@ -206,6 +206,27 @@ def test_best_epoch_checkpoint_restores_the_best_weights(small_experiment, tmp_p
     history[2]["val_accuracy"] = 0.95
     resumed = BestEpoch(str(tmp_path), steps_per_epoch, 2, history)
     assert (resumed.epoch, resumed.accuracy) == (1, 0.9)
+    # ... which the resumed run keeps when that epoch is the last (its weights are those
+    # it resumes with); not from another step, nor an epoch that is not better
+    with graph.tf_graph.as_default():   # as a resume restores: the latest, epoch 3's end
+        trainer.restore(tf.train.latest_checkpoint(str(tmp_path)))
+    assert trainer.step == 4 * steps_per_epoch
+    assert not resumed.catch_up(trainer, history)   # epoch 2 is not the one resumed after
+    history.append({"epoch": 3, "val_accuracy": 0.85})
+    assert not resumed.catch_up(trainer, history)
+    history[3]["val_accuracy"] = 0.9   # a tie: the later is kept
+    with graph.tf_graph.as_default():
+        last = _weights(trainer)
+    assert resumed.catch_up(trainer, history)
+    assert (resumed.epoch, resumed.accuracy) == (3, 0.9) and resumed.path != best.path
+    assert BestEpoch(str(tmp_path), steps_per_epoch, 2, history).epoch == 3
+    assert not resumed.catch_up(trainer, history)   # kept already
+    trainer.train_epoch(4, 5)
+    with graph.tf_graph.as_default():
+        assert not all(np.array_equal(a, b) for a, b in zip(_weights(trainer), last))
+        trainer.restore(resumed.path)
+        for restored, value in zip(_weights(trainer), last):
+            np.testing.assert_array_equal(restored, value)
     trainer.close()
 
 
