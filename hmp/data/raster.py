@@ -100,6 +100,16 @@ class MappedCube:
         return values
 
 
+# Nanometres per unit of a file's wavelength units (ENVI's ``wavelength units``, any
+# case): check_wavelengths compares lists in nanometres when both name one of these;
+# other units (Wavenumber, GHz, Index, Unknown) as written.
+NANOMETRES_PER_UNIT = {
+    **dict.fromkeys(("nanometers", "nanometer", "nanometres", "nanometre", "nm"), 1.0),
+    **dict.fromkeys(("micrometers", "micrometer", "micrometres", "micrometre", "microns",
+                     "micron", "um", "\u00b5m", "\u03bcm"), 1e3),
+    **dict.fromkeys(("millimeters", "millimeter", "millimetres", "millimetre", "mm"), 1e6)}
+
+
 class ArrayRaster(Raster):
     """A cube in memory, or a :class:`MappedCube`, as a Raster."""
 
@@ -129,18 +139,27 @@ def check_numeric(dtype, what):
                            f"allowed: integers or floating-point numbers")
 
 
-def check_wavelengths(expected, given, what):
+def check_wavelengths(expected, given, what, expected_units=None, given_units=None):
     """InvalidInput when both wavelength lists are known and a band of ``given`` lies
     further from its band of ``expected`` than half the narrowest spacing of
-    ``expected``'s bands: another band set, not a recalibration of the same one."""
+    ``expected``'s distinct bands: another band set, not a recalibration of the same
+    one. Compared in nanometres when both lists' units are lengths
+    (``NANOMETRES_PER_UNIT``: one sensor's bands in nm and in micrometres are one band
+    set), else as written."""
     if not len(expected) or not len(given) or len(expected) != len(given):
         return
     expected, given = np.asarray(expected, float), np.asarray(given, float)
-    spacing = np.min(np.abs(np.diff(expected))) if len(expected) > 1 else np.inf
-    off = np.flatnonzero(np.abs(given - expected) > spacing / 2)
+    scales = [NANOMETRES_PER_UNIT.get((units or "").strip().lower())
+              for units in (expected_units, given_units)]
+    unit = ""
+    if None not in scales:
+        expected, given, unit = expected * scales[0], given * scales[1], " nm"
+    steps = np.abs(np.diff(expected))
+    spacing = np.min(steps[steps > 0]) if np.any(steps > 0) else np.inf
+    off = np.flatnonzero(~(np.abs(given - expected) <= spacing / 2))   # NaN is off
     if len(off):
         band = off[0]
-        raise InvalidInput(f"{what}: band {band + 1} lies at wavelength {given[band]:g}, but "
-                           f"at {expected[band]:g} in the scene the run was trained on "
-                           f"({len(off)} of {len(expected)} bands differ); allowed: a cube "
+        raise InvalidInput(f"{what}: band {band + 1} lies at wavelength {given[band]:g}{unit}, "
+                           f"but at {expected[band]:g}{unit} in the scene the run was trained "
+                           f"on ({len(off)} of {len(expected)} bands differ); allowed: a cube "
                            f"of the same bands")

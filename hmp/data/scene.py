@@ -96,6 +96,9 @@ def as_label_map(values, what="label map"):
     if array.size and array.min() < 0:
         raise InvalidInput(
             f"{what} must hold labels 0..K (0 = unlabelled), found {array.min()}")
+    if array.size and array.max() > np.iinfo(np.int32).max:   # not wrapped round
+        raise InvalidInput(f"{what} must hold labels 0..K (0 = unlabelled) up to "
+                           f"{np.iinfo(np.int32).max}, found {array.max():.0f}")
     return array.astype(np.int32)
 
 

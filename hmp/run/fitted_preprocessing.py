@@ -23,14 +23,17 @@ TOGETHER = (("scaling", "offset", "scale"), ("pca_components", "pca_mean"),
             ("guide_direction", "guide_mean", "guide_range"))
 
 
-def save(model_dir, preprocessor, wavelengths=(), guide=None):
-    """Writes ``preprocessor``'s statistics, the scene's band ``wavelengths`` (if any) and
+def save(model_dir, preprocessor, wavelengths=(), guide=None, wavelength_units=None):
+    """Writes ``preprocessor``'s statistics, the scene's band ``wavelengths`` (if any, in
+    ``wavelength_units`` if its file named them) and
     the smoothing's ``guide`` (an ``hmp.data.Guide``, if any) to
     ``model_dir``/preprocessing.npz, atomically. A run's preprocessing scales its bands,
     reduces them, or both (``load`` refuses a file of neither)."""
     if preprocessor.scaler is None and preprocessor.pca is None:
         raise ValueError("a run's preprocessing scales its bands or reduces them (PCA)")
     arrays = {"wavelengths": np.asarray(wavelengths, np.float64)} if len(wavelengths) else {}
+    if arrays and wavelength_units:
+        arrays.update(wavelength_units=np.array(wavelength_units))
     if guide is not None:
         arrays.update(guide_mean=guide.mean, guide_direction=guide.direction,
                       guide_range=np.array([guide.low, guide.span]))
@@ -70,11 +73,11 @@ def _arrays(model_dir):
 
 
 class SavedPreprocessing(collections.namedtuple(
-        "SavedPreprocessing", "preprocessor guide wavelengths")):
+        "SavedPreprocessing", "preprocessor guide wavelengths wavelength_units")):
     """What a run's ``preprocessing.npz`` holds: the fitted :class:`hmp.data.Preprocessor`,
     the smoothing's guide (an ``hmp.data.Guide``; None for a run from before the guided
-    smoothing) and the band wavelengths of its training scene (() when its file named
-    none)."""
+    smoothing), the band wavelengths of its training scene (() when its file named
+    none) and their units (None when it named none)."""
 
 
 def read(model_dir):
@@ -83,7 +86,8 @@ def read(model_dir):
     guide = (Guide(arrays["guide_mean"], arrays["guide_direction"], *arrays["guide_range"])
              if "guide_direction" in arrays else None)
     wavelengths = tuple(arrays["wavelengths"].tolist()) if "wavelengths" in arrays else ()
-    return SavedPreprocessing(_preprocessor(arrays), guide, wavelengths)
+    units = str(arrays["wavelength_units"]) if "wavelength_units" in arrays else None
+    return SavedPreprocessing(_preprocessor(arrays), guide, wavelengths, units)
 
 
 def load(model_dir):

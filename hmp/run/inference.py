@@ -83,6 +83,7 @@ class TrainedRun:
     guide: object = None   # the hmp.data.Guide fitted with it; None for runs from before
     # the folder it was trained in (its relative paths are from there); None: from before
     working_dir: str = None
+    wavelength_units: str = None   # the units of ``wavelengths``, when its file named them
 
     @classmethod
     def open(cls, model_dir, get_model):
@@ -116,7 +117,7 @@ class TrainedRun:
         return cls(model_dir, results["flags"], list(results["test"]["per_class_accuracy"]),
                    saved.preprocessor, checkpoint, get_model(results["flags"]["model"]),
                    saved.wavelengths, smoothed_over(results), smoothed_guided(results),
-                   saved.guide, results.get("working_dir"))
+                   saved.guide, results.get("working_dir"), saved.wavelength_units)
 
     def classifying(self, tta=None, smoothing=None):
         """(TTA on or off, the smoothing window) of a prediction: the run's own, or those
@@ -157,21 +158,23 @@ class TrainedRun:
         return dataclasses.replace(trained, **{DATA_FLAGS[name]: value
                                                for name, value in given.items()})
 
-    def check_bands(self, bands, wavelengths=()):
-        """InvalidInput unless a cube of ``bands`` bands (at ``wavelengths``, when its file
-        names them) is what the run was trained on."""
+    def check_bands(self, bands, wavelengths=(), units=None):
+        """InvalidInput unless a cube of ``bands`` bands (at ``wavelengths`` in ``units``,
+        when its file names them) is what the run was trained on."""
         trained = fitted_preprocessing.input_bands(self.preprocessor)
         if bands != trained:
             raise InvalidInput("the cube has %d bands; the run in %s was trained on %d"
                                % (bands, self.model_dir, trained))
-        check_wavelengths(self.wavelengths, wavelengths, "the cube")
+        check_wavelengths(self.wavelengths, wavelengths, "the cube", self.wavelength_units,
+                          units)
 
     def prepare_scene(self, scene):
         """The model's input cube of ``scene`` and its no-data mask [H, W].
 
         No-data pixels (NaN or inf in the spectrum) are set to 0, as in training.
         """
-        self.check_bands(scene.cube.shape[2], scene.raster.wavelengths)
+        self.check_bands(scene.cube.shape[2], scene.raster.wavelengths,
+                         scene.raster.wavelength_units)
         experiment.mask_nodata(scene)   # refuses a scene without a finite pixel
         return self.prepare(scene.cube)
 

@@ -264,7 +264,7 @@ def _make_folder(settings, model_dir, data_config, exp, replaced):
     run_folder.prepare_model_dir(model_dir, settings.folder.overwrite, replaced)
     experiment.save(model_dir, data_config, exp.split)
     fitted_preprocessing.save(model_dir, exp.preprocessor, exp.scene.raster.wavelengths,
-                             exp.guide)
+                             exp.guide, exp.scene.raster.wavelength_units)
     run_folder.save_flags(settings.model_dir, settings.flag_lines())
 
 

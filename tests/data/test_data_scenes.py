@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import re
 import shutil
 
 import h5py
@@ -178,6 +179,16 @@ def test_negative_or_fractional_labels_are_refused(tmp_path):
     np.save(tmp_path / "gt.npy", np.array([[0, -1], [1, 2]]))
     with pytest.raises(ValueError, match="found -1"):
         load_scene(tmp_path / "cube.npy", labels_path=tmp_path / "gt.npy")
+    # labels beyond int32 are refused as written (not wrapped round to another class)
+    for labels in (np.array([[0, 2 ** 32 + 3], [1, 2]], np.int64),
+                   np.array([[0, 2 ** 32 - 1], [1, 2]], np.uint32)):
+        np.save(tmp_path / "gt.npy", labels)
+        with pytest.raises(ValueError, match=r"^labels file %s: label map must hold labels "
+                                             r"0..K \(0 = unlabelled\) up to 2147483647, "
+                                             r"found %d$"
+                                             % (re.escape(str(tmp_path / "gt.npy")),
+                                                labels.max())):
+            load_scene(tmp_path / "cube.npy", labels_path=tmp_path / "gt.npy")
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_COUNTS))

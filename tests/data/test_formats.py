@@ -132,6 +132,32 @@ def test_a_cube_of_other_wavelengths_is_refused_a_recalibrated_one_is_not():
                                            r"of 3 bands differ\); allowed: a cube of the "
                                            r"same bands$"):
         check_wavelengths(bands, (400.0, 415.5, 420.0), "cube.hdr")
+    with pytest.raises(InvalidInput, match=r"band 3 lies at wavelength nan, "):
+        check_wavelengths(bands, (400.0, 410.0, float("nan")), "cube.hdr")
+
+
+def test_wavelengths_in_other_length_units_are_compared_in_nanometres():
+    bands, units = (400.0, 410.0, 420.0), "Nanometers"
+    for given, given_units in (((0.401, 0.4149, 0.42), "Micrometers"),
+                               ((0.401, 0.4149, 0.42), "microns"),
+                               ((4.01e-4, 4.149e-4, 4.2e-4), "MM"), (bands, " nm ")):
+        check_wavelengths(bands, given, "cube.hdr", units, given_units)
+    check_wavelengths((0.4, 0.41, 0.42), bands, "cube.hdr", "Micrometers", units)
+    with pytest.raises(InvalidInput, match=r"^cube.hdr: band 2 lies at wavelength 415.5 nm, "
+                                           r"but at 410 nm in the scene"):
+        check_wavelengths(bands, (0.4, 0.4155, 0.42), "cube.hdr", units, "Micrometers")
+    # units that are no length, or not named on both sides: as written
+    for given_units in ("Wavenumber", None):
+        with pytest.raises(InvalidInput, match=r"band 1 lies at wavelength 0.4, but at 400 "
+                                               r"in the scene"):
+            check_wavelengths(bands, (0.4, 0.41, 0.42), "cube.hdr", units, given_units)
+
+
+def test_a_band_listed_twice_does_not_make_the_spacing_zero():
+    bands = (400.0, 400.0, 410.0)   # a band repeated: the spacing is 10 nm, not 0
+    check_wavelengths(bands, (400.1, 399.9, 410.2), "cube.hdr")
+    with pytest.raises(InvalidInput, match="band 2 lies at wavelength 406"):
+        check_wavelengths(bands, (400.0, 406.0, 410.0), "cube.hdr")
 
 
 def test_envi_header_named_after_its_data_file(tmp_path):

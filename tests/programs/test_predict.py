@@ -240,6 +240,17 @@ def test_a_saved_brightness_normalisation_is_read_back_and_exported_as_fitted(tm
     assert fitted_preprocessing.load(str(tmp_path)).brightness_norm is None
 
 
+def test_preprocessing_keeps_the_bands_wavelengths_and_their_units(tmp_path):
+    cube = np.random.default_rng(5).uniform(0, 1, (4, 5, 3))
+    fitted = Preprocessor("standard").fit(cube, np.arange(20))
+    fitted_preprocessing.save(str(tmp_path), fitted, (0.4, 0.5, 0.6), None, "Micrometers")
+    saved = fitted_preprocessing.read(str(tmp_path))
+    assert (saved.wavelengths, saved.wavelength_units) == ((0.4, 0.5, 0.6), "Micrometers")
+    fitted_preprocessing.save(str(tmp_path), fitted, (400.0, 500.0, 600.0))   # none named
+    saved = fitted_preprocessing.read(str(tmp_path))
+    assert (saved.wavelengths, saved.wavelength_units) == ((400.0, 500.0, 600.0), None)
+
+
 def test_a_preprocessing_file_hmp_did_not_write_is_refused_naming_what_it_lacks(tmp_path):
     """An .npz of other arrays, or one missing a written array's companions, is refused
     (it would have preprocessed nothing, or failed with a KeyError)."""
@@ -367,6 +378,14 @@ def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refus
         with pytest.raises(InvalidInput, match="the cube has 90 bands; the run in .* was "
                                                "trained on 100$"):
             check()
+    # a scene of the run's bands in micrometres, the run's file in nanometres: one band set
+    in_nm = dataclasses.replace(trained, wavelengths=tuple(400.0 + 10 * np.arange(100)),
+                                wavelength_units="Nanometers")
+    in_um = tuple((400.0 + 10 * np.arange(100)) / 1000)
+    in_nm.check_bands(100, in_um, "Micrometers")
+    with pytest.raises(InvalidInput, match=r"^the cube: band 1 lies at wavelength 0.4, but "
+                                           r"at 400 in the scene the run was trained on"):
+        in_nm.check_bands(100, in_um)   # the scene's file names no units
     (tmp_path / "a_file").write_text("")
     with pytest.raises(InvalidInput, match="^not a folder$"):
         inference.TrainedRun.open(str(tmp_path / "a_file"), get_model)
