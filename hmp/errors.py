@@ -13,6 +13,7 @@ import numbers
 import re
 
 # lines of a TensorFlow error message that say nothing: its opening, rules, task headers
+_DECIMAL = re.compile(r"\s*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*")
 _SAYS_NOTHING = re.compile(r"^(Graph execution error:|=+|([A-Z_]+: )?From /job:\S+:)$")
 
 
@@ -36,6 +37,13 @@ def is_digits(text):
     """Whether ``text`` is a whole number written in ASCII digits: ``str.isdigit`` also
     takes digits such as "²", which ``int`` refuses. The one test of numbers in text."""
     return text.isascii() and text.isdigit()
+
+
+def number_in_text(text):
+    """The float ``text`` writes as a decimal number in ASCII (``2``, `` .5``, ``-1e2``),
+    else None: ``float`` also takes "1_000", "nan", "inf" and digits such as "²". The
+    one reading of numbers in flag text (speeds, factors, strengths)."""
+    return float(text) if _DECIMAL.fullmatch(text) else None
 
 
 def is_positive_number(value, allow_zero=False):

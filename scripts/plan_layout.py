@@ -36,7 +36,7 @@ from hmp.layers import BATCH_STATISTICS  # noqa: E402
 from hmp.planning import (check_mesh_size, check_speeds, device_names,  # noqa: E402
                           load_platform, parse_mesh, plan_layout, splits_the_model)
 from hmp.measure.calibration import describe  # noqa: E402
-from hmp.errors import op_error_line  # noqa: E402
+from hmp.errors import number_in_text, op_error_line  # noqa: E402
 from hmp.measure.devices import (LOCAL_JOBS, check_device_string, check_local,  # noqa: E402
                                  device_list, parse_memory_caps, virtual_cpus)
 from hmp.measure.speeds import (measure_platform, measure_speeds, overhead_text,  # noqa: E402
@@ -103,11 +103,9 @@ def parse_speeds(text, devices):
         return "auto"
     allowed = (f'allowed: "auto" or {len(devices)} numbers > 0 (one per device), '
                "e.g. 70,25,5 or 7e12,2.5e12,5e11")
-    try:
-        speeds = [float(s) for s in text.split(",")]
-    except ValueError:
-        raise cli.UsageError(f"--speeds={text!r} is not a list of numbers; {allowed}") \
-            from None
+    speeds = [number_in_text(s) for s in text.split(",")]
+    if None in speeds:
+        raise cli.UsageError(f"--speeds={text!r} is not a list of numbers; {allowed}")
     names = device_names(devices)
     with cli.blame("speeds"):
         return list(check_speeds(speeds, names))

@@ -41,6 +41,9 @@ def parse_mesh(text):
     """Parses a mesh string; ValueError saying what is wrong and what is allowed."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidInput(f"bad mesh {text!r}: {ALLOWED}")
+    if text.strip().lower() == "auto":   # where a mesh may be chosen, it is written so
+        raise InvalidInput(f"bad mesh {text!r}: the cost model's choice is written auto, in "
+                           f"lower case; {ALLOWED}")
     sizes = {}
     for part in text.split(";"):
         axis, sep, size = (s.strip() for s in part.partition(":"))

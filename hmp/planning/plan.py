@@ -313,6 +313,8 @@ def _parse(data, where):
     if caps is not None:
         caps = [_number(c, where, "memory_caps", optional=True)
                 for c in _list(caps, where, "memory_caps", n)]
+        if not all(cap is None or cap > 0 for cap in caps):
+            _fail(where, "memory_caps", "a number of bytes > 0 or null per device", caps)
     return Plan(
         model=_string(data["model"], where, "model"), mesh=str(mesh),
         layout_rules=layout_rules,
@@ -340,8 +342,9 @@ def _devices(data, where, mesh):
         check_distinct(devices)
     except InvalidInput as e:
         raise InvalidInput(f"{where}: devices: {e}") from None
+    speeds = _list(data["speeds"], where, "speeds", len(devices))
     try:
-        check_speeds(_list(data["speeds"], where, "speeds", len(devices)), devices)
+        check_speeds(speeds, devices)
     except ValueError as e:
         raise InvalidInput(f"{where}: {e}") from e
     return devices
@@ -358,8 +361,9 @@ def _splits(data, where, mesh, batch_size):
         if len(sizes) != length:
             _fail(where, f"splits[{dim!r}]", f"{length} sizes for mesh {mesh}", sizes)
     layout_rules = _string(data["layout_rules"], where, "layout_rules")
-    rules = dict(rule.partition(":")[::2] for rule in layout_rules.split(";") if rule)
-    if rules != {dim: "batch" if dim == "batch" else "model" for dim in splits}:
+    pairs = [rule.partition(":")[::2] for rule in layout_rules.split(";") if rule]
+    if len(pairs) != len(dict(pairs)) or dict(pairs) != {
+            dim: "batch" if dim == "batch" else "model" for dim in splits}:
         _fail(where, "layout_rules", "one rule 'dim:axis' per split dimension", layout_rules)
     if "batch" in splits and sum(splits["batch"]) != batch_size:
         _fail(where, "splits['batch']", f"sizes summing to batch_size {batch_size}",
@@ -434,11 +438,15 @@ def _records(data, where, field, key, number, taken, expected, nullable=False):
     ``{key, number, "reason"}``, checked; ``record[key]`` must not be in ``taken``
     (``expected`` says what it must be); ``record[number]`` may be null if ``nullable``."""
     records = _list(data.get(field, []), where, field)
+    named = set()
     for i, record in enumerate(records):
         _dict(record, where, f"{field}[{i}]", [key, number, "reason"])
         name = _string(record[key], where, f"{field}[{i}].{key}")
         if not name or name in taken:
             _fail(where, f"{field}[{i}].{key}", expected, name)
+        if name in named:
+            _fail(where, f"{field}[{i}].{key}", f"named once in {field}", name)
+        named.add(name)
         _number(record[number], where, f"{field}[{i}].{number}", optional=nullable)
         _string(record["reason"], where, f"{field}[{i}].reason")
     return records

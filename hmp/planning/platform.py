@@ -224,11 +224,19 @@ def load_platform(path):
 
 
 def _link(entry, what):
-    """The LinkSpec of a platform file's ``entry`` (``_spec``), its nested links too."""
+    """The LinkSpec of a platform file's ``entry`` (``_spec``), its nested links too; a
+    figure refused is named as ``what`` (``link loaded``), not as a LinkSpec's own
+    words name it (``link``)."""
     if isinstance(entry, dict):
         entry = {key: _link(value, f"{what} {key}") if key in NESTED_LINKS
                  and isinstance(value, dict) else value for key, value in entry.items()}
-    return _spec(LinkSpec, entry, what)
+    try:
+        return _spec(LinkSpec, entry, what)
+    except InvalidInput as e:
+        words = str(e)
+        if words.startswith("link ") and not words.startswith(what):
+            raise InvalidInput(what + words[len("link"):]) from None
+        raise
 
 
 def _spec(cls, entry, what):

@@ -10,7 +10,7 @@ Every seed of a fit shares one :class:`Hardware`; the plan on it is made per see
 import dataclasses
 
 from hmp import cli, planning
-from hmp.errors import InvalidInput
+from hmp.errors import InvalidInput, is_positive_number, number_in_text
 from hmp.measure.devices import (check_local, default_devices, device_list, parse_memory_caps,
                                  session_config_for)
 from hmp.mesh.numerics import require_determinism
@@ -92,11 +92,10 @@ def _speeds(settings, devices):
     given = settings.placement.speeds
     if given in ("auto", "measure"):
         return None
-    try:
-        speeds = [float(s) for s in given.split(",")]
-    except ValueError:
+    speeds = [number_in_text(s) for s in given.split(",")]
+    if None in speeds:
         raise cli.UsageError("--speeds=%r: give auto, measure or one number per device, "
-                             "e.g. 70,25,5" % given) from None
+                             "e.g. 70,25,5" % given)
     with settings.blame("speeds"):
         return list(planning.check_speeds(speeds, devices))
 
@@ -105,11 +104,11 @@ def _slowdown(given, devices):
     """{device: factor} from --simulate_slowdown=/cpu:1=3,..."""
     slowdown = {}
     for item in filter(None, given.split(",")):
-        device, _, factor = item.rpartition("=")
-        if (device not in devices or not factor.replace(".", "", 1).isdigit()
-                or not float(factor) > 0):
+        device, _, text = item.rpartition("=")
+        factor = number_in_text(text)
+        if device not in devices or not is_positive_number(factor):
             raise InvalidInput("use DEVICE=FACTOR with a device the run trains on "
                                "(--devices, or --plan's) and a positive number, got %r"
                                % item)
-        slowdown[device] = float(factor)
+        slowdown[device] = factor
     return slowdown

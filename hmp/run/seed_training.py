@@ -284,7 +284,9 @@ def _plan(shared, spec, model_config, caps, model_dir, recipe, first_epoch, reco
     record before a resume)."""
     settings, hardware = shared.settings, shared.hardware
     if hardware.given_plan is not None:   # the device fastest alone is not known
-        return hardware.given_plan, None, None
+        # its re-plans (--rebalance) within the memory left beside the cube, as a plan
+        # made here: the file's caps are each device's whole memory
+        return dataclasses.replace(hardware.given_plan, memory_caps=caps), None, None
     with settings.blame("devices", "speeds", "mesh", "batch_size", "batch_norm"):
         return choose_plan(settings, hardware, spec, model_config, caps, model_dir, recipe,
                            first_epoch, recorded_trial)

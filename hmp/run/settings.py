@@ -24,7 +24,7 @@ from hmp.data import check_patch_size, is_cube_file
 from hmp.data.loaders import SYNTHETIC, check_scene_name
 from hmp.data.splits import check_train_fraction
 from hmp.data.synthetic import GENERATED_LAYOUT, KINDS, LAYOUTS
-from hmp.errors import InvalidInput, whole_number
+from hmp.errors import InvalidInput, number_in_text, whole_number
 from hmp.evaluation.smoothing import DEFAULT_WINDOW, check_window
 from hmp.graph.graph_config import PRECISIONS
 from hmp.planning import parse_mesh
@@ -368,10 +368,8 @@ class Settings:
         text = self.value(name)
         if text == AUTO:
             return None
-        try:
-            value = float(text)
-        except ValueError:
-            value = float("nan")
+        value = number_in_text(text)
+        value = float("nan") if value is None else value
         gain = name == "spectral_gain"
         if not 0 <= value <= (1.0 if gain else float("inf")):   # nan too
             raise cli.UsageError("--%s=%s: give auto or a number %s" % (

@@ -212,7 +212,13 @@ def test_load_platform(tmp_path):
             ('{"devices": [{"name": "/cpu:0", "flops_per_s": 1}], "link": {'
              '"bandwidth_bytes_per_s": 1e9, "local": {"latency_s": 1e-6}}}',
              f"platform file {path}: link local lacks 'bandwidth_bytes_per_s'; allowed: "
-             "bandwidth_bytes_per_s, latency_s, local, feed, cpu_share, loaded, barrier_s")]:
+             "bandwidth_bytes_per_s, latency_s, local, feed, cpu_share, loaded, barrier_s"),
+            # a nested link's figure is named where it is
+            ('{"devices": [{"name": "/cpu:0", "flops_per_s": 1}], "link": {'
+             '"bandwidth_bytes_per_s": 1e9, "local": {"bandwidth_bytes_per_s": 1e9, '
+             '"loaded": {"bandwidth_bytes_per_s": "x"}}}}',
+             f"platform file {path}: link local loaded bandwidth_bytes_per_s is 'x'; must be "
+             "a finite number > 0")]:
         path.write_text(text)
         with pytest.raises(ValueError) as refused:
             load_platform(path)

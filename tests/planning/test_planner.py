@@ -302,6 +302,15 @@ def test_malformed_json_and_a_missing_file_are_refused_saying_which(plan_file):
     (lambda d: d["splits"].__setitem__("filters1", [17.0, 6, 1]),
      "splits must be an object of dimension -> list of whole numbers >= 1"),
     (lambda d: d.update(layout_rules="filters1:model"), "layout_rules must be one rule"),
+    (lambda d: d.update(layout_rules=d["layout_rules"] + ";" + d["layout_rules"]),
+     "layout_rules must be one rule"),   # a rule twice
+    (lambda d: d.update(speeds=[1, 2]),   # the file named once
+     r"^plan file [^:]*plan.json: speeds must be a list of 3 entries, got \[1, 2\]$"),
+    (lambda d: d.update(memory_caps=[1e9, 0, None]),
+     r"memory_caps must be a number of bytes > 0 or null per device, got \[1000000000.0, 0.0, "
+     r"None\]"),
+    (lambda d: d.update(left_out=[{"device": "/cpu:9", "speed": 1.0, "reason": "slow"}] * 2),
+     r"left_out\[1\].device must be named once in left_out, got '/cpu:9'"),
     (lambda d: d["prediction"].update(busy=[1, 2]), r"prediction.busy must be a list of 3"),
     (lambda d: d.update(time_unit="hours"), "time_unit must be one of"),
     (lambda d: d.update(format="other"), "format must be 'hmp-plan/1'"),

@@ -241,6 +241,9 @@ BAD_FLAGS = {
     "--width=-3": "--width=-3: width must be a whole number >= 0, got -3",
     "--dataset=indian_pines --data_dir=/nonexistent": "Indian_pines_corrected.mat",
     "--speeds=1,x": "--speeds='1,x': give auto, measure or one number per device",
+    "--speeds=1,1_0": "--speeds='1,1_0': give auto, measure or one number per device",
+    "--mesh=AUTO": "--mesh=AUTO: bad mesh 'AUTO': the cost model's choice is written auto, in "
+                   "lower case",
     THREE + " --speeds=1,2": "--speeds=1,2: got 2 speeds for 3 devices",
     THREE + " --speeds=1,0,1": "--speeds=1,0,1: /cpu:1 has speed 0.0: speeds must be finite "
                                "and greater than 0",

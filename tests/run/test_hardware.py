@@ -28,7 +28,10 @@ def test_a_plans_devices_are_the_ones_a_slowdown_names(plan_file):
 
 
 def test_a_slowdown_of_a_device_the_run_does_not_train_on_is_refused(plan_file):
-    with pytest.raises(cli.UsageError, match=r"^--simulate_slowdown=/cpu:2=3: use "
-                       r"DEVICE=FACTOR with a device the run trains on \(--devices, or "
-                       r"--plan's\) and a positive number, got '/cpu:2=3'$"):
-        Hardware.of(Settings.of(plan=plan_file, simulate_slowdown="/cpu:2=3"), None)
+    for given in ("/cpu:2=3", "/cpu:1=\u00b2", "/cpu:1=1_0", "/cpu:1=inf", "/cpu:1=-2"):
+        with pytest.raises(cli.UsageError, match=r"^--simulate_slowdown=%s: use "
+                           r"DEVICE=FACTOR with a device the run trains on \(--devices, or "
+                           r"--plan's\) and a positive number, got '%s'$" % (given, given)):
+            Hardware.of(Settings.of(plan=plan_file, simulate_slowdown=given), None)
+    hardware = Hardware.of(Settings.of(plan=plan_file, simulate_slowdown="/cpu:1=1e1"), None)
+    assert hardware.slowdown == {"/cpu:1": 10.0}   # a number in any decimal form

@@ -75,7 +75,7 @@ def runs(tmp_path_factory, small_scene):
     a run writes to <folder>/run."""
     folders = {name: tmp_path_factory.mktemp(name) for name in (
         "batch", "width", "cube", "caps", "bad_unit", "bad_count", "with_plan", "plan_caps",
-        "plan_over")}
+        "plan_over", "plan_fits")}
     # a plan made for a device of 500 kB: the cube does not fit the memory it was made for
     plan = planning.plan_layout(model_spec(model_config("cnn2d", 5, 100, 10, 4)), ["/cpu:0"],
                                 [1], 64, "batch:1")
@@ -86,6 +86,9 @@ def runs(tmp_path_factory, small_scene):
     # the same plan for a device that holds its model, or the cube, but not both
     (folders["plan_over"] / "plan.json").write_text(json.dumps({
         **written, "memory_caps": [need(64) + 1]}))
+    # ... and for one that holds both
+    (folders["plan_fits"] / "plan.json").write_text(json.dumps({
+        **written, "memory_caps": [CUBE + need(64) + 1000]}))
     args = {
         # beside the cube (774 kB) 1 sample fits in 1.3 MB, 64 samples do not: the batch
         # is named
@@ -103,6 +106,8 @@ def runs(tmp_path_factory, small_scene):
                       "--plan=%s" % (folders["plan_caps"] / "plan.json")],
         "plan_over": [*TINY[:-1], *small_scene,
                       "--plan=%s" % (folders["plan_over"] / "plan.json")],
+        "plan_fits": [*TINY[:-1], *small_scene, "--epochs=1",
+                      "--plan=%s" % (folders["plan_fits"] / "plan.json")],
     }
     done = run_batch("hmp.train", [
         {"args": [*flags, "--model_dir=%s" % (folders[name] / "run")]}
@@ -164,6 +169,16 @@ def test_the_caps_less_the_cube_bound_the_plan(runs):
     assert plan["splits"]["filters1"][1] < split().splits["filters1"][1]
     assert plan["prediction"]["memory"][1] <= CAPPED - CUBE
     assert plan["splits"] == split([2e9 - CUBE, CAPPED - CUBE]).splits
+
+
+def test_a_given_plan_runs_within_its_caps_less_the_cube(runs):
+    """A --plan file's caps are each device's whole memory: the run (and its re-plans
+    under --rebalance, made within the plan's caps) has them less the cube, as a plan
+    made by hmp.train has."""
+    run, folder = runs["plan_fits"]
+    assert run.returncode == 0, run.stderr[-2000:]
+    plan = json.loads((folder / "run" / "results.json").read_text())["plan"]
+    assert plan["memory_caps"] == [need(64) + 1000]
 
 
 def test_a_plan_whose_model_fits_no_memory_beside_the_cube_is_refused(runs):
