@@ -213,7 +213,8 @@ def same_split(run_folder, baselines_path):
 
 def summaries(rows):
     """Per (layout, split, name): mean and std of OA over seeds, and each model's margin
-    over the best spectral baseline and over the best baseline of all (mean OA)."""
+    over the best spectral baseline and over the best baseline of all (by mean OA), on
+    the seeds the model and the baseline share (a failed seed leaves both out)."""
     table = {}
     for row in sorted(rows, key=lambda row: row["seed"]):   # runs end in any order
         if "oa" in row:
@@ -247,12 +248,23 @@ def summaries(rows):
             continue
         others = [b for b in summary if b["kind"] == "baseline"
                   and (b["layout"], b["split"]) == (entry["layout"], entry["split"])]
+        oa = dict(zip(entry["seeds"], entry["oa"]))
+
+        def on_shared_seeds(baseline):
+            """(the model's mean OA, the baseline's) on the seeds both have."""
+            theirs = dict(zip(baseline["seeds"], baseline["oa"]))
+            shared = [seed for seed in oa if seed in theirs]
+            return (np.mean([oa[s] for s in shared]) if shared else np.nan,
+                    np.mean([theirs[s] for s in shared]) if shared else np.nan)
+
         for label, chosen in (("spectral", [b for b in others if b["spectral"]]),
                               ("all", others)):
-            if chosen:
-                best = max(chosen, key=lambda b: b["mean_oa"])
+            paired = [(b, *on_shared_seeds(b)) for b in chosen]
+            paired = [p for p in paired if not np.isnan(p[1])]
+            if paired:
+                best, mine, theirs = max(paired, key=lambda p: p[2])
                 entry["best_%s_baseline" % label] = best["name"]
-                entry["margin_over_best_%s" % label] = entry["mean_oa"] - best["mean_oa"]
+                entry["margin_over_best_%s" % label] = float(mine - theirs)
     return summary
 
 

@@ -91,7 +91,8 @@ from hmp.graph.graph_config import Placement  # noqa: E402
 from models import model_config  # noqa: E402
 from hmp.hosts import group_by_host  # noqa: E402
 from hmp.planning import DeviceSpec, LinkSpec, parse_mesh, plan_layout, predict  # noqa: E402
-from hmp.planning.costmodel import FED_BYTES_PER_SAMPLE, per_sample_totals  # noqa: E402
+from hmp.planning.costmodel import (FED_BYTES_PER_SAMPLE, per_sample_totals,  # noqa: E402
+                                    train_flops_per_sample)
 from hmp.formatting import aligned_columns  # noqa: E402
 from hmp.measure.calibration import (ElementwiseStep, elementwise_slope, fit_op_size,  # noqa: E402
                                      half_width)
@@ -332,6 +333,9 @@ def calibrate(plat, cfg, full_spec, devices):
                                         elementwise_seconds(plat, d, sizes[0], full_spec),
                                         sizes[1], sizes[0], full_spec) for d in devices}
     specs, rows, work_alone = [], [], {}
+    # each device's effective rate: its samples/s alone (overhead included) in FLOP/s
+    # (the profiler's flops_per_s is the slope's, without the per-step overhead)
+    effective = {d: alone[d].samples_per_s * train_flops_per_sample(full_spec) for d in devices}
     for d in devices:
         work = [step[d, b, cfg.width] - feed[d, b] for b in sizes]  # the step without its feed
         work_alone[d] = work[1]
@@ -344,7 +348,7 @@ def calibrate(plat, cfg, full_spec, devices):
         peak, half, elementwise[d] = fit_op_size(per_sample, half_per_sample, *totals,
                                                  elementwise[d])
         specs.append((d, peak, overhead, half, elementwise[d]))
-        rows.append(f"  {d}: alone {alone[d].flops_per_s / 1e9:.3g} GFLOP/s effective "
+        rows.append(f"  {d}: alone {effective[d] / 1e9:.3g} GFLOP/s effective "
                     f"({alone[d].samples_per_s:.4g} samples/s); step "
                     f"{fmt(step[d, sizes[0], cfg.width])} at {sizes[0]}, "
                     f"{fmt(step[d, sizes[1], cfg.width])} at {sizes[1]}, "
@@ -375,7 +379,7 @@ def calibrate(plat, cfg, full_spec, devices):
                                     full_link, FLAGS.batch_size, FLAGS.warmup,
                                     FLAGS.steps * FLAGS.repeats, plat.target, plat.config,
                                     FLAGS.optimizer, progress=print)
-    basic = [DeviceSpec(d, alone[d].flops_per_s) for d in devices]
+    basic = [DeviceSpec(d, effective[d]) for d in devices]
     variants = {  # the full model without the link under load, and the basic model
         "idle link": ({d.name: d for d in full}, dataclasses.replace(full_link, loaded=None)),
         "basic model": ({d.name: d for d in basic},

@@ -406,22 +406,36 @@ def cost_model_check(plan, step, profiled, splits):
     {configuration: predicted step}): predicted against measured step.
 
     ``batch:2`` on both workers is the ``data`` layout (the same speeds give the same
-    splits), ``model:2`` the ``per layer`` plan; ``batch:1`` is the fastest worker alone.
+    splits), ``model:2`` the ``per layer`` plan; ``batch:1`` is a worker alone: the one
+    its candidate's ranking takes (the fastest alone as the cost model prices it, with
+    its per-step overhead, or the one of highest FLOP rate).
     """
-    fastest = max(range(WORKERS), key=lambda task: profiled[task].flops_per_s)
-    timed_as = {("model:2", 2): "per layer", ("batch:1", 1): "worker %d alone" % fastest}
-    if not any(s.overhead_s for s in profiled):  # else auto's batch split is not data's
-        timed_as["batch:2", 2] = "data"
-    timed_as[plan.mesh, len(plan.devices)] = "auto"
-    rows = [{"mesh": c.mesh, "devices": c.devices, "configuration": timed_as[c.mesh, c.devices],
-             "predicted_s": c.step, "measured_s": step[timed_as[c.mesh, c.devices]]}
-            for c in plan.candidates if c.step is not None and (c.mesh, c.devices) in timed_as]
+    names = [s.name for s in profiled]
+    by_rate = max(range(WORKERS), key=lambda task: profiled[task].flops_per_s)
+    by_alone = names.index(plan.fastest_alone()) if plan.fastest_alone() in names else by_rate
+    same_as_data = not any(s.overhead_s for s in profiled)   # else auto's split is not data's
+
+    def timed_as(candidate):
+        """The configuration timed with ``candidate``'s layout, or None."""
+        if (candidate.mesh, candidate.devices) == ("batch:1", 1):
+            task = by_alone if candidate.ranking == "alone" else by_rate
+            return "auto" if plan.devices == [names[task]] else "worker %d alone" % task
+        if (candidate.mesh, candidate.devices) == (plan.mesh, len(plan.devices)):
+            return "auto"
+        return {("model:2", 2): "per layer",
+                ("batch:2", 2): "data" if same_as_data else None}.get(
+                    (candidate.mesh, candidate.devices))
+
+    rows = [{"mesh": c.mesh, "devices": c.devices, "ranking": c.ranking,
+             "configuration": timed_as(c), "predicted_s": c.step, "measured_s": step[timed_as(c)]}
+            for c in plan.candidates if c.step is not None and timed_as(c) is not None]
     for row in rows:
         row["error"] = row["predicted_s"] / row["measured_s"] - 1
     ranked = [sorted(rows, key=lambda r: r[key]) for key in ("predicted_s", "measured_s")]
     split_rows = [{"configuration": name, "predicted_s": predicted, "measured_s": step[name],
                    "error": predicted / step[name] - 1} for name, predicted in splits.items()]
-    return {"candidates": rows, "same_ranking": ranked[0] == ranked[1], "splits": split_rows}
+    return {"candidates": rows, "same_ranking": ranked[0] == ranked[1], "splits": split_rows,
+            "alone_by_ranking": {"alone": by_alone, "rate": by_rate}}
 
 
 # -- measuring -----------------------------------------------------------------
@@ -486,6 +500,13 @@ def config_result(run, trace, ideal, even_s, fastest_alone_s, alone_busy):
             "wait_s": [traced_s - b for b in busy], "busy_by_part_s": by_part}
 
 
+def even_baseline(name):
+    """The even split a configuration's "vs even" is measured against: ``data even``
+    (``batch:2`` halved) for the batch splits and ``auto``, ``even`` (``model:2``
+    halved) for the others."""
+    return "data even" if name.startswith(("data", "auto")) else "even"
+
+
 def benchmark_model(name, exp, batch, workers):
     """One model: profiled speeds, every configuration timed and traced, the figures.
 
@@ -514,8 +535,8 @@ def benchmark_model(name, exp, batch, workers):
     ideal = Ideal.from_speeds(speeds, FLAGS.batch_size)
     alone_busy = [traces["worker %d alone" % task][1][task] for task in range(WORKERS)]
     fastest_alone = min(step["worker %d alone" % task] for task in range(WORKERS))
-    configs = {run.name: config_result(run, traces[run.name], ideal, step["even"],
-                                       fastest_alone, alone_busy)
+    configs = {run.name: config_result(run, traces[run.name], ideal,
+                                       step[even_baseline(run.name)], fastest_alone, alone_busy)
                for run in runs}
     alone_s = [step["worker %d alone" % task] for task in range(WORKERS)]
     for c in configs.values():
@@ -531,12 +552,11 @@ def benchmark_model(name, exp, batch, workers):
                       "theoretical_speedup": ideal.speedup},
             "configs": configs,
             "goals": {split: dict(goal_check(configs[split]["efficiency"],
-                                             step[even] / step[split], ideal.speedup),
-                                  baseline=even, over_fastest_alone=configs[split][
-                                      "speedup_over_fastest_alone"])
-                      for split, even in (("planned", "even"), ("per layer", "even"),
-                                          ("data", "data even"),
-                                          ("auto", "data even"))},
+                                             configs[split]["speedup_over_even"],
+                                             ideal.speedup),
+                                  baseline=even_baseline(split), over_fastest_alone=configs[
+                                      split]["speedup_over_fastest_alone"])
+                      for split in ("planned", "per layer", "data", "auto")},
             "hmp_over_plain_tf": (step["plain TF"] / step["worker 0 alone"]
                                   if "plain TF" in step else None),
             "cost_model": cost_model_check(auto, step, profiled, split_steps)}

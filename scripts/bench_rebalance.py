@@ -8,8 +8,8 @@ epochs on ``--mesh=batch:2`` (``--notry_alone``, ``--notta``, ``--steps_per_run`
 on them: with
 ``--rebalance=off`` and with ``--rebalance=epoch``. Once epoch ``--disturb_after`` has
 ended, ``--slowdown`` CPU-bound processes start on the first CPU of worker
-``--disturbed_worker`` (the second, 1, by default; 0: the one that starts with the larger
-share of the batch) (``bench_hetero.competing_load``) and spin until that run ends, or, with
+``--disturbed_worker`` (the second, 1, by default; 0: the first)
+(``bench_hetero.competing_load``) and spin until that run ends, or, with
 ``--disturb_for=N``, until N epochs later (a passing disturbance: the run should move
 back). The speeds are profiled by the first run before any disturbance (a speed cache
 of this benchmark's own), so both runs start from the same plan.
@@ -130,8 +130,9 @@ def summary(ended, switched, decisions, results):
                                    / (ended[last[-1]] - ended[last[0] - 1])),
             "disturbed_on_samples_per_s": (len(since) * epoch_samples
                                            / (ended[since[-1]] - ended[FLAGS.disturb_after])),
-            "last_hmp_samples_per_s": statistics.mean(history[e - 1]["samples_per_second"]
-                                                      for e in last),
+            # their samples over their seconds (epochs of equal samples: the harmonic mean)
+            "last_hmp_samples_per_s": statistics.harmonic_mean(
+                history[e - 1]["samples_per_second"] for e in last),
             "epoch_seconds": [ended[e] - ended[e - 1] if e - 1 in ended else None
                               for e in epochs],
             "plans": splits, "switched_after": switched, "decisions": decisions}

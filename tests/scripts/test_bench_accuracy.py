@@ -131,6 +131,23 @@ def test_margins_are_over_the_best_spectral_baseline_and_over_all(scored_tiny_ru
                                 "+3.0"]
 
 
+def test_a_margin_is_over_the_seeds_the_model_and_the_baseline_share(scored_tiny_run):
+    """A seed whose model run failed leaves the baselines' figures of that seed out of
+    the margin: the mean difference on seeds 0 and 1, not the model's two seeds against
+    the baseline's three."""
+    _, model, baselines, _ = scored_tiny_run
+    spectral = next(b for b in baselines if b["spectral"])
+    rows = [dict(model, oa=90.0), dict(model, seed=1, oa=50.0),
+            {"layout": model["layout"], "split": model["split"], "name": model["name"],
+             "seed": 2, "error": "killed"},
+            dict(spectral, oa=85.0), dict(spectral, seed=1, oa=45.0),
+            dict(spectral, seed=2, oa=10.0)]
+    entry = {(s["kind"], s["name"]): s for s in grid.summaries(rows)}["model", model["name"]]
+    assert entry["mean_oa"] == pytest.approx(70.0)
+    assert entry["best_spectral_baseline"] == spectral["name"]
+    assert entry["margin_over_best_spectral"] == pytest.approx(5.0)   # not 70 - 46.7
+
+
 def test_missing_scikit_learn_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "sklearn.svm", None)   # import fails
     available, line = grid.baselines_available()

@@ -144,7 +144,11 @@ def test_a_tiny_run_writes_every_figure(runs):
         for w in (0, 1):
             assert max(parts[p][w] for p in STEP_PARTS if p != TRANSFERS) <= c["busy_s"][w]
             assert parts[MODEL][w] > 0 or c["load"][w] == 0, name
-    assert configs["even"]["speedup_over_even"] == 1.0
+    # "vs even": against the even batch split for the batch splits and auto, else model:2's
+    for name, c in configs.items():
+        even = "data even" if name.startswith(("data", "auto")) else "even"
+        assert c["speedup_over_even"] == pytest.approx(configs[even]["step_s"] / c["step_s"])
+    assert configs["even"]["speedup_over_even"] == configs["data even"]["speedup_over_even"] == 1
     # the split step's overhead: recorded and printed for the configurations on both
     # workers (its arithmetic: test_split_step_overhead_is_..., on figures given; no
     # measured time is compared here)
@@ -162,14 +166,18 @@ def test_a_tiny_run_writes_every_figure(runs):
     assert "auto: efficiency" in run.stdout and result["goals"]["auto"]["baseline"] == "data even"
     check = result["cost_model"]
     profiled = [s["flops_per_s"] for s in result["profiled_speeds"]]
-    fastest = "worker %d alone" % profiled.index(max(profiled))
-    # the timed configuration of each candidate: auto's own choice is "auto"; the batch
-    # split equals "data" only when no device has a per-step overhead
-    timed = {"model:2": "per layer", "batch:1": fastest}
-    if not any(s["overhead_s"] for s in result["profiled_speeds"]):
-        timed["batch:2"] = "data"
-    timed[configs["auto"]["layout"].split()[0]] = "auto"   # "batch:2 batch=[3, 1]"
-    assert {(r["mesh"], r["configuration"]) for r in check["candidates"]} == set(timed.items())
+    assert check["alone_by_ranking"]["rate"] == profiled.index(max(profiled))
+    # the timed configuration of each candidate: auto's own choice is "auto"; a worker
+    # alone the one its ranking takes; the batch split equals "data" only when no device
+    # has a per-step overhead
+    auto_mesh = configs["auto"]["layout"].split()[0]   # "batch:2 batch=[3, 1]"
+    timed = {"model:2": "per layer", "batch:2": "data"}
+    for r in check["candidates"]:
+        if r["mesh"] == "batch:1":
+            task = check["alone_by_ranking"]["alone" if r["ranking"] == "alone" else "rate"]
+            assert r["configuration"] in ("worker %d alone" % task, "auto"), r
+        else:
+            assert r["configuration"] == ("auto" if r["mesh"] == auto_mesh else timed[r["mesh"]])
     for r in check["candidates"]:
         assert r["measured_s"] == configs[r["configuration"]]["step_s"]
         assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1)
