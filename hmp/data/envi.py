@@ -6,13 +6,19 @@ without ``.hdr`` (``scene.img.hdr`` -> ``scene.img``), or with one of
 interleave (BSQ, BIL, BIP), either byte order and every real data type are read;
 the header is checked against the data file before anything is read, so a
 truncated file, a header that disagrees with its data, complex data or an
-unknown data type is refused in one line naming the file.
+unknown data type is refused in one line naming the file. Bands the header's
+``bbl`` (bad band list) marks 0 are left out, as ENVI leaves them out of its
+displays and tools: the cube holds the good bands only.
 
 Written here: an ENVI classification file (the class map with its class names,
-colours and the input's map info), which ENVI and QGIS open on the map.
+colours and the input's map info, projection info and coordinate system), which
+ENVI and QGIS open on the map.
 """
 
+import codecs
+import math
 import pathlib
+import tempfile
 import warnings
 
 import numpy as np
@@ -88,19 +94,24 @@ class EnviRaster(Raster):
             params = envi.gen_params(fields)   # the data type in the file's byte order
         except envi.EnviException as error:
             raise InvalidInput(f"{header}: {_one_line(error)}") from error
-        self.shape = (rows, cols, bands)
         order = INTERLEAVES[interleave]
-        self._cube = MappedCube(data, offset, params.dtype, [self.shape[a] for a in order],
-                                np.argsort(order))
+        self._cube = MappedCube(data, offset, params.dtype,
+                                [(rows, cols, bands)[axis] for axis in order], np.argsort(order))
+        self._bands = _good_bands(fields, bands, header)
+        self.shape = (rows, cols, len(self._bands))
         self.scale = _number(fields, "reflectance scale factor", header, default=1.0)
         if not self.scale:
             raise InvalidInput(f"{header}: reflectance scale factor 0")
+        wavelengths = _wavelengths(fields, bands, header)
+        ignore_value = _number(fields, "data ignore value", header, default=None)
         self.info = RasterInfo(
             format="envi", map_info=_items(fields.get("map info")),
+            projection_info=_items(fields.get("projection info")),
             coordinate_system=_text(fields.get("coordinate system string")),
-            wavelengths=_wavelengths(fields, bands, header),
+            wavelengths=tuple(wavelengths[band] for band in self._bands) if wavelengths else (),
             wavelength_units=_text(fields.get("wavelength units")),
-            ignore_value=_number(fields, "data ignore value", header, default=None))
+            ignore_values=(ignore_value,) * self.shape[2] if ignore_value is not None else (),
+            bad_bands=tuple(band + 1 for band in range(bands) if band not in self._bands))
         self.class_names = _class_names(fields, header)
 
     def read(self, rows, cols):
@@ -109,7 +120,7 @@ class EnviRaster(Raster):
         return window if self.scale == 1.0 else window / np.float32(self.scale)
 
     def _read(self, rows, cols):
-        return self._cube[rows, cols]
+        return self._cube[rows, cols, self._bands]
 
 
 def read_header(header):
@@ -120,7 +131,7 @@ def read_header(header):
     try:
         with warnings.catch_warnings():   # names not in lower case: read as lower case
             warnings.simplefilter("ignore")
-            fields = envi.read_envi_header(str(header))
+            fields = _read_header_fields(header)
     except envi.FileNotAnEnviHeader:
         raise InvalidInput(f"{header}: not an ENVI header (its first line is not 'ENVI')") \
             from None
@@ -131,6 +142,18 @@ def read_header(header):
     if missing:
         raise InvalidInput(f"{header}: the ENVI header lacks {', '.join(missing)}")
     return fields
+
+
+def _read_header_fields(header):
+    """spectral's reading of ``header``; a header that starts with a UTF-8 byte-order
+    mark (as Windows editors save it) is read from a copy without it."""
+    text = header.read_bytes()
+    if not text.startswith(codecs.BOM_UTF8):
+        return envi.read_envi_header(str(header))
+    with tempfile.TemporaryDirectory() as folder:
+        copy = pathlib.Path(folder) / header.name
+        copy.write_bytes(text[len(codecs.BOM_UTF8):])
+        return envi.read_envi_header(str(copy))
 
 
 def _data_file(header):
@@ -192,7 +215,30 @@ def _wavelengths(fields, bands, header):
         raise InvalidInput(f"{header}: wavelength holds a value that is not a number") from None
     if len(values) != bands:
         raise InvalidInput(f"{header}: {len(values)} wavelengths for {bands} bands")
+    for band, value in enumerate(values):
+        if not math.isfinite(value):
+            raise InvalidInput(f"{header}: wavelength of band {band + 1} is {items[band]}; "
+                               f"allowed: finite numbers")
     return values
+
+
+def _good_bands(fields, bands, header):
+    """The indices of the bands the header's ``bbl`` (bad band list: 1 good, 0 bad)
+    keeps; every band when it has none."""
+    given = fields.get("bbl")
+    if given is None:
+        return list(range(bands))
+    items = given if isinstance(given, list) else [given]
+    try:
+        flags = [float(item) for item in items]
+    except ValueError:
+        flags = []
+    if len(flags) != bands or not set(flags) <= {0.0, 1.0}:
+        raise InvalidInput(f"{header}: bbl = {{{', '.join(items)}}}; allowed: {bands} values "
+                           f"(one a band) of 1 (a good band) or 0 (a bad band)")
+    if 1.0 not in flags:
+        raise InvalidInput(f"{header}: bbl marks every band bad (0); allowed: at least one 1")
+    return [band for band, flag in enumerate(flags) if flag]
 
 
 def _class_names(fields, header):
@@ -242,8 +288,8 @@ def write_classification_data(path, class_map, class_names):
 def write_classification_header(path, shape, class_names, colors, info):
     """Writes the header of an ENVI classification file of an image of ``shape`` (rows,
     columns): its classes (0 'Unclassified', then ``class_names``), their colours
-    (``colors``: uint8 RGB [K + 1, 3]) and the map info and coordinate system of
-    ``info`` (the input's ``hmp.data.raster.RasterInfo``)."""
+    (``colors``: uint8 RGB [K + 1, 3]) and the map info, projection info and coordinate
+    system of ``info`` (the input's ``hmp.data.raster.RasterInfo``)."""
     classes = len(class_names) + 1
     _, code = _class_type(classes)
     names = [UNCLASSIFIED] + [_list_item(name) for name in class_names]
@@ -264,6 +310,8 @@ def write_classification_header(path, shape, class_names, colors, info):
              "band names = {class map}"]
     if info.map_info:
         lines.append("map info = {%s}" % ", ".join(info.map_info))
+    if info.projection_info:
+        lines.append("projection info = {%s}" % ", ".join(info.projection_info))
     if info.coordinate_system:
         lines.append("coordinate system string = {%s}" % info.coordinate_system)
     with open(path, "w", encoding="utf-8") as f:

@@ -18,7 +18,7 @@ import numpy as np
 
 from hmp.data import envi, geotiff
 from hmp.data.matfile import read_array
-from hmp.data.raster import ArrayRaster, MappedCube
+from hmp.data.raster import ArrayRaster, MappedCube, RasterInfo
 from hmp.data.scene import as_label_map
 from hmp.errors import InvalidInput
 
@@ -56,11 +56,13 @@ def open_raster(path, key=None, key_name="a key"):
 
 @dataclasses.dataclass(frozen=True)
 class LabelFile:
-    """A label map [H, W] int32 (0 unlabelled, 1..K) read from a file, and the class
-    names the file gives (an ENVI classification file's; None when it gives none)."""
+    """A label map [H, W] int32 (0 unlabelled, 1..K) read from a file, the class names
+    the file gives (an ENVI classification file's; None when it gives none) and what
+    else the file says (its georeference: a RasterInfo)."""
 
     labels: np.ndarray
     class_names: tuple = None
+    info: RasterInfo = RasterInfo()
 
 
 def read_label_map(path, key=None, key_name="a key"):
@@ -84,7 +86,7 @@ def read_label_map(path, key=None, key_name="a key"):
     if names is not None and labels.max(initial=0) > len(names):
         raise InvalidInput(f"{raster.path}: holds label {labels.max()}, but its header names "
                            f"{len(names)} classes (1..{len(names)}; 0 unclassified)")
-    return LabelFile(labels, names)
+    return LabelFile(labels, names, raster.info)
 
 
 def _windowed(array):

@@ -2,9 +2,11 @@
 
 rasterio brings GDAL's wheels, so it is optional: without it, reading or
 writing such a file is refused in one line that says how to install it.
+Each band's no-data value reads as NaN, then its scale and offset (GDAL's
+``scale``/``offset``) apply: value x scale + offset, as GDAL gives the value.
 A class map of such a scene is written as a GeoTIFF with the input's transform
-and CRS, one colour per class and 0 (unclassified) as no-data, so QGIS and
-ENVI lay it on the map.
+(or ground control points) and CRS, one colour per class and 0 (unclassified)
+as no-data, so QGIS and ENVI lay it on the map.
 """
 
 import contextlib
@@ -74,15 +76,28 @@ class GdalRaster(Raster):
         check_numeric(dataset.dtypes[0], str(self.path))
         self.shape = (dataset.height, dataset.width, dataset.count)
         georeferenced = dataset.crs is not None or not dataset.transform.is_identity
+        gcps, gcps_crs = dataset.gcps if not georeferenced else ([], None)
+        crs = dataset.crs if georeferenced else gcps_crs
         self.info = RasterInfo(
             format="geotiff",
             transform=tuple(dataset.transform)[:6] if georeferenced else None,
-            crs=dataset.crs.to_wkt() if dataset.crs is not None else None,
+            gcps=tuple((p.row, p.col, p.x, p.y, p.z) for p in gcps),
+            crs=crs.to_wkt() if crs is not None else None,
             wavelengths=_wavelengths(dataset),
             wavelength_units=dataset.tags(1).get("wavelength_units"),
-            ignore_value=dataset.nodata)
+            ignore_values=tuple(dataset.nodatavals) if any(
+                value is not None for value in dataset.nodatavals) else ())
+        if 0 in dataset.scales:
+            raise InvalidInput(f"{self.path}: band {dataset.scales.index(0) + 1} has scale "
+                               f"0; allowed: a scale other than 0")
+        self._scales = np.array(dataset.scales, np.float32)
+        self._offsets = np.array(dataset.offsets, np.float32)
         # a file cut short reads its header but not its last pixels: fail now, not mid-way
         self.read(slice(self.shape[0] - 1, self.shape[0]), slice(0, self.shape[1]))
+
+    def read(self, rows, cols):
+        """The window as float32, each band times its scale plus its offset."""
+        return super().read(rows, cols) * self._scales + self._offsets
 
     def _read(self, rows, cols):
         window = ((rows.start, rows.stop), (cols.start, cols.stop))
@@ -106,6 +121,17 @@ def _wavelengths(dataset):
         return ()
 
 
+def same_crs(wkt, other):
+    """Whether GDAL takes two CRSs (WKT) for one."""
+    crs = rasterio_module().crs.CRS
+    return crs.from_wkt(wkt) == crs.from_wkt(other)
+
+
+def crs_name(wkt):
+    """A CRS (WKT) as GDAL names it shortest: ``EPSG:32633``, else its WKT."""
+    return rasterio_module().crs.CRS.from_wkt(wkt).to_string()
+
+
 def _one_line(error):
     """The error's text on one line; GDAL's own reason when rasterio only points to it."""
     cause = error.__cause__
@@ -116,8 +142,8 @@ def _one_line(error):
 
 def write_classification(path, class_map, colors, info):
     """Writes ``class_map`` [H, W] (0 unclassified, 1..K) to ``path`` as a GeoTIFF: the
-    transform and CRS of ``info`` (a RasterInfo), a colour table (``colors``: uint8 RGB
-    [K + 1, 3], row 0 for unclassified) and 0 as no-data."""
+    transform or ground control points and the CRS of ``info`` (a RasterInfo), a colour
+    table (``colors``: uint8 RGB [K + 1, 3], row 0 for unclassified) and 0 as no-data."""
     rasterio = rasterio_module()
     classes = len(colors)
     dtype = np.uint8 if classes <= 256 else np.uint16
@@ -125,6 +151,8 @@ def write_classification(path, class_map, colors, info):
                "count": 1, "dtype": np.dtype(dtype).name, "nodata": 0, "compress": "deflate"}
     if info is not None and info.transform is not None:
         profile["transform"] = rasterio.Affine(*info.transform)
+    if info is not None and info.gcps:
+        profile["gcps"] = [rasterio.control.GroundControlPoint(*point) for point in info.gcps]
     if info is not None and info.crs is not None:
         profile["crs"] = rasterio.crs.CRS.from_wkt(info.crs)
     with _reading(rasterio), rasterio.open(path, "w", **profile) as dataset:

@@ -3,7 +3,9 @@
 MATLAB v7.3 files are HDF5 files; MATLAB writes arrays column-major, so an
 array MATLAB sees as [H, W, B] is stored as an HDF5 dataset of shape
 [B, W, H]. :func:`read_array` transposes it back, so both versions give the
-same array.
+same array. It knows MATLAB's file by the 512-byte userblock MATLAB writes
+before the HDF5 part (its text starts "MATLAB 7.3 MAT-file"); any other HDF5
+file (h5py's, written from numpy) is read as written, not transposed.
 """
 
 import pathlib
@@ -16,6 +18,7 @@ from scipy.io.matlab import MatReadError
 from hmp.errors import InvalidInput
 
 SUPPORTED_SUFFIXES = (".mat", ".npy")
+MATLAB_V73_HEADER = b"MATLAB 7.3 MAT-file"   # how MATLAB's userblock starts
 
 
 def read_array(path, key=None, key_name="a key", memory_map=False):
@@ -56,7 +59,7 @@ def read_array(path, key=None, key_name="a key", memory_map=False):
         return _readable(path, lambda: np.load(path, mmap_mode="r" if memory_map else None,
                                                allow_pickle=False))
     if h5py.is_hdf5(path):
-        arrays = _readable(path, lambda: _read_mat_v73(path))
+        arrays = _readable(path, lambda: _read_hdf5(path))
     else:
         arrays = _readable(path, lambda: {name: value for name, value in
                                           scipy.io.loadmat(path).items()
@@ -88,10 +91,14 @@ def _readable(path, read):
                            f"(truncated or not of this type?): {reason}") from error
 
 
-def _read_mat_v73(path):
-    """All top-level numeric datasets of a v7.3 file, transposed to MATLAB order."""
+def _read_hdf5(path):
+    """All top-level numeric datasets of an HDF5 file: a MATLAB v7.3 file's transposed to
+    MATLAB's order, any other's as written."""
+    with open(path, "rb") as f:
+        matlab = f.read(len(MATLAB_V73_HEADER)) == MATLAB_V73_HEADER
     with h5py.File(path, "r") as handle:
-        return {name: np.asarray(item[()]).T for name, item in handle.items()
+        return {name: np.asarray(item[()]).T if matlab else np.asarray(item[()])
+                for name, item in handle.items()
                 if isinstance(item, h5py.Dataset) and not name.startswith("#")}
 
 

@@ -10,9 +10,10 @@ file (ENVI, ``.npy``) is read through a memory map opened for one window only
 (:class:`MappedCube`): the pages a window touched leave the process with it,
 where a map kept open would hold every page ever read.
 
-The data-ignore value (ENVI's ``data ignore value``, GDAL's no-data value) is
-applied here, once: a value equal to it becomes NaN, and a pixel holding NaN
-in any band is a no-data pixel downstream (``hmp.run.experiment.mask_nodata``).
+The data-ignore values (ENVI's ``data ignore value``, GDAL's no-data value of
+each band) are applied here, once: a value equal to its band's becomes NaN, and
+a pixel holding NaN in any band is a no-data pixel downstream
+(``hmp.run.experiment.mask_nodata``).
 """
 
 import dataclasses
@@ -34,22 +35,38 @@ class RasterInfo:
         the synthetic scene: no georeferenced map).
       transform: the affine pixel-to-map transform (a, b, c, d, e, f) as GDAL and
         rasterio give it (x = a col + b row + c, y = d col + e row + f), or None.
-      crs: the coordinate reference system as WKT, or None.
+      gcps: GDAL's ground control points (row, col, x, y, z) of a file georeferenced
+        by them instead of a transform; empty otherwise.
+      crs: the coordinate reference system of the transform or the GCPs as WKT, or
+        None.
       map_info: ENVI's ``map info`` items, kept as written, or None.
+      projection_info: ENVI's ``projection info`` items, kept as written, or None.
       coordinate_system: ENVI's ``coordinate system string`` (WKT), or None.
       wavelengths: each band's centre wavelength (empty when the file names none).
       wavelength_units: e.g. ``"Nanometers"``, or None.
-      ignore_value: the data-ignore (no-data) value, or None.
+      ignore_values: each band's data-ignore (no-data) value, None for a band
+        without one; empty when the file names none.
+      bad_bands: the file's bands (numbered from 1) left out of the cube as bad
+        (ENVI's ``bbl``); the other attributes describe the bands kept.
     """
 
     format: str = None
     transform: tuple = None
+    gcps: tuple = ()
     crs: str = None
     map_info: tuple = None
+    projection_info: tuple = None
     coordinate_system: str = None
     wavelengths: tuple = ()
     wavelength_units: str = None
-    ignore_value: float = None
+    ignore_values: tuple = ()
+    bad_bands: tuple = ()
+
+    @property
+    def ignore_value(self):
+        """The data-ignore value every band shares, or None (none, or bands differ)."""
+        values = set(self.ignore_values)
+        return values.pop() if len(values) == 1 else None
 
 
 class Raster:
@@ -64,11 +81,13 @@ class Raster:
 
     def read(self, rows, cols):
         """The float32 window ``[rows, cols, :]`` (two ``slice`` objects with a step of
-        1, inside the cube), values equal to the data-ignore value as NaN."""
+        1, inside the cube), values equal to their band's data-ignore value as NaN."""
         values = np.asarray(self._read(rows, cols))
         window = values.astype(np.float32)
-        if self.info.ignore_value is not None:
-            window[values == self.info.ignore_value] = np.nan
+        if self.info.ignore_values:
+            ignored = np.array([np.nan if value is None else value
+                                for value in self.info.ignore_values])
+            window[values == ignored] = np.nan   # NaN equals nothing: a band without one
         return window
 
     def read_all(self):

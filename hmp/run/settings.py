@@ -368,7 +368,8 @@ class Settings:
         text = self.value(name)
         if text == AUTO:
             return None
-        value = number_in_text(text)
+        value = (float(text) if isinstance(text, numbers.Real) and not isinstance(text, bool)
+                 else number_in_text(str(text)))   # a number given from Python, or text
         value = float("nan") if value is None else value
         gain = name == "spectral_gain"
         if not 0 <= value <= (1.0 if gain else float("inf")):   # nan too

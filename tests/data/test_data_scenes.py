@@ -82,6 +82,14 @@ def test_v73_reader_undoes_matlab_column_major_storage(tmp_path):
     np.testing.assert_array_equal(read_array(tmp_path / "cube.mat", "x"), cube)
 
 
+def test_an_hdf5_file_not_of_matlab_is_read_as_written(tmp_path):
+    """Without MATLAB's userblock ("MATLAB 7.3 MAT-file") an HDF5 file is numpy's order."""
+    cube = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    with h5py.File(tmp_path / "cube.mat", "w") as handle:
+        handle.create_dataset("x", data=cube)
+    np.testing.assert_array_equal(read_array(tmp_path / "cube.mat"), cube)
+
+
 @pytest.mark.parametrize("cube_name,labels_name", [
     ("indian_pines_corrected.mat", "indian_pines_gt.mat"),
     ("INDIAN_PINES_CORRECTED.MAT", "Indian_Pines_GT.mat"),

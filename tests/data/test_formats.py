@@ -122,6 +122,32 @@ def test_envi_header_brings_wavelengths_ignore_value_scale_and_map_info(tmp_path
         assert info.coordinate_system == 'PROJCS["WGS 84"]'
 
 
+def test_envi_bad_bands_are_left_out_as_envi_leaves_them_out(tmp_path):
+    """bbl = 0 marks a bad band (here filled with the ignore value, which would make
+    every pixel no-data): the cube, its wavelengths and ignore values hold the good ones."""
+    cube = random_cube(np.int16, (4, 5, 4))
+    cube[..., 1] = -9999
+    header = write_envi(tmp_path / "scene", cube, "bip", fields={
+        "bbl": "{1, 0, 1.0, 1}", "data ignore value": "-9999",
+        "wavelength": "{400, 1400, 500, 600}"})
+    raster = open_raster(header)
+    assert raster.shape == (4, 5, 3) and raster.info.bad_bands == (2,)
+    assert raster.info.wavelengths == (400.0, 500.0, 600.0)
+    assert raster.info.ignore_values == (-9999.0,) * 3 and raster.info.ignore_value == -9999
+    np.testing.assert_array_equal(raster.read_all(), cube[..., [0, 2, 3]].astype(np.float32))
+    np.testing.assert_array_equal(raster.read(slice(1, 3), slice(2, 5)),
+                                  cube[1:3, 2:5][..., [0, 2, 3]].astype(np.float32))
+
+
+def test_an_envi_header_saved_with_a_byte_order_mark_is_read(tmp_path):
+    cube = random_cube(np.float32)
+    header = write_envi(tmp_path / "scene", cube, fields={"wavelength": "{1, 2, 3}"})
+    header.write_bytes(b"\xef\xbb\xbf" + header.read_bytes())   # UTF-8 BOM, as Notepad saves
+    raster = open_raster(header)
+    np.testing.assert_array_equal(raster.read_all(), cube)
+    assert raster.info.wavelengths == (1.0, 2.0, 3.0)
+
+
 def test_a_cube_of_other_wavelengths_is_refused_a_recalibrated_one_is_not():
     bands = (400.0, 410.0, 420.0)
     for given in ((401.0, 414.9, 420.0), ()):   # within half the 10 nm spacing; unknown
@@ -220,6 +246,73 @@ def test_geotiff_scene_keeps_transform_crs_and_no_data(tmp_path, dtype):
         slice(1, 5), slice(3, 8)), expected[1:5, 3:8])
 
 
+def test_geotiff_band_scale_and_offset_apply_after_no_data(tmp_path):
+    """GDAL's value = stored x scale + offset, as ENVI's reflectance scale factor divides;
+    the no-data value is the stored one."""
+    cube = np.full((4, 3, 2), 2500, np.int16)
+    cube[1, 2] = -9999
+    path = _rescaled(write_geotiff(tmp_path / "scene.tif", cube, nodata=-9999),
+                     (0.0001, 0.001))
+    with rasterio.open(path, "r+") as dataset:
+        dataset.offsets = (0.0, 1.0)
+    expected = np.stack([np.full((4, 3), 0.25, np.float32), np.full((4, 3), 3.5, np.float32)],
+                        axis=2)
+    expected[1, 2] = np.nan
+    np.testing.assert_allclose(open_raster(path).read_all(), expected, rtol=1e-6)
+
+
+def test_each_band_keeps_its_own_no_data_value(tmp_path):
+    """A VRT of two bands whose no-data values differ (-1 and -9999): each band's own."""
+    for band, nodata in ((1, -1.0), (2, -9999.0)):
+        values = np.full((3, 3, 1), 0.5, np.float32)
+        values[band, band] = nodata
+        values[0, 0] = -9999.0 if band == 1 else -1.0   # the other band's: a value here
+        write_geotiff(tmp_path / f"b{band}.tif", values, nodata=nodata)
+    (tmp_path / "stack.vrt").write_text(
+        '<VRTDataset rasterXSize="3" rasterYSize="3">' + "".join(
+            f'<VRTRasterBand dataType="Float32" band="{band}"><NoDataValue>{nodata}'
+            f'</NoDataValue><SimpleSource><SourceFilename relativeToVRT="1">b{band}.tif'
+            f'</SourceFilename><SourceBand>1</SourceBand></SimpleSource></VRTRasterBand>'
+            for band, nodata in ((1, -1), (2, -9999))) + "</VRTDataset>")
+    raster = open_raster(tmp_path / "stack.vrt")
+    assert raster.info.ignore_values == (-1.0, -9999.0) and raster.info.ignore_value is None
+    cube = raster.read_all()
+    assert np.isnan(cube[1, 1, 0]) and np.isnan(cube[2, 2, 1])
+    assert cube[0, 0].tolist() == [-9999.0, -1.0]
+    assert np.isfinite(cube).sum() == 3 * 3 * 2 - 2
+
+
+def test_labels_on_another_grid_than_the_cube_are_refused(tmp_path):
+    """Both files georeferenced and their CRS or transform differ: refused, naming what
+    differs; a label file without georeference, or on the same grid, is taken."""
+    cube = random_cube(np.uint16, (6, 8, 2))
+    labels = np.ones((6, 8, 1), np.uint8)
+    write_geotiff(tmp_path / "scene.tif", cube, transform=TRANSFORM, crs="EPSG:32633")
+    write_geotiff(tmp_path / "plain.tif", labels)
+    write_geotiff(tmp_path / "same.tif", labels, transform=TRANSFORM, crs="EPSG:32633")
+    write_geotiff(tmp_path / "other.tif", labels, crs="EPSG:4326",
+                  transform=rasterio.Affine(0.001, 0, 10, 0, -0.001, 50))
+    for taken in ("plain.tif", "same.tif"):
+        load_scene(tmp_path / "scene.tif", labels_path=tmp_path / taken)
+    with pytest.raises(InvalidInput, match=(
+            r"^labels file .*other.tif: lies on another grid than the cube .*scene.tif: "
+            r"transform \(0.001, 0, 10, 0, -0.001, 50\) in the labels, \(30, 0, 500000, 0, "
+            r"-30, 4000000\) in the cube; CRS EPSG:4326 in the labels, EPSG:32633 in the "
+            r"cube; allowed: a label map on the cube's grid, or one without georeference$")):
+        load_scene(tmp_path / "scene.tif", labels_path=tmp_path / "other.tif")
+
+    write_envi(tmp_path / "cube", cube, fields={"map info": MAP_INFO})
+    for name, map_info in (("written_otherwise", MAP_INFO.replace("30.0", "30")),
+                           ("shifted", MAP_INFO.replace("500000.0", "500030.0"))):
+        write_classification(tmp_path / name, labels[..., 0], ["a"])
+        with open(tmp_path / f"{name}.hdr", "a", encoding="utf-8") as header:
+            header.write(f"map info = {map_info}\n")
+    load_scene(tmp_path / "cube.hdr", labels_path=tmp_path / "written_otherwise.hdr")
+    with pytest.raises(InvalidInput, match=r"shifted.hdr: lies on another grid than the cube "
+                                           r".*cube.hdr: map info \{UTM, 1, 1, 500030.0, "):
+        load_scene(tmp_path / "cube.hdr", labels_path=tmp_path / "shifted.hdr")
+
+
 # -- class maps on the map -----------------------------------------------------------------
 
 def test_class_map_of_a_geotiff_scene_is_a_geotiff_on_its_map(tmp_path):
@@ -238,9 +331,28 @@ def test_class_map_of_a_geotiff_scene_is_a_geotiff_on_its_map(tmp_path):
     assert [table[k][:3] for k in range(4)] == [tuple(c) for c in colors.tolist()]
 
 
+def test_class_map_of_a_geotiff_placed_by_ground_control_points_keeps_them(tmp_path):
+    points = [rasterio.control.GroundControlPoint(row, col, 500000 + 2 * col,
+                                                  4000000 - 2 * row, 0.0)
+              for row, col in ((0, 0), (0, 6), (5, 0), (5, 6))]
+    write_geotiff(tmp_path / "scene.tif", random_cube(np.uint16, (5, 6, 2)), gcps=points,
+                  crs="EPSG:32633")
+    info = open_raster(tmp_path / "scene.tif").info
+    assert info.transform is None and len(info.gcps) == 4
+    write_class_map(tmp_path / "out", np.ones((5, 6), np.int32), ["a"], class_colors(1), info)
+    with rasterio.open(tmp_path / "out" / "class_map.tif") as dataset:
+        written, crs = dataset.gcps
+    assert crs == rasterio.crs.CRS.from_epsg(32633)
+    assert [(p.row, p.col, p.x, p.y) for p in written] == \
+        [(p.row, p.col, p.x, p.y) for p in points]
+
+
 def test_class_map_of_an_envi_scene_is_an_envi_classification_on_its_map(tmp_path):
+    projection = "{9, 6378137.0, 6356752.314245179, 23.0, -96.0, 0.0, 0.0, 29.5, 45.5, " \
+                 "WGS-84, Albers Conical Equal Area, units=Meters}"
     write_envi(tmp_path / "scene", random_cube(np.float32, (5, 6, 2)),
-               fields={"map info": MAP_INFO, "coordinate system string": "{PROJCS[\"x\"]}"})
+               fields={"map info": MAP_INFO, "coordinate system string": "{PROJCS[\"x\"]}",
+                       "projection info": projection})
     class_map = np.random.default_rng(4).integers(0, 4, (5, 6)).astype(np.int32)
     colors = class_colors(3)
     written = write_class_map(tmp_path / "out", class_map, ["a", "b, c", "d"], colors,
@@ -253,6 +365,7 @@ def test_class_map_of_an_envi_scene_is_an_envi_classification_on_its_map(tmp_pat
     assert meta["class names"] == ["Unclassified", "a", "b; c", "d"]
     assert [int(v) for v in meta["class lookup"]] == colors.ravel().tolist()
     assert "{%s}" % ", ".join(meta["map info"]) == MAP_INFO
+    assert "{%s}" % ", ".join(meta["projection info"]) == projection
     assert meta["coordinate system string"] == ['PROJCS["x"]']
     again = read_label_map(tmp_path / "out" / "class_map.hdr")   # hmp reads its own map
     np.testing.assert_array_equal(again.labels, class_map)
@@ -284,6 +397,13 @@ def _envi(folder, **options):
 
 def _tif(folder, dtype=np.uint16):
     return write_geotiff(folder / "scene.tif", random_cube(dtype, (40, 50, 3)))
+
+
+def _rescaled(path, scales):
+    """The GDAL raster ``path`` given the bands' ``scales``."""
+    with rasterio.open(path, "r+") as dataset:
+        dataset.scales = scales
+    return path
 
 
 def _cube_and(folder, labels_file):
@@ -340,6 +460,15 @@ BAD_FILES = {   # name: (file made in a folder -> what reads it, the file named,
     "envi wavelengths of other bands": (
         lambda d: lambda: open_raster(_envi(d, fields={"wavelength": "{1, 2}"})),
         "scene.hdr", "2 wavelengths for 3 bands"),
+    "envi wavelength not finite": (
+        lambda d: lambda: open_raster(_envi(d, fields={"wavelength": "{1, nan, 3}"})),
+        "scene.hdr", "wavelength of band 2 is nan; allowed: finite numbers"),
+    "envi bad band list of other bands": (
+        lambda d: lambda: open_raster(_envi(d, fields={"bbl": "{1, 0}"})),
+        "scene.hdr", "bbl = {1, 0}; allowed: 3 values (one a band) of 1 (a good band) or 0"),
+    "envi bad band list of every band": (
+        lambda d: lambda: open_raster(_envi(d, fields={"bbl": "{0, 0, 0}"})),
+        "scene.hdr", "bbl marks every band bad (0); allowed: at least one 1"),
     "envi data file without header": (
         lambda d: (d.joinpath("scene.raw").write_bytes(b"\0" * 8),
                    lambda: open_raster(d / "scene.raw"))[1],
@@ -350,6 +479,9 @@ BAD_FILES = {   # name: (file made in a folder -> what reads it, the file named,
                              "cannot be read as a GDAL raster (truncated"),
     "tif cut in half": (lambda d: lambda: open_raster(
         _cut(_tif(d), _tif(d).stat().st_size // 2)), "scene.tif", "cannot read rows 39..39"),
+    "tif of band scale 0": (
+        lambda d: lambda: open_raster(_rescaled(_tif(d), (1, 0, 1))),
+        "scene.tif", "band 2 has scale 0; allowed: a scale other than 0"),
     "tif of complex values": (lambda d: lambda: open_raster(_tif(d, np.complex64)),
                               "scene.tif", "values of type complex64 are not supported"),
     "labels of another shape": (
