@@ -62,12 +62,6 @@ class RasterInfo:
     ignore_values: tuple = ()
     bad_bands: tuple = ()
 
-    @property
-    def ignore_value(self):
-        """The data-ignore value every band shares, or None (none, or bands differ)."""
-        values = set(self.ignore_values)
-        return values.pop() if len(values) == 1 else None
-
 
 class Raster:
     """A cube file [H, W, B] read a window at a time (see the module's docstring).

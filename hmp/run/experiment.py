@@ -284,9 +284,11 @@ def nodata_mask(cube):
 
 def nodata_summary(pixels, raster):
     """The line that says how many pixels are no-data, and why (``raster``: the scene's
-    ``hmp.data.raster.RasterInfo``, whose data-ignore value is named when it has one)."""
-    ignored = "" if raster.ignore_value is None else \
-        " or the data-ignore value %g" % raster.ignore_value
+    ``hmp.data.raster.RasterInfo``, whose data-ignore values are named when it has any)."""
+    values = sorted({value for value in raster.ignore_values if value is not None})
+    ignored = ("" if not values else " or the data-ignore value %g" % values[0]
+               if len(values) == 1 else " or their band's data-ignore value (%s)"
+               % ", ".join("%g" % value for value in values))
     return "%s NaN or infinite values%s: masked as no-data (label 0)" % (
         counted(pixels, "pixel holds", "pixels hold"), ignored)
 

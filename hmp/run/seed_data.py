@@ -33,6 +33,10 @@ def load_experiment(settings, get_model, seed):
     leakage = data.split_leakage(exp.split, patch)
     bands = exp.scene.cube.shape[2]
     seen = "" if exp.bands == bands else " (the model sees %d PCA components)" % exp.bands
+    bad = exp.scene.raster.bad_bands
+    if bad:
+        seen += " (band%s %s left out: the header's bad band list)" % (
+            "s" if len(bad) > 1 else "", ", ".join(map(str, bad)))
     print("%s: %dx%d pixels, %d bands%s, %d classes; %d training / %d test pixels"
           % (exp.scene.name, *exp.scene.labels.shape, bands, seen, exp.n_classes,
              len(exp.train), len(exp.test)), flush=True)

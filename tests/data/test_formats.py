@@ -23,6 +23,7 @@ from hmp.data import load_scene, open_raster, read_label_map, synthetic_scene
 from hmp.data.raster import check_wavelengths
 from hmp.data.raster_writer import write_class_map
 from hmp.errors import InvalidInput
+from hmp.run import experiment
 from hmp.evaluation.maps import class_colors
 
 ENVI_TYPES = {np.dtype(np.uint8): 1, np.dtype(np.int16): 2, np.dtype(np.int32): 3,
@@ -117,7 +118,7 @@ def test_envi_header_brings_wavelengths_ignore_value_scale_and_map_info(tmp_path
         np.testing.assert_array_equal(raster.read_all(), expected)
         info = raster.info
         assert info.wavelengths == (450.5, 550.0, 650.25)
-        assert info.wavelength_units == "Nanometers" and info.ignore_value == -9999
+        assert info.wavelength_units == "Nanometers" and info.ignore_values == (-9999,) * 3
         assert info.map_info == tuple(item.strip() for item in MAP_INFO[1:-1].split(","))
         assert info.coordinate_system == 'PROJCS["WGS 84"]'
 
@@ -133,7 +134,7 @@ def test_envi_bad_bands_are_left_out_as_envi_leaves_them_out(tmp_path):
     raster = open_raster(header)
     assert raster.shape == (4, 5, 3) and raster.info.bad_bands == (2,)
     assert raster.info.wavelengths == (400.0, 500.0, 600.0)
-    assert raster.info.ignore_values == (-9999.0,) * 3 and raster.info.ignore_value == -9999
+    assert raster.info.ignore_values == (-9999.0,) * 3
     np.testing.assert_array_equal(raster.read_all(), cube[..., [0, 2, 3]].astype(np.float32))
     np.testing.assert_array_equal(raster.read(slice(1, 3), slice(2, 5)),
                                   cube[1:3, 2:5][..., [0, 2, 3]].astype(np.float32))
@@ -205,7 +206,7 @@ def test_envi_scene_with_a_classification_file_takes_its_class_names(tmp_path):
     expected = cube.astype(np.float32)
     expected[cube == 0] = np.nan
     np.testing.assert_array_equal(scene.cube, expected)
-    assert scene.raster.ignore_value == 0 and scene.raster.format == "envi"
+    assert set(scene.raster.ignore_values) == {0} and scene.raster.format == "envi"
     named = read_label_map(tmp_path / "gt.hdr")
     assert named.class_names == ("water", "trees", "road")
 
@@ -239,7 +240,7 @@ def test_geotiff_scene_keeps_transform_crs_and_no_data(tmp_path, dtype):
     expected[cube == 7] = np.nan
     np.testing.assert_array_equal(scene.cube, expected)
     np.testing.assert_array_equal(scene.labels, np.where(labels == 255, 0, labels))
-    assert scene.raster.format == "geotiff" and scene.raster.ignore_value == 7
+    assert scene.raster.format == "geotiff" and set(scene.raster.ignore_values) == {7}
     assert scene.raster.transform == tuple(TRANSFORM)[:6]
     assert rasterio.crs.CRS.from_wkt(scene.raster.crs) == rasterio.crs.CRS.from_epsg(32633)
     np.testing.assert_array_equal(open_raster(tmp_path / "scene.tif").read(
@@ -275,11 +276,14 @@ def test_each_band_keeps_its_own_no_data_value(tmp_path):
             f'</SourceFilename><SourceBand>1</SourceBand></SimpleSource></VRTRasterBand>'
             for band, nodata in ((1, -1), (2, -9999))) + "</VRTDataset>")
     raster = open_raster(tmp_path / "stack.vrt")
-    assert raster.info.ignore_values == (-1.0, -9999.0) and raster.info.ignore_value is None
+    assert raster.info.ignore_values == (-1.0, -9999.0)
     cube = raster.read_all()
     assert np.isnan(cube[1, 1, 0]) and np.isnan(cube[2, 2, 1])
     assert cube[0, 0].tolist() == [-9999.0, -1.0]
     assert np.isfinite(cube).sum() == 3 * 3 * 2 - 2
+    assert experiment.nodata_summary(2, raster.info) == (
+        "2 pixels hold NaN or infinite values or their band's data-ignore value (-9999, -1): "
+        "masked as no-data (label 0)")
 
 
 def test_labels_on_another_grid_than_the_cube_are_refused(tmp_path):
@@ -566,9 +570,12 @@ def cli(tmp_path_factory):
     cube[3, 4, 5] = -9999
     wavelengths = lambda first: "{%s}" % ", ".join(   # noqa: E731
         str(first + 10 * band) for band in range(12))
+    bbl = "{%s}" % ", ".join(["1"] * 11 + ["0"])   # the last band bad: left out
     write_envi(folder / "scene", cube, "bil", 1, fields={
-        "map info": MAP_INFO, "data ignore value": "-9999", "wavelength": wavelengths(400)})
-    write_envi(folder / "other_bands", cube, fields={"wavelength": wavelengths(1400)})
+        "map info": MAP_INFO, "data ignore value": "-9999", "wavelength": wavelengths(400),
+        "bbl": bbl})
+    write_envi(folder / "other_bands", cube, fields={"wavelength": wavelengths(1400),
+                                                      "bbl": bbl})
     write_classification(folder / "gt", scene.labels, CLASS_NAMES)
     georeference = {"transform": TRANSFORM, "crs": "EPSG:32633"}
     write_geotiff(folder / "scene.tif", scene.cube, **georeference)
@@ -621,6 +628,8 @@ def test_envi_and_geotiff_scenes_train_and_their_class_maps_open_on_their_map(cl
     ignored = "1 pixel holds NaN or infinite values or the data-ignore value -9999: masked " \
               "as no-data (label 0)"
     assert ignored in runs["envi"].stdout and ignored in runs["predict_envi"].stdout
+    assert "48x40 pixels, 11 bands (band 12 left out: the header's bad band list)" in runs[
+        "envi"].stdout
 
     envi_out = folder / "envi" / "prediction"
     class_map = np.load(envi_out / "class_map.npy")
@@ -673,7 +682,7 @@ BAD_CLI = {
                                    "smoothing)"),
     "predict_other_bands": ("other_bands.hdr", "--dataset={}: the cube: band 1 lies at "
                                                "wavelength 1400, but at 400 in the scene the "
-                                               "run was trained on (12 of 12 bands differ)"),
+                                               "run was trained on (11 of 11 bands differ)"),
 }
 
 
