@@ -1,4 +1,4 @@
-"""The arithmetic of a layer: output sizes and forward FLOPs.
+"""The arithmetic of a layer: its window and strides, output sizes and forward FLOPs.
 
 Pure Python (no TensorFlow), so that the engine (``hmp.mesh.ops`` sizes its
 outputs, ``hmp.graph.workload`` counts a lowered graph's work) and the planner's
@@ -7,7 +7,24 @@ hand-built specs (``hmp.planning.model_spec``) apply the same rules.
 FLOPs count a multiply-add as 2.
 """
 
-from hmp.errors import InvalidInput
+import collections.abc
+import numbers
+
+from hmp.errors import InvalidInput, whole_number
+
+
+def per_axis(value, rank, what):
+    """``value`` (a filter size, window or strides) for each of ``rank`` spatial axes, as
+    a tuple of ints: one whole number >= 1 an axis, or one for every axis (``3`` is
+    ``(3, 3)`` in 2-D). Else InvalidInput: "<what> <value> must be <rank> whole numbers
+    >= 1", or "<what> <value>: an entry must be a whole number >= 1, got ..."."""
+    if isinstance(value, numbers.Integral):
+        values = (value,) * rank
+    else:
+        values = tuple(value) if isinstance(value, collections.abc.Iterable) else ()
+    if len(values) != rank:
+        raise InvalidInput(f"{what} {value!r} must be {rank} whole numbers >= 1")
+    return tuple(whole_number(v, f"{what} {value!r}: an entry") for v in values)
 
 
 def output_size(size, window, stride, padding, what="the input"):

@@ -23,6 +23,8 @@ import contextlib
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
+from hmp.errors import InvalidInput
+from hmp.layer_math import per_axis
 from hmp.mesh import ops
 from hmp.mesh.bucketing import reduce_together
 
@@ -30,9 +32,8 @@ mtf = import_mesh_tensorflow()
 
 
 def _kernel_dims(names, sizes):
-    if len(names) != len(sizes):
-        raise ValueError("filter_size %s must have %d entries" % (list(sizes), len(names)))
-    return [mtf.Dimension(n, int(s)) for n, s in zip(names, sizes)]
+    sizes = per_axis(sizes, len(names), tf.get_variable_scope().name + ": filter_size")
+    return [mtf.Dimension(n, s) for n, s in zip(names, sizes)]
 
 
 def _default_initializer(activation):
@@ -73,7 +74,12 @@ def conv2d(x, output_dim, filter_size=(3, 3), strides=(1, 1), padding="SAME",
 
     ``in_dims`` (default: the last dim of ``x``) are contracted; several dims
     may be given (e.g. ``[depth, channels]`` of a 3-D feature map). Returns
-    [batch..., h', w', output_dim]: spatial dims keep their names.
+    [batch..., h', w', output_dim]: spatial dims keep their names. ``filter_size`` and
+    ``strides``: a whole number >= 1 per spatial dim, or one for both.
+
+    Raises:
+      InvalidInput: ``x`` has no dim before [h, w, in_dims...] (the batch), or
+        ``filter_size`` or ``strides`` are not 2 whole numbers >= 1.
     """
     return _conv(x, output_dim, ("fh", "fw"), filter_size, strides, padding,
                  in_dims, use_bias, activation, kernel_initializer, name,
@@ -83,7 +89,14 @@ def conv2d(x, output_dim, filter_size=(3, 3), strides=(1, 1), padding="SAME",
 def conv3d(x, output_dim, filter_size=(3, 3, 3), strides=(1, 1, 1),
            padding="SAME", in_dims=None, use_bias=True, activation=None,
            kernel_initializer=None, name=None):
-    """3-D convolution of ``x`` = [batch..., d, h, w, in_dims...] to ``output_dim``."""
+    """3-D convolution of ``x`` = [batch..., d, h, w, in_dims...] to ``output_dim``, as
+    :func:`conv2d` (``filter_size`` and ``strides``: 3 whole numbers, or one for all).
+
+    Raises:
+      InvalidInput: ``x`` has no dim before [d, h, w, in_dims...] (a [batch, h, w,
+        bands] patch would convolve across the samples: make it a volume first), or
+        ``filter_size`` or ``strides`` are not 3 whole numbers >= 1.
+    """
     return _conv(x, output_dim, ("fd", "fh", "fw"), filter_size, strides,
                  padding, in_dims, use_bias, activation, kernel_initializer,
                  name, "conv3d")
@@ -96,9 +109,18 @@ def dense(x, output_dim, reduced_dims=None, use_bias=True, activation=None,
     Reducing over several dims lets a feature map [batch, h, w, filters] feed
     it directly; if ``filters`` is split, each device multiplies its part and
     Mesh-TF all-reduces the partial sums.
+
+    Raises:
+      InvalidInput: one of ``reduced_dims`` is not a dim of ``x`` (by name and size:
+        e.g. the dims of a map before it was pooled).
     """
     reduced_dims = list(reduced_dims) if reduced_dims is not None else x.shape.dims[-1:]
     with tf.variable_scope(name, default_name="dense"):
+        for dim in reduced_dims:
+            if dim not in x.shape.dims:
+                raise InvalidInput("%s: reduced dim %s=%d is not a dim of x [%s]" % (
+                    tf.get_variable_scope().name, dim.name, dim.size,
+                    ", ".join("%s=%d" % d for d in x.shape.dims)))
         kernel = mtf.get_variable(
             x.mesh, "kernel", reduced_dims + [output_dim],
             initializer=kernel_initializer or _default_initializer(activation),
@@ -109,23 +131,29 @@ def dense(x, output_dim, reduced_dims=None, use_bias=True, activation=None,
 
 
 def max_pool2d(x, window=(2, 2), strides=None, padding="VALID", name=None):
-    """Max pooling over [h, w] of x = [batch..., h, w, channels]."""
-    return ops.pool(x, window, strides or window, padding, "max", name)
+    """Max pooling over [h, w] of x = [batch..., h, w, channels].
+
+    ``window`` and ``strides`` (default: the window): 2 whole numbers >= 1, or one for
+    both. InvalidInput if they are not, or ``x`` has no dim before [h, w, channels]."""
+    return ops.pool(x, 2, window, strides, padding, "max", name)
 
 
 def max_pool3d(x, window=(2, 2, 2), strides=None, padding="VALID", name=None):
-    """Max pooling over [d, h, w] of x = [batch..., d, h, w, channels]."""
-    return ops.pool(x, window, strides or window, padding, "max", name)
+    """Max pooling over [d, h, w] of x = [batch..., d, h, w, channels], as
+    :func:`max_pool2d` (3 whole numbers, or one for all)."""
+    return ops.pool(x, 3, window, strides, padding, "max", name)
 
 
 def avg_pool2d(x, window=(2, 2), strides=None, padding="VALID", name=None):
-    """Average pooling over [h, w] of x = [batch..., h, w, channels]."""
-    return ops.pool(x, window, strides or window, padding, "avg", name)
+    """Average pooling over [h, w] of x = [batch..., h, w, channels], as
+    :func:`max_pool2d`."""
+    return ops.pool(x, 2, window, strides, padding, "avg", name)
 
 
 def avg_pool3d(x, window=(2, 2, 2), strides=None, padding="VALID", name=None):
-    """Average pooling over [d, h, w] of x = [batch..., d, h, w, channels]."""
-    return ops.pool(x, window, strides or window, padding, "avg", name)
+    """Average pooling over [d, h, w] of x = [batch..., d, h, w, channels], as
+    :func:`max_pool3d`."""
+    return ops.pool(x, 3, window, strides, padding, "avg", name)
 
 
 # TF collection of the mtf assign operations of every ``batch_norm``'s moving

@@ -21,6 +21,7 @@ single slice shape raises :class:`UnevenSplitError`, which the lowering
 prefixes with the operation's name. See ``docs/engine.md``.
 """
 
+import numbers
 import os
 import random
 import zlib
@@ -75,7 +76,8 @@ class HeteroMeshImpl(PlacementMeshImpl):
       device_inputs: a ``hmp.mesh.device_inputs.DeviceInputs``, or None: imports of
         fed placeholders and of functions of the step, and the random draws' key,
         made on each device (fed to it, or from its own step counter) instead of
-        sliced where they lie.
+        sliced where they lie. Only with it are the random draws keyed by a step
+        (``random``); without it they draw anew at every run.
 
     Raises:
       ValueError: a split names a dimension the layout does not lay out, has
@@ -146,7 +148,8 @@ class HeteroMeshImpl(PlacementMeshImpl):
                     "%d coordinates" % (name, len(sizes), sizes, mesh_dim.name,
                                         mesh_dim.size))
             for coord, size in enumerate(sizes):
-                if isinstance(size, bool) or not float(size).is_integer():
+                if (isinstance(size, bool) or not isinstance(size, numbers.Real)
+                        or not float(size).is_integer()):
                     raise ValueError(
                         "splits: dimension %r size %r at %s coordinate %d is "
                         "not an integer" % (name, size, mesh_dim.name, coord))
@@ -369,25 +372,29 @@ class HeteroMeshImpl(PlacementMeshImpl):
         device, and replicated copies agree. Under a graph-level seed
         (``tf.set_random_seed``) the seed is derived from it and the number of random
         tensors this mesh made before, with a stable hash: a seeded graph draws the
-        same numbers in every process, and a step lowered again in the same graph (in
-        another name scope: ``TrainingGraph.steps_per_run``) uses the first one's keys
-        (its stateless draws differ by the global step). Without one, each call draws a fresh key,
-        as stock Mesh-TF does. In a graph with a global step, uniform and normal
-        draws are stateless, keyed by (that seed, the global step): a run resumed
-        from a checkpoint, or rebuilt on a new plan, draws what an uninterrupted
-        run draws at the same step. With ``device_inputs`` each device reads the step
-        from its own counter, equal to the global step.
+        same numbers in every process. Without one, each call draws a fresh key, as
+        stock Mesh-TF does.
+
+        A step is the key only when the builder asks for it with ``device_inputs``
+        (``hmp.graph.graph.TrainingGraph``): uniform and normal draws are then
+        stateless, keyed by (that seed, the device's own step counter, which the graph
+        keeps equal to the global step and advances each step), so a run resumed from a
+        checkpoint, or rebuilt on a new plan, draws what an uninterrupted run draws at
+        the same step, and a step lowered again in the same graph (in another name
+        scope: ``TrainingGraph.steps_per_run``) uses the first one's seeds and draws by
+        its own step. Otherwise the draws are the random ops' own (stateful): each run
+        draws anew, whether or not the graph has a global step, which nothing here
+        advances (``hmp.train_step`` does not; Mesh-TF's Adafactor makes one).
         """
         op_key = self._random_op_key()
         seed = zlib.crc32(str(op_key).encode("utf-8")) & 0x7FFFFFFF
-        step = tf.train.get_global_step()
-        stateless = STATELESS.get(getattr(tf_fn, "__name__", None))
+        stateless = (STATELESS.get(getattr(tf_fn, "__name__", None))
+                     if self.device_inputs is not None else None)
         def random_slice(pnum):
             extent = self.slice_extent(shape, pnum)
-            if step is not None and stateless is not None:
-                own = (tf.cast(step, tf.int64) if self.device_inputs is None
-                       else self.device_inputs.step(self.devices[pnum]))
-                key = tf.stack([tf.constant(seed, tf.int64), own])
+            if stateless is not None:
+                key = tf.stack([tf.constant(seed, tf.int64),
+                                self.device_inputs.step(self.devices[pnum])])
                 whole = stateless(shape.to_integer_list, seed=key, **kwargs)
             else:
                 whole = tf_fn(shape.to_integer_list, seed=seed, **kwargs)

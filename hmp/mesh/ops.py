@@ -28,7 +28,8 @@ import math
 import tensorflow.compat.v1 as tf
 
 from hmp.compat import import_mesh_tensorflow
-from hmp.layer_math import output_size
+from hmp.errors import InvalidInput
+from hmp.layer_math import output_size, per_axis
 from hmp.mesh import conv3d_gradient
 
 mtf = import_mesh_tensorflow()
@@ -190,6 +191,24 @@ def _strided_dims(spatial_dims, windows, strides, padding, name):
             for d, w, s in zip(spatial_dims, windows, strides)]
 
 
+_SPATIAL = {2: ["height", "width"], 3: ["depth", "height", "width"]}
+
+
+def _batch_dims(x, rank, trailing, what):
+    """The dims of ``x`` before its ``rank`` spatial dims and the ``trailing`` dims after
+    them (channels); InvalidInput when there are none: the batch would be taken for a
+    spatial dim (a 3-D op on [batch, h, w, bands] would mix the samples)."""
+    batch_dims = x.shape.dims[:-(rank + len(trailing))]
+    if not batch_dims:
+        raise InvalidInput(
+            "%s needs [batch..., %s]; got %d dimensions [%s]%s"
+            % (what, ", ".join(_SPATIAL[rank] + [d.name for d in trailing]), x.shape.ndims,
+               ", ".join(d.name for d in x.shape.dims),
+               ": a [batch, h, w, bands] patch is the volume [batch, bands, h, w, 1] "
+               "(models.cnn3d.to_volume)" if rank == 3 else ""))
+    return batch_dims
+
+
 def _merge_axes(t, begin, end):
     """Reshapes axes [begin, end) of ``t`` into one (static shapes)."""
     shape = t.shape.as_list()
@@ -207,25 +226,31 @@ def convolution(x, conv_filter, strides, padding, in_dims, name=None):
     ``in_dims`` are contracted together, so a 3-D feature map
     ``[b, h, w, depth, channels]`` can feed a 2-D convolution without a
     reshape (the hybrid 3D->2D network). Any of ``in_dims``, ``out_dim`` and
-    the batch dims may be split (unevenly); the spatial dims may not.
+    the batch dims may be split (unevenly); the spatial dims may not. ``strides``:
+    one whole number >= 1 a spatial dim, or one for all (``hmp.layer_math.per_axis``).
+
+    Raises:
+      InvalidInput: ``x`` has no batch dim before its spatial dims, ``strides`` are
+        not N whole numbers >= 1, or a VALID window is larger than its dim.
     """
+    name = name or "conv"
+    where = tf.get_variable_scope().name + "/" + name
     in_dims = list(in_dims)
     n_in = len(in_dims)
     rank = conv_filter.shape.ndims - n_in - 1
     if rank not in (2, 3):
         raise ValueError("%s: filter %s must have 2 or 3 kernel dims, then %s, "
-                         "then the output dim" % (name, conv_filter.shape, in_dims))
+                         "then the output dim" % (where, conv_filter.shape, in_dims))
     if x.shape.dims[-n_in:] != in_dims or conv_filter.shape.dims[rank:-1] != in_dims:
         raise ValueError("%s: input %s and filter %s must both end in %s"
-                         % (name, x.shape, conv_filter.shape, in_dims))
-    batch_dims = x.shape.dims[:-(rank + n_in)]
+                         % (where, x.shape, conv_filter.shape, in_dims))
+    batch_dims = _batch_dims(x, rank, in_dims, "%s: a %d-D convolution" % (where, rank))
     spatial_dims = x.shape.dims[-(rank + n_in):-n_in]
     kernel_dims = conv_filter.shape.dims[:rank]
     out_dim = conv_filter.shape.dims[-1]
-    strides = list(strides)
-    name = name or "conv"
+    strides = list(per_axis(strides, rank, where + ": strides"))
     out_spatial = _strided_dims(spatial_dims, [k.size for k in kernel_dims],
-                                strides, padding, tf.get_variable_scope().name + "/" + name)
+                                strides, padding, where)
     tf_conv = tf.nn.conv2d if rank == 2 else tf.nn.conv3d
     n_batch = len(batch_dims)
 
@@ -246,20 +271,27 @@ def convolution(x, conv_filter, strides, padding, in_dims, name=None):
         kind="conv%dd" % rank).outputs[0]
 
 
-def pool(x, window, strides, padding, kind, name=None):
-    """Max or average pooling over the N = len(window) dims before the last.
+def pool(x, rank, window, strides, padding, kind, name=None):
+    """Max or average pooling over the ``rank`` (2 or 3) dims before the last.
 
-    ``x`` is ``[batch dims..., spatial dims (N)..., channels]``. Unlike the
+    ``x`` is ``[batch dims..., spatial dims (rank)..., channels]``. Unlike the
     stock Mesh-TF pooling it accepts any window, stride and padding, and its
-    gradient is TensorFlow's own.
+    gradient is TensorFlow's own. ``window`` and ``strides`` (None: the window's): one
+    whole number >= 1 a spatial dim, or one for all (``hmp.layer_math.per_axis``).
+
+    Raises:
+      InvalidInput: ``x`` has no batch dim before its spatial dims, ``window`` or
+        ``strides`` are not ``rank`` whole numbers >= 1, or a VALID window is larger
+        than its dim.
     """
-    rank = len(window)
     if rank not in (2, 3) or kind not in ("max", "avg"):
-        raise ValueError("pool: need a 2 or 3 dim window and kind 'max' or "
-                         "'avg', got %s and %r" % (window, kind))
-    batch_dims = x.shape.dims[:-(rank + 1)]
-    spatial_dims = x.shape.dims[-(rank + 1):-1]
+        raise ValueError("pool: need rank 2 or 3 and kind 'max' or 'avg', got %r and %r"
+                         % (rank, kind))
     name = name or kind + "_pool"
+    batch_dims = _batch_dims(x, rank, x.shape.dims[-1:], "%s: a %d-D pool" % (name, rank))
+    spatial_dims = x.shape.dims[-(rank + 1):-1]
+    window = per_axis(window, rank, name + ": window")
+    strides = window if strides is None else per_axis(strides, rank, name + ": strides")
     out_spatial = _strided_dims(spatial_dims, window, strides, padding, name)
     tf_pool = {(2, "max"): tf.nn.max_pool2d, (3, "max"): tf.nn.max_pool3d,
                (2, "avg"): tf.nn.avg_pool2d, (3, "avg"): tf.nn.avg_pool3d}[rank, kind]

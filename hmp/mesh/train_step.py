@@ -38,7 +38,10 @@ def train_step(loss, optimizer, loss_scale=1.0):
     """Returns the mtf update operations of one ordered optimizer step.
 
     Every trainable variable of the loss's graph that the loss depends on is
-    updated, with its gradient in its slice dtype.
+    updated, with its gradient in its slice dtype. The step advances no global step
+    (a caller that keeps one advances it): random draws, such as dropout's, are keyed
+    by a step only on a mesh built with ``device_inputs``, else drawn anew at every
+    run (``HeteroMeshImpl.random``).
 
     Args:
       loss: a scalar mtf Tensor.

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 
 from hmp.errors import InvalidInput, whole_number
-from hmp.layer_math import conv_flops, dense_flops, output_size, pool_flops
+from hmp.layer_math import conv_flops, dense_flops, output_size, per_axis, pool_flops
 
 KINDS = ("conv2d", "conv3d", "dense", "pool")
 CONVOLUTIONS = ("conv2d", "conv3d")   # the kinds whose output channels come in blocks
@@ -173,21 +173,13 @@ class ModelSpec:
         return self.layers[index - 1].output_elems_per_sample
 
 
-def _per_axis(value, rank, what):
-    """Expands an int to a ``rank``-tuple; checks a given tuple's length."""
-    values = (value,) * rank if isinstance(value, int) else tuple(value)
-    if len(values) != rank:
-        raise InvalidInput(f"{what} {value!r} must be {rank} whole numbers >= 1")
-    return tuple(whole_number(v, f"{what} {value!r}: an entry") for v in values)
-
-
 def conv_output_spatial(in_spatial, kernel, strides=1, padding="same"):
     """Output spatial shape of a convolution or pool (``hmp.layer_math.output_size``
     on every axis)."""
     rank = len(in_spatial)
-    in_spatial = _per_axis(tuple(in_spatial), rank, "in_spatial")
-    kernel = _per_axis(kernel, rank, "kernel")
-    strides = _per_axis(strides, rank, "strides")
+    in_spatial = per_axis(tuple(in_spatial), rank, "in_spatial")
+    kernel = per_axis(kernel, rank, "kernel")
+    strides = per_axis(strides, rank, "strides")
     return tuple(output_size(n, k, s, padding, f"axis {axis} of in_spatial {in_spatial}")
                  for axis, (n, k, s) in enumerate(zip(in_spatial, kernel, strides)))
 
@@ -214,7 +206,7 @@ def conv_layer_spec(name, kind, in_spatial, kernel, in_channels, out_channels,
         raise InvalidInput(f"layer {name!r}: kind {kind!r} with in_spatial {in_spatial!r}; "
                          "need conv2d with (H, W) or conv3d with (H, W, D)")
     out_spatial = conv_output_spatial(in_spatial, kernel, strides, padding)
-    taps = math.prod(_per_axis(kernel, rank, "kernel"))
+    taps = math.prod(per_axis(kernel, rank, "kernel"))
     weights = taps * in_channels * out_channels
     return LayerSpec(
         name=name, kind=kind, split_dim=split_dim,
@@ -252,5 +244,5 @@ def pool_layer_spec(name, in_spatial, channels, window, strides=None, padding="v
         split_size=channels if split_dim is not None else 0,
         split_role="output" if split_dim is not None else None,
         flops_per_sample=float(pool_flops(
-            out_elems, math.prod(_per_axis(window, len(in_spatial), "window")))),
+            out_elems, math.prod(per_axis(window, len(in_spatial), "window")))),
         params=0, output_elems_per_sample=out_elems)

@@ -142,6 +142,28 @@ def test_pooling_matches_tf_nn(case):
     assert [s[-1] for s in slices] == [3, 3, 4, 4]
 
 
+def test_one_whole_number_is_the_size_of_every_spatial_dim():
+    """``filter_size=3, strides=2`` and a pool's ``window=2``: a 3-D convolution and pool
+    of (3, 3, 3), (2, 2, 2) and (2, 2, 2), as plain TensorFlow computes them."""
+    rng = np.random.RandomState(0)
+    x = rng.randn(6, 7, 6, 5, 6).astype(np.float32)
+    w = rng.randn(3, 3, 3, 6, 7).astype(np.float32)
+    x_dims = dims(("batch", 6), ("d", 7), ("h", 6), ("w", 5), ("cin", 6))
+
+    def build(mesh, tx):
+        features = layers.conv3d(tx, mtf.Dimension("cout", 7), filter_size=3, strides=2,
+                                 use_bias=False, kernel_initializer=tf.constant_initializer(w))
+        return layers.max_pool3d(features, 2)
+    out, grads, weight, _ = run_on_mesh(build, LAYOUTS["batch_and_out"], [(x, x_dims)])
+    twos = [1, 2, 2, 2, 1]
+    expected, expected_grads = tf_reference(
+        lambda a: tf.nn.max_pool3d(tf.nn.conv3d(a, w, twos, "SAME"), twos, twos, "VALID"),
+        [x], weight)
+    assert out.shape == expected.shape == (6, 2, 1, 1, 7)
+    assert harness.max_relative_error(out, expected) <= TOLERANCE
+    assert harness.max_relative_error(grads[0], expected_grads[0]) <= TOLERANCE
+
+
 def test_dense_reducing_split_feature_map_matches_numpy():
     rng = np.random.RandomState(0)
     x = rng.randn(6, 3, 3, 6).astype(np.float32)

@@ -22,6 +22,7 @@ def mesh_impl(splits, shape="batch:2;model:2", layout="batch:batch;filters1:mode
     ({"filters1": [9, -1]}, r"'filters1' has negative size -1 at model coordinate 1"),
     ({"filters1": [10, 0]}, r"'filters1' has size 0 at model coordinate 1; zero shares"),
     ({"filters1": [2.5, 3]}, r"'filters1' size 2.5 .* not an integer"),
+    ({"filters1": ["6", 6]}, r"'filters1' size '6' at model coordinate 0 is not an integer"),
     ({"filters2": [4, 4]}, r"'filters2' is not laid out on any mesh axis; .*'batch', 'filters1'"),
 ])
 def test_bad_split_refused_at_construction(splits, message):

@@ -6,12 +6,15 @@ early assign would change another variable's gradient).
 """
 
 import functools
+import itertools
 
+import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
 import harness
 import hmp
+from hmp import layers
 from hmp.mesh.optimizers import OPTIMIZERS, make_optimizer
 from hmp.compat import import_mesh_tensorflow
 
@@ -172,3 +175,48 @@ def test_barrier_waits_across_devices_only_where_variables_are_split(config):
     assert len(devices) == len(config.devices)
     for device, others in waited_for.items():
         assert others == ({device} if config is harness.BATCH_SPLIT else devices), device
+
+
+def _dropout_masks(config, optimizer, steps=3):
+    """Each step's dropout mask in a user's loop (docs/engine.md's) of ``steps`` runs of
+    the 2-D CNN's ordered step, its hidden filters multiplied by a dropout of ones;
+    ``optimizer`` Adafactor (which makes a global step) or Adam, the user making one."""
+    harness.reset_graph()
+    if optimizer == "adam":
+        tf.train.get_or_create_global_step()
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "mesh")
+    x, y = harness.data_2d()
+    batch = mtf.Dimension("batch", x.shape[0])
+    tx = mtf.import_tf_tensor(mesh, tf.constant(x), mtf.Shape(
+        [batch] + [mtf.Dimension(n, s) for n, s in zip(("h", "w", "bands"), x.shape[1:])]))
+    hidden = layers.conv2d(tx, mtf.Dimension("filters1", 12), activation=mtf.relu)
+    mask = layers.dropout(mtf.ones(mesh, hidden.shape), True, 0.5)
+    logits = layers.dense(hidden * mask, mtf.Dimension("classes", harness.N_CLASSES),
+                              reduced_dims=hidden.shape.dims[1:])
+    labels = mtf.import_tf_tensor(mesh, tf.constant(y), mtf.Shape([batch]))
+    loss = mtf.reduce_mean(layers.softmax_cross_entropy(logits, labels,
+                                                            logits.shape.dims[-1]))
+    updates = hmp.train_step(loss, make_optimizer(optimizer, 0.01))
+    assert tf.train.get_global_step() is not None
+    impl = hmp.HeteroMeshImpl(config.shape, config.layout, config.devices, config.splits)
+    lowering = hmp.HeteroLowering(graph, {mesh: impl})
+    tf_mask = lowering.export_to_tf_tensor(mask)
+    step = tf.group([lowering.lowered_operation(u) for u in updates])
+    with tf.Session(config=harness.session_config()) as session:
+        harness.initialise(session, graph, lowering, weights=None)
+        return [session.run([tf_mask, step])[0] for _ in range(steps)]
+
+
+@pytest.mark.parametrize("optimizer", ["adafactor", "adam"])
+def test_a_users_loop_drops_other_units_every_step_as_on_one_device(optimizer):
+    """The graph has a global step that nothing advances (``hmp.train_step`` does not):
+    the draws are not keyed by it (only a ``TrainingGraph``'s are, by each device's step
+    counter), so every step draws a new mask, on a filter split the same as on one device."""
+    masks = _dropout_masks(harness.MODEL_SPLIT, optimizer)
+    for mask, alone in zip(masks, _dropout_masks(harness.MeshConfig("", "", [""], {}),
+                                                 optimizer)):
+        np.testing.assert_array_equal(mask, alone)
+    assert {float(v) for mask in masks for v in np.unique(mask)} == {0.0, 2.0}
+    for earlier, later in itertools.combinations(masks, 2):
+        assert 0.3 < (earlier != later).mean() < 0.7   # half of the units differ
