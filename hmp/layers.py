@@ -297,7 +297,9 @@ def batch_norm(x, training, momentum=0.99, epsilon=1e-3, name=None):
 def _moments(x, channels, count):
     """Mean and variance of ``x`` per channel over all its other dims (``count`` values a
     channel), from one all-reduce of the sums of ``x`` and ``x**2`` (the variance
-    clipped at 0, where rounding would make a constant channel's slightly negative)."""
+    clipped at 0, where rounding would make a constant channel's slightly negative). One
+    all-reduce's price: a channel whose mean is large against its spread loses digits
+    (docs/engine.md, "Batch norm in two all-reduces")."""
     sums, squares = reduce_together([mtf.reduce_sum(x, output_shape=channels),
                                      mtf.reduce_sum(mtf.square(x), output_shape=channels)])
     mean = sums / count
@@ -305,9 +307,11 @@ def _moments(x, channels, count):
 
 
 def _replica_moments(x, channels):
-    """:func:`_moments` of each replica's own samples (``hmp.mesh.ops.replica_mean``)."""
+    """The mean and variance of each replica's own samples (``hmp.mesh.ops.replica_mean``),
+    the variance from the deviations from the mean (no all-reduce to save: exact where
+    E[x^2] - E[x]^2 loses a channel whose mean is large against its spread)."""
     mean = ops.replica_mean(x, channels)
-    return mean, mtf.relu(ops.replica_mean(mtf.square(x), channels) - mtf.square(mean))
+    return mean, ops.replica_mean(mtf.square(x - mean), channels)
 
 
 def _normalise_gradient(x, scale, mean, variance, epsilon, dy, channels, count):
@@ -372,7 +376,12 @@ def filter_split_block(x, hidden_dim, output_dim, conv=conv2d,
 
 def softmax_cross_entropy(logits, labels, classes_dim):
     """Per-example cross-entropy of ``logits`` against integer ``labels``, in float32
-    whatever the logits' dtype (a low precision would round the log-probabilities)."""
+    whatever the logits' dtype (a low precision would round the log-probabilities).
+
+    ``labels`` count from 0 (class k of a ground truth numbered 1..K is label k - 1). A
+    label outside [0, classes) is not checked in the graph: its one-hot target is all
+    zeros and its loss 0 (``tf.nn.sparse_softmax_cross_entropy_with_logits`` would
+    fail), so check labels where they are made, as ``hmp.data`` does a scene's."""
     logits = mtf.cast(logits, tf.float32)
     targets = ops.one_hot(labels, classes_dim, dtype=logits.dtype)
     return mtf.layers.softmax_cross_entropy_with_logits(logits, targets, classes_dim)

@@ -69,6 +69,27 @@ def test_local_statistics_are_each_replicas_own_and_need_no_allreduce_of_their_o
         assert harness.max_relative_error(actual, wanted) <= 1e-4
 
 
+def test_local_statistics_hold_for_channels_whose_mean_is_large_against_their_spread():
+    """Each replica's variance from the deviations from its mean: at a mean of 1000 and
+    a spread of 1, E[x^2] - E[x]^2 in float32 is off by about 10 (its normalised outputs
+    by more than 1); numpy's float64 batch norm of each replica's samples is the
+    reference."""
+    x, _ = _data()
+    x = (1000 + (x - x.mean()) / x.std()).astype(np.float32)
+    graph, mesh, (tx,) = harness.mesh_with_inputs([(x, _dims())])
+    with layers.batch_statistics("local"):
+        y = layers.batch_norm(tx, training=True, epsilon=1e-3)[0]
+    lowering = hmp.HeteroLowering(graph, {mesh: hmp.HeteroMeshImpl(MESH, RULES, CPUS, SPLITS)})
+    fetch = lowering.export_to_tf_tensor(y)
+    with tf.Session(config=harness.session_config()) as session:
+        harness.initialise(session, graph, lowering, weights=None)
+        actual = session.run(fetch)
+    for rows in REPLICAS:
+        own = x[rows].astype(np.float64)
+        wanted = (own - own.mean(axis=(0, 1, 2))) / np.sqrt(own.var(axis=(0, 1, 2)) + 1e-3)
+        np.testing.assert_allclose(actual[rows], wanted, atol=2e-3)
+
+
 def test_replicas_moving_statistics_are_averaged_by_their_samples():
     """One update of the moving statistics, each replica from its own samples, then
     ``average_over_replicas``: every device's copy holds the numpy mean of the replicas'
