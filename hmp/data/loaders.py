@@ -6,13 +6,10 @@ or ``load_scene("my_cube.hdr", labels_path="my_gt.tif")`` (any file type of
 ``hmp.data.formats``).
 """
 
-import math
 import pathlib
 
-import numpy as np
-
-from hmp.data import geotiff
 from hmp.data.catalog import SCENES, default_data_dir, find_file, scene_spec
+from hmp.data.georeference import check_same_grid
 from hmp.data.formats import SUPPORTED_SUFFIXES, is_raster_path, open_raster, read_label_map
 from hmp.data.matfile import read_array
 from hmp.data.scene import Scene
@@ -20,10 +17,6 @@ from hmp.data.synthetic import synthetic_scene
 from hmp.errors import InvalidInput
 
 SYNTHETIC = "synthetic"
-# what places a raster on the map (hmp.data.raster.RasterInfo's fields), as messages name it
-GEOREFERENCE = {"transform": "transform", "gcps": "ground control points", "crs": "CRS",
-                "map_info": "map info", "projection_info": "projection info",
-                "coordinate_system": "coordinate system string"}
 
 
 def load_scene(name_or_path, data_dir=None, *, labels_path=None, cube_key=None,
@@ -113,67 +106,11 @@ def load_scene_files(cube_path, labels_path, *, cube_key=None, labels_key=None,
             f"labels file {labels_path}: the label map is {given.labels.shape[0]} x "
             f"{given.labels.shape[1]} (rows x columns), but the cube {cube_path} is "
             f"{raster.shape[0]} x {raster.shape[1]}")
-    _check_same_grid(raster.info, given.info, raster.shape[:2], cube_path, labels_path)
+    check_same_grid(raster.info, given.info, raster.shape[:2],
+                    f"labels file {labels_path}", f"the cube {cube_path}")
     return Scene(name=name or cube_path.stem, cube=_read("cube", raster.read_all),
                  labels=given.labels, class_names=list(class_names or given.class_names or []),
                  raster=raster.info)
-
-
-def _check_same_grid(cube, labels, shape, cube_path, labels_path):
-    """InvalidInput when the georeference of the label file (``labels``, a RasterInfo)
-    differs from the cube's in what both files name (``GEOREFERENCE``); a label file
-    that names none lies on the cube's grid."""
-    differ = [f"{name} {_shown(field, getattr(labels, field))} in the labels, "
-              f"{_shown(field, getattr(cube, field))} in the cube"
-              for field, name in GEOREFERENCE.items()
-              if getattr(cube, field) and getattr(labels, field)
-              and not _same(field, getattr(cube, field), getattr(labels, field), shape)]
-    if differ:
-        raise InvalidInput(f"labels file {labels_path}: lies on another grid than the cube "
-                           f"{cube_path}: {'; '.join(differ)}; allowed: a label map on the "
-                           f"cube's grid, or one without georeference")
-
-
-def _same(field, ours, theirs, shape):
-    """Whether two values of a RasterInfo georeference ``field`` agree: transforms that
-    place the corners of a grid of ``shape`` within a hundredth of a pixel, CRSs GDAL
-    takes as equal, others item by item (numbers as numbers, text as words)."""
-    if field == "transform":
-        corners = np.array([[0, shape[1], 0, shape[1]], [0, 0, shape[0], shape[0]],
-                            [1, 1, 1, 1]])   # column, row, 1 of each corner
-        apart = np.reshape(ours, (2, 3)) @ corners - np.reshape(theirs, (2, 3)) @ corners
-        pixel = math.sqrt(abs(ours[0] * ours[4] - ours[1] * ours[3]))
-        return np.abs(apart).max() <= 0.01 * pixel
-    if field == "crs":
-        return geotiff.same_crs(ours, theirs)
-    return _comparable(ours) == _comparable(theirs)
-
-
-def _shown(field, value):
-    """A georeference ``field``'s value on one line: a CRS by its name, ENVI's items
-    in braces, numbers in parentheses."""
-    if field == "crs":
-        return geotiff.crs_name(value)
-    if isinstance(value, str):
-        return value
-    if field in ("map_info", "projection_info"):
-        return "{%s}" % ", ".join(value)
-    return "(%s)" % ", ".join(_shown(field, item) if isinstance(item, tuple) else
-                              f"{item:.10g}" for item in value)
-
-
-def _comparable(value):
-    """The items of ``value``, numbers as numbers and text as lower-case words: one
-    georeference written two ways ("1" and "1.0") compares equal."""
-    items = [value] if isinstance(value, str) else np.ravel(value).tolist()
-    return [_number_or_words(item) for item in items]
-
-
-def _number_or_words(item):
-    try:
-        return float(item)
-    except ValueError:
-        return " ".join(str(item).lower().split())
 
 
 def open_cube_file(path, cube_key=None):

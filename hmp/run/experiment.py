@@ -160,7 +160,7 @@ def prepare(config, split=None):
     ground_truth = scene.labels.copy()   # as its file holds it, no-data pixels too
     nodata = mask_nodata(scene)
     if split is None:
-        split = _split(scene.labels, config, ground_truth)
+        split = _split(scene.labels, config, ground_truth, scene.raster)
     elif tuple(split.image_shape) != scene.labels.shape:
         raise InvalidInput("the saved split is for a %dx%d image, but scene %r is %dx%d"
                            % (*split.image_shape, scene.name, *scene.labels.shape))
@@ -346,14 +346,16 @@ def _validation(labels, train, config):
     return data.validation_split(labels, train, config.val_fraction, seed=config.seed)
 
 
-def _split(labels, config, ground_truth):
+def _split(labels, config, ground_truth, raster):
     """The split ``config`` asks for of the label map ``labels`` (no-data pixels 0); the
     sets of --train_set and --test_set are checked against the ``ground_truth`` as the
-    file holds it, then their no-data pixels left out, as unlabelled."""
+    file holds it and the grid of the scene's ``raster`` (its RasterInfo), then their
+    no-data pixels left out, as unlabelled."""
     if config.train_set or config.test_set:
         if not (config.train_set and config.test_set):
             raise InvalidInput("give both train_set and test_set (label-map files), or neither")
-        given = data.split_from_label_maps(ground_truth, config.train_set, config.test_set)
+        given = data.split_from_label_maps(ground_truth, config.train_set, config.test_set,
+                                           raster)
         return dataclasses.replace(given, **{
             part: pixels[labels.ravel()[pixels] > 0]
             for part, pixels in (("train", given.train), ("test", given.test))})

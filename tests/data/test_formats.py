@@ -19,7 +19,8 @@ import scipy.io
 import spectral.io.envi as spectral_envi
 
 from cli_batch import run_batch
-from hmp.data import load_scene, open_raster, read_label_map, synthetic_scene
+from hmp.data import (load_scene, open_raster, read_label_map, split_from_label_maps,
+                      synthetic_scene)
 from hmp.data.raster import check_wavelengths
 from hmp.data.raster_writer import write_class_map
 from hmp.errors import InvalidInput
@@ -304,6 +305,23 @@ def test_labels_on_another_grid_than_the_cube_are_refused(tmp_path):
             r"-30, 4000000\) in the cube; CRS EPSG:4326 in the labels, EPSG:32633 in the "
             r"cube; allowed: a label map on the cube's grid, or one without georeference$")):
         load_scene(tmp_path / "scene.tif", labels_path=tmp_path / "other.tif")
+    # a split's set files too (--train_set, --test_set): the top rows to train, the
+    # bottom ones to test, on the cube's grid, on none, or on another
+    scene = load_scene(tmp_path / "scene.tif", labels_path=tmp_path / "plain.tif")
+    top, bottom = labels.copy(), labels.copy()
+    top[3:], bottom[:3] = 0, 0
+    write_geotiff(tmp_path / "train.tif", top, transform=TRANSFORM, crs="EPSG:32633")
+    write_geotiff(tmp_path / "test_plain.tif", bottom)
+    write_geotiff(tmp_path / "test_other.tif", bottom, crs="EPSG:4326",
+                  transform=rasterio.Affine(0.001, 0, 10, 0, -0.001, 50))
+    split = split_from_label_maps(scene.labels, tmp_path / "train.tif",
+                                  tmp_path / "test_plain.tif", scene.raster)
+    assert (split.train.tolist(), split.test.tolist()) == (list(range(24)), list(range(24, 48)))
+    with pytest.raises(InvalidInput, match=(
+            r"^test_set .*test_other.tif: lies on another grid than the scene's cube: "
+            r"transform \(0.001, 0, 10, 0, -0.001, 50\) in the labels")):
+        split_from_label_maps(scene.labels, tmp_path / "train.tif", tmp_path / "test_other.tif",
+                              scene.raster)
 
     write_envi(tmp_path / "cube", cube, fields={"map info": MAP_INFO})
     for name, map_info in (("written_otherwise", MAP_INFO.replace("30.0", "30")),
