@@ -74,6 +74,7 @@ class EpochLoop:
         last epoch's :class:`hmp.run.trainer.EpochStats` (None: none was left, or the
         resumed run had stopped early)."""
         stats = None
+        self._validate_resumed_epoch()
         self.best.catch_up(self.trainer, self.record.epochs)   # killed before its best save
         if first_epoch and self.best.should_stop(first_epoch - 1):   # stopped before a resume
             self._say_early_stop()
@@ -93,6 +94,21 @@ class EpochLoop:
                 break
             self._between_epochs(epoch, stats, disturbed=building)
         return stats
+
+    def _validate_resumed_epoch(self):
+        """A run stopped while it validated its last epoch (or in that epoch's last steps)
+        recorded it without validation and checkpointed its weights, which it resumes
+        with: they are validated now, so that the best epoch and the early stop count it
+        as an uninterrupted run does."""
+        last = self.record.epochs[-1] if self.record.epochs else None
+        if (last is None or last.get("val_accuracy") is not None
+                or self.trainer.step != (last["epoch"] + 1) * self.steps_per_epoch):
+            return
+        accuracy = self.trainer.validation_accuracy()
+        if accuracy is not None:
+            self.record.validated(accuracy)
+            print("epoch %d, stopped while it was validated: val acc %.3f"
+                  % (last["epoch"] + 1, accuracy), flush=True)
 
     def _say_early_stop(self):
         print("early stop: no better validation accuracy for %d epochs" % self.patience,

@@ -276,6 +276,13 @@ class History:
         self.epochs.append(dict(vars(stats)))
         self.write()
 
+    def validated(self, accuracy):
+        """Records the last epoch's validation ``accuracy``, measured after its record (a
+        stop while it was validated: ``hmp.run.epoch_loop.EpochLoop`` validates it on
+        resume)."""
+        self.epochs[-1]["val_accuracy"] = float(accuracy)
+        self.write()
+
     def add_partial(self, step, loss_sum, correct, batch_size):
         """Records the loss and accuracy sums of the epoch's steps up to ``step`` (of
         ``batch_size`` samples), before a checkpoint within the epoch

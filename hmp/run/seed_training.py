@@ -205,10 +205,11 @@ def _finished(model_dir, recipe, steps_per_epoch, longer):
         return False
     where = os.path.join(model_dir, run_files.RESULTS)
     if results["step"] >= recipe.epochs * steps_per_epoch:
+        trained = -(-results["step"] // steps_per_epoch)   # its epochs, the last maybe cut
         print("the run in %s is finished (%d epoch%s, step %d); its results are in %s; "
               "to train longer, resume with a larger %s"
-              % (model_dir, recipe.epochs, "" if recipe.epochs == 1 else "s",
-                 results["step"], where, longer), flush=True)
+              % (model_dir, trained, "" if trained == 1 else "s", results["step"], where,
+                 longer), flush=True)
         return True
     epochs = results.get("history") or []
     best = BestEpoch(model_dir, steps_per_epoch, recipe.patience, epochs)

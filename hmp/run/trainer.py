@@ -469,9 +469,7 @@ class Trainer:
         validating records the epoch without it, then raises :class:`Stopped`."""
         stopped = False
         try:
-            if self.experiment.val is not None:
-                stats.val_accuracy = float(np.mean(self.predict(self.experiment.val)
-                                                   == self.experiment.val.class_ids))
+            stats.val_accuracy = self.validation_accuracy()
         except Stopped:   # while validating: the epoch is whole, recorded without it
             stopped = True
         if before_save is not None:
@@ -481,6 +479,12 @@ class Trainer:
             raise Stopped(stats.epoch, step)
         self._summaries(stats, step)
         return stats
+
+    def validation_accuracy(self):
+        """The share of the validation pixels the weights classify right (None: the run
+        holds none out); :class:`Stopped` when a stop is asked meanwhile."""
+        val = self.experiment.val
+        return None if val is None else float(np.mean(self.predict(val) == val.class_ids))
 
     def _read_metrics(self, step, epoch):
         """(sum of the steps' mean losses, samples classified right) over the epoch's

@@ -87,7 +87,9 @@ def test_interrupted_and_killed_runs_resume_where_they_stopped(tmp_path, small_s
     again, done, finished, resumed, uninterrupted, moved_on = run_batch("hmp.train", [
         {"args": [*resumable, "--model_dir=%s" % interrupted]},
         {"args": hint.split()},   # as the line says
-        {"args": [*resumable, "--model_dir=%s" % interrupted, "--resume"]},
+        # finished: it says the epochs it trained, not the fewer asked for now
+        {"args": [*resumable, "--model_dir=%s" % interrupted, "--resume",
+                  "--epochs=%d" % (EPOCHS - 1)]},
         {"args": [*resumable, "--model_dir=%s" % killed, "--resume"]},
         {"args": [*resumable, "--model_dir=%s" % straight], "env": cache},
         {"args": ["--flagfile=%s" % (moved / "flags.txt"), "--model_dir=%s" % moved,
@@ -101,7 +103,7 @@ def test_interrupted_and_killed_runs_resume_where_they_stopped(tmp_path, small_s
     assert [i["start_step"] for i in results["invocations"]] == [0, step]
 
     assert finished.returncode == 0, finished.stderr[-2000:]
-    assert "is finished (%d epochs" % EPOCHS in finished.stdout
+    assert "is finished (%d epochs, step %d)" % (EPOCHS, results["step"]) in finished.stdout
     assert json.loads((interrupted / "results.json").read_text()) == results
     # the moved run went on in its new folder, and its flag file now continues it there
     assert moved_on.returncode == 0, moved_on.stderr[-2000:]

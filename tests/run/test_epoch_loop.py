@@ -43,6 +43,9 @@ class StandInTrainer:
 
     step = 0   # the loop asks for sums recorded at it: none are
 
+    def validation_accuracy(self):   # of the weights it resumed with: the last epoch's
+        return self.accuracies.get("resumed")
+
     def train_epoch(self, epoch, epochs, before_save=None, look_strength=None, **_):
         self.log.append(("epoch", epoch, self.plan.name))
         self.looks.append(look_strength)
@@ -185,6 +188,32 @@ def test_training_stops_early_and_close_all_closes_every_trainer(tmp_path, capsy
         loop.close_all(after_error=True)   # the sessions' closes wait CLOSE_WAIT_S in all
     assert trainers.made["A"].closed and trainers.made["A"].close_wait_s == CLOSE_WAIT_S * 3 / 4
     assert standby.closed and standby.close_wait_s == CLOSE_WAIT_S / 2
+
+
+def test_an_epoch_stopped_while_validated_is_validated_on_resume(tmp_path, capsys):
+    """Epoch 1 (better than epoch 0) was recorded without validation when a stop came while
+    it was validated; the run resumes with its weights: validated, it is the best epoch,
+    kept, and the early stop counts from it (patience 1: the run goes on)."""
+    log = []
+    trainers = StandInTrainers(log, accuracies={"resumed": 0.6, 2: 0.55, 3: 0.5})
+    history = [dict(vars(EpochStats(0, 1.0, 0.5, 100.0, 1.0, val_accuracy=0.5)), steps=4),
+               dict(vars(EpochStats(1, 1.0, 0.5, 100.0, 1.0)), steps=4)]
+    loop = _loop(tmp_path, trainers, history, epochs=5, patience=2)
+    loop.trainer.step = 2 * 4   # resumed at epoch 1's end
+    stats = loop.train(first_epoch=2)
+    assert "epoch 2, stopped while it was validated: val acc 0.600" in capsys.readouterr().out
+    assert [e["val_accuracy"] for e in loop.record.epochs] == [0.5, 0.6, 0.55, 0.5]
+    assert (loop.best.epoch, loop.best.accuracy) == (1, 0.6)
+    assert stats.epoch == 3   # epochs 2 and 3 no better than epoch 1: stopped after 3
+    written = run_files.read_json(str(tmp_path / run_files.HISTORY))
+    assert [e["val_accuracy"] for e in written["history"]] == [0.5, 0.6, 0.55, 0.5]
+    # resumed mid-epoch (a checkpoint within epoch 2), nothing is validated again
+    trainers = StandInTrainers([], accuracies={"resumed": 0.9})
+    loop = _loop(tmp_path, trainers, history[:1] + [dict(history[1], val_accuracy=None)],
+                 epochs=5, patience=2)
+    loop.trainer.step = 2 * 4 + 1
+    loop._validate_resumed_epoch()
+    assert loop.record.epochs[-1]["val_accuracy"] is None
 
 
 class WaitingRebalancer(ScriptedRebalancer):
