@@ -9,7 +9,7 @@ filter dimensions a plan may split over the ``model`` mesh axis.
 import importlib
 
 from hmp.errors import InvalidInput
-from hmp.graph.graph_config import ModelConfig
+from hmp.graph.graph_config import ModelConfig, check_model
 from hmp.run.settings import model_recipe
 
 MODEL_NAMES = ("cnn2d", "cnn3d", "hybrid", "hybridsn", "spectral", "ssrn")
@@ -25,10 +25,7 @@ def get_model(name):
             module = importlib.import_module(name)
         except ImportError as error:
             raise InvalidInput("model module %r cannot be imported: %s" % (name, error)) from None
-        if hasattr(module, "logits") and hasattr(module, "SPLIT_DIMS"):
-            return module
-        raise InvalidInput("model module %r must define logits(x, classes, width) and "
-                         "SPLIT_DIMS" % name)
+        return check_model(module, name)
     raise InvalidInput("model %r is not known; choose one of %s, or give a module path"
                      % (name, ", ".join(MODEL_NAMES)))
 

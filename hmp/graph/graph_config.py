@@ -14,6 +14,8 @@ import dataclasses
 
 import numpy as np
 
+from hmp.errors import InvalidInput
+
 
 @dataclasses.dataclass(frozen=True)
 class Precision:
@@ -55,6 +57,22 @@ class Placement:
     def from_plan(cls, plan):
         return cls(plan.mesh, plan.layout_rules, tuple(plan.devices),
                    {k: list(v) for k, v in plan.splits.items()})
+
+
+# What a model is to the library: an object with these (a module of ``models``, or one of
+# the application's own).
+MODEL_NEEDS = ("logits", "SPLIT_DIMS")
+
+
+def check_model(model, name):
+    """``model`` (what the application's lookup gave for ``name``), or InvalidInput when it
+    lacks one of ``MODEL_NEEDS``."""
+    missing = [need for need in MODEL_NEEDS if not hasattr(model, need)]
+    if missing:
+        raise InvalidInput("model %r: the lookup gave a %s without %s; a model defines "
+                           "logits(x, classes, width) and SPLIT_DIMS"
+                           % (name, type(model).__name__, " and ".join(missing)))
+    return model
 
 
 @dataclasses.dataclass(frozen=True)

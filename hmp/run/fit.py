@@ -26,7 +26,7 @@ from hmp.cluster import launch, runtime, sources
 from hmp.data.raster import ArrayRaster
 from hmp.errors import InvalidInput, whole_number
 from hmp.evaluation import report
-from hmp.evaluation.smoothing import smooth
+from hmp.evaluation.smoothing import check_window, smooth
 from hmp.measure.devices import check_local, device_list, session_config_for
 from hmp.run import inference, run_files, run_folder
 from hmp.run.progress import say
@@ -34,6 +34,15 @@ from hmp.run.hardware import Hardware
 from hmp.run.resume import check_same_graph, seed_dirs
 from hmp.run.seed_training import Shared, train_seed
 from hmp.run.settings import Settings
+
+
+@contextlib.contextmanager
+def _naming(keyword, value):
+    """An InvalidInput within, as one naming the keyword and its value: "smoothing=4: ..."."""
+    try:
+        yield
+    except InvalidInput as error:
+        raise InvalidInput("%s=%r: %s" % (keyword, value, error)) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,9 +74,13 @@ class Fitted:
         self._one_seed("predict")
         run = inference.TrainedRun.open(self.model_dir, lambda name: self.model)
         run.check_bands(ArrayRaster(cube).shape[2])   # a cube [H, W, bands] of the run's bands
-        devices = device_list(devices)
-        check_local(devices)
+        with _naming("devices", devices):
+            devices = device_list(devices)
+            check_local(devices)
         batch_size = whole_number(batch_size, "batch_size")
+        if smoothing is not None:
+            with _naming("smoothing", smoothing):
+                check_window(smoothing)
         tta, window = run.classifying(tta, smoothing)
         guide = run.guide_for(window, smoothing_guide)
         prepared, nodata = run.prepare(np.asarray(cube, np.float32))

@@ -26,7 +26,7 @@ from hmp.data.splits import check_train_fraction
 from hmp.data.synthetic import GENERATED_LAYOUT, KINDS, LAYOUTS
 from hmp.errors import InvalidInput, number_in_text, whole_number
 from hmp.evaluation.smoothing import DEFAULT_WINDOW, check_window
-from hmp.graph.graph_config import PRECISIONS
+from hmp.graph.graph_config import PRECISIONS, check_model
 from hmp.planning import parse_mesh
 from hmp.run.experiment import BRIGHTNESS_NORMS, SPLITS, VAL_SPLITS, DataConfig
 from hmp.run.progress import DEFAULT_LOG_EVERY_S
@@ -213,12 +213,13 @@ class Settings:
                           self.given - set(names))
 
     def _with(self, values, given):
-        """These settings with ``values`` (flag names) set, and ``given`` as given."""
+        """These settings with ``values`` (flag names) set, and ``given`` as given; a numpy
+        number as the Python number it is (``np.int64(32)``: 32), as the flag holds it."""
         _known(values)
         groups = {}
         for name, value in values.items():
             group, field = FLAG_FIELDS[name]
-            groups.setdefault(group, {})[field] = value
+            groups.setdefault(group, {})[field] = _plain(value)
         return dataclasses.replace(self, given=frozenset(given), **{
             group: dataclasses.replace(getattr(self, group), **fields)
             for group, fields in groups.items()})
@@ -278,7 +279,7 @@ class Settings:
         self._check_types()
         self.check_data()
         with self.blame("model"):
-            get_model(self.model.name)
+            check_model(get_model(self.model.name), self.model.name)
         for name, allowed in (("batch_norm", BATCH_STATISTICS), ("precision", PRECISIONS),
                               ("optimizer", OPTIMIZERS), ("class_balanced", CLASS_BALANCING),
                               ("schedule", SCHEDULES), ("val_split", VAL_SPLITS),
@@ -475,6 +476,16 @@ def check_file_flags(dataset, values):
         if values.get(name) is not None:
             raise cli.UsageError("--%s=%s: only for a --dataset given as a cube file, not "
                                  "--dataset=%s" % (name, values[name], dataset))
+
+
+def _plain(value):
+    """``value``, a numpy integer or float as Python's (what the flags hold: the graph's
+    dimensions refuse numpy's); other values as they are (bools too)."""
+    if isinstance(value, bool) or type(value) in (int, float):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    return float(value) if isinstance(value, numbers.Real) else value
 
 
 def _known(names):

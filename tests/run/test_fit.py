@@ -111,8 +111,10 @@ def test_a_fitted_run_refuses_a_cube_or_devices_it_cannot_classify(fitted):
             ((cube[:, :, :50],), "the cube has 50 bands; the run in %s was trained on 100"
                                  % run.model_dir),
             ((cube[:, :, 0],), "cube: a cube must be 3-D [H, W, B], got shape (12, 12)"),
-            ((cube, ","), "give at least one TensorFlow device, e.g. /cpu:0"),
-            ((cube, ["/gpu:7"]), "/gpu:7 is not a device of this machine"),
+            ((cube, ","), "devices=',': give at least one TensorFlow device, e.g. /cpu:0"),
+            ((cube, ["/gpu:7"]), "devices=['/gpu:7']: /gpu:7 is not a device of this machine"),
+            ((cube, "/cpu:0", 16, None, 4), "smoothing=4: give an odd number of pixels"),
+            ((cube, "/cpu:0", 16, None, "3"), "smoothing='3': "),
             ((cube[:0],), "cube: the cube is empty, shape (0, 12, 100) [H, W, B]; it needs "
                           "at least one row, column and band"),
             ((cube, "/cpu:0", 0), "batch_size must be a whole number >= 1, got 0"),
@@ -233,6 +235,18 @@ def test_without_takes_settings_back_to_their_defaults_and_not_given():
         base.without("epoch")
 
 
+def test_numpy_numbers_are_taken_as_the_numbers_they_are():
+    """From Python a size may be a numpy integer (the graph's dimensions would refuse
+    it): the settings hold Python's, as the flags do."""
+    settings = Settings.of(batch_size=np.int64(32), width=np.int32(4), patch_size=np.int64(5),
+                           learning_rate=np.float32(0.5))
+    assert [(type(v), v) for v in (settings.recipe.batch_size, settings.model.width,
+                                   settings.data.patch_size, settings.recipe.learning_rate)] == [
+        (int, 32), (int, 4), (int, 5), (float, 0.5)]
+    assert settings.flag_lines() == ["--width=4", "--batch_norm=local", "--batch_size=32",
+                                     "--learning_rate=0.5", "--patch_size=5"]
+
+
 def test_a_setting_given_as_none_is_left_out_of_flags_txt():
     assert Settings.of(devices=None, epochs=3).flag_lines() == ["--batch_norm=local",
                                                                  "--epochs=3"]
@@ -243,6 +257,8 @@ def test_a_setting_given_as_none_is_left_out_of_flags_txt():
     ({"batch_size": 0}, "--batch_size=0: batch_size must be a whole number >= 1, got 0"),
     ({"max_steps": -1}, "--max_steps=-1: max_steps must be a whole number >= 0, got -1"),
     ({"model": "nope"}, "--model=nope: model 'nope' is not known"),
+    ({"model": "json.decoder"}, "--model=json.decoder: model 'json.decoder': the lookup gave a "
+                                "module without logits and SPLIT_DIMS; a model defines"),
     ({"dataset": "paviau", "synthetic_layout": "generated"},
      "--synthetic_layout=generated: only for --dataset=synthetic, not --dataset=paviau"),
     ({"spectral_gain": "1.5"}, "--spectral_gain=1.5: give auto or a number from 0 to 1"),
