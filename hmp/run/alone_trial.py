@@ -146,6 +146,17 @@ class AloneTrial:
         return len(names) + 1 - len(_measured_before(names, record, first_epoch))
 
 
+def record_before(record, first_epoch):
+    """``record`` (a trial's ``record()``) as it stood before ``first_epoch``: the rates of
+    later epochs (recorded, not checkpointed: they run again) left out, and the verdict
+    with them when one was; ``record`` itself when it holds none, or is None."""
+    if not record or all(epoch < first_epoch for epoch in record["epochs"].values()):
+        return record
+    kept = [which for which, epoch in record["epochs"].items() if epoch < first_epoch]
+    return {**record, "rates": {which: record["rates"][which] for which in kept},
+            "epochs": {which: record["epochs"][which] for which in kept}, "verdict": None}
+
+
 def _measured_before(names, record, first_epoch):
     """The layouts of ``names`` (in the order they run) that ``record`` holds a rate of,
     measured in an epoch before ``first_epoch``, up to the first it does not (a later

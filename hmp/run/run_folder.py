@@ -24,6 +24,7 @@ from hmp.graph.graph import CHECKPOINTS_KEPT
 from hmp.measure import speedcache
 from hmp.evaluation import report
 from hmp.run import experiment, fitted_preprocessing
+from hmp.run.alone_trial import record_before
 from hmp.run.run_files import (BEST_CHECKPOINT, BEST_PREFIX, FLAGS_FILE, HISTORY, PREDICTION,
                                RESULTS, SEED_PREFIX, SUMMARY, checkpoint_path_step, read_json,
                                read_results)
@@ -247,8 +248,9 @@ class History:
     record of ``--try_alone``'s trial (``trial``: ``AloneTrial.record()``, or None).
 
     ``open`` keeps, of a resumed run's record, the epochs before
-    ``first_epoch`` (the one its checkpoint is in): an epoch recorded but
-    not checkpointed (a kill between the two) is trained and recorded again.
+    ``first_epoch`` (the one its checkpoint is in), and the trial's rates of those: an
+    epoch recorded but not checkpointed (a kill between the two) is trained and recorded
+    again.
     ``open`` writes nothing (a run that fails to start leaves no history);
     every change after it is written at once, atomically.
     """
@@ -266,7 +268,8 @@ class History:
         record = (read_json(path) if resume else None) or {}
         history = cls(path, [e for e in record.get("history", []) if e["epoch"] < first_epoch],
                       record.get("plans", []), record.get("invocations", []),
-                      record.get("trial"), record.get("partials"))
+                      record_before(record.get("trial"), first_epoch),
+                      record.get("partials"))
         history.invocations.append({"start_step": int(step), "argv": list(argv)})
         return history
 

@@ -266,3 +266,18 @@ def test_a_fresh_trial_needs_an_epoch_per_layout_and_one_on_the_fastest():
     for runner_up, epochs in ((False, 3), (True, 4)):
         trial = AloneTrial(split, alone, KEY, split if runner_up else None)
         assert AloneTrial.epochs_for(runner_up) == trial.epochs_needed == epochs
+
+
+def test_a_resume_keeps_the_trials_rates_of_the_epochs_before_its_checkpoint(tmp_path):
+    """A trial epoch recorded but not checkpointed (a kill between the two) runs again: its
+    rate, and a verdict made with it, are not kept, also when the resume takes up no
+    trial (its record lands in results.json)."""
+    trial = {"key": KEY, "device": "/cpu:0", "rates": {"split": 900.0, "alone": 700.0},
+             "epochs": {"split": 0, "alone": 1}, "verdict": "split"}
+    history = [dict(vars(EpochStats(epoch, 1.0, 0.5, 100.0, 1.0))) for epoch in range(2)]
+    (tmp_path / "history.json").write_text(json.dumps({"history": history, "trial": trial}))
+    resumed = run_folder.History.open(str(tmp_path), True, 1, 10, ["hmp.train"])
+    assert [e["epoch"] for e in resumed.epochs] == [0]
+    assert resumed.trial == {**trial, "rates": {"split": 900.0}, "epochs": {"split": 0},
+                             "verdict": None}
+    assert run_folder.History.open(str(tmp_path), True, 2, 20, []).trial == trial   # whole
