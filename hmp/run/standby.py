@@ -17,7 +17,30 @@ import contextlib
 import threading
 import time
 
+import tensorflow.compat.v1 as tf
+
 from hmp.cluster.sessions import CLOSE_WAIT_S
+
+
+# Restores tried when the checkpoint read goes meanwhile: the run's own saver keeps its
+# newest few, so a restore that outlasts that many saves finds its files pruned.
+RESTORE_TRIES = 3
+
+
+def _restore_latest(trainer, checkpoint):
+    """Restores ``checkpoint()`` (the latest) into ``trainer``; when that fails and a newer
+    checkpoint is there (the one read was pruned meanwhile: a missing file), from the
+    newer one, up to ``RESTORE_TRIES`` in all."""
+    path = checkpoint()
+    for attempt in range(RESTORE_TRIES):
+        try:
+            trainer.restore(path)
+            return
+        except (tf.errors.NotFoundError, ValueError):   # ValueError: no longer a checkpoint
+            newer = checkpoint()
+            if attempt == RESTORE_TRIES - 1 or newer == path:
+                raise
+            path = newer
 
 
 class Standby:
@@ -47,10 +70,10 @@ class Standby:
         trainer = None
         try:
             trainer = build(self.plan)
-            trainer.restore(checkpoint())
+            _restore_latest(trainer, checkpoint)
             warm_up(trainer)
             started = time.perf_counter()
-            trainer.restore(checkpoint())   # as a switch will: the setup done
+            _restore_latest(trainer, checkpoint)   # as a switch will: the setup done
             self.restore_seconds = time.perf_counter() - started
         except BaseException as error:   # handed to the thread that takes the trainer
             self._error = error

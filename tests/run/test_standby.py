@@ -55,6 +55,31 @@ def test_a_standby_builds_restores_and_warms_up_on_its_thread_then_hands_over(mo
     assert "close" not in log
 
 
+def test_a_standby_restores_the_newer_checkpoint_when_the_one_it_read_was_pruned():
+    """The run's saver keeps its newest few checkpoints: one pruned while the standby
+    restored it (a missing file) is read again from the newer one; a failure that is
+    not a pruning (the latest is the same) is the standby's error."""
+    log, latest = [], iter(["ckpt-5", "ckpt-6", "ckpt-6", "ckpt-6"])
+
+    class Pruned(FakeTrainer):
+        def restore(self, path):
+            if path == "ckpt-5":
+                raise tf.errors.NotFoundError(None, None, "ckpt-5.index: no such file")
+            super().restore(path)
+
+    standby = Standby("plan", lambda plan: Pruned(log), lambda: next(latest), lambda t: None)
+    standby.take()
+    assert log == [("restore", "ckpt-6"), ("restore", "ckpt-6")]
+
+    class Broken(FakeTrainer):
+        def restore(self, path):
+            raise ValueError("The passed save_path is not a valid checkpoint: " + path)
+
+    standby = Standby("plan", lambda plan: Broken([]), lambda: "ckpt-6", lambda t: None)
+    standby.wait()
+    assert isinstance(standby.failed, ValueError)
+
+
 def test_a_standby_closes_what_it_built_when_not_taken_or_when_it_fails():
     log = []
     standby = Standby("plan", lambda plan: FakeTrainer(log), lambda: "ckpt", lambda t: None)
