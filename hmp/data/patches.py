@@ -12,6 +12,7 @@ Batch order is a pure function of (seed, epoch): a trainer that stops at step
 ``start_step=s``.
 """
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,8 +22,10 @@ from hmp.errors import InvalidInput, whole_number
 
 
 def check_patch_size(patch_size):
-    """Raises ValueError unless ``patch_size`` is an odd positive integer."""
-    if int(patch_size) != patch_size or patch_size < 1 or patch_size % 2 == 0:
+    """Raises ValueError unless ``patch_size`` is an odd positive integer (an int or a
+    numpy integer: 9.0 is refused, as the splits' guard bands would fail on it)."""
+    if (isinstance(patch_size, bool) or not isinstance(patch_size, numbers.Integral)
+            or patch_size < 1 or patch_size % 2 == 0):
         raise InvalidInput(
             f"patch_size must be an odd positive integer (e.g. 5, 7, 9), got {patch_size!r}")
 

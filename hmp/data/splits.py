@@ -165,7 +165,9 @@ def spatial_validation_split(labels, train, fraction, patch_size):
     than half (e.g. a compact field of a few dozen pixels, or a class of one or
     two pixels beside another class's block) gives no validation pixels and
     loses none: the validation pixels within the patch radius of its training
-    pixels, its own and its neighbours', go back to training.
+    pixels, its own and its neighbours', leave the validation share; each goes back
+    to training unless another validation pixel's guard band holds it (then it is
+    dropped with that band).
 
     Returns ``(train, validation)``: sorted flat indices, both within ``train``,
     disjoint; the pixels of ``train`` in neither are the dropped guard band.

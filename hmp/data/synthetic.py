@@ -26,11 +26,13 @@ Two kinds of scene (``kind``):
   fields also differ by shifts of the spectra along the wavelengths (standing in for
   crop conditions that move absorption features);
 * ``"radiance"``: what the real Indian Pines and Salinas files hold, at-sensor
-  radiance counts (uint16): the reflectance lit by the sun (a 5778 K black body),
-  through an atmosphere (Rayleigh scattering, oxygen, water vapour and carbon dioxide
-  absorption, path radiance), times a smooth per-band sensor gain over a dark
-  offset, with the sensor's noise in counts (relatively stronger where little light
-  arrives) and quantised; the water-vapour bands are left out, as in the corrected
+  radiance counts (whole numbers of uint16's range, held as float32 as every scene's
+  cube): the reflectance lit by the sun (a 5778 K black body), through an atmosphere
+  (Rayleigh scattering, oxygen, water vapour and carbon dioxide absorption, path
+  radiance), times a smooth per-band sensor gain over a dark offset (``DARK_COUNTS``,
+  raised to ``DARK_NOISE_SIGMAS`` noise deviations where the noise is stronger), with
+  the sensor's noise in counts (relatively stronger where little light arrives) and
+  quantised; the water-vapour bands are left out, as in the corrected
   files. Fields differ in brightness and condition but not in wavelength (a sensor's
   band centres are fixed over a flight line): ``field_shift_nm`` defaults to 0.
 """
@@ -53,7 +55,11 @@ FIELD_SHIFT_NM = {"reflectance": 100.0, "radiance": 0.0}   # field_shift_nm when
 # Wavelengths (nm) whose bands the corrected AVIRIS files leave out: water vapour absorbs
 # nearly all light there (the radiance kind has no bands in them).
 WATER_VAPOUR_NM = ((1340.0, 1450.0), (1790.0, 1960.0), (2450.0, 2500.0))
-DARK_COUNTS = 1000.0   # the sensor's dark offset
+DARK_COUNTS = 1000.0   # the sensor's dark offset, when its noise allows it
+# ... at least this many standard deviations of its noise above 0, as a sensor sets its
+# offset above its read noise: fewer than one count in a million is clipped at 0 (at
+# 1000 with the default noise, 10% of the counts were)
+DARK_NOISE_SIGMAS = 5.0
 PEAK_COUNTS = 9000.0   # mean counts of the brightest band, above the dark offset
 
 
@@ -112,8 +118,9 @@ def synthetic_scene(layout=GENERATED_LAYOUT, data_dir=None, *, kind="reflectance
     pixel carries more evidence and single pixels become easier to classify.
 
     Returns:
-      A :class:`Scene` with a cube [H, W, n_bands]: float32 reflectance, or uint16
-      counts for the radiance kind.
+      A :class:`Scene` with a cube [H, W, n_bands]: float32 reflectance, or for the
+      radiance kind whole-number counts within uint16's range (float32, as a Scene
+      holds every cube).
     """
     if kind not in KINDS:
         raise InvalidInput(f"unknown synthetic scene kind {kind!r}; allowed: "
@@ -168,7 +175,9 @@ def _at_sensor_counts(rng, reflectance, noise, wavelengths):
     radiance = reflectance * per_reflectance + path
     gain = 1.0 + 0.1 * _smooth_unit_curves(rng, wavelengths)
     gain *= PEAK_COUNTS / np.max(gain * radiance.mean(axis=0))
-    counts = DARK_COUNTS + gain * radiance + np.mean(gain * per_reflectance) * noise
+    noise_counts = np.mean(gain * per_reflectance) * noise
+    dark = max(DARK_COUNTS, DARK_NOISE_SIGMAS * float(np.std(noise_counts)))
+    counts = dark + gain * radiance + noise_counts
     return np.clip(np.round(counts), 0, np.iinfo(np.uint16).max).astype(np.uint16)
 
 

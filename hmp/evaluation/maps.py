@@ -6,6 +6,7 @@ backend switch), so this works on headless machines and does not disturb
 other plotting in the same process.
 """
 
+import colorsys
 import io
 
 import numpy as np
@@ -19,7 +20,8 @@ UNLABELLED_COLOR = (0, 0, 0)
 LEGEND_ROW = 18          # pixels per legend line of a full-resolution map
 LEGEND_BACKGROUND = 255
 # Fixed, well separated colours for classes 1..16 (the usual maximum for the
-# benchmark scenes); classes beyond take colours from matplotlib's tab20.
+# benchmark scenes); classes beyond take matplotlib's tab20 but its greys (class 16 is
+# grey), then colours of a golden-angle walk round the hue circle, each unlike any before.
 CLASS_COLORS = (
     (255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0), (0, 255, 255), (255, 0, 255),
     (176, 48, 96), (46, 139, 87), (160, 32, 240), (255, 127, 80), (127, 255, 212),
@@ -28,13 +30,19 @@ CLASS_COLORS = (
 
 
 def class_colors(n_classes):
-    """RGB colours (uint8 [n_classes + 1, 3]); row 0 is unlabelled, row k is class k."""
-    extra = colormaps["tab20"]
-    colors = [UNLABELLED_COLOR] + [
-        CLASS_COLORS[k] if k < len(CLASS_COLORS)
-        else tuple(int(255 * c) for c in extra(k % 20)[:3])
-        for k in range(n_classes)]
-    return np.asarray(colors, dtype=np.uint8)
+    """RGB colours (uint8 [n_classes + 1, 3]); row 0 is unlabelled, row k is class k; no
+    two rows alike, for any number of classes."""
+    tab20 = [tuple(int(255 * c) for c in colormaps["tab20"](i)[:3]) for i in range(20)]
+    colors = [UNLABELLED_COLOR, *CLASS_COLORS, *(c for c in tab20 if len(set(c)) > 1)]
+    walk = 0
+    while len(colors) < n_classes + 1:
+        hue = (walk * 0.381966) % 1.0   # the golden angle, as a share of the circle
+        shade = (0.55, 0.8, 1.0)[walk // 7 % 3]
+        color = tuple(int(255 * c) for c in colorsys.hsv_to_rgb(hue, 0.75, shade))
+        if color not in colors:
+            colors.append(color)
+        walk += 1
+    return np.asarray(colors[:n_classes + 1], dtype=np.uint8)
 
 
 def label_map_to_rgb(label_map, n_classes):

@@ -47,9 +47,12 @@ def _percent(share):
 
 def scores_dict(scores, class_names, train_counts=None):
     """The scores as results.json holds them, by class name; ``train_counts``: each class's
-    training pixels, kept as ``per_class_train_pixels``."""
+    training pixels, kept as ``per_class_train_pixels``. A per-class score that is not
+    defined (a class without test pixels, or never predicted: NaN) is None, JSON's null
+    (NaN is no JSON: strict readers refuse the file)."""
     def per_class(values):
-        return {name: float(v) for name, v in zip(class_names, values)}
+        return {name: float(v) if np.isfinite(v) else None
+                for name, v in zip(class_names, values)}
     trained = {} if train_counts is None else {"per_class_train_pixels": {
         name: int(n) for name, n in zip(class_names, train_counts)}}
     return {"overall_accuracy": scores.overall_accuracy,

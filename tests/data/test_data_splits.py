@@ -122,6 +122,10 @@ def test_disjoint_split_reports_classes_starved_by_the_guard_band():
 def test_even_patch_size_is_refused(labels):
     with pytest.raises(ValueError, match="patch_size must be an odd positive integer.*got 8"):
         disjoint_split(labels, train_fraction=0.2, patch_size=8)
+    # a float, even a whole one: refused in one line (the guard band's window failed on it)
+    with pytest.raises(ValueError, match=r"patch_size must be an odd positive integer.*got 9\.0"):
+        disjoint_split(labels, train_fraction=0.2, patch_size=9.0)
+    assert disjoint_split(labels, train_fraction=0.2, patch_size=np.int64(9)).train.size
 
 
 def test_saved_split_loads_identically(labels, tmp_path):

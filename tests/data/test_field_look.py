@@ -95,6 +95,8 @@ def test_the_radiance_kind_is_quantised_counts_without_water_vapour_bands(scenes
     assert cube.shape == (96, 96, 100)
     assert np.array_equal(cube, np.round(cube)) and 0 <= cube.min() and cube.max() <= 65535
     assert cube.mean() > 1000   # above the dark offset: counts, not reflectance
+    # the dark offset lies above the noise: no count clipped at 0 (it held 10% of them)
+    assert (cube == 0).sum() == 0 and np.percentile(cube, 0.1) > 1000
     centres = band_centres("radiance", 100)
     assert not any(((centres >= low) & (centres <= high)).any()
                    for low, high in WATER_VAPOUR_NM)

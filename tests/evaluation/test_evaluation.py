@@ -381,5 +381,6 @@ def test_score_table_shows_each_class_s_training_pixels_and_names_those_never_fo
     saved = report.scores_dict(scores, names, train_counts)
     assert saved["per_class_train_pixels"] == {"Corn": 40, "Oats": 2, "Wheat": 0, "Woods": 7}
     assert saved["per_class_recall"]["Oats"] == 0.0
+    assert saved["per_class_precision"]["Oats"] is None   # never predicted: JSON's null
     assert "per_class_train_pixels" not in report.scores_dict(scores, names)
 

@@ -21,6 +21,12 @@ def test_each_class_has_a_fixed_distinct_colour():
     assert colours.shape == (21, 3) and tuple(colours[0]) == (0, 0, 0)
     assert len({tuple(c) for c in colours}) == 21
     np.testing.assert_array_equal(class_colors(9), colours[:10])
+    # any number of classes: no two alike (tab20's colours repeated from class 37, and its
+    # grey matched class 16's), nor any beyond class 16 grey
+    many = class_colors(300)
+    np.testing.assert_array_equal(many[:21], colours)
+    assert len({tuple(c) for c in many}) == 301
+    assert all(len(set(c)) > 1 for c in many[17:].tolist())
 
 
 def test_label_map_is_coloured_by_class():

@@ -148,9 +148,13 @@ def test_trains_end_to_end_and_writes_everything(tiny_run):
     precision = np.diag(confusion) / np.maximum(confusion.sum(axis=0), 1)
     f1 = 2 * np.diag(confusion) / (confusion.sum(axis=0) + confusion.sum(axis=1))
     predicted = confusion.sum(axis=0) > 0
-    np.testing.assert_allclose(np.array(list(results["test"]["per_class_precision"].values()))
-                               [predicted], precision[predicted])
-    np.testing.assert_allclose(list(results["test"]["per_class_f1"].values()), f1)
+    written = {name: np.array([np.nan if v is None else v for v in values.values()])
+               for name, values in results["test"].items() if name.startswith("per_class_")}
+    np.testing.assert_array_equal(np.isnan(written["per_class_precision"]), ~predicted)
+    np.testing.assert_allclose(written["per_class_precision"][predicted], precision[predicted])
+    np.testing.assert_allclose(written["per_class_f1"], f1)
+    json.loads((folder / "results.json").read_text(),   # strict JSON: no NaN
+               parse_constant=lambda name: pytest.fail("results.json holds %s" % name))
     split = load_split(folder / "split.npz")
     assert results["leakage"] == pytest.approx(split_leakage(split, 5))
     assert 0.5 < results["leakage"] <= 1.0 and "leakage" in run.stdout
