@@ -201,7 +201,8 @@ def _open_scene(run):
     print("loading %s ..." % dataset, flush=True)
     with cli.blame(*scene_flags, also=(OSError,)):
         raster = open_cube(run.data_config(**changed))
-        run.check_bands(raster.shape[2], raster.info.wavelengths, raster.info.wavelength_units)
+        run.check_bands(raster.shape[2], raster.info.wavelengths, raster.info.wavelength_units,
+                        raster.info.bad_bands)
     return raster, dataset, scene_flags
 
 

@@ -94,8 +94,8 @@ def load_scene_files(cube_path, labels_path, *, cube_key=None, labels_key=None,
     Raises:
       FileNotFoundError: a file is missing.
       InvalidInput: a file that cannot be read, or a label map of another shape
-        than the cube, or on another grid (both files georeferenced, and their
-        transforms, CRSs or ENVI map info differ); the message names the file.
+        than the cube, or on another grid (what both files name of their
+        georeference differs: ``hmp.data.georeference``); the message names the file.
     """
     cube_path = pathlib.Path(cube_path)
     raster = _read("cube", lambda: open_cube_file(cube_path, cube_key))

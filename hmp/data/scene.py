@@ -29,7 +29,8 @@ class Scene:
         repeats gets its label after it (``"grass (class 2)"``): reports and a run's
         results key their rows by name.
       raster: what the cube's file says beyond its values (georeference,
-        wavelengths, data-ignore value; :class:`hmp.data.raster.RasterInfo`).
+        wavelengths, each band's data-ignore value, bad bands left out;
+        :class:`hmp.data.raster.RasterInfo`).
       units: what the cube's values measure, when known: ``"radiance"`` (at-sensor
         radiance, e.g. a sensor's counts) or ``"reflectance"``; None: not known.
     """

@@ -31,16 +31,22 @@ CLASS_COLORS = (
 
 def class_colors(n_classes):
     """RGB colours (uint8 [n_classes + 1, 3]); row 0 is unlabelled, row k is class k; no
-    two rows alike, for any number of classes."""
+    two rows alike, for any number of classes (up to 2**24 - 1)."""
     tab20 = [tuple(int(255 * c) for c in colormaps["tab20"](i)[:3]) for i in range(20)]
     colors = [UNLABELLED_COLOR, *CLASS_COLORS, *(c for c in tab20 if len(set(c)) > 1)]
+    taken = set(colors)
     walk = 0
     while len(colors) < n_classes + 1:
-        hue = (walk * 0.381966) % 1.0   # the golden angle, as a share of the circle
-        shade = (0.55, 0.8, 1.0)[walk // 7 % 3]
-        color = tuple(int(255 * c) for c in colorsys.hsv_to_rgb(hue, 0.75, shade))
-        if color not in colors:
+        # the golden angle round the hue circle, saturation and brightness by a second
+        # golden walk; every uint8 colour not yet taken once those repeat
+        hue, shade = (walk * 0.381966) % 1.0, (walk * 0.618034) % 1.0
+        color = (tuple(int(255 * c) for c in colorsys.hsv_to_rgb(hue, 0.45 + 0.5 * shade,
+                                                               0.55 + 0.45 * shade))
+                 if walk < 8 * (n_classes + 1) else
+                 ((walk >> 16) & 255, (walk >> 8) & 255, walk & 255))
+        if color not in taken:
             colors.append(color)
+            taken.add(color)
         walk += 1
     return np.asarray(colors[:n_classes + 1], dtype=np.uint8)
 

@@ -25,7 +25,7 @@ from hmp.cluster.sessions import CLOSE_WAIT_S
 from hmp.run import rebalance
 from hmp.run.look_yield import LookYield
 from hmp.run.standby import Standby
-from hmp.run.trainer import BestEpoch, Paused, Trainer
+from hmp.run.trainer import BestEpoch, Paused, Stopped, Trainer
 
 # Steady steps run after a standby is ready within an epoch, timed (as the trainer
 # times an epoch's steady rate) before a switch is weighed.
@@ -104,7 +104,10 @@ class EpochLoop:
         if (last is None or last.get("val_accuracy") is not None
                 or self.trainer.step != (last["epoch"] + 1) * self.steps_per_epoch):
             return
-        accuracy = self.trainer.validation_accuracy()
+        try:
+            accuracy = self.trainer.validation_accuracy()
+        except Stopped:   # stopped again: a stop of training at that epoch's end, as before
+            raise Stopped(last["epoch"], self.trainer.step) from None
         if accuracy is not None:
             self.record.validated(accuracy)
             print("epoch %d, stopped while it was validated: val acc %.3f"

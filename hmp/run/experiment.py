@@ -7,6 +7,7 @@ rebuilds exactly the same training and test sets.
 import dataclasses
 import functools
 import json
+import math
 import os
 
 import numpy as np
@@ -285,7 +286,8 @@ def nodata_mask(cube):
 def nodata_summary(pixels, raster):
     """The line that says how many pixels are no-data, and why (``raster``: the scene's
     ``hmp.data.raster.RasterInfo``, whose data-ignore values are named when it has any)."""
-    values = sorted({value for value in raster.ignore_values if value is not None})
+    values = sorted({value for value in raster.ignore_values   # NaN: said already
+                     if value is not None and not math.isnan(value)})
     ignored = ("" if not values else " or the data-ignore value %g" % values[0]
                if len(values) == 1 else " or their band's data-ignore value (%s)"
                % ", ".join("%g" % value for value in values))

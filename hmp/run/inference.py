@@ -158,13 +158,16 @@ class TrainedRun:
         return dataclasses.replace(trained, **{DATA_FLAGS[name]: value
                                                for name, value in given.items()})
 
-    def check_bands(self, bands, wavelengths=(), units=None):
+    def check_bands(self, bands, wavelengths=(), units=None, bad_bands=()):
         """InvalidInput unless a cube of ``bands`` bands (at ``wavelengths`` in ``units``,
-        when its file names them) is what the run was trained on."""
+        when its file names them; ``bad_bands``: those its header's bbl left out) is
+        what the run was trained on."""
         trained = fitted_preprocessing.input_bands(self.preprocessor)
         if bands != trained:
-            raise InvalidInput("the cube has %d bands; the run in %s was trained on %d"
-                               % (bands, self.model_dir, trained))
+            left_out = (" (bands %s left out: its header's bad band list, bbl)"
+                        % ", ".join(map(str, bad_bands)) if bad_bands else "")
+            raise InvalidInput("the cube has %d bands%s; the run in %s was trained on %d"
+                               % (bands, left_out, self.model_dir, trained))
         check_wavelengths(self.wavelengths, wavelengths, "the cube", self.wavelength_units,
                           units)
 
@@ -174,7 +177,7 @@ class TrainedRun:
         No-data pixels (NaN or inf in the spectrum) are set to 0, as in training.
         """
         self.check_bands(scene.cube.shape[2], scene.raster.wavelengths,
-                         scene.raster.wavelength_units)
+                         scene.raster.wavelength_units, scene.raster.bad_bands)
         experiment.mask_nodata(scene)   # refuses a scene without a finite pixel
         return self.prepare(scene.cube)
 

@@ -21,7 +21,7 @@ import spectral.io.envi as spectral_envi
 from cli_batch import run_batch
 from hmp.data import (load_scene, open_raster, read_label_map, split_from_label_maps,
                       synthetic_scene)
-from hmp.data.raster import check_wavelengths
+from hmp.data.raster import RasterInfo, check_wavelengths
 from hmp.data.raster_writer import write_class_map
 from hmp.errors import InvalidInput
 from hmp.run import experiment
@@ -285,6 +285,9 @@ def test_each_band_keeps_its_own_no_data_value(tmp_path):
     assert experiment.nodata_summary(2, raster.info) == (
         "2 pixels hold NaN or infinite values or their band's data-ignore value (-9999, -1): "
         "masked as no-data (label 0)")
+    nan = float("nan")   # a float raster's usual no-data, one NaN object a band: said once
+    assert experiment.nodata_summary(1, RasterInfo(ignore_values=(nan, float("nan")))) == (
+        "1 pixel holds NaN or infinite values: masked as no-data (label 0)")
 
 
 def test_labels_on_another_grid_than_the_cube_are_refused(tmp_path):

@@ -27,6 +27,7 @@ def test_each_class_has_a_fixed_distinct_colour():
     np.testing.assert_array_equal(many[:21], colours)
     assert len({tuple(c) for c in many}) == 301
     assert all(len(set(c)) > 1 for c in many[17:].tolist())
+    assert len({tuple(c) for c in class_colors(5000).tolist()}) == 5001   # past the walk's
 
 
 def test_label_map_is_coloured_by_class():

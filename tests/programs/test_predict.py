@@ -383,6 +383,10 @@ def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refus
                                 wavelength_units="Nanometers")
     in_um = tuple((400.0 + 10 * np.arange(100)) / 1000)
     in_nm.check_bands(100, in_um, "Micrometers")
+    with pytest.raises(InvalidInput, match=r"^the cube has 98 bands \(bands 3, 7 left out: its "
+                                           r"header's bad band list, bbl\); the run in .* was "
+                                           r"trained on 100$"):
+        trained.check_bands(98, (), None, (3, 7))
     with pytest.raises(InvalidInput, match=r"^the cube: band 1 lies at wavelength 0.4, but "
                                            r"at 400 in the scene the run was trained on"):
         in_nm.check_bands(100, in_um)   # the scene's file names no units

@@ -13,7 +13,7 @@ from hmp.run import epoch_loop, look_yield, rebalance, run_files, run_folder
 from hmp.run.alone_trial import AloneTrial
 from hmp.run.settings import Settings
 from hmp.run.standby import Standby
-from hmp.run.trainer import MEASURED_STEPS, EpochStats
+from hmp.run.trainer import MEASURED_STEPS, EpochStats, Stopped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,6 +214,17 @@ def test_an_epoch_stopped_while_validated_is_validated_on_resume(tmp_path, capsy
     loop.trainer.step = 2 * 4 + 1
     loop._validate_resumed_epoch()
     assert loop.record.epochs[-1]["val_accuracy"] is None
+    # stopped again while it validates: a stop of training at epoch 1's end (not one
+    # while classifying, after training)
+    loop.trainer.step = 2 * 4
+
+    def stopped():
+        raise Stopped(1, 8, classifying=True)
+
+    loop.trainer.validation_accuracy = stopped
+    with pytest.raises(Stopped) as again:
+        loop.train(first_epoch=2)
+    assert (again.value.epoch, again.value.step, again.value.classifying) == (1, 8, False)
 
 
 class WaitingRebalancer(ScriptedRebalancer):
