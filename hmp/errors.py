@@ -56,25 +56,6 @@ def is_positive_number(value, allow_zero=False):
                 and math.isfinite(value) and (value > 0 or (allow_zero and value == 0)))
 
 
-def check_distinct(names, device_key=None):
-    """InvalidInput unless ``names`` (of devices, ...) are distinct: "A and B named twice";
-    with ``device_key`` (a device name's device, whatever its spelling), "A and B name one
-    device" for two spellings of one.
-
-    The one check that a list names each thing once."""
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:
-        raise InvalidInput("%s named twice" % " and ".join(twice))
-    if device_key is not None:
-        spellings = {}
-        for name in names:
-            spellings.setdefault(device_key(name), []).append(name)
-        alike = [group for group in spellings.values() if len(group) > 1]
-        if alike:
-            raise InvalidInput("; ".join("%s name one device" % " and ".join(group)
-                                         for group in alike))
-
-
 def op_error_line(error, limit=120):
     """The first line of a TensorFlow error's message (``tf.errors.OpError``) that says
     what happened, at most ``limit`` characters: its message opens with lines that say

@@ -34,6 +34,7 @@ from hmp.cli import TrainingError
 from hmp.cluster.addresses import (DEFAULT_TIMEOUT_S, PORTS, check_timeout, host_and_port,
                                    parse_address)
 from hmp.cluster.sessions import session_on
+from hmp.device_names import device_key
 from hmp.errors import InvalidInput, is_digits, op_error_line
 
 JOB = "worker"
@@ -374,18 +375,6 @@ def trainer_port(value):
         raise InvalidInput("%s=%s: give a port number from %d to %d, or leave it unset for "
                            "a free one" % (TRAINER_PORT_ENV, value, PORTS[0], PORTS[-1]))
     return int(value)
-
-
-def device_key(name):
-    """(job, task, type, index) of a TensorFlow device name, for comparing names written
-    differently (``/cpu:1``, ``/device:CPU:1``, ``/replica:0``; this process's job None,
-    named or not); ``name`` itself when it is no device name (its checks say so)."""
-    try:
-        spec = tf.DeviceSpec.from_string(name)
-    except ValueError:
-        return name
-    return (None if spec.job == "localhost" else spec.job, spec.task or 0,
-            (spec.device_type or "").upper(), spec.device_index or 0)
 
 
 def _port(target):

@@ -6,8 +6,8 @@ import re
 
 import tensorflow as tf
 
-from hmp.cluster.runtime import device_key
-from hmp.errors import InvalidInput, check_distinct, is_positive_number
+from hmp.device_names import check_distinct
+from hmp.errors import InvalidInput, is_positive_number
 
 # Units of a byte count (``parse_memory_caps``), in any case: 2GB, 512MiB, 1e9.
 BYTE_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
@@ -50,7 +50,7 @@ def device_list(devices, minimum=1):
         raise InvalidInput("give at least %s, e.g. %s" % (
             "one TensorFlow device" if minimum == 1 else "%d TensorFlow devices" % minimum,
             ",".join("/cpu:%d" % index for index in range(minimum))))
-    check_distinct(names, device_key)
+    check_distinct(names)
     return names
 
 

@@ -10,7 +10,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from numbers import Real
 
-from hmp.errors import InvalidInput, check_distinct, whole_number
+from hmp.device_names import check_distinct
+from hmp.errors import InvalidInput, whole_number
 from hmp.files import read_json_file, write_json
 from hmp.formatting import aligned_columns, format_bytes, format_time
 from hmp.planning.apportion import check_speeds

@@ -24,7 +24,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hmp.errors import InvalidInput, check_distinct, is_positive_number, whole_number
+from hmp.device_names import check_distinct
+from hmp.errors import InvalidInput, is_positive_number, whole_number
 from hmp.planning.apportion import apportion, apportion_in_blocks, check_speeds
 from hmp.planning.costmodel import (alone_flops_per_s, memory_bytes, predict,
                                     train_flops_per_sample, weight_fractions)

@@ -5,6 +5,7 @@ TensorFlow error is told by its line that says what happened (hmp.errors.op_erro
 import pytest
 import tensorflow as tf
 
+from hmp.device_names import device_key
 from hmp.errors import op_error_line
 from hmp.measure import devices
 
@@ -43,6 +44,18 @@ def test_a_name_without_a_device_type_and_index_is_refused(name, message):
     with pytest.raises(devices.InvalidInput) as refused:
         devices.check_local([name])
     assert str(refused.value).startswith(message), str(refused.value)
+
+
+@pytest.mark.parametrize("name", [
+    "/cpu:0", "/CPU:1", "/device:CPU:0", "/device:GPU:3", "/gpu:3",
+    "/job:localhost/replica:0/task:0/device:CPU:0", "/job:worker/task:1/cpu:2",
+    "/job:worker/replica:0/task:12/device:GPU:1", "/job:client/task:0/device:CPU:0"])
+def test_a_device_names_key_is_the_device_tensorflow_reads_in_it(name):
+    """hmp.device_names reads names without TensorFlow (the planner loads none): its key
+    is what TensorFlow's own parser reads (this process's job None, named or not)."""
+    spec = tf.DeviceSpec.from_string(name)
+    assert device_key(name) == (None if spec.job in (None, "localhost") else spec.job,
+                                spec.task or 0, spec.device_type.upper(), spec.device_index)
 
 
 def test_a_device_list_is_its_names_and_refuses_none_or_one_named_twice():

@@ -293,6 +293,8 @@ def test_malformed_json_and_a_missing_file_are_refused_saying_which(plan_file):
     (lambda d: d.update(mesh="model:4"), r"devices must be a list of 4 entries"),
     (lambda d: d.update(mesh="gpu:3"), r"bad mesh 'gpu:3': axis 'gpu' is unknown"),
     (lambda d: d["devices"].__setitem__(2, "/gpu:0"), r"plan.json: devices: /gpu:0 named twice$"),
+    (lambda d: d["devices"].__setitem__(2, "/device:GPU:0"),
+     r"plan.json: devices: /gpu:0 and /device:GPU:0 name one device$"),
     (lambda d: d["speeds"].__setitem__(1, 0), r"/gpu:1 has speed 0"),
     (lambda d: d["splits"].__setitem__("filters1", [17, 6]), r"splits\['filters1'\] must be 3"),
     (lambda d: d["splits"].__setitem__("filters1", [17, -1, 8]),
