@@ -120,12 +120,12 @@ def _pin_cpus():
 
 def _server_config():
     for name in ("threads", "inter_op_threads"):
-        if FLAGS[name].value < 0:
-            raise cli.UsageError("--%s=%d: must be 0 (TensorFlow's default) or more"
-                                 % (name, FLAGS[name].value))
-    if FLAGS.virtual_cpus < 1:
-        raise cli.UsageError("--virtual_cpus=%d: a task offers at least 1 CPU device"
-                             % FLAGS.virtual_cpus)
+        if not 0 <= FLAGS[name].value < 2 ** 31:
+            raise cli.UsageError("--%s=%d: must be 0 (TensorFlow's default) or more, below "
+                                 "2**31" % (name, FLAGS[name].value))
+    if not 1 <= FLAGS.virtual_cpus < 2 ** 31:
+        raise cli.UsageError("--virtual_cpus=%d: a task offers at least 1 CPU device (below "
+                             "2**31)" % FLAGS.virtual_cpus)
     return tf.ConfigProto(device_count={"CPU": FLAGS.virtual_cpus},
                           intra_op_parallelism_threads=FLAGS.threads,
                           inter_op_parallelism_threads=_inter_op_threads())

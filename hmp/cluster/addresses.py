@@ -38,8 +38,13 @@ def check_port(port):
     return int(port)
 
 
+MAX_TIMEOUT_S = 1e9   # about 31 years: a session's operation timeout, in ms, fits int64
+
+
 def check_timeout(timeout_s):
-    """``timeout_s`` as a float; ``InvalidInput`` unless it is positive."""
-    if not is_positive_number(timeout_s):
-        raise InvalidInput("the timeout must be positive, got %r" % timeout_s)
+    """``timeout_s`` as a float; ``InvalidInput`` unless it is a finite number of seconds
+    > 0 and at most ``MAX_TIMEOUT_S`` (TensorFlow holds it in milliseconds, an int64)."""
+    if not is_positive_number(timeout_s) or timeout_s > MAX_TIMEOUT_S:
+        raise InvalidInput("the timeout must be a finite number of seconds > 0 and at most "
+                           "%g, got %r" % (MAX_TIMEOUT_S, timeout_s))
     return float(timeout_s)

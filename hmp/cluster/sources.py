@@ -72,10 +72,13 @@ def _from_tf_config(timeout_s):
     if not jobs:   # e.g. a JSON list, or an object without "cluster"
         raise InvalidInput("TF_CONFIG holds no cluster (%s); give it as %s"
                            % (os.environ["TF_CONFIG"][:60], _TF_CONFIG_FORM))
-    if set(jobs) != {JOB} or not isinstance(jobs[JOB], list):
+    if set(jobs) != {JOB}:
         raise InvalidInput("TF_CONFIG's cluster has the jobs %s; hmp's tasks are one job, "
                            '"worker", a list of host:port'
                            % json.dumps(sorted(jobs)))
+    if not isinstance(jobs[JOB], list) or not jobs[JOB]:
+        raise InvalidInput('TF_CONFIG\'s job "worker" is %s; give it as a list of host:port, '
+                           "task 0 first" % json.dumps(jobs[JOB]))
     if task_type not in (None, JOB):
         raise InvalidInput('TF_CONFIG\'s task has the type "%s"; hmp\'s tasks are of the '
                            'type "worker"' % task_type)

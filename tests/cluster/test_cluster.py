@@ -281,6 +281,10 @@ BAD_WORKER_FLAGS = {"--task=2": "--task=2: give a task index from 0 to 1",
                     "--task=0 --cpus=0,99": "--cpus=0,99: give CPU numbers this process may use",
                     "--task=0 --threads=-1": "--threads=-1: must be 0",
                     "--task=0 --inter_op_threads=-1": "--inter_op_threads=-1: must be 0",
+                    # TensorFlow's int32 fields: refused, not a traceback
+                    "--task=0 --threads=3000000000": "--threads=3000000000: must be 0",
+                    "--task=0 --virtual_cpus=3000000000": "--virtual_cpus=3000000000: a task "
+                                                         "offers at least 1 CPU device",
                     # refused as any value, not only where Slurm would use it
                     "--task=2 --port_base=0": "--port_base=0: a port is a whole number from "
                                               "1 to 65535, got 0"}

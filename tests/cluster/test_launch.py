@@ -112,7 +112,12 @@ def test_tf_config_gives_the_worker_job_and_the_task(clean_environment):
                'TF_CONFIG\'s task has the type "ps"',
                '{"cluster": {"worker": ["a:1", "a:1"]}}':
                "TF_CONFIG: a:1 is given more than once (tasks 0, 1)",
-               "worker: a:1": "TF_CONFIG is not a cluster description"}
+               "worker: a:1": "TF_CONFIG is not a cluster description",
+               # an empty job, or one of tasks by number: named as it is
+               '{"cluster": {"worker": []}, "task": {"type": "worker", "index": 0}}':
+               'TF_CONFIG\'s job "worker" is {}; give it as a list of host:port, task 0 first',
+               '{"cluster": {"worker": {"1": "a:1"}}}':
+               'TF_CONFIG\'s job "worker" is {"1": "a:1"}; give it as a list of host:port'}
     for text, message in refused.items():
         env.setenv("TF_CONFIG", text)
         with pytest.raises(InvalidInput) as refusal:
