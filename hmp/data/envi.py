@@ -120,7 +120,9 @@ class EnviRaster(Raster):
         return window if self.scale == 1.0 else window / np.float32(self.scale)
 
     def _read(self, rows, cols):
-        return self._cube[rows, cols, self._bands]
+        window = self._cube[rows, cols]
+        # the good bands only when the header leaves some out: no copy of every read else
+        return window if len(self._bands) == window.shape[-1] else window[..., self._bands]
 
 
 def read_header(header):

@@ -92,12 +92,14 @@ class GdalRaster(Raster):
                                f"0; allowed: a scale other than 0")
         self._scales = np.array(dataset.scales, np.float32)
         self._offsets = np.array(dataset.offsets, np.float32)
+        self._scaled = bool((self._scales != 1).any() or self._offsets.any())
         # a file cut short reads its header but not its last pixels: fail now, not mid-way
         self.read(slice(self.shape[0] - 1, self.shape[0]), slice(0, self.shape[1]))
 
     def read(self, rows, cols):
         """The window as float32, each band times its scale plus its offset."""
-        return super().read(rows, cols) * self._scales + self._offsets
+        window = super().read(rows, cols)
+        return window * self._scales + self._offsets if self._scaled else window
 
     def _read(self, rows, cols):
         window = ((rows.start, rows.stop), (cols.start, cols.stop))
