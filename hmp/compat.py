@@ -11,7 +11,7 @@ mesh-tensorflow 0.1.21 (its last release) predates two TensorFlow changes:
 Each shim is installed only when the thing it replaces is missing, so older
 TensorFlow versions are left exactly as they are. Nothing installed on disk is
 edited. This is the only module in hmp that touches TensorFlow internals (also:
-TensorFlow's readers of Slurm's node lists, ``slurm_list_expanders``).
+TensorFlow's reader of Slurm's task counts, ``slurm_tasks_per_node``).
 """
 
 import importlib
@@ -52,13 +52,14 @@ def import_mesh_tensorflow():
     return importlib.import_module("mesh_tensorflow")
 
 
-def slurm_list_expanders():
-    """TensorFlow's own readers of Slurm's compressed lists, as ``SlurmClusterResolver``
-    reads them: ``expand_hostlist("n[1-2],m5")`` -> ``["n1", "n2", "m5"]`` and
-    ``expand_tasks_per_node("2(x2),1")`` -> ``[2, 2, 1]``. The resolver reads only its
-    own job step's variables; these let hmp read the job's too (a trainer started in
-    the batch script, outside the step that runs the workers). They are not exported
-    under ``tf.distribute``; TensorFlow has had them since 2.4."""
+def slurm_tasks_per_node():
+    """TensorFlow's own reader of Slurm's compressed task counts, as
+    ``SlurmClusterResolver`` reads them: ``expand_tasks_per_node("2(x2),1")`` ->
+    ``[2, 2, 1]``. The resolver reads only its own job step's variables; this lets hmp
+    read the job's too (a trainer started in the batch script, outside the step that
+    runs the workers). It is not exported under ``tf.distribute``; TensorFlow has had
+    it since 2.4. (Node lists are read by ``hmp.cluster.sources.expand_hostlist``:
+    TensorFlow's reader refuses a suffix after a bracket, ``node[1-2]-ib``.)"""
     from tensorflow.python.distribute.cluster_resolver import (  # pylint: disable=g-direct-tensorflow-import
         slurm_cluster_resolver as slurm)
-    return slurm.expand_hostlist, slurm.expand_tasks_per_node
+    return slurm.expand_tasks_per_node

@@ -431,16 +431,27 @@ def served(port, start):
 
 
 def port_in_use(port):
-    """True when some process listens on ``port`` of this machine (on any interface,
-    as a worker's server would). A port that only closed connections hold (TIME_WAIT, a
-    worker stopped a moment ago) is free: TensorFlow's server reuses it, and so does the
-    probe."""
-    probe = socket.socket()
-    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    """True when some process listens on ``port`` of this machine, on any interface, IPv4
+    or IPv6 (``::1``, ``::``), as a worker's server would. A port that only closed
+    connections hold (TIME_WAIT, a worker stopped a moment ago) is free: TensorFlow's
+    server reuses it, and so do the probes."""
+    return _taken(socket.AF_INET, "", port) or _taken(socket.AF_INET6, "::", port)
+
+
+def _taken(family, any_address, port):
+    """Whether ``port`` of ``family``'s ``any_address`` is taken. False where this
+    machine has no such family (no IPv6), or the port is not one this process may take
+    (below 1024, say). An IPv6 probe takes IPv6 alone: IPv4 is the other's."""
     try:
-        probe.bind(("", port))
+        probe = socket.socket(family)
+    except OSError:   # no IPv6 here
         return False
-    except OSError as error:   # not one this process may not take (below 1024, say)
-        return error.errno == errno.EADDRINUSE
-    finally:
-        probe.close()
+    with probe:
+        try:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            probe.bind((any_address, port))
+            return False
+        except OSError as error:   # EADDRNOTAVAIL: IPv6 off on this machine
+            return error.errno == errno.EADDRINUSE

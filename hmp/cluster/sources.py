@@ -3,7 +3,8 @@
 ``resolve`` is the one rule for all three, used by ``hmp.worker`` (which task it
 is) and by ``hmp.train --cluster`` (where the tasks are), so the two always agree.
 TF_CONFIG and Slurm are read by TensorFlow's own resolvers
-(``tf.distribute.cluster_resolver``), not by a parser of hmp's:
+(``tf.distribute.cluster_resolver``), not by a parser of hmp's; hmp reads only what it
+checks before handing it over (below):
 
 * ``tf_config``: ``TFConfigClusterResolver``; TF_CONFIG's job "worker" is the
   cluster, its task (type "worker") the worker's task. The trainer needs no task.
@@ -16,10 +17,19 @@ TF_CONFIG and Slurm are read by TensorFlow's own resolvers
   workers' ``srun`` must run one step over the whole job, as it does without
   ``--nodes`` or ``--ntasks`` options. GPUs are left to Slurm
   (``srun --gpus-per-task``): the resolver sets no ``CUDA_VISIBLE_DEVICES``.
+
+hmp checks what it hands the resolvers: TF_CONFIG's task index (the resolver takes
+``int()`` of it: 0.5 as task 0, true as task 1) and Slurm's lists, whose node names
+``expand_hostlist`` reads as Slurm writes them (TensorFlow's reader refuses a suffix,
+``node[01-03]-ib``), one task count a node (the resolver would zip them, dropping the
+longer list's tail).
 """
 
+import collections
+import itertools
 import json
 import os
+import re
 
 import tensorflow.compat.v1 as tf
 
@@ -65,8 +75,8 @@ def _from_tf_config(timeout_s):
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     try:
         jobs = resolver.cluster_spec().as_dict()
-        task_type, task = resolver.task_type, resolver.task_id
-    except (ValueError, TypeError, KeyError) as error:   # not JSON, not a cluster, bad index
+        task_type = resolver.task_type
+    except (ValueError, TypeError, KeyError) as error:   # not JSON, not a cluster
         raise InvalidInput("TF_CONFIG is not a cluster description (%s: %s)"
                            % (type(error).__name__, error)) from None
     if not jobs:   # e.g. a JSON list, or an object without "cluster"
@@ -82,25 +92,42 @@ def _from_tf_config(timeout_s):
     if task_type not in (None, JOB):
         raise InvalidInput('TF_CONFIG\'s task has the type "%s"; hmp\'s tasks are of the '
                            'type "worker"' % task_type)
-    return _cluster(jobs[JOB], timeout_s, "TF_CONFIG"), task
+    _check_task_index(len(jobs[JOB]))
+    return _cluster(jobs[JOB], timeout_s, "TF_CONFIG"), resolver.task_id
+
+
+def _check_task_index(count):
+    """``InvalidInput`` unless TF_CONFIG's task index, if it gives one, is a JSON whole
+    number from 0 to ``count`` - 1; the resolver, reading it next, takes ``int()`` of
+    anything (0.5 as task 0, true as task 1, "1" as 1)."""
+    task = json.loads(os.environ["TF_CONFIG"]).get("task", {})
+    if not isinstance(task, dict):
+        raise InvalidInput('TF_CONFIG\'s task is %s; give it as {"type": "worker", "index": N}'
+                           % json.dumps(task))
+    if "index" not in task:
+        return
+    index = task["index"]
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+        raise InvalidInput('TF_CONFIG\'s task index is %s; allowed: a whole number >= 0 below '
+                           '%d (the job "worker"\'s task count)' % (json.dumps(index), count))
 
 
 def _slurm_variable(step_name, job_name):
-    """The job step's Slurm variable, else the job's; ``InvalidInput`` when neither is set."""
-    value = os.environ.get(step_name) or os.environ.get(job_name)
-    if not value:
-        raise InvalidInput("neither %s nor %s is set: not inside a Slurm job (start the "
-                           "workers with srun, the trainer in the job's batch script)"
-                           % (step_name, job_name))
-    return value
+    """(name, value) of the job step's Slurm variable, else of the job's; ``InvalidInput``
+    when neither is set."""
+    for name in (step_name, job_name):
+        if os.environ.get(name):
+            return name, os.environ[name]
+    raise InvalidInput("neither %s nor %s is set: not inside a Slurm job (start the "
+                       "workers with srun, the trainer in the job's batch script)"
+                       % (step_name, job_name))
 
 
 def _from_slurm(timeout_s, port_base):
     nodes = _slurm_variable("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST")
     counts = _slurm_variable("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
-    expand_hostlist, expand_tasks_per_node = compat.slurm_list_expanders()
+    tasks_per_node = _tasks_per_node(nodes, counts)
     try:
-        tasks_per_node = dict(zip(expand_hostlist(nodes), expand_tasks_per_node(counts)))
         most = max(tasks_per_node.values())
         # GPUs are Slurm's to give (srun --gpus-per-task): "one GPU a task" only makes
         # room for the node's tasks in the resolver's arithmetic and sets nothing
@@ -109,12 +136,93 @@ def _from_slurm(timeout_s, port_base):
             gpus_per_node=most, gpus_per_task=1, tasks_per_node=tasks_per_node,
             auto_set_gpu=False)
         addresses = resolver.cluster_spec().as_dict()[JOB]
-    except (ValueError, RuntimeError) as error:   # a bad list; SLURM_PROCID missing
-        raise InvalidInput("Slurm's nodes %s with tasks %s: %s" % (nodes, counts, error)
+    except (ValueError, RuntimeError) as error:   # SLURM_PROCID missing or no number
+        raise InvalidInput("Slurm's nodes %s with tasks %s: %s" % (nodes[1], counts[1], error)
                            ) from None
     _, task = resolver.get_task_info()
     return (_cluster(addresses, timeout_s, "Slurm's job (--port_base=%d)" % port_base),
             _own_task(addresses, port_base, task))
+
+
+def _tasks_per_node(nodes, counts):
+    """{node: its task count} of Slurm's node list and tasks per node, each a (variable,
+    value) pair; ``InvalidInput``, naming the variables, unless they give one count a
+    node and each node once (zip and a dict would drop the rest silently)."""
+    (nodes_name, node_list), (counts_name, count_list) = nodes, counts
+    try:
+        hosts = expand_hostlist(node_list)
+    except InvalidInput as error:
+        raise InvalidInput("%s=%s: %s" % (nodes_name, node_list, error)) from None
+    expand_tasks_per_node = compat.slurm_tasks_per_node()
+    try:
+        tasks = expand_tasks_per_node(count_list)
+    except ValueError:
+        raise InvalidInput("%s=%s: allowed are task counts separated by commas, N(xK) for K "
+                           "nodes of N tasks, e.g. 2(x3),1" % (counts_name, count_list)
+                           ) from None
+    if len(hosts) != len(tasks):
+        raise InvalidInput("%s=%s names %d nodes but %s=%s gives %d task counts; allowed: "
+                           "one count a node" % (nodes_name, node_list, len(hosts),
+                                                 counts_name, count_list, len(tasks)))
+    twice = [host for host, times in collections.Counter(hosts).items() if times > 1]
+    if twice:
+        raise InvalidInput("%s=%s names the node %s more than once; allowed: each node once"
+                           % (nodes_name, node_list, twice[0]))
+    return dict(zip(hosts, tasks))
+
+
+_HOSTLIST_FORM = ("a Slurm hostlist: names separated by commas, each with bracketed "
+                  "ranges, e.g. node[01-03,7]-ib,gpu5")
+_MOST_NODES = 64 * 1024   # of one range or name (Slurm's MAX_RANGE, a range's)
+_GROUP = re.compile(r"(?:[^\[\],]+|\[[^\[\]]*\])+")   # text and [ranges]
+_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+
+
+def expand_hostlist(hostlist):
+    """The node names of Slurm's compressed ``hostlist``, in its order, read as Slurm
+    reads them: groups separated by commas (outside brackets), each a name whose bracketed
+    ranges (``[1-3,7]``, each number zero-padded to the width of its range's first:
+    ``[08-10]``) stand for each of their numbers, the text around them kept:
+    ``"n[1-2]-ib,m5"`` -> ``["n1-ib", "n2-ib", "m5"]``. Several brackets in one name
+    give every combination, the last varying fastest (``r[1-2]n[1-2]``: r1n1, r1n2,
+    r2n1, r2n2). ``InvalidInput`` (naming no variable: the caller does) otherwise."""
+    groups = re.split(r",(?![^\[\]]*\])", hostlist.strip())
+    return [name for group in groups for name in _expand_group(group)]
+
+
+def _expand_group(group):
+    """The names of one comma-free group of a hostlist (``node[01-03]-ib``)."""
+    if not _GROUP.fullmatch(group):
+        raise InvalidInput("%r is not a node name with bracketed ranges (%s)"
+                           % (group, _HOSTLIST_FORM))
+    parts = [_range_numbers(part[1:-1]) if part.startswith("[") else [part]
+             for part in re.findall(r"\[[^\]]*\]|[^\[]+", group)]
+    count = 1
+    for part in parts:
+        count *= len(part)
+    if count > _MOST_NODES:
+        raise InvalidInput("%r names %d nodes; allowed: at most %d in one name"
+                           % (group, count, _MOST_NODES))
+    return ["".join(pieces) for pieces in itertools.product(*parts)]
+
+
+def _range_numbers(ranges):
+    """The numbers, as text, of a bracket's ranges (``01-03,7``: 01, 02, 03, 7)."""
+    return [number for text in ranges.split(",") for number in _one_range(text)]
+
+
+def _one_range(text):
+    """The numbers, as text, of ``N`` or ``LOW-HIGH``, zero-padded as Slurm pads them:
+    to the width of the first (``08-10``: 08, 09, 10; ``8-10``: 8, 9, 10)."""
+    match = _RANGE.fullmatch(text)
+    low, high = (int(match[1]), int(match[2] or match[1])) if match else (None, None)
+    if not match or low > high:
+        raise InvalidInput("the range %r is not N or LOW-HIGH with LOW <= HIGH, in digits "
+                           "(%s)" % (text, _HOSTLIST_FORM))
+    if high - low >= _MOST_NODES:
+        raise InvalidInput("the range %r names %d nodes; allowed: at most %d"
+                           % (text, high - low + 1, _MOST_NODES))
+    return ["%0*d" % (len(match[1]), number) for number in range(low, high + 1)]
 
 
 def _own_task(addresses, port_base, rank):

@@ -68,11 +68,75 @@ def test_slurm_tasks_get_ports_by_node_and_the_batch_script_finds_the_same(clean
     assert sources.resolve("slurm", port_base=7000)[0].addresses == (
         "node08:7000", "node08:7001", "node09:7000", "node09:7001", "node10:7000")
     env.setenv("SLURM_JOB_NODELIST", "node[08-x]")
-    with pytest.raises(InvalidInput, match=r"Slurm's nodes node\[08-x\] with tasks 2\(x2\),1"):
+    with pytest.raises(InvalidInput, match=r"^SLURM_JOB_NODELIST=node\[08-x\]: the range '08-x' "
+                                            r"is not N or LOW-HIGH"):
         sources.resolve("slurm")
     env.delenv("SLURM_JOB_NODELIST")
     with pytest.raises(InvalidInput, match="neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST"):
         sources.resolve("slurm")
+
+
+def test_slurm_lists_of_different_lengths_are_refused_naming_both(clean_environment):
+    """A node list and its tasks per node that disagree in count, or a node listed twice,
+    are one line naming the variables and both counts: the resolver's zip (and a dict)
+    dropped the longer list's tail."""
+    env = clean_environment
+    env.setenv("SLURM_PROCID", "0")
+    refused = {("node[1-3]", "2,1"): "SLURM_JOB_NODELIST=node[1-3] names 3 nodes but "
+                                     "SLURM_TASKS_PER_NODE=2,1 gives 2 task counts; "
+                                     "allowed: one count a node",
+               ("node[1-2]", "1(x3)"): "SLURM_JOB_NODELIST=node[1-2] names 2 nodes but "
+                                       "SLURM_TASKS_PER_NODE=1(x3) gives 3 task counts",
+               ("a,b,a", "1(x3)"): "SLURM_JOB_NODELIST=a,b,a names the node a more than "
+                                   "once; allowed: each node once",
+               ("a", "2,x"): "SLURM_TASKS_PER_NODE=2,x: allowed are task counts"}
+    for (nodes, counts), message in refused.items():
+        env.setenv("SLURM_JOB_NODELIST", nodes)
+        env.setenv("SLURM_TASKS_PER_NODE", counts)
+        with pytest.raises(InvalidInput) as refusal:
+            sources.resolve("slurm")
+        assert str(refusal.value).startswith(message) and "\n" not in str(refusal.value)
+    # a step's node list with the job's counts (the step's not set): both named as read
+    env.setenv("SLURM_STEP_NODELIST", "a,b")
+    env.setenv("SLURM_TASKS_PER_NODE", "1")
+    with pytest.raises(InvalidInput, match=r"^SLURM_STEP_NODELIST=a,b names 2 nodes but "
+                                            r"SLURM_TASKS_PER_NODE=1 gives 1 task counts"):
+        sources.resolve("slurm")
+
+
+def test_slurm_hostlists_are_read_as_slurm_writes_them(clean_environment):
+    """Prefix, bracketed ranges zero-padded to their first number's width, suffix; groups
+    separated by commas; several brackets give every combination (Slurm's order)."""
+    read = {"node[01-03]-ib": ["node01-ib", "node02-ib", "node03-ib"],
+            "a[1-2]b,c5": ["a1b", "a2b", "c5"],
+            "n[1-2],m5,o[3-4,6,7-9]": ["n1", "n2", "m5", "o3", "o4", "o6", "o7", "o8", "o9"],
+            "node[8-10]": ["node8", "node9", "node10"],
+            "node[08-10]": ["node08", "node09", "node10"],
+            "r[1-2]n[1-2].ib": ["r1n1.ib", "r1n2.ib", "r2n1.ib", "r2n2.ib"],
+            "[7]x,solo": ["7x", "solo"]}
+    for hostlist, names in read.items():
+        assert sources.expand_hostlist(hostlist) == names, hostlist
+    refused = {"node[08-x]": "the range '08-x' is not N or LOW-HIGH with LOW <= HIGH",
+               "a[3-1]": "the range '3-1' is not N or LOW-HIGH",
+               "a[]": "the range '' is not N",
+               "a[1-2": "'a[1-2' is not a node name with bracketed ranges",
+               "a]b": "'a]b' is not a node name",
+               "a,,b": "'' is not a node name",
+               "a[[1]]": "'a[[1]]' is not a node name",
+               "a[0-70000]": "the range '0-70000' names 70001 nodes; allowed: at most 65536",
+               "a[0-999]b[0-999]": "'a[0-999]b[0-999]' names 1000000 nodes"}
+    for hostlist, message in refused.items():
+        with pytest.raises(InvalidInput) as refusal:
+            sources.expand_hostlist(hostlist)
+        assert str(refusal.value).startswith(message), (hostlist, str(refusal.value))
+    # the names with a suffix are the cluster's hosts, the tasks by node as ever
+    env = clean_environment
+    env.setenv("SLURM_PROCID", "2")
+    env.setenv("SLURM_STEP_NODELIST", "node[01-02]-ib")
+    env.setenv("SLURM_STEP_TASKS_PER_NODE", "1,2")
+    cluster, task = sources.resolve("slurm", port_base=7000)
+    assert (cluster.addresses, task) == (("node01-ib:7000", "node02-ib:7000", "node02-ib:7001"),
+                                         2)
 
 
 def test_a_slurm_task_is_the_address_of_its_own_node_and_place(clean_environment):
@@ -125,6 +189,25 @@ def test_tf_config_gives_the_worker_job_and_the_task(clean_environment):
         assert str(refusal.value).startswith(message)
 
 
+def test_a_tf_config_task_index_is_a_whole_number_of_the_job(clean_environment):
+    """The resolver takes int() of the index: 0.5 was task 0, true task 1."""
+    env = clean_environment
+    for index in (0.5, True, False, 1.0, "1", -1, 2, None):
+        config = {"cluster": {"worker": ["a:1", "b:2"]},
+                  "task": {"type": "worker", "index": index}}
+        env.setenv("TF_CONFIG", json.dumps(config))
+        with pytest.raises(InvalidInput) as refusal:
+            sources.resolve("tf_config")
+        assert str(refusal.value) == (
+            'TF_CONFIG\'s task index is %s; allowed: a whole number >= 0 below 2 (the job '
+            '"worker"\'s task count)' % json.dumps(index))
+    env.setenv("TF_CONFIG", '{"cluster": {"worker": ["a:1"]}, "task": [0]}')
+    with pytest.raises(InvalidInput, match=r'^TF_CONFIG\'s task is \[0\]; give it as'):
+        sources.resolve("tf_config")
+    env.setenv("TF_CONFIG", '{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"index": 1}}')
+    assert sources.resolve("tf_config")[1] == 1
+
+
 def test_unknown_hosts_and_shared_ports_are_named_before_training():
     # the cluster given is wrong: bad input, not a worker gone
     with pytest.raises(InvalidInput, match=r"^worker 1 \(nohost.invalid:2\) is unreachable:"
@@ -168,6 +251,39 @@ def test_a_server_is_started_only_on_a_free_port_and_a_failed_start_says_why():
         taken.listen()
         with pytest.raises(InvalidInput, match="^port %d is in use on this machine" % port):
             runtime.served(port, lambda: pytest.fail("started on a taken port"))
+
+
+def test_a_port_taken_on_ipv6_alone_is_in_use(monkeypatch):
+    """A listener on ::1 or on :: (IPv6 only) takes the port a worker's server would
+    listen on; the IPv4 probe alone saw it free. Without IPv6 the IPv4 probe decides."""
+    for host in ("::1", "::"):
+        try:
+            listener = socket.socket(socket.AF_INET6)
+            listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            listener.bind((host, 0))
+        except OSError:
+            pytest.skip("no IPv6 here")
+        with listener:
+            listener.listen()
+            port = listener.getsockname()[1]
+            assert port_in_use(port), host
+            with pytest.raises(InvalidInput, match="^port %d is in use on this machine" % port):
+                runtime.served(port, lambda: pytest.fail("started on a taken port"))
+        assert not port_in_use(port)
+    real_socket = socket.socket
+
+    def no_ipv6(family=socket.AF_INET, *args, **kwargs):
+        if family == socket.AF_INET6:
+            raise OSError(97, "Address family not supported by protocol")
+        return real_socket(family, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "socket", no_ipv6)
+    port, = launch.free_loopback_ports(1)
+    assert not port_in_use(port)
+    with real_socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        assert port_in_use(port)
 
 
 def _consecutive_free_ports():
