@@ -16,6 +16,7 @@ ENVI and QGIS open on the map.
 """
 
 import codecs
+import dataclasses
 import math
 import pathlib
 import tempfile
@@ -260,6 +261,66 @@ def _items(value):
     if value is None:
         return None
     return tuple(value) if isinstance(value, list) else (str(value),)
+
+
+@dataclasses.dataclass(frozen=True)
+class MapGrid:
+    """ENVI's ``map info`` as what it means (``map_info_grid``).
+
+    Attributes:
+      transform: the affine pixel-to-map transform (a, b, c, d, e, f) of
+        ``hmp.data.raster.RasterInfo.transform`` (x = a col + b row + c,
+        y = d col + e row + f; the first pixel's upper-left corner at col = row = 0).
+      projection: the projection's name (``UTM``, ``Geographic Lat/Lon``...).
+      place: the items after the pixel sizes that are no keyword, as written (a UTM
+        zone and hemisphere, the datum).
+      keywords: the keyword items but rotation (which the transform holds), by
+        lower-case name: e.g. ``{"units": "Meters"}``.
+    """
+
+    transform: tuple
+    projection: str
+    place: tuple
+    keywords: dict
+
+
+def map_info_grid(map_info):
+    """What ENVI's ``map info`` items (``RasterInfo.map_info``, as written) mean: a
+    ``MapGrid``, or None for items that place no grid (fewer than seven, or a reference
+    pixel, map coordinate, pixel size or rotation that is no finite number).
+
+    The items: projection name; reference pixel x, y (1-based: the first pixel's
+    upper-left corner is at 1.0, 1.0); its easting and northing (or longitude and
+    latitude); pixel size in x and y (positive y for rows running south, as ENVI
+    writes a north-up image); then what places the map (a UTM zone and North/South, a
+    datum...) and keyword items (``units=Meters``, ``rotation=<degrees>``: the grid
+    turned counter-clockwise about the reference pixel, in GDAL's sense)."""
+    if not map_info or len(map_info) < 7:
+        return None
+    try:
+        x_ref, y_ref, easting, northing, x_size, y_size = (float(item) for item in map_info[1:7])
+    except ValueError:
+        return None
+    extras, keywords = [], {}
+    for item in map_info[7:]:
+        key, equals, value = str(item).partition("=")
+        if equals:
+            keywords[" ".join(key.lower().split())] = value.strip()
+        else:
+            extras.append(item)
+    try:
+        rotation = math.radians(float(keywords.pop("rotation", 0.0)))
+    except ValueError:
+        return None
+    if not all(map(math.isfinite, (x_ref, y_ref, easting, northing, x_size, y_size, rotation))):
+        return None
+    cos, sin = math.cos(rotation), math.sin(rotation)
+    # the unrotated grid (x = col * x_size, y = -row * y_size) turned by the rotation
+    a, b, d, e = x_size * cos, y_size * sin, x_size * sin, -y_size * cos
+    col, row = x_ref - 1.0, y_ref - 1.0   # the reference pixel from the first's corner
+    return MapGrid(transform=(a, b, easting - (a * col + b * row),
+                              d, e, northing - (d * col + e * row)),
+                   projection=str(map_info[0]), place=tuple(extras), keywords=keywords)
 
 
 def _text(value):
