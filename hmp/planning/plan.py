@@ -87,9 +87,13 @@ class Plan:
         (a given mesh, an older plan, or no device fits alone)."""
         return next((r["device"] for r in self.alone if r["step"] is not None), None)
 
+    def to_dict(self):
+        """The plan as the JSON values of a plan file (docs/planner.md, "The plan file")."""
+        return {"format": FORMAT, **asdict(self)}
+
     def to_json(self, path):
         """Writes the plan as JSON, atomically (docs/planner.md, "The plan file")."""
-        write_json(path, {"format": FORMAT, **asdict(self)})
+        write_json(path, self.to_dict())
 
     @classmethod
     def from_json(cls, path, model_spec=None, devices=None):

@@ -15,7 +15,6 @@ before such a switch, are measured as disturbed: what they lost is what the buil
 """
 
 import contextlib
-import dataclasses
 import functools
 import time
 
@@ -34,7 +33,8 @@ CONFIRM_STEPS = 3
 
 class EpochLoop:
     """The epochs of one seed on its plans, started on ``plan`` (its trainer from
-    ``trainers.start(plan, resume)``; ``trainers.build(plan)`` makes a standby's).
+    ``trainers.start(plan, resume)``; ``trainers.build(plan)`` makes a standby's;
+    ``trainers.recorded(plan)``: each plan as ``record`` keeps it).
 
     ``record``: its :class:`hmp.run.run_folder.History`; ``trial``: the alone trial or None;
     ``signals``: armed once the first trainer runs (a signal then stops after a step,
@@ -65,7 +65,7 @@ class EpochLoop:
         self.rebalancer = (rebalance.Rebalancer(spec, placement.rebalance_threshold)
                            if placement.rebalance == "epoch" else None)
         signals.armed = True   # from now on a signal stops after the step, with a checkpoint
-        record.add_plan(dataclasses.asdict(plan))
+        record.add_plan(trainers.recorded(plan))
         self.best = BestEpoch(model_dir, self.steps_per_epoch, self.patience, record.epochs)
         self.look = LookYield(self.epochs, look_yields, record.epochs)
 
@@ -312,6 +312,6 @@ class EpochLoop:
             raise
         self.kept[rebalance.plan_key(self.plan)] = self.trainer
         self.plan, self.trainer = new_plan, trainer
-        self.record.add_plan(dataclasses.asdict(new_plan))
+        self.record.add_plan(self.trainers.recorded(new_plan))
         self.switched = ("build" if previous is None else "reuse",
                          time.perf_counter() - started_at)

@@ -42,6 +42,16 @@ def beside_cube(caps, cube):
     return [None if cap is None else cap - cube for cap in caps]
 
 
+def recorded(plan, cube):
+    """``plan`` as a run records it (results.json, history.json): a plan file's JSON
+    values (``Plan.to_dict``), its memory caps each device's whole memory, the scene's
+    ``cube`` bytes that :func:`beside_cube` took off given back, so that ``--plan`` reads
+    the file as it reads one of scripts/plan_layout.py and plans within the same caps."""
+    caps = plan.memory_caps
+    return dataclasses.replace(plan, memory_caps=None if caps is None else [
+        None if cap is None else cap + cube for cap in caps]).to_dict()
+
+
 def check_memory(settings, devices, spec, caps, cube):
     """UsageError, before any folder is made, when the model (``spec``) at --batch_size
     fits no layout of --mesh on ``devices`` within each one's memory (``caps``) beside

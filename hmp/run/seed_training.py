@@ -26,7 +26,7 @@ from hmp.graph.graph_config import ModelConfig, Placement
 from hmp.run import events, experiment, fitted_preprocessing, run_files, run_folder, scoring
 from hmp.run.epoch_loop import EpochLoop
 from hmp.run.plan_choice import (alone_trial, beside_cube, check_batch_rows, check_memory,
-                                 check_plan_memory, choose_plan, memory_caps)
+                                 check_plan_memory, choose_plan, memory_caps, recorded)
 from hmp.run.progress import ProgressLine
 from hmp.run.resume import check_same_data, resumes
 from hmp.run.seed_data import load_experiment
@@ -50,11 +50,16 @@ class Shared:
 
 class Trainers:
     """A seed's trainer of a plan: its graph (the model, the recipe, the batch on the
-    plan's placement), a session on the devices, the scene on them."""
+    plan's placement), a session on the devices, the scene on them (``cube``: its bytes
+    on each device, beside the model)."""
 
-    def __init__(self, shared, model_config, exp, recipe, model_dir, seed, progress):
+    def __init__(self, shared, model_config, exp, recipe, model_dir, seed, progress, cube):
         self.shared, self.model_config, self.exp, self.recipe = shared, model_config, exp, recipe
-        self.model_dir, self.seed, self.progress = model_dir, seed, progress
+        self.model_dir, self.seed, self.progress, self.cube = model_dir, seed, progress, cube
+
+    def recorded(self, plan):
+        """``plan`` as the run records it (``hmp.run.plan_choice.recorded``)."""
+        return recorded(plan, self.cube)
 
     def build(self, plan):
         """A new trainer of ``plan`` (not initialised)."""
@@ -112,7 +117,7 @@ def train_seed(shared, model_dir, seed, replaced=()):
     recipe = training_recipe(settings, exp)
     with settings.blame("model", "patch_size", "width"):
         spec = model_spec(model_config)
-    caps = _check_fits(shared, exp, model_config, recipe, spec)
+    caps, cube = _check_fits(shared, exp, model_config, recipe, spec)
     # The checkpoint's step and epoch.
     start_step = (run_folder.checkpoint_step(model_dir) or 0) if resume else 0
     first_epoch = start_step // steps_per_epoch
@@ -128,7 +133,7 @@ def train_seed(shared, model_dir, seed, replaced=()):
     _make_folder(given, model_dir, data_config, exp, replaced)
     print(plan.explain(), flush=True)
     trainers = Trainers(shared, model_config, exp, recipe, model_dir, seed,
-                        ProgressLine(log_every=folder.log_every))
+                        ProgressLine(log_every=folder.log_every), cube)
     trial = alone_trial(settings, shared.hardware, spec, plan, fastest, model_config, recipe,
                         first_epoch, record.trial, runner_up)
     if trial is not None:   # a trial taken up may start on the device alone or the winner
@@ -152,7 +157,7 @@ def train_seed(shared, model_dir, seed, replaced=()):
     results = {"flags": {**given.flag_values(), "seed": seed},
                "working_dir": os.getcwd(),   # the flags' relative paths are from here
                "epochs": settings.recipe.epochs,
-               "plan": dataclasses.asdict(loop.plan),
+               "plan": trainers.recorded(loop.plan),
                "plans": record.plans,
                "history": record.epochs,
                "invocations": record.invocations,
@@ -224,10 +229,10 @@ def _finished(model_dir, recipe, steps_per_epoch, longer):
 
 
 def _check_fits(shared, exp, model_config, recipe, spec):
-    """Each device's memory for the model (found once, or a --plan file's caps, less the
-    scene's cube that every device holds beside it: the caps the plans are made within),
-    after the checks that every device holds the scene's cube and that the model fits
-    the devices beside it (--plan's plan: is of this model)."""
+    """(each device's memory for the model: found once, or a --plan file's caps, less the
+    scene's cube that every device holds beside it, the caps the plans are made within;
+    the cube's bytes), after the checks that every device holds the scene's cube and
+    that the model fits the devices beside it (--plan's plan: is of this model)."""
     settings, devices = shared.settings, shared.hardware.devices
     given_plan = shared.hardware.given_plan
     caps = memory_caps(settings, devices, given_plan)
@@ -253,7 +258,7 @@ def _check_fits(shared, exp, model_config, recipe, spec):
             given_plan.check_batch(settings.recipe.batch_size, where)
         with settings.blame(*settings.scene_flags(), "plan"):
             check_plan_memory(given_plan, caps, cube)
-    return beside_cube(caps, cube)
+    return beside_cube(caps, cube), cube
 
 
 def _make_folder(settings, model_dir, data_config, exp, replaced):

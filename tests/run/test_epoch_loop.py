@@ -69,7 +69,8 @@ class StandInTrainer:
 
 
 class StandInTrainers:
-    """``start`` and ``build`` as hmp.run.seed_training.Trainers, logged."""
+    """``start`` and ``build`` as hmp.run.seed_training.Trainers, logged; ``recorded``
+    as it, without memory caps."""
 
     def __init__(self, log, accuracies=None, fits=None):
         self.log, self.accuracies, self.fits, self.made = log, accuracies, fits, {}
@@ -83,6 +84,9 @@ class StandInTrainers:
         self.log.append(("start", plan.name, resume))
         self.made[plan.name] = StandInTrainer(plan, self.log, self.accuracies, self.fits)
         return self.made[plan.name]
+
+    def recorded(self, plan):
+        return dataclasses.asdict(plan)
 
 
 class ScriptedRebalancer:

@@ -15,6 +15,8 @@ from hmp.errors import InvalidInput
 from hmp.graph.from_graph import model_spec
 from hmp.graph.scene_input import cube_bytes
 from hmp.measure.devices import parse_memory_caps
+from hmp.run.plan_choice import beside_cube, memory_caps, recorded
+from hmp.run.settings import Settings
 from hmp.formatting import format_bytes
 from models import model_config
 
@@ -165,7 +167,7 @@ def test_the_caps_less_the_cube_bound_the_plan(runs):
     run, folder = runs["caps"]
     assert run.returncode == 0, run.stderr[-2000:]
     plan = json.loads((folder / "run" / "results.json").read_text())["plan"]
-    assert plan["memory_caps"] == [2e9 - CUBE, CAPPED - CUBE]
+    assert plan["memory_caps"] == [2e9, CAPPED]   # as given: --plan takes the cube off
     assert plan["splits"]["filters1"][1] < split().splits["filters1"][1]
     assert plan["prediction"]["memory"][1] <= CAPPED - CUBE
     assert plan["splits"] == split([2e9 - CUBE, CAPPED - CUBE]).splits
@@ -174,11 +176,26 @@ def test_the_caps_less_the_cube_bound_the_plan(runs):
 def test_a_given_plan_runs_within_its_caps_less_the_cube(runs):
     """A --plan file's caps are each device's whole memory: the run (and its re-plans
     under --rebalance, made within the plan's caps) has them less the cube, as a plan
-    made by hmp.train has."""
+    made by hmp.train has; results.json records them as the file gave them."""
     run, folder = runs["plan_fits"]
     assert run.returncode == 0, run.stderr[-2000:]
     plan = json.loads((folder / "run" / "results.json").read_text())["plan"]
-    assert plan["memory_caps"] == [need(64) + 1000]
+    assert plan["memory_caps"] == [CUBE + need(64) + 1000]
+
+
+def test_a_recorded_plan_read_back_as_plan_has_the_caps_it_was_made_within(tmp_path):
+    """A run records its plan with each device's memory as given (the cube given back,
+    ``plan_choice.recorded``): results.json's plan, given as --plan, is taken as a plan
+    file of scripts/plan_layout.py, and its caps less the cube are those the run
+    planned within, once (not the cube twice): planned again, the same splits."""
+    caps = [2e9, CAPPED]
+    planned = split(beside_cube(caps, CUBE))   # as hmp.train plans (_check_fits)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(recorded(planned, CUBE)))   # results.json's "plan"
+    given = planning.Plan.from_json(path)
+    read = memory_caps(Settings.of(plan=str(path)), given.devices, given)   # _check_fits
+    assert read == caps and beside_cube(read, CUBE) == planned.memory_caps
+    assert split(planned.memory_caps).splits == planned.splits != split().splits
 
 
 def test_a_plan_whose_model_fits_no_memory_beside_the_cube_is_refused(runs):
