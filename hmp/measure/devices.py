@@ -14,7 +14,6 @@ BYTE_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
               "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30, "TiB": 2 ** 40}
 _BYTES = re.compile(r"\s*((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*",
                     re.IGNORECASE)
-LOCAL_GPU = re.compile(r"^/(?:device:)?gpu:(\d+)$", re.IGNORECASE)
 LOCAL_JOBS = (None, "localhost")   # devices of this process, not of a cluster's task
 
 
@@ -104,14 +103,14 @@ def memory_bytes(devices):
     """Each device's memory in bytes, or None where it is not known: a local GPU's as
     TensorFlow reports it (``memory_limit``), a local CPU's the machine's memory (virtual
     CPUs share it: each is given all of it, an upper bound), a cluster task's None."""
+    specs = [tf.DeviceSpec.from_string(name) for name in devices]
     gpus = {}
-    if any(LOCAL_GPU.match(name) for name in devices):
+    if any((s.device_type or "").upper() == "GPU" and s.job in LOCAL_JOBS for s in specs):
         from tensorflow.python.client import device_lib   # creates the GPU devices
         gpus = {int(d.name.rpartition(":")[2]): float(d.memory_limit)
                 for d in device_lib.list_local_devices() if d.device_type == "GPU"}
     found = []
-    for name in devices:
-        spec = tf.DeviceSpec.from_string(name)
+    for spec in specs:
         kind = (spec.device_type or "").upper()
         if spec.job not in LOCAL_JOBS:
             found.append(None)

@@ -94,3 +94,21 @@ def test_a_device_list_is_its_names_and_refuses_none_or_one_named_twice():
 def test_a_tensorflow_error_is_told_by_its_first_line_that_says_what_happened(message, line):
     error = tf.errors.UnavailableError(None, None, message)
     assert op_error_line(error) == line
+
+
+class _ListedDevice:   # what tensorflow.python.client.device_lib lists of a device
+    def __init__(self, name, device_type, memory_limit):
+        self.name, self.device_type, self.memory_limit = name, device_type, memory_limit
+
+
+@pytest.mark.parametrize("gpu", ["/gpu:1", "/device:GPU:1",
+                                 "/job:localhost/replica:0/task:0/device:GPU:1"])
+def test_a_local_gpus_memory_is_found_however_its_name_is_spelled(monkeypatch, gpu):
+    """Each local GPU's memory as TensorFlow lists it (a cluster task's unknown), whether
+    the list spells it short or in full (in full it was left unknown: uncapped)."""
+    from tensorflow.python.client import device_lib
+    monkeypatch.setattr(device_lib, "list_local_devices", lambda: [
+        _ListedDevice("/device:CPU:0", "CPU", 0), _ListedDevice("/device:GPU:0", "GPU", 8e9),
+        _ListedDevice("/device:GPU:1", "GPU", 80e9)])
+    assert devices.memory_bytes([gpu, "/job:worker/task:0/device:GPU:0", "/cpu:0"]) == [
+        80e9, None, float(devices.host_memory_bytes())]
