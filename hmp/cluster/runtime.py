@@ -36,6 +36,7 @@ from hmp.cluster.addresses import (DEFAULT_TIMEOUT_S, PORTS, check_timeout, host
 from hmp.cluster.sessions import session_on
 from hmp.device_names import device_key
 from hmp.errors import InvalidInput, is_digits, op_error_line
+from hmp.formatting import counted
 
 JOB = "worker"
 CLIENT_JOB = "client"   # the trainer's own server, the master of its sessions
@@ -175,8 +176,9 @@ class Cluster:
         for name in devices:
             spec = tf.DeviceSpec.from_string(name)
             if spec.job != JOB or spec.task is None or not 0 <= spec.task < len(self.addresses):
-                raise InvalidInput("%s is not a device of the cluster's %d tasks; use e.g. %s"
-                                 % (name, len(self.addresses), device(len(self.addresses) - 1)))
+                raise InvalidInput("%s is not a device of the cluster's %s; use e.g. %s"
+                                   % (name, counted(len(self.addresses), "task"),
+                                      device(len(self.addresses) - 1)))
 
     def check_offered(self, devices):
         """InvalidInput naming a device of ``devices`` (``check_devices``'s) that its task

@@ -15,6 +15,7 @@ from hmp.data.georeference import check_same_grid
 from hmp.data.scene import as_label_map
 from hmp.data.splits import Split
 from hmp.errors import InvalidInput
+from hmp.formatting import counted
 
 
 def split_from_label_maps(labels, train_path, test_path, raster=None):
@@ -33,7 +34,8 @@ def split_from_label_maps(labels, train_path, test_path, raster=None):
     test = _labelled_pixels(test_path, labels, "test_set", raster)
     shared = np.intersect1d(train, test)
     if len(shared):
-        raise InvalidInput(f"{len(shared)} pixels are in both the training and the test set "
+        raise InvalidInput(f"{counted(len(shared), 'pixel')} {'is' if len(shared) == 1 else 'are'} "
+                           "in both the training and the test set "
                            f"(first: row {shared[0] // labels.shape[1]}, column "
                            f"{shared[0] % labels.shape[1]}); the sets must not overlap")
     return Split(train=train, test=test, image_shape=tuple(labels.shape),

@@ -114,11 +114,14 @@ class ElementwiseStep:
 def describe(device):
     """The op-size figures of a measured ``device`` (a DeviceSpec) for a profiling line,
     e.g. "peak 154 GFLOP/s, half rate at 0.131 MFLOP per sample and op, element-wise
-    0.76 ns per element" ("no op-size effect measured" where the fit gave none: no time at
-    half width, or one too noisy to tell); "" when they were not measured."""
+    0.76 ns per element" ("no op-size effect measured", "no element-wise cost measured"
+    where a fit gave none: no time at half width or batch, or one too noisy to tell); ""
+    when they were not measured."""
     if device.half_rate_flops is None:
         return ""
     op_size = ("no op-size effect measured" if device.half_rate_flops == 0 else
                f"half rate at {device.half_rate_flops / 1e6:.3g} MFLOP per sample and op")
-    return (f"peak {device.flops_per_s / 1e9:.3g} GFLOP/s, {op_size}, element-wise "
-            f"{device.elementwise_s_per_element * 1e9:.3g} ns per element")
+    elementwise = ("no element-wise cost measured" if device.elementwise_s_per_element == 0
+                   else f"element-wise {device.elementwise_s_per_element * 1e9:.3g} ns per "
+                   "element")
+    return f"peak {device.flops_per_s / 1e9:.3g} GFLOP/s, {op_size}, {elementwise}"

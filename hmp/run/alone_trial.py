@@ -106,10 +106,11 @@ class AloneTrial:
 
     def _next_line(self, when):
         """The line after a trial epoch but the last (``when`` it ran: "" or " before
-        the resume")."""
+        the resume"). Its rate is the epoch's steady rate, without its first steps (as
+        every rate the trial compares), which the epoch's line counts."""
         last = self.names[len(self.rates) - 1]
         following = self.names[len(self.rates)]
-        return ("trial: %s ran %.0f samples/s%s; the next epoch runs on %s"
+        return ("trial: %s ran %.0f samples/s at its steady rate%s; the next epoch runs on %s"
                 % (self._named(last), self.rates[last], when,
                    "the fastest device alone (%s)" % self.device if following == "alone"
                    else self._named(following)))

@@ -302,7 +302,7 @@ class EpochLoop:
         previous = self.kept.pop(key, None)
         try:
             if previous is None:
-                trainer = self.trainers.start(new_plan, resume=True)
+                trainer = self.trainers.start(new_plan, resume=True, switch=True)
             else:
                 previous.restore(tf.train.latest_checkpoint(self.model_dir))
                 trainer = previous

@@ -39,7 +39,7 @@ def load_experiment(settings, get_model, seed):
             "s" if len(bad) > 1 else "", ", ".join(map(str, bad)))
     print("%s: %dx%d pixels, %d bands%s, %d classes; %d training / %d test pixels"
           % (exp.scene.name, *exp.scene.labels.shape, bands, seen, exp.n_classes,
-             len(exp.train), len(exp.test)), flush=True)
+             len(exp.split.train), len(exp.test)), flush=True)   # the split's, as split.npz
     empty = exp.unlabelled_classes
     if len(empty) == 1:
         print("class %d has no labelled pixel: the model keeps an output for it, which "

@@ -74,13 +74,13 @@ class Trainers:
                        slowdown=hardware.slowdown, stop=self.shared.signals,
                        progress=self.progress)
 
-    def start(self, plan, resume):
-        """A trainer of ``plan`` initialised (``resume``: from the latest checkpoint), the
-        plan in its events."""
+    def start(self, plan, resume, switch=False):
+        """A trainer of ``plan`` initialised (``resume``: from the latest checkpoint;
+        ``switch``: the run's, going on on this plan), the plan in its events."""
         trainer = self.build(plan)
         try:
             with self.shared.settings.blame("resume", "model_dir"):
-                trainer.initialise(resume)
+                trainer.initialise(resume, switch)
         except BaseException:   # e.g. a checkpoint of another model: no session left open
             trainer.close()
             raise

@@ -180,8 +180,9 @@ class _EpochCount:
         self.counted = self.earlier + self.steps
 
     def loss_text(self):
-        """The mean loss as the progress line shows it ("-": none read yet)."""
-        return "%.4f" % (self.loss_sum / self.counted) if self.counted else "-"
+        """The mean loss as the progress line shows it ("  loss 0.1234"; nothing until
+        the sums are first read, ``METRICS_EVERY``)."""
+        return "  loss %.4f" % (self.loss_sum / self.counted) if self.counted else ""
 
     def stats(self):
         """The ``EpochStats`` of the steps so far."""
@@ -309,8 +310,9 @@ class Trainer:
             raise
 
     # -- state ---------------------------------------------------------------
-    def initialise(self, resume):
-        """Fresh weights, or the latest checkpoint when ``resume``; returns the step."""
+    def initialise(self, resume, switch=False):
+        """Fresh weights, or the latest checkpoint when ``resume``; returns the step.
+        ``switch``: the run goes on on another plan (the line says so, not "resumed")."""
         checkpoint = tf.train.latest_checkpoint(self.model_dir)
         if resume and checkpoint is None:
             raise InvalidInput("no checkpoint in %s to resume from" % self.model_dir)
@@ -323,7 +325,8 @@ class Trainer:
                         "checkpoint %s was written by another model or optimizer (%s); "
                         "resume with the same --model, --width and --optimizer"
                         % (checkpoint, op_error_line(error, limit=300))) from None
-                self.log("resumed from %s" % checkpoint)
+                self.log(("the plan's graph goes on from %s" if switch else "resumed from %s")
+                         % checkpoint)
                 self.session.run(self.graph.metrics.reset)
             else:
                 self.session.run(self.graph.init)
@@ -455,7 +458,7 @@ class Trainer:
                 if not checkpoint:
                     self.save(step)
                 raise Stopped(epoch, int(step))
-            self.progress("epoch %d/%d  step %d/%d  loss %s  %s" % (
+            self.progress("epoch %d/%d  step %d/%d%s  %s" % (
                 epoch + 1, epochs, start_step + count.steps, self.steps_per_epoch,
                 count.loss_text(), rate_and_eta(count.steps, total, count.seconds(),
                                                 self.batch_size)))

@@ -256,6 +256,8 @@ def test_bad_cluster_flags_are_refused():
         sources.resolve("tfconfig")
     with pytest.raises(ValueError, match="/cpu:0 is not a device of the cluster's 2 tasks"):
         Cluster.parse("a:1,b:2").check_devices(["/job:worker/task:1/device:CPU:0", "/cpu:0"])
+    with pytest.raises(ValueError, match="/cpu:0 is not a device of the cluster's 1 task; "):
+        Cluster.parse("a:1").check_devices(["/cpu:0"])
 
 
 def test_cpu_lists_take_numbers_and_ranges():

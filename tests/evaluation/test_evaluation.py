@@ -75,13 +75,19 @@ def test_split_label_maps_that_do_not_fit_are_refused(labels, tmp_path):
     wrong = train.copy()
     wrong[wrong == 1] = 2
     np.save(tmp_path / "wrong.npy", wrong)
+    one = np.zeros_like(train)
+    first = np.flatnonzero(train)[0]
+    one.flat[first] = train.flat[first]   # one pixel of the training set
+    np.save(tmp_path / "one.npy", one)
     scipy.io.savemat(tmp_path / "two.mat", {"a": train, "b": train})   # no key to name one
     cases = {"two.mat": r"^test_set .*two.mat: holds 2 arrays \['a', 'b'\]; it must hold a "
                         r"single array$",
              "small.npy": r"test_set .*small.npy has shape \(36, 43\), but the scene is "
                           r"\(37, 43\)",
              "empty.npy": "test_set .*empty.npy labels no pixel",
-             "train.npy": r"pixels are in both the training and the test set",
+             "train.npy": r"^\d+ pixels are in both the training and the test set",
+             "one.npy": r"^1 pixel is in both the training and the test set \(first: row "
+                        r"%d, column %d\)" % divmod(first, labels.shape[1]),
              "wrong.npy": r"test_set .*wrong.npy: \d+ pixels carry another class than the "
                           r"scene's ground truth .* is 2 there, 1 in the ground truth"}
     for name, message in cases.items():

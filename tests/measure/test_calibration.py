@@ -77,6 +77,6 @@ def test_the_profiling_line_says_where_no_op_size_effect_was_found():
         "0.76 ns per element")
     flat = DeviceSpec("/cpu:0", 1.54e11, half_rate_flops=0.0, elementwise_s_per_element=0.0)
     assert calibration.describe(flat) == (
-        "peak 154 GFLOP/s, no op-size effect measured, element-wise 0 ns per element")
+        "peak 154 GFLOP/s, no op-size effect measured, no element-wise cost measured")
     unmeasured = DeviceSpec("/cpu:0", 1.54e11, half_rate_flops=None)
     assert calibration.describe(unmeasured) == ""

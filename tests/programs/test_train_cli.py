@@ -156,6 +156,9 @@ def test_trains_end_to_end_and_writes_everything(tiny_run):
     json.loads((folder / "results.json").read_text(),   # strict JSON: no NaN
                parse_constant=lambda name: pytest.fail("results.json holds %s" % name))
     split = load_split(folder / "split.npz")
+    # the split's pixels, as split.npz (and scripts/baselines.py) hold them, the
+    # validation share among the training ones
+    assert "; %d training / %d test pixels\n" % (len(split.train), len(split.test)) in run.stdout
     assert results["leakage"] == pytest.approx(split_leakage(split, 5))
     assert 0.5 < results["leakage"] <= 1.0 and "leakage" in run.stdout
     for name in ("classification_map.png", "confusion_matrix.png", "checkpoint", "data.json"):

@@ -80,8 +80,8 @@ class StandInTrainers:
         self.made[plan.name] = StandInTrainer(plan, self.log, self.accuracies, self.fits)
         return self.made[plan.name]
 
-    def start(self, plan, resume):
-        self.log.append(("start", plan.name, resume))
+    def start(self, plan, resume, switch=False):
+        self.log.append(("start", plan.name, resume) + (("switch",) if switch else ()))
         self.made[plan.name] = StandInTrainer(plan, self.log, self.accuracies, self.fits)
         return self.made[plan.name]
 
@@ -157,7 +157,7 @@ def test_switches_build_a_new_plan_reuse_a_kept_one_and_take_a_standby(tmp_path,
         ("epoch", 0, "A"), ("epoch", 1, "B"), ("epoch", 2, "A"), ("epoch", 3, "A"),
         ("epoch", 4, "C"), ("epoch", 5, "C")]
     assert [entry for entry in log if entry[0] != "epoch"] == [
-        ("start", "A", False), ("start", "B", True), ("restore", "A"),
+        ("start", "A", False), ("start", "B", True, "switch"), ("restore", "A"),
         ("build", "C"), ("restore", "C"), ("warm_up", "C"), ("restore", "C"),   # the standby's
         ("restore", "C")]   # the switch's
     assert loop.rebalancer.switches == ["build", "build", "reuse", None, "reuse", None]
@@ -443,7 +443,8 @@ def test_a_trial_of_three_layouts_keeps_the_plans_graph_for_its_verdict(tmp_path
     assert trial.verdict == "split"
     assert [entry[2] for entry in log if entry[0] == "epoch"] == ["A", "B", "C", "A", "A"]
     assert [entry for entry in log if entry[0] != "epoch"] == [
-        ("start", "A", False), ("start", "B", True), ("start", "C", True), ("restore", "A")]
+        ("start", "A", False), ("start", "B", True, "switch"), ("start", "C", True, "switch"),
+        ("restore", "A")]
     made = trainers.made
     assert (made["A"].closed, made["B"].closed, made["C"].closed) == (False, True, False)
 

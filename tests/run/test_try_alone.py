@@ -69,7 +69,7 @@ def test_a_resume_takes_up_the_rates_of_checkpointed_epochs_of_the_same_setting(
                     "/cpu:0 alone (100); training on the plan")
     halfway, line = resumed(1)   # stopped in the epoch alone: that epoch again, alone
     assert (halfway.rates, halfway.plan, halfway.epochs_needed) == ({"split": 150.0}, alone, 2)
-    assert line == ("trial: the plan ran 150 samples/s before the resume; the next epoch "
+    assert line == ("trial: the plan ran 150 samples/s at its steady rate before the resume; the next epoch "
                     "runs on the fastest device alone (/cpu:0)")
     fresh, line = resumed(0)     # epoch 1 recorded but not checkpointed: the trial again
     assert (fresh.rates, fresh.plan, line) == ({}, split, None)
@@ -171,10 +171,12 @@ def test_a_trial_with_a_runner_up_runs_the_three_layouts_and_keeps_the_fastest(t
     assert (trial.plan, trial.epochs_needed) == (split, 4)
     trial.measure(0, 100.0)
     assert trial.plan is other and trial.message == (
-        "trial: the plan ran 100 samples/s; the next epoch runs on the runner-up (batch:2 batch [4, 4])")
+        "trial: the plan ran 100 samples/s at its steady rate; the next epoch runs on the "
+        "runner-up (batch:2 batch [4, 4])")
     trial.measure(1, 180.0)
     assert trial.plan is alone and trial.message == (
-        "trial: the runner-up (batch:2 batch [4, 4]) ran 180 samples/s; the next epoch runs on the "
+        "trial: the runner-up (batch:2 batch [4, 4]) ran 180 samples/s at its steady rate; the "
+        "next epoch runs on the "
         "fastest device alone (/cpu:0)")
     trial.measure(2, 150.0)
     assert trial.done and trial.verdict == "runner-up" and trial.plan is other
@@ -186,7 +188,8 @@ def test_a_trial_with_a_runner_up_runs_the_three_layouts_and_keeps_the_fastest(t
     resumed = AloneTrial(split, alone, key, other)
     line = resumed.take_up(trial.record(), 2)
     assert (resumed.rates, resumed.plan) == ({"split": 100.0, "runner-up": 180.0}, alone)
-    assert line == ("trial: the runner-up (batch:2 batch [4, 4]) ran 180 samples/s before the resume; "
+    assert line == ("trial: the runner-up (batch:2 batch [4, 4]) ran 180 samples/s at its "
+                    "steady rate before the resume; "
                     "the next epoch runs on the fastest device alone (/cpu:0)")
     decided = AloneTrial(split, alone, key, other)
     assert decided.take_up(trial.record(), 3) == (
@@ -214,14 +217,17 @@ def first_runs(tmp_path_factory):
 
 
 def test_a_run_races_its_plan_against_the_fastest_device_alone(first_runs):
-    _, results = first_runs
+    folder, results = first_runs
     run, trial = results["trial"]
     meshes = [plan["mesh"] for plan in trial["plans"]]
     split_rate, alone_rate = (e["steady_samples_per_second"] for e in trial["history"][:2])
     assert meshes[:2] == ["batch:2", "batch:1"]
     assert trial["plans"][1]["devices"] == ["/cpu:0"]     # the faster by --speeds
     assert meshes[2:] == ([] if alone_rate >= split_rate else ["batch:2"])
-    assert "trial: the plan ran %.0f samples/s" % split_rate in run.stdout
+    assert "trial: the plan ran %.0f samples/s at its steady rate" % split_rate in run.stdout
+    # the switch to /cpu:0 alone goes on from the epoch's checkpoint; the run was not resumed
+    assert "the plan's graph goes on from %s" % (folder / "trial" / "ckpt-") in run.stdout
+    assert "resumed from" not in run.stdout
     assert [plan["mesh"] for plan in results["no_trial"][1]["plans"]] == ["batch:2"]
     assert results["no_trial"][1]["trial"] is None
     # The trial changes where the steps run, not what they compute.
