@@ -162,7 +162,9 @@ def find_file(data_dir, file_name, scene_name):
 
     Raises:
       FileNotFoundError: naming the file looked for, the folder searched and
-        the command that downloads scene ``scene_name``.
+        the command that downloads scene ``scene_name``; when that folder is the
+        default one (:func:`default_data_dir`), how to name another: --data_dir or
+        ``$HMP_DATA_DIR``.
     """
     data_dir = pathlib.Path(data_dir)
     if data_dir.is_dir():
@@ -171,8 +173,14 @@ def find_file(data_dir, file_name, scene_name):
             if candidate.name.lower() == wanted and candidate.is_file():
                 return candidate
     where = f"in {data_dir}" if data_dir.is_dir() else f"because folder {data_dir} does not exist"
+    elsewhere = ""
+    if data_dir == default_data_dir():
+        now = os.environ.get(DATA_DIR_ENV)
+        elsewhere = (f"give the folder that holds it with --data_dir or the environment "
+                     f"variable {DATA_DIR_ENV} ("
+                     + (f"now {now}" if now is not None else "not set: ./data") + "), or ")
     raise FileNotFoundError(
-        f"{file_name} (any upper/lower case) not found {where}; "
+        f"{file_name} (any upper/lower case) not found {where}; {elsewhere}"
         f"download it with: python -m hmp.data.download --dataset={scene_name} "
         f"--data_dir={data_dir}")
 

@@ -18,6 +18,7 @@ import inspect
 
 import tensorflow.compat.v1 as tf
 
+from hmp.errors import InvalidInput
 from hmp.graph.graph import build_model_graph, imported
 from hmp.graph.workload import layer_ops
 from hmp.layers import BATCH_NORMS, REPLICA_NORMS
@@ -61,17 +62,41 @@ def _split(layer, split_dims):
     return dim.name, dim.size, role
 
 
+def split_dims(model, layers, output_dims):
+    """The names of ``model.SPLIT_DIMS`` (a lone string: one name, as ``("hidden")``
+    reads), checked against ``layers`` (``hmp.graph.workload.layer_ops``): InvalidInput
+    naming SPLIT_DIMS, the names no layer has and the dims that can be split (each
+    layer's weights' output dim, the model's output ``output_dims`` left out), else a
+    model split would split nothing and every device compute the whole model."""
+    names = model.SPLIT_DIMS
+    names = (names,) if isinstance(names, str) else tuple(names)
+    present = {dim.name for layer in layers for dim in layer.dims}
+    unknown = [name for name in names if name not in present]
+    if unknown:
+        candidates = list(dict.fromkeys(
+            layer.kernel.shape.dims[-1].name for layer in layers
+            if layer.kernel is not None and layer.kernel.shape.dims[-1].name not in output_dims))
+        raise InvalidInput("SPLIT_DIMS %s: %s %s no dim of the model's layers; the dims it "
+                           "could split are %s" % (
+                               names, ", ".join(map(repr, unknown)),
+                               "is" if len(unknown) == 1 else "are",
+                               ", ".join(candidates) or "none (no layer has weights)"))
+    return names
+
+
 def model_spec(config):
-    """The ``ModelSpec`` of ``config`` (an ``hmp.graph.graph_config.ModelConfig``), from its graph."""
+    """The ``ModelSpec`` of ``config`` (an ``hmp.graph.graph_config.ModelConfig``), from its
+    graph; InvalidInput when the model's ``SPLIT_DIMS`` names a dim none of its layers has
+    (:func:`split_dims`)."""
     with tf.Graph().as_default():
         tf.set_random_seed(0)   # never drawn; a seed lets it build under op determinism
         x = tf.placeholder(tf.float32, [1, config.patch, config.patch, config.bands])
         y = tf.placeholder(tf.int32, [1])
-        graph = build_model_graph(config, 1, imported(x), y)[0]
-        split_dims = config.model.SPLIT_DIMS
+        graph, _, _, logits, _ = build_model_graph(config, 1, imported(x), y)
         layers, found = [], layer_ops(graph)
+        names = split_dims(config.model, found, {dim.name for dim in logits.shape.dims})
         for layer in found:
-            dim, size, role = _split(layer, split_dims)
+            dim, size, role = _split(layer, names)
             layers.append(LayerSpec(
                 name=layer.name, kind=layer.kind, split_dim=dim, split_size=size,
                 split_role=role, flops_per_sample=float(layer.flops()),

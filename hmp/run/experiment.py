@@ -14,6 +14,7 @@ import numpy as np
 
 from hmp import data
 from hmp.data.catalog import default_data_dir
+from hmp.data.synthetic import GENERATED_LAYOUT
 from hmp.errors import InvalidInput
 from hmp.files import write_json
 from hmp.formatting import counted
@@ -194,11 +195,39 @@ SPLIT_FILE = "split.npz"
 CONFIG_FILE = "data.json"
 
 
+def data_folder(config):
+    """The folder the scene of ``config`` reads its files from, absolute: its
+    ``data_dir``, else the default one now (``$HMP_DATA_DIR``, else ``./data``); None for
+    a scene that reads none from a folder (a cube file, the generated synthetic layout)."""
+    if data.is_cube_file(config.dataset) or (
+            config.dataset == "synthetic" and config.synthetic_layout == GENERATED_LAYOUT):
+        return None
+    return os.path.abspath(config.data_dir or default_data_dir())
+
+
 def save(model_dir, config, split):
     """Writes the run's split (``split.npz``) and data settings (``data.json``) to
-    ``model_dir``, so that baselines and later tools score on exactly its pixels."""
+    ``model_dir``, so that baselines and later tools score on exactly its pixels; its
+    ``data_dir`` the folder the scene's files were read from (:func:`data_folder`), so
+    that they are found without the environment (``$HMP_DATA_DIR``) the run had."""
     data.save_split(os.path.join(model_dir, SPLIT_FILE), split)
+    read_from = data_folder(config)
+    if read_from is not None:
+        config = dataclasses.replace(config, data_dir=read_from)
     write_json(os.path.join(model_dir, CONFIG_FILE), dataclasses.asdict(config))
+
+
+def recorded_data_dir(model_dir):
+    """The folder the run in ``model_dir`` read its scene's files from, as its data.json
+    records it (:func:`save`), or None: a run of a scene read from no folder, one from
+    before data.json recorded the folder (its ``data_dir`` then as given, or None), or a
+    folder without data.json. InvalidInput naming the file for a data.json that cannot
+    be read."""
+    path = os.path.join(model_dir, CONFIG_FILE)
+    if not os.path.isfile(path):
+        return None
+    recorded = _load_config(path).data_dir
+    return recorded if recorded and os.path.isabs(recorded) else None
 
 
 # the data.json keys that runs from before them lack, and what those runs did
@@ -210,7 +239,8 @@ def from_folder(config, working_dir):
     """``config`` with its relative paths of files and folders (a cube file's
     ``dataset``, ``data_dir``, ``labels_path``, ``train_set``, ``test_set``) made absolute
     from ``working_dir``, the folder its run was started in, so that the scene is found
-    from any folder; no ``data_dir``: the default one (``./data``) there, if it has one.
+    from any folder; no ``data_dir`` (a run from before data.json recorded the folder its
+    files were read from, :func:`save`): the default one (``./data``) there, if it has one.
     A path found from the current folder but not from ``working_dir`` (a project moved
     since) stays as it is; ``config`` itself when ``working_dir`` is None (a run from
     before results.json kept it)."""

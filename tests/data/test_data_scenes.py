@@ -144,6 +144,33 @@ def test_missing_data_folder_is_reported(tmp_path):
         load_scene("paviau", tmp_path / "nowhere")
 
 
+def test_files_missing_from_the_default_folder_name_the_flag_and_variable_that_give_another(
+        tmp_path, monkeypatch):
+    """No data_dir given: the folder read is $HMP_DATA_DIR's, else ./data; the error says
+    how to name the folder that holds the files, not only how to download them there.
+    A folder given (--data_dir) is named as it is."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HMP_DATA_DIR", raising=False)
+    with pytest.raises(FileNotFoundError) as unset:
+        load_scene("salinas")
+    assert str(unset.value) == (
+        "Salinas_corrected.mat (any upper/lower case) not found because folder data does "
+        "not exist; give the folder that holds it with --data_dir or the environment "
+        "variable HMP_DATA_DIR (not set: ./data), or download it with: python -m "
+        "hmp.data.download --dataset=salinas --data_dir=data")
+    monkeypatch.setenv("HMP_DATA_DIR", str(tmp_path))
+    with pytest.raises(FileNotFoundError) as elsewhere:
+        load_ground_truth("paviau")
+    assert str(elsewhere.value) == (
+        "PaviaU_gt.mat (any upper/lower case) not found in %s; give the folder that holds "
+        "it with --data_dir or the environment variable HMP_DATA_DIR (now %s), or download "
+        "it with: python -m hmp.data.download --dataset=paviau --data_dir=%s"
+        % (tmp_path, tmp_path, tmp_path))
+    with pytest.raises(FileNotFoundError) as given:
+        load_scene("paviau", tmp_path / "given")
+    assert "--data_dir or" not in str(given.value)
+
+
 def test_wrong_key_lists_the_keys_that_exist(tmp_path):
     scipy.io.savemat(tmp_path / "PaviaU.mat", {"pavia_cube": np.zeros((2, 2, 2))})
     scipy.io.savemat(tmp_path / "PaviaU_gt.mat", {"paviaU_gt": np.zeros((2, 2), np.uint8)})

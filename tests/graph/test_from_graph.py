@@ -1,7 +1,11 @@
 """model_spec: LayerSpecs read off the models' graphs, against hand-computed figures."""
 
+import dataclasses
+import types
+
 import pytest
 
+from hmp.errors import InvalidInput
 from hmp.graph.from_graph import model_spec
 from hmp.graph.graph import TrainingGraph
 from hmp.graph.graph_config import Placement
@@ -81,3 +85,26 @@ def test_a_plan_for_another_input_is_refused(tmp_path):
     other = model_config("cnn2d", patch=5, bands=7, n_classes=3, width=4)
     with pytest.raises(ValueError, match="input=5x5x7"):
         Plan.from_json(tmp_path / "plan.json", model_spec=model_spec(other))
+
+
+def _with_split_dims(name, split_dims):
+    """``model_config(name, ...)`` of a model that is that built-in one but for its
+    SPLIT_DIMS (a custom model's module, as the application's lookup gives it)."""
+    config = model_config(name, patch=5, bands=6, n_classes=3, width=4)
+    model = types.SimpleNamespace(logits=config.model.logits, SPLIT_DIMS=split_dims)
+    return dataclasses.replace(config, model=model)
+
+
+def test_split_dims_that_name_no_layers_dim_are_refused_naming_those_it_could_split():
+    """A misspelt name would split nothing: with --mesh=model:2 each device would compute
+    the whole model. The model's output (classes) is not offered."""
+    with pytest.raises(InvalidInput) as refused:
+        model_spec(_with_split_dims("cnn2d", ("filter1", "filters2", "hiden")))
+    assert str(refused.value) == (
+        "SPLIT_DIMS ('filter1', 'filters2', 'hiden'): 'filter1', 'hiden' are no dim of the "
+        "model's layers; the dims it could split are filters1, channels1, filters2, "
+        "channels2, hidden")
+    # ("hidden") is a string, not a tuple: one name, not its letters ("h" is a dim too)
+    spec = model_spec(_with_split_dims("spectral", "hidden"))
+    assert spec.split_dims() == {"hidden": 8}
+    assert model_spec(_with_split_dims("spectral", ())).split_dims() == {}

@@ -1,11 +1,16 @@
 """What --resume requires of a run's folder (hmp.run.resume) and lets its flags be."""
 
-import pytest
+import json
 
+import numpy as np
+import pytest
+import scipy.io
+
+from cli_batch import run_batch
 from hmp import cli
 from hmp.errors import InvalidInput
 from hmp.graph.from_graph import default_width
-from hmp.run import experiment, run_files
+from hmp.run import experiment, run_files, run_folder
 from hmp.run.resume import check_same_data, check_same_graph, seed_dirs
 from hmp.run.settings import RunFolderSettings, Settings
 from models import get_model
@@ -159,3 +164,87 @@ def test_the_seeds_folder_of_several_runs_holds_only_runs(tmp_path):
             str(tmp_path / "seed-0"), str(tmp_path / "seed-1")]
     with pytest.raises(cli.UsageError, match="seed-0 holds a run"):
         seed_dirs(RunFolderSettings(), str(tmp_path), [0, 1])
+
+
+def _ground_truth_folder(folder):
+    """``folder`` made, holding a small Indian Pines ground truth (24 x 24, 16 classes of
+    36 pixels): the files of --synthetic_layout=indian_pines."""
+    folder.mkdir()
+    labels = (np.arange(24 * 24).reshape(24, 24) // 36 % 16 + 1).astype(np.uint8)
+    scipy.io.savemat(folder / "Indian_pines_gt.mat", {"indian_pines_gt": labels})
+    return folder
+
+
+def test_a_run_records_the_folder_it_read_its_files_from_and_resumes_without_it(
+        tmp_path, monkeypatch):
+    """data.json keeps the data folder the scene was read from, absolute (here the default
+    one: a relative $HMP_DATA_DIR), also when no data_dir was given; flags.txt gives it
+    unless --data_dir is among its flags. Its data_dir is no data setting a resume
+    compares: none given, in a shell without the variable, or the folder itself."""
+    data = _ground_truth_folder(tmp_path / "mydata")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HMP_DATA_DIR", "mydata")
+    config = experiment.DataConfig(synthetic_layout="indian_pines", patch_size=3)
+    split = experiment.prepare(config).split
+    run = tmp_path / "run"
+    run.mkdir()
+    experiment.save(run, config, split)
+    assert json.loads((run / experiment.CONFIG_FILE).read_text())["data_dir"] == str(data)
+    assert experiment.recorded_data_dir(run) == str(data)
+    assert experiment.load_as_trained(run)[0].data_dir == str(data)
+    run_folder.save_flags(str(run), ["--synthetic_layout=indian_pines"])
+    assert run_folder.saved_flags(str(run)) == {"synthetic_layout": "indian_pines",
+                                                "data_dir": str(data)}
+    run_folder.save_flags(str(run), ["--data_dir=elsewhere"])   # given: kept as given
+    assert run_folder.saved_flags(str(run)) == {"data_dir": "elsewhere"}
+    monkeypatch.delenv("HMP_DATA_DIR")
+    monkeypatch.chdir(run)
+    for data_dir in (None, str(data)):
+        check_same_data(str(run), experiment.DataConfig(
+            synthetic_layout="indian_pines", patch_size=3, data_dir=data_dir), split)
+    generated = tmp_path / "generated"   # a scene read from no folder records none
+    generated.mkdir()
+    experiment.save(generated, experiment.DataConfig(patch_size=3), split)
+    assert json.loads((generated / experiment.CONFIG_FILE).read_text())["data_dir"] is None
+    assert experiment.recorded_data_dir(generated) is None
+    run_folder.save_flags(str(generated), ["--epochs=1"])
+    assert run_folder.saved_flags(str(generated)) == {"epochs": "1"}
+
+
+def test_a_run_of_the_default_data_folder_resumes_and_predicts_from_a_shell_without_it(
+        tmp_path):
+    """Trained with $HMP_DATA_DIR and no --data_dir; continued with the command it prints
+    (--flagfile=RUN/flags.txt --resume) and predicted where the variable names no folder
+    of the files (as in a shell without it, whose ./data has none): both read the folder
+    the run read. A --data_dir given still wins."""
+    data = _ground_truth_folder(tmp_path / "data")
+    shell = tmp_path / "shell"
+    shell.mkdir()
+    flags = ["--synthetic_layout=indian_pines", "--model=cnn2d", "--width=4",
+             "--patch_size=5", "--batch_size=64", "--train_fraction=0.5", "--devices=/cpu:0",
+             "--speeds=1", "--epochs=1", "--model_dir=run"]
+    without = {"HMP_DATA_DIR": str(tmp_path / "none")}
+    trained, resumed = run_batch("hmp.train", [
+        {"args": flags, "cwd": str(shell), "env": {"HMP_DATA_DIR": str(data)}},
+        {"args": ["--flagfile=run/flags.txt", "--resume", "--epochs=2"], "cwd": str(shell),
+         "env": without}])
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "epoch 2/2" in resumed.stdout
+    predicted, refused = run_batch("hmp.predict", [
+        {"args": ["--model_dir=run"], "cwd": str(shell), "env": without},
+        {"args": ["--model_dir=run", "--out=other", "--data_dir=%s" % (tmp_path / "gone")],
+         "cwd": str(shell), "env": without}])
+    assert predicted.returncode == 0, predicted.stderr[-2000:]
+    assert (shell / "run" / "prediction" / "class_map.npy").exists()
+    assert refused.returncode == 2
+    assert refused.stderr.startswith(
+        "hmp.predict: error: --data_dir=%s: Indian_pines_gt.mat (any upper/lower case) not "
+        "found because folder %s does not exist" % (tmp_path / "gone", tmp_path / "gone"))
+    data.rename(tmp_path / "moved")   # the folder the run read, gone: named
+    gone, = run_batch("hmp.predict", [{"args": ["--model_dir=run", "--out=other"],
+                                       "cwd": str(shell), "env": without}])
+    assert gone.returncode == 2
+    assert gone.stderr.startswith(
+        "hmp.predict: error: --model_dir=run: Indian_pines_gt.mat (any upper/lower case) not "
+        "found because folder %s does not exist" % data)
