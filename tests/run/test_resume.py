@@ -224,13 +224,16 @@ def test_a_run_of_the_default_data_folder_resumes_and_predicts_from_a_shell_with
              "--patch_size=5", "--batch_size=64", "--train_fraction=0.5", "--devices=/cpu:0",
              "--speeds=1", "--epochs=1", "--model_dir=run"]
     without = {"HMP_DATA_DIR": str(tmp_path / "none")}
-    trained, resumed = run_batch("hmp.train", [
+    trained, resumed, typed = run_batch("hmp.train", [
         {"args": flags, "cwd": str(shell), "env": {"HMP_DATA_DIR": str(data)}},
         {"args": ["--flagfile=run/flags.txt", "--resume", "--epochs=2"], "cwd": str(shell),
-         "env": without}])
+         "env": without},
+        {"args": [*flags, "--resume", "--epochs=3"], "cwd": str(shell), "env": without}])
     assert trained.returncode == 0, trained.stderr[-2000:]
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "epoch 2/2" in resumed.stdout
+    assert typed.returncode == 0, typed.stderr[-2000:]   # its flags typed again, no flagfile
+    assert "epoch 3/3" in typed.stdout
     predicted, refused = run_batch("hmp.predict", [
         {"args": ["--model_dir=run"], "cwd": str(shell), "env": without},
         {"args": ["--model_dir=run", "--out=other", "--data_dir=%s" % (tmp_path / "gone")],
