@@ -79,7 +79,8 @@ flags.DEFINE_string("val_split", DEFAULT.data.val_split,
                     "each class), spatial (a block at one end of each class's training "
                     "pixels, the training pixels within the patch radius of it dropped, as "
                     "the disjoint split keeps its test pixels), or auto (spatial for "
-                    "--split=disjoint and --train_set, else random). docs/data.md.")
+                    "--split=disjoint and --train_set, else random); needs --val_fraction "
+                    "> 0. docs/data.md.")
 flags.DEFINE_string("brightness_norm", DEFAULT.data.brightness_norm,
                     "Divide each pixel's spectrum by its brightness (the mean of its bands) "
                     "before the band scaling, so that a field's or the light's brightness "
@@ -88,7 +89,7 @@ flags.DEFINE_string("brightness_norm", DEFAULT.data.brightness_norm,
                     "docs/data.md.")
 flags.DEFINE_integer("patience", DEFAULT.recipe.patience,
                      "Stop after this many epochs without a better validation "
-                     "accuracy (0: never).")
+                     "accuracy (0: never); needs --val_fraction > 0.")
 flags.DEFINE_string("schedule", DEFAULT.recipe.schedule,
                     "Learning rate over the run: " + ", ".join(SCHEDULES)
                     + " (after --warmup_epochs).")
@@ -107,13 +108,13 @@ flags.DEFINE_float("noise", DEFAULT.recipe.noise,
                    "Augmentation: standard deviation of Gaussian noise added to "
                    "the standardised training patches.")
 flags.DEFINE_string("spectral_shift", DEFAULT.recipe.spectral_shift,
-                    "Augmentation (field look): shift each "
+                    "Augmentation (field look, with --augment): shift each "
                     "training patch's raw spectrum by up to this many bands (a PCA model "
                     "needs --pca_in_graph); auto: as much as the scene's fields differ, "
                     "measured on the training pixels (hmp.data.field_look), and halved "
                     "when the network does not fit them (hmp.run.look_yield).")
 flags.DEFINE_string("spectral_gain", DEFAULT.recipe.spectral_gain,
-                    "Augmentation (field look): multiply each "
+                    "Augmentation (field look, with --augment): multiply each "
                     "training patch's raw spectrum by a smooth random gain in [1 - g, 1 + g] "
                     "(g <= 1); auto: measured as --spectral_shift.")
 flags.DEFINE_bool("pca_in_graph", DEFAULT.recipe.pca_in_graph,
@@ -174,7 +175,7 @@ flags.DEFINE_bool("try_alone", DEFAULT.placement.try_alone,
                   "most samples/s (a measured guard against a mispriced plan)."
                   % round(100 * SPLIT_MARGIN))
 flags.DEFINE_float("rebalance_threshold", DEFAULT.placement.rebalance_threshold,
-                   "Re-balancing's noise level: re-plan when "
+                   "--rebalance=epoch: re-balancing's noise level: re-plan when "
                    "max/min device busy time exceeds 1 + this, switch only to a plan "
                    "predicted this much faster; a plan's samples/s moving by more is a "
                    "changed machine.")
@@ -188,7 +189,8 @@ flags.DEFINE_string("cluster", DEFAULT.placement.cluster,
                     "worker) or slurm (the Slurm job's tasks, at --port_base); --devices "
                     "default to one CPU per task.")
 flags.DEFINE_float("cluster_timeout", DEFAULT.placement.cluster_timeout,
-                   "Cluster mode: seconds a worker may take to answer.")
+                   "Cluster mode (--cluster or --local_workers): seconds a worker may take "
+                   "to answer.")
 flags.DEFINE_string("local_workers", DEFAULT.placement.local_workers,
                     "Cluster mode on this machine: start one hmp.worker "
                     "per CPUS:THREADS (e.g. 0-7:8,8-9:2: CPUs a-b or one CPU, intra-op "

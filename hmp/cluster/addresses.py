@@ -9,6 +9,8 @@ from hmp.errors import InvalidInput, is_digits, is_positive_number
 
 DEFAULT_TIMEOUT_S = 60.0   # how long a run waits for its workers to answer
 DEFAULT_PORT_BASE = 8888   # Slurm: the port of a node's first task (SlurmClusterResolver's)
+# --cluster's values that read the cluster from the environment (hmp.cluster.sources)
+TF_CONFIG, SLURM = "tf_config", "slurm"
 PORTS = range(1, 65536)   # TCP's
 
 

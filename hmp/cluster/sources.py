@@ -34,11 +34,10 @@ import re
 import tensorflow.compat.v1 as tf
 
 from hmp import compat
-from hmp.cluster.addresses import DEFAULT_PORT_BASE, DEFAULT_TIMEOUT_S
+from hmp.cluster.addresses import DEFAULT_PORT_BASE, DEFAULT_TIMEOUT_S, SLURM, TF_CONFIG
 from hmp.cluster.runtime import JOB, Cluster
 from hmp.errors import InvalidInput, is_digits
 
-TF_CONFIG, SLURM = "tf_config", "slurm"
 
 
 def detect():

@@ -25,6 +25,7 @@ from hmp.measure import speedcache
 from hmp.evaluation import report
 from hmp.run import experiment, fitted_preprocessing
 from hmp.run.alone_trial import record_before
+from hmp.run.settings import check_resume_or_overwrite
 from hmp.run.run_files import (BEST_CHECKPOINT, BEST_PREFIX, FLAGS_FILE, HISTORY, PREDICTION,
                                RESULTS, SEED_PREFIX, SUMMARY, checkpoint_path_step, read_json,
                                read_results)
@@ -92,9 +93,7 @@ def check_model_dir(model_dir, resume=False, overwrite=False):
     or holds a run and neither ``resume`` nor ``overwrite`` is given. Deletes
     nothing: :func:`prepare_model_dir` does, once the run's input is known good.
     """
-    if resume and overwrite:
-        raise cli.UsageError("--resume, --overwrite: give one of them (continue the run in "
-                             "--model_dir, or delete it and start over)")
+    check_resume_or_overwrite(resume, overwrite)
     try:
         files.check_folder_can_be_made(model_dir)
     except InvalidInput as error:

@@ -19,7 +19,8 @@ import numbers
 import os
 
 from hmp import cli
-from hmp.cluster.addresses import DEFAULT_PORT_BASE, DEFAULT_TIMEOUT_S, check_port, check_timeout
+from hmp.cluster.addresses import (DEFAULT_PORT_BASE, DEFAULT_TIMEOUT_S, SLURM, check_port,
+                                   check_timeout)
 from hmp.data import check_patch_size, is_cube_file
 from hmp.data.loaders import SYNTHETIC, check_scene_name
 from hmp.data.splits import check_train_fraction
@@ -137,6 +138,57 @@ TRAIN_DATA = DataConfig(pca=None, val_fraction=0.1)
 # The flags whose settings a --plan file gives: {flag: what the plan gives}.
 PLAN_GIVES = {"devices": "the devices", "speeds": "the speeds", "mesh": "the mesh",
               "memory_caps": "the memory caps (scripts/plan_layout.py --memory_caps)"}
+
+# The flags that act only beside other settings: {flag: (whether it acts, of the
+# settings; the rest of its refusal where it does not: what it needs, then what the
+# settings given do instead)}. Chosen where it does not act (given, even at its default),
+# a flag is refused in one line, "--flag=value: only ...; ...", before anything is
+# written (Settings._check_acting). Not on --resume: a run whose flags.txt has it
+# (accepted before) goes on ignoring it. (--smoothing_guide is not here: at
+# --smoothing=1 it is what hmp.predict --smoothing=N smooths the run's maps by.)
+ACTS_ONLY = {
+    "data_dir": (
+        lambda s: "data_dir" in s.scene_flags(),
+        lambda s: "only for a benchmark scene or a --synthetic_layout of one; --dataset=%s%s "
+                  "reads no file from it" % (s.data.dataset, "" if s.data.dataset != SYNTHETIC
+                                             else " (--synthetic_layout=%s)" % GENERATED_LAYOUT)),
+    "cluster_timeout": (
+        lambda s: s.placement.cluster is not None or s.placement.local_workers is not None,
+        lambda s: "only with --cluster or --local_workers, whose workers it waits for; this "
+                  "run has no workers"),
+    "port_base": (
+        lambda s: s.placement.cluster == SLURM,
+        lambda s: "only with --cluster=slurm, whose tasks listen from it; %s" % (
+            "--cluster=%s names its workers' ports" % s.placement.cluster
+            if s.placement.cluster is not None else
+            "--local_workers starts its workers on free ports"
+            if s.placement.local_workers is not None else "this run has no workers")),
+    "rebalance_threshold": (
+        lambda s: s.placement.rebalance == "epoch",
+        lambda s: "only with --rebalance=epoch, whose re-planning it steers; --rebalance=%s "
+                  "does not re-plan" % s.placement.rebalance),
+    "patience": (
+        lambda s: s.data.val_fraction > 0,
+        lambda s: "only with a validation share (--val_fraction > 0): it stops after epochs "
+                  "without a better validation accuracy; --val_fraction=%g holds none out"
+                  % s.data.val_fraction),
+    "val_split": (
+        lambda s: s.data.val_fraction > 0,
+        lambda s: "only with a validation share (--val_fraction > 0), which it holds out; "
+                  "--val_fraction=%g holds none out" % s.data.val_fraction),
+    **{name: (lambda s: s.recipe.augment,
+              lambda s: "only with --augment, which draws the field look; --noaugment "
+                        "draws none")
+       for name in ("spectral_shift", "spectral_gain")},
+}
+SCENE_ACTING = ("data_dir",)   # checked with the scene (check_data: scripts/baselines.py too)
+
+def check_resume_or_overwrite(resume, overwrite):
+    """UsageError naming both when a run is to be continued and started over."""
+    if resume and overwrite:
+        raise cli.UsageError("--resume, --overwrite: give one of them (continue the run in "
+                             "--model_dir, or delete it and start over)")
+
 
 # Flags flags.txt names even at their default: --batch_norm's was sync until 854505f, so a
 # flags.txt without it is a run that trained with sync statistics
@@ -277,6 +329,8 @@ class Settings:
         from hmp.layers import BATCH_STATISTICS
         from hmp.mesh.optimizers import OPTIMIZERS, SCHEDULES
         self._check_types()
+        # before --resume's folder is read
+        check_resume_or_overwrite(self.folder.resume, self.folder.overwrite)
         self.check_data()
         with self.blame("model"):
             check_model(get_model(self.model.name), self.model.name)
@@ -319,6 +373,17 @@ class Settings:
             check_timeout(self.placement.cluster_timeout)
         with self.blame("port_base"):
             check_port(self.placement.port_base)
+        self._check_acting(tuple(name for name in ACTS_ONLY if name not in SCENE_ACTING))
+
+    def _check_acting(self, names):
+        """Each flag of ``names`` (of ``ACTS_ONLY``) chosen where it does not act: refused in
+        one line naming it, its value and what it needs. Not on --resume."""
+        if self.folder.resume:
+            return
+        for name in names:
+            acts, needs = ACTS_ONLY[name]
+            if self.chosen(name) and not acts(self):
+                raise cli.UsageError("--%s=%s: %s" % (name, self.flag_value(name), needs(self)))
 
     def _check_types(self):
         """A setting given as another kind of value (from Python, e.g.
@@ -437,14 +502,7 @@ class Settings:
         if self.data.synthetic_layout not in LAYOUTS:
             raise cli.UsageError("--synthetic_layout=%s: choose one of %s"
                                  % (self.data.synthetic_layout, ", ".join(LAYOUTS)))
-        # not on --resume: a run whose flags.txt has it (accepted before 2026-11-28) goes on
-        if (self.chosen("data_dir") and "data_dir" not in self.scene_flags()
-                and not self.folder.resume):
-            raise cli.UsageError(
-                "--data_dir=%s: only for a benchmark scene or a --synthetic_layout of one; "
-                "--dataset=%s%s reads no file from it" % (
-                    self.data.data_dir, dataset, " (--synthetic_layout=%s)" % GENERATED_LAYOUT
-                    if dataset == SYNTHETIC else ""))
+        self._check_acting(SCENE_ACTING)   # (a --resume goes on: flags.txt of before 2026-11-28)
 
     def scene_flags(self):
         """The flags that name the scene's files (blamed when they cannot be read)."""

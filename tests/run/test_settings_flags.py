@@ -1,0 +1,100 @@
+"""Flags that act only beside other settings (``hmp.run.settings.ACTS_ONLY``): chosen where
+they would do nothing, refused in one line naming the flag, its value and what it needs,
+before anything is written; left at their defaults, or on --resume, never."""
+
+import pytest
+
+import hmp
+from hmp import cli
+from hmp.run.settings import ACTS_ONLY, DEFAULT, Settings
+from models import get_model
+
+REFUSED = [
+    ({"cluster_timeout": 30.0}, "--cluster_timeout=30.0: only with --cluster or "
+                                "--local_workers, whose workers it waits for; this run has "
+                                "no workers"),
+    ({"port_base": 9000}, "--port_base=9000: only with --cluster=slurm, whose tasks listen "
+                          "from it; this run has no workers"),
+    ({"port_base": 9000, "cluster": "127.0.0.1:2222"},
+     "--port_base=9000: only with --cluster=slurm, whose tasks listen from it; "
+     "--cluster=127.0.0.1:2222 names its workers' ports"),
+    ({"port_base": 9000, "local_workers": "0:1"},
+     "--port_base=9000: only with --cluster=slurm, whose tasks listen from it; "
+     "--local_workers starts its workers on free ports"),
+    ({"rebalance_threshold": 0.3}, "--rebalance_threshold=0.3: only with --rebalance=epoch, "
+                                   "whose re-planning it steers; --rebalance=off does not "
+                                   "re-plan"),
+    ({"patience": 5, "val_fraction": 0.0},
+     "--patience=5: only with a validation share (--val_fraction > 0): it stops after "
+     "epochs without a better validation accuracy; --val_fraction=0 holds none out"),
+    # at its default value too: given, it is the user's choice that does nothing
+    ({"val_split": "random", "val_fraction": 0.0},
+     "--val_split=random: only with a validation share (--val_fraction > 0), which it "
+     "holds out; --val_fraction=0 holds none out"),
+    ({"spectral_shift": "2", "augment": False},
+     "--spectral_shift=2: only with --augment, which draws the field look; --noaugment "
+     "draws none"),
+    ({"spectral_gain": 0.2, "augment": False},
+     "--spectral_gain=0.2: only with --augment, which draws the field look; --noaugment "
+     "draws none"),
+    # both named, not only --resume's missing folder (read first, before)
+    ({"resume": True, "overwrite": True, "model_dir": "no/such/run"},
+     "--resume, --overwrite: give one of them (continue the run in --model_dir, or delete "
+     "it and start over)"),
+    # the rule that was there first, now one of the table's
+    ({"data_dir": "/tmp"}, "--data_dir=/tmp: only for a benchmark scene or a "
+                           "--synthetic_layout of one; --dataset=synthetic "
+                           "(--synthetic_layout=generated) reads no file from it"),
+]
+
+
+@pytest.mark.parametrize("values, message", REFUSED)
+def test_a_flag_given_where_it_does_nothing_is_refused_naming_what_it_needs(values, message):
+    with pytest.raises(cli.UsageError) as refused:
+        Settings.of(**values).check(get_model)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("values, message", REFUSED[::3])
+def test_hmp_fit_refuses_them_before_anything_is_written(values, message, tmp_path,
+                                                         monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(cli.UsageError) as refused:
+        hmp.fit(Settings.of(**values), get_model)
+    assert str(refused.value) == message
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("values", [
+    {"cluster_timeout": 30.0, "cluster": "127.0.0.1:2222,127.0.0.1:2223"},
+    {"cluster_timeout": 30.0, "cluster": "tf_config"},
+    {"cluster_timeout": 30.0, "local_workers": "0:1"},
+    {"port_base": 9000, "cluster": "slurm", "cluster_timeout": 30.0},
+    {"rebalance_threshold": 0.3, "rebalance": "epoch"},
+    {"patience": 5, "val_fraction": 0.2, "val_split": "spatial"},
+    {"spectral_shift": "2", "spectral_gain": "0.2"},   # --augment is on by default
+    # what they need given, no strength: --noaugment still scales --brightness, adds --noise
+    {"augment": False, "brightness": 0.2, "noise": 0.1},
+    {"val_fraction": 0.0},   # --patience, --val_split at their defaults: not chosen
+    # at --smoothing=1 it says how hmp.predict --smoothing=N smooths the run's maps
+    {"smoothing": "1", "smoothing_guide": False},
+])
+def test_the_same_flags_beside_what_they_need_or_at_their_defaults_pass(values):
+    Settings.of(**values).check(get_model)
+
+
+@pytest.mark.parametrize("values, message", REFUSED[:-2])
+def test_a_resumed_run_goes_on_with_its_flags_txt(values, message):
+    """A run whose flags.txt has such a flag (accepted before) resumes with it."""
+    del message
+    Settings.of(resume=True, **values).check(get_model)
+
+
+def test_the_defaults_trigger_none_of_them():
+    """hmp.train with no flags: none of the table's flags is chosen, though the cluster
+    flags, --data_dir and --rebalance_threshold do nothing there."""
+    assert not any(DEFAULT.chosen(name) for name in ACTS_ONLY)
+    assert not any(acts(DEFAULT) for name, (acts, _) in ACTS_ONLY.items()
+                   if name in ("data_dir", "cluster_timeout", "port_base",
+                               "rebalance_threshold"))
+    DEFAULT.check(get_model)
