@@ -219,15 +219,22 @@ def save(model_dir, config, split):
 
 def recorded_data_dir(model_dir):
     """The folder the run in ``model_dir`` read its scene's files from, as its data.json
-    records it (:func:`save`), or None: a run of a scene read from no folder, one from
-    before data.json recorded the folder (its ``data_dir`` then as given, or None), or a
-    folder without data.json. InvalidInput naming the file for a data.json that cannot
-    be read."""
+    records it (:func:`save`), while it is there; else None: a run of a scene read from
+    no folder, one from before data.json recorded the folder (its ``data_dir`` then as
+    given, or None), a folder since moved or on another machine (the default one then:
+    :func:`from_folder`), or a run folder without data.json. InvalidInput naming the file
+    for a data.json that cannot be read."""
     path = os.path.join(model_dir, CONFIG_FILE)
     if not os.path.isfile(path):
         return None
     recorded = _load_config(path).data_dir
-    return recorded if recorded and os.path.isabs(recorded) else None
+    return _still_there(recorded)
+
+
+def _still_there(data_dir):
+    """A data.json's ``data_dir`` if it is a folder :func:`save` recorded (absolute) that
+    is still there, else None."""
+    return data_dir if data_dir and os.path.isabs(data_dir) and os.path.isdir(data_dir) else None
 
 
 # the data.json keys that runs from before them lack, and what those runs did
@@ -240,10 +247,14 @@ def from_folder(config, working_dir):
     ``dataset``, ``data_dir``, ``labels_path``, ``train_set``, ``test_set``) made absolute
     from ``working_dir``, the folder its run was started in, so that the scene is found
     from any folder; no ``data_dir`` (a run from before data.json recorded the folder its
-    files were read from, :func:`save`): the default one (``./data``) there, if it has one.
+    files were read from, :func:`save`), or a recorded one no longer there (the run or
+    its data moved): the default one (``$HMP_DATA_DIR``, or ``./data`` there if it has
+    one).
     A path found from the current folder but not from ``working_dir`` (a project moved
-    since) stays as it is; ``config`` itself when ``working_dir`` is None (a run from
-    before results.json kept it)."""
+    since) stays as it is; when ``working_dir`` is None (a run from before results.json
+    kept it), the paths as they are."""
+    if config.data_dir and os.path.isabs(config.data_dir):   # moved since: as none recorded
+        config = dataclasses.replace(config, data_dir=_still_there(config.data_dir))
     if working_dir is None:
         return config
 

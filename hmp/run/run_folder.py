@@ -188,30 +188,12 @@ def save_flags(model_dir, flags):
     """Writes ``flags`` (``--name=value`` strings of ``hmp.train``), one a line, atomically
     to ``model_dir/flags.txt``: ``--flagfile=`` that file with ``--resume`` continues the
     run, with ``--overwrite`` starts it again (later flags override it, e.g.
-    ``--model_dir`` for a moved folder, or ``--data_dir``). Flags without ``--data_dir``
-    get the folder the run read its scene's files from (:func:`read_from`), so that the
-    file continues it whatever ``$HMP_DATA_DIR`` is then."""
-    if not any(flag.startswith("--data_dir=") for flag in flags):
-        folder = read_from(model_dir)
-        if folder:
-            flags = [*flags, "--data_dir=%s" % folder]
+    ``--model_dir`` for a moved folder)."""
     path = os.path.join(model_dir, FLAGS_FILE)
     with files.atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as f:
         f.write("# python -m hmp.train %s continues this run (--overwrite instead of "
                 "--resume: starts it again)\n" % resume_flags(model_dir))
         f.writelines(flag + "\n" for flag in flags)
-
-
-def read_from(model_dir):
-    """The folder the run in ``model_dir`` read its scene's files from, as its data.json
-    records it (``experiment.recorded_data_dir``; a --runs series': its seed's latest
-    written), or None (a scene read from no folder, or no data.json yet)."""
-    written = [os.path.join(folder, experiment.CONFIG_FILE)
-               for folder in (model_dir, *seed_folders(model_dir))]
-    written = [path for path in written if os.path.isfile(path)]
-    if not written:
-        return None
-    return experiment.recorded_data_dir(os.path.dirname(max(written, key=os.path.getmtime)))
 
 
 def saved_flags(model_dir):

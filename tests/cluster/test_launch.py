@@ -468,7 +468,7 @@ def test_local_workers_train_then_stop_and_a_log_gets_progress_lines(tmp_path, s
     steps = history["history"][0]["steps"]
     # stdout is no terminal: a line of its own per step (--log_every), as a log file gets
     # (the loss from the first read of the sums on, hmp.run.trainer.METRICS_EVERY)
-    line = r"^  epoch 1/1  step (\d+)/%d(?:  loss \d\.\d{4})?  \d+ samples/s  ETA \d+ s$"
+    line = r"^  epoch 1/1  step (\d+)/%d(?:  loss \d+\.\d{4})?  \d+ samples/s  ETA \d+ s$"
     logged = re.findall(line % steps, run.stdout, re.MULTILINE)
     assert [int(s) for s in logged] == list(range(1, steps + 1))
 

@@ -178,9 +178,10 @@ def _ground_truth_folder(folder):
 def test_a_run_records_the_folder_it_read_its_files_from_and_resumes_without_it(
         tmp_path, monkeypatch):
     """data.json keeps the data folder the scene was read from, absolute (here the default
-    one: a relative $HMP_DATA_DIR), also when no data_dir was given; flags.txt gives it
-    unless --data_dir is among its flags. Its data_dir is no data setting a resume
-    compares: none given, in a shell without the variable, or the folder itself."""
+    one: a relative $HMP_DATA_DIR), also when no data_dir was given; flags.txt keeps the
+    flags as given. Its data_dir is no data setting a resume compares: none given, in a
+    shell without the variable, or the folder itself. A folder moved since is read as
+    none recorded: the default one."""
     data = _ground_truth_folder(tmp_path / "mydata")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HMP_DATA_DIR", "mydata")
@@ -193,10 +194,7 @@ def test_a_run_records_the_folder_it_read_its_files_from_and_resumes_without_it(
     assert experiment.recorded_data_dir(run) == str(data)
     assert experiment.load_as_trained(run)[0].data_dir == str(data)
     run_folder.save_flags(str(run), ["--synthetic_layout=indian_pines"])
-    assert run_folder.saved_flags(str(run)) == {"synthetic_layout": "indian_pines",
-                                                "data_dir": str(data)}
-    run_folder.save_flags(str(run), ["--data_dir=elsewhere"])   # given: kept as given
-    assert run_folder.saved_flags(str(run)) == {"data_dir": "elsewhere"}
+    assert run_folder.saved_flags(str(run)) == {"synthetic_layout": "indian_pines"}
     monkeypatch.delenv("HMP_DATA_DIR")
     monkeypatch.chdir(run)
     for data_dir in (None, str(data)):
@@ -207,16 +205,22 @@ def test_a_run_records_the_folder_it_read_its_files_from_and_resumes_without_it(
     experiment.save(generated, experiment.DataConfig(patch_size=3), split)
     assert json.loads((generated / experiment.CONFIG_FILE).read_text())["data_dir"] is None
     assert experiment.recorded_data_dir(generated) is None
-    run_folder.save_flags(str(generated), ["--epochs=1"])
-    assert run_folder.saved_flags(str(generated)) == {"epochs": "1"}
+    moved = tmp_path / "moved"   # the run's data moved: the default folder
+    data.rename(moved)
+    assert experiment.recorded_data_dir(run) is None
+    monkeypatch.setenv("HMP_DATA_DIR", str(moved))
+    config, saved = experiment.load_as_trained(run)
+    assert config.data_dir is None   # the default folder, here $HMP_DATA_DIR: found there
+    np.testing.assert_array_equal(experiment.prepare(config, saved).split.train, split.train)
 
 
 def test_a_run_of_the_default_data_folder_resumes_and_predicts_from_a_shell_without_it(
         tmp_path):
     """Trained with $HMP_DATA_DIR and no --data_dir; continued with the command it prints
-    (--flagfile=RUN/flags.txt --resume) and predicted where the variable names no folder
-    of the files (as in a shell without it, whose ./data has none): both read the folder
-    the run read. A --data_dir given still wins."""
+    (--flagfile=RUN/flags.txt --resume) and with its flags typed again, and predicted
+    where the variable names no folder of the files (as in a shell without it, whose
+    ./data has none): each reads the folder the run read. A --data_dir given still wins;
+    the folder moved, the default one is read."""
     data = _ground_truth_folder(tmp_path / "data")
     shell = tmp_path / "shell"
     shell.mkdir()
@@ -244,10 +248,12 @@ def test_a_run_of_the_default_data_folder_resumes_and_predicts_from_a_shell_with
     assert refused.stderr.startswith(
         "hmp.predict: error: --data_dir=%s: Indian_pines_gt.mat (any upper/lower case) not "
         "found because folder %s does not exist" % (tmp_path / "gone", tmp_path / "gone"))
-    data.rename(tmp_path / "moved")   # the folder the run read, gone: named
+    data.rename(tmp_path / "moved")   # the folder the run read, gone: the default one
     gone, = run_batch("hmp.predict", [{"args": ["--model_dir=run", "--out=other"],
                                        "cwd": str(shell), "env": without}])
     assert gone.returncode == 2
     assert gone.stderr.startswith(
         "hmp.predict: error: --model_dir=run: Indian_pines_gt.mat (any upper/lower case) not "
-        "found because folder %s does not exist" % data)
+        "found because folder %s does not exist; give the folder that holds it with "
+        "--data_dir or the environment variable HMP_DATA_DIR (now %s)"
+        % (tmp_path / "none", tmp_path / "none"))
