@@ -1,8 +1,8 @@
 """A 3-D convolution whose gradient a CPU computes with its fast kernels.
 
-TensorFlow's CPU kernels for the gradients of a 3-D convolution (Eigen's, oneDNN off)
-are slow, and with a stride above 1 pathologically so (10-80 times the convolution at
-the batches hmp trains with; figures and why in docs/engine.md). 2-D convolutions'
+TensorFlow's CPU kernels for the gradients of a 3-D convolution are slow, and with a
+stride above 1 pathologically so (10-80 times the convolution at the batches hmp trains
+with; figures and why in docs/engine.md). 2-D convolutions'
 gradient kernels have no such penalty. ``conv3d`` gives a 3-D convolution this
 gradient, from TensorFlow's forward convolution kernel:
 
