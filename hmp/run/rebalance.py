@@ -73,18 +73,27 @@ def startup_seconds(stats, batch_size):
 @dataclasses.dataclass
 class Regime:
     """The epochs since the machine last changed under the run (a plan's samples/s
-    moved by more than the threshold): their devices, the mean of their measured
-    speeds (``measured_speeds``), and {plan_key: (plan, samples/s)} of the plans
-    that ran in them (each plan's latest epoch)."""
+    moved by more than the threshold): their devices, their measured speeds
+    (``measured_speeds``), and {plan_key: (plan, samples/s)} of the plans that ran in
+    them (each plan's latest epoch).
+
+    The speeds are the first epoch's until a second comes, then the mean of the epochs
+    after the first (``averaged`` of them): the first is the one the machine changed in
+    (or the run's first), whose traced steps may have seen either machine."""
 
     devices: tuple
     speeds: list
     epochs: int = 1
+    averaged: int = 1
     rates: dict = dataclasses.field(default_factory=dict)
 
     def add(self, speeds):
-        self.speeds = [(mean * self.epochs + new) / (self.epochs + 1)
-                       for mean, new in zip(self.speeds, speeds)]
+        if self.epochs == 1:
+            self.speeds = list(speeds)
+        else:
+            self.speeds = [(mean * self.averaged + new) / (self.averaged + 1)
+                           for mean, new in zip(self.speeds, speeds)]
+            self.averaged += 1
         self.epochs += 1
 
     def off_rate(self, key, rate, tolerance):

@@ -116,14 +116,20 @@ def measured(rebalancer, plan, busy_seconds, samples_per_second):
 
 
 def test_a_regime_averages_speeds_until_a_plan_runs_at_another_rate():
+    """The speeds of a regime: its first epoch's (the one the machine changed in) until a
+    second comes, then the mean of the epochs after the first."""
     even = batch_plan([1, 1])   # loads 0.5, 0.5
     rebalancer = rebalance.Rebalancer(spec(), threshold=0.1)
     measured(rebalancer, even, [1.0, 1.0], 100.0)
+    assert rebalancer.regime.speeds == pytest.approx([0.5, 0.5])
     measured(rebalancer, even, [1.0, 1.5], 105.0)   # 5% faster: the same machine
     regime = rebalancer.regime
     assert regime.epochs == 2
-    assert regime.speeds == pytest.approx([0.5, (0.5 + 0.5 / 1.5) / 2])
-    measured(rebalancer, even, [1.0, 3.0], 80.0)    # 24% slower than 105: it changed
+    assert regime.speeds == pytest.approx([0.5, 0.5 / 1.5])   # the first left out
+    measured(rebalancer, even, [1.0, 1.25], 102.0)
+    assert (regime.epochs, regime.averaged) == (3, 2)
+    assert regime.speeds == pytest.approx([0.5, (0.5 / 1.5 + 0.5 / 1.25) / 2])
+    measured(rebalancer, even, [1.0, 3.0], 80.0)    # 22% slower than 102: it changed
     regime = rebalancer.regime
     assert regime.epochs == 1
     assert regime.rates == {rebalance.plan_key(even): (even, pytest.approx(80.0))}
