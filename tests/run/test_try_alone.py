@@ -69,8 +69,8 @@ def test_a_resume_takes_up_the_rates_of_checkpointed_epochs_of_the_same_setting(
                     "/cpu:0 alone (100); training on the plan")
     halfway, line = resumed(1)   # stopped in the epoch alone: that epoch again, alone
     assert (halfway.rates, halfway.plan, halfway.epochs_needed) == ({"split": 150.0}, alone, 2)
-    assert line == ("trial: the plan ran 150 samples/s at its steady rate before the resume; the next epoch "
-                    "runs on the fastest device alone (/cpu:0)")
+    assert line == ("trial: the plan ran 150 samples/s at its steady rate before the resume; "
+                    "the next epoch runs on the fastest device alone (/cpu:0)")
     fresh, line = resumed(0)     # epoch 1 recorded but not checkpointed: the trial again
     assert (fresh.rates, fresh.plan, line) == ({}, split, None)
     other, line = resumed(2, {**KEY, "batch_size": 16})
@@ -220,10 +220,12 @@ def test_a_run_races_its_plan_against_the_fastest_device_alone(first_runs):
     folder, results = first_runs
     run, trial = results["trial"]
     meshes = [plan["mesh"] for plan in trial["plans"]]
-    split_rate, alone_rate = (e["steady_samples_per_second"] for e in trial["history"][:2])
+    split_rate = trial["history"][0]["steady_samples_per_second"]
     assert meshes[:2] == ["batch:2", "batch:1"]
     assert trial["plans"][1]["devices"] == ["/cpu:0"]     # the faster by --speeds
-    assert meshes[2:] == ([] if alone_rate >= split_rate else ["batch:2"])
+    # after its verdict (the rule on rates: test_the_trial_keeps_the_layout_that_ran_more_samples;
+    # no measured time is compared here), the run stays alone or goes back to the plan
+    assert meshes[2:] == ([] if trial["trial"]["verdict"] == "alone" else ["batch:2"])
     assert "trial: the plan ran %.0f samples/s at its steady rate" % split_rate in run.stdout
     # the switch to /cpu:0 alone goes on from the epoch's checkpoint; the run was not resumed
     assert "the plan's graph goes on from %s" % (folder / "trial" / "ckpt-") in run.stdout
@@ -243,8 +245,8 @@ def test_a_resumed_run_trains_on_the_recorded_winner_without_a_second_trial(firs
     # results.json records the rates the first run printed, and its verdict
     assert record["rates"] == {"split": split_rate, "alone": alone_rate}
     assert record["epochs"] == {"split": 0, "alone": 1}
-    alone_won = alone_rate >= split_rate
-    assert record["verdict"] == ("alone" if alone_won else "split")
+    assert record["verdict"] in ("alone", "split")
+    alone_won = record["verdict"] == "alone"
     printed = [line for line in run.stdout.splitlines() if line.startswith("trial:")]
     assert printed[1] == (
         "trial: /cpu:0 alone ran %.0f samples/s against %.0f for the plan; training goes "
