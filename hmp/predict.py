@@ -193,20 +193,14 @@ def _export(run, tta):
 def _open_scene(run):
     """``(raster, dataset, scene flags)``: the cube to classify (the run's, or the one
     the data flags given name) with the run's bands, its file and the flags that named
-    it (to blame). Without --data_dir or --dataset, the run's scene files are read from
-    the folder the run read them from (its data.json's), whatever $HMP_DATA_DIR is now."""
+    it (to blame)."""
     changed = {name: FLAGS[name].value for name in DATA_FLAGS if FLAGS[name].present}
     scene_flags = changed or ["model_dir"]
     dataset = changed.get("dataset", run.flags["dataset"])
     check_file_flags(dataset, changed)
     print("loading %s ..." % dataset, flush=True)
     with cli.blame(*scene_flags, also=(OSError,)):
-        given = dict(changed)
-        if not {"data_dir", "dataset"} & set(changed):
-            recorded = experiment.recorded_data_dir(run.model_dir)
-            if recorded:
-                given["data_dir"] = recorded
-        raster = open_cube(run.data_config(**given))
+        raster = open_cube(run.data_config(**changed))
         run.check_bands(raster.shape[2], raster.info.wavelengths, raster.info.wavelength_units,
                         raster.info.bad_bands)
     return raster, dataset, scene_flags

@@ -231,6 +231,14 @@ def recorded_data_dir(model_dir):
     return _still_there(recorded)
 
 
+def with_recorded_folder(config, model_dir):
+    """``config`` reading its scene from the folder the run in ``model_dir`` read it from
+    (:func:`recorded_data_dir`) when ``config`` names no ``data_dir``: a resume or a
+    prediction without --data_dir, whatever ``$HMP_DATA_DIR`` is then."""
+    recorded = recorded_data_dir(model_dir) if config.data_dir is None else None
+    return dataclasses.replace(config, data_dir=recorded) if recorded else config
+
+
 def _still_there(data_dir):
     """A data.json's ``data_dir`` if it is a folder :func:`save` recorded (absolute) that
     is still there, else None."""

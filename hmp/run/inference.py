@@ -148,12 +148,15 @@ class TrainedRun:
 
     def data_config(self, **given):
         """The scene to classify (an ``experiment.DataConfig``): the run's own, with the
-        data flags ``given`` (hmp.train's names, e.g. ``data_dir=``) changed; when
-        ``given`` names a ``dataset``, that scene with only the flags given."""
+        data flags ``given`` (hmp.train's names, e.g. ``data_dir=``) changed, its files
+        read from the folder the run read them from unless ``data_dir`` is given
+        (``experiment.with_recorded_folder``); when ``given`` names a ``dataset``, that
+        scene with only the flags given."""
         default = experiment.DataConfig()   # a flag a run's flags lack: of before it
         trained = default if "dataset" in given else experiment.from_folder(
-            experiment.DataConfig(**{field: self.flags.get(name, getattr(default, field))
-                                     for name, field in DATA_FLAGS.items()}),
+            experiment.with_recorded_folder(experiment.DataConfig(
+                **{field: self.flags.get(name, getattr(default, field))
+                   for name, field in DATA_FLAGS.items()}), self.model_dir),
             self.working_dir)
         return dataclasses.replace(trained, **{DATA_FLAGS[name]: value
                                                for name, value in given.items()})

@@ -78,22 +78,18 @@ class Regime:
     them (each plan's latest epoch).
 
     The speeds are the first epoch's until a second comes, then the mean of the epochs
-    after the first (``averaged`` of them): the first is the one the machine changed in
-    (or the run's first), whose traced steps may have seen either machine."""
+    after the first: the first is the one the machine changed in (or the run's first),
+    whose traced steps may have seen either machine."""
 
     devices: tuple
     speeds: list
     epochs: int = 1
-    averaged: int = 1
     rates: dict = dataclasses.field(default_factory=dict)
 
     def add(self, speeds):
-        if self.epochs == 1:
-            self.speeds = list(speeds)
-        else:
-            self.speeds = [(mean * self.averaged + new) / (self.averaged + 1)
-                           for mean, new in zip(self.speeds, speeds)]
-            self.averaged += 1
+        averaged = self.epochs - 1   # in the mean so far (0: the first epoch's speeds)
+        self.speeds = [(mean * averaged + new) / (averaged + 1)
+                       for mean, new in zip(self.speeds, speeds)]
         self.epochs += 1
 
     def off_rate(self, key, rate, tolerance):

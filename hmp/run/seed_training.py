@@ -96,8 +96,9 @@ def train_seed(shared, model_dir, seed, replaced=()):
     given, folder = shared.settings, shared.settings.folder
     started = time.time()
     resume = resumes(folder, model_dir)
-    exp, leakage, data_config = load_experiment(
-        _recorded_folder(given, model_dir) if resume else given, shared.get_model, seed)
+    exp, leakage, data_config = load_experiment(dataclasses.replace(
+        given, data=experiment.with_recorded_folder(given.data, model_dir)) if resume else given,
+        shared.get_model, seed)
     if resume:
         check_same_data(model_dir, data_config, exp.split)
     with given.blame("batch_size"):
@@ -227,16 +228,6 @@ def _finished(model_dir, recipe, steps_per_epoch, longer):
           % (model_dir, epochs[-1]["epoch"] + 1, results["step"], best.epoch + 1, where,
              recipe.patience), flush=True)
     return True
-
-
-def _recorded_folder(settings, model_dir):
-    """``settings`` resuming the run in ``model_dir``: without --data_dir, the folder its
-    scene's files were read from (its data.json's), whatever ``$HMP_DATA_DIR`` is now."""
-    recorded = experiment.recorded_data_dir(model_dir)
-    if settings.data.data_dir is not None or recorded is None:
-        return settings
-    return dataclasses.replace(settings, data=dataclasses.replace(settings.data,
-                                                                  data_dir=recorded))
 
 
 def _check_fits(shared, exp, model_config, recipe, spec):
