@@ -100,13 +100,14 @@ flags.DEFINE_float("weight_decay", DEFAULT.recipe.weight_decay,
                    "for the other optimizers (default 0; lars 1e-4).")
 flags.DEFINE_bool("augment", DEFAULT.recipe.augment,
                   "Augment training patches: random flips and 90-degree "
-                  "rotations, and the field look (--spectral_shift, --spectral_gain).")
+                  "rotations, --brightness, --noise and the field look (--spectral_shift, "
+                  "--spectral_gain); --noaugment: none of them.")
 flags.DEFINE_float("brightness", DEFAULT.recipe.brightness,
-                   "Augmentation: scale each training patch by a factor "
+                   "Augmentation (with --augment): scale each training patch by a factor "
                    "in [1 - b, 1 + b].")
 flags.DEFINE_float("noise", DEFAULT.recipe.noise,
-                   "Augmentation: standard deviation of Gaussian noise added to "
-                   "the standardised training patches.")
+                   "Augmentation (with --augment): standard deviation of Gaussian noise "
+                   "added to the standardised training patches.")
 flags.DEFINE_string("spectral_shift", DEFAULT.recipe.spectral_shift,
                     "Augmentation (field look, with --augment): shift each "
                     "training patch's raw spectrum by up to this many bands (a PCA model "

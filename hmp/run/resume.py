@@ -115,6 +115,16 @@ def check_same_graph(model_dir, settings, get_model):
                os.path.join(model_dir, run_files.FLAGS_FILE)))
 
 
+def check_new_flags_act(model_dir, settings):
+    """UsageError when --resume is given a flag that does nothing beside the others
+    (``hmp.run.settings.ACTS_ONLY``) and the run's flags.txt does not name: refused as
+    a new run refuses it. One it names goes on ignored, as its first invocation accepted
+    it; a folder without flags.txt has nothing to compare."""
+    started = run_folder.saved_flags(model_dir)
+    if started is not None:
+        settings.check_resumed_acting(started)
+
+
 def check_same_data(model_dir, data_config, split):
     """UsageError when --resume would go on with other pixels or patches than the run's
     first invocation used (its data.json), or another ``split`` (its split.npz: e.g.

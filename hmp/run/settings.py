@@ -143,8 +143,8 @@ PLAN_GIVES = {"devices": "the devices", "speeds": "the speeds", "mesh": "the mes
 # settings; the rest of its refusal where it does not: what it needs, then what the
 # settings given do instead)}. Chosen where it does not act (given, even at its default),
 # a flag is refused in one line, "--flag=value: only ...; ...", before anything is
-# written (Settings._check_acting). Not on --resume: a run whose flags.txt has it
-# (accepted before) goes on ignoring it. (--smoothing_guide is not here: at
+# written (Settings._check_acting). On --resume, a run whose flags.txt has it (accepted
+# before) goes on ignoring it (Settings.check_resumed_acting). (--smoothing_guide is not here: at
 # --smoothing=1 it is what hmp.predict --smoothing=N smooths the run's maps by.)
 ACTS_ONLY = {
     "data_dir": (
@@ -177,9 +177,12 @@ ACTS_ONLY = {
         lambda s: "only with a validation share (--val_fraction > 0), which it holds out; "
                   "--val_fraction=%g holds none out" % s.data.val_fraction),
     **{name: (lambda s: s.recipe.augment,
-              lambda s: "only with --augment, which draws the field look; --noaugment "
-                        "draws none")
-       for name in ("spectral_shift", "spectral_gain")},
+              lambda s, drawn=drawn: "only with --augment, which draws %s; --noaugment "
+                                     "draws none" % drawn)
+       for name, drawn in (("spectral_shift", "the field look"),
+                           ("spectral_gain", "the field look"),
+                           ("brightness", "each patch's brightness factor"),
+                           ("noise", "each patch's noise"))},
 }
 SCENE_ACTING = ("data_dir",)   # checked with the scene (check_data: scripts/baselines.py too)
 
@@ -375,15 +378,22 @@ class Settings:
             check_port(self.placement.port_base)
         self._check_acting(tuple(name for name in ACTS_ONLY if name not in SCENE_ACTING))
 
-    def _check_acting(self, names):
+    def _check_acting(self, names, started=None):
         """Each flag of ``names`` (of ``ACTS_ONLY``) chosen where it does not act: refused in
-        one line naming it, its value and what it needs. Not on --resume."""
-        if self.folder.resume:
+        one line naming it, its value and what it needs. On --resume only with
+        ``started``, the flags of the run's flags.txt (:meth:`check_resumed_acting`)."""
+        if self.folder.resume and started is None:
             return
         for name in names:
             acts, needs = ACTS_ONLY[name]
-            if self.chosen(name) and not acts(self):
+            if self.chosen(name) and not acts(self) and name not in (started or ()):
                 raise cli.UsageError("--%s=%s: %s" % (name, self.flag_value(name), needs(self)))
+
+    def check_resumed_acting(self, started):
+        """On --resume: a flag of ``ACTS_ONLY`` given anew where it does nothing is refused
+        as a new run refuses it; one of ``started`` (the flags of the run's flags.txt,
+        ``hmp.run.run_folder.saved_flags``) goes on ignored, as its run accepted it."""
+        self._check_acting(tuple(ACTS_ONLY), started)
 
     def _check_types(self):
         """A setting given as another kind of value (from Python, e.g.

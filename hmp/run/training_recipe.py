@@ -25,7 +25,8 @@ def recipe(settings, exp):
     power = CLASS_BALANCING[given.class_balanced]
     weights = None if power is None else class_weights(exp.train_counts, power)
     look, measured = _field_look(settings, exp)
-    augmentation = Augmentation(given.augment, given.brightness, given.noise, **look)
+    augmentation = (Augmentation(True, given.brightness, given.noise, **look) if given.augment
+                    else Augmentation(flips=False))   # --noaugment: nothing drawn
     return Recipe(weight_decay=given.weight_decay, schedule=given.schedule,
                   warmup_steps=int(round(given.warmup_epochs * steps_per_epoch)),
                   total_steps=given.epochs * steps_per_epoch,

@@ -318,6 +318,18 @@ def test_only_a_measured_field_look_yields(small_experiment, given, look, yields
     assert (recipe.augmentation.field_look, recipe.look_yields) == (look, yields)
 
 
+def test_noaugment_draws_nothing_and_augment_draws_every_kind_asked_for(small_experiment):
+    """--noaugment: no flip, brightness factor, noise or field look (the graph's patches
+    are the cut ones); --augment: each at its setting."""
+    plain = training_recipe.recipe(Settings.of(augment=False), small_experiment).augmentation
+    assert plain == Augmentation(flips=False) and not plain.active
+    drawn = training_recipe.recipe(Settings.of(brightness=0.2, noise=0.05,
+                                               spectral_shift="1", spectral_gain="0.1"),
+                                   small_experiment).augmentation
+    assert (drawn.flips, drawn.brightness, drawn.noise, drawn.spectral_shift,
+            drawn.spectral_gain) == (True, 0.2, 0.05, 1.0, 0.1)
+
+
 def test_the_field_look_is_measured_on_the_divided_spectra_it_augments():
     """With ``--brightness_norm=on`` the augmentation reads divided spectra, so its
     strength is measured on them (numpy's division here), not on the file's counts.

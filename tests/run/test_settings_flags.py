@@ -1,11 +1,14 @@
 """Flags that act only beside other settings (``hmp.run.settings.ACTS_ONLY``): chosen where
 they would do nothing, refused in one line naming the flag, its value and what it needs,
-before anything is written; left at their defaults, or on --resume, never."""
+before anything is written; left at their defaults, or on --resume when the run's
+flags.txt names them, never."""
 
 import pytest
 
 import hmp
 from hmp import cli
+from hmp.run import run_files
+from hmp.run.resume import check_new_flags_act
 from hmp.run.settings import ACTS_ONLY, DEFAULT, Settings
 from models import get_model
 
@@ -37,6 +40,12 @@ REFUSED = [
     ({"spectral_gain": 0.2, "augment": False},
      "--spectral_gain=0.2: only with --augment, which draws the field look; --noaugment "
      "draws none"),
+    ({"brightness": 0.2, "augment": False},
+     "--brightness=0.2: only with --augment, which draws each patch's brightness factor; "
+     "--noaugment draws none"),
+    ({"noise": 0.1, "augment": False},
+     "--noise=0.1: only with --augment, which draws each patch's noise; --noaugment draws "
+     "none"),
     # both named, not only --resume's missing folder (read first, before)
     ({"resume": True, "overwrite": True, "model_dir": "no/such/run"},
      "--resume, --overwrite: give one of them (continue the run in --model_dir, or delete "
@@ -73,8 +82,7 @@ def test_hmp_fit_refuses_them_before_anything_is_written(values, message, tmp_pa
     {"rebalance_threshold": 0.3, "rebalance": "epoch"},
     {"patience": 5, "val_fraction": 0.2, "val_split": "spatial"},
     {"spectral_shift": "2", "spectral_gain": "0.2"},   # --augment is on by default
-    # what they need given, no strength: --noaugment still scales --brightness, adds --noise
-    {"augment": False, "brightness": 0.2, "noise": 0.1},
+    {"augment": True, "brightness": 0.2, "noise": 0.1},
     {"val_fraction": 0.0},   # --patience, --val_split at their defaults: not chosen
     # at --smoothing=1 it says how hmp.predict --smoothing=N smooths the run's maps
     {"smoothing": "1", "smoothing_guide": False},
@@ -84,10 +92,23 @@ def test_the_same_flags_beside_what_they_need_or_at_their_defaults_pass(values):
 
 
 @pytest.mark.parametrize("values, message", REFUSED[:-2])
-def test_a_resumed_run_goes_on_with_its_flags_txt(values, message):
-    """A run whose flags.txt has such a flag (accepted before) resumes with it."""
-    del message
-    Settings.of(resume=True, **values).check(get_model)
+def test_a_resumed_run_goes_on_with_its_flags_txt_and_refuses_such_a_flag_given_anew(
+        values, message, tmp_path):
+    """A run whose flags.txt has such a flag (accepted before) resumes with it; one given
+    on the resuming command line alone is refused as a new run refuses it."""
+    resumed = Settings.of(resume=True, **values)
+    resumed.check(get_model)   # flags.txt is read with the run's folder
+    refused_flag = message.split("=")[0][2:]
+    others = resumed.flag_lines()
+    (tmp_path / run_files.FLAGS_FILE).write_text("\n".join(others) + "\n")
+    check_new_flags_act(str(tmp_path), resumed)   # all of them were in its flags.txt
+    (tmp_path / run_files.FLAGS_FILE).write_text("\n".join(
+        line for line in others if not line.startswith("--%s=" % refused_flag)) + "\n")
+    with pytest.raises(cli.UsageError) as refused:
+        check_new_flags_act(str(tmp_path), resumed)
+    assert str(refused.value) == message
+    (tmp_path / run_files.FLAGS_FILE).unlink()   # a run from before flags.txt: goes on
+    check_new_flags_act(str(tmp_path), resumed)
 
 
 def test_the_defaults_trigger_none_of_them():
