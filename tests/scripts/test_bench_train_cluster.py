@@ -1,0 +1,88 @@
+"""scripts/bench_train_cluster.py: the hmp.train commands of its runs, its figures from
+given epoch times and histories, and the flags it refuses (the runs themselves take
+minutes; docs/benchmarks.md, "The split step at the default batch"). In a process of its
+own: its --epochs is hmp.train's too, which the test session may import."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cli_batch import HUNG_S
+from script_modules import SCRIPTS
+
+CHECK = '''
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import bench_train_cluster as bench
+from absl import flags
+from absl.testing import flagsaver
+
+found = {}
+for given in ([], ["--batch_size=256"]):
+    with flagsaver.flagsaver():
+        flags.FLAGS(["bench_train_cluster", "--epochs=6", *given])
+        found[" ".join(given)] = [bench.train_command("hybridsn", "h:1,h:2", name, "/r")
+                                  for name in bench.RUNS]
+for given in (["--width=4", "--batch_norm=sync"], ["--epochs=3"], ["--pairs=0"]):
+    with flagsaver.flagsaver():
+        flags.FLAGS(["bench_train_cluster", *given])
+        try:
+            bench.main(["bench_train_cluster"])
+        except bench.cli.UsageError as refused:
+            found[" ".join(given)] = str(refused)
+# epochs ended at 10, 13, 15, 16, 18, 19 s; 12 steps of 32 an epoch
+ended = dict(zip(range(1, 7), (10.0, 13.0, 15.0, 16.0, 18.0, 19.0)))
+history = [{"steps": 12, "samples_per_second": rate} for rate in (100, 150, 200, 300, 400, 600)]
+plan = {"mesh": "batch:2", "splits": {"batch": [20, 12]}, "devices": ["a", "b"]}
+alone = {"mesh": "batch:1", "splits": {"batch": [32]}, "devices": ["a"]}
+cluster = bench.summary(ended, {"history": history, "plans": [alone, plan]}, 32)
+task0 = bench.summary(ended, {"history": [{**h, "samples_per_second": 200} for h in history],
+                              "plans": [alone]}, 32)
+found["summaries"] = [cluster, task0]
+with flagsaver.flagsaver():
+    flags.FLAGS(["bench_train_cluster", "--epochs=6"])
+    found["table"] = bench.table("hybridsn", [{"cluster": cluster, "task 0 alone": task0}] * 2)
+print(json.dumps(found))
+'''
+
+
+@pytest.fixture(scope="module")
+def found():
+    checked = subprocess.run([sys.executable, "-c", CHECK, str(SCRIPTS)], capture_output=True,
+                             text=True, timeout=HUNG_S, check=False)
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    return json.loads(checked.stdout.splitlines()[-1])
+
+
+def test_the_cluster_run_takes_every_default_and_the_other_task_0_alone(found):
+    for given, batch in (("", []), ("--batch_size=256", ["--batch_size=256"])):
+        cluster, alone = found[given]
+        assert cluster[1:] == ["-m", "hmp.train", "--cluster=h:1,h:2", "--model=hybridsn",
+                               "--epochs=6", *batch, "--model_dir=/r"]
+        assert alone[1:] == ["-m", "hmp.train", "--cluster=h:1,h:2", "--model=hybridsn",
+                             "--epochs=6", *batch, "--devices=/job:worker/task:0/device:CPU:0",
+                             "--model_dir=/r"]
+
+
+def test_the_last_three_epochs_by_hmps_count_and_the_wall_clock(found):
+    cluster, task0 = found["summaries"]
+    # epochs 4-6: 300, 400, 600 samples/s (harmonic mean 400); 3 x 384 samples in 19 - 15 s
+    assert cluster == {"hmp_samples_per_s": pytest.approx(400.0),
+                       "wall_samples_per_s": pytest.approx(3 * 384 / 4.0),
+                       "plan": "batch:2 batch=[20, 12]", "devices": 2}
+    assert task0["hmp_samples_per_s"] == pytest.approx(200.0)
+    assert task0["plan"] == "batch:1 batch=[32]" and task0["devices"] == 1
+    text, median = found["table"]
+    assert median == pytest.approx(2.0) and text.endswith(
+        "cluster / task 0 alone: 2.00x 2.00x (hmp), 1.00x 1.00x (wall); median 2.00x "
+        "(goal >= 1.15: met)")
+
+
+def test_flags_it_does_not_use_and_too_few_epochs_or_pairs_are_refused(found):
+    assert found["--width=4 --batch_norm=sync"] == (
+        "--width, --batch_norm: bench_hetero.py's, not used here (hmp.train trains with its "
+        "defaults)")
+    assert found["--epochs=3"] == "--epochs=3: must be at least 4"
+    assert found["--pairs=0"] == "--pairs=0: must be at least 1"
