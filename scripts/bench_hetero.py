@@ -719,6 +719,17 @@ def worker_placement():
     return [c for c, _ in parsed], [t for _, t in parsed], parsed[1][0][0]
 
 
+def refuse_unused(argv, names, instead):
+    """One-line errors for arguments that are no flags, and for the flags ``names`` of this
+    script given to another that does not use them (``instead``: what it does)."""
+    if len(argv) > 1:
+        raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
+    given = ["--%s" % name for name in names if FLAGS[name].present]
+    if given:
+        raise cli.UsageError("%s: bench_hetero.py's, not used here (%s)"
+                             % (", ".join(given), instead))
+
+
 def check_flags():
     """One-line errors for values the flag parser cannot judge."""
     unknown = [m for m in FLAGS.models if m not in MODEL_NAMES]
@@ -755,8 +766,7 @@ def prepared_scene(pca):
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
+    refuse_unused(argv, (), "")
     check_flags()
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)

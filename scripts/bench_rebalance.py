@@ -35,7 +35,8 @@ import time
 
 from absl import flags
 
-from bench_hetero import FLAGS, check_flags, competing_load, machine, worker_placement
+from bench_hetero import (FLAGS, check_flags, competing_load, machine, refuse_unused,
+                          worker_placement)
 from hmp import cli, files
 from hmp.cluster.launch import local_cluster
 from hmp.cluster.subprocesses import die_with_parent
@@ -178,12 +179,7 @@ def table(model, runs):
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
-    given = ["--%s" % name for name in NOT_USED if FLAGS[name].present]
-    if given:
-        raise cli.UsageError("%s: bench_hetero.py's, not used here (hmp.train trains the "
-                             "model at its default width)" % ", ".join(given))
+    refuse_unused(argv, NOT_USED, "hmp.train trains the model at its default width")
     check_flags()
     if not 1 <= FLAGS.disturb_after < FLAGS.epochs - LAST + 1:
         raise cli.UsageError("--disturb_after=%d: must lie in [1, --epochs - %d] = [1, %d]"

@@ -28,7 +28,8 @@ import time
 
 from absl import flags
 
-from bench_hetero import FLAGS, check_flags, competing_load, machine, worker_placement
+from bench_hetero import (FLAGS, check_flags, competing_load, machine, refuse_unused,
+                          worker_placement)
 from hmp import cli, files
 from hmp.cluster.launch import local_cluster
 from hmp.cluster.subprocesses import die_with_parent
@@ -128,12 +129,7 @@ def table(model, pairs):
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise cli.UsageError("unexpected arguments %s (flags start with --)" % argv[1:])
-    given = ["--%s" % name for name in NOT_USED if FLAGS[name].present]
-    if given:
-        raise cli.UsageError("%s: bench_hetero.py's, not used here (hmp.train trains with "
-                             "its defaults)" % ", ".join(given))
+    refuse_unused(argv, NOT_USED, "hmp.train trains with its defaults")
     check_flags()
     for name, least in (("epochs", LAST + 1), ("pairs", 1)):
         if FLAGS[name].value < least:
