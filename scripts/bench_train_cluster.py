@@ -11,8 +11,9 @@ benchmark's own, so the first run's profiling is not timed again.
 
 Per run: hmp's samples/s of the last ``LAST`` epochs (their steps, history.json's) and
 the wall clock's (from the end of the epoch before them to the end of the last:
-validation and checkpoints count), and the plan it ended on. The goal: the cluster run at
-1.15x task 0 alone or more (hmp's count, the median of the pairs).
+validation and checkpoints count), and the plan it ended on; T*/T of the cluster run, T*
+from task 0 alone's samples/s and the speeds the plan was made from. The goal: the
+cluster run at 1.15x task 0 alone or more (hmp's count, the median of the pairs).
 
   python scripts/bench_train_cluster.py                          # hybridsn, batch 32
   python scripts/bench_train_cluster.py --models=cnn2d --batch_size=256
@@ -89,23 +90,35 @@ def train(command, folder):
 
 def summary(ended, results, batch_size):
     """A run's figures: the last ``LAST`` epochs' samples/s by hmp's count (the harmonic
-    mean of history.json's: epochs of equal samples) and by the wall clock, and the
-    splits of the plan it ended on."""
+    mean of history.json's: epochs of equal samples) and by the wall clock, the splits
+    of the plan it ended on, and the speed of each device its first plan was made from
+    ({device: speed}, as profiled)."""
     history = results["history"]
     last = sorted(ended)[-LAST:]
     samples = max(h["steps"] for h in history) * batch_size   # an epoch's
-    plan = results["plans"][-1]
+    first, plan = results["plans"][0], results["plans"][-1]
     return {"hmp_samples_per_s": statistics.harmonic_mean(
                 history[e - 1]["samples_per_second"] for e in last),
             "wall_samples_per_s": len(last) * samples / (ended[last[-1]] - ended[last[0] - 1]),
             "plan": "%s %s" % (plan["mesh"], " ".join(
                 "%s=%s" % item for item in plan["splits"].items())),
-            "devices": len(plan["devices"])}
+            "devices": len(plan["devices"]),
+            "speeds": dict(zip(first["devices"], first["speeds"]))}
 
 
 def ratios(pairs, figure):
     """The cluster run's ``figure`` over task 0 alone's, per pair."""
     return [pair[RUNS[0]][figure] / pair[RUNS[1]][figure] for pair in pairs]
+
+
+def ideal(pair):
+    """T* in samples/s: task 0 alone's (hmp's count) times the sum of the cluster run's
+    profiled speeds over task 0's (every device busy all the step, nothing exchanged);
+    None when its plan was made from task 0's speed alone."""
+    speeds = pair[RUNS[0]]["speeds"]
+    if TASK0 not in speeds or len(speeds) < 2:
+        return None
+    return pair[RUNS[1]]["hmp_samples_per_s"] * sum(speeds.values()) / speeds[TASK0]
 
 
 def table(model, pairs):
@@ -121,6 +134,9 @@ def table(model, pairs):
     lines += aligned_columns(rows)
     hmp_ratios, wall = ratios(pairs, "hmp_samples_per_s"), ratios(pairs, "wall_samples_per_s")
     median = statistics.median(hmp_ratios)
+    lines.append("T*/T (hmp's count; T* from task 0 alone and the profiled speeds): %s" % " ".join(
+        "-" if ideal(pair) is None else "%.2f" % (pair[RUNS[0]]["hmp_samples_per_s"]
+                                                  / ideal(pair)) for pair in pairs))
     lines.append("cluster / task 0 alone: %s (hmp), %s (wall); median %.2fx (goal >= %.2f: "
                  "%s)" % (" ".join("%.2fx" % r for r in hmp_ratios),
                           " ".join("%.2fx" % r for r in wall), median, GOAL,

@@ -122,7 +122,10 @@ def cli_runs(tmp_path_factory, small_scene, readme_models):
                        model_dir=folders["max_steps"]),
                  train(*tiny, "--resume", "--epochs=2", "--model=cnn3d",
                        "--local_workers=0:1", model_dir=folders["max_steps"]),
-                 train(*tiny, "--resume", "--runs=2", model_dir=folders["max_steps"])],
+                 train(*tiny, "--resume", "--runs=2", model_dir=folders["max_steps"]),
+                 # a flag that does nothing, given anew on --resume (not in its flags.txt)
+                 train(*tiny, "--resume", "--epochs=2", "--rebalance_threshold=0.3",
+                       model_dir=folders["max_steps"])],
         "help": [{"args": [flag], "cwd": str(folders["help"])}   # a run would write there
                  for flag in ("--help", "--helpfull")],
         "too_large": [train("--width=1000000", model_dir=folders["too_large"] / "wide"),
@@ -417,7 +420,8 @@ def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
     anything is written (no event file either) and before any worker starts
     (--local_workers), and --runs, whose seeds' folders would go beside it. The run:
     max_steps's, trained before these."""
-    overwrite, unplanned, resume, other_model, runs = cli_runs[0]["refused_on_max_steps"]
+    overwrite, unplanned, resume, other_model, runs, acts_not = cli_runs[0][
+        "refused_on_max_steps"]
     trained, _ = cli_runs[0]["max_steps"]
     kept = cli_runs[1]["max_steps"]
     assert trained.returncode == 0, trained.stderr[-2000:]
@@ -444,6 +448,9 @@ def test_refused_input_leaves_the_run_in_its_folder_as_it_was(cli_runs):
         "step %d, results.json, history.json); continue it without --runs, start over with "
         "--overwrite, or give another --model_dir\n" % (kept, results["step"]))
     assert not list(kept.glob("seed-*"))
+    assert acts_not.stderr == (
+        "hmp.train: error: --rebalance_threshold=0.3: only with --rebalance=epoch, whose "
+        "re-planning it steers; --rebalance=off does not re-plan\n")
     assert len(results["history"]) == 1 and (kept / "checkpoint").exists()
     assert json.loads((kept / "data.json").read_text())["train_fraction"] == 0.5
 

@@ -35,9 +35,11 @@ for given in (["--width=4", "--batch_norm=sync"], ["--epochs=3"], ["--pairs=0"])
 # epochs ended at 10, 13, 15, 16, 18, 19 s; 12 steps of 32 an epoch
 ended = dict(zip(range(1, 7), (10.0, 13.0, 15.0, 16.0, 18.0, 19.0)))
 history = [{"steps": 12, "samples_per_second": rate} for rate in (100, 150, 200, 300, 400, 600)]
-plan = {"mesh": "batch:2", "splits": {"batch": [20, 12]}, "devices": ["a", "b"]}
-alone = {"mesh": "batch:1", "splits": {"batch": [32]}, "devices": ["a"]}
-cluster = bench.summary(ended, {"history": history, "plans": [alone, plan]}, 32)
+task0 = "/job:worker/task:0/device:CPU:0"
+plan = {"mesh": "batch:2", "splits": {"batch": [20, 12]}, "devices": [task0, "b"],
+        "speeds": [3.0, 1.0]}
+alone = {"mesh": "batch:1", "splits": {"batch": [32]}, "devices": [task0], "speeds": [3.0]}
+cluster = bench.summary(ended, {"history": history, "plans": [plan, alone]}, 32)
 task0 = bench.summary(ended, {"history": [{**h, "samples_per_second": 200} for h in history],
                               "plans": [alone]}, 32)
 found["summaries"] = [cluster, task0]
@@ -69,13 +71,17 @@ def test_the_cluster_run_takes_every_default_and_the_other_task_0_alone(found):
 def test_the_last_three_epochs_by_hmps_count_and_the_wall_clock(found):
     cluster, task0 = found["summaries"]
     # epochs 4-6: 300, 400, 600 samples/s (harmonic mean 400); 3 x 384 samples in 19 - 15 s
+    # the plan it ended on (the trial's device alone), the speeds of its first
     assert cluster == {"hmp_samples_per_s": pytest.approx(400.0),
                        "wall_samples_per_s": pytest.approx(3 * 384 / 4.0),
-                       "plan": "batch:2 batch=[20, 12]", "devices": 2}
+                       "plan": "batch:1 batch=[32]", "devices": 1,
+                       "speeds": {"/job:worker/task:0/device:CPU:0": 3.0, "b": 1.0}}
     assert task0["hmp_samples_per_s"] == pytest.approx(200.0)
     assert task0["plan"] == "batch:1 batch=[32]" and task0["devices"] == 1
     text, median = found["table"]
+    # T* = 200 * (3 + 1) / 3 = 266.7 samples/s: T*/T = 400 / 266.7
     assert median == pytest.approx(2.0) and text.endswith(
+        "\nT*/T (hmp's count; T* from task 0 alone and the profiled speeds): 1.50 1.50\n"
         "cluster / task 0 alone: 2.00x 2.00x (hmp), 1.00x 1.00x (wall); median 2.00x "
         "(goal >= 1.15: met)")
 
