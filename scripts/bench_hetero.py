@@ -719,7 +719,7 @@ def worker_placement():
     return [c for c, _ in parsed], [t for _, t in parsed], parsed[1][0][0]
 
 
-def refuse_unused(argv, names, instead):
+def refuse_unused(argv, names=(), instead=""):
     """One-line errors for arguments that are no flags, and for the flags ``names`` of this
     script given to another that does not use them (``instead``: what it does)."""
     if len(argv) > 1:
@@ -766,7 +766,7 @@ def prepared_scene(pca):
 
 
 def main(argv):
-    refuse_unused(argv, (), "")
+    refuse_unused(argv)
     check_flags()
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)

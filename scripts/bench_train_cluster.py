@@ -12,7 +12,7 @@ benchmark's own, so the first run's profiling is not timed again.
 Per run: hmp's samples/s of the last ``LAST`` epochs (their steps, history.json's) and
 the wall clock's (from the end of the epoch before them to the end of the last:
 validation and checkpoints count), and the plan it ended on; T*/T of the cluster run, T*
-from task 0 alone's samples/s and the speeds the plan was made from. The goal: the
+from task 0 alone's samples/s and each device's samples/s alone as the plan priced them. The goal: the
 cluster run at 1.15x task 0 alone or more (hmp's count, the median of the pairs).
 
   python scripts/bench_train_cluster.py                          # hybridsn, batch 32
@@ -48,7 +48,10 @@ FLAGS.set_default("out", "bench_train_cluster.json")
 # bench_hetero's flags that these runs do not use (hmp.train's defaults stand)
 NOT_USED = ("width", "steps", "repeats", "warmup", "profile_steps", "trace_steps",
             "hybrid_across", "fixed_splits", "batch_norm", "steps_per_run")
-LAST = 3   # the epochs compared: after the trial's (epochs 2 and 3 at most)
+LAST = 3   # the epochs compared
+# --try_alone's trial: the plan, then at most the runner-up and the device alone, then
+# the winner's first epoch (a switch within it): the epochs compared come after
+TRIAL_EPOCHS = 4
 GOAL = 1.15   # the cluster run against task 0 alone
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EPOCH_LINE = re.compile(r"epoch (\d+)/\d+ ")
@@ -91,8 +94,8 @@ def train(command, folder):
 def summary(ended, results, batch_size):
     """A run's figures: the last ``LAST`` epochs' samples/s by hmp's count (the harmonic
     mean of history.json's: epochs of equal samples) and by the wall clock, the splits
-    of the plan it ended on, and the speed of each device its first plan was made from
-    ({device: speed}, as profiled)."""
+    of the plan it ended on, and each device's samples/s alone at the batch as its first
+    plan priced them from the profile ({device: samples/s}; the plan's ``alone``)."""
     history = results["history"]
     last = sorted(ended)[-LAST:]
     samples = max(h["steps"] for h in history) * batch_size   # an epoch's
@@ -103,7 +106,8 @@ def summary(ended, results, batch_size):
             "plan": "%s %s" % (plan["mesh"], " ".join(
                 "%s=%s" % item for item in plan["splits"].items())),
             "devices": len(plan["devices"]),
-            "speeds": dict(zip(first["devices"], first["speeds"]))}
+            "speeds": {alone["device"]: batch_size / alone["step"]
+                       for alone in first.get("alone", []) if alone["step"]}}
 
 
 def ratios(pairs, figure):
@@ -112,9 +116,9 @@ def ratios(pairs, figure):
 
 
 def ideal(pair):
-    """T* in samples/s: task 0 alone's (hmp's count) times the sum of the cluster run's
-    profiled speeds over task 0's (every device busy all the step, nothing exchanged);
-    None when its plan was made from task 0's speed alone."""
+    """T* in samples/s: task 0 alone's (hmp's count) times the sum of the devices'
+    samples/s alone, as the cluster run's plan priced them, over task 0's (every device
+    busy all the step, nothing exchanged); None without two devices priced."""
     speeds = pair[RUNS[0]]["speeds"]
     if TASK0 not in speeds or len(speeds) < 2:
         return None
@@ -134,7 +138,8 @@ def table(model, pairs):
     lines += aligned_columns(rows)
     hmp_ratios, wall = ratios(pairs, "hmp_samples_per_s"), ratios(pairs, "wall_samples_per_s")
     median = statistics.median(hmp_ratios)
-    lines.append("T*/T (hmp's count; T* from task 0 alone and the profiled speeds): %s" % " ".join(
+    lines.append("T*/T (hmp's count; T* from task 0 alone and the devices' priced speeds "
+                 "alone): %s" % " ".join(
         "-" if ideal(pair) is None else "%.2f" % (pair[RUNS[0]]["hmp_samples_per_s"]
                                                   / ideal(pair)) for pair in pairs))
     lines.append("cluster / task 0 alone: %s (hmp), %s (wall); median %.2fx (goal >= %.2f: "
@@ -147,7 +152,7 @@ def table(model, pairs):
 def main(argv):
     refuse_unused(argv, NOT_USED, "hmp.train trains with its defaults")
     check_flags()
-    for name, least in (("epochs", LAST + 1), ("pairs", 1)):
+    for name, least in (("epochs", TRIAL_EPOCHS + LAST), ("pairs", 1)):
         if FLAGS[name].value < least:
             raise cli.UsageError("--%s=%d: must be at least %d" % (name, FLAGS[name].value,
                                                                    least))

@@ -143,8 +143,8 @@ PLAN_GIVES = {"devices": "the devices", "speeds": "the speeds", "mesh": "the mes
 # settings; the rest of its refusal where it does not: what it needs, then what the
 # settings given do instead)}. Chosen where it does not act (given, even at its default),
 # a flag is refused in one line, "--flag=value: only ...; ...", before anything is
-# written (Settings._check_acting). On --resume, a run whose flags.txt has it (accepted
-# before) goes on ignoring it (Settings.check_resumed_acting). (--smoothing_guide is not here: at
+# written (Settings._check_acting). On --resume, a run whose flags.txt has it with that
+# value (accepted before) goes on ignoring it (Settings.check_resumed_acting). (--smoothing_guide is not here: at
 # --smoothing=1 it is what hmp.predict --smoothing=N smooths the run's maps by.)
 ACTS_ONLY = {
     "data_dir": (
@@ -386,13 +386,16 @@ class Settings:
             return
         for name in names:
             acts, needs = ACTS_ONLY[name]
-            if self.chosen(name) and not acts(self) and name not in (started or ()):
+            if (self.chosen(name) and not acts(self)
+                    and "--%s=%s" % (name, (started or {}).get(name))
+                    != _serialise(name, self.value(name))):
                 raise cli.UsageError("--%s=%s: %s" % (name, self.flag_value(name), needs(self)))
 
     def check_resumed_acting(self, started):
-        """On --resume: a flag of ``ACTS_ONLY`` given anew where it does nothing is refused
-        as a new run refuses it; one of ``started`` (the flags of the run's flags.txt,
-        ``hmp.run.run_folder.saved_flags``) goes on ignored, as its run accepted it."""
+        """On --resume: a flag of ``ACTS_ONLY`` given anew where it does nothing (or with
+        another value) is refused as a new run refuses it; one of ``started`` (the flags of
+        the run's flags.txt, ``hmp.run.run_folder.saved_flags``) with its value there goes
+        on ignored, as its run accepted it."""
         self._check_acting(tuple(ACTS_ONLY), started)
 
     def _check_types(self):

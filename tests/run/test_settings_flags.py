@@ -12,6 +12,11 @@ from hmp.run.resume import check_new_flags_act
 from hmp.run.settings import ACTS_ONLY, DEFAULT, Settings
 from models import get_model
 
+# both named, not only --resume's missing folder (read first, before)
+RESUME_AND_OVERWRITE = (
+    {"resume": True, "overwrite": True, "model_dir": "no/such/run"},
+    "--resume, --overwrite: give one of them (continue the run in --model_dir, or delete it "
+    "and start over)")
 REFUSED = [
     ({"cluster_timeout": 30.0}, "--cluster_timeout=30.0: only with --cluster or "
                                 "--local_workers, whose workers it waits for; this run has "
@@ -46,10 +51,7 @@ REFUSED = [
     ({"noise": 0.1, "augment": False},
      "--noise=0.1: only with --augment, which draws each patch's noise; --noaugment draws "
      "none"),
-    # both named, not only --resume's missing folder (read first, before)
-    ({"resume": True, "overwrite": True, "model_dir": "no/such/run"},
-     "--resume, --overwrite: give one of them (continue the run in --model_dir, or delete "
-     "it and start over)"),
+    RESUME_AND_OVERWRITE,
     # the rule that was there first, now one of the table's
     ({"data_dir": "/tmp"}, "--data_dir=/tmp: only for a benchmark scene or a "
                            "--synthetic_layout of one; --dataset=synthetic "
@@ -64,7 +66,7 @@ def test_a_flag_given_where_it_does_nothing_is_refused_naming_what_it_needs(valu
     assert str(refused.value) == message
 
 
-@pytest.mark.parametrize("values, message", REFUSED[::3])
+@pytest.mark.parametrize("values, message", REFUSED[::3] + [RESUME_AND_OVERWRITE])
 def test_hmp_fit_refuses_them_before_anything_is_written(values, message, tmp_path,
                                                          monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -102,6 +104,12 @@ def test_a_resumed_run_goes_on_with_its_flags_txt_and_refuses_such_a_flag_given_
     others = resumed.flag_lines()
     (tmp_path / run_files.FLAGS_FILE).write_text("\n".join(others) + "\n")
     check_new_flags_act(str(tmp_path), resumed)   # all of them were in its flags.txt
+    (tmp_path / run_files.FLAGS_FILE).write_text("\n".join(   # the flag, with another value
+        line + "0" if line.startswith("--%s=" % refused_flag) else line
+        for line in others) + "\n")
+    with pytest.raises(cli.UsageError) as refused:
+        check_new_flags_act(str(tmp_path), resumed)
+    assert str(refused.value) == message
     (tmp_path / run_files.FLAGS_FILE).write_text("\n".join(
         line for line in others if not line.startswith("--%s=" % refused_flag)) + "\n")
     with pytest.raises(cli.UsageError) as refused:
