@@ -300,6 +300,7 @@ class Trainer:
         self.steps_per_epoch = experiment.steps_per_epoch(self.batch_size)
         self.session = tf.Session(target, graph=graph.tf_graph, config=session_config)
         self._savers = {}   # latest_filename -> tf.train.Saver, for other checkpoint series
+        self._synced = (None, set())   # (a global step, what _sync did at it)
         try:   # a failed load (memory, a lost worker) leaves no session open
             graph.load_scene(self.session, (experiment.all_bands if graph.projection is not None
                                              else experiment.train.extractor).padded)
@@ -331,6 +332,7 @@ class Trainer:
             else:
                 self.session.run(self.graph.init)
         self.session.run(self.graph.copy_masters_to_slices)
+        self._synced = (None, set())
         if not resume:
             self.save()   # step 0: a run that fails at once still has a good checkpoint
         return self.step
@@ -347,8 +349,8 @@ class Trainer:
         ``max_to_keep``: another series of checkpoints than the run's own
         (:class:`BestEpoch`'s), with its own saver.
         """
-        self.graph.average_replicas(self.session)
-        self.session.run(self.graph.copy_slices_to_masters)
+        step = self.step if step is None else int(step)
+        self._sync(step, masters=True)
         saver = self.graph.saver
         if latest_filename is not None:
             if latest_filename not in self._savers:
@@ -361,14 +363,32 @@ class Trainer:
         state = tf.train.get_checkpoint_state(self.model_dir, latest_filename)
         if state is not None:
             saver.recover_last_checkpoints(list(state.all_model_checkpoint_paths))
+        # no .meta file: hmp.predict and the export build the graph from the model's code
         return saver.save(self.session, os.path.join(self.model_dir, prefix),
-                          global_step=self.step if step is None else int(step),
-                          latest_filename=latest_filename)
+                          global_step=step,
+                          latest_filename=latest_filename, write_meta_graph=False)
 
     def restore(self, path):
         """Loads the weights (and step) of the checkpoint ``path`` onto the devices."""
         self.graph.saver.restore(self.session, path)
         self.session.run(self.graph.copy_masters_to_slices)
+        self._synced = (None, set())
+
+    def _sync(self, step, masters=False):
+        """Averages the batch replicas' local statistics (``average_replicas``) and, with
+        ``masters``, copies the slices to the master variables a checkpoint holds; each
+        once at global ``step`` (the weights change only with it, or by a restore, which
+        starts over): an epoch's validation, its checkpoint and its best epoch's save
+        share the round trips."""
+        at, done = self._synced
+        done = done if at == step else set()
+        if "averaged" not in done:
+            self.graph.average_replicas(self.session)
+            done.add("averaged")
+        if masters and "masters" not in done:
+            self.session.run(self.graph.copy_slices_to_masters)
+            done.add("masters")
+        self._synced = (step, done)
 
     def warm_up(self, look_strength=None):
         """Runs one training step (and one block of ``steps_per_run``, when more than
@@ -522,7 +542,7 @@ class Trainer:
         indices, labelled or not), in their order: of each patch as it is and, with
         ``tta``, in each other symmetry of the square
         (``hmp.graph.augment.symmetry_probabilities``)."""
-        self.graph.average_replicas(self.session)
+        self._sync(self.step)
         variants = []
         labels = np.zeros(self.batch_size, np.int32)
         batches, started = -(-len(pixels) // self.batch_size), time.perf_counter()

@@ -221,11 +221,25 @@ def test_best_epoch_checkpoint_restores_the_best_weights(small_experiment, tmp_p
     assert (resumed.epoch, resumed.accuracy) == (3, 0.9) and resumed.path != best.path
     assert BestEpoch(str(tmp_path), steps_per_epoch, 2, history).epoch == 3
     assert not resumed.catch_up(trainer, history)   # kept already
-    trainer.train_epoch(4, 5)
+    trainer.train_epoch(4, 6)
     with graph.tf_graph.as_default():
         assert not all(np.array_equal(a, b) for a, b in zip(_weights(trainer), last))
         trainer.restore(resumed.path)
         for restored, value in zip(_weights(trainer), last):
+            np.testing.assert_array_equal(restored, value)
+    # an epoch's validation, checkpoint and best save copy the slices to the masters once
+    # (the weights do not change between them); the next epoch's steps call for it anew
+    runs, session_run = [], trainer.session.run
+    trainer.session.run = lambda fetches, *args, **kwargs: (
+        runs.append(fetches), session_run(fetches, *args, **kwargs))[1]
+    stats = trainer.train_epoch(4, 6)
+    stats.val_accuracy = 1.0
+    assert best.update(trainer, stats)
+    assert runs.count(graph.copy_slices_to_masters) == 1
+    with graph.tf_graph.as_default():
+        trained = _weights(trainer)
+        trainer.restore(best.path)   # the masters the best save wrote: this epoch's weights
+        for restored, value in zip(_weights(trainer), trained):
             np.testing.assert_array_equal(restored, value)
     trainer.close()
 
