@@ -117,9 +117,10 @@ def check_same_graph(model_dir, settings, get_model):
 
 def check_new_flags_act(model_dir, settings):
     """UsageError when --resume is given a flag that does nothing beside the others
-    (``hmp.run.settings.ACTS_ONLY``) and the run's flags.txt does not name: refused as
-    a new run refuses it. One it names goes on ignored, as its first invocation accepted
-    it; a folder without flags.txt has nothing to compare."""
+    (``hmp.run.settings.ACTS_ONLY``, or one the --plan gives) and the run's flags.txt
+    does not hold with that value: refused as a new run refuses it. One it holds goes on
+    ignored, as its first invocation accepted it; a folder without flags.txt has nothing
+    to compare."""
     started = run_folder.saved_flags(model_dir)
     if started is not None:
         settings.check_resumed_acting(started)

@@ -386,17 +386,23 @@ class Settings:
             return
         for name in names:
             acts, needs = ACTS_ONLY[name]
-            if (self.chosen(name) and not acts(self)
-                    and "--%s=%s" % (name, (started or {}).get(name))
-                    != _serialise(name, self.value(name))):
+            if self._chosen_anew(name, started) and not acts(self):
                 raise cli.UsageError("--%s=%s: %s" % (name, self.flag_value(name), needs(self)))
 
+    def _chosen_anew(self, name, started):
+        """Whether flag ``name`` is chosen, and not as ``started`` (the flags of a resumed
+        run's flags.txt, ``hmp.run.run_folder.saved_flags``, or None) holds it."""
+        return self.chosen(name) and (
+            started is None or name not in started
+            or "--%s=%s" % (name, started[name]) != _serialise(name, self.value(name)))
+
     def check_resumed_acting(self, started):
-        """On --resume: a flag of ``ACTS_ONLY`` given anew where it does nothing (or with
-        another value) is refused as a new run refuses it; one of ``started`` (the flags of
-        the run's flags.txt, ``hmp.run.run_folder.saved_flags``) with its value there goes
-        on ignored, as its run accepted it."""
+        """On --resume: a flag given anew (not in ``started``, the run's flags.txt, with
+        that value) where it does nothing (``ACTS_ONLY``) or beside the --plan that gives
+        it is refused as a new run refuses it; one of flags.txt goes on ignored, as its
+        run accepted it."""
         self._check_acting(tuple(ACTS_ONLY), started)
+        self._check_plan(started)
 
     def _check_types(self):
         """A setting given as another kind of value (from Python, e.g.
@@ -418,14 +424,15 @@ class Settings:
                 raise cli.UsageError("--%s=%r: give a string, as the flag's text"
                                      % (name, value))
 
-    def _check_plan(self):
+    def _check_plan(self, started=None):
         """A --plan file gives the devices, speeds, mesh and memory caps: those flags,
-        chosen beside it, would be ignored. Not on --resume: a run whose first invocation
-        had them (in its flags.txt) goes on ignoring them."""
-        if self.placement.plan is None or self.folder.resume:
+        chosen beside it, would be ignored. On --resume only with ``started``
+        (:meth:`check_resumed_acting`): a run whose first invocation had them goes on
+        ignoring them."""
+        if self.placement.plan is None or self.folder.resume and started is None:
             return
         for name, what in PLAN_GIVES.items():
-            if self.chosen(name):
+            if self._chosen_anew(name, started):
                 raise cli.UsageError("--%s=%s: --plan=%s gives %s; leave --%s out"
                                      % (name, self.value(name), self.placement.plan, what,
                                         name))

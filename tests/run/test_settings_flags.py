@@ -127,3 +127,22 @@ def test_the_defaults_trigger_none_of_them():
                    if name in ("data_dir", "cluster_timeout", "port_base",
                                "rebalance_threshold"))
     DEFAULT.check(get_model)
+
+
+def test_a_resumed_run_refuses_a_flag_its_plan_gives_when_given_anew(tmp_path):
+    """--plan gives the devices: --devices beside it is refused in a new run, and on
+    --resume when its flags.txt does not hold it with that value."""
+    given = {"plan": "p.json", "devices": "/cpu:0,/cpu:1"}
+    with pytest.raises(cli.UsageError) as new_run:
+        Settings.of(**given).check(get_model)
+    assert str(new_run.value).startswith("--devices=/cpu:0,/cpu:1: --plan=p.json gives ")
+    resumed = Settings.of(resume=True, **given)
+    resumed.check(get_model)   # flags.txt is read with the run's folder
+    flags_txt = tmp_path / run_files.FLAGS_FILE
+    for lines in (["--plan=p.json"], ["--plan=p.json", "--devices=/cpu:0"]):
+        flags_txt.write_text("\n".join(lines) + "\n")
+        with pytest.raises(cli.UsageError) as refused:
+            check_new_flags_act(str(tmp_path), resumed)
+        assert str(refused.value) == str(new_run.value)
+    flags_txt.write_text("--plan=p.json\n--devices=/cpu:0,/cpu:1\n")   # as it started
+    check_new_flags_act(str(tmp_path), resumed)
