@@ -1,14 +1,13 @@
 """One seed's data: the scene loaded, split and preprocessed (``hmp.run.experiment``)
 for that seed, with its split's leakage and its validation share, said in a few lines
 before any training.
-``--pca`` not given: the model's ``RECIPE`` value (``hmp.run.settings.model_recipe``).
+``--pca`` not given: the model's ``RECIPE`` value (``Settings.pca_components``).
 """
 
 import dataclasses
 
 from hmp import data
 from hmp.run import experiment
-from hmp.run.settings import DEFAULT, model_recipe
 
 
 def load_experiment(settings, get_model, seed):
@@ -17,7 +16,7 @@ def load_experiment(settings, get_model, seed):
     application's model lookup (the model's default --pca)."""
     given = settings.data
     print("loading %s ..." % given.dataset, flush=True)
-    data_config = dataclasses.replace(given, seed=seed, pca=_pca(settings, get_model))
+    data_config = dataclasses.replace(given, seed=seed, pca=settings.pca_components(get_model))
     pca_given = given.pca is not None
     with settings.blame(*settings.scene_flags(), *(("pca",) if pca_given else ()),
                         also=(OSError,)):
@@ -65,9 +64,3 @@ def load_experiment(settings, get_model, seed):
     return exp, leakage, dataclasses.replace(data_config,
                                              brightness_norm="on" if divided else "off")
 
-
-def _pca(settings, get_model):
-    """--pca: as given, else the model's ``RECIPE`` value, else 0 (all bands)."""
-    if settings.data.pca is not None:
-        return settings.data.pca
-    return model_recipe(get_model(settings.model.name)).get("pca", DEFAULT.flag_value("pca"))

@@ -337,6 +337,12 @@ class Settings:
         self.check_data()
         with self.blame("model"):
             check_model(get_model(self.model.name), self.model.name)
+        if (not self.folder.resume and self.chosen("pca_in_graph")
+                and not self.pca_components(get_model)):   # a resumed run goes on
+            raise cli.UsageError("--%spca_in_graph: only for a model on PCA components; %s" % (
+                "" if self.recipe.pca_in_graph else "no",
+                "--pca=0 keeps all bands" if self.chosen("pca") else
+                "--model=%s keeps all bands (give --pca=N for N components)" % self.model.name))
         for name, allowed in (("batch_norm", BATCH_STATISTICS), ("precision", PRECISIONS),
                               ("optimizer", OPTIMIZERS), ("class_balanced", CLASS_BALANCING),
                               ("schedule", SCHEDULES), ("val_split", VAL_SPLITS),
@@ -378,6 +384,13 @@ class Settings:
             check_port(self.placement.port_base)
         self._check_acting(tuple(name for name in ACTS_ONLY if name not in SCENE_ACTING))
 
+    def pca_components(self, get_model):
+        """--pca: as given, else the model's ``RECIPE`` value, else 0 (all bands);
+        ``get_model``: the application's model lookup."""
+        if self.data.pca is not None:
+            return self.data.pca
+        return model_recipe(get_model(self.model.name)).get("pca", DataConfig.pca)
+
     def _check_acting(self, names, started=None):
         """Each flag of ``names`` (of ``ACTS_ONLY``) chosen where it does not act: refused in
         one line naming it, its value and what it needs. On --resume only with
@@ -392,7 +405,7 @@ class Settings:
     def _chosen_anew(self, name, started):
         """Whether flag ``name`` is chosen, and not as ``started`` (the flags of a resumed
         run's flags.txt, ``hmp.run.run_folder.saved_flags``, or None) holds it."""
-        return self.chosen(name) and (
+        return self.chosen(name) and self.value(name) is not None and (   # None: not given
             started is None or name not in started
             or "--%s=%s" % (name, started[name]) != _serialise(name, self.value(name)))
 

@@ -49,19 +49,8 @@ def class_weights(counts, power):
 
 
 def _projection(settings, exp):
-    """The PCA done in the graph (--pca_in_graph), or None. --pca_in_graph chosen for a
-    run on all bands, where it does nothing, is refused (not on --resume: a run that
-    started with it goes on)."""
-    if exp.preprocessor.pca is None:
-        if settings.chosen("pca_in_graph") and not settings.folder.resume:
-            raise cli.UsageError(
-                "--%spca_in_graph: only for a model on PCA components; %s" % (
-                    "" if settings.recipe.pca_in_graph else "no",
-                    "--pca=0 keeps all bands" if settings.chosen("pca") else
-                    "--model=%s keeps all bands (give --pca=N for N components)"
-                    % settings.model.name))
-        return None
-    if settings.recipe.pca_in_graph:
+    """The PCA done in the graph (--pca_in_graph), or None."""
+    if settings.recipe.pca_in_graph and exp.preprocessor.pca is not None:
         return Projection.of(exp.preprocessor.pca)
     return None
 

@@ -2,7 +2,6 @@
 weight decay, augmentation and best-epoch checkpoints, each against an independent
 reference."""
 
-import copy
 import dataclasses
 
 import numpy as np
@@ -10,7 +9,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import harness
-from hmp import cli, data
+from hmp import data
 from hmp.compat import import_mesh_tensorflow
 from hmp.data.field_look import measure_field_look
 from hmp.graph.augment import augment, field_look
@@ -343,28 +342,6 @@ def test_noaugment_draws_nothing_and_augment_draws_every_kind_asked_for(small_ex
                                    small_experiment).augmentation
     assert (drawn.flips, drawn.brightness, drawn.noise, drawn.spectral_shift,
             drawn.spectral_gain) == (True, 0.2, 0.05, 1.0, 0.1)
-
-
-def test_pca_in_graph_chosen_for_a_run_on_all_bands_is_refused(small_experiment):
-    """--pca_in_graph (on or off) does nothing for a run on all bands: chosen there, it is
-    refused naming what keeps them; at its default, or on --resume, it goes on."""
-    preprocessor = copy.copy(small_experiment.preprocessor)
-    preprocessor.pca = None   # fitted as it is, without the PCA
-    all_bands = dataclasses.replace(small_experiment, preprocessor=preprocessor)
-    for given, message in (
-            ({"model": "cnn3d", "pca_in_graph": True},
-             "--pca_in_graph: only for a model on PCA components; --model=cnn3d keeps all "
-             "bands (give --pca=N for N components)"),
-            ({"pca": 0, "pca_in_graph": False},
-             "--nopca_in_graph: only for a model on PCA components; --pca=0 keeps all bands")):
-        with pytest.raises(cli.UsageError) as refused:
-            training_recipe.recipe(Settings.of(**given), all_bands)
-        assert str(refused.value) == message
-        assert training_recipe.recipe(Settings.of(resume=True, **given),
-                                      all_bands).projection is None
-    assert training_recipe.recipe(Settings.of(model="cnn3d"), all_bands).projection is None
-    assert training_recipe.recipe(Settings.of(pca_in_graph=True),
-                                  small_experiment).projection is not None
 
 
 def test_the_field_look_is_measured_on_the_divided_spectra_it_augments():

@@ -146,3 +146,28 @@ def test_a_resumed_run_refuses_a_flag_its_plan_gives_when_given_anew(tmp_path):
         assert str(refused.value) == str(new_run.value)
     flags_txt.write_text("--plan=p.json\n--devices=/cpu:0,/cpu:1\n")   # as it started
     check_new_flags_act(str(tmp_path), resumed)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"model": "cnn3d", "pca_in_graph": True},
+     "--pca_in_graph: only for a model on PCA components; --model=cnn3d keeps all bands "
+     "(give --pca=N for N components)"),
+    ({"pca": 0, "pca_in_graph": False},
+     "--nopca_in_graph: only for a model on PCA components; --pca=0 keeps all bands")])
+def test_pca_in_graph_chosen_for_a_run_on_all_bands_is_refused(values, message):
+    """--pca_in_graph (on or off) does nothing for a run on all bands: chosen there, it is
+    refused naming what keeps them; at its default, for a model on PCA components, or on
+    --resume, it passes."""
+    with pytest.raises(cli.UsageError) as refused:
+        Settings.of(**values).check(get_model)
+    assert str(refused.value) == message
+    Settings.of(resume=True, **values).check(get_model)
+    Settings.of(model=values.get("model", "hybridsn"), pca=values.get("pca")).check(get_model)
+    Settings.of(pca_in_graph=False).check(get_model)   # hybridsn: 45 components
+    Settings.of(model="cnn3d", pca=30, pca_in_graph=True).check(get_model)
+
+
+def test_a_flag_given_as_none_is_no_flag_given():
+    """A setting given as None from Python (e.g. ``data_dir=os.environ.get(...)``) is the
+    flag's absence, as flags.txt writes it: not refused where it would not act."""
+    Settings.of(data_dir=None).check(get_model)
