@@ -115,14 +115,16 @@ def ratios(pairs, figure):
     return [pair[RUNS[0]][figure] / pair[RUNS[1]][figure] for pair in pairs]
 
 
-def ideal(pair):
-    """T* in samples/s: task 0 alone's (hmp's count) times the sum of the devices'
-    samples/s alone, as the cluster run's plan priced them, over task 0's (every device
-    busy all the step, nothing exchanged); None without two devices priced."""
+def efficiency(pair):
+    """T*/T of the cluster run by hmp's count, T* in samples/s task 0 alone's times the
+    sum of the devices' samples/s alone, as the cluster run's plan priced them, over task
+    0's (every device busy all the step, nothing exchanged); None without two devices
+    priced."""
     speeds = pair[RUNS[0]]["speeds"]
     if TASK0 not in speeds or len(speeds) < 2:
         return None
-    return pair[RUNS[1]]["hmp_samples_per_s"] * sum(speeds.values()) / speeds[TASK0]
+    ideal = pair[RUNS[1]]["hmp_samples_per_s"] * sum(speeds.values()) / speeds[TASK0]
+    return pair[RUNS[0]]["hmp_samples_per_s"] / ideal
 
 
 def table(model, pairs):
@@ -139,9 +141,8 @@ def table(model, pairs):
     hmp_ratios, wall = ratios(pairs, "hmp_samples_per_s"), ratios(pairs, "wall_samples_per_s")
     median = statistics.median(hmp_ratios)
     lines.append("T*/T (hmp's count; T* from task 0 alone and the devices' priced speeds "
-                 "alone): %s" % " ".join(
-        "-" if ideal(pair) is None else "%.2f" % (pair[RUNS[0]]["hmp_samples_per_s"]
-                                                  / ideal(pair)) for pair in pairs))
+                 "alone): %s" % " ".join("-" if e is None else "%.2f" % e
+                                         for e in map(efficiency, pairs)))
     lines.append("cluster / task 0 alone: %s (hmp), %s (wall); median %.2fx (goal >= %.2f: "
                  "%s)" % (" ".join("%.2fx" % r for r in hmp_ratios),
                           " ".join("%.2fx" % r for r in wall), median, GOAL,

@@ -31,7 +31,7 @@ from hmp.measure.devices import check_local, device_list, session_config_for
 from hmp.run import inference, run_files, run_folder
 from hmp.run.progress import say
 from hmp.run.hardware import Hardware
-from hmp.run.resume import check_new_flags_act, check_same_graph, seed_dirs
+from hmp.run.resume import check_resumed_flags, seed_dirs
 from hmp.run.seed_training import Shared, train_seed
 from hmp.run.settings import Settings
 
@@ -147,8 +147,7 @@ def _run_folders(settings, get_model):
         model_dir = os.path.abspath(model_dir)
     folders = seed_dirs(settings.folder, model_dir, settings.seeds)
     if settings.folder.resume:
-        check_same_graph(model_dir, settings, get_model)
-        check_new_flags_act(model_dir, settings)
+        check_resumed_flags(model_dir, settings, get_model)
     return model_dir, folders
 
 

@@ -75,14 +75,17 @@ def resumes(folder, model_dir):
     return resume
 
 
-def check_same_graph(model_dir, settings, get_model):
-    """UsageError when --resume would go on with another graph than the run's first
-    invocation (its flags.txt; a folder without one has nothing to compare): the flags
-    ``RESUMED_GRAPH`` of ``settings`` (a :class:`hmp.run.settings.Settings`), each as given
-    there or at its default, compared as what they build (``get_model``: the
+def check_resumed_flags(model_dir, settings, get_model):
+    """UsageError when --resume's flags (``settings``, a :class:`hmp.run.settings.Settings`)
+    do not go on with the run's first invocation (its flags.txt, read once; a folder
+    without one has nothing to compare). The graph: the flags ``RESUMED_GRAPH``, each as
+    given there or at its default, compared as what they build (``get_model``: the
     application's model lookup; a model's name or module path, its width 0 or its
-    default). Refused before anything is written: TensorFlow would fail to restore the
-    checkpoint only once the run's folder holds its events."""
+    default); TensorFlow would fail to restore the checkpoint only once the run's folder
+    holds its events. Then a flag given anew that does nothing beside the others
+    (``Settings.check_resumed_acting``): refused as a new run refuses it, while one that
+    flags.txt holds with that value goes on ignored, as its first invocation accepted
+    it. Refused before anything is written."""
     started = run_folder.saved_flags(model_dir)
     if started is None:
         return
@@ -113,17 +116,7 @@ def check_same_graph(model_dir, settings, get_model):
                model_dir, ", ".join("--%s=%s" % (name, first[name]) for name in changed),
                "that" if len(changed) == 1 else "those",
                os.path.join(model_dir, run_files.FLAGS_FILE)))
-
-
-def check_new_flags_act(model_dir, settings):
-    """UsageError when --resume is given a flag that does nothing beside the others
-    (``hmp.run.settings.ACTS_ONLY``, or one the --plan gives) and the run's flags.txt
-    does not hold with that value: refused as a new run refuses it. One it holds goes on
-    ignored, as its first invocation accepted it; a folder without flags.txt has nothing
-    to compare."""
-    started = run_folder.saved_flags(model_dir)
-    if started is not None:
-        settings.check_resumed_acting(started)
+    settings.check_resumed_acting(started)
 
 
 def check_same_data(model_dir, data_config, split):

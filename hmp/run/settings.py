@@ -195,7 +195,7 @@ def check_resume_or_overwrite(resume, overwrite):
 
 # Flags flags.txt names even at their default: --batch_norm's was sync until 854505f, so a
 # flags.txt without it is a run that trained with sync statistics
-# (``hmp.run.resume.check_same_graph``).
+# (``hmp.run.resume.check_resumed_flags``).
 ALWAYS_WRITTEN = ("batch_norm",)
 BATCH_NORM_BEFORE = "sync"
 

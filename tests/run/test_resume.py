@@ -11,7 +11,7 @@ from hmp import cli
 from hmp.errors import InvalidInput
 from hmp.graph.from_graph import default_width
 from hmp.run import experiment, run_files, run_folder
-from hmp.run.resume import check_same_data, check_same_graph, seed_dirs
+from hmp.run.resume import check_same_data, check_resumed_flags, seed_dirs
 from hmp.run.settings import RunFolderSettings, Settings
 from models import get_model
 
@@ -72,9 +72,9 @@ def test_resume_compares_the_graph_its_flags_build_not_their_text(tmp_path):
     width = default_width(get_model("cnn2d"))
     for same in (dict(model="cnn2d"), dict(model="models.cnn2d", width=width),
                  dict(model="cnn2d", batch_norm="local")):
-        check_same_graph(str(tmp_path), Settings.of(**same), get_model)
+        check_resumed_flags(str(tmp_path), Settings.of(**same), get_model)
     with pytest.raises(cli.UsageError) as refused:
-        check_same_graph(str(tmp_path), Settings.of(model="cnn3d", width=width + 1),
+        check_resumed_flags(str(tmp_path), Settings.of(model="cnn3d", width=width + 1),
                          get_model)
     assert str(refused.value) == (
         "--model=cnn3d, --width=%d: the run in %s was trained with --model=cnn2d, --width=0; "
@@ -83,7 +83,7 @@ def test_resume_compares_the_graph_its_flags_build_not_their_text(tmp_path):
     # the global step counts steps of --batch_size samples: another would go on from
     # another epoch and sample (the default, 32, where flags.txt has none)
     with pytest.raises(cli.UsageError) as refused:
-        check_same_graph(str(tmp_path), Settings.of(model="cnn2d", batch_size=16), get_model)
+        check_resumed_flags(str(tmp_path), Settings.of(model="cnn2d", batch_size=16), get_model)
     assert str(refused.value) == (
         "--batch_size=16: the run in %s was trained with --batch_size=32; resume it with "
         "that (--flagfile=%s gives all its flags), or start over with --overwrite"
@@ -96,18 +96,18 @@ def test_a_run_whose_flags_name_no_batch_norm_trained_with_sync_and_resumes_as_t
     with --batch_norm given it goes on; a run of today names its own."""
     (tmp_path / run_files.FLAGS_FILE).write_text("--model=cnn2d\n--epochs=3\n")
     with pytest.raises(cli.UsageError) as refused:
-        check_same_graph(str(tmp_path), Settings.of(model="cnn2d"), get_model)
+        check_resumed_flags(str(tmp_path), Settings.of(model="cnn2d"), get_model)
     assert str(refused.value) == (
         "--resume: the run in %s trained with sync batch-norm statistics, the default when "
         "it started; give --batch_norm=sync to go on as it trained, or --batch_norm=local"
         % tmp_path)
     for mode in ("sync", "local"):
-        check_same_graph(str(tmp_path), Settings.of(model="cnn2d", batch_norm=mode),
+        check_resumed_flags(str(tmp_path), Settings.of(model="cnn2d", batch_norm=mode),
                          get_model)
     today = Settings.of(model="cnn2d", epochs=3)
     assert "--batch_norm=local" in today.flag_lines()
     (tmp_path / run_files.FLAGS_FILE).write_text("\n".join(today.flag_lines()) + "\n")
-    check_same_graph(str(tmp_path), Settings.of(model="cnn2d"), get_model)
+    check_resumed_flags(str(tmp_path), Settings.of(model="cnn2d"), get_model)
 
 
 def test_a_single_run_and_a_series_replace_each_other_only_with_overwrite(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 import hmp
 from hmp import cli
 from hmp.run import run_files
-from hmp.run.resume import check_new_flags_act
+from hmp.run.resume import check_resumed_flags
 from hmp.run.settings import ACTS_ONLY, DEFAULT, Settings
 from models import get_model
 
@@ -103,20 +103,20 @@ def test_a_resumed_run_goes_on_with_its_flags_txt_and_refuses_such_a_flag_given_
     refused_flag = message.split("=")[0][2:]
     others = resumed.flag_lines()
     (tmp_path / run_files.FLAGS_FILE).write_text("\n".join(others) + "\n")
-    check_new_flags_act(str(tmp_path), resumed)   # all of them were in its flags.txt
+    check_resumed_flags(str(tmp_path), resumed, get_model)   # all of them were in its flags.txt
     (tmp_path / run_files.FLAGS_FILE).write_text("\n".join(   # the flag, with another value
         line + "0" if line.startswith("--%s=" % refused_flag) else line
         for line in others) + "\n")
     with pytest.raises(cli.UsageError) as refused:
-        check_new_flags_act(str(tmp_path), resumed)
+        check_resumed_flags(str(tmp_path), resumed, get_model)
     assert str(refused.value) == message
     (tmp_path / run_files.FLAGS_FILE).write_text("\n".join(
         line for line in others if not line.startswith("--%s=" % refused_flag)) + "\n")
     with pytest.raises(cli.UsageError) as refused:
-        check_new_flags_act(str(tmp_path), resumed)
+        check_resumed_flags(str(tmp_path), resumed, get_model)
     assert str(refused.value) == message
     (tmp_path / run_files.FLAGS_FILE).unlink()   # a run from before flags.txt: goes on
-    check_new_flags_act(str(tmp_path), resumed)
+    check_resumed_flags(str(tmp_path), resumed, get_model)
 
 
 def test_the_defaults_trigger_none_of_them():
@@ -139,13 +139,15 @@ def test_a_resumed_run_refuses_a_flag_its_plan_gives_when_given_anew(tmp_path):
     resumed = Settings.of(resume=True, **given)
     resumed.check(get_model)   # flags.txt is read with the run's folder
     flags_txt = tmp_path / run_files.FLAGS_FILE
-    for lines in (["--plan=p.json"], ["--plan=p.json", "--devices=/cpu:0"]):
+    # (--batch_norm: written by every run since it changed default, resume.check_resumed_flags)
+    for lines in (["--batch_norm=local", "--plan=p.json"],
+                  ["--batch_norm=local", "--plan=p.json", "--devices=/cpu:0"]):
         flags_txt.write_text("\n".join(lines) + "\n")
         with pytest.raises(cli.UsageError) as refused:
-            check_new_flags_act(str(tmp_path), resumed)
+            check_resumed_flags(str(tmp_path), resumed, get_model)
         assert str(refused.value) == str(new_run.value)
-    flags_txt.write_text("--plan=p.json\n--devices=/cpu:0,/cpu:1\n")   # as it started
-    check_new_flags_act(str(tmp_path), resumed)
+    flags_txt.write_text("--batch_norm=local\n--plan=p.json\n--devices=/cpu:0,/cpu:1\n")
+    check_resumed_flags(str(tmp_path), resumed, get_model)
 
 
 @pytest.mark.parametrize("values, message", [

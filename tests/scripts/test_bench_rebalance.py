@@ -3,16 +3,10 @@
 its own: the script's --train_fraction is hmp.scene_flags' too, which the test session
 imports."""
 
-import json
-import subprocess
-import sys
-
-from cli_batch import HUNG_S
-from script_modules import SCRIPTS
+from script_modules import json_of_child
 
 CHECK = '''
-import json, sys
-sys.path.insert(0, sys.argv[1])
+import json
 import bench_rebalance as bench
 from absl import flags
 from absl.testing import flagsaver
@@ -34,10 +28,7 @@ print(json.dumps(found))
 
 
 def test_runs_train_with_the_batch_norm_asked_for_and_unused_flags_are_refused():
-    checked = subprocess.run([sys.executable, "-c", CHECK, str(SCRIPTS)], capture_output=True,
-                             text=True, timeout=HUNG_S, check=False)
-    assert checked.returncode == 0, checked.stderr[-2000:]
-    found = json.loads(checked.stdout.splitlines()[-1])
+    found = json_of_child(CHECK)
     for given, mode in (("", "local"), ("--batch_norm=sync", "sync")):   # hmp.train's default
         assert found[given][1:] == [
             "-m", "hmp.train", "--cluster=127.0.0.1:1,127.0.0.1:2",

@@ -3,18 +3,12 @@ given epoch times and histories, and the flags it refuses (the runs themselves t
 minutes; docs/benchmarks.md, "The split step at the default batch"). In a process of its
 own: its --epochs is hmp.train's too, which the test session may import."""
 
-import json
-import subprocess
-import sys
-
 import pytest
 
-from cli_batch import HUNG_S
-from script_modules import SCRIPTS
+from script_modules import json_of_child
 
 CHECK = '''
-import json, sys
-sys.path.insert(0, sys.argv[1])
+import json
 import bench_train_cluster as bench
 from absl import flags
 from absl.testing import flagsaver
@@ -55,10 +49,7 @@ print(json.dumps(found))
 
 @pytest.fixture(scope="module")
 def found():
-    checked = subprocess.run([sys.executable, "-c", CHECK, str(SCRIPTS)], capture_output=True,
-                             text=True, timeout=HUNG_S, check=False)
-    assert checked.returncode == 0, checked.stderr[-2000:]
-    return json.loads(checked.stdout.splitlines()[-1])
+    return json_of_child(CHECK)
 
 
 def test_the_cluster_run_takes_every_default_and_the_other_task_0_alone(found):
@@ -71,7 +62,9 @@ def test_the_cluster_run_takes_every_default_and_the_other_task_0_alone(found):
                              "--model_dir=/r"]
 
 
-def test_the_last_three_epochs_by_hmps_count_and_the_wall_clock(found):
+def test_figures_of_given_epoch_end_times_and_histories(found):
+    """summary/table arithmetic on made-up figures (CHECK's ``ended``, ``history``): no
+    time is measured here."""
     cluster, task0 = found["summaries"]
     # epochs 4-6: 300, 400, 600 samples/s (harmonic mean 400); 3 x 384 samples in 19 - 15 s
     # the plan it ended on (the trial's device alone), the speeds of its first
