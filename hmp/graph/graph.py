@@ -270,6 +270,15 @@ class TrainingGraph:
     def steps_per_run(self):
         return len(self._steps)
 
+    def series_saver(self, max_to_keep):
+        """A saver of another series of checkpoints, keeping its newest ``max_to_keep``
+        (None: all): ``saver``'s save and restore ops, so that it adds none to the graph
+        and its first save runs what the run's saves have prepared on the devices."""
+        saver_def = tf.train.SaverDef()
+        saver_def.CopyFrom(self.saver.as_saver_def())
+        saver_def.max_to_keep = max_to_keep or 0
+        return tf.train.Saver(saver_def=saver_def, save_relative_paths=True)
+
     def _lowered_step(self, k, optimizer, learning_rate, recipe, after):
         """The ``k``-th (0-based) lowered step, every op of it after the op ``after``
         (None for the first); the later steps reuse the first's variables, and their ops

@@ -11,6 +11,7 @@ import dataclasses
 import itertools
 import math
 import os
+import tempfile
 import time
 
 import numpy as np
@@ -354,9 +355,7 @@ class Trainer:
         saver = self.graph.saver
         if latest_filename is not None:
             if latest_filename not in self._savers:
-                with self.graph.tf_graph.as_default():
-                    self._savers[latest_filename] = tf.train.Saver(
-                        max_to_keep=max_to_keep, save_relative_paths=True)
+                self._savers[latest_filename] = self.graph.series_saver(max_to_keep)
             saver = self._savers[latest_filename]
         # the series so far, whichever trainer wrote it (before a resume or a plan switch:
         # each graph has its saver), so that this saver keeps only its newest max_to_keep
@@ -391,11 +390,13 @@ class Trainer:
         self._synced = (step, done)
 
     def warm_up(self, look_strength=None):
-        """Runs one training step (and one block of ``steps_per_run``, when more than
-        one), so that the devices have compiled the graph before it trains; it changes
-        the weights and the step: restore a checkpoint after it. ``look_strength`` as
-        for ``train_epoch`` (fed or not as training will: a session optimises a graph
-        per set of fed tensors)."""
+        """Runs once each what an epoch runs, so that the devices have prepared each part
+        before it counts (a session prepares each set of fetched and fed tensors at its
+        first run): one training step (and one block of ``steps_per_run``, when more
+        than one), the read of the metrics, a batch classified as validation classifies,
+        and a checkpoint saved, into a scratch folder. It changes the weights and the
+        step: restore a checkpoint after it. ``look_strength`` as for ``train_epoch``
+        (fed or not as training will)."""
         batches = self.experiment.epoch_batches(self.batch_size, self.seed)
         pairs = [(b.indices, b.labels)
                  for b in itertools.islice(batches, self.graph.steps_per_run)]
@@ -404,6 +405,13 @@ class Trainer:
         sizes = {1, self.graph.steps_per_run}   # the blocks an epoch runs (block_size)
         for size in sorted(n for n in sizes if n <= len(pairs)):
             self.session.run(*self.graph.kept_steps(size, look_strength))
+        step = self.step
+        self.graph.metrics.read(self.session)
+        self._classify(pairs[0][0])
+        self._sync(step, masters=True)
+        with tempfile.TemporaryDirectory(prefix="hmp-warm-up-") as scratch:
+            self.graph.series_saver(None).save(self.session, os.path.join(scratch, "ckpt"),
+                                               write_meta_graph=False)
 
     # -- training ------------------------------------------------------------
     def train_epoch(self, epoch, epochs, before_save=None, look_strength=None, carried=None,
@@ -544,17 +552,12 @@ class Trainer:
         (``hmp.graph.augment.symmetry_probabilities``)."""
         self._sync(self.step)
         variants = []
-        labels = np.zeros(self.batch_size, np.int32)
         batches, started = -(-len(pixels) // self.batch_size), time.perf_counter()
         for start, count, indices in padded_batches(pixels, self.batch_size):
             if self.stop():
                 self.progress(None)
                 raise Stopped(self.step // self.steps_per_epoch, self.step, classifying=True)
-            variants.append(symmetry_probabilities(
-                self.session, self.graph.probabilities,
-                lambda k, indices=indices: self.graph.feed(indices, labels, training=False,
-                                                           symmetry=k),
-                tta)[:, :count])
+            variants.append(self._classify(indices, tta)[:, :count])
             done = start // self.batch_size + 1
             self.progress("classifying  batch %d/%d  %s" % (
                 done, batches, rate_and_eta(done, batches, time.perf_counter() - started,
@@ -563,6 +566,14 @@ class Trainer:
         if not variants:
             return np.zeros((SYMMETRIES if tta else 1, 0, self.experiment.n_classes), np.float32)
         return np.concatenate(variants, axis=1)
+
+    def _classify(self, indices, tta=False):
+        """Class probabilities [variants, batch_size, classes] of one batch of flat pixel
+        ``indices`` (``batch_size`` of them)."""
+        labels = np.zeros(self.batch_size, np.int32)
+        return symmetry_probabilities(
+            self.session, self.graph.probabilities,
+            lambda k: self.graph.feed(indices, labels, training=False, symmetry=k), tta)
 
     def close(self, wait_s=CLOSE_WAIT_S):
         """Closes the event file and the session (``close_session``: a session whose

@@ -154,3 +154,54 @@ def test_a_switch_to_a_standby_trains_on_as_the_run_would_have(tmp_path):
         running.close()
         switched.close()
     np.testing.assert_allclose(losses, expected, rtol=1e-5)
+
+
+def _run_signatures(monkeypatch):
+    """The (fetched, fed) tensor and op names of every ``tf.Session.run`` from now on, a
+    set a session prepares once each (its first run of them optimises their graph)."""
+    seen, original = set(), tf.Session.run
+
+    def names(structure):
+        return tuple(sorted(getattr(x, "name", str(x)) for x in tf.nest.flatten(structure)))
+
+    def run(session, fetches, feed_dict=None, *args, **kwargs):
+        seen.add((names(fetches), names(list(feed_dict or ()))))
+        return original(session, fetches, feed_dict, *args, **kwargs)
+
+    monkeypatch.setattr(tf.Session, "run", run)
+    return seen
+
+
+def test_a_warm_up_runs_everything_an_epoch_runs_and_writes_nothing_in_the_run_folder(
+        tmp_path, monkeypatch):
+    """After a warm-up (and the restore that undoes it), an epoch with its validation,
+    its checkpoint and a best epoch's save runs nothing a session has not run before (a
+    standby's first epoch after a switch pays no preparation); the warm-up's checkpoint
+    goes to a scratch folder, and another series of checkpoints adds no op to the graph."""
+    exp = experiment.prepare(experiment.DataConfig(patch_size=5, train_fraction=0.15,
+                                                   val_fraction=0.2, pca=12, seed=3))
+    config = model_config("cnn2d", 5, exp.bands, exp.n_classes, width=4)
+    placement = Placement("batch:2", "batch:batch", tuple(harness.CPUS[:2]), {"batch": [20, 12]})
+    graph = TrainingGraph(config, placement, 32, exp.scene.labels.shape, "adam", 1e-3, seed=1)
+    trainer = Trainer(graph, exp, str(tmp_path), seed=7, session_config=harness.session_config(),
+                      log=lambda line: None)
+    try:
+        trainer.initialise(resume=False)
+        checkpoint = tf.train.latest_checkpoint(str(tmp_path))
+        files = sorted(p.name for p in tmp_path.iterdir())
+        ran = _run_signatures(monkeypatch)
+        trainer.restore(checkpoint)
+        trainer.warm_up()
+        assert sorted(p.name for p in tmp_path.iterdir()) == files
+        trainer.restore(checkpoint)
+        warmed = set(ran)
+        ran.clear()
+        ops = len(graph.tf_graph.get_operations())
+        trainer.train_epoch(0, 1)
+        trainer.save(prefix="best", latest_filename="best_checkpoint", max_to_keep=1)
+        assert len(graph.tf_graph.get_operations()) == ops
+        assert trainer.step == trainer.steps_per_epoch   # from the checkpoint of step 0
+    finally:
+        trainer.close()
+    assert exp.val is not None and len(ran) >= 6   # steps, metrics, classifying, saves, ...
+    assert ran <= warmed, ran - warmed
