@@ -406,8 +406,7 @@ class Settings:
         """Whether flag ``name`` is chosen, and not as ``started`` (the flags of a resumed
         run's flags.txt, ``hmp.run.run_folder.saved_flags``, or None) holds it."""
         return self.chosen(name) and self.value(name) is not None and (   # None: not given
-            started is None or name not in started
-            or "--%s=%s" % (name, started[name]) != _serialise(name, self.value(name)))
+            started is None or _serialise(name, self.value(name)) not in _written(started))
 
     def check_resumed_acting(self, started):
         """On --resume: a flag given anew (not in ``started``, the run's flags.txt, with
@@ -594,7 +593,18 @@ def model_recipe(model):
 
 
 def _serialise(name, value):
-    """A flag as absl serialises it: --name=value, --name / --noname for a boolean."""
+    """A flag as absl serialises it: --name=value, --name / --noname for a boolean; a
+    float flag's value as a float (30 given from Python is read back as 30.0)."""
     if isinstance(value, bool):
         return "--%s" % name if value else "--no%s" % name
+    group, field = FLAG_FIELDS[name]
+    if _FIELD_TYPES[group][field] is float and isinstance(value, numbers.Real):
+        value = float(value)
     return "--%s=%s" % (name, value)
+
+
+def _written(started):
+    """The lines of flags.txt read as ``started`` ({name: value}; a boolean's ``--name``
+    or ``--noname`` keyed by that word, its value "")."""
+    return ({"--%s=%s" % item for item in started.items()}
+            | {"--%s" % name for name, value in started.items() if value == ""})
