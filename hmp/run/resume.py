@@ -116,7 +116,7 @@ def check_resumed_flags(model_dir, settings, get_model):
                model_dir, ", ".join("--%s=%s" % (name, first[name]) for name in changed),
                "that" if len(changed) == 1 else "those",
                os.path.join(model_dir, run_files.FLAGS_FILE)))
-    settings.check_resumed_acting(started)
+    settings.check_resumed_acting(started, get_model)
 
 
 def check_same_data(model_dir, data_config, split):

@@ -337,12 +337,7 @@ class Settings:
         self.check_data()
         with self.blame("model"):
             check_model(get_model(self.model.name), self.model.name)
-        if (not self.folder.resume and self.chosen("pca_in_graph")
-                and not self.pca_components(get_model)):   # a resumed run goes on
-            raise cli.UsageError("--%spca_in_graph: only for a model on PCA components; %s" % (
-                "" if self.recipe.pca_in_graph else "no",
-                "--pca=0 keeps all bands" if self.chosen("pca") else
-                "--model=%s keeps all bands (give --pca=N for N components)" % self.model.name))
+        self._check_pca_in_graph(get_model)
         for name, allowed in (("batch_norm", BATCH_STATISTICS), ("precision", PRECISIONS),
                               ("optimizer", OPTIMIZERS), ("class_balanced", CLASS_BALANCING),
                               ("schedule", SCHEDULES), ("val_split", VAL_SPLITS),
@@ -384,6 +379,18 @@ class Settings:
             check_port(self.placement.port_base)
         self._check_acting(tuple(name for name in ACTS_ONLY if name not in SCENE_ACTING))
 
+    def _check_pca_in_graph(self, get_model, started=None):
+        """--pca_in_graph (or --nopca_in_graph) chosen for a run on all bands, where it
+        does nothing: refused naming what keeps them. On --resume only with ``started``
+        (as ``_check_acting``)."""
+        if self.folder.resume and started is None:
+            return
+        if self._chosen_anew("pca_in_graph", started) and not self.pca_components(get_model):
+            raise cli.UsageError("--%spca_in_graph: only for a model on PCA components; %s" % (
+                "" if self.recipe.pca_in_graph else "no",
+                "--pca=0 keeps all bands" if self.chosen("pca") else
+                "--model=%s keeps all bands (give --pca=N for N components)" % self.model.name))
+
     def pca_components(self, get_model):
         """--pca: as given, else the model's ``RECIPE`` value, else 0 (all bands);
         ``get_model``: the application's model lookup."""
@@ -408,12 +415,14 @@ class Settings:
         return self.chosen(name) and self.value(name) is not None and (   # None: not given
             started is None or _serialise(name, self.value(name)) not in _written(started))
 
-    def check_resumed_acting(self, started):
+    def check_resumed_acting(self, started, get_model):
         """On --resume: a flag given anew (not in ``started``, the run's flags.txt, with
-        that value) where it does nothing (``ACTS_ONLY``) or beside the --plan that gives
-        it is refused as a new run refuses it; one of flags.txt goes on ignored, as its
-        run accepted it."""
+        that value) where it does nothing (``ACTS_ONLY``, --pca_in_graph on all bands) or
+        beside the --plan that gives it is refused as a new run refuses it; one of
+        flags.txt goes on ignored, as its run accepted it. ``get_model``: the
+        application's model lookup."""
         self._check_acting(tuple(ACTS_ONLY), started)
+        self._check_pca_in_graph(get_model, started)
         self._check_plan(started)
 
     def _check_types(self):

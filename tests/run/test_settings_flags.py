@@ -157,14 +157,24 @@ def test_a_resumed_run_refuses_a_flag_its_plan_gives_when_given_anew(tmp_path):
      "(give --pca=N for N components)"),
     ({"pca": 0, "pca_in_graph": False},
      "--nopca_in_graph: only for a model on PCA components; --pca=0 keeps all bands")])
-def test_pca_in_graph_chosen_for_a_run_on_all_bands_is_refused(values, message):
+def test_pca_in_graph_chosen_for_a_run_on_all_bands_is_refused(values, message, tmp_path):
     """--pca_in_graph (on or off) does nothing for a run on all bands: chosen there, it is
     refused naming what keeps them; at its default, for a model on PCA components, or on
-    --resume, it passes."""
+    --resume when the run's flags.txt has it, it passes; given anew on --resume, it is
+    refused as in a new run."""
     with pytest.raises(cli.UsageError) as refused:
         Settings.of(**values).check(get_model)
     assert str(refused.value) == message
-    Settings.of(resume=True, **values).check(get_model)
+    resumed = Settings.of(resume=True, **values)
+    resumed.check(get_model)   # flags.txt is read with the run's folder
+    lines = resumed.flag_lines()
+    flags_txt = tmp_path / run_files.FLAGS_FILE
+    flags_txt.write_text("\n".join(lines) + "\n")
+    check_resumed_flags(str(tmp_path), resumed, get_model)
+    flags_txt.write_text("\n".join(x for x in lines if "pca_in_graph" not in x) + "\n")
+    with pytest.raises(cli.UsageError) as refused:
+        check_resumed_flags(str(tmp_path), resumed, get_model)
+    assert str(refused.value) == message
     Settings.of(model=values.get("model", "hybridsn"), pca=values.get("pca")).check(get_model)
     Settings.of(pca_in_graph=False).check(get_model)   # hybridsn: 45 components
     Settings.of(model="cnn3d", pca=30, pca_in_graph=True).check(get_model)
