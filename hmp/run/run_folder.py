@@ -67,16 +67,23 @@ def resume_flags(model_dir):
     return "--flagfile=%s --resume" % os.path.join(model_dir, FLAGS_FILE)
 
 
-def continuing_flags(model_dir):
-    """The flags that continue the run in ``model_dir`` where its flags.txt may be
-    elsewhere: its own (``resume_flags``), or its series' for a seed's folder of --runs
-    (``save_flags`` writes one for the series), else ``--resume`` in words."""
+def flags_folder(model_dir):
+    """The folder of the flags.txt that started the run in ``model_dir``: ``model_dir``,
+    or for a seed's folder of --runs its series' (``save_flags`` writes one for the
+    series); None without one."""
     if os.path.isfile(os.path.join(model_dir, FLAGS_FILE)):
-        return resume_flags(model_dir)
+        return model_dir
     series, folder = os.path.split(os.path.abspath(model_dir))
     if folder.startswith(SEED_PREFIX) and os.path.isfile(os.path.join(series, FLAGS_FILE)):
-        return resume_flags(series)
-    return "--resume and the flags that started it"
+        return series
+    return None
+
+
+def continuing_flags(model_dir):
+    """The flags that continue the run in ``model_dir`` where its flags.txt may be
+    elsewhere (:func:`flags_folder`: ``resume_flags``), else ``--resume`` in words."""
+    folder = flags_folder(model_dir)
+    return "--resume and the flags that started it" if folder is None else resume_flags(folder)
 
 
 def paths_in(model_dir, patterns):
@@ -197,10 +204,14 @@ def save_flags(model_dir, flags):
 
 
 def saved_flags(model_dir):
-    """The flags :func:`save_flags` wrote in ``model_dir`` ({name: value as written; ""
-    for a boolean's ``--name``}), or None when it holds none (a run from before them)."""
+    """The flags :func:`save_flags` wrote for the run in ``model_dir`` (there, or for a
+    seed of --runs in its series' folder: :func:`flags_folder`) ({name: value as written;
+    "" for a boolean's ``--name``}), or None without them (a run from before them)."""
+    folder = flags_folder(model_dir)
+    if folder is None:
+        return None
     try:
-        with open(os.path.join(model_dir, FLAGS_FILE), encoding="utf-8") as f:
+        with open(os.path.join(folder, FLAGS_FILE), encoding="utf-8") as f:
             lines = f.read().splitlines()
     except OSError:
         return None

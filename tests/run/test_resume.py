@@ -259,3 +259,28 @@ def test_a_run_of_the_default_data_folder_resumes_and_predicts_from_a_shell_with
         "found because folder %s does not exist; give the folder that holds it with "
         "--data_dir or the environment variable HMP_DATA_DIR (now %s)"
         % (tmp_path / "none", tmp_path / "none"))
+
+
+def test_a_seeds_folder_of_a_series_resumed_alone_is_checked_with_the_series_flags(tmp_path):
+    """flags.txt of --runs is the series' own: a seed's folder given as --model_dir reads
+    it (as hmp.predict's hint names it), so another model is refused there too, naming
+    that file."""
+    series = tmp_path / "series"
+    seed = series / (run_files.SEED_PREFIX + "1")
+    seed.mkdir(parents=True)
+    run_folder.save_flags(str(series), ["--model=cnn2d", "--batch_norm=local", "--runs=2"])
+    assert run_folder.saved_flags(str(seed)) == run_folder.saved_flags(str(series)) == {
+        "model": "cnn2d", "batch_norm": "local", "runs": "2"}
+    assert run_folder.continuing_flags(str(seed)) == run_folder.resume_flags(str(series))
+    check_resumed_flags(str(seed), Settings.of(model="cnn2d"), get_model)
+    with pytest.raises(cli.UsageError) as refused:
+        check_resumed_flags(str(seed), Settings.of(model="cnn3d"), get_model)
+    assert str(refused.value) == (
+        "--model=cnn3d, --width=0: the run in %s was trained with --model=cnn2d, --width=0; "
+        "resume it with those (--flagfile=%s gives all its flags), or start over with "
+        "--overwrite"
+        % (seed, series / run_files.FLAGS_FILE))
+    other = tmp_path / (run_files.SEED_PREFIX + "1")   # a seed's name, in no series
+    other.mkdir()
+    assert run_folder.saved_flags(str(other)) is None
+    check_resumed_flags(str(other), Settings.of(model="cnn3d"), get_model)
