@@ -3,7 +3,7 @@
 Two ``hmp.worker`` processes as ``bench_hetero.py`` starts them (each pinned to a core
 of its own with one intra-op thread; ``--workers`` to place them otherwise), equal at
 the start. For each model of ``--models``, ``hmp.train --cluster`` trains ``--epochs``
-epochs on ``--mesh=batch:2`` (``--notry_alone``, ``--notta``, ``--steps_per_run``,
+epochs on ``--mesh=batch:2`` (``--notta``, ``--steps_per_run``,
 ``--batch_norm``) twice
 on them: with
 ``--rebalance=off`` and with ``--rebalance=epoch``. Once epoch ``--disturb_after`` has
@@ -72,7 +72,7 @@ def train_command(model, spec, rebalance, folder):
     return [sys.executable, "-m", "hmp.train", "--cluster=" + spec, "--model=" + model,
             "--batch_size=%d" % FLAGS.batch_size, "--epochs=%d" % FLAGS.epochs,
             "--train_fraction=%g" % FLAGS.train_fraction, "--mesh=batch:2",
-            "--notry_alone", "--notta", "--rebalance=" + rebalance,
+            "--notta", "--rebalance=" + rebalance,
             "--batch_norm=" + FLAGS.batch_norm, "--steps_per_run=%d" % FLAGS.steps_per_run,
             "--model_dir=" + os.path.join(folder, rebalance)]
 

@@ -167,6 +167,10 @@ ACTS_ONLY = {
         lambda s: s.placement.rebalance == "epoch",
         lambda s: "only with --rebalance=epoch, whose re-planning it steers; --rebalance=%s "
                   "does not re-plan" % s.placement.rebalance),
+    "try_alone": (
+        lambda s: s.placement.mesh == AUTO,
+        lambda s: "only with --mesh=auto, whose plan it races against the fastest device "
+                  "alone; --mesh=%s is the layout given" % s.placement.mesh),
     "patience": (
         lambda s: s.data.val_fraction > 0,
         lambda s: "only with a validation share (--val_fraction > 0): it stops after epochs "
@@ -407,7 +411,8 @@ class Settings:
         for name in names:
             acts, needs = ACTS_ONLY[name]
             if self._chosen_anew(name, started) and not acts(self):
-                raise cli.UsageError("--%s=%s: %s" % (name, self.flag_value(name), needs(self)))
+                raise cli.UsageError("%s: %s" % (_serialise(name, self.flag_value(name)),
+                                                 needs(self)))
 
     def _chosen_anew(self, name, started):
         """Whether flag ``name`` is chosen, and not as ``started`` (the flags of a resumed

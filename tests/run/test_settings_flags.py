@@ -9,7 +9,6 @@ import hmp
 from hmp import cli
 from hmp.run import run_files
 from hmp.run.resume import check_resumed_flags
-from hmp.run import settings as settings_module
 from hmp.run.settings import ACTS_ONLY, DEFAULT, Settings
 from models import get_model
 
@@ -33,6 +32,9 @@ REFUSED = [
     ({"rebalance_threshold": 0.3}, "--rebalance_threshold=0.3: only with --rebalance=epoch, "
                                    "whose re-planning it steers; --rebalance=off does not "
                                    "re-plan"),
+    ({"try_alone": False, "mesh": "batch:2"},
+     "--notry_alone: only with --mesh=auto, whose plan it races against the fastest device "
+     "alone; --mesh=batch:2 is the layout given"),
     ({"patience": 5, "val_fraction": 0.0},
      "--patience=5: only with a validation share (--val_fraction > 0): it stops after "
      "epochs without a better validation accuracy; --val_fraction=0 holds none out"),
@@ -101,18 +103,18 @@ def test_a_resumed_run_goes_on_with_its_flags_txt_and_refuses_such_a_flag_given_
     on the resuming command line alone is refused as a new run refuses it."""
     resumed = Settings.of(resume=True, **values)
     resumed.check(get_model)   # flags.txt is read with the run's folder
-    refused_flag = message.split("=")[0][2:]
+    refused_line = message.split(": ")[0]   # as flags.txt writes it
     others = resumed.flag_lines()
+    assert refused_line in others
     (tmp_path / run_files.FLAGS_FILE).write_text("\n".join(others) + "\n")
     check_resumed_flags(str(tmp_path), resumed, get_model)   # all of them were in its flags.txt
     (tmp_path / run_files.FLAGS_FILE).write_text("\n".join(   # the flag, with another value
-        line + "0" if line.startswith("--%s=" % refused_flag) else line
-        for line in others) + "\n")
+        line + "0" if line == refused_line else line for line in others) + "\n")
     with pytest.raises(cli.UsageError) as refused:
         check_resumed_flags(str(tmp_path), resumed, get_model)
     assert str(refused.value) == message
     (tmp_path / run_files.FLAGS_FILE).write_text("\n".join(
-        line for line in others if not line.startswith("--%s=" % refused_flag)) + "\n")
+        line for line in others if line != refused_line) + "\n")
     with pytest.raises(cli.UsageError) as refused:
         check_resumed_flags(str(tmp_path), resumed, get_model)
     assert str(refused.value) == message
@@ -186,23 +188,21 @@ def test_a_flag_given_as_none_is_no_flag_given():
     Settings.of(data_dir=None).check(get_model)
 
 
-def test_a_resumed_flag_is_matched_with_its_flags_txt_line_as_written(tmp_path, monkeypatch):
+def test_a_resumed_flag_is_matched_with_its_flags_txt_line_as_written(tmp_path):
     """flags.txt names a boolean as --name or --noname, and a float flag given from Python
     as a whole number as the float its resumed run reads: such a flag resumed as written
-    is not given anew. (No boolean acts only beside others today: the rule is tried on a
-    made-up entry of the table, --tta that never acts.)"""
-    monkeypatch.setitem(settings_module.ACTS_ONLY, "tta",
-                        (lambda s: False, lambda s: "made up"))
+    is not given anew; left out of flags.txt, it is, and refused naming it so."""
     flags_txt = tmp_path / run_files.FLAGS_FILE
-    for first, resumed, line in (({"tta": False}, {"tta": False}, "--notta"),
-                                 ({"tta": True}, {"tta": True}, "--tta"),
-                                 ({"cluster_timeout": 30}, {"cluster_timeout": 30.0},
-                                  "--cluster_timeout=30.0")):
+    for first, resumed, line in (
+            ({"try_alone": False, "mesh": "batch:2"}, {"try_alone": False}, "--notry_alone"),
+            ({"try_alone": True, "mesh": "batch:2"}, {"try_alone": True}, "--try_alone"),
+            ({"cluster_timeout": 30}, {"cluster_timeout": 30.0}, "--cluster_timeout=30.0")):
         lines = Settings.of(**first).flag_lines()
         assert line in lines
+        resuming = Settings.of(resume=True, **{**first, **resumed})
         flags_txt.write_text("\n".join(lines) + "\n")
-        check_resumed_flags(str(tmp_path), Settings.of(resume=True, **resumed), get_model)
+        check_resumed_flags(str(tmp_path), resuming, get_model)
         flags_txt.write_text("\n".join(x for x in lines if x != line) + "\n")
         with pytest.raises(cli.UsageError) as refused:
-            check_resumed_flags(str(tmp_path), Settings.of(resume=True, **resumed), get_model)
-        assert str(refused.value).startswith("--%s=" % next(iter(resumed)))
+            check_resumed_flags(str(tmp_path), resuming, get_model)
+        assert str(refused.value).startswith(line + ": only with ")

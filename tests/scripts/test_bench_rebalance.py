@@ -33,7 +33,7 @@ def test_runs_train_with_the_batch_norm_asked_for_and_unused_flags_are_refused()
         assert found[given][1:] == [
             "-m", "hmp.train", "--cluster=127.0.0.1:1,127.0.0.1:2",
             "--model=cnn2d", "--batch_size=256", "--epochs=6", "--train_fraction=0.6",
-            "--mesh=batch:2", "--notry_alone", "--notta", "--rebalance=epoch",
+            "--mesh=batch:2", "--notta", "--rebalance=epoch",
             "--batch_norm=" + mode, "--steps_per_run=1", "--model_dir=/r/epoch"]
     assert found["refused"] == ("--width, --repeats: bench_hetero.py's, not used here "
                                 "(hmp.train trains the model at its default width)")
