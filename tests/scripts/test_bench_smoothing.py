@@ -1,7 +1,8 @@
 """scripts/bench_smoothing.py as a user runs it, on a copy of conftest's tiny run (trained
 with --smoothing=5, guided): its guided rows for windows 5 and 1 are the run's own test
 scores with and without the smoothing; its rows of the window's mean those of the
-probabilities it kept, smoothed with the mean."""
+probabilities it kept, smoothed with the mean, and with --prior_weights=0.5 those
+probabilities fused with the spectral prior first."""
 
 import json
 import os
@@ -14,6 +15,7 @@ import pytest
 
 from cli_batch import HUNG_S, run_batch
 from hmp.evaluation.smoothing import neighbourhood, smooth
+from hmp.evaluation.spectral_prior import ShrinkageLDA, fuse, window_means
 from hmp.run import experiment
 from hmp.run.inference import TrainedRun
 from models import get_model
@@ -31,7 +33,7 @@ def test_rows_score_each_window_as_the_run_scored_its_own(tiny_run, tmp_path):
     shutil.copytree(model_dir, copy)
     results = json.loads((copy / "results.json").read_text())
     script = "scripts/bench_smoothing.py"
-    args = ["--model_dirs=%s" % copy, "--windows=5,1"]
+    args = ["--model_dirs=%s" % copy, "--windows=5,1", "--prior_weights=1,0.5"]
     # the bad flag: a process of its own (its whole stderr, TensorFlow's start-up included,
     # is under test), started beside the two calls, which share one interpreter
     # (tests/cli_batch.py): one TensorFlow import, not two
@@ -44,8 +46,9 @@ def test_rows_score_each_window_as_the_run_scored_its_own(tiny_run, tmp_path):
         for json_, done in zip(jsons, calls):
             assert done.returncode == 0, done.stderr[-2000:]
             rows = json.loads(json_.read_text())["rows"]
-            assert [(row["guided"], row["window"], row["tta"]) for row in rows] == [
-                (False, 5, False), (False, 1, False), (True, 5, False), (True, 1, False)]
+            assert [(row["prior_weight"], row["guided"], row["window"], row["tta"])
+                    for row in rows] == [(w, guided, window, False) for w in (1.0, 0.5)
+                                         for guided in (False, True) for window in (5, 1)]
             for row, scores in zip(rows[2:], (results["test"],
                                               results["test_without_smoothing"])):
                 assert row["oa"] == pytest.approx(100 * scores["overall_accuracy"])
@@ -66,9 +69,19 @@ def test_rows_score_each_window_as_the_run_scored_its_own(tiny_run, tmp_path):
         kept = np.where(reach.reshape(exp.scene.labels.shape)[..., None], kept, 0)
         valid = reach & ~experiment.nodata_mask(exp.scene.cube).ravel()
         valid[exp.split.train] = False
-        mean = smooth(kept, 5, valid.reshape(exp.scene.labels.shape)).reshape(-1, exp.n_classes)
-        assert rows[0]["oa"] == pytest.approx(100 * np.mean(
-            mean[exp.test.indices].argmax(axis=1) == exp.test.class_ids))
+        # and fused with the spectral prior at w = 0.5 first (the LDA of the training
+        # pixels' patch-mean spectra, all bands, as the run scaled them)
+        means = window_means(exp.all_bands.padded, exp.all_bands.patch_size).reshape(
+            exp.scene.labels.size, -1)
+        prior = ShrinkageLDA.fit(means[exp.train.indices], exp.train.class_ids,
+                                 exp.n_classes).log_probabilities(means)
+        fused = fuse(kept.reshape(-1, exp.n_classes), prior, 0.5).reshape(kept.shape)
+        assert not np.allclose(fused, kept, atol=1e-3)
+        for row, probabilities in ((rows[0], kept), (rows[4], fused)):
+            mean = smooth(probabilities, 5, valid.reshape(exp.scene.labels.shape)).reshape(
+                -1, exp.n_classes)
+            assert row["oa"] == pytest.approx(100 * np.mean(
+                mean[exp.test.indices].argmax(axis=1) == exp.test.class_ids))
         assert "every row in" in done.stdout and " filter window validation " in done.stdout
         _, stderr = bad.communicate(timeout=HUNG_S)
     finally:
