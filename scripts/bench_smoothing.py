@@ -124,7 +124,7 @@ def table(rows):
     return "\n".join(lines)
 
 
-def prior_weights():
+def given_prior_weights():
     """--prior_weights as numbers from 0 to 1; a UsageError naming the flag otherwise."""
     try:
         weights = [float(w) for w in FLAGS.prior_weights]
@@ -145,7 +145,7 @@ def main(argv):
     with cli.blame("windows"):
         for window in windows:
             check_window(window)
-    weights = prior_weights()
+    weights = given_prior_weights()
     rows = []
     for model_dir in FLAGS.model_dirs:
         print("%s ..." % model_dir, flush=True)

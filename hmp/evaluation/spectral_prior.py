@@ -44,10 +44,14 @@ def ledoit_wolf_covariance(x):
 
 def _class_covariance(x):
     """A class's covariance as scikit-learn's ``shrinkage="auto"`` makes it: Ledoit-Wolf
-    on the standardised features (a feature of no spread keeps scale 1), scaled back."""
-    scale = x.std(axis=0)
-    scale[scale == 0] = 1.0
-    return scale[:, None] * ledoit_wolf_covariance((x - x.mean(axis=0)) / scale) * scale[None, :]
+    on the standardised features, scaled back; a feature of no spread (its variance
+    within rounding of its mean's, as scikit-learn's ``StandardScaler`` tells) keeps
+    scale 1."""
+    n, mean, variance = len(x), x.mean(axis=0), x.var(axis=0)
+    eps = np.finfo(np.float64).eps
+    scale = np.sqrt(variance)
+    scale[variance <= n * eps * variance + (n * mean * eps) ** 2] = 1.0
+    return scale[:, None] * ledoit_wolf_covariance((x - mean) / scale) * scale[None, :]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,18 +91,22 @@ class ShrinkageLDA:
 def fuse(probabilities, prior_log_probabilities, weight):
     """[n, K] float32: ``probabilities`` [n, K] (a network's) and the prior's
     ``prior_log_probabilities`` [n, K] as the normalised weighted geometric mean
-    p ** weight * prior ** (1 - weight); ``weight`` 1 gives ``probabilities`` back. A
-    row of zeros (a pixel not classified) stays zeros."""
+    p ** weight * prior ** (1 - weight), ``weight`` from 0 to 1; 1 gives
+    ``probabilities`` back (the prior may then be None). A row of zeros (a pixel not
+    classified) stays zeros; a row whose every class the network or the prior rules out
+    (the prior rules out only classes without training pixels) keeps the network's."""
+    if not 0 <= weight <= 1:
+        raise ValueError("the network's weight must lie in [0, 1], got %r" % (weight,))
     probabilities = np.asarray(probabilities, np.float64)
     if weight == 1:
         return probabilities.astype(np.float32)
-    classified = probabilities.sum(axis=1) > 0
     scores = (1 - weight) * np.asarray(prior_log_probabilities, np.float64)
     if weight > 0:
         with np.errstate(divide="ignore"):   # log 0: a class the network rules out
             scores = scores + weight * np.log(probabilities)
-    fused = np.zeros_like(probabilities)
-    fused[classified] = np.exp(scores[classified] - _log_sum_exp(scores[classified]))
+    fused = probabilities.copy()
+    possible = (probabilities.sum(axis=1) > 0) & np.isfinite(np.max(scores, axis=1))
+    fused[possible] = np.exp(scores[possible] - _log_sum_exp(scores[possible]))
     return fused.astype(np.float32)
 
 

@@ -78,15 +78,17 @@ def resumes(folder, model_dir):
 def check_resumed_flags(model_dir, settings, get_model):
     """UsageError when --resume's flags (``settings``, a :class:`hmp.run.settings.Settings`)
     do not go on with the run's first invocation (its flags.txt, read once: a seed's
-    folder of --runs has its series'; a folder without one has nothing to compare). The graph: the flags ``RESUMED_GRAPH``, each as
-    given there or at its default, compared as what they build (``get_model``: the
+    folder of --runs has its series'; a folder without one has nothing to compare). The
+    graph: the flags ``RESUMED_GRAPH``, each as given there or at its default, compared
+    as what they build (``get_model``: the
     application's model lookup; a model's name or module path, its width 0 or its
     default); TensorFlow would fail to restore the checkpoint only once the run's folder
     holds its events. Then a flag given anew that does nothing beside the others
     (``Settings.check_resumed_acting``): refused as a new run refuses it, while one that
     flags.txt holds with that value goes on ignored, as its first invocation accepted
     it. Refused before anything is written."""
-    started = run_folder.saved_flags(model_dir)
+    folder = run_folder.flags_folder(model_dir)
+    started = None if folder is None else run_folder.saved_flags(folder)
     if started is None:
         return
     if ("batch_norm" not in started and not settings.chosen("batch_norm")
@@ -115,7 +117,7 @@ def check_resumed_flags(model_dir, settings, get_model):
             % (", ".join("--%s=%s" % (name, now[name]) for name in changed),
                model_dir, ", ".join("--%s=%s" % (name, first[name]) for name in changed),
                "that" if len(changed) == 1 else "those",
-               os.path.join(run_folder.flags_folder(model_dir), run_files.FLAGS_FILE)))
+               os.path.join(folder, run_files.FLAGS_FILE)))
     settings.check_resumed_acting(started, get_model)
 
 

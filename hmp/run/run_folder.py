@@ -12,6 +12,7 @@ checkpoint.
 """
 
 import glob
+import re
 import os
 import shutil
 import signal
@@ -69,12 +70,13 @@ def resume_flags(model_dir):
 
 def flags_folder(model_dir):
     """The folder of the flags.txt that started the run in ``model_dir``: ``model_dir``,
-    or for a seed's folder of --runs its series' (``save_flags`` writes one for the
-    series); None without one."""
+    or for a seed's folder of --runs (``seed-N``) its series' (``save_flags`` writes one
+    for the series, naming --runs); None without one."""
     if os.path.isfile(os.path.join(model_dir, FLAGS_FILE)):
         return model_dir
     series, folder = os.path.split(os.path.abspath(model_dir))
-    if folder.startswith(SEED_PREFIX) and os.path.isfile(os.path.join(series, FLAGS_FILE)):
+    if (re.fullmatch(re.escape(SEED_PREFIX) + r"\d+", folder)
+            and "runs" in (_flags_in(series) or {})):
         return series
     return None
 
@@ -208,8 +210,12 @@ def saved_flags(model_dir):
     seed of --runs in its series' folder: :func:`flags_folder`) ({name: value as written;
     "" for a boolean's ``--name``}), or None without them (a run from before them)."""
     folder = flags_folder(model_dir)
-    if folder is None:
-        return None
+    return None if folder is None else _flags_in(folder)
+
+
+def _flags_in(folder):
+    """The flags of the flags.txt in ``folder`` (as :func:`saved_flags` gives them), or
+    None without one."""
     try:
         with open(os.path.join(folder, FLAGS_FILE), encoding="utf-8") as f:
             lines = f.read().splitlines()

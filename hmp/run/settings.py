@@ -142,10 +142,11 @@ PLAN_GIVES = {"devices": "the devices", "speeds": "the speeds", "mesh": "the mes
 # The flags that act only beside other settings: {flag: (whether it acts, of the
 # settings; the rest of its refusal where it does not: what it needs, then what the
 # settings given do instead)}. Chosen where it does not act (given, even at its default),
-# a flag is refused in one line, "--flag=value: only ...; ...", before anything is
-# written (Settings._check_acting). On --resume, a run whose flags.txt has it with that
-# value (accepted before) goes on ignoring it (Settings.check_resumed_acting). (--smoothing_guide is not here: at
-# --smoothing=1 it is what hmp.predict --smoothing=N smooths the run's maps by.)
+# a flag is refused in one line, "--flag=value: only ...; ..." (a boolean "--flag" or
+# "--noflag"), before anything is written (Settings._check_acting). On --resume, a run
+# whose flags.txt has it with that value (accepted before) goes on ignoring it
+# (Settings.check_resumed_acting). (--smoothing_guide is not here: at --smoothing=1 it
+# is what hmp.predict --smoothing=N smooths the run's maps by.)
 ACTS_ONLY = {
     "data_dir": (
         lambda s: "data_dir" in s.scene_flags(),
@@ -390,8 +391,8 @@ class Settings:
         if self.folder.resume and started is None:
             return
         if self._chosen_anew("pca_in_graph", started) and not self.pca_components(get_model):
-            raise cli.UsageError("--%spca_in_graph: only for a model on PCA components; %s" % (
-                "" if self.recipe.pca_in_graph else "no",
+            raise cli.UsageError("%s: only for a model on PCA components; %s" % (
+                _serialise("pca_in_graph", self.recipe.pca_in_graph),
                 "--pca=0 keeps all bands" if self.chosen("pca") else
                 "--model=%s keeps all bands (give --pca=N for N components)" % self.model.name))
 

@@ -3,7 +3,8 @@
 Re-balancing (``hmp.run.rebalance``) switches plans while training. A switch to a plan
 whose graph is not open costs a new graph: building and lowering it, a session on the
 devices, the scene loaded onto them, the checkpoint restored, the graph optimisation
-of the first step, validation and checkpoint (a session's first run of each): seconds, which a switch must pay back before the run ends. A
+of the first step, validation and checkpoint (a session's first run of each): seconds,
+which a switch must pay back before the run ends. A
 :class:`Standby` does that work on a thread of its own while the current plan trains
 (its session runs release the interpreter, so the two overlap): once ``ready``, the
 switch to its plan costs a restore of the latest checkpoint, as a switch back to a kept
@@ -46,9 +47,8 @@ def _restore_latest(trainer, checkpoint):
 class Standby:
     """Builds ``plan``'s trainer with ``build(plan)`` on a thread, then restores the
     weights of ``checkpoint()`` (a path) into it, runs ``warm_up(trainer)`` (each part
-    of an epoch once, whose effects the switch's restore undoes: the devices prepare
-    them)
-    and restores ``checkpoint()`` again, timed (``restore_seconds``).
+    of an epoch once, so that the devices prepare them; the switch's restore undoes
+    its effects) and restores ``checkpoint()`` again, timed (``restore_seconds``).
 
     ``ready``: the trainer is there (``take()`` hands it over); ``failed``: the error
     the build raised (``take()`` raises it); ``wait()`` returns once either holds;

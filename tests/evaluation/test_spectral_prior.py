@@ -69,9 +69,12 @@ def test_the_lda_is_the_gaussian_posterior_of_its_class_means_and_shared_covaria
 
 
 def test_the_lda_is_scikit_learns_shrinkage_lda():
-    """The ``lda`` baseline of scripts/baseline_scores.py (scikit-learn, where installed)."""
+    """The ``lda`` baseline of scripts/baseline_scores.py (scikit-learn, where installed),
+    also with a feature that one class holds constant (its float spread a rounding
+    error: no spread to standardise by)."""
     discriminant_analysis = pytest.importorskip("sklearn.discriminant_analysis")
     x, class_ids, test = _data(seed=1)
+    x[class_ids == 4, 3] = 0.1   # 60 pixels: a float spread of 4e-17
     reference = discriminant_analysis.LinearDiscriminantAnalysis(
         solver="lsqr", shrinkage="auto").fit(x, class_ids)
     found = np.exp(ShrinkageLDA.fit(x, class_ids, N_CLASSES).log_probabilities(test))
@@ -91,14 +94,25 @@ def test_window_means_are_the_means_of_the_patches():
 
 
 def test_fuse_is_the_normalised_weighted_geometric_mean():
+    """Rows of zeros (pixels not classified) stay zeros; a row whose classes the network
+    and the prior rule out between them keeps the network's; a weight outside [0, 1] is
+    refused."""
     rng = np.random.default_rng(3)
-    network = rng.dirichlet(np.ones(4), size=6)
+    network = rng.dirichlet(np.ones(4), size=7)
     network[5] = 0.0   # a pixel not classified
-    prior = np.log(rng.dirichlet(np.ones(4), size=6))
+    network[6] = [0.0, 0.0, 0.25, 0.75]   # all on classes the prior rules out
+    prior = np.log(rng.dirichlet(np.ones(4), size=7))
+    prior[6, 2:] = -np.inf
     fused = fuse(network, prior, 0.65)
     expected = network[:5] ** 0.65 * np.exp(prior[:5]) ** 0.35
     np.testing.assert_allclose(fused[:5], expected / expected.sum(axis=1, keepdims=True),
                                rtol=1e-5)
     assert fused.dtype == np.float32 and np.all(fused[5] == 0)
-    np.testing.assert_allclose(fuse(network, prior, 0.0)[:5], np.exp(prior[:5]), rtol=1e-5)
+    np.testing.assert_array_equal(fused[6], network[6])
+    by_prior = fuse(network, prior, 0.0)
+    np.testing.assert_allclose(by_prior[:5], np.exp(prior[:5]), rtol=1e-5)
+    assert np.all(by_prior[5] == 0)
     np.testing.assert_array_equal(fuse(network, None, 1.0), network.astype(np.float32))
+    for weight in (-0.1, 1.5):
+        with pytest.raises(ValueError, match=r"weight must lie in \[0, 1\], got "):
+            fuse(network, prior, weight)

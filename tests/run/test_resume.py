@@ -264,7 +264,8 @@ def test_a_run_of_the_default_data_folder_resumes_and_predicts_from_a_shell_with
 def test_a_seeds_folder_of_a_series_resumed_alone_is_checked_with_the_series_flags(tmp_path):
     """flags.txt of --runs is the series' own: a seed's folder given as --model_dir reads
     it (as hmp.predict's hint names it), so another model is refused there too, naming
-    that file."""
+    that file. A folder only named like a seed's (in no series, under a single run, not
+    seed-<number>) reads none."""
     series = tmp_path / "series"
     seed = series / (run_files.SEED_PREFIX + "1")
     seed.mkdir(parents=True)
@@ -282,5 +283,10 @@ def test_a_seeds_folder_of_a_series_resumed_alone_is_checked_with_the_series_fla
         % (seed, series / run_files.FLAGS_FILE))
     other = tmp_path / (run_files.SEED_PREFIX + "1")   # a seed's name, in no series
     other.mkdir()
-    assert run_folder.saved_flags(str(other)) is None
-    check_resumed_flags(str(other), Settings.of(model="cnn3d"), get_model)
+    single = tmp_path / "single" / (run_files.SEED_PREFIX + "2")   # under a single run's
+    single.mkdir(parents=True)
+    run_folder.save_flags(str(single.parent), ["--model=cnn2d"])
+    for folder in (other, single, series / (run_files.SEED_PREFIX + "x")):
+        folder.mkdir(exist_ok=True)
+        assert run_folder.saved_flags(str(folder)) is None, folder
+        check_resumed_flags(str(folder), Settings.of(model="cnn3d"), get_model)
