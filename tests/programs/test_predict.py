@@ -343,6 +343,8 @@ def test_a_run_without_checkpoint_or_results_and_a_cube_of_other_bands_are_refus
             (folder / path.name).write_bytes(path.read_bytes())
     for folder in (stopped, series):
         (folder / "flags.txt").write_bytes((model_dir / "flags.txt").read_bytes())
+    with open(series / "flags.txt", "a", encoding="utf-8") as f:   # a series' names --runs
+        f.write("--runs=2\n")
     finish = {stopped: "--flagfile=%s --resume" % (stopped / "flags.txt"),
               series / "seed-1": "--flagfile=%s --resume" % (series / "flags.txt")}
     for folder, flags in finish.items():
