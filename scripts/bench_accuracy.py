@@ -100,14 +100,19 @@ def _check_files():
             files.check_file_can_be_written(FLAGS.json)
 
 
-def _check_train_args(run, folder):
-    """UsageError unless hmp.train takes --train_args with the flags ``run`` trains with,
-    checked by hmp.train itself (a process that loads TensorFlow): its one line."""
+def _check_train_args(grid, root):
+    """UsageError unless hmp.train takes --train_args with the flags each model's first
+    run of ``grid`` trains with (a flag may act for one model and not another), checked
+    by hmp.train itself (a process that loads TensorFlow, a model at a time): its one
+    line."""
     if not FLAGS.train_args:
         return
-    refused = check_train(run, folder, FLAGS.data_dir, FLAGS.train_args)
-    if refused:
-        raise cli.UsageError("--train_args=%s: %s" % (",".join(FLAGS.train_args), refused))
+    for model in FLAGS.models:
+        run = next(run for run in grid if run.model == model)
+        refused = check_train(run, os.path.join(root, run.name), FLAGS.data_dir,
+                              FLAGS.train_args)
+        if refused:
+            raise cli.UsageError("--train_args=%s: %s" % (",".join(FLAGS.train_args), refused))
 
 
 def main(argv):
@@ -123,7 +128,7 @@ def main(argv):
             get_model(model)
     with tempfile.TemporaryDirectory() as scratch:
         root = FLAGS.keep_runs or scratch
-        _check_train_args(grid[0], os.path.join(root, grid[0].name))
+        _check_train_args(grid, root)
         print("%d runs, %d at a time on %d cores each" % (len(grid), len(groups),
                                                           len(groups[0])), flush=True)
         rows, summary = run_grid(grid, root, groups, FLAGS.data_dir, FLAGS.train_args,

@@ -221,9 +221,13 @@ def test_bad_files_and_training_flags_are_refused_before_any_run(tmp_path):
            "python -m hmp.data.download --dataset=indian_pines --data_dir=%s"
            % (tmp_path, tmp_path, tmp_path),
            "--train_args=--epochz=1": "--train_args=--epochz=1: Unknown command line flag "
-                                      "'epochz'. Did you mean: epochs ?"}
+                                      "'epochz'. Did you mean: epochs ?",
+           # checked for each model: it acts for hybridsn (on PCA components), not cnn3d
+           "--models=hybridsn,cnn3d --train_args=--pca_in_graph":
+           "--train_args=--pca_in_graph: --pca_in_graph: only for a model on PCA components; "
+           "--model=cnn3d keeps all bands (give --pca=N for N components)"}
     runs = run_batch("scripts/bench_accuracy.py", [
-        {"args": [*one, "--data_dir=%s" % tmp_path, flag]} for flag in bad])
+        {"args": [*one, "--data_dir=%s" % tmp_path, *flag.split(" ")]} for flag in bad])
     for (flag, expected), run in zip(bad.items(), runs):
         assert (run.returncode, run.stdout) == (2, ""), (flag, run)
         assert run.stderr == "bench_accuracy: error: %s\n" % expected
