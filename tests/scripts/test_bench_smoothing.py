@@ -34,11 +34,15 @@ def test_rows_score_each_window_as_the_run_scored_its_own(tiny_run, tmp_path):
     results = json.loads((copy / "results.json").read_text())
     script = "scripts/bench_smoothing.py"
     args = ["--model_dirs=%s" % copy, "--windows=5,1", "--prior_weights=1,0.5"]
-    # the bad flag: a process of its own (its whole stderr, TensorFlow's start-up included,
-    # is under test), started beside the two calls, which share one interpreter
+    # the bad flags: a process of its own each (its whole stderr, TensorFlow's start-up
+    # included, is under test), started beside the two calls, which share one interpreter
     # (tests/cli_batch.py): one TensorFlow import, not two
-    bad = subprocess.Popen([sys.executable, script, *args[:1], "--windows=4"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    refusals = {"--windows=4": "--windows=4: give an odd number of pixels (1: no smoothing)",
+                "--prior_weights=1,2": "--prior_weights=1,2: give numbers from 0 to 1 (1: "
+                                       "the network alone)"}
+    bad = [subprocess.Popen([sys.executable, script, *args[:1], flag],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for flag in refusals]
     try:
         jsons = [tmp_path / ("rows-%d.json" % call) for call in (1, 2)]
         # the second call reads the probabilities the first kept
@@ -83,11 +87,12 @@ def test_rows_score_each_window_as_the_run_scored_its_own(tiny_run, tmp_path):
             assert row["oa"] == pytest.approx(100 * np.mean(
                 mean[exp.test.indices].argmax(axis=1) == exp.test.class_ids))
         assert "every row in" in done.stdout and " filter window validation " in done.stdout
-        _, stderr = bad.communicate(timeout=HUNG_S)
+        stderrs = [process.communicate(timeout=HUNG_S)[1] for process in bad]
     finally:
-        if bad.poll() is None:   # never left running after a failure
-            bad.kill()
-            bad.communicate()
-    assert bad.returncode == 2
-    assert stderr.strip() == ("bench_smoothing.py: error: --windows=4: give an odd "
-                              "number of pixels (1: no smoothing)")
+        for process in bad:
+            if process.poll() is None:   # never left running after a failure
+                process.kill()
+                process.communicate()
+    for process, stderr, message in zip(bad, stderrs, refusals.values()):
+        assert process.returncode == 2
+        assert stderr.strip() == "bench_smoothing.py: error: " + message
