@@ -140,6 +140,11 @@ flags.DEFINE_bool("smoothing_guide", DEFAULT.recipe.smoothing_guide,
                   "probabilities with the scene's first principal component as guide, "
                   "so that a small field keeps its class; --nosmoothing_guide: the plain "
                   "mean over the window.")
+flags.DEFINE_float("spectral_prior", DEFAULT.recipe.spectral_prior,
+                   "The network's weight w in its fusion with a spectral prior before the "
+                   "smoothing: its class probabilities ** w times those of a shrinkage LDA "
+                   "on each pixel's patch-mean spectrum (all bands, fitted on the training "
+                   "pixels) ** (1 - w); 1: the network alone.")
 
 
 class _BalancingParser(flags.ArgumentParser):

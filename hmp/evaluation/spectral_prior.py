@@ -27,6 +27,18 @@ def window_means(padded, patch_size):
     return means[margin:margin + height, margin:margin + width]
 
 
+def patch_means(extractor, pixels, chunk=4096):
+    """[n, bands] float64: the mean spectrum of each of ``pixels``' patches (flat
+    indices) cut by ``extractor`` (an ``hmp.data.PatchExtractor``), ``chunk`` patches at
+    a time (a scene's patches at once would hold patch_size ** 2 copies of it)."""
+    pixels = np.asarray(pixels)
+    means = np.zeros((len(pixels), extractor.n_bands))
+    for start in range(0, len(pixels), chunk):
+        means[start:start + chunk] = extractor(pixels[start:start + chunk]).mean(
+            axis=(1, 2), dtype=np.float64)
+    return means
+
+
 def ledoit_wolf_covariance(x):
     """The covariance of the rows of ``x`` [n, F] shrunk towards a multiple of the
     identity by Ledoit and Wolf's estimate of the best shrinkage (2004)."""
@@ -86,6 +98,28 @@ class ShrinkageLDA:
         had no training pixels)."""
         scores = np.asarray(features, np.float64) @ self.coef.T + self.intercept
         return scores - _log_sum_exp(scores)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpectralPrior:
+    """A run's spectral prior: its ``lda`` (a :class:`ShrinkageLDA` of its training
+    pixels' patch-mean spectra) and the ``weight`` of the network's probabilities in
+    their fusion (``--spectral_prior``; 1 would be the network alone)."""
+
+    lda: ShrinkageLDA
+    weight: float
+
+    @classmethod
+    def fit(cls, extractor, pixels, class_ids, n_classes, weight):
+        """Fitted on the patch means of ``pixels`` (flat indices, 0-based ``class_ids``)
+        cut by ``extractor`` (the scaled cube with all its bands)."""
+        return cls(ShrinkageLDA.fit(patch_means(extractor, pixels), class_ids, n_classes),
+                   weight)
+
+    def fused(self, probabilities, means):
+        """``probabilities`` [n, K] of pixels whose patch means are ``means`` [n, bands],
+        fused with the prior's (:func:`fuse`)."""
+        return fuse(probabilities, self.lda.log_probabilities(means), self.weight)
 
 
 def fuse(probabilities, prior_log_probabilities, weight):

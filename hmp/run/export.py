@@ -68,24 +68,45 @@ def without_hmp_gradients(graph_def):
     return graph_def
 
 
-def _preprocess(patches, preprocessor):
-    """The run's brightness normalisation, band scaling and PCA on raw patches, in float64
-    as in hmp.data."""
+def _scaled(patches, preprocessor):
+    """The run's brightness normalisation and band scaling on raw patches (all bands),
+    in float64 as in hmp.data."""
     x = tf.cast(patches, tf.float64)
     if preprocessor.brightness_norm is not None:
         x = x / tf.maximum(tf.reduce_mean(x, axis=-1, keepdims=True),
                            preprocessor.brightness_norm.floor)
     if preprocessor.scaler is not None:
         x = (x - preprocessor.scaler.offset) / preprocessor.scaler.scale
+    return x
+
+
+def _preprocess(patches, preprocessor):
+    """The run's brightness normalisation, band scaling and PCA on raw patches, in float64
+    as in hmp.data."""
+    x = _scaled(patches, preprocessor)
     if preprocessor.pca is not None:
         x = tf.tensordot(x - preprocessor.pca.mean, preprocessor.pca.components, 1)
     return tf.cast(x, tf.float32)
 
 
+def _fused(probabilities, patches, run):
+    """``probabilities`` [N, K] of the raw ``patches`` fused with ``run``'s spectral prior,
+    as ``hmp.evaluation.spectral_prior.SpectralPrior.fused`` fuses them: its LDA on each
+    patch's mean scaled spectrum."""
+    prior = run.prior
+    means = tf.reduce_mean(_scaled(patches, run.preprocessor), axis=[1, 2])
+    scores = tf.matmul(means, prior.lda.coef, transpose_b=True) + prior.lda.intercept
+    fused = (1 - prior.weight) * tf.nn.log_softmax(scores)
+    if prior.weight > 0:
+        fused += prior.weight * tf.math.log(tf.cast(probabilities, tf.float64))
+    return tf.cast(tf.nn.softmax(fused), tf.float32)
+
+
 def export_saved_model(run, path, chunk=CHUNK, tta=False):
     """Writes ``run``'s model as a SavedModel in folder ``path``, beside any other files
     there, replacing an earlier SavedModel's entries (``ENTRIES``) only once the new one is
-    whole; with ``tta``, its ``probabilities`` average the patches' 8 symmetries. Returns
+    whole; with ``tta``, its ``probabilities`` average the patches' 8 symmetries (then
+    fused with the run's spectral prior, when it has one; ``logits`` are the network's). Returns
     whether it replaced an earlier SavedModel; raises InvalidInput, writing nothing, when
     ``path`` holds some of ``ENTRIES`` without one (``replaces``)."""
     replaced = replaces(path)
@@ -113,6 +134,8 @@ def export_saved_model(run, path, chunk=CHUNK, tta=False):
         logits = tf.reshape(tf.reshape(logits, [-1, config.n_classes])[:n],
                             [variants, -1, config.n_classes])
         probabilities = tf.reduce_mean(tf.nn.softmax(logits), axis=0)
+        if run.prior is not None:
+            probabilities = _fused(probabilities, patches, run)
         with tf.Session(graph=graph) as session, \
                 files.replacing_entries(path, ENTRIES) as temporary:
             builder = tf.saved_model.Builder(temporary)

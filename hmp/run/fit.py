@@ -83,9 +83,11 @@ class Fitted:
                 check_window(smoothing)
         tta, window = run.classifying(tta, smoothing)
         guide = run.guide_for(window, smoothing_guide)
-        prepared, nodata = run.prepare(np.asarray(cube, np.float32))
+        cube = np.asarray(cube, np.float32)
+        prepared, nodata = run.prepare(cube)
         probabilities = inference.classify(run, prepared, devices, batch_size,
-                                           session_config_for(devices), tta=tta)
+                                           session_config_for(devices), tta=tta,
+                                           scaled=None if run.prior is None else run.scaled(cube))
         return smooth(probabilities, window, ~nodata,
                       None if guide is None else guide.image(prepared))
 

@@ -1,5 +1,5 @@
-"""A run's fitted preprocessing (brightness, band scaling, PCA; the smoothing's guide) in
-``preprocessing.npz`` of its folder.
+"""A run's fitted preprocessing (brightness, band scaling, PCA; the smoothing's guide; the
+spectral prior, ``--spectral_prior``) in ``preprocessing.npz`` of its folder.
 
 The statistics come from the run's training pixels; a trained model only
 makes sense on a cube transformed by exactly these, so ``hmp.predict`` reads
@@ -16,17 +16,22 @@ import numpy as np
 from hmp import files
 from hmp.data import Guide, Preprocessor
 from hmp.errors import InvalidInput
+from hmp.evaluation.spectral_prior import ShrinkageLDA, SpectralPrior
 
 FILE_NAME = "preprocessing.npz"
-# The arrays ``save`` writes together, all or none: band scaling, PCA, the guide.
+# The arrays ``save`` writes together, all or none: band scaling, PCA, the guide, the
+# spectral prior.
 TOGETHER = (("scaling", "offset", "scale"), ("pca_components", "pca_mean"),
-            ("guide_direction", "guide_mean", "guide_range"))
+            ("guide_direction", "guide_mean", "guide_range"),
+            ("prior_coef", "prior_intercept", "prior_weight"))
 
 
-def save(model_dir, preprocessor, wavelengths=(), guide=None, wavelength_units=None):
+def save(model_dir, preprocessor, wavelengths=(), guide=None, wavelength_units=None,
+         prior=None):
     """Writes ``preprocessor``'s statistics, the scene's band ``wavelengths`` (if any, in
-    ``wavelength_units`` if its file named them) and
-    the smoothing's ``guide`` (an ``hmp.data.Guide``, if any) to
+    ``wavelength_units`` if its file named them),
+    the smoothing's ``guide`` (an ``hmp.data.Guide``, if any) and the ``prior`` (an
+    ``hmp.evaluation.spectral_prior.SpectralPrior``, if any) to
     ``model_dir``/preprocessing.npz, atomically. A run's preprocessing scales its bands,
     reduces them, or both (``load`` refuses a file of neither)."""
     if preprocessor.scaler is None and preprocessor.pca is None:
@@ -37,6 +42,9 @@ def save(model_dir, preprocessor, wavelengths=(), guide=None, wavelength_units=N
     if guide is not None:
         arrays.update(guide_mean=guide.mean, guide_direction=guide.direction,
                       guide_range=np.array([guide.low, guide.span]))
+    if prior is not None:
+        arrays.update(prior_coef=prior.lda.coef, prior_intercept=prior.lda.intercept,
+                      prior_weight=np.array(prior.weight))
     if preprocessor.brightness_norm is not None:
         arrays.update(brightness_floor=np.array(preprocessor.brightness_norm.floor))
     if preprocessor.scaler is not None:
@@ -73,11 +81,12 @@ def _arrays(model_dir):
 
 
 class SavedPreprocessing(collections.namedtuple(
-        "SavedPreprocessing", "preprocessor guide wavelengths wavelength_units")):
+        "SavedPreprocessing", "preprocessor guide wavelengths wavelength_units prior")):
     """What a run's ``preprocessing.npz`` holds: the fitted :class:`hmp.data.Preprocessor`,
     the smoothing's guide (an ``hmp.data.Guide``; None for a run from before the guided
     smoothing), the band wavelengths of its training scene (() when its file named
-    none) and their units (None when it named none)."""
+    none), their units (None when it named none) and its spectral prior (an
+    ``hmp.evaluation.spectral_prior.SpectralPrior``; None for a run without one)."""
 
 
 def read(model_dir):
@@ -87,7 +96,10 @@ def read(model_dir):
              if "guide_direction" in arrays else None)
     wavelengths = tuple(arrays["wavelengths"].tolist()) if "wavelengths" in arrays else ()
     units = str(arrays["wavelength_units"]) if "wavelength_units" in arrays else None
-    return SavedPreprocessing(_preprocessor(arrays), guide, wavelengths, units)
+    prior = (SpectralPrior(ShrinkageLDA(arrays["prior_coef"], arrays["prior_intercept"]),
+                           float(arrays["prior_weight"]))
+             if "prior_coef" in arrays else None)
+    return SavedPreprocessing(_preprocessor(arrays), guide, wavelengths, units, prior)
 
 
 def load(model_dir):

@@ -29,6 +29,7 @@ from hmp.data.raster import ArrayRaster, check_wavelengths
 from hmp.data.tiles import padded_tile, tile_rows, tile_shape
 from hmp.errors import InvalidInput, op_error_line
 from hmp.evaluation.smoothing import check_window, context
+from hmp.evaluation.spectral_prior import window_means
 from hmp.graph.augment import symmetry_probabilities
 from hmp.graph.graph import build_logits_graph
 from hmp.graph.graph_config import ModelConfig, Placement
@@ -84,6 +85,7 @@ class TrainedRun:
     # the folder it was trained in (its relative paths are from there); None: from before
     working_dir: str = None
     wavelength_units: str = None   # the units of ``wavelengths``, when its file named them
+    prior: object = None   # its hmp.evaluation.spectral_prior.SpectralPrior; None: none
 
     @classmethod
     def open(cls, model_dir, get_model):
@@ -117,7 +119,8 @@ class TrainedRun:
         return cls(model_dir, results["flags"], list(results["test"]["per_class_accuracy"]),
                    saved.preprocessor, checkpoint, get_model(results["flags"]["model"]),
                    saved.wavelengths, smoothed_over(results), smoothed_guided(results),
-                   saved.guide, results.get("working_dir"), saved.wavelength_units)
+                   saved.guide, results.get("working_dir"), saved.wavelength_units,
+                   saved.prior)
 
     def classifying(self, tta=None, smoothing=None):
         """(TTA on or off, the smoothing window) of a prediction: the run's own, or those
@@ -192,6 +195,30 @@ class TrainedRun:
         prepared = self.preprocessor.transform(cube)
         prepared[nodata] = 0.0
         return prepared, nodata
+
+    def scaled(self, cube):
+        """The scaled cube with all its bands (before the PCA, no-data pixels 0, as
+        ``hmp.run.experiment.Experiment.all_bands``): what the spectral prior reads."""
+        scaled = self.preprocessor.scale(cube)
+        scaled[experiment.nodata_mask(cube)] = 0.0
+        return scaled
+
+    def prepare_with_scaled(self, cube):
+        """``prepare`` with :meth:`scaled` after the model's bands (one array, so that a
+        tile pads both alike: ``classify_tiles``)."""
+        prepared, nodata = self.prepare(cube)
+        return np.concatenate([prepared, self.scaled(cube)], axis=-1), nodata
+
+    def fused(self, probabilities, scaled_padded):
+        """``probabilities`` [rows, cols, K] of the pixels whose patches the padded scaled
+        cube ``scaled_padded`` (:meth:`scaled`, padded by the patch radius) holds, fused
+        with the run's spectral prior (as they are without one)."""
+        if self.prior is None:
+            return probabilities
+        rows, cols, classes = probabilities.shape
+        means = window_means(scaled_padded, self.model_config.patch)[:rows, :cols]
+        return self.prior.fused(probabilities.reshape(-1, classes),
+                                means.reshape(rows * cols, -1)).reshape(rows, cols, classes)
 
 
 def open_cube(config):
@@ -319,10 +346,13 @@ class Classifier:
         return probabilities.reshape(rows, cols, -1)
 
 
-def classify(run, cube, devices, batch_size, session_config=None, progress=None, tta=False):
+def classify(run, cube, devices, batch_size, session_config=None, progress=None, tta=False,
+             scaled=None):
     """Class probabilities (float32 [H, W, classes]) of every pixel of the model's input
     ``cube`` (``TrainedRun.prepare_scene``), by ``run``'s model on ``devices``, the whole scene in
-    one graph; with ``tta``, their mean over the 8 symmetries of each patch.
+    one graph; with ``tta``, their mean over the 8 symmetries of each patch; with the
+    scene's ``scaled`` cube (``TrainedRun.scaled``), fused with the run's spectral prior
+    (None: the network's alone).
 
     ``progress`` receives a text after every batch and None at the end.
     """
@@ -333,7 +363,9 @@ def classify(run, cube, devices, batch_size, session_config=None, progress=None,
             PatchExtractor(cube, run.model_config.patch).padded,
             progress=lambda done: progress("classifying  %s" % _progress(done, pixels, started)))
     progress(None)
-    return probabilities
+    if scaled is None:
+        return probabilities
+    return run.fused(probabilities, PatchExtractor(scaled, run.model_config.patch).padded)
 
 
 def _progress(done, pixels, started):
@@ -360,6 +392,10 @@ WINDOW_BYTES_PER_MODEL_BAND = 24
 # rows, 81 for blocks of 20 rows and 134 for blocks of 7, where the estimate with the
 # context's rows gives 52, 83 and 141: docs/benchmarks.md, "Prediction memory").
 RESULT_BYTES_PER_CLASS = 4
+# A run with a spectral prior also holds, per band of the file, the scaled cube, its copy
+# beside the model's input and that padded (float32), and the padded window's float64
+# copy and its filtered means: an estimate from the arrays, not measured.
+PRIOR_BYTES_PER_INPUT_BAND = 28
 SMOOTHING_BYTES_PER_CLASS = 20
 GUIDED_SMOOTHING_BYTES_PER_CLASS = 48
 RESULT_BYTES_PER_PIXEL = 17
@@ -372,9 +408,10 @@ def tiling(run, raster, memory_bytes, window=1, guide=None):
     shape is the first tile's."""
     bands_in = fitted_preprocessing.input_bands(run.preprocessor)
     bands_out = fitted_preprocessing.output_bands(run.preprocessor)
+    per_input_band = WINDOW_BYTES_PER_INPUT_BAND + (
+        0 if run.prior is None else PRIOR_BYTES_PER_INPUT_BAND)
     shape = tile_shape(memory_bytes, raster.shape[:2], run.model_config.patch // 2,
-                       WINDOW_BYTES_PER_INPUT_BAND * bands_in
-                       + WINDOW_BYTES_PER_MODEL_BAND * bands_out,
+                       per_input_band * bands_in + WINDOW_BYTES_PER_MODEL_BAND * bands_out,
                        (RESULT_BYTES_PER_CLASS + _smoothing_bytes(window, guide))
                        * len(run.class_names) + RESULT_BYTES_PER_PIXEL,
                        held_rows=2 * context(window, guide is not None))
@@ -395,12 +432,15 @@ def classify_tiles(run, raster, rows_of_tiles, model, progress=None, guide=None)
     [rows, W] and ``guide``'s image of them (an ``hmp.data.Guide``'s, [rows, W]; None
     without one): ``raster`` (an ``hmp.data.raster.Raster``) classified by ``model`` (a
     :class:`Classifier` of the tiles' shape) a tile at a time, each read with the patch
-    radius around it. The probabilities equal :func:`classify`'s of the whole scene.
+    radius around it, and fused with the run's spectral prior when it has one (each
+    tile's patch means from that window). The probabilities equal :func:`classify`'s of
+    the whole scene (given its scaled cube).
 
     ``progress`` receives a text after every batch and None at the end.
     """
     progress = progress or (lambda text: None)
     margin = run.model_config.patch // 2
+    bands = run.model_config.bands
     height, width = raster.shape[:2]
     count = sum(len(row) for row in rows_of_tiles)
     done, pixels_done, started = 0, 0, time.perf_counter()
@@ -413,7 +453,10 @@ def classify_tiles(run, raster, rows_of_tiles, model, progress=None, guide=None)
                                                          np.float32)
             for tile in row:
                 done += 1
-                padded, nodata[:, tile.cols] = padded_tile(raster, tile, margin, run.prepare)
+                padded, nodata[:, tile.cols] = padded_tile(
+                    raster, tile, margin,
+                    run.prepare if run.prior is None else run.prepare_with_scaled)
+                padded, scaled = padded[..., :bands], padded[..., bands:]
                 if image is not None:
                     image[:, tile.cols] = guide.image(
                         padded[margin:margin + tile.shape[0], margin:margin + tile.shape[1]])
@@ -422,7 +465,8 @@ def classify_tiles(run, raster, rows_of_tiles, model, progress=None, guide=None)
                     progress("tile %d/%d  %s" % (done, count, _progress(
                         pixels_done + pixels, height * width, started)))
 
-                probabilities[:, tile.cols] = model.probabilities(padded, tile.shape, say)
+                probabilities[:, tile.cols] = run.fused(
+                    model.probabilities(padded, tile.shape, say), scaled)
                 pixels_done += tile.shape[0] * tile.shape[1]
             yield rows, probabilities, nodata, image
     finally:

@@ -14,6 +14,7 @@ import numpy as np
 
 from hmp.evaluation import maps, report, smoothing
 from hmp.evaluation.metrics import evaluate
+from hmp.evaluation.spectral_prior import patch_means
 from hmp.run import events
 from hmp.run.experiment import nodata_mask
 from hmp.run.trainer import Stopped
@@ -32,12 +33,17 @@ class Classified:
     guide_image: np.ndarray = None
 
     @classmethod
-    def of(cls, exp, pixels, variants, guided=False):
+    def of(cls, exp, pixels, variants, guided=False, prior=None):
         """The maps of ``exp``'s scene from ``variants`` [variants, pixels, K], the class
-        probabilities of its ``pixels`` (flat indices), smoothed with ``exp``'s guide if
-        ``guided``."""
+        probabilities of its ``pixels`` (flat indices), fused with ``prior`` (an
+        ``hmp.evaluation.spectral_prior.SpectralPrior``, or None) after their mean, and
+        smoothed with ``exp``'s guide if ``guided``."""
         maps = np.zeros((2, exp.scene.labels.size, exp.n_classes), np.float32)
-        maps[:, pixels] = variants.mean(axis=0), variants[0]
+        mean, as_is = variants.mean(axis=0), variants[0]
+        if prior is not None:
+            means = patch_means(exp.all_bands, pixels)
+            mean, as_is = prior.fused(mean, means), prior.fused(as_is, means)
+        maps[:, pixels] = mean, as_is
         valid = np.zeros(exp.scene.labels.size, bool)
         valid[pixels] = True
         shape = exp.scene.labels.shape
@@ -71,11 +77,11 @@ class Classified:
                                        self.guide_image)
 
 
-def classify(trainer, best, exp, tta, window, guided):
+def classify(trainer, best, exp, tta, window, guided, prior=None):
     """(:class:`Classified` of ``exp``'s labelled pixels and those within the smoothing's
     context of them (``window``'s, None: the largest window's; twice the radius if
-    ``guided``) by the best weights, the step training ended at): restores ``best``'s
-    checkpoint into ``trainer`` when there is one."""
+    ``guided``) by the best weights, fused with ``prior`` (None: none), the step training
+    ended at): restores ``best``'s checkpoint into ``trainer`` when there is one."""
     step = trainer.step
     if best.path is not None:
         print("the weights of epoch %d (best validation accuracy %.3f) classify"
@@ -83,16 +89,18 @@ def classify(trainer, best, exp, tta, window, guided):
         trainer.restore(best.path)
     reach = smoothing.context(window or max(smoothing.WINDOWS), guided)
     pixels = smoothing.neighbourhood(exp.labelled.indices, exp.scene.labels.shape, reach)
-    print("classifying the %d labelled pixels (%d test pixels)%s%s ..."
+    print("classifying the %d labelled pixels (%d test pixels)%s%s%s ..."
           % (len(exp.labelled), len(exp.test),
              " and the %d others within %d of them (--smoothing)"
              % (len(pixels) - len(exp.labelled), reach) if reach else "",
-             ", each in the 8 symmetries of the square (--tta)" if tta else ""), flush=True)
+             ", each in the 8 symmetries of the square (--tta)" if tta else "",
+             ", fused with the spectral prior (--spectral_prior=%g)" % prior.weight
+             if prior is not None else ""), flush=True)
     try:
         probabilities = trainer.probabilities(pixels, tta)
     except Stopped:   # it names the restored weights' step: training ended at ``step``
         raise Stopped(step // trainer.steps_per_epoch, step, classifying=True) from None
-    return Classified.of(exp, pixels, probabilities, guided), step
+    return Classified.of(exp, pixels, probabilities, guided, prior), step
 
 
 def scores(exp, classified, leakage, tta, window):

@@ -19,6 +19,7 @@ import time
 from hmp import cli, files
 from hmp.errors import InvalidInput
 from hmp.evaluation import report
+from hmp.evaluation.spectral_prior import SpectralPrior
 from hmp.graph import scene_input
 from hmp.graph.from_graph import model_spec, model_width
 from hmp.graph.graph import TrainingGraph
@@ -117,6 +118,7 @@ def train_seed(shared, model_dir, seed, replaced=()):
                                settings.model.precision,
                                model=shared.get_model(settings.model.name))
     recipe = training_recipe(settings, exp)
+    prior = _spectral_prior(settings, exp)
     with settings.blame("model", "patch_size", "width"):
         spec = model_spec(model_config)
     caps, cube = _check_fits(shared, exp, model_config, recipe, spec)
@@ -132,7 +134,7 @@ def train_seed(shared, model_dir, seed, replaced=()):
     plan, fastest, runner_up = _plan(shared, spec, model_config, caps, model_dir, recipe,
                                      first_epoch, record.trial)
     # the input is good: now the folder is made (an old run deleted with --overwrite)
-    _make_folder(given, model_dir, data_config, exp, replaced)
+    _make_folder(given, model_dir, data_config, exp, replaced, prior)
     print(plan.explain(), flush=True)
     trainers = Trainers(shared, model_config, exp, recipe, model_dir, seed,
                         ProgressLine(log_every=folder.log_every), cube)
@@ -145,7 +147,7 @@ def train_seed(shared, model_dir, seed, replaced=()):
     window = settings.smoothing_window()   # None: chosen on the validation pixels
     classified, step = _train_and_classify(
         loop, first_epoch, exp, recipe, settings.recipe.tta, window,
-        settings.recipe.smoothing_guide, shared.signals,
+        settings.recipe.smoothing_guide, prior, shared.signals,
         run_folder.resume_flags(settings.model_dir))
     try:
         predicted_map, scored, paired, smoothed = scoring.scores(
@@ -263,16 +265,28 @@ def _check_fits(shared, exp, model_config, recipe, spec):
     return beside_cube(caps, cube), cube
 
 
-def _make_folder(settings, model_dir, data_config, exp, replaced):
+def _spectral_prior(settings, exp):
+    """The run's spectral prior (``--spectral_prior`` below 1: an
+    ``hmp.evaluation.spectral_prior.SpectralPrior`` fitted on the training pixels'
+    patch-mean spectra, all bands as scaled), or None."""
+    weight = settings.recipe.spectral_prior
+    if weight == 1:
+        return None
+    return SpectralPrior.fit(exp.all_bands, exp.train.indices, exp.train.class_ids,
+                             exp.n_classes, weight)
+
+
+def _make_folder(settings, model_dir, data_config, exp, replaced, prior):
     """The seed's folder made (emptied with --overwrite), with what hmp.predict and
     scripts/baselines.py read back: the data (data.json, the split), the fitted
-    preprocessing, and this invocation's flags (a resume's replace the earlier ones: the
-    data and graph flags are the same, checked; its --model_dir, --epochs or devices may
-    be new, and the flag file continues the run as it goes on now)."""
+    preprocessing (``prior`` beside it), and this invocation's flags (a resume's replace
+    the earlier ones: the data and graph flags are the same, checked; its --model_dir,
+    --epochs or devices may be new, and the flag file continues the run as it goes on
+    now)."""
     run_folder.prepare_model_dir(model_dir, settings.folder.overwrite, replaced)
     experiment.save(model_dir, data_config, exp.split)
     fitted_preprocessing.save(model_dir, exp.preprocessor, exp.scene.raster.wavelengths,
-                             exp.guide, exp.scene.raster.wavelength_units)
+                             exp.guide, exp.scene.raster.wavelength_units, prior)
     run_folder.save_flags(settings.model_dir, settings.flag_lines())
 
 
@@ -300,7 +314,7 @@ def _plan(shared, spec, model_config, caps, model_dir, recipe, first_epoch, reco
                            first_epoch, recorded_trial)
 
 
-def _train_and_classify(loop, first_epoch, exp, recipe, tta, window, guided, signals,
+def _train_and_classify(loop, first_epoch, exp, recipe, tta, window, guided, prior, signals,
                         resume_flags):
     """(``hmp.run.scoring.Classified``, the step training ended at) after
     ``loop``'s epochs from ``first_epoch``. A signal: every trainer closed and
@@ -312,7 +326,7 @@ def _train_and_classify(loop, first_epoch, exp, recipe, tta, window, guided, sig
         warning = stats and stats.fit_warning(recipe.augmentation)
         if warning:
             print(warning, flush=True)
-        return scoring.classify(loop.trainer, loop.best, exp, tta, window, guided)
+        return scoring.classify(loop.trainer, loop.best, exp, tta, window, guided, prior)
     except Stopped as stopped:
         loop.close_all()
         where = ("while classifying (training had finished at step %d)" % stopped.step

@@ -76,6 +76,9 @@ class RecipeSettings:
     smoothing: str = str(DEFAULT_WINDOW)   # a window side (1: none), or auto
     smoothing_guide: bool = True   # the guided filter (False: the window's mean)
     class_balanced: str = "sqrt"   # hmp.run.training_recipe.CLASS_BALANCING
+    # the network's weight fused with the spectral prior (hmp.evaluation.spectral_prior);
+    # 1: the network alone
+    spectral_prior: float = 1.0
 
     def epochs_within(self, steps_per_epoch):
         """The epochs a run of ``steps_per_epoch`` steps an epoch trains: ``epochs``, or
@@ -217,7 +220,7 @@ FLAG_FIELDS = {
     **{name: ("recipe", name) for name in (
         "patience", "schedule", "warmup_epochs", "weight_decay", "augment", "brightness",
         "noise", "spectral_shift", "spectral_gain", "pca_in_graph", "tta",
-        "smoothing", "smoothing_guide", "class_balanced")},
+        "smoothing", "smoothing_guide", "class_balanced", "spectral_prior")},
     **{name: ("folder", name) for name in ("model_dir", "resume", "overwrite",
                                            "checkpoint_every")},
     **{name: ("placement", name) for name in (
@@ -378,6 +381,9 @@ class Settings:
                 raise cli.UsageError("--%s=%g: must be a number >= 0" % (name, value))
         if self.recipe.brightness >= 1:
             raise cli.UsageError("--brightness=%g: must be below 1" % self.recipe.brightness)
+        if not 0 <= self.recipe.spectral_prior <= 1:   # nan too
+            raise cli.UsageError("--spectral_prior=%g: give a weight from 0 to 1 (1: the "
+                                 "network alone)" % self.recipe.spectral_prior)
         with self.blame("cluster_timeout"):   # also when no cluster uses them, as any value
             check_timeout(self.placement.cluster_timeout)
         with self.blame("port_base"):

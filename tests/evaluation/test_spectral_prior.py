@@ -9,7 +9,7 @@ from scipy import stats
 
 from hmp.data.patches import PatchExtractor
 from hmp.evaluation.spectral_prior import (ShrinkageLDA, fuse, ledoit_wolf_covariance,
-                                           window_means)
+                                           patch_means, window_means)
 
 N_CLASSES = 5
 COUNTS = (40, 2, 17, 0, 60)   # a class of 2 pixels, one of none
@@ -82,15 +82,20 @@ def test_the_lda_is_scikit_learns_shrinkage_lda():
                                atol=1e-10)
 
 
-def test_window_means_are_the_means_of_the_patches():
+def test_window_and_patch_means_are_the_means_of_the_patches():
+    """Of a padded cube's every pixel, and of given pixels cut a chunk at a time."""
     rng = np.random.default_rng(2)
     cube = rng.normal(size=(7, 6, 3)).astype(np.float32)
     extractor = PatchExtractor(cube, 5)
     means = window_means(extractor.padded, 5)
     assert means.shape == (7, 6, 3)
     pixels = np.arange(42)
-    np.testing.assert_allclose(means.reshape(42, 3),
-                               extractor(pixels).mean(axis=(1, 2)), atol=1e-6)
+    expected = extractor(pixels).mean(axis=(1, 2))
+    np.testing.assert_allclose(means.reshape(42, 3), expected, atol=1e-6)
+    some = np.array([41, 0, 17, 17, 5])
+    found = patch_means(extractor, some, chunk=2)
+    assert found.shape == (5, 3) and found.dtype == np.float64
+    np.testing.assert_allclose(found, expected[some], atol=1e-6)
 
 
 def test_fuse_is_the_normalised_weighted_geometric_mean():
