@@ -5,7 +5,8 @@ of the scene's raw values (any N; the run's band scaling and PCA are part of
 the model) and returns ``logits``, float32 [N, classes], of the patches as
 given, and ``probabilities``, float32 [N, classes]: their softmax or, exported
 with ``tta``, the mean softmax of the patches' 8 symmetries of the square (what
-``hmp.predict --tta`` computes). Class k+1 of the label map is column k. The
+``hmp.predict --tta`` computes), fused with the run's spectral prior when it has
+one (``--spectral_prior``: a shrinkage LDA on each patch's mean scaled spectrum). Class k+1 of the label map is column k. The
 model is the one-device lowering of the run's Mesh-TF graph for a fixed chunk
 of patches, with its weights frozen to constants; the signature pads the
 patches (all symmetries of them with ``tta``) to whole chunks and maps over them.
@@ -99,14 +100,18 @@ def _fused(probabilities, patches, run):
     fused = (1 - prior.weight) * tf.nn.log_softmax(scores)
     if prior.weight > 0:
         fused += prior.weight * tf.math.log(tf.cast(probabilities, tf.float64))
-    return tf.cast(tf.nn.softmax(fused), tf.float32)
+    possible = tf.math.is_finite(tf.reduce_max(fused, axis=1, keepdims=True))
+    # a patch whose every class the network or the prior rules out keeps the network's
+    return tf.where_v2(possible, tf.cast(tf.nn.softmax(tf.where_v2(possible, fused, 0.0)),
+                                         tf.float32), probabilities)
 
 
 def export_saved_model(run, path, chunk=CHUNK, tta=False):
     """Writes ``run``'s model as a SavedModel in folder ``path``, beside any other files
     there, replacing an earlier SavedModel's entries (``ENTRIES``) only once the new one is
-    whole; with ``tta``, its ``probabilities`` average the patches' 8 symmetries (then
-    fused with the run's spectral prior, when it has one; ``logits`` are the network's). Returns
+    whole; with ``tta``, its ``probabilities`` average the patches' 8 symmetries; they are
+    fused with the run's spectral prior when it has one (``logits`` stay the network's,
+    of the patches as given). Returns
     whether it replaced an earlier SavedModel; raises InvalidInput, writing nothing, when
     ``path`` holds some of ``ENTRIES`` without one (``replaces``)."""
     replaced = replaces(path)

@@ -205,9 +205,14 @@ class TrainedRun:
 
     def prepare_with_scaled(self, cube):
         """``prepare`` with :meth:`scaled` after the model's bands (one array, so that a
-        tile pads both alike: ``classify_tiles``)."""
-        prepared, nodata = self.prepare(cube)
-        return np.concatenate([prepared, self.scaled(cube)], axis=-1), nodata
+        tile pads both alike: ``classify_tiles``), the cube scaled once."""
+        nodata = experiment.nodata_mask(cube)
+        scaled = self.preprocessor.scale(cube)
+        pca = self.preprocessor.pca
+        prepared = np.concatenate([scaled if pca is None else pca.transform(scaled), scaled],
+                                  axis=-1)
+        prepared[nodata] = 0.0
+        return prepared, nodata
 
     def fused(self, probabilities, scaled_padded):
         """``probabilities`` [rows, cols, K] of the pixels whose patches the padded scaled
@@ -216,7 +221,7 @@ class TrainedRun:
         if self.prior is None:
             return probabilities
         rows, cols, classes = probabilities.shape
-        means = window_means(scaled_padded, self.model_config.patch)[:rows, :cols]
+        means = window_means(scaled_padded, self.model_config.patch)
         return self.prior.fused(probabilities.reshape(-1, classes),
                                 means.reshape(rows * cols, -1)).reshape(rows, cols, classes)
 
@@ -394,8 +399,9 @@ WINDOW_BYTES_PER_MODEL_BAND = 24
 RESULT_BYTES_PER_CLASS = 4
 # A run with a spectral prior also holds, per band of the file, the scaled cube, its copy
 # beside the model's input and that padded (float32), and the padded window's float64
-# copy and its filtered means: an estimate from the arrays, not measured.
-PRIOR_BYTES_PER_INPUT_BAND = 28
+# copy, its filtered means and their flat copy: an estimate from the arrays, not measured
+# (the model's bands' copies in the joined arrays are within WINDOW_BYTES_PER_MODEL_BAND).
+PRIOR_BYTES_PER_INPUT_BAND = 36
 SMOOTHING_BYTES_PER_CLASS = 20
 GUIDED_SMOOTHING_BYTES_PER_CLASS = 48
 RESULT_BYTES_PER_PIXEL = 17

@@ -24,13 +24,15 @@ from hmp.run.trainer import Stopped
 class Classified:
     """Class-probability maps [H, W, K] of a scene, zeros but at the ``valid`` pixels
     ([H, W]: classified, with data): the ``mean`` over the patches' symmetries (TTA) and
-    the patches ``as_is``; the ``guide_image`` [H, W] they are smoothed with (None: the
-    window's mean)."""
+    the patches ``as_is``, each fused with the run's spectral prior when it has one, and
+    that mean as the ``network`` gave it (None without a prior); the ``guide_image``
+    [H, W] they are smoothed with (None: the window's mean)."""
 
     mean: np.ndarray
     as_is: np.ndarray
     valid: np.ndarray
     guide_image: np.ndarray = None
+    network: np.ndarray = None
 
     @classmethod
     def of(cls, exp, pixels, variants, guided=False, prior=None):
@@ -38,25 +40,28 @@ class Classified:
         probabilities of its ``pixels`` (flat indices), fused with ``prior`` (an
         ``hmp.evaluation.spectral_prior.SpectralPrior``, or None) after their mean, and
         smoothed with ``exp``'s guide if ``guided``."""
-        maps = np.zeros((2, exp.scene.labels.size, exp.n_classes), np.float32)
         mean, as_is = variants.mean(axis=0), variants[0]
+        fused = [mean, as_is]
         if prior is not None:
             means = patch_means(exp.all_bands, pixels)
-            mean, as_is = prior.fused(mean, means), prior.fused(as_is, means)
-        maps[:, pixels] = mean, as_is
+            fused = [prior.fused(mean, means), prior.fused(as_is, means), mean]
+        maps = np.zeros((len(fused), exp.scene.labels.size, exp.n_classes), np.float32)
+        maps[:, pixels] = fused
         valid = np.zeros(exp.scene.labels.size, bool)
         valid[pixels] = True
         shape = exp.scene.labels.shape
-        return cls(*maps.reshape(2, *shape, exp.n_classes),
-                   valid.reshape(shape) & ~nodata_mask(exp.scene.cube),
-                   exp.guide_image if guided else None)
+        maps = maps.reshape(len(fused), *shape, exp.n_classes)
+        return cls(maps[0], maps[1], valid.reshape(shape) & ~nodata_mask(exp.scene.cube),
+                   exp.guide_image if guided else None,
+                   maps[2] if prior is not None else None)
 
-    def smoothed(self, exp, window, as_is=False):
+    def smoothed(self, exp, window, as_is=False, network=False):
         """The labelled pixels' probabilities [labelled, K], the mean of the symmetries
-        (or the patches as they are) smoothed over ``window`` x ``window`` pixels; a test
-        pixel's smoothing reads no output at a pixel of the split's training share
-        (``smoothing.apart_from``: they would bring their labels into its score)."""
-        maps = self.as_is if as_is else self.mean
+        (or the patches as they are, or the ``network``'s mean before the prior) smoothed
+        over ``window`` x ``window`` pixels; a test pixel's smoothing reads no output at a
+        pixel of the split's training share (``smoothing.apart_from``: they would bring
+        their labels into its score)."""
+        maps = self.network if network else self.as_is if as_is else self.mean
         flat = smoothing.smooth(maps, window, self.valid, self.guide_image).reshape(
             -1, exp.n_classes)
         if window > 1:
@@ -107,8 +112,9 @@ def scores(exp, classified, leakage, tta, window):
     """The test pixels' scores from ``classified`` (their mean over the variants smoothed
     over ``window`` x ``window`` pixels, or the window chosen on the validation pixels
     for None: the class map), and those without the smoothing
-    ({"test_without_smoothing": ...}) and, with ``tta``, of the patches as they are
-    ({"test_without_tta": ...}); prints them. Returns (class map, scores, that dict,
+    ({"test_without_smoothing": ...}), with ``tta``, of the patches as they are
+    ({"test_without_tta": ...}) and, with a spectral prior, of the network alone
+    ({"test_without_prior": ...}); prints them. Returns (class map, scores, that dict,
     {"window": the window, "guided": whether guided, "validation_accuracy": {window:
     accuracy} when chosen})."""
     chosen = {}
@@ -126,7 +132,9 @@ def scores(exp, classified, leakage, tta, window):
     for name, flag, active, probabilities in (
             ("smoothing", "--smoothing=1", window > 1,
              lambda: classified.smoothed(exp, 1)),
-            ("tta", "--notta", tta, lambda: classified.smoothed(exp, window, as_is=True))):
+            ("tta", "--notta", tta, lambda: classified.smoothed(exp, window, as_is=True)),
+            ("prior", "--spectral_prior=1", classified.network is not None,
+             lambda: classified.smoothed(exp, window, network=True))):
         if active:
             _, plain = test_scores(exp, probabilities())
             print("without %s (%s): OA %.2f, AA %.2f, kappa %.4f"
@@ -140,7 +148,8 @@ def scores(exp, classified, leakage, tta, window):
 
 def training_fit(exp, classified):
     """The share of ``exp``'s training pixels that ``classified`` classifies right, the
-    patches as they are and unsmoothed: how well the scoring weights fit what they were
+    patches as they are and unsmoothed (fused with the spectral prior, when the run has
+    one): how well the scoring weights fit what they were
     trained on, without the augmentation and dropout that the epochs' training accuracy
     is measured under. Prints it."""
     probabilities = classified.as_is.reshape(-1, exp.n_classes)[exp.train.indices]

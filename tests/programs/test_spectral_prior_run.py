@@ -6,6 +6,7 @@ predict and the exported SavedModel fuse alike."""
 import json
 import re
 import shutil
+import types
 
 import numpy as np
 import pytest
@@ -15,9 +16,9 @@ import tensorflow.compat.v1 as tf
 import harness
 from cli_batch import HUNG_S, run_batch
 from conftest import TINY_RUN
-from hmp.data import PatchExtractor
+from hmp.data import PatchExtractor, Preprocessor
 from hmp.evaluation.metrics import evaluate
-from hmp.evaluation.spectral_prior import SpectralPrior, patch_means
+from hmp.evaluation.spectral_prior import ShrinkageLDA, SpectralPrior, patch_means
 from hmp.run import experiment, export, inference
 from hmp.run.fit import Fitted
 from models import get_model
@@ -71,6 +72,7 @@ def test_a_run_scores_its_test_pixels_fused_with_its_prior(run, network):
     np.testing.assert_array_equal(results["test"]["confusion_matrix"], expected)
     alone = evaluate(exp.test.class_ids, flat[test].argmax(axis=1), exp.n_classes).confusion
     assert not np.array_equal(alone, expected)
+    np.testing.assert_array_equal(results["test_without_prior"]["confusion_matrix"], alone)
 
 
 def test_predict_tile_by_tile_the_whole_scene_and_the_export_fuse_alike(run, network,
@@ -107,3 +109,23 @@ def test_predict_tile_by_tile_the_whole_scene_and_the_export_fuse_alike(run, net
     network_probabilities /= network_probabilities.sum(axis=1, keepdims=True)
     np.testing.assert_allclose(network_probabilities,
                                network.reshape(-1, exp.n_classes)[pixels], atol=1e-5)
+
+
+def test_the_export_fuses_as_numpy_where_the_network_and_the_prior_rule_out_classes():
+    """The SavedModel's fusion against ``SpectralPrior.fused``: a class without training
+    pixels (the prior's -inf), and a patch the network puts wholly on it (kept as the
+    network gave it, not NaN)."""
+    preprocessor = Preprocessor("standard", None)
+    preprocessor.scaler.offset, preprocessor.scaler.scale = np.zeros(2), np.full(2, 2.0)
+    prior = SpectralPrior(ShrinkageLDA(np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]]),
+                                       np.array([0.0, -np.inf, 0.1])), 0.5)
+    run = types.SimpleNamespace(preprocessor=preprocessor, prior=prior)
+    probabilities = np.array([[0.0, 1.0, 0.0], [0.2, 0.3, 0.5], [0.6, 0.1, 0.3]], np.float32)
+    patches = np.random.default_rng(0).normal(size=(3, 5, 5, 2)).astype(np.float32)
+    with tf.Graph().as_default(), tf.Session() as session:
+        exported = session.run(export._fused(tf.constant(probabilities), tf.constant(patches),
+                                             run))
+    expected = prior.fused(probabilities, patches.mean(axis=(1, 2), dtype=np.float64) / 2.0)
+    np.testing.assert_allclose(exported, expected, atol=1e-6)
+    np.testing.assert_array_equal(exported[0], probabilities[0])
+    assert np.all(exported[1:, 1] == 0)

@@ -283,6 +283,9 @@ BAD_FLAGS = {
     "--batch_size=100000": "--batch_size=100000: batch_size must be at most the 1444 "
                            "training pixels, got 100000",
     "--rebalance_threshold=nan": "--rebalance_threshold=nan: must be a number >= 0",
+    "--spectral_prior=2": "--spectral_prior=2: give a weight from 0 to 1 (1: the network "
+                          "alone)",
+    "--spectral_prior=nan": "--spectral_prior=nan: give a weight from 0 to 1",
     "--simulate_slowdown=/cpu:0=0": "--simulate_slowdown=/cpu:0=0: use DEVICE=FACTOR",
     "--model_dir=/proc/x": "--model_dir=/proc/x: not writable",
     "--epochs=abc": "--epochs=abc",
