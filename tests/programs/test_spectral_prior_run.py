@@ -15,7 +15,6 @@ import tensorflow.compat.v1 as tf
 
 import harness
 from cli_batch import HUNG_S, run_batch
-from conftest import TINY_RUN
 from hmp.data import PatchExtractor, Preprocessor
 from hmp.evaluation.metrics import evaluate
 from hmp.evaluation.spectral_prior import ShrinkageLDA, SpectralPrior, patch_means
@@ -24,16 +23,17 @@ from hmp.run.fit import Fitted
 from models import get_model
 
 WEIGHT = 0.5
+FLAGS = ["--model=spectral", "--width=4", "--patch_size=5", "--batch_size=64",
+         "--train_fraction=0.05", "--devices=/cpu:0", "--epochs=1", "--notta", "--smoothing=1"]
 SESSION = harness.session_config(rewrites=True)
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """(folder, results.json, its experiment as saved, its TrainedRun) of TINY_RUN with
-    --spectral_prior=0.5, unsmoothed (--smoothing=1)."""
+    """(folder, results.json, its experiment as saved, its TrainedRun) of a tiny run on one
+    device with --spectral_prior=0.5, unsmoothed (--smoothing=1)."""
     model_dir = tmp_path_factory.mktemp("prior") / "run"
-    done, = run_batch("hmp.train", [{"args": [*TINY_RUN, "--smoothing=1",
-                                              "--spectral_prior=%g" % WEIGHT,
+    done, = run_batch("hmp.train", [{"args": [*FLAGS, "--spectral_prior=%g" % WEIGHT,
                                               "--model_dir=%s" % model_dir]}],
                       timeout=HUNG_S)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -85,7 +85,7 @@ def test_predict_tile_by_tile_the_whole_scene_and_the_export_fuse_alike(run, net
                                  patch_means(exp.all_bands, np.arange(height * width)))
     np.testing.assert_allclose(whole.reshape(-1, exp.n_classes), expected, atol=1e-5)
     model_dir, results = run[0], run[1]   # and the Python API's predict (unsmoothed run)
-    np.testing.assert_allclose(Fitted(str(model_dir), results, get_model("cnn2d")).predict(
+    np.testing.assert_allclose(Fitted(str(model_dir), results, get_model("spectral")).predict(
         exp.scene.cube), whole, atol=1e-5)
     copy = tmp_path / "run"
     shutil.copytree(model_dir, copy)

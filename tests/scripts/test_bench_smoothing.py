@@ -34,19 +34,22 @@ def test_rows_score_each_window_as_the_run_scored_its_own(tiny_run, tmp_path):
     results = json.loads((copy / "results.json").read_text())
     script = "scripts/bench_smoothing.py"
     args = ["--model_dirs=%s" % copy, "--windows=5,1", "--prior_weights=1,0.5"]
-    # the bad flags: a process of its own each (its whole stderr, TensorFlow's start-up
-    # included, is under test), started beside the two calls, which share one interpreter
+    # the bad flag: a process of its own (its whole stderr, TensorFlow's start-up included,
+    # is under test), started beside the calls, which share one interpreter
     # (tests/cli_batch.py): one TensorFlow import, not two
     refusals = {"--windows=4": "--windows=4: give an odd number of pixels (1: no smoothing)",
                 "--prior_weights=1,2": "--prior_weights=1,2: give numbers from 0 to 1 (1: "
                                        "the network alone)"}
-    bad = [subprocess.Popen([sys.executable, script, *args[:1], flag],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-           for flag in refusals]
+    bad = [subprocess.Popen([sys.executable, script, *args[:1], "--windows=4"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
     try:
         jsons = [tmp_path / ("rows-%d.json" % call) for call in (1, 2)]
-        # the second call reads the probabilities the first kept
-        calls = run_batch(script, [{"args": [*args, "--json=%s" % json_]} for json_ in jsons])
+        # the second call reads the probabilities the first kept; the third's flag is bad
+        *calls, refused = run_batch(script, [
+            *({"args": [*args, "--json=%s" % json_]} for json_ in jsons),
+            {"args": [*args[:1], "--prior_weights=1,2"]}])
+        assert (refused.returncode, refused.stderr.strip()) == (
+            2, "bench_smoothing.py: error: " + refusals["--prior_weights=1,2"])
         for json_, done in zip(jsons, calls):
             assert done.returncode == 0, done.stderr[-2000:]
             rows = json.loads(json_.read_text())["rows"]
@@ -93,6 +96,6 @@ def test_rows_score_each_window_as_the_run_scored_its_own(tiny_run, tmp_path):
             if process.poll() is None:   # never left running after a failure
                 process.kill()
                 process.communicate()
-    for process, stderr, message in zip(bad, stderrs, refusals.values()):
+    for process, stderr, message in zip(bad, stderrs, [refusals["--windows=4"]]):
         assert process.returncode == 2
         assert stderr.strip() == "bench_smoothing.py: error: " + message
