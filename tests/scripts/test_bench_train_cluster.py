@@ -1,7 +1,10 @@
-"""scripts/bench_train_cluster.py: the hmp.train commands of its runs, its figures from
-given epoch times and histories, and the flags it refuses (the runs themselves take
-minutes; docs/benchmarks.md, "The split step at the default batch"). In a process of its
-own: its --epochs is hmp.train's too, which the test session may import."""
+"""scripts/bench_train_cluster.py: the hmp.train commands of its runs, the arithmetic of
+its summary and table on made-up numbers, and the flags it refuses. Nothing here runs
+or times training: the speeds are measured by the script itself (docs/benchmarks.md,
+"The split step at the default batch"). In a process of its own: its --epochs is
+hmp.train's too, which the test session may import."""
+
+import statistics
 
 import pytest
 
@@ -26,9 +29,12 @@ for given in (["--width=4", "--batch_norm=sync"], ["--epochs=6"], ["--pairs=0"])
             bench.main(["bench_train_cluster"])
         except bench.cli.UsageError as refused:
             found[" ".join(given)] = str(refused)
-# epochs ended at 10, 13, 15, 16, 18, 19 s; 12 steps of 32 an epoch
-ended = dict(zip(range(1, 7), (10.0, 13.0, 15.0, 16.0, 18.0, 19.0)))
-history = [{"steps": 12, "samples_per_second": rate} for rate in (100, 150, 200, 300, 400, 600)]
+# made-up numbers, no clock: each epoch's end (1..6) and rate; 12 steps of 32 an epoch
+MADE_UP_ENDS = (10.0, 13.0, 15.0, 16.0, 18.0, 19.0)
+MADE_UP_RATES = (100, 150, 200, 300, 400, 600)
+found["made_up"] = {"ends": MADE_UP_ENDS, "rates": MADE_UP_RATES, "samples": 12 * 32}
+ended = dict(zip(range(1, 7), MADE_UP_ENDS))
+history = [{"steps": 12, "samples_per_second": rate} for rate in MADE_UP_RATES]
 task0 = "/job:worker/task:0/device:CPU:0"
 # priced alone at the batch of 32: 0.1 s and 0.3 s a step (320 and 106.7 samples/s); a
 # device that fits no batch alone has no step
@@ -62,14 +68,19 @@ def test_the_cluster_run_takes_every_default_and_the_other_task_0_alone(found):
                              "--model_dir=/r"]
 
 
-def test_figures_of_given_epoch_end_times_and_histories(found):
-    """summary/table arithmetic on made-up figures (CHECK's ``ended``, ``history``): no
-    time is measured here."""
+def test_summary_and_table_arithmetic_on_made_up_numbers(found):
+    """The summary's and table's formulas applied to CHECK's made-up epoch ends and rates
+    (``found["made_up"]``): the expected values are those formulas worked in the test;
+    no time is measured or compared."""
+    made_up = found["made_up"]
+    last_rates, ends = made_up["rates"][-3:], made_up["ends"]
     cluster, task0 = found["summaries"]
-    # epochs 4-6: 300, 400, 600 samples/s (harmonic mean 400); 3 x 384 samples in 19 - 15 s
+    # the last 3 epochs' harmonic mean (400); their samples over their ends' span (19 - 15);
     # the plan it ended on (the trial's device alone), the speeds of its first
-    assert cluster == {"hmp_samples_per_s": pytest.approx(400.0),
-                       "wall_samples_per_s": pytest.approx(3 * 384 / 4.0),
+    assert statistics.harmonic_mean(last_rates) == pytest.approx(400.0)
+    assert cluster == {"hmp_samples_per_s": pytest.approx(statistics.harmonic_mean(last_rates)),
+                       "wall_samples_per_s": pytest.approx(
+                           3 * made_up["samples"] / (ends[5] - ends[2])),
                        "plan": "batch:1 batch=[32]", "devices": 1,
                        "speeds": {"/job:worker/task:0/device:CPU:0": pytest.approx(320.0),
                                   "b": pytest.approx(320 / 3)}}
