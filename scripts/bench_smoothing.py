@@ -30,7 +30,7 @@ from absl import flags  # noqa: E402
 import models  # noqa: E402
 from hmp import files  # noqa: E402
 from hmp.evaluation.smoothing import WINDOWS, check_window, context, neighbourhood  # noqa: E402
-from hmp.evaluation.spectral_prior import SpectralPrior, fuse, window_means  # noqa: E402
+from hmp.evaluation.spectral_prior import ShrinkageLDA, fuse, window_means  # noqa: E402
 from hmp.run import experiment, scoring  # noqa: E402
 from hmp.run.inference import TrainedRun, classify  # noqa: E402
 
@@ -67,9 +67,9 @@ def prior_log_probabilities(exp):
     scene: the shrinkage LDA of the training pixels' patch-mean spectra (all bands,
     scaled as the run scaled them)."""
     means = window_means(exp.all_bands.padded, exp.all_bands.patch_size)
-    prior = SpectralPrior.fit(exp.all_bands, exp.train.indices, exp.train.class_ids,
-                              exp.n_classes, weight=0.0)   # (the weights: the rows')
-    return prior.lda.log_probabilities(means.reshape(exp.scene.labels.size, -1))
+    lda = ShrinkageLDA.of_patches(exp.all_bands, exp.train.indices, exp.train.class_ids,
+                                  exp.n_classes)
+    return lda.log_probabilities(means.reshape(exp.scene.labels.size, -1))
 
 
 def rows_of(model_dir, windows, tta, prior_weights=(1.0,)):

@@ -93,6 +93,12 @@ class ShrinkageLDA:
         intercept[present] = -0.5 * np.sum(means * discriminants, axis=1) + np.log(priors)
         return cls(coef, intercept)
 
+    @classmethod
+    def of_patches(cls, extractor, pixels, class_ids, n_classes):
+        """Fitted on the mean spectra of the patches of ``pixels`` (flat indices, 0-based
+        ``class_ids``) that ``extractor`` cuts: the spectral prior's LDA."""
+        return cls.fit(patch_means(extractor, pixels), class_ids, n_classes)
+
     def log_probabilities(self, features):
         """[n, K] log class probabilities of ``features`` [n, F] (-inf for a class that
         had no training pixels)."""
@@ -113,8 +119,7 @@ class SpectralPrior:
     def fit(cls, extractor, pixels, class_ids, n_classes, weight):
         """Fitted on the patch means of ``pixels`` (flat indices, 0-based ``class_ids``)
         cut by ``extractor`` (the scaled cube with all its bands)."""
-        return cls(ShrinkageLDA.fit(patch_means(extractor, pixels), class_ids, n_classes),
-                   weight)
+        return cls(ShrinkageLDA.of_patches(extractor, pixels, class_ids, n_classes), weight)
 
     def fused(self, probabilities, means):
         """``probabilities`` [n, K] of pixels whose patch means are ``means`` [n, bands],

@@ -83,11 +83,10 @@ class Fitted:
                 check_window(smoothing)
         tta, window = run.classifying(tta, smoothing)
         guide = run.guide_for(window, smoothing_guide)
-        cube = np.asarray(cube, np.float32)
-        prepared, nodata = run.prepare(cube)
+        prepared, scaled, nodata = run.prepare_and_scale(np.asarray(cube, np.float32))
         probabilities = inference.classify(run, prepared, devices, batch_size,
                                            session_config_for(devices), tta=tta,
-                                           scaled=None if run.prior is None else run.scaled(cube))
+                                           scaled=None if run.prior is None else scaled)
         return smooth(probabilities, window, ~nodata,
                       None if guide is None else guide.image(prepared))
 

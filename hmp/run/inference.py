@@ -191,32 +191,31 @@ class TrainedRun:
         """(the model's input, the no-data mask) of a cube or a window of one, pixel by
         pixel: no-data pixels (NaN or inf in the spectrum) set to 0, as in training
         (``hmp.run.experiment.prepare``)."""
-        nodata = experiment.nodata_mask(cube)
-        prepared = self.preprocessor.transform(cube)
-        prepared[nodata] = 0.0
+        prepared, _, nodata = self.prepare_and_scale(cube)
         return prepared, nodata
 
-    def scaled(self, cube):
-        """The scaled cube with all its bands (before the PCA, no-data pixels 0, as
-        ``hmp.run.experiment.Experiment.all_bands``): what the spectral prior reads."""
-        scaled = self.preprocessor.scale(cube)
-        scaled[experiment.nodata_mask(cube)] = 0.0
-        return scaled
-
-    def prepare_with_scaled(self, cube):
-        """``prepare`` with :meth:`scaled` after the model's bands (one array, so that a
-        tile pads both alike: ``classify_tiles``), the cube scaled once."""
+    def prepare_and_scale(self, cube):
+        """(the model's input, the scaled cube with all its bands, the no-data mask) of a
+        cube or a window of one, scaled once: ``prepare``'s input, and what the spectral
+        prior reads (before the PCA, no-data pixels 0, as
+        ``hmp.run.experiment.Experiment.all_bands``)."""
         nodata = experiment.nodata_mask(cube)
         scaled = self.preprocessor.scale(cube)
         pca = self.preprocessor.pca
-        prepared = np.concatenate([scaled if pca is None else pca.transform(scaled), scaled],
-                                  axis=-1)
-        prepared[nodata] = 0.0
-        return prepared, nodata
+        prepared = scaled if pca is None else pca.transform(scaled)   # (one array: no PCA)
+        prepared[nodata], scaled[nodata] = 0.0, 0.0
+        return prepared, scaled, nodata
+
+    def prepare_with_scaled(self, cube):
+        """``prepare`` with the scaled cube after the model's bands
+        (:meth:`prepare_and_scale`; one array, so that a tile pads both alike:
+        ``classify_tiles``)."""
+        prepared, scaled, nodata = self.prepare_and_scale(cube)
+        return np.concatenate([prepared, scaled], axis=-1), nodata
 
     def fused(self, probabilities, scaled_padded):
         """``probabilities`` [rows, cols, K] of the pixels whose patches the padded scaled
-        cube ``scaled_padded`` (:meth:`scaled`, padded by the patch radius) holds, fused
+        cube ``scaled_padded`` (:meth:`prepare_and_scale`'s, padded by the patch radius) holds, fused
         with the run's spectral prior (as they are without one)."""
         if self.prior is None:
             return probabilities
@@ -356,7 +355,7 @@ def classify(run, cube, devices, batch_size, session_config=None, progress=None,
     """Class probabilities (float32 [H, W, classes]) of every pixel of the model's input
     ``cube`` (``TrainedRun.prepare_scene``), by ``run``'s model on ``devices``, the whole scene in
     one graph; with ``tta``, their mean over the 8 symmetries of each patch; with the
-    scene's ``scaled`` cube (``TrainedRun.scaled``), fused with the run's spectral prior
+    scene's ``scaled`` cube (``TrainedRun.prepare_and_scale``), fused with the run's spectral prior
     (None: the network's alone).
 
     ``progress`` receives a text after every batch and None at the end.

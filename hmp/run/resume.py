@@ -87,8 +87,7 @@ def check_resumed_flags(model_dir, settings, get_model):
     (``Settings.check_resumed_acting``): refused as a new run refuses it, while one that
     flags.txt holds with that value goes on ignored, as its first invocation accepted
     it. Refused before anything is written."""
-    folder = run_folder.flags_folder(model_dir)
-    started = None if folder is None else run_folder.saved_flags(folder)
+    folder, started = run_folder.started_flags(model_dir)
     if started is None:
         return
     if ("batch_norm" not in started and not settings.chosen("batch_norm")

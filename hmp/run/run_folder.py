@@ -68,17 +68,26 @@ def resume_flags(model_dir):
     return "--flagfile=%s --resume" % os.path.join(model_dir, FLAGS_FILE)
 
 
-def flags_folder(model_dir):
-    """The folder of the flags.txt that started the run in ``model_dir``: ``model_dir``,
-    or for a seed's folder of --runs (``seed-N``) its series' (``save_flags`` writes one
-    for the series, naming --runs); None without one."""
-    if os.path.isfile(os.path.join(model_dir, FLAGS_FILE)):
-        return model_dir
+def started_flags(model_dir):
+    """(the folder of the flags.txt that started the run in ``model_dir``, its flags as
+    :func:`saved_flags` gives them), read once: ``model_dir``'s, or for a seed's folder of
+    --runs (``seed-N``) its series' (``save_flags`` writes one for the series, naming
+    --runs); (None, None) without one."""
+    own = _flags_in(model_dir)
+    if own is not None:
+        return model_dir, own
     series, folder = os.path.split(os.path.abspath(model_dir))
-    if (re.fullmatch(re.escape(SEED_PREFIX) + r"\d+", folder)
-            and "runs" in (_flags_in(series) or {})):
-        return series
-    return None
+    if re.fullmatch(re.escape(SEED_PREFIX) + r"\d+", folder):
+        flags = _flags_in(series)
+        if "runs" in (flags or {}):
+            return series, flags
+    return None, None
+
+
+def flags_folder(model_dir):
+    """The folder of the flags.txt that started the run in ``model_dir``
+    (:func:`started_flags`), or None."""
+    return started_flags(model_dir)[0]
 
 
 def continuing_flags(model_dir):
@@ -209,8 +218,7 @@ def saved_flags(model_dir):
     """The flags :func:`save_flags` wrote for the run in ``model_dir`` (there, or for a
     seed of --runs in its series' folder: :func:`flags_folder`) ({name: value as written;
     "" for a boolean's ``--name``}), or None without them (a run from before them)."""
-    folder = flags_folder(model_dir)
-    return None if folder is None else _flags_in(folder)
+    return started_flags(model_dir)[1]
 
 
 def _flags_in(folder):

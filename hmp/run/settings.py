@@ -390,13 +390,13 @@ class Settings:
             check_port(self.placement.port_base)
         self._check_acting(tuple(name for name in ACTS_ONLY if name not in SCENE_ACTING))
 
-    def _check_pca_in_graph(self, get_model, started=None):
+    def _check_pca_in_graph(self, get_model, written=None):
         """--pca_in_graph (or --nopca_in_graph) chosen for a run on all bands, where it
-        does nothing: refused naming what keeps them. On --resume only with ``started``
+        does nothing: refused naming what keeps them. On --resume only with ``written``
         (as ``_check_acting``)."""
-        if self.folder.resume and started is None:
+        if self.folder.resume and written is None:
             return
-        if self._chosen_anew("pca_in_graph", started) and not self.pca_components(get_model):
+        if self._chosen_anew("pca_in_graph", written) and not self.pca_components(get_model):
             raise cli.UsageError("%s: only for a model on PCA components; %s" % (
                 _serialise("pca_in_graph", self.recipe.pca_in_graph),
                 "--pca=0 keeps all bands" if self.chosen("pca") else
@@ -409,23 +409,23 @@ class Settings:
             return self.data.pca
         return model_recipe(get_model(self.model.name)).get("pca", DataConfig.pca)
 
-    def _check_acting(self, names, started=None):
+    def _check_acting(self, names, written=None):
         """Each flag of ``names`` (of ``ACTS_ONLY``) chosen where it does not act: refused in
         one line naming it, its value and what it needs. On --resume only with
-        ``started``, the flags of the run's flags.txt (:meth:`check_resumed_acting`)."""
-        if self.folder.resume and started is None:
+        ``written``, the lines of the run's flags.txt (:meth:`check_resumed_acting`)."""
+        if self.folder.resume and written is None:
             return
         for name in names:
             acts, needs = ACTS_ONLY[name]
-            if self._chosen_anew(name, started) and not acts(self):
+            if self._chosen_anew(name, written) and not acts(self):
                 raise cli.UsageError("%s: %s" % (_serialise(name, self.flag_value(name)),
                                                  needs(self)))
 
-    def _chosen_anew(self, name, started):
-        """Whether flag ``name`` is chosen, and not as ``started`` (the flags of a resumed
-        run's flags.txt, ``hmp.run.run_folder.saved_flags``, or None) holds it."""
+    def _chosen_anew(self, name, written):
+        """Whether flag ``name`` is chosen, and not as ``written`` (the lines of a resumed
+        run's flags.txt, :func:`_written`, or None) holds it."""
         return self.chosen(name) and self.value(name) is not None and (   # None: not given
-            started is None or _serialise(name, self.value(name)) not in _written(started))
+            written is None or _serialise(name, self.value(name)) not in written)
 
     def check_resumed_acting(self, started, get_model):
         """On --resume: a flag given anew (not in ``started``, the run's flags.txt, with
@@ -433,9 +433,10 @@ class Settings:
         beside the --plan that gives it is refused as a new run refuses it; one of
         flags.txt goes on ignored, as its run accepted it. ``get_model``: the
         application's model lookup."""
-        self._check_acting(tuple(ACTS_ONLY), started)
-        self._check_pca_in_graph(get_model, started)
-        self._check_plan(started)
+        written = _written(started)   # its lines, once
+        self._check_acting(tuple(ACTS_ONLY), written)
+        self._check_pca_in_graph(get_model, written)
+        self._check_plan(written)
 
     def _check_types(self):
         """A setting given as another kind of value (from Python, e.g.
@@ -457,15 +458,15 @@ class Settings:
                 raise cli.UsageError("--%s=%r: give a string, as the flag's text"
                                      % (name, value))
 
-    def _check_plan(self, started=None):
+    def _check_plan(self, written=None):
         """A --plan file gives the devices, speeds, mesh and memory caps: those flags,
-        chosen beside it, would be ignored. On --resume only with ``started``
+        chosen beside it, would be ignored. On --resume only with ``written``
         (:meth:`check_resumed_acting`): a run whose first invocation had them goes on
         ignoring them."""
-        if self.placement.plan is None or self.folder.resume and started is None:
+        if self.placement.plan is None or self.folder.resume and written is None:
             return
         for name, what in PLAN_GIVES.items():
-            if self._chosen_anew(name, started):
+            if self._chosen_anew(name, written):
                 raise cli.UsageError("--%s=%s: --plan=%s gives %s; leave --%s out"
                                      % (name, self.value(name), self.placement.plan, what,
                                         name))

@@ -79,7 +79,8 @@ def test_predict_tile_by_tile_the_whole_scene_and_the_export_fuse_alike(run, net
                                                                          tmp_path):
     model_dir, _, exp, trained = run
     whole = inference.classify(trained, trained.prepare_scene(exp.scene)[0], ["/cpu:0"],
-                               1024, SESSION, scaled=trained.scaled(exp.scene.cube))
+                               1024, SESSION,
+                               scaled=trained.prepare_and_scale(exp.scene.cube)[1])
     height, width = exp.scene.labels.shape
     expected = _refit(exp).fused(network.reshape(-1, exp.n_classes),
                                  patch_means(exp.all_bands, np.arange(height * width)))
